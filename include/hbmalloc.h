@@ -1,0 +1,163 @@
+/*
+ * hbmalloc: a caching allocator for accelerator memory (GPU / NPU HBM).
+ *
+ * The one public header. All names are prefixed hbm_; handles are opaque.
+ * Every function that can fail returns an hbm_status; the allocator keeps
+ * the text of its last error (hbm_last_error), never a process-global one.
+ * One allocator serves one device of one backend; it is thread-safe
+ * (one lock per allocator).
+ */
+#ifndef HBMALLOC_H
+#define HBMALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HBM_VERSION_MAJOR 0
+#define HBM_VERSION_MINOR 1
+#define HBM_VERSION_PATCH 0
+#define HBM_VERSION_STRING "0.1.0"
+
+#if defined(__GNUC__) && !defined(HBM_STATIC)
+#define HBM_API __attribute__((visibility("default")))
+#else
+#define HBM_API
+#endif
+
+/* ---- Status codes --------------------------------------------------- */
+typedef enum hbm_status {
+    HBM_OK = 0,
+    HBM_ERR_OOM = 1,          /* device out of memory after every retry */
+    HBM_ERR_INVALID = 2,      /* a bad argument (NULL handle, bad fraction, ...) */
+    HBM_ERR_CONF = 3,         /* a bad settings string: the message names key and range */
+    HBM_ERR_BACKEND = 4,      /* the backend failed (driver error, cannot load, ...) */
+    HBM_ERR_DOUBLE_FREE = 5,  /* pointer lies in a block that is already free */
+    HBM_ERR_FOREIGN_PTR = 6,  /* pointer was not allocated by this allocator */
+    HBM_ERR_INTERIOR_PTR = 7, /* pointer lies inside a live block, not at its start */
+    HBM_ERR_NOMEM = 8         /* host memory for bookkeeping ran out */
+} hbm_status;
+
+/* Short name of a status ("HBM_ERR_OOM"). */
+HBM_API const char *hbm_status_name(hbm_status s);
+
+/* ---- Handles ----------------------------------------------------------- */
+typedef struct hbm_backend hbm_backend;     /* an opened device backend */
+typedef struct hbm_allocator hbm_allocator; /* caching allocator of one device */
+typedef uint64_t hbm_stream;                /* backend stream handle; 0 = default stream */
+
+/* Open a backend from a spec string: "sim" or "sim:capacity=80GiB,memory=host,...".
+ * See docs/SIM.md for the simulated device's options. err receives a message on failure. */
+HBM_API hbm_status hbm_backend_open(hbm_backend **out, const char *spec, char *err, size_t errlen);
+/* Close a backend; every allocator created on it must be destroyed first. */
+HBM_API void hbm_backend_close(hbm_backend *b);
+/* Name of the backend ("sim"). */
+HBM_API const char *hbm_backend_name(const hbm_backend *b);
+
+/* Create an allocator for device `device` of backend b. settings is a
+ * PYTORCH_*_ALLOC_CONF string; NULL means: HBMALLOC_CONF, else the PyTorch
+ * variable of the backend's dialect (PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF). */
+HBM_API hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device,
+                              const char *settings, char *err, size_t errlen);
+/* Open a private backend from spec and create an allocator on it; hbm_destroy closes both. */
+HBM_API hbm_status hbm_open(hbm_allocator **out, const char *backend_spec, int device,
+                            const char *settings, char *err, size_t errlen);
+/* Return all cached and live memory to the device and free the allocator. */
+HBM_API void hbm_destroy(hbm_allocator *a);
+
+/* ---- Allocation ---------------------------------------------------------- */
+/* Allocate size bytes for use on stream. size 0 gives *out = NULL and HBM_OK. */
+HBM_API hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **out);
+/* Free a pointer returned by hbm_malloc. NULL is a no-op. Misuse is reported, state kept. */
+HBM_API hbm_status hbm_free(hbm_allocator *a, void *ptr);
+/* Return every fully free cached segment to the device. */
+HBM_API hbm_status hbm_empty_cache(hbm_allocator *a);
+/* Limit reserved memory to fraction x device capacity (0..1; 1 removes the limit). */
+HBM_API hbm_status hbm_set_memory_fraction(hbm_allocator *a, double fraction);
+/* Size of the block behind a live pointer (the rounded size), 0 if it is not live. */
+HBM_API size_t hbm_block_size(hbm_allocator *a, const void *ptr);
+
+/* ---- Errors -------------------------------------------------------------- */
+/* Text of the last error on this allocator ("" if none). Valid until the next call on
+ * this allocator; with several threads use hbm_copy_last_error. */
+HBM_API const char *hbm_last_error(const hbm_allocator *a);
+/* Copy the last error text into buf (always NUL-terminated); returns its length. */
+HBM_API size_t hbm_copy_last_error(hbm_allocator *a, char *buf, size_t len);
+
+/* ---- Statistics (PyTorch memory_stats() names and meanings) ------------------ */
+typedef struct hbm_stat {
+    int64_t current, peak, allocated, freed;
+} hbm_stat;
+
+enum { HBM_POOL_ALL = 0, HBM_POOL_SMALL = 1, HBM_POOL_LARGE = 2, HBM_POOL_KINDS = 3 };
+
+typedef struct hbm_stats {
+    hbm_stat allocation[HBM_POOL_KINDS];
+    hbm_stat segment[HBM_POOL_KINDS];
+    hbm_stat active[HBM_POOL_KINDS];
+    hbm_stat inactive_split[HBM_POOL_KINDS];
+    hbm_stat allocated_bytes[HBM_POOL_KINDS];
+    hbm_stat reserved_bytes[HBM_POOL_KINDS];
+    hbm_stat active_bytes[HBM_POOL_KINDS];
+    hbm_stat inactive_split_bytes[HBM_POOL_KINDS];
+    hbm_stat requested_bytes[HBM_POOL_KINDS];
+    hbm_stat oversize_allocations;
+    hbm_stat oversize_segments;
+    int64_t num_alloc_retries;
+    int64_t num_ooms;
+    int64_t num_sync_all_streams;
+    int64_t num_device_alloc;
+    int64_t num_device_free;
+    int64_t max_split_size; /* -1 when unlimited, as PyTorch reports */
+} hbm_stats;
+
+/* Copy the allocator's statistics. */
+HBM_API hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out);
+/* peak = current for every stat. */
+HBM_API void hbm_reset_peak_stats(hbm_allocator *a);
+/* allocated = freed = 0 and the num_* counters to 0. */
+HBM_API void hbm_reset_accumulated_stats(hbm_allocator *a);
+
+/* One flattened statistic, named as torch.cuda.memory_stats() names it
+ * ("allocated_bytes.all.peak", "num_ooms"). */
+typedef struct hbm_stat_entry {
+    char name[48];
+    int64_t value;
+} hbm_stat_entry;
+#define HBM_STAT_ENTRIES 122
+/* Fill out[0..HBM_STAT_ENTRIES) in sorted order (as memory_stats() sorts); returns the count written. */
+HBM_API int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap);
+
+/* Device-call counters kept by the device layer for any backend. */
+typedef struct hbm_device_counters {
+    uint64_t malloc_calls, free_calls, info_calls;
+    uint64_t failed_calls;   /* calls that returned an error (including OOM) */
+    uint64_t device_ns;      /* modelled (sim) or measured (real device) time in device calls */
+} hbm_device_counters;
+HBM_API void hbm_get_device_counters(hbm_allocator *a, hbm_device_counters *out);
+
+/* ---- Settings ---------------------------------------------------------- */
+typedef enum hbm_dialect {
+    HBM_DIALECT_CUDA = 0, /* PYTORCH_CUDA_ALLOC_CONF keys and rules */
+    HBM_DIALECT_NPU = 1   /* PYTORCH_NPU_ALLOC_CONF keys and rules (torch_npu) */
+} hbm_dialect;
+
+/* Parse a settings string and write the effective settings, one "key: value" per line,
+ * into out; on error returns HBM_ERR_CONF and writes the message into out. */
+HBM_API hbm_status hbm_settings_check(const char *settings, hbm_dialect d, char *out, size_t outlen);
+/* Effective settings of a live allocator, in the same form. */
+HBM_API hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen);
+
+/* ---- Correctness ---------------------------------------------------------- */
+/* Walk every segment and prove the invariants (blocks tile segments, the free index
+ * holds exactly the free blocks, statistics equal recomputed sums). Returns the number
+ * of violations; a description of the first ones goes into report (may be NULL). */
+HBM_API int hbm_check(hbm_allocator *a, char *report, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HBMALLOC_H */

@@ -1,0 +1,231 @@
+/*
+ * api.c: the public lifecycle and query entry points: opening backends,
+ * creating and destroying allocators, statistics, settings, errors.
+ * Policy lives in engine.c; this file only wires handles together.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "util.h"
+
+const char *hbm_status_name(hbm_status s)
+{
+    switch (s) {
+    case HBM_OK: return "HBM_OK";
+    case HBM_ERR_OOM: return "HBM_ERR_OOM";
+    case HBM_ERR_INVALID: return "HBM_ERR_INVALID";
+    case HBM_ERR_CONF: return "HBM_ERR_CONF";
+    case HBM_ERR_BACKEND: return "HBM_ERR_BACKEND";
+    case HBM_ERR_DOUBLE_FREE: return "HBM_ERR_DOUBLE_FREE";
+    case HBM_ERR_FOREIGN_PTR: return "HBM_ERR_FOREIGN_PTR";
+    case HBM_ERR_INTERIOR_PTR: return "HBM_ERR_INTERIOR_PTR";
+    case HBM_ERR_NOMEM: return "HBM_ERR_NOMEM";
+    }
+    return "HBM_ERR_UNKNOWN";
+}
+
+static void put_err(char *err, size_t errlen, const char *msg)
+{
+    if (err && errlen)
+        snprintf(err, errlen, "%s", msg);
+}
+
+hbm_status hbm_backend_open(hbm_backend **out, const char *spec, char *err, size_t errlen)
+{
+    char local[512];
+    if (!out || !spec) {
+        put_err(err, errlen, "hbm_backend_open: NULL argument");
+        return HBM_ERR_INVALID;
+    }
+    *out = NULL;
+    const char *colon = strchr(spec, ':');
+    size_t nlen = colon ? (size_t)(colon - spec) : strlen(spec);
+    const char *opts = colon ? colon + 1 : "";
+    hbm_backend *b = calloc(1, sizeof *b);
+    if (!b) {
+        put_err(err, errlen, "out of host memory");
+        return HBM_ERR_NOMEM;
+    }
+    hbm_status rc;
+    local[0] = 0;
+    if (nlen == 3 && !strncmp(spec, "sim", 3)) {
+        rc = hbm__sim_open(b, opts, local, sizeof local);
+    } else {
+        snprintf(local, sizeof local, "unknown backend '%.*s' in '%s' (available: sim)", (int)nlen, spec, spec);
+        rc = HBM_ERR_INVALID;
+    }
+    if (rc != HBM_OK) {
+        put_err(err, errlen, local);
+        free(b);
+        return rc;
+    }
+    *out = b;
+    return HBM_OK;
+}
+
+void hbm_backend_close(hbm_backend *b)
+{
+    if (!b)
+        return;
+    b->ops->close(b->ctx);
+    free(b);
+}
+
+const char *hbm_backend_name(const hbm_backend *b) { return b ? b->ops->name : "(none)"; }
+
+hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const char *settings, char *err,
+                      size_t errlen)
+{
+    char local[600];
+    if (!out || !b) {
+        put_err(err, errlen, "hbm_create: NULL argument");
+        return HBM_ERR_INVALID;
+    }
+    *out = NULL;
+    if (device < 0 || device >= b->caps.device_count) {
+        snprintf(local, sizeof local, "hbm_create: device %d does not exist on backend %s (it has %d device%s)",
+                 device, b->ops->name, b->caps.device_count, b->caps.device_count == 1 ? "" : "s");
+        put_err(err, errlen, local);
+        return HBM_ERR_INVALID;
+    }
+    hbm_allocator *a = calloc(1, sizeof *a);
+    if (!a || hbm__ptrmap_init(&a->live)) {
+        free(a);
+        put_err(err, errlen, "out of host memory");
+        return HBM_ERR_NOMEM;
+    }
+    hbm_status rc = hbm__conf_load(&a->conf, settings, b->caps.dialect, local, sizeof local);
+    if (rc != HBM_OK) {
+        put_err(err, errlen, local);
+        hbm__ptrmap_free(&a->live);
+        free(a);
+        return rc;
+    }
+    pthread_mutex_init(&a->lock, NULL);
+    a->backend = b;
+    a->device = device;
+    a->small.is_small = true;
+    a->stats.max_split_size = a->conf.max_split_size == SIZE_MAX ? -1 : (int64_t)a->conf.max_split_size;
+    size_t dev_free;
+    rc = hbm__dev_info(a, &dev_free, &a->device_total);
+    if (rc == HBM_OK)
+        rc = hbm__set_fraction_locked(a, a->conf.memory_fraction);
+    if (rc != HBM_OK) {
+        put_err(err, errlen, a->err);
+        pthread_mutex_destroy(&a->lock);
+        hbm__ptrmap_free(&a->live);
+        free(a);
+        return rc;
+    }
+    a->err[0] = 0;
+    *out = a;
+    return HBM_OK;
+}
+
+hbm_status hbm_open(hbm_allocator **out, const char *backend_spec, int device, const char *settings, char *err,
+                    size_t errlen)
+{
+    hbm_backend *b;
+    hbm_status rc = hbm_backend_open(&b, backend_spec, err, errlen);
+    if (rc != HBM_OK)
+        return rc;
+    rc = hbm_create(out, b, device, settings, err, errlen);
+    if (rc != HBM_OK) {
+        hbm_backend_close(b);
+        return rc;
+    }
+    (*out)->owns_backend = true;
+    return HBM_OK;
+}
+
+void hbm_destroy(hbm_allocator *a)
+{
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->lock);
+    hbm__engine_teardown(a);
+    hbm__ptrmap_free(&a->live);
+    pthread_mutex_unlock(&a->lock);
+    pthread_mutex_destroy(&a->lock);
+    if (a->owns_backend)
+        hbm_backend_close(a->backend);
+    free(a);
+}
+
+const char *hbm_last_error(const hbm_allocator *a) { return a ? a->err : "NULL allocator"; }
+
+size_t hbm_copy_last_error(hbm_allocator *a, char *buf, size_t len)
+{
+    if (!a || !buf || !len)
+        return 0;
+    pthread_mutex_lock(&a->lock);
+    snprintf(buf, len, "%s", a->err);
+    pthread_mutex_unlock(&a->lock);
+    return strlen(buf);
+}
+
+hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
+{
+    if (!a || !out)
+        return HBM_ERR_INVALID;
+    pthread_mutex_lock(&a->lock);
+    *out = a->stats;
+    pthread_mutex_unlock(&a->lock);
+    return HBM_OK;
+}
+
+void hbm_reset_peak_stats(hbm_allocator *a)
+{
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->lock);
+    hbm__stats_reset_peak(&a->stats);
+    pthread_mutex_unlock(&a->lock);
+}
+
+void hbm_reset_accumulated_stats(hbm_allocator *a)
+{
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->lock);
+    hbm__stats_reset_accumulated(&a->stats);
+    pthread_mutex_unlock(&a->lock);
+}
+
+void hbm_get_device_counters(hbm_allocator *a, hbm_device_counters *out)
+{
+    if (!a || !out)
+        return;
+    pthread_mutex_lock(&a->lock);
+    *out = a->dev;
+    pthread_mutex_unlock(&a->lock);
+}
+
+hbm_status hbm_settings_check(const char *settings, hbm_dialect d, char *out, size_t outlen)
+{
+    hbm__conf *c = malloc(sizeof *c);
+    if (!c)
+        return HBM_ERR_NOMEM;
+    hbm__conf_defaults(c, d);
+    strcpy(c->source, settings ? "explicit" : "default");
+    hbm_status rc = settings ? hbm__conf_parse(c, settings, d, out, outlen)
+                             : hbm__conf_load(c, NULL, d, out, outlen);
+    if (rc == HBM_OK)
+        hbm__conf_describe(c, out, outlen);
+    free(c);
+    return rc;
+}
+
+hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen)
+{
+    if (!a || !out)
+        return HBM_ERR_INVALID;
+    pthread_mutex_lock(&a->lock);
+    hbm__conf_describe(&a->conf, out, outlen);
+    hbm__sbuf sb = {out, outlen, strlen(out)};
+    hbm__sb_printf(&sb, "device: %s %d\n", a->backend->ops->name, a->device);
+    pthread_mutex_unlock(&a->lock);
+    return HBM_OK;
+}

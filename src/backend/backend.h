@@ -1,0 +1,60 @@
+/*
+ * backend.h: the only door from the engine to a device.
+ *
+ * A backend is a table of functions over an opaque context. The contract,
+ * after mimalloc's prim layer:
+ *   - sizes passed in are already rounded by the engine (segment sizes);
+ *   - outputs are non-NULL pointers;
+ *   - every function returns 0 on success, HBM__BE_OOM when the device is out
+ *     of memory, or another non-zero code of the backend's own (a driver code)
+ *     whose text strerror() gives;
+ *   - a backend never logs, never allocates on behalf of the engine's policy,
+ *     and knows nothing of pools, blocks or settings.
+ * src/device.c is the one caller: it counts, times and turns codes into messages.
+ */
+#ifndef HBM_BACKEND_H
+#define HBM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hbmalloc.h"
+
+#define HBM__BE_OOM (-1)
+
+/* Kinds of device call, for counters, the cost model and fault injection. */
+typedef enum hbm__op {
+    HBM__OP_MALLOC = 0,
+    HBM__OP_FREE = 1,
+    HBM__OP_INFO = 2,
+    HBM__OP_KINDS = 3
+} hbm__op;
+
+/* Filled once when the backend is opened. */
+typedef struct hbm__backend_caps {
+    int device_count;
+    hbm_dialect dialect;  /* whose allocator rules this device follows (CUDA or NPU) */
+    size_t request_pad;   /* bytes added to every request (torch_npu pads 32 bytes) */
+    int modelled_cost;    /* 1: cost_ns() gives modelled time; 0: device.c measures wall time */
+} hbm__backend_caps;
+
+typedef struct hbm__backend_ops {
+    const char *name;
+    int (*mem_alloc)(void *ctx, int device, size_t size, uintptr_t *out);
+    int (*mem_free)(void *ctx, int device, uintptr_t ptr, size_t size);
+    int (*mem_info)(void *ctx, int device, size_t *free_bytes, size_t *total_bytes);
+    const char *(*strerror)(void *ctx, int code);
+    uint64_t (*cost_ns)(void *ctx, hbm__op op, size_t size); /* may be NULL */
+    void (*close)(void *ctx);
+} hbm__backend_ops;
+
+struct hbm_backend {
+    const hbm__backend_ops *ops;
+    void *ctx;
+    hbm__backend_caps caps;
+};
+
+/* Constructors, one per backend file. spec_opts is the text after "name:" (may be ""). */
+int hbm__sim_open(struct hbm_backend *b, const char *spec_opts, char *err, size_t errlen);
+
+#endif /* HBM_BACKEND_H */

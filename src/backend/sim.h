@@ -1,0 +1,41 @@
+/*
+ * sim.h: controls of the simulated device that tests and tools reach past the
+ * backend table: fault rules, call counters and what is still outstanding.
+ */
+#ifndef HBM_SIM_H
+#define HBM_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+/* A fault rule. A call matches when its kind matches (kind < 0: any) and its
+ * size lies in [min_size, max_size]. With nth > 0 only the nth matching call
+ * (1-based, counted from when the rule was added) fails; with nth == 0 every
+ * matching call fails. code is HBM__BE_OOM or a sim error code (SIM_ERR_*). */
+typedef struct hbm__sim_fault {
+    int kind;
+    uint64_t nth;
+    size_t min_size, max_size;
+    int code;
+} hbm__sim_fault;
+
+enum { HBM__SIM_ERR_INJECTED = 1, HBM__SIM_ERR_BAD_FREE = 2, HBM__SIM_ERR_DEVICE = 3, HBM__SIM_ERR_HOST = 4 };
+
+typedef struct hbm__sim_counters {
+    uint64_t calls[HBM__OP_KINDS];   /* every call, failed ones too */
+    uint64_t injected;               /* calls failed by a fault rule */
+    uint64_t live_allocations;       /* device allocations not yet freed (all devices) */
+    uint64_t live_bytes;
+} hbm__sim_counters;
+
+/* The sim context behind a backend opened with "sim" (NULL for other backends). */
+void *hbm__sim_ctx(hbm_backend *b);
+int hbm__sim_add_fault(void *ctx, const hbm__sim_fault *rule);
+void hbm__sim_clear_faults(void *ctx);
+void hbm__sim_get_counters(void *ctx, hbm__sim_counters *out);
+/* Host-backed mode: 1 if [p, p+n) lies inside one live device allocation. */
+int hbm__sim_is_host_backed(void *ctx);
+
+#endif

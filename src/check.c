@@ -1,0 +1,184 @@
+/*
+ * check.c: the validator. Walks every segment and proves the engine's
+ * invariants; recomputes every statistic whose current value is derivable
+ * from the blocks and compares. Reads allocator state only, never changes it.
+ * Tests call it after every operation; it is O(blocks).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+#include "util.h"
+
+typedef struct checker {
+    hbm__sbuf sb;
+    int violations;
+} checker;
+
+#define FAIL(ck, ...)                                      \
+    do {                                                   \
+        if ((ck)->violations++ < 8) {                      \
+            hbm__sb_printf(&(ck)->sb, __VA_ARGS__);        \
+            hbm__sb_printf(&(ck)->sb, "\n");               \
+        }                                                  \
+    } while (0)
+
+#define BLOCK_OF(n) ((hbm__block *)((char *)(n) - offsetof(hbm__block, node)))
+
+/* Check AVL shape and order below t; returns the height, counts nodes. */
+static int check_tree(checker *ck, hbm__avl *t, const hbm__pool *p, size_t *count, const hbm__block **last)
+{
+    if (!t)
+        return 0;
+    int hl = check_tree(ck, t->l, p, count, last);
+    const hbm__block *b = BLOCK_OF(t);
+    if (*last && hbm__block_cmp(&(*last)->node, t) >= 0)
+        FAIL(ck, "free tree of the %s pool out of order at block %p", p->is_small ? "small" : "large", (void *)b->addr);
+    *last = b;
+    (*count)++;
+    if (b->allocated || !b->in_tree)
+        FAIL(ck, "free tree holds block %p that is allocated or not marked free", (void *)b->addr);
+    if (!b->seg || b->seg->pool != p)
+        FAIL(ck, "free tree of one pool holds block %p of another pool", (void *)b->addr);
+    int hr = check_tree(ck, t->r, p, count, last);
+    int h = 1 + (hl > hr ? hl : hr);
+    if (t->h != h || hl - hr > 1 || hr - hl > 1)
+        FAIL(ck, "free tree unbalanced or stale height at block %p", (void *)b->addr);
+    return h;
+}
+
+typedef struct sums {
+    int64_t allocation, allocated_bytes, active, active_bytes, requested_bytes;
+    int64_t segment, reserved_bytes, inactive_split, inactive_split_bytes;
+    size_t free_blocks;
+} sums;
+
+static void cmp_stat(checker *ck, const char *name, int k, int64_t got, int64_t want)
+{
+    static const char *pool[3] = {"all", "small_pool", "large_pool"};
+    if (got != want)
+        FAIL(ck, "stat %s.%s.current is %lld, the blocks say %lld", name, pool[k], (long long)got, (long long)want);
+}
+
+int hbm_check(hbm_allocator *a, char *report, size_t len)
+{
+    checker ck;
+    hbm__sb_init(&ck.sb, report, len);
+    ck.violations = 0;
+    if (!a) {
+        FAIL(&ck, "NULL allocator");
+        return ck.violations;
+    }
+    pthread_mutex_lock(&a->lock);
+    sums s[3];
+    memset(s, 0, sizeof s);
+    size_t live = 0, reserved = 0, nseg = 0;
+    int64_t oversize_alloc = 0, oversize_seg = 0;
+    uintptr_t prev_end = 0;
+    for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(a, seg)) {
+        nseg++;
+        int k = seg->pool->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE;
+        if (seg->pool != &a->small && seg->pool != &a->large)
+            FAIL(&ck, "segment %p belongs to no pool", (void *)seg->addr);
+        if (seg->addr < prev_end)
+            FAIL(&ck, "segment %p overlaps the previous one", (void *)seg->addr);
+        prev_end = seg->addr + seg->size;
+        s[k].segment++;
+        s[k].reserved_bytes += (int64_t)seg->size;
+        reserved += seg->size;
+        if (seg->size >= a->conf.max_split_size)
+            oversize_seg++;
+        if (!seg->head || seg->head->prev)
+            FAIL(&ck, "segment %p has no head block, or its head has a predecessor", (void *)seg->addr);
+        uintptr_t expect = seg->addr;
+        bool split = seg->head && seg->head->next;
+        for (hbm__block *b = seg->head; b; b = b->next) {
+            if (b->seg != seg)
+                FAIL(&ck, "block %p points at the wrong segment", (void *)b->addr);
+            if (b->addr != expect)
+                FAIL(&ck, "block %p does not start where its predecessor ends (%p): gap or overlap", (void *)b->addr,
+                     (void *)expect);
+            if (b->size == 0 || b->size % HBM__MIN_BLOCK)
+                FAIL(&ck, "block %p has size %zu, not a positive multiple of 512", (void *)b->addr, b->size);
+            if (b->next && b->next->prev != b)
+                FAIL(&ck, "block %p: next->prev does not point back", (void *)b->addr);
+            expect = b->addr + b->size;
+            if (b->allocated) {
+                s[k].allocation++;
+                s[k].allocated_bytes += (int64_t)b->size;
+                s[k].active++;
+                s[k].active_bytes += (int64_t)b->size;
+                s[k].requested_bytes += (int64_t)b->requested;
+                live++;
+                if (b->size >= a->conf.max_split_size)
+                    oversize_alloc++;
+                if (hbm__ptrmap_get(&a->live, b->addr) != b)
+                    FAIL(&ck, "live block %p is missing from the pointer map", (void *)b->addr);
+                if (b->in_tree)
+                    FAIL(&ck, "live block %p is in the free tree", (void *)b->addr);
+            } else {
+                s[k].free_blocks++;
+                if (!b->in_tree)
+                    FAIL(&ck, "free block %p is not in the free tree", (void *)b->addr);
+                if (split) {
+                    s[k].inactive_split++;
+                    s[k].inactive_split_bytes += (int64_t)b->size;
+                }
+                if (b->next && !b->next->allocated)
+                    FAIL(&ck, "free blocks %p and %p are adjacent but not coalesced", (void *)b->addr,
+                         (void *)b->next->addr);
+            }
+        }
+        if (expect != seg->addr + seg->size)
+            FAIL(&ck, "blocks of segment %p cover %zu bytes, the segment has %zu", (void *)seg->addr,
+                 (size_t)(expect - seg->addr), seg->size);
+    }
+    if (nseg != a->nsegments)
+        FAIL(&ck, "segment count %zu, the segment tree holds %zu", a->nsegments, nseg);
+    if (live != a->live.n)
+        FAIL(&ck, "%zu live blocks, the pointer map holds %zu", live, a->live.n);
+    if (reserved != a->total_reserved)
+        FAIL(&ck, "total_reserved %zu, the segments add up to %zu", a->total_reserved, reserved);
+
+    hbm__pool *pools[2] = {&a->small, &a->large};
+    for (int i = 0; i < 2; i++) {
+        size_t count = 0;
+        const hbm__block *last = NULL;
+        check_tree(&ck, pools[i]->free_tree, pools[i], &count, &last);
+        int k = pools[i]->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE;
+        if (count != pools[i]->nfree || count != s[k].free_blocks)
+            FAIL(&ck, "%s pool: free tree holds %zu blocks, its counter says %zu, the segments have %zu free",
+                 pools[i]->is_small ? "small" : "large", count, pools[i]->nfree, s[k].free_blocks);
+    }
+
+    /* Aggregate = small + large, then compare every derivable current value. */
+    for (int f = 0; f < (int)(sizeof(sums) / sizeof(int64_t)) - 1; f++)
+        ((int64_t *)&s[0])[f] = ((int64_t *)&s[1])[f] + ((int64_t *)&s[2])[f];
+    const hbm_stats *st = &a->stats;
+    for (int k = 0; k < 3; k++) {
+        cmp_stat(&ck, "allocation", k, st->allocation[k].current, s[k].allocation);
+        cmp_stat(&ck, "allocated_bytes", k, st->allocated_bytes[k].current, s[k].allocated_bytes);
+        cmp_stat(&ck, "active", k, st->active[k].current, s[k].active);
+        cmp_stat(&ck, "active_bytes", k, st->active_bytes[k].current, s[k].active_bytes);
+        cmp_stat(&ck, "requested_bytes", k, st->requested_bytes[k].current, s[k].requested_bytes);
+        cmp_stat(&ck, "segment", k, st->segment[k].current, s[k].segment);
+        cmp_stat(&ck, "reserved_bytes", k, st->reserved_bytes[k].current, s[k].reserved_bytes);
+        cmp_stat(&ck, "inactive_split", k, st->inactive_split[k].current, s[k].inactive_split);
+        cmp_stat(&ck, "inactive_split_bytes", k, st->inactive_split_bytes[k].current, s[k].inactive_split_bytes);
+        if (st->allocated_bytes[k].peak < st->allocated_bytes[k].current ||
+            st->reserved_bytes[k].peak < st->reserved_bytes[k].current)
+            FAIL(&ck, "a peak is below its current value (pool %d)", k);
+    }
+    if (st->oversize_allocations.current != oversize_alloc)
+        FAIL(&ck, "oversize_allocations.current is %lld, the blocks say %lld",
+             (long long)st->oversize_allocations.current, (long long)oversize_alloc);
+    if (st->oversize_segments.current != oversize_seg)
+        FAIL(&ck, "oversize_segments.current is %lld, the segments say %lld", (long long)st->oversize_segments.current,
+             (long long)oversize_seg);
+    if (a->fraction_set && a->total_reserved > a->allowed_max)
+        FAIL(&ck, "reserved %zu exceeds the memory-fraction limit %zu", a->total_reserved, a->allowed_max);
+    pthread_mutex_unlock(&a->lock);
+    if (ck.violations > 8)
+        hbm__sb_printf(&ck.sb, "... %d violations in all\n", ck.violations);
+    return ck.violations;
+}

@@ -1,0 +1,55 @@
+/*
+ * conf.h: the PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF grammar turned
+ * into a struct of settings. Owns parsing, validation and the text of the
+ * effective settings; knows nothing of devices or the engine.
+ */
+#ifndef HBM_CONF_H
+#define HBM_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hbmalloc.h"
+
+#define HBM__ROUNDUP_INTERVALS 16
+
+typedef struct hbm__conf {
+    hbm_dialect dialect;
+    /* Device-memory policy (used by the engine). */
+    size_t max_split_size;         /* SIZE_MAX: unlimited (PyTorch's default) */
+    size_t max_non_split_rounding; /* oversize reuse tolerance, 20 MiB */
+    size_t large_segment_size;     /* segment for 1..10 MiB requests and large page, 20 MiB */
+    double gc_threshold;           /* 0: off */
+    double memory_fraction;        /* per_process_memory_fraction, 1.0 */
+    uint32_t roundup_divisions[HBM__ROUNDUP_INTERVALS];
+    bool expandable_segments;
+    bool release_lock_on_malloc;     /* release_lock_on_cudamalloc / release_lock_on_npumalloc */
+    bool throw_on_malloc_oom;        /* throw_on_cudamalloc_oom / throw_on_npumalloc_oom */
+    bool multi_stream_lazy_reclaim;  /* NPU */
+    bool page_size_1g;               /* NPU page_size:1g */
+    unsigned base_addr_aligned_kb;   /* NPU, 16 */
+    bool backend_async;              /* backend:cudaMallocAsync was asked for */
+    /* Host (pinned) allocator and graph keys: accepted and validated as PyTorch
+     * does, reported by describe; they do not concern device memory. */
+    bool pinned_use_host_register, pinned_use_background_threads, pinned_free_catch_all;
+    bool graph_capture_record_stream_reuse, pin_memory_expandable_segments, pinned_mem_register;
+    unsigned pinned_num_register_threads;
+    uint64_t pinned_reserve_segment_size_mb, pinned_max_round_threshold_mb, pinned_max_cached_size_mb;
+    /* Where the string came from and what it was. */
+    char source[32];
+    char text[512];
+    bool text_truncated;
+    char warnings[512]; /* parse-time warnings (deprecated keys, ignored options) */
+} hbm__conf;
+
+/* Defaults, as PyTorch has them. */
+void hbm__conf_defaults(hbm__conf *c, hbm_dialect d);
+/* Parse s (a complete settings string) over defaults. Returns HBM_OK or HBM_ERR_CONF with err set. */
+hbm_status hbm__conf_parse(hbm__conf *c, const char *s, hbm_dialect d, char *err, size_t errlen);
+/* Settings from: explicit (if non-NULL), else HBMALLOC_CONF, else the dialect's PyTorch variables. */
+hbm_status hbm__conf_load(hbm__conf *c, const char *explicit_settings, hbm_dialect d, char *err, size_t errlen);
+/* Effective settings, one "key: value" per line. */
+void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,662 @@
+/*
+ * engine.c: the caching policy. Owns the malloc and free paths, splitting,
+ * coalescing, segment allocation and release, garbage collection, the OOM
+ * retry ladder and its message, empty_cache and the memory fraction.
+ *
+ * The rules are PyTorch's CUDACachingAllocator (see ALLOCATOR_FACTS.md):
+ * the same rounding, pools, best fit, split and oversize rules and the same
+ * statistics at the same points, so that a replay predicts what PyTorch
+ * would reserve. It reaches the device only through device.c, and the free
+ * index only through pool.c. Every function here runs with a->lock held.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "util.h"
+
+/* ---- size rules ---- */
+
+static int floor_log2(size_t v)
+{
+    return 63 - __builtin_clzll((unsigned long long)v);
+}
+
+/* roundup_power2_divisions interval of a size: floor(log2 s) - 20, clamped to 0..15. */
+static uint32_t divisions_for(const hbm__conf *c, size_t size)
+{
+    int idx = floor_log2(size) - 20;
+    if (idx < 0)
+        idx = 0;
+    if (idx > HBM__ROUNDUP_INTERVALS - 1)
+        idx = HBM__ROUNDUP_INTERVALS - 1;
+    return c->roundup_divisions[idx];
+}
+
+static size_t next_division(size_t size, uint32_t divisions)
+{
+    if ((size & (size - 1)) == 0)
+        return size;
+    size_t floor2 = (size_t)1 << floor_log2(size);
+    size_t step = floor2 >> floor_log2(divisions);
+    if (step == 0)
+        return floor2 << 1;
+    size_t down = size & ~(step - 1);
+    return down == size ? size : down + step;
+}
+
+size_t hbm__round_size(const hbm__conf *c, size_t size)
+{
+    if (size < HBM__MIN_BLOCK)
+        return HBM__MIN_BLOCK;
+    uint32_t div = divisions_for(c, size);
+    if (div > 1 && size > HBM__MIN_BLOCK * div)
+        return next_division(size, div);
+    return (size + HBM__MIN_BLOCK - 1) / HBM__MIN_BLOCK * HBM__MIN_BLOCK;
+}
+
+static size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * unit; }
+
+size_t hbm__allocation_size(const hbm__conf *c, size_t size)
+{
+    if (size <= HBM__SMALL_SIZE)
+        return HBM__SMALL_BUFFER;
+    if (c->page_size_1g)
+        return round_up(size, HBM__HUGE_PAGE); /* torch_npu: large pool in 1 GiB units */
+    if (size < HBM__MIN_LARGE_ALLOC)
+        return c->large_segment_size;
+    return round_up(size, HBM__ROUND_LARGE);
+}
+
+/* ---- errors ---- */
+
+void hbm__set_error(hbm_allocator *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->err, sizeof a->err, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- block objects ---- */
+
+static hbm__block *block_new(hbm_allocator *a)
+{
+    hbm__block *b = a->spare_blocks;
+    if (b)
+        a->spare_blocks = b->next;
+    else if (!(b = malloc(sizeof *b)))
+        return NULL;
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+static void block_recycle(hbm_allocator *a, hbm__block *b)
+{
+    b->next = a->spare_blocks;
+    a->spare_blocks = b;
+}
+
+/* Keep one block object in hand, so that a split cannot fail half-way. */
+static hbm_status ensure_spare(hbm_allocator *a)
+{
+    if (a->spare_blocks)
+        return HBM_OK;
+    hbm__block *b = malloc(sizeof *b);
+    if (!b) {
+        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+        return HBM_ERR_NOMEM;
+    }
+    block_recycle(a, b);
+    return HBM_OK;
+}
+
+static bool gc_active(const hbm_allocator *a)
+{
+    return a->fraction_set && a->conf.gc_threshold > 0.0;
+}
+
+static bool block_is_split(const hbm__block *b) { return b->prev || b->next; }
+
+/* ---- the best-fit search (get_free_block) ---- */
+
+static hbm__block *get_free_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size)
+{
+    size_t ms = a->conf.max_split_size;
+    if (gc_active(a))
+        p->search_count++;
+    hbm__block *b = hbm__pool_lower_bound(p, stream, size);
+    if (!b || b->seg->stream != stream)
+        return NULL;
+    /* Oversize blocks (>= max_split_size) serve only oversize requests, and
+     * only within max_non_split_rounding of their size; PyTorch stops the
+     * search here rather than looking further, as every later block is larger. */
+    if (size < ms && b->size >= ms)
+        return NULL;
+    if (size >= ms && b->size >= size + a->conf.max_non_split_rounding)
+        return NULL;
+    hbm__pool_remove(p, b);
+    return b;
+}
+
+static bool should_split(const hbm_allocator *a, const hbm__pool *p, const hbm__block *b, size_t size)
+{
+    size_t remaining = b->size - size;
+    if (p->is_small)
+        return remaining >= HBM__MIN_BLOCK;
+    /* Large pool: keep up to 1 MiB of slack inside the block rather than
+     * leave a sliver, and never split an oversize block. */
+    return size < a->conf.max_split_size && remaining > HBM__SMALL_SIZE;
+}
+
+static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block *b, size_t size, size_t orig)
+{
+    hbm_stats *st = &a->stats;
+    bool already_split = block_is_split(b);
+    if (should_split(a, p, b, size)) {
+        /* The front becomes the caller's block; the old object keeps the remainder. */
+        hbm__block *rem = b;
+        b = block_new(a); /* ensure_spare() guaranteed one */
+        b->seg = rem->seg;
+        b->addr = rem->addr;
+        b->size = size;
+        b->prev = rem->prev;
+        if (b->prev)
+            b->prev->next = b;
+        else
+            rem->seg->head = b;
+        b->next = rem;
+        rem->prev = b;
+        rem->addr += size;
+        rem->size -= size;
+        hbm__pool_insert(p, rem);
+        if (already_split) {
+            hbm__stat_arr_dec(st->inactive_split_bytes, p, (int64_t)size);
+        } else {
+            hbm__stat_arr_inc(st->inactive_split_bytes, p, (int64_t)rem->size);
+            hbm__stat_arr_inc(st->inactive_split, p, 1);
+        }
+    } else if (already_split) {
+        hbm__stat_arr_dec(st->inactive_split_bytes, p, (int64_t)b->size);
+        hbm__stat_arr_dec(st->inactive_split, p, 1);
+    }
+    b->allocated = true;
+    b->requested = orig;
+    hbm__ptrmap_put(&a->live, b->addr, b); /* room reserved by the caller */
+    hbm__stat_arr_inc(st->allocation, p, 1);
+    hbm__stat_arr_inc(st->allocated_bytes, p, (int64_t)b->size);
+    hbm__stat_arr_inc(st->active, p, 1);
+    hbm__stat_arr_inc(st->active_bytes, p, (int64_t)b->size);
+    hbm__stat_arr_inc(st->requested_bytes, p, (int64_t)orig);
+    if (b->size >= a->conf.max_split_size)
+        hbm__stat_inc(&st->oversize_allocations, 1);
+    return b;
+}
+
+/* ---- segments ---- */
+
+static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, bool is_retry,
+                              hbm__block **out)
+{
+    hbm_stats *st = &a->stats;
+    if (is_retry)
+        st->num_alloc_retries++;
+    /* The fraction limit counts as a device OOM, before any device call. */
+    if (a->fraction_set && a->total_reserved + size > a->allowed_max)
+        return HBM_ERR_OOM;
+    hbm__segment *seg = malloc(sizeof *seg);
+    hbm__block *b = block_new(a);
+    if (!seg || !b) {
+        free(seg);
+        if (b)
+            block_recycle(a, b);
+        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+        return HBM_ERR_NOMEM;
+    }
+    uintptr_t addr;
+    hbm_status rc = hbm__dev_malloc(a, size, &addr);
+    if (rc != HBM_OK) {
+        free(seg);
+        block_recycle(a, b);
+        return rc;
+    }
+    memset(seg, 0, sizeof *seg);
+    seg->addr = addr;
+    seg->size = size;
+    seg->stream = stream;
+    seg->pool = p;
+    seg->head = b;
+    b->seg = seg;
+    b->addr = addr;
+    b->size = size;
+    hbm__segments_insert(a, seg);
+    a->total_reserved += size;
+    hbm__stat_arr_inc(st->segment, p, 1);
+    hbm__stat_arr_inc(st->reserved_bytes, p, (int64_t)size);
+    if (size >= a->conf.max_split_size)
+        hbm__stat_inc(&st->oversize_segments, 1);
+    st->num_device_alloc++;
+    *out = b;
+    return HBM_OK;
+}
+
+/* Return a whole-segment free block to the device. On a device error the
+ * block stays cached and the error is returned. */
+static hbm_status release_block(hbm_allocator *a, hbm__block *b)
+{
+    hbm__segment *seg = b->seg;
+    hbm__pool *p = seg->pool;
+    hbm_status rc = hbm__dev_free(a, seg->addr, seg->size);
+    if (rc != HBM_OK)
+        return rc;
+    hbm__pool_remove(p, b);
+    a->total_reserved -= seg->size;
+    hbm__stat_arr_dec(a->stats.segment, p, 1);
+    hbm__stat_arr_dec(a->stats.reserved_bytes, p, (int64_t)seg->size);
+    if (seg->size >= a->conf.max_split_size)
+        hbm__stat_dec(&a->stats.oversize_segments, 1);
+    a->stats.num_device_free++;
+    hbm__segments_remove(a, seg);
+    free(seg);
+    block_recycle(a, b);
+    return HBM_OK;
+}
+
+/* Release every whole free segment of a pool (release_blocks). */
+static hbm_status release_pool(hbm_allocator *a, hbm__pool *p)
+{
+    hbm_status first_error = HBM_OK;
+    for (hbm__block *b = hbm__pool_first(p), *next; b; b = next) {
+        next = hbm__pool_next(p, b);
+        if (!block_is_split(b)) {
+            hbm_status rc = release_block(a, b);
+            if (rc != HBM_OK && first_error == HBM_OK)
+                first_error = rc;
+        }
+    }
+    return first_error;
+}
+
+static hbm_status release_cached_blocks(hbm_allocator *a)
+{
+    hbm_status rl = release_pool(a, &a->large);
+    hbm_status rs = release_pool(a, &a->small);
+    return rl != HBM_OK ? rl : rs;
+}
+
+/* release_available_cached_blocks: free oversize cached blocks on this stream
+ * until a request of `size` could fit; false when that is not reached. */
+static bool release_available(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size)
+{
+    size_t ms = a->conf.max_split_size;
+    if (ms == SIZE_MAX)
+        return false;
+    size_t key = size < ms ? ms : size;
+    hbm__block *b = hbm__pool_lower_bound(p, stream, key);
+    if (b && b->seg->stream == stream && !block_is_split(b))
+        return release_block(a, b) == HBM_OK;
+    /* No single block is large enough: free oversize blocks from the largest down. */
+    size_t released = 0;
+    hbm__block *cur = hbm__pool_before(p, stream, key);
+    while (cur && released < key && cur->size >= ms && cur->seg->stream == stream) {
+        hbm__block *prev = hbm__pool_prev(p, cur);
+        size_t sz = cur->size;
+        if (!block_is_split(cur) && release_block(a, cur) == HBM_OK)
+            released += sz;
+        cur = prev;
+    }
+    return released >= key;
+}
+
+/* garbage_collection_threshold: free whole cached large segments, oldest
+ * first by the mean-age rule, until reserved drops under the threshold. */
+static void garbage_collect(hbm_allocator *a)
+{
+    hbm__pool *p = &a->large;
+    size_t threshold = (size_t)(a->conf.gc_threshold * (double)a->allowed_max);
+    if (a->total_reserved <= threshold)
+        return;
+    size_t target = a->total_reserved - threshold, reclaimed = 0;
+    double total_age = 0;
+    size_t count = 0;
+    for (hbm__block *b = hbm__pool_first(p); b; b = hbm__pool_next(p, b))
+        if (!block_is_split(b)) {
+            total_age += (double)(p->search_count - b->gc_base);
+            count++;
+        }
+    bool freed = true;
+    while (reclaimed < target && freed && count > 0) {
+        double age_threshold = total_age / (double)count;
+        freed = false;
+        /* A pass frees every block at or above the mean age, even past the
+         * target: PyTorch does so to keep GC from running too often. */
+        for (hbm__block *b = hbm__pool_first(p), *next; b; b = next) {
+            next = hbm__pool_next(p, b);
+            double age = (double)(p->search_count - b->gc_base);
+            if (block_is_split(b) || age < age_threshold)
+                continue;
+            size_t sz = b->size;
+            if (release_block(a, b) != HBM_OK)
+                continue;
+            freed = true;
+            reclaimed += sz;
+            total_age -= age;
+            count--;
+        }
+    }
+}
+
+/* ---- the OOM message ---- */
+
+static size_t largest_free_block(hbm_allocator *a)
+{
+    size_t best = 0;
+    hbm__pool *pools[2] = {&a->small, &a->large};
+    for (int i = 0; i < 2; i++)
+        for (hbm__block *b = hbm__pool_first(pools[i]); b; b = hbm__pool_next(pools[i], b))
+            if (b->size > best)
+                best = b->size;
+    return best;
+}
+
+static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size)
+{
+    size_t dev_free = 0, dev_total = a->device_total;
+    if (hbm__dev_info(a, &dev_free, &dev_total) != HBM_OK) {
+        dev_free = 0;
+        dev_total = a->device_total;
+    }
+    int64_t allocated = a->stats.allocated_bytes[HBM_POOL_ALL].current;
+    int64_t reserved = a->stats.reserved_bytes[HBM_POOL_ALL].current;
+    size_t cached = (size_t)(reserved - allocated);
+    size_t largest = largest_free_block(a);
+    size_t outside = dev_total > dev_free + (size_t)reserved ? dev_total - dev_free - (size_t)reserved : 0;
+    char s_alloc[32], s_orig[32], s_total[32], s_free[32], s_allocated[32], s_cached[32], s_largest[32], s_x[32];
+    hbm__format_size(alloc_size, s_alloc, sizeof s_alloc);
+    hbm__format_size(orig, s_orig, sizeof s_orig);
+    hbm__format_size(dev_total, s_total, sizeof s_total);
+    hbm__format_size(dev_free, s_free, sizeof s_free);
+    hbm__format_size((uint64_t)allocated, s_allocated, sizeof s_allocated);
+    hbm__format_size(cached, s_cached, sizeof s_cached);
+    hbm__format_size(largest, s_largest, sizeof s_largest);
+
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, a->err, sizeof a->err);
+    hbm__sb_printf(&sb,
+                   "out of memory on %s device %d. Tried to allocate %s (a request of %s). Device %d has a total "
+                   "capacity of %s of which %s is free. ",
+                   a->backend->ops->name, a->device, s_alloc, s_orig, a->device, s_total, s_free);
+    if (a->fraction_set) {
+        hbm__format_size(a->allowed_max, s_x, sizeof s_x);
+        hbm__sb_printf(&sb, "%s allowed (per_process_memory_fraction %g). ", s_x, a->fraction);
+    }
+    hbm__sb_printf(&sb,
+                   "Of the allocated memory %s is allocated by hbmalloc, and %s is reserved but unallocated; the "
+                   "largest free cached block is %s. ",
+                   s_allocated, s_cached, s_largest);
+    if (outside > 0) {
+        hbm__format_size(outside, s_x, sizeof s_x);
+        hbm__sb_printf(&sb, "%s of the device is in use outside this allocator. ", s_x);
+    }
+
+    /* Advice that fits the state, never a setting already in force. */
+    if (a->fraction_set && a->total_reserved + alloc_size > a->allowed_max && dev_free >= alloc_size) {
+        hbm__sb_printf(&sb, "The memory-fraction limit was reached while the device still has room: raise "
+                            "per_process_memory_fraction or reduce memory use.");
+    } else if (cached + dev_free >= alloc_size && largest < hbm__round_size(&a->conf, orig)) {
+        /* Enough bytes exist, but cached ones are split between live blocks. */
+        if (!a->conf.expandable_segments)
+            hbm__sb_printf(&sb, "Reserved but unallocated memory is fragmented: try expandable_segments:True, "
+                                "which lets freed memory be remapped instead of staying pinned between live blocks.");
+        else
+            hbm__sb_printf(&sb, "Memory is fragmented between live blocks even with expandable segments: free "
+                                "long-lived tensors earlier or allocate them before short-lived ones.");
+        if (a->conf.max_split_size == SIZE_MAX && orig > HBM__MIN_LARGE_ALLOC && !a->conf.expandable_segments)
+            hbm__sb_printf(&sb, " For many large requests of varying size, max_split_size_mb can also help.");
+    } else {
+        size_t need = (size_t)allocated + alloc_size;
+        size_t have = dev_total > outside ? dev_total - outside : 0;
+        hbm__format_size(need > have ? need - have : alloc_size, s_x, sizeof s_x);
+        hbm__sb_printf(&sb, "The live data does not fit: about %s more than the device can hold is needed. Reduce "
+                            "batch size or sequence length, use activation checkpointing, or use a larger device.",
+                       s_x);
+    }
+}
+
+/* ---- malloc ---- */
+
+static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream, void **out)
+{
+    if (orig >= HBM__MAX_REQUEST - a->backend->caps.request_pad) {
+        a->stats.num_ooms++;
+        hbm__set_error(a, "out of memory on %s device %d. Tried to allocate more than 1EB memory.",
+                       a->backend->ops->name, a->device);
+        return HBM_ERR_OOM;
+    }
+    hbm_status rc;
+    if ((rc = ensure_spare(a)) != HBM_OK)
+        return rc;
+    if (hbm__ptrmap_reserve(&a->live, 1)) {
+        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+        return HBM_ERR_NOMEM;
+    }
+    size_t size = hbm__round_size(&a->conf, orig + a->backend->caps.request_pad);
+    hbm__pool *p = size <= HBM__SMALL_SIZE ? &a->small : &a->large;
+    hbm__block *b = get_free_block(a, p, stream, size);
+    if (!b) {
+        size_t alloc_size = hbm__allocation_size(&a->conf, size);
+        if (gc_active(a))
+            garbage_collect(a);
+        rc = alloc_block(a, p, stream, alloc_size, false, &b);
+        if (rc == HBM_ERR_OOM && release_available(a, p, stream, size))
+            rc = alloc_block(a, p, stream, alloc_size, false, &b);
+        if (rc == HBM_ERR_OOM) {
+            release_cached_blocks(a);
+            rc = alloc_block(a, p, stream, alloc_size, true, &b);
+        }
+        if (rc != HBM_OK) {
+            if (rc == HBM_ERR_OOM) {
+                a->stats.num_ooms++;
+                oom_message(a, orig, alloc_size);
+            }
+            return rc;
+        }
+        if ((rc = ensure_spare(a)) != HBM_OK) {
+            /* Keep the new segment cached: nothing is lost. */
+            hbm__pool_insert(p, b);
+            return rc;
+        }
+    }
+    b = alloc_found_block(a, p, b, size, orig);
+    *out = (void *)b->addr;
+    return HBM_OK;
+}
+
+hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **out)
+{
+    if (!a || !out)
+        return HBM_ERR_INVALID;
+    *out = NULL;
+    if (size == 0)
+        return HBM_OK;
+    pthread_mutex_lock(&a->lock);
+    hbm_status rc = engine_malloc(a, size, stream, out);
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+/* ---- free ---- */
+
+/* Merge src into dst if src is a free neighbour; returns the bytes absorbed. */
+static size_t try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
+{
+    if (!src || src->allocated)
+        return 0;
+    hbm__pool_remove(p, src);
+    if (dst->prev == src) {
+        dst->addr = src->addr;
+        dst->prev = src->prev;
+        if (dst->prev)
+            dst->prev->next = dst;
+        else
+            dst->seg->head = dst;
+    } else {
+        dst->next = src->next;
+        if (dst->next)
+            dst->next->prev = dst;
+    }
+    size_t absorbed = src->size;
+    dst->size += absorbed;
+    block_recycle(a, src);
+    return absorbed;
+}
+
+static void free_block(hbm_allocator *a, hbm__block *b)
+{
+    hbm__pool *p = b->seg->pool;
+    hbm_stats *st = &a->stats;
+    size_t size = b->size, requested = b->requested;
+    int64_t net_blocks = 0, net_bytes = 0;
+    hbm__block *candidates[2] = {b->prev, b->next};
+    for (int i = 0; i < 2; i++) {
+        size_t absorbed = try_merge(a, p, b, candidates[i]);
+        if (absorbed) {
+            net_blocks -= 1;
+            net_bytes -= (int64_t)absorbed;
+        }
+    }
+    b->requested = 0;
+    hbm__pool_insert(p, b);
+    if (block_is_split(b)) {
+        net_blocks += 1;
+        net_bytes += (int64_t)b->size;
+    }
+    if (net_blocks > 0)
+        hbm__stat_arr_inc(st->inactive_split, p, net_blocks);
+    else if (net_blocks < 0)
+        hbm__stat_arr_dec(st->inactive_split, p, -net_blocks);
+    if (net_bytes > 0)
+        hbm__stat_arr_inc(st->inactive_split_bytes, p, net_bytes);
+    else if (net_bytes < 0)
+        hbm__stat_arr_dec(st->inactive_split_bytes, p, -net_bytes);
+    hbm__stat_arr_dec(st->active, p, 1);
+    hbm__stat_arr_dec(st->active_bytes, p, (int64_t)size);
+    hbm__stat_arr_dec(st->requested_bytes, p, (int64_t)requested);
+}
+
+/* Slow path: say what a pointer that is not a live block start is. */
+static hbm_status diagnose_pointer(hbm_allocator *a, uintptr_t ptr, const char *op)
+{
+    hbm__segment *seg = hbm__segment_find(a, ptr);
+    if (!seg) {
+        hbm__set_error(a, "%s(%p): pointer was not allocated by this allocator (%s device %d), or its segment "
+                          "was already returned to the device; nothing was changed",
+                       op, (void *)ptr, a->backend->ops->name, a->device);
+        return HBM_ERR_FOREIGN_PTR;
+    }
+    hbm__block *b = seg->head;
+    while (b && !(ptr >= b->addr && ptr < b->addr + b->size))
+        b = b->next;
+    if (b && b->allocated) {
+        hbm__set_error(a, "%s(%p): pointer lies %zu bytes inside a live block at %p of %zu bytes, not at its "
+                          "start; nothing was changed",
+                       op, (void *)ptr, (size_t)(ptr - b->addr), (void *)b->addr, b->size);
+        return HBM_ERR_INTERIOR_PTR;
+    }
+    hbm__set_error(a, "%s(%p): pointer lies in a free block of the segment at %p: already freed (double free); "
+                      "nothing was changed",
+                   op, (void *)ptr, (void *)seg->addr);
+    return HBM_ERR_DOUBLE_FREE;
+}
+
+hbm_status hbm_free(hbm_allocator *a, void *ptr)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    if (!ptr)
+        return HBM_OK;
+    pthread_mutex_lock(&a->lock);
+    hbm_status rc = HBM_OK;
+    hbm__block *b = hbm__ptrmap_del(&a->live, (uintptr_t)ptr);
+    if (!b) {
+        rc = diagnose_pointer(a, (uintptr_t)ptr, "hbm_free");
+    } else {
+        hbm__pool *p = b->seg->pool;
+        b->allocated = false;
+        hbm__stat_arr_dec(a->stats.allocation, p, 1);
+        hbm__stat_arr_dec(a->stats.allocated_bytes, p, (int64_t)b->size);
+        if (b->size >= a->conf.max_split_size)
+            hbm__stat_dec(&a->stats.oversize_allocations, 1);
+        free_block(a, b);
+    }
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+size_t hbm_block_size(hbm_allocator *a, const void *ptr)
+{
+    if (!a || !ptr)
+        return 0;
+    pthread_mutex_lock(&a->lock);
+    hbm__block *b = hbm__ptrmap_get(&a->live, (uintptr_t)ptr);
+    size_t n = b ? b->size : 0;
+    pthread_mutex_unlock(&a->lock);
+    return n;
+}
+
+/* ---- cache control ---- */
+
+hbm_status hbm_empty_cache(hbm_allocator *a)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    pthread_mutex_lock(&a->lock);
+    hbm_status rc = release_cached_blocks(a);
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+hbm_status hbm__set_fraction_locked(hbm_allocator *a, double fraction)
+{
+    if (!(fraction >= 0.0 && fraction <= 1.0)) {
+        hbm__set_error(a, "invalid fraction:%g. Please set within [0, 1].", fraction);
+        return HBM_ERR_INVALID;
+    }
+    a->fraction = fraction;
+    /* PyTorch 2.8+: a fraction of 1 removes the limit (and with it GC). */
+    a->fraction_set = fraction < 1.0;
+    a->allowed_max = a->fraction_set ? (size_t)(fraction * (double)a->device_total) : SIZE_MAX;
+    return HBM_OK;
+}
+
+hbm_status hbm_set_memory_fraction(hbm_allocator *a, double fraction)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    pthread_mutex_lock(&a->lock);
+    hbm_status rc = hbm__set_fraction_locked(a, fraction);
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+/* Destroy: free live blocks, release every segment, whatever the pools. */
+void hbm__engine_teardown(hbm_allocator *a)
+{
+    for (hbm__segment *s; (s = hbm__segments_first(a));) {
+        hbm__segments_remove(a, s);
+        hbm__dev_free(a, s->addr, s->size);
+        for (hbm__block *b = s->head, *bn; b; b = bn) {
+            bn = b->next;
+            free(b);
+        }
+        free(s);
+    }
+    a->segments = NULL;
+    while (a->spare_blocks) {
+        hbm__block *b = a->spare_blocks;
+        a->spare_blocks = b->next;
+        free(b);
+    }
+}

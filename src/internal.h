@@ -1,0 +1,155 @@
+/*
+ * internal.h: the engine's data structures, shared by engine.c (policy),
+ * pool.c (free-block index), stats.c, device.c and check.c (validator).
+ * Nothing outside src/ includes this, except the tests.
+ */
+#ifndef HBM_INTERNAL_H
+#define HBM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "avl.h"
+#include "backend/backend.h"
+#include "conf.h"
+#include "hbmalloc.h"
+#include "ptrmap.h"
+
+/* PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp), in bytes. */
+#define HBM__MIN_BLOCK ((size_t)512)               /* kMinBlockSize: every size is a multiple */
+#define HBM__SMALL_SIZE ((size_t)1048576)          /* kSmallSize: <= 1 MiB goes to the small pool */
+#define HBM__SMALL_BUFFER ((size_t)2097152)        /* kSmallBuffer: every small segment is 2 MiB */
+#define HBM__MIN_LARGE_ALLOC ((size_t)10485760)    /* kMinLargeAlloc: below, a whole large segment */
+#define HBM__ROUND_LARGE ((size_t)2097152)         /* kRoundLarge: larger segments round to 2 MiB */
+#define HBM__HUGE_PAGE ((size_t)1073741824)        /* torch_npu page_size:1g segment unit */
+#define HBM__MAX_REQUEST ((size_t)1 << 60)         /* PyTorch refuses >= 1 EiB outright */
+
+typedef struct hbm__segment hbm__segment;
+typedef struct hbm__pool hbm__pool;
+
+typedef struct hbm__block {
+    hbm__avl node;                  /* in pool->free_tree while free */
+    struct hbm__block *prev, *next; /* neighbours inside the segment, address order */
+    hbm__segment *seg;
+    uintptr_t addr;
+    size_t size;
+    size_t requested; /* the caller's size while allocated */
+    uint64_t gc_base; /* pool->search_count when the block entered the free tree */
+    bool allocated;
+    bool in_tree;
+} hbm__block;
+
+struct hbm__segment {
+    hbm__avl node; /* in allocator->segments, by address */
+    uintptr_t addr;
+    size_t size;
+    hbm_stream stream;
+    hbm__pool *pool;
+    hbm__block *head; /* lowest-address block */
+};
+
+struct hbm__pool {
+    hbm__avl *free_tree;   /* free blocks ordered by (stream, size, address) */
+    size_t nfree;          /* blocks in free_tree */
+    uint64_t search_count; /* get_free_blocks_call_count: the GC age clock */
+    bool is_small;
+};
+
+/*
+ * One allocator per device. `lock` guards every field below it; every public
+ * entry point takes it for its whole duration (device calls included, as
+ * PyTorch does without release_lock_on_cudamalloc).
+ */
+struct hbm_allocator {
+    pthread_mutex_t lock;
+    hbm_backend *backend;
+    bool owns_backend;
+    int device;
+    hbm__conf conf;
+    hbm__pool small, large;
+    hbm__avl *segments; /* every segment, by address */
+    size_t nsegments;
+    hbm__ptrmap live; /* allocated blocks by address */
+    hbm__block *spare_blocks; /* recycled block objects, linked through next */
+    hbm_stats stats;
+    size_t total_reserved; /* bytes held from the device (total_allocated_memory) */
+    size_t device_total;   /* device capacity, read at create */
+    bool fraction_set;     /* a fraction < 1 is in force */
+    size_t allowed_max;    /* allowed_memory_maximum when fraction_set */
+    double fraction;
+    hbm_device_counters dev;
+    char err[1536];
+};
+
+/* ---- pool.c: the free-block index ---- */
+void hbm__pool_insert(hbm__pool *p, hbm__block *b);
+void hbm__pool_remove(hbm__pool *p, hbm__block *b);
+/* Smallest free block on `stream` with size >= size (lowest address among equals), or NULL. */
+hbm__block *hbm__pool_lower_bound(hbm__pool *p, hbm_stream stream, size_t size);
+/* Largest block ordered before (stream, size, address 0), or NULL. */
+hbm__block *hbm__pool_before(hbm__pool *p, hbm_stream stream, size_t size);
+/* Largest block ordered before b, or NULL. */
+hbm__block *hbm__pool_prev(hbm__pool *p, const hbm__block *b);
+/* Next block after b in (stream, size, address) order, or NULL. */
+hbm__block *hbm__pool_next(hbm__pool *p, const hbm__block *b);
+hbm__block *hbm__pool_first(hbm__pool *p);
+int hbm__block_cmp(const hbm__avl *a, const hbm__avl *b);
+
+void hbm__segments_insert(hbm_allocator *a, hbm__segment *s);
+void hbm__segments_remove(hbm_allocator *a, hbm__segment *s);
+/* The segment whose range holds addr, or NULL. */
+hbm__segment *hbm__segment_find(hbm_allocator *a, uintptr_t addr);
+hbm__segment *hbm__segments_first(hbm_allocator *a);
+hbm__segment *hbm__segments_next(hbm_allocator *a, const hbm__segment *s);
+
+/* ---- stats.c ---- */
+static inline void hbm__stat_inc(hbm_stat *s, int64_t n)
+{
+    s->current += n;
+    if (s->current > s->peak)
+        s->peak = s->current;
+    s->allocated += n;
+}
+
+static inline void hbm__stat_dec(hbm_stat *s, int64_t n)
+{
+    s->current -= n;
+    s->freed += n;
+}
+
+/* Apply to the "all" entry and to the pool's own entry, as PyTorch's stat_types do. */
+static inline void hbm__stat_arr_inc(hbm_stat *arr, const hbm__pool *p, int64_t n)
+{
+    hbm__stat_inc(&arr[HBM_POOL_ALL], n);
+    hbm__stat_inc(&arr[p->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE], n);
+}
+
+static inline void hbm__stat_arr_dec(hbm_stat *arr, const hbm__pool *p, int64_t n)
+{
+    hbm__stat_dec(&arr[HBM_POOL_ALL], n);
+    hbm__stat_dec(&arr[p->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE], n);
+}
+
+void hbm__stats_reset_peak(hbm_stats *s);
+void hbm__stats_reset_accumulated(hbm_stats *s);
+
+/* ---- device.c: the one caller of the backend ---- */
+hbm_status hbm__dev_malloc(hbm_allocator *a, size_t size, uintptr_t *out);
+hbm_status hbm__dev_free(hbm_allocator *a, uintptr_t ptr, size_t size);
+hbm_status hbm__dev_info(hbm_allocator *a, size_t *free_bytes, size_t *total_bytes);
+
+/* ---- engine.c ---- */
+/* Round a request as PyTorch's round_size does. */
+size_t hbm__round_size(const hbm__conf *c, size_t size);
+/* Size of a new segment for a rounded request (get_allocation_size). */
+size_t hbm__allocation_size(const hbm__conf *c, size_t size);
+/* Apply a memory fraction (0..1) with the lock held. */
+hbm_status hbm__set_fraction_locked(hbm_allocator *a, double fraction);
+/* Return every segment to the device and free all bookkeeping (hbm_destroy). */
+void hbm__engine_teardown(hbm_allocator *a);
+/* Set the last error text (printf-style). */
+void hbm__set_error(hbm_allocator *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

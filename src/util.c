@@ -1,0 +1,111 @@
+/*
+ * util.c: size parsing and formatting, bounded string building.
+ * Owns no state; must not touch allocator or backend structures.
+ */
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int hbm__parse_u64(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (!s || !*s)
+        return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+int hbm__parse_size(const char *s, size_t *out)
+{
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {
+        {"", 1},          {"b", 1},           {"k", 1024.0},      {"kb", 1024.0},
+        {"kib", 1024.0},  {"m", 1048576.0},   {"mb", 1048576.0},  {"mib", 1048576.0},
+        {"g", 1073741824.0}, {"gb", 1073741824.0}, {"gib", 1073741824.0},
+        {"t", 1099511627776.0}, {"tb", 1099511627776.0}, {"tib", 1099511627776.0},
+    };
+    if (!s || !*s)
+        return -1;
+    const char *p = s;
+    while (isdigit((unsigned char)*p) || *p == '.')
+        p++;
+    if (p == s)
+        return -1;
+    char num[64];
+    size_t n = (size_t)(p - s);
+    if (n >= sizeof num)
+        return -1;
+    memcpy(num, s, n);
+    num[n] = 0;
+    char *end;
+    errno = 0;
+    double v = strtod(num, &end);
+    if (*end || errno || !isfinite(v))
+        return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcasecmp(p, units[i].suffix) == 0) {
+            double bytes = v * units[i].mult;
+            if (bytes >= 18446744073709551615.0)
+                return -1;
+            /* A plain byte count must be whole. */
+            if (units[i].mult == 1 && strchr(num, '.'))
+                return -1;
+            *out = (size_t)bytes;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+void hbm__format_size(uint64_t n, char *buf, size_t len)
+{
+    /* Same thresholds as PyTorch's format_size (<= 1024 bytes, <= 1 MiB, <= 1 GiB). */
+    if (n <= 1024)
+        snprintf(buf, len, "%llu bytes", (unsigned long long)n);
+    else if (n <= 1048576)
+        snprintf(buf, len, "%.2f KiB", (double)n / 1024.0);
+    else if (n <= 1073741824)
+        snprintf(buf, len, "%.2f MiB", (double)n / 1048576.0);
+    else
+        snprintf(buf, len, "%.2f GiB", (double)n / 1073741824.0);
+}
+
+void hbm__sb_init(hbm__sbuf *sb, char *buf, size_t cap)
+{
+    sb->buf = buf;
+    sb->cap = cap;
+    sb->len = 0;
+    if (buf && cap)
+        buf[0] = 0;
+}
+
+void hbm__sb_printf(hbm__sbuf *sb, const char *fmt, ...)
+{
+    if (!sb->buf || sb->cap == 0 || sb->len >= sb->cap - 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(sb->buf + sb->len, sb->cap - sb->len, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    sb->len += (size_t)n;
+    if (sb->len > sb->cap - 1)
+        sb->len = sb->cap - 1;
+}

@@ -1,0 +1,31 @@
+/*
+ * util.h: small helpers shared by the engine and the tools: size parsing
+ * and PyTorch-style size formatting, bounded string building. No policy.
+ */
+#ifndef HBM_UTIL_H
+#define HBM_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HBM__KiB ((size_t)1024)
+#define HBM__MiB ((size_t)1024 * 1024)
+#define HBM__GiB ((size_t)1024 * 1024 * 1024)
+
+/* Parse "80GiB", "80G", "512MiB", "4096", "1.5GiB" into bytes. Returns 0 or -1. */
+int hbm__parse_size(const char *s, size_t *out);
+/* Parse a whole unsigned decimal (digits only, no sign, no overflow). Returns 0 or -1. */
+int hbm__parse_u64(const char *s, uint64_t *out);
+/* PyTorch's format_size: "512 bytes", "1.50 KiB", "20.00 MiB", "80.00 GiB". */
+void hbm__format_size(uint64_t n, char *buf, size_t len);
+
+/* Bounded appender: writes at most cap-1 bytes and keeps buf NUL-terminated. */
+typedef struct hbm__sbuf {
+    char *buf;
+    size_t cap, len;
+} hbm__sbuf;
+void hbm__sb_init(hbm__sbuf *sb, char *buf, size_t cap);
+void hbm__sb_printf(hbm__sbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

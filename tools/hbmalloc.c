@@ -1,0 +1,161 @@
+/*
+ * hbmalloc.c: the command-line tool's dispatch and argument handling.
+ *   hbmalloc replay TRACE [--conf S] [--capacity SIZE] [--backend SPEC] [--stats] [--check]
+ *   hbmalloc conf [STRING] [--dialect cuda|npu]
+ *   hbmalloc version
+ * Exit status: 0 success, 1 OOM during replay, 2 bad input or usage.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/util.h"
+#include "hbmalloc.h"
+#include "replay.h"
+#include "trace.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: hbmalloc <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  replay TRACE   replay an allocation trace on the simulated device and summarise it\n"
+            "      --conf STRING      allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax); default: environment\n"
+            "      --capacity SIZE    device capacity, e.g. 80GiB (default 80GiB)\n"
+            "      --backend SPEC     backend spec (default sim; see docs/SIM.md); --capacity is appended\n"
+            "      --stats            print every statistic under memory_stats() names\n"
+            "      --check            run the validator after every event (slow)\n"
+            "  conf [STRING]  print the effective settings of STRING (default: the environment)\n"
+            "      --dialect cuda|npu  whose rules to apply (default cuda)\n"
+            "  version        print the version\n"
+            "\n"
+            "exit status: 0 ok, 1 out of memory during replay, 2 bad input\n");
+}
+
+static int cmd_conf(int argc, char **argv)
+{
+    const char *s = NULL;
+    hbm_dialect d = HBM_DIALECT_CUDA;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--dialect") && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "cuda"))
+                d = HBM_DIALECT_CUDA;
+            else if (!strcmp(v, "npu"))
+                d = HBM_DIALECT_NPU;
+            else {
+                fprintf(stderr, "hbmalloc conf: --dialect must be cuda or npu, not '%s'\n", v);
+                return 2;
+            }
+        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            fprintf(stderr, "hbmalloc conf: unknown option '%s'\n", argv[i]);
+            return 2;
+        } else if (s) {
+            fprintf(stderr, "hbmalloc conf: one settings string only (quote it)\n");
+            return 2;
+        } else {
+            s = argv[i];
+        }
+    }
+    char out[4096];
+    hbm_status st = hbm_settings_check(s, d, out, sizeof out);
+    if (st != HBM_OK) {
+        fprintf(stderr, "hbmalloc conf: %s\n", out);
+        return 2;
+    }
+    fputs(out, stdout);
+    return 0;
+}
+
+static int cmd_replay(int argc, char **argv)
+{
+    const char *path = NULL, *capacity = "80GiB", *backend = "sim";
+    int stats = 0;
+    replay_opts o = {0};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--conf") && i + 1 < argc)
+            o.settings = argv[++i];
+        else if (!strcmp(a, "--capacity") && i + 1 < argc)
+            capacity = argv[++i];
+        else if (!strcmp(a, "--backend") && i + 1 < argc)
+            backend = argv[++i];
+        else if (!strcmp(a, "--stats"))
+            stats = 1;
+        else if (!strcmp(a, "--check"))
+            o.check_every = 1;
+        else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "hbmalloc replay: unknown option or missing value: '%s'\n", a);
+            return 2;
+        } else if (path) {
+            fprintf(stderr, "hbmalloc replay: one trace file only\n");
+            return 2;
+        } else
+            path = a;
+    }
+    if (!path) {
+        fprintf(stderr, "hbmalloc replay: missing TRACE\n");
+        return 2;
+    }
+    size_t cap;
+    if (hbm__parse_size(capacity, &cap) || cap == 0) {
+        fprintf(stderr, "hbmalloc replay: --capacity '%s' is not a size (e.g. 80GiB, 512MiB, 1073741824)\n",
+                capacity);
+        return 2;
+    }
+    if (strncmp(backend, "sim", 3) != 0 || (backend[3] && backend[3] != ':')) {
+        fprintf(stderr, "hbmalloc replay: replay runs on the simulated device; --backend must be a sim spec\n");
+        return 2;
+    }
+    char spec[1024];
+    snprintf(spec, sizeof spec, "%s%scapacity=%zu", backend, backend[3] ? "," : ":", cap);
+    o.backend_spec = spec;
+
+    char err[512];
+    trace t;
+    if (trace_read_text(path, &t, err, sizeof err)) {
+        fprintf(stderr, "hbmalloc replay: %s\n", err);
+        return 2;
+    }
+    replay_result r;
+    int rc = replay_run(&t, &o, &r);
+    if (rc == 2 && r.events_done == 0 && !r.oom && r.message[0] && !r.stats.num_device_alloc) {
+        fprintf(stderr, "hbmalloc replay: %s\n", r.message);
+        trace_free(&t);
+        return 2;
+    }
+    replay_print(stdout, path, &t, &o, &r);
+    if (stats) {
+        hbm_stat_entry e[HBM_STAT_ENTRIES];
+        int n = hbm_stats_flatten(&r.stats, e, HBM_STAT_ENTRIES);
+        for (int i = 0; i < n; i++)
+            printf("%s %lld\n", e[i].name, (long long)e[i].value);
+    }
+    trace_free(&t);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "replay"))
+        return cmd_replay(argc - 2, argv + 2);
+    if (!strcmp(cmd, "conf"))
+        return cmd_conf(argc - 2, argv + 2);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("hbmalloc %s\n", HBM_VERSION_STRING);
+        return 0;
+    }
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "hbmalloc: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

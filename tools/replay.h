@@ -1,0 +1,34 @@
+/*
+ * replay.h: feed a trace to a fresh allocator and summarise what happened.
+ */
+#ifndef HBM_TOOLS_REPLAY_H
+#define HBM_TOOLS_REPLAY_H
+
+#include <stdio.h>
+
+#include "hbmalloc.h"
+#include "trace.h"
+
+typedef struct replay_opts {
+    const char *backend_spec; /* "sim:capacity=80GiB" */
+    const char *settings;     /* NULL: environment */
+    int check_every;          /* run the validator after every event */
+} replay_opts;
+
+typedef struct replay_result {
+    hbm_stats stats;
+    hbm_device_counters dev;
+    size_t events_done;
+    int oom;                  /* 1 if an allocation failed with OOM */
+    size_t oom_event;         /* index of the failing event */
+    uint32_t oom_line;
+    char message[2048];       /* OOM or error text */
+    int check_failures;
+    double wall_s;
+} replay_result;
+
+/* 0: ran clean; 1: OOM; 2: bad input or setup error (message says why). */
+int replay_run(const trace *t, const replay_opts *o, replay_result *r);
+void replay_print(FILE *out, const char *name, const trace *t, const replay_opts *o, const replay_result *r);
+
+#endif

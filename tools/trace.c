@@ -1,0 +1,338 @@
+/*
+ * trace.c: reader of hbmalloc's own text trace format (docs/TRACE_FORMAT.md):
+ *
+ *   hbmtrace 1            optional header
+ *   # comment
+ *   a <id> <size> [<stream>]   allocate
+ *   f <id>                     free
+ *   e                          empty_cache
+ *
+ * Every malformed line is rejected with its line and column; so is an
+ * allocation of a live id or a free of an id that is not live. Owns parsing
+ * and id -> slot resolution only.
+ */
+#include "trace.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FILE ((size_t)1 << 32) /* 4 GiB of text at most */
+
+void trace_init(trace *t) { memset(t, 0, sizeof *t); }
+
+void trace_free(trace *t)
+{
+    free(t->ev);
+    memset(t, 0, sizeof *t);
+}
+
+/* id -> slot map, open addressing; key stored as id + 1 so that 0 is empty
+ * (an id of UINT64_MAX is rejected by the reader). */
+typedef struct idmap {
+    uint64_t *keys;
+    uint32_t *slots;
+    uint32_t *lines;
+    size_t mask, n;
+} idmap;
+
+static size_t id_hash(uint64_t k, size_t mask) { return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 17) & mask; }
+
+static int idmap_grow(idmap *m)
+{
+    size_t cap = m->mask ? (m->mask + 1) * 2 : 1024;
+    idmap nm = {calloc(cap, 8), calloc(cap, 4), calloc(cap, 4), cap - 1, 0};
+    if (!nm.keys || !nm.slots || !nm.lines) {
+        free(nm.keys);
+        free(nm.slots);
+        free(nm.lines);
+        return -1;
+    }
+    for (size_t i = 0; m->mask && i <= m->mask; i++)
+        if (m->keys[i]) {
+            size_t j = id_hash(m->keys[i], nm.mask);
+            while (nm.keys[j])
+                j = (j + 1) & nm.mask;
+            nm.keys[j] = m->keys[i];
+            nm.slots[j] = m->slots[i];
+            nm.lines[j] = m->lines[i];
+            nm.n++;
+        }
+    free(m->keys);
+    free(m->slots);
+    free(m->lines);
+    *m = nm;
+    return 0;
+}
+
+static size_t idmap_find(const idmap *m, uint64_t key)
+{
+    size_t i = id_hash(key, m->mask);
+    while (m->keys[i] && m->keys[i] != key)
+        i = (i + 1) & m->mask;
+    return i;
+}
+
+static void idmap_del(idmap *m, size_t i)
+{
+    size_t hole = i;
+    m->keys[hole] = 0;
+    m->n--;
+    for (size_t j = (i + 1) & m->mask; m->keys[j]; j = (j + 1) & m->mask) {
+        size_t home = id_hash(m->keys[j], m->mask);
+        int in_range = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (!in_range) {
+            m->keys[hole] = m->keys[j];
+            m->slots[hole] = m->slots[j];
+            m->lines[hole] = m->lines[j];
+            m->keys[j] = 0;
+            hole = j;
+        }
+    }
+}
+
+typedef struct reader {
+    const char *name;
+    const char *p, *end, *line_start;
+    uint32_t line;
+    char *err;
+    size_t errlen;
+} reader;
+
+static int rfail(reader *r, const char *at, const char *msg)
+{
+    snprintf(r->err, r->errlen, "%s:%u:%zu: %s", r->name, r->line, (size_t)(at - r->line_start) + 1, msg);
+    return -1;
+}
+
+static void skip_blank(reader *r)
+{
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t'))
+        r->p++;
+}
+
+static int at_eol(const reader *r) { return r->p >= r->end || *r->p == '\n' || *r->p == '\r' || *r->p == '#'; }
+
+/* A decimal unsigned 64-bit number. */
+static int read_u64(reader *r, uint64_t *out, const char *what)
+{
+    char msg[96];
+    skip_blank(r);
+    const char *start = r->p;
+    uint64_t v = 0;
+    if (at_eol(r)) {
+        snprintf(msg, sizeof msg, "expected %s, found the end of the line", what);
+        return rfail(r, start, msg);
+    }
+    if (*r->p == '-') {
+        snprintf(msg, sizeof msg, "%s must not be negative", what);
+        return rfail(r, start, msg);
+    }
+    while (r->p < r->end && *r->p >= '0' && *r->p <= '9') {
+        unsigned d = (unsigned)(*r->p - '0');
+        if (v > (UINT64_MAX - d) / 10) {
+            snprintf(msg, sizeof msg, "%s does not fit in 64 bits", what);
+            return rfail(r, start, msg);
+        }
+        v = v * 10 + d;
+        r->p++;
+    }
+    if (r->p == start || !(at_eol(r) || *r->p == ' ' || *r->p == '\t')) {
+        snprintf(msg, sizeof msg, "expected %s as a decimal number", what);
+        return rfail(r, r->p == start ? start : r->p, msg);
+    }
+    *out = v;
+    return 0;
+}
+
+static int push(trace *t, trace_event e)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 4096;
+        trace_event *ev = realloc(t->ev, cap * sizeof *ev);
+        if (!ev)
+            return -1;
+        t->ev = ev;
+        t->cap = cap;
+    }
+    t->ev[t->n++] = e;
+    return 0;
+}
+
+typedef struct slots {
+    uint32_t *free_list;
+    size_t n, cap;
+    uint32_t next;
+} slots;
+
+int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t, char *err, size_t errlen)
+{
+    reader r = {name, data, data + len, data, 0, err, errlen};
+    idmap ids = {0};
+    slots sl = {0};
+    hbm_stream streams[64];
+    size_t nstreams = 0;
+    int rc = -1;
+    trace_init(t);
+    if (idmap_grow(&ids))
+        goto nomem;
+    while (r.p < r.end) {
+        r.line++;
+        r.line_start = r.p;
+        skip_blank(&r);
+        const char *op = r.p;
+        if (at_eol(&r)) {
+            /* blank line or comment */
+        } else if (r.line_start == data && r.end - r.p >= 8 && !memcmp(r.p, "hbmtrace", 8)) {
+            r.p += 8;
+            uint64_t version;
+            if (read_u64(&r, &version, "the format version"))
+                goto out;
+            if (version != 1) {
+                rfail(&r, op, "unsupported hbmtrace version (this reader knows version 1)");
+                goto out;
+            }
+        } else if ((*op == 'a' || *op == 'f' || *op == 'e') &&
+                   (r.p + 1 >= r.end || r.p[1] == ' ' || r.p[1] == '\t' || r.p[1] == '\n' || r.p[1] == '\r' ||
+                    r.p[1] == '#')) {
+            r.p++;
+            trace_event e = {0};
+            e.line = r.line;
+            if (*op == 'e') {
+                e.kind = EV_EMPTY_CACHE;
+            } else {
+                uint64_t id;
+                const char *id_at = (skip_blank(&r), r.p);
+                if (read_u64(&r, &id, "a block id"))
+                    goto out;
+                if (id == UINT64_MAX) {
+                    rfail(&r, id_at, "block id 18446744073709551615 is reserved");
+                    goto out;
+                }
+                size_t i = idmap_find(&ids, id + 1);
+                char msg[160];
+                if (*op == 'a') {
+                    e.kind = EV_ALLOC;
+                    if (read_u64(&r, &e.size, "a size in bytes"))
+                        goto out;
+                    skip_blank(&r);
+                    if (!at_eol(&r) && read_u64(&r, &e.stream, "a stream number"))
+                        goto out;
+                    if (ids.keys[i]) {
+                        snprintf(msg, sizeof msg, "block id %llu is already live (allocated on line %u)",
+                                 (unsigned long long)id, ids.lines[i]);
+                        rfail(&r, id_at, msg);
+                        goto out;
+                    }
+                    if (sl.n)
+                        e.slot = sl.free_list[--sl.n];
+                    else
+                        e.slot = sl.next++;
+                    ids.keys[i] = id + 1;
+                    ids.slots[i] = e.slot;
+                    ids.lines[i] = r.line;
+                    if (++ids.n * 2 > ids.mask + 1 && idmap_grow(&ids))
+                        goto nomem;
+                    size_t s;
+                    for (s = 0; s < nstreams && streams[s] != e.stream; s++)
+                        ;
+                    if (s == nstreams && nstreams < sizeof streams / sizeof streams[0])
+                        streams[nstreams++] = e.stream;
+                    t->allocs++;
+                } else {
+                    e.kind = EV_FREE;
+                    if (!ids.keys[i]) {
+                        snprintf(msg, sizeof msg, "free of block id %llu, which is not live", (unsigned long long)id);
+                        rfail(&r, id_at, msg);
+                        goto out;
+                    }
+                    e.slot = ids.slots[i];
+                    idmap_del(&ids, i);
+                    if (sl.n == sl.cap) {
+                        size_t cap = sl.cap ? sl.cap * 2 : 1024;
+                        uint32_t *fl = realloc(sl.free_list, cap * sizeof *fl);
+                        if (!fl)
+                            goto nomem;
+                        sl.free_list = fl;
+                        sl.cap = cap;
+                    }
+                    sl.free_list[sl.n++] = e.slot;
+                    t->frees++;
+                }
+            }
+            skip_blank(&r);
+            if (!at_eol(&r)) {
+                rfail(&r, r.p, "unexpected text after the event (events are: a ID SIZE [STREAM], f ID, e)");
+                goto out;
+            }
+            if (push(t, e))
+                goto nomem;
+        } else {
+            rfail(&r, op, "unknown event (events are: a ID SIZE [STREAM], f ID, e; '#' starts a comment)");
+            goto out;
+        }
+        while (r.p < r.end && *r.p != '\n')
+            r.p++;
+        if (r.p < r.end)
+            r.p++;
+    }
+    t->nslots = sl.next;
+    t->nstreams = nstreams;
+    rc = 0;
+    goto out;
+nomem:
+    snprintf(err, errlen, "%s: out of host memory reading the trace", name);
+out:
+    free(ids.keys);
+    free(ids.slots);
+    free(ids.lines);
+    free(sl.free_list);
+    if (rc)
+        trace_free(t);
+    return rc;
+}
+
+int trace_read_text(const char *path, trace *t, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 1 << 20;
+            if (cap > MAX_FILE) {
+                snprintf(err, errlen, "%s: larger than 4 GiB", path);
+                free(buf);
+                fclose(f);
+                return -1;
+            }
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                snprintf(err, errlen, "%s: out of host memory", path);
+                free(buf);
+                fclose(f);
+                return -1;
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        snprintf(err, errlen, "%s: read error", path);
+        free(buf);
+        return -1;
+    }
+    int rc = trace_read_text_mem(path, buf, len, t, err, errlen);
+    free(buf);
+    return rc;
+}
