@@ -10,8 +10,10 @@
  * key. Where PyTorch's tokenizer is lenient by accident we reject, because a
  * setting silently read as something else is the bug users chase: a number
  * with trailing garbage ("12abc", which std::stoull reads as 12), a missing
- * ':' separator, an empty entry. Whitespace is dropped everywhere, as
- * PyTorch's ConfigTokenizer does.
+ * ':' separator, an empty entry. Whitespace around tokens is dropped, as
+ * PyTorch's ConfigTokenizer does; whitespace inside a word separates tokens
+ * (PyTorch would glue "1 28" into 128, or a value to the next key when a
+ * comma is missing) and so leads to an error.
  */
 #include "conf.h"
 
@@ -58,21 +60,18 @@ static hbm_status lex(const char *s, lexed *lx, char *err, size_t errlen)
         if (is_sep(s[i])) {
             t->s[len++] = s[i++];
         } else {
-            while (s[i] && !is_sep(s[i])) {
-                if (!isspace((unsigned char)s[i])) {
-                    if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] >= 0x7f) {
-                        snprintf(err, errlen, "settings string has a non-printable byte 0x%02x at character %zu",
-                                 (unsigned char)s[i], i);
-                        return HBM_ERR_CONF;
-                    }
-                    if (len == MAX_TOKEN_LEN - 1) {
-                        snprintf(err, errlen, "settings string has a word longer than %d characters at character %zu",
-                                 MAX_TOKEN_LEN - 1, t->pos);
-                        return HBM_ERR_CONF;
-                    }
-                    t->s[len++] = s[i];
+            while (s[i] && !is_sep(s[i]) && !isspace((unsigned char)s[i])) {
+                if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] >= 0x7f) {
+                    snprintf(err, errlen, "settings string has a non-printable byte 0x%02x at character %zu",
+                             (unsigned char)s[i], i);
+                    return HBM_ERR_CONF;
                 }
-                i++;
+                if (len == MAX_TOKEN_LEN - 1) {
+                    snprintf(err, errlen, "settings string has a word longer than %d characters at character %zu",
+                             MAX_TOKEN_LEN - 1, t->pos);
+                    return HBM_ERR_CONF;
+                }
+                t->s[len++] = s[i++];
             }
         }
         t->s[len] = 0;
@@ -272,6 +271,11 @@ static int parse_roundup(hbm__conf *cf, const lexed *lx, size_t *pi, char *err, 
         }
         first = false;
         i += 3;
+        if (i >= lx->n) {
+            snprintf(err, errlen, "invalid setting roundup_power2_divisions: the list starting at character %zu "
+                                  "is not closed with ']'", lx->t[*pi].pos);
+            return -1;
+        }
         if (!strcmp(lx->t[i].s, "]"))
             break;
         if (strcmp(lx->t[i].s, ",") != 0) {

@@ -1,0 +1,60 @@
+/* helpers.h: shared fixtures for the cmocka suites. */
+#ifndef HBM_TEST_HELPERS_H
+#define HBM_TEST_HELPERS_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hbmalloc.h"
+#include "internal.h"
+#include "backend/sim.h"
+
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+
+/* Open an allocator on a private sim; fails the test on error. */
+static inline hbm_allocator *open_sim(const char *spec, const char *settings)
+{
+    hbm_allocator *a = NULL;
+    char err[512];
+    hbm_status rc = hbm_open(&a, spec, 0, settings ? settings : "", err, sizeof err);
+    if (rc != HBM_OK)
+        fail_msg("hbm_open(%s, %s): %s", spec, settings ? settings : "", err);
+    return a;
+}
+
+/* The validator must pass. */
+#define assert_valid(a)                                                                  \
+    do {                                                                                 \
+        char rep_[2048];                                                                 \
+        int n_ = hbm_check((a), rep_, sizeof rep_);                                      \
+        if (n_)                                                                          \
+            fail_msg("validator: %d violations:\n%s", n_, rep_);                         \
+    } while (0)
+
+static inline hbm_stats stats_of(hbm_allocator *a)
+{
+    hbm_stats s;
+    assert_int_equal(hbm_get_stats(a, &s), HBM_OK);
+    return s;
+}
+
+static inline void *must_malloc(hbm_allocator *a, size_t n, hbm_stream s)
+{
+    void *p = NULL;
+    hbm_status rc = hbm_malloc(a, n, s, &p);
+    if (rc != HBM_OK)
+        fail_msg("hbm_malloc(%zu) = %s: %s", n, hbm_status_name(rc), hbm_last_error(a));
+    return p;
+}
+
+static inline void *sim_of(hbm_allocator *a) { return hbm__sim_ctx(a->backend); }
+
+#endif

@@ -1,0 +1,19 @@
+#!/bin/sh
+# Install the built project into a scratch prefix, then build examples/embed
+# against it twice: with find_package(hbmalloc) and with pkg-config.
+set -eu
+build=$1 src=$2 cc=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+cmake -S "$src/examples/embed" -B "$tmp/embed" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_C_COMPILER="$cc" >/dev/null
+cmake --build "$tmp/embed" >/dev/null
+out=$(LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/embed/embed")
+echo "$out"
+echo "$out" | grep -q "allocated 83886080 bytes" || { echo "FAIL: unexpected output (find_package build)"; exit 1; }
+libdir=$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -n1)
+flags=$(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs hbmalloc)
+"$cc" "$src/examples/embed/main.c" $flags -o "$tmp/embed_pc"
+LD_LIBRARY_PATH="$(dirname "$libdir"):${LD_LIBRARY_PATH:-}" "$tmp/embed_pc" | grep -q "double free reported" ||
+    { echo "FAIL: pkg-config build"; exit 1; }
+echo "install_and_example: ok"

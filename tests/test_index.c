@@ -1,0 +1,112 @@
+/* test_index.c: the AVL free index and the pointer map against simple reference models. */
+#include "helpers.h"
+
+#define N 4000
+
+static uint64_t s_rng = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    s_rng ^= s_rng << 13;
+    s_rng ^= s_rng >> 7;
+    s_rng ^= s_rng << 17;
+    return s_rng;
+}
+
+static hbm__segment seg[3];
+static hbm__block blk[N];
+static bool in[N];
+
+/* Reference lower_bound: scan every block in the pool. */
+static hbm__block *ref_lower_bound(hbm_stream stream, size_t size)
+{
+    hbm__block *best = NULL;
+    for (int i = 0; i < N; i++) {
+        if (!in[i] || blk[i].seg->stream < stream || (blk[i].seg->stream == stream && blk[i].size < size))
+            continue;
+        if (!best || hbm__block_cmp(&blk[i].node, &best->node) < 0)
+            best = &blk[i];
+    }
+    return best;
+}
+
+static int height(hbm__avl *t)
+{
+    if (!t)
+        return 0;
+    int l = height(t->l), r = height(t->r);
+    assert_true(l - r <= 1 && r - l <= 1);
+    return 1 + (l > r ? l : r);
+}
+
+static void lower_bound_matches_a_linear_scan(void **st)
+{
+    (void)st;
+    hbm__pool p = {0};
+    for (int k = 0; k < 3; k++)
+        seg[k].stream = (hbm_stream)k * 5;
+    for (int i = 0; i < N; i++) {
+        blk[i].seg = &seg[rnd() % 3];
+        blk[i].size = (1 + rnd() % 64) * 512;
+        blk[i].addr = (uintptr_t)(i + 1) * 65536;
+    }
+    for (int step = 0; step < 40000; step++) {
+        int i = (int)(rnd() % N);
+        if (in[i])
+            hbm__pool_remove(&p, &blk[i]);
+        else
+            hbm__pool_insert(&p, &blk[i]);
+        in[i] = !in[i];
+        hbm_stream s = (hbm_stream)(rnd() % 3) * 5;
+        size_t size = (1 + rnd() % 70) * 512;
+        assert_ptr_equal(hbm__pool_lower_bound(&p, s, size), ref_lower_bound(s, size));
+    }
+    size_t count = 0;
+    hbm__block *prev = NULL;
+    for (hbm__block *b = hbm__pool_first(&p); b; b = hbm__pool_next(&p, b)) {
+        if (prev) {
+            assert_true(hbm__block_cmp(&prev->node, &b->node) < 0);
+            assert_ptr_equal(hbm__pool_prev(&p, b), prev);
+        }
+        prev = b;
+        count++;
+    }
+    assert_int_equal(count, p.nfree);
+    int h = height(p.free_tree);
+    assert_true(h <= 18); /* 1.44 log2(4000) ~ 17.3 */
+}
+
+static void pointer_map_matches_a_reference(void **st)
+{
+    (void)st;
+    hbm__ptrmap m;
+    assert_int_equal(hbm__ptrmap_init(&m), 0);
+    static void *ref[N];
+    for (int step = 0; step < 200000; step++) {
+        int i = (int)(rnd() % N);
+        uintptr_t key = (uintptr_t)(i + 1) * 512;
+        if (ref[i]) {
+            assert_ptr_equal(hbm__ptrmap_del(&m, key), ref[i]);
+            ref[i] = NULL;
+        } else {
+            ref[i] = &ref[i];
+            assert_int_equal(hbm__ptrmap_put(&m, key, ref[i]), 0);
+        }
+        int j = (int)(rnd() % N);
+        assert_ptr_equal(hbm__ptrmap_get(&m, (uintptr_t)(j + 1) * 512), ref[j]);
+    }
+    size_t live = 0;
+    for (int i = 0; i < N; i++)
+        live += ref[i] != NULL;
+    assert_int_equal(m.n, live);
+    assert_null(hbm__ptrmap_del(&m, 12345 * 512));
+    hbm__ptrmap_free(&m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(lower_bound_matches_a_linear_scan),
+        cmocka_unit_test(pointer_map_matches_a_reference),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,152 @@
+/*
+ * test_property.c: random operation sequences over several seeds and
+ * settings, with the validator after every operation. In host-backed mode
+ * every live block is filled with a pattern that is checked when it is freed,
+ * so overlapping blocks or a block handed out twice are caught.
+ */
+#include "helpers.h"
+
+#define OPS 100000
+#define MAX_LIVE 400
+
+typedef struct live {
+    unsigned char *p;
+    size_t n;
+    unsigned char pat;
+} live;
+
+static uint64_t rng_state;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1Dull;
+}
+
+static size_t random_size(void)
+{
+    uint64_t r = rnd() % 100;
+    if (r < 60)
+        return 1 + rnd() % (1024 * 1024);            /* small pool */
+    if (r < 85)
+        return 1024 * 1024 + 1 + rnd() % (9 * MiB);  /* 20 MiB segments */
+    if (r < 98)
+        return 10 * MiB + rnd() % (40 * MiB);        /* own segments */
+    return 1 + rnd() % 8;                             /* tiny */
+}
+
+static void run(const char *spec, const char *settings, uint64_t seed, int fill, double fraction)
+{
+    hbm_allocator *a = open_sim(spec, settings);
+    if (fraction < 1.0)
+        assert_int_equal(hbm_set_memory_fraction(a, fraction), HBM_OK);
+    rng_state = seed * 0x9E3779B97F4A7C15ull + 1;
+    live L[MAX_LIVE];
+    int nl = 0;
+    int64_t requested = 0;
+    size_t ooms = 0;
+    for (int op = 0; op < OPS; op++) {
+        uint64_t r = rnd() % 1000;
+        if ((r < 560 && nl < MAX_LIVE) || nl == 0) {
+            size_t n = random_size();
+            if (fill && n > 2 * MiB)
+                n = 1 + n % (2 * MiB); /* keep host-backed runs light */
+            void *p;
+            hbm_status rc = hbm_malloc(a, n, rnd() % 3, &p);
+            if (rc == HBM_ERR_OOM) {
+                ooms++;
+                assert_null(p);
+            } else {
+                assert_int_equal(rc, HBM_OK);
+                assert_non_null(p);
+                assert_true(((uintptr_t)p & 511) == 0);
+                assert_true(hbm_block_size(a, p) >= n);
+                L[nl] = (live){p, n, (unsigned char)(rnd() | 1)};
+                if (fill)
+                    memset(p, L[nl].pat, n);
+                nl++;
+                requested += (int64_t)n;
+            }
+        } else if (r < 990) {
+            int i = (int)(rnd() % (uint64_t)nl);
+            if (fill) {
+                static unsigned char expect[2 * 1024 * 1024];
+                memset(expect, L[i].pat, L[i].n);
+                if (memcmp(L[i].p, expect, L[i].n) != 0)
+                    fail_msg("seed %llu op %d: block %p of %zu bytes was overwritten", (unsigned long long)seed, op,
+                             (void *)L[i].p, L[i].n);
+            }
+            assert_int_equal(hbm_free(a, L[i].p), HBM_OK);
+            requested -= (int64_t)L[i].n;
+            L[i] = L[--nl];
+        } else {
+            assert_int_equal(hbm_empty_cache(a), HBM_OK);
+        }
+        assert_int_equal(stats_of(a).requested_bytes[HBM_POOL_ALL].current, requested);
+        assert_valid(a);
+    }
+    while (nl > 0) {
+        assert_int_equal(hbm_free(a, L[--nl].p), HBM_OK);
+        assert_valid(a);
+    }
+    hbm_stats s = stats_of(a);
+    assert_int_equal(s.allocated_bytes[HBM_POOL_ALL].current, 0);
+    assert_int_equal(s.active[HBM_POOL_ALL].current, 0);
+    assert_int_equal(s.num_ooms, (int64_t)ooms);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_ALL].current, 0);
+    print_message("  %s / \"%s\" seed %llu: %d ops, %zu OOMs, peak reserved %lld MiB\n", spec, settings,
+                  (unsigned long long)seed, OPS, ooms, (long long)(s.reserved_bytes[0].peak >> 20));
+    hbm_destroy(a);
+}
+
+static void default_settings_two_seeds(void **st)
+{
+    (void)st;
+    run("sim:capacity=2GiB", "", 1, 0, 1.0);
+    run("sim:capacity=2GiB", "", 2, 0, 1.0);
+}
+
+static void max_split_size_with_memory_pressure(void **st)
+{
+    (void)st;
+    run("sim:capacity=1GiB", "max_split_size_mb:24", 3, 0, 1.0);
+}
+
+static void roundup_divisions(void **st)
+{
+    (void)st;
+    run("sim:capacity=2GiB", "roundup_power2_divisions:[1:2,16:4,>:8]", 4, 0, 1.0);
+}
+
+static void gc_under_a_memory_fraction(void **st)
+{
+    (void)st;
+    run("sim:capacity=2GiB", "garbage_collection_threshold:0.6,max_split_size_mb:32", 5, 0, 0.7);
+}
+
+static void npu_padding_and_large_segments(void **st)
+{
+    (void)st;
+    run("sim:capacity=2GiB,dialect=npu", "large_segment_size_mb:64", 6, 0, 1.0);
+}
+
+static void host_backed_blocks_never_overlap(void **st)
+{
+    (void)st;
+    run("sim:capacity=512MiB,memory=host", "", 7, 1, 1.0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(default_settings_two_seeds),
+        cmocka_unit_test(max_split_size_with_memory_pressure),
+        cmocka_unit_test(roundup_divisions),
+        cmocka_unit_test(gc_under_a_memory_fraction),
+        cmocka_unit_test(npu_padding_and_large_segments),
+        cmocka_unit_test(host_backed_blocks_never_overlap),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,203 @@
+/* test_sim.c: the simulated device: capacity, addresses, counters, cost model, faults, host mode. */
+#include "helpers.h"
+
+static hbm_backend *open_backend(const char *spec)
+{
+    hbm_backend *b;
+    char err[512];
+    if (hbm_backend_open(&b, spec, err, sizeof err) != HBM_OK)
+        fail_msg("%s: %s", spec, err);
+    return b;
+}
+
+static void capacity_is_enforced_as_oom(void **st)
+{
+    (void)st;
+    hbm_backend *b = open_backend("sim:capacity=64MiB");
+    uintptr_t p, q;
+    assert_int_equal(b->ops->mem_alloc(b->ctx, 0, 40 * MiB, &p), 0);
+    assert_int_equal(b->ops->mem_alloc(b->ctx, 0, 30 * MiB, &q), HBM__BE_OOM);
+    size_t fr, tot;
+    assert_int_equal(b->ops->mem_info(b->ctx, 0, &fr, &tot), 0);
+    assert_int_equal(tot, 64 * MiB);
+    assert_int_equal(fr, 24 * MiB);
+    assert_int_equal(b->ops->mem_free(b->ctx, 0, p, 40 * MiB), 0);
+    assert_int_equal(b->ops->mem_free(b->ctx, 0, p, 40 * MiB), HBM__SIM_ERR_BAD_FREE);
+    hbm_backend_close(b);
+}
+
+static void address_only_mode_serves_a_1tib_device(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:capacity=1TiB", "");
+    void *p[10];
+    for (int i = 0; i < 10; i++)
+        p[i] = must_malloc(a, 100 * GiB, 0);
+    void *q;
+    assert_int_equal(hbm_malloc(a, 100 * GiB, 0, &q), HBM_ERR_OOM);
+    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_ALL].current, (int64_t)(1000 * GiB));
+    for (int i = 0; i < 10; i++)
+        hbm_free(a, p[i]);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+static void addresses_are_deterministic(void **st)
+{
+    (void)st;
+    uintptr_t first[2][64];
+    for (int run = 0; run < 2; run++) {
+        hbm_allocator *a = open_sim("sim", "");
+        void *p[64];
+        for (int i = 0; i < 64; i++) {
+            p[i] = must_malloc(a, (size_t)(i * 7919 % 40 + 1) * MiB / 3, (hbm_stream)(i % 2));
+            first[run][i] = (uintptr_t)p[i];
+            if (i % 3 == 0)
+                hbm_free(a, p[i]);
+        }
+        hbm_destroy(a);
+    }
+    assert_memory_equal(first[0], first[1], sizeof first[0]);
+}
+
+static void freed_ranges_are_reused_first_fit(void **st)
+{
+    (void)st;
+    hbm_backend *b = open_backend("sim");
+    uintptr_t x, y, z;
+    assert_int_equal(b->ops->mem_alloc(b->ctx, 0, 4 * MiB, &x), 0);
+    assert_int_equal(b->ops->mem_alloc(b->ctx, 0, 4 * MiB, &y), 0);
+    assert_int_equal(y, x + 4 * MiB);
+    assert_int_equal(b->ops->mem_free(b->ctx, 0, x, 4 * MiB), 0);
+    assert_int_equal(b->ops->mem_alloc(b->ctx, 0, 2 * MiB, &z), 0);
+    assert_int_equal(z, x);
+    hbm_backend_close(b);
+}
+
+static void counters_and_cost_model(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:malloc_us=100,free_us=50,info_us=0,malloc_us_per_gib=1000", "");
+    hbm_device_counters d0;
+    hbm_get_device_counters(a, &d0); /* create asked for memory info */
+    assert_int_equal(d0.info_calls, 1);
+    hbm_free(a, must_malloc(a, GiB, 0));
+    hbm_empty_cache(a);
+    hbm_device_counters d;
+    hbm_get_device_counters(a, &d);
+    assert_int_equal(d.malloc_calls, 1);
+    assert_int_equal(d.free_calls, 1);
+    assert_int_equal(d.device_ns, 100000 + 1000000 + 50000);
+    hbm__sim_counters c;
+    hbm__sim_get_counters(sim_of(a), &c);
+    assert_int_equal(c.calls[HBM__OP_MALLOC], 1);
+    assert_int_equal(c.calls[HBM__OP_FREE], 1);
+    assert_int_equal(c.live_allocations, 0);
+    hbm_destroy(a);
+}
+
+static void fault_rules_match_by_kind_size_and_count(void **st)
+{
+    (void)st;
+    hbm_backend *b = open_backend("sim");
+    void *s = hbm__sim_ctx(b);
+    hbm__sim_fault big = {.kind = HBM__OP_MALLOC, .nth = 0, .min_size = 100 * MiB, .max_size = SIZE_MAX,
+                          .code = HBM__BE_OOM};
+    hbm__sim_add_fault(s, &big);
+    uintptr_t p;
+    assert_int_equal(b->ops->mem_alloc(b->ctx, 0, 200 * MiB, &p), HBM__BE_OOM);
+    assert_int_equal(b->ops->mem_alloc(b->ctx, 0, 200 * MiB, &p), HBM__BE_OOM);
+    assert_int_equal(b->ops->mem_alloc(b->ctx, 0, 2 * MiB, &p), 0);
+    hbm__sim_clear_faults(s);
+    hbm__sim_fault third = {.kind = -1, .nth = 3, .min_size = 0, .max_size = SIZE_MAX, .code = HBM__SIM_ERR_INJECTED};
+    hbm__sim_add_fault(s, &third);
+    size_t fr, tot;
+    uintptr_t q;
+    assert_int_equal(b->ops->mem_info(b->ctx, 0, &fr, &tot), 0);
+    assert_int_equal(b->ops->mem_alloc(b->ctx, 0, 2 * MiB, &q), 0);
+    assert_int_equal(b->ops->mem_free(b->ctx, 0, q, 2 * MiB), HBM__SIM_ERR_INJECTED);
+    assert_int_equal(b->ops->mem_free(b->ctx, 0, q, 2 * MiB), 0); /* the failed free changed nothing */
+    hbm__sim_counters c;
+    hbm__sim_get_counters(s, &c);
+    assert_int_equal(c.injected, 3);
+    assert_int_equal(c.live_allocations, 1);
+    b->ops->mem_free(b->ctx, 0, p, 2 * MiB);
+    hbm_backend_close(b);
+}
+
+static void fail_nth_from_the_spec_counts_every_call(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:fail_nth=3", ""); /* call 1 is create's memory info */
+    must_malloc(a, 4096, 0);                           /* call 2 */
+    void *p;
+    assert_int_equal(hbm_malloc(a, 30 * MiB, 0, &p), HBM_ERR_BACKEND); /* call 3 */
+    assert_valid(a);
+    must_malloc(a, 30 * MiB, 0);
+    hbm_destroy(a);
+}
+
+static void host_mode_gives_writable_memory_and_others_reduce_free(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:memory=host,capacity=256MiB,others=100MiB", "");
+    char *p = must_malloc(a, 3 * MiB, 0);
+    memset(p, 0xab, 3 * MiB);
+    assert_int_equal((unsigned char)p[3 * MiB - 1], 0xab);
+    void *q;
+    assert_int_equal(hbm_malloc(a, 150 * MiB, 0, &q), HBM_ERR_OOM);
+    assert_non_null(strstr(hbm_last_error(a), "in use outside this allocator"));
+    hbm_free(a, p);
+    hbm_destroy(a);
+}
+
+static void multiple_devices_have_separate_capacity(void **st)
+{
+    (void)st;
+    hbm_backend *b = open_backend("sim:devices=2,capacity=64MiB");
+    hbm_allocator *a0, *a1;
+    char err[256];
+    assert_int_equal(hbm_create(&a0, b, 0, "", err, sizeof err), HBM_OK);
+    assert_int_equal(hbm_create(&a1, b, 1, "", err, sizeof err), HBM_OK);
+    void *p = must_malloc(a0, 60 * MiB, 0);
+    void *q = must_malloc(a1, 60 * MiB, 0);
+    assert_ptr_not_equal(p, q);
+    hbm_destroy(a0);
+    hbm_destroy(a1);
+    hbm_backend_close(b);
+}
+
+static void bad_specs_name_the_option(void **st)
+{
+    (void)st;
+    hbm_backend *b;
+    char err[512];
+    const char *bad[][2] = {
+        {"sim:capacity=lots", "capacity"}, {"sim:capacity=0", "capacity"}, {"sim:capacity=9TiB", "8TiB"},
+        {"sim:memory=disk", "memory"},     {"sim:devices=0", "devices"},   {"sim:wibble=1", "unknown option 'wibble'"},
+        {"sim:malloc_us=-1", "malloc_us"}, {"sim:capacity", "key=value"},  {"sim:dialect=rocm", "dialect"},
+        {"sim:fail_nth=0", "fail_nth"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(hbm_backend_open(&b, bad[i][0], err, sizeof err), HBM_ERR_INVALID);
+        if (!strstr(err, bad[i][1]))
+            fail_msg("%s: '%s' lacks '%s'", bad[i][0], err, bad[i][1]);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(capacity_is_enforced_as_oom),
+        cmocka_unit_test(address_only_mode_serves_a_1tib_device),
+        cmocka_unit_test(addresses_are_deterministic),
+        cmocka_unit_test(freed_ranges_are_reused_first_fit),
+        cmocka_unit_test(counters_and_cost_model),
+        cmocka_unit_test(fault_rules_match_by_kind_size_and_count),
+        cmocka_unit_test(fail_nth_from_the_spec_counts_every_call),
+        cmocka_unit_test(host_mode_gives_writable_memory_and_others_reduce_free),
+        cmocka_unit_test(multiple_devices_have_separate_capacity),
+        cmocka_unit_test(bad_specs_name_the_option),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,77 @@
+/* test_trace.c: hbmalloc's text trace format; every malformed line is rejected with line and column. */
+#include "helpers.h"
+
+#include "trace.h"
+
+static trace t;
+static char err[512];
+
+static int read_str(const char *s) { return trace_read_text_mem("t", s, strlen(s), &t, err, sizeof err); }
+
+static void bad(const char *s, const char *where, const char *what)
+{
+    if (read_str(s) == 0)
+        fail_msg("accepted: %s", s);
+    if (!strstr(err, where) || !strstr(err, what))
+        fail_msg("'%s' gave '%s', expected '%s' and '%s'", s, err, where, what);
+}
+
+static void reads_events_and_resolves_ids_to_reused_slots(void **st)
+{
+    (void)st;
+    assert_int_equal(read_str("hbmtrace 1\n# c\na 10 4096\na 11 100 7\nf 10\n\na 12 5  # trailing comment\ne\nf 11\nf 12"),
+                     0);
+    assert_int_equal(t.n, 7);
+    assert_int_equal(t.allocs, 3);
+    assert_int_equal(t.frees, 3);
+    assert_int_equal(t.nslots, 2); /* at most two blocks live at once */
+    assert_int_equal(t.nstreams, 2);
+    assert_int_equal(t.ev[0].kind, EV_ALLOC);
+    assert_int_equal(t.ev[0].size, 4096);
+    assert_int_equal(t.ev[1].stream, 7);
+    assert_int_equal(t.ev[2].kind, EV_FREE);
+    assert_int_equal(t.ev[2].slot, t.ev[0].slot);
+    assert_int_equal(t.ev[3].slot, t.ev[0].slot); /* id 12 reuses id 10's slot */
+    assert_int_equal(t.ev[3].line, 7);
+    assert_int_equal(t.ev[4].kind, EV_EMPTY_CACHE);
+    trace_free(&t);
+    assert_int_equal(read_str(""), 0);
+    assert_int_equal(t.n, 0);
+    trace_free(&t);
+    assert_int_equal(read_str("a 0 1\r\nf 0\r\n"), 0); /* CRLF files */
+    trace_free(&t);
+}
+
+static void malformed_lines_name_line_and_column(void **st)
+{
+    (void)st;
+    bad("a 1 100\nx 2\n", "t:2:1:", "unknown event");
+    bad("a 1\n", "t:1:4:", "expected a size");
+    bad("a 1 -5\n", "t:1:5:", "must not be negative");
+    bad("a 1 12k\n", "t:1:7:", "decimal number");
+    bad("a 1 99999999999999999999\n", "t:1:5:", "64 bits");
+    bad("a 1 10 0 9\n", "t:1:10:", "unexpected text");
+    bad("a 1 10\na 1 20\n", "t:2:3:", "already live (allocated on line 1)");
+    bad("f 3\n", "t:1:3:", "not live");
+    bad("a 1 10\nf 1\nf 1\n", "t:3:3:", "not live");
+    bad("hbmtrace 2\n", "t:1:1:", "unsupported hbmtrace version");
+    bad("a 18446744073709551615 1\n", "t:1:3:", "reserved");
+    bad("alloc 1 2\n", "t:1:1:", "unknown event");
+}
+
+static void missing_file_is_an_error(void **st)
+{
+    (void)st;
+    assert_int_equal(trace_read_text("/nonexistent/x.trace", &t, err, sizeof err), -1);
+    assert_non_null(strstr(err, "cannot open"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(reads_events_and_resolves_ids_to_reused_slots),
+        cmocka_unit_test(malformed_lines_name_line_and_column),
+        cmocka_unit_test(missing_file_is_an_error),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
