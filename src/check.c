@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "pool.h"
 #include "util.h"
 
 typedef struct checker {
@@ -23,15 +24,13 @@ typedef struct checker {
         }                                                  \
     } while (0)
 
-#define BLOCK_OF(n) ((hbm__block *)((char *)(n) - offsetof(hbm__block, node)))
-
 /* Check AVL shape and order below t; returns the height, counts nodes. */
 static int check_tree(checker *ck, hbm__avl *t, const hbm__pool *p, size_t *count, const hbm__block **last)
 {
     if (!t)
         return 0;
     int hl = check_tree(ck, t->l, p, count, last);
-    const hbm__block *b = BLOCK_OF(t);
+    const hbm__block *b = HBM__BLOCK_OF(t);
     if (*last && hbm__block_cmp(&(*last)->node, t) >= 0)
         FAIL(ck, "free tree of the %s pool out of order at block %p", p->is_small ? "small" : "large", (void *)b->addr);
     *last = b;
@@ -93,8 +92,8 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
         uintptr_t expect = seg->addr;
         bool split = seg->head && seg->head->next;
         for (hbm__block *b = seg->head; b; b = b->next) {
-            if (b->seg != seg)
-                FAIL(&ck, "block %p points at the wrong segment", (void *)b->addr);
+            if (b->seg != seg || b->stream != seg->stream)
+                FAIL(&ck, "block %p points at the wrong segment or stream", (void *)b->addr);
             if (b->addr != expect)
                 FAIL(&ck, "block %p does not start where its predecessor ends (%p): gap or overlap", (void *)b->addr,
                      (void *)expect);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "pool.h"
 #include "util.h"
 
 /* ---- size rules ---- */
@@ -47,7 +48,7 @@ static size_t next_division(size_t size, uint32_t divisions)
     return down == size ? size : down + step;
 }
 
-size_t hbm__round_size(const hbm__conf *c, size_t size)
+static inline size_t round_size(const hbm__conf *c, size_t size)
 {
     if (size < HBM__MIN_BLOCK)
         return HBM__MIN_BLOCK;
@@ -56,6 +57,8 @@ size_t hbm__round_size(const hbm__conf *c, size_t size)
         return next_division(size, div);
     return (size + HBM__MIN_BLOCK - 1) / HBM__MIN_BLOCK * HBM__MIN_BLOCK;
 }
+
+size_t hbm__round_size(const hbm__conf *c, size_t size) { return round_size(c, size); }
 
 static size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * unit; }
 
@@ -82,6 +85,7 @@ void hbm__set_error(hbm_allocator *a, const char *fmt, ...)
 
 /* ---- block objects ---- */
 
+/* A block object with every field but node cleared (no memset: it is on the split path). */
 static hbm__block *block_new(hbm_allocator *a)
 {
     hbm__block *b = a->spare_blocks;
@@ -89,7 +93,13 @@ static hbm__block *block_new(hbm_allocator *a)
         a->spare_blocks = b->next;
     else if (!(b = malloc(sizeof *b)))
         return NULL;
-    memset(b, 0, sizeof *b);
+    b->prev = b->next = NULL;
+    b->seg = NULL;
+    b->stream = 0;
+    b->addr = 0;
+    b->size = b->requested = 0;
+    b->gc_base = 0;
+    b->allocated = b->in_tree = false;
     return b;
 }
 
@@ -128,7 +138,7 @@ static hbm__block *get_free_block(hbm_allocator *a, hbm__pool *p, hbm_stream str
     if (gc_active(a))
         p->search_count++;
     hbm__block *b = hbm__pool_lower_bound(p, stream, size);
-    if (!b || b->seg->stream != stream)
+    if (!b || b->stream != stream)
         return NULL;
     /* Oversize blocks (>= max_split_size) serve only oversize requests, and
      * only within max_non_split_rounding of their size; PyTorch stops the
@@ -160,6 +170,7 @@ static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block 
         hbm__block *rem = b;
         b = block_new(a); /* ensure_spare() guaranteed one */
         b->seg = rem->seg;
+        b->stream = rem->stream;
         b->addr = rem->addr;
         b->size = size;
         b->prev = rem->prev;
@@ -229,6 +240,7 @@ static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
     seg->pool = p;
     seg->head = b;
     b->seg = seg;
+    b->stream = stream;
     b->addr = addr;
     b->size = size;
     hbm__segments_insert(a, seg);
@@ -295,12 +307,12 @@ static bool release_available(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
         return false;
     size_t key = size < ms ? ms : size;
     hbm__block *b = hbm__pool_lower_bound(p, stream, key);
-    if (b && b->seg->stream == stream && !block_is_split(b))
+    if (b && b->stream == stream && !block_is_split(b))
         return release_block(a, b) == HBM_OK;
     /* No single block is large enough: free oversize blocks from the largest down. */
     size_t released = 0;
     hbm__block *cur = hbm__pool_before(p, stream, key);
-    while (cur && released < key && cur->size >= ms && cur->seg->stream == stream) {
+    while (cur && released < key && cur->size >= ms && cur->stream == stream) {
         hbm__block *prev = hbm__pool_prev(p, cur);
         size_t sz = cur->size;
         if (!block_is_split(cur) && release_block(a, cur) == HBM_OK)
@@ -405,7 +417,7 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size)
     if (a->fraction_set && a->total_reserved + alloc_size > a->allowed_max && dev_free >= alloc_size) {
         hbm__sb_printf(&sb, "The memory-fraction limit was reached while the device still has room: raise "
                             "per_process_memory_fraction or reduce memory use.");
-    } else if (cached + dev_free >= alloc_size && largest < hbm__round_size(&a->conf, orig)) {
+    } else if (cached + dev_free >= alloc_size && largest < round_size(&a->conf, orig)) {
         /* Enough bytes exist, but cached ones are split between live blocks. */
         if (!a->conf.expandable_segments)
             hbm__sb_printf(&sb, "Reserved but unallocated memory is fragmented: try expandable_segments:True, "
@@ -442,7 +454,7 @@ static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream
         hbm__set_error(a, "out of host memory for allocator bookkeeping");
         return HBM_ERR_NOMEM;
     }
-    size_t size = hbm__round_size(&a->conf, orig + a->backend->caps.request_pad);
+    size_t size = round_size(&a->conf, orig + a->backend->caps.request_pad);
     hbm__pool *p = size <= HBM__SMALL_SIZE ? &a->small : &a->large;
     hbm__block *b = get_free_block(a, p, stream, size);
     if (!b) {

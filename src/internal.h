@@ -33,6 +33,7 @@ typedef struct hbm__block {
     hbm__avl node;                  /* in pool->free_tree while free */
     struct hbm__block *prev, *next; /* neighbours inside the segment, address order */
     hbm__segment *seg;
+    hbm_stream stream; /* the segment's stream, kept here for the comparator */
     uintptr_t addr;
     size_t size;
     size_t requested; /* the caller's size while allocated */
@@ -83,20 +84,7 @@ struct hbm_allocator {
     char err[1536];
 };
 
-/* ---- pool.c: the free-block index ---- */
-void hbm__pool_insert(hbm__pool *p, hbm__block *b);
-void hbm__pool_remove(hbm__pool *p, hbm__block *b);
-/* Smallest free block on `stream` with size >= size (lowest address among equals), or NULL. */
-hbm__block *hbm__pool_lower_bound(hbm__pool *p, hbm_stream stream, size_t size);
-/* Largest block ordered before (stream, size, address 0), or NULL. */
-hbm__block *hbm__pool_before(hbm__pool *p, hbm_stream stream, size_t size);
-/* Largest block ordered before b, or NULL. */
-hbm__block *hbm__pool_prev(hbm__pool *p, const hbm__block *b);
-/* Next block after b in (stream, size, address) order, or NULL. */
-hbm__block *hbm__pool_next(hbm__pool *p, const hbm__block *b);
-hbm__block *hbm__pool_first(hbm__pool *p);
-int hbm__block_cmp(const hbm__avl *a, const hbm__avl *b);
-
+/* ---- pool.c: the segment index (the free-block index is pool.h) ---- */
 void hbm__segments_insert(hbm_allocator *a, hbm__segment *s);
 void hbm__segments_remove(hbm_allocator *a, hbm__segment *s);
 /* The segment whose range holds addr, or NULL. */

@@ -45,11 +45,9 @@ static void insert_raw(hbm__ptrmap *m, uintptr_t key, void *val)
     m->vals[i] = val;
 }
 
-int hbm__ptrmap_reserve(hbm__ptrmap *m, size_t extra)
+int hbm__ptrmap_grow(hbm__ptrmap *m, size_t extra)
 {
     size_t cap = m->mask + 1;
-    if ((m->n + extra) * 2 <= cap)
-        return 0;
     size_t ncap = cap;
     while ((m->n + extra) * 2 > ncap)
         ncap *= 2;

@@ -20,8 +20,12 @@ int hbm__ptrmap_init(hbm__ptrmap *m);
 void hbm__ptrmap_free(hbm__ptrmap *m);
 /* 0 on success, -1 when host memory for growth ran out (map unchanged). */
 int hbm__ptrmap_put(hbm__ptrmap *m, uintptr_t key, void *val);
-/* Make room for one more entry ahead of time, so a later put cannot fail. */
-int hbm__ptrmap_reserve(hbm__ptrmap *m, size_t extra);
+int hbm__ptrmap_grow(hbm__ptrmap *m, size_t extra);
+/* Make room for `extra` more entries ahead of time, so a later put cannot fail. */
+static inline int hbm__ptrmap_reserve(hbm__ptrmap *m, size_t extra)
+{
+    return (m->n + extra) * 2 <= m->mask + 1 ? 0 : hbm__ptrmap_grow(m, extra);
+}
 
 static inline size_t hbm__ptrmap_slot(const hbm__ptrmap *m, uintptr_t key)
 {

@@ -20,6 +20,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ex=$src/examples/cs336-lm-ctx128-fullstep.trace
 check replay_example 0 "reserved/allocated: 1.1" "$bin" replay "$ex" --conf ""
+# PyTorch's own segment events in the source snapshots put its peak reserved at
+# 61111009280 bytes (ctx128 full step) and 44715474944 bytes (ctx512 forward),
+# summing segment_alloc/segment_free from the reserved memory at the end; the
+# replay of the same alloc/free sequence must reserve exactly as much.
+check replay_matches_pytorch_fullstep 0 "peak reserved: .*(61111009280 bytes)" "$bin" replay "$ex" --conf ""
+check replay_matches_pytorch_forward 0 "peak reserved: .*(44715474944 bytes)" "$bin" replay \
+    "$src/examples/cs336-lm-ctx512-forward.trace" --conf ""
 check replay_stats 0 "^allocated_bytes.all.peak 55079000576$" "$bin" replay "$ex" --conf "" --stats
 check replay_expandable_conf_accepted 0 "peak reserved" "$bin" replay "$ex" --conf "max_split_size_mb:128"
 check replay_oom_exit_1 1 "OOM at event" "$bin" replay "$ex" --conf "" --capacity 40GiB

@@ -1,6 +1,8 @@
 /* test_index.c: the AVL free index and the pointer map against simple reference models. */
 #include "helpers.h"
 
+#include "pool.h"
+
 #define N 4000
 
 static uint64_t s_rng = 88172645463325252ull;
@@ -21,7 +23,7 @@ static hbm__block *ref_lower_bound(hbm_stream stream, size_t size)
 {
     hbm__block *best = NULL;
     for (int i = 0; i < N; i++) {
-        if (!in[i] || blk[i].seg->stream < stream || (blk[i].seg->stream == stream && blk[i].size < size))
+        if (!in[i] || blk[i].stream < stream || (blk[i].stream == stream && blk[i].size < size))
             continue;
         if (!best || hbm__block_cmp(&blk[i].node, &best->node) < 0)
             best = &blk[i];
@@ -46,6 +48,7 @@ static void lower_bound_matches_a_linear_scan(void **st)
         seg[k].stream = (hbm_stream)k * 5;
     for (int i = 0; i < N; i++) {
         blk[i].seg = &seg[rnd() % 3];
+        blk[i].stream = blk[i].seg->stream;
         blk[i].size = (1 + rnd() % 64) * 512;
         blk[i].addr = (uintptr_t)(i + 1) * 65536;
     }

@@ -1,0 +1,170 @@
+/*
+ * bench_malloc.c: hbmalloc's host-side cost against glibc malloc/free on the
+ * same size sequence, in the same process, runs interleaved; medians of
+ * REPS runs and their ratio.
+ *   1. the cache-hit pair: malloc + free of one size, over and over;
+ *   2. mixed workloads: the alloc/free sequence of real traces.
+ * hbmalloc runs on the simulated device in address-only mode, so only the
+ * allocator's bookkeeping is timed, as glibc's is (neither touches the memory).
+ *
+ * usage: bench_malloc [TRACE...]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hbmalloc.h"
+#include "trace.h"
+
+#define REPS 15
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int dcmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, dcmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static volatile uintptr_t sink;
+
+static hbm_allocator *open_or_die(void)
+{
+    hbm_allocator *a;
+    char err[256];
+    if (hbm_open(&a, "sim:capacity=1TiB", 0, "", err, sizeof err) != HBM_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        exit(1);
+    }
+    return a;
+}
+
+/* ns per malloc+free pair */
+static double pair_hbm(hbm_allocator *a, size_t size, long n)
+{
+    void *p;
+    double t0 = now_ns();
+    for (long i = 0; i < n; i++) {
+        hbm_malloc(a, size, 0, &p);
+        sink += (uintptr_t)p;
+        hbm_free(a, p);
+    }
+    return (now_ns() - t0) / (double)n;
+}
+
+static double pair_glibc(size_t size, long n)
+{
+    double t0 = now_ns();
+    for (long i = 0; i < n; i++) {
+        void *p = malloc(size);
+        sink += (uintptr_t)p;
+        free(p);
+    }
+    return (now_ns() - t0) / (double)n;
+}
+
+static void bench_pairs(void)
+{
+    static const size_t sizes[] = {512, 64 << 10, 1 << 20, 16 << 20};
+    const long n = 200000;
+    hbm_allocator *a = open_or_die();
+    printf("cache-hit malloc+free pair (ns per pair, median of %d runs of %ld pairs)\n", REPS, n);
+    printf("  %-10s %10s %10s %8s\n", "size", "hbmalloc", "glibc", "ratio");
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        double h[REPS], g[REPS];
+        pair_hbm(a, sizes[k], n / 10); /* warm: the first call reserves the segment */
+        pair_glibc(sizes[k], n / 10);
+        for (int r = 0; r < REPS; r++) {
+            h[r] = pair_hbm(a, sizes[k], n);
+            g[r] = pair_glibc(sizes[k], n);
+        }
+        double mh = median(h, REPS), mg = median(g, REPS);
+        printf("  %-10zu %10.1f %10.1f %8.2f\n", sizes[k], mh, mg, mh / mg);
+    }
+    hbm_destroy(a);
+}
+
+/* ns for the whole trace */
+static double trace_hbm(const trace *t, void **slot)
+{
+    hbm_allocator *a = open_or_die();
+    double t0 = now_ns();
+    for (size_t i = 0; i < t->n; i++) {
+        const trace_event *e = &t->ev[i];
+        if (e->kind == EV_ALLOC)
+            hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot]);
+        else if (e->kind == EV_FREE)
+            hbm_free(a, slot[e->slot]);
+    }
+    double dt = now_ns() - t0;
+    hbm_destroy(a); /* teardown is not timed; glibc's leftovers are freed untimed too */
+    return dt;
+}
+
+static double trace_glibc(const trace *t, void **slot)
+{
+    memset(slot, 0, t->nslots * sizeof *slot);
+    double t0 = now_ns();
+    for (size_t i = 0; i < t->n; i++) {
+        const trace_event *e = &t->ev[i];
+        if (e->kind == EV_ALLOC)
+            slot[e->slot] = malloc((size_t)e->size);
+        else if (e->kind == EV_FREE)
+            free(slot[e->slot]);
+    }
+    double dt = now_ns() - t0;
+    for (size_t i = 0; i < t->n; i++) /* free what the trace leaves live */
+        if (t->ev[i].kind == EV_FREE)
+            slot[t->ev[i].slot] = NULL;
+    for (size_t s = 0; s < t->nslots; s++)
+        free(slot[s]);
+    return dt;
+}
+
+static void bench_trace(const char *path)
+{
+    trace t;
+    char err[512];
+    if (trace_read_text(path, &t, err, sizeof err)) {
+        fprintf(stderr, "bench: %s\n", err);
+        exit(1);
+    }
+    void **slot = calloc(t.nslots + 1, sizeof *slot);
+    double h[REPS], g[REPS];
+    for (int r = 0; r < REPS; r++) {
+        h[r] = trace_hbm(&t, slot);
+        g[r] = trace_glibc(&t, slot);
+    }
+    double mh = median(h, REPS), mg = median(g, REPS);
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    printf("  %-40s %8zu %10.1f %10.1f %8.2f %8.1f\n", base, t.n, mh / (double)t.n, mg / (double)t.n, mh / mg,
+           (double)t.n / mh * 1e3);
+    free(slot);
+    trace_free(&t);
+}
+
+int main(int argc, char **argv)
+{
+    printf("hbmalloc %s bench (medians of %d interleaved runs; ratio = hbmalloc / glibc)\n\n", HBM_VERSION_STRING,
+           REPS);
+    bench_pairs();
+    if (argc > 1) {
+        printf("\nmixed workloads from real traces (ns per event)\n");
+        printf("  %-40s %8s %10s %10s %8s %8s\n", "trace", "events", "hbmalloc", "glibc", "ratio", "Mev/s");
+        for (int i = 1; i < argc; i++)
+            bench_trace(argv[i]);
+    }
+    return 0;
+}

@@ -1,0 +1,80 @@
+/*
+ * pool.h: the free-block index of a pool (static inline: it is the malloc path).
+ *
+ * Free blocks sit in an AVL tree ordered by (stream, size, address), the
+ * order of PyTorch's BlockComparatorSize: a lower_bound on (stream, size)
+ * finds the best fit on that stream, the lowest address among equal sizes.
+ * Every operation is O(log n). Owns ordering only: no policy.
+ */
+#ifndef HBM_POOL_H
+#define HBM_POOL_H
+
+#include <stddef.h>
+
+#include "internal.h"
+
+#define HBM__BLOCK_OF(n) ((hbm__block *)((char *)(n) - offsetof(hbm__block, node)))
+
+static inline int hbm__block_cmp(const hbm__avl *x, const hbm__avl *y)
+{
+    const hbm__block *a = HBM__BLOCK_OF(x), *b = HBM__BLOCK_OF(y);
+    if (a->stream != b->stream)
+        return a->stream < b->stream ? -1 : 1;
+    if (a->size != b->size)
+        return a->size < b->size ? -1 : 1;
+    if (a->addr != b->addr)
+        return a->addr < b->addr ? -1 : 1;
+    return 0;
+}
+
+static inline void hbm__pool_insert(hbm__pool *p, hbm__block *b)
+{
+    b->gc_base = p->search_count; /* PyTorch stamps gc_count_base in insert_into_blocks */
+    b->in_tree = true;
+    hbm__avl_insert(&p->free_tree, &b->node, hbm__block_cmp);
+    p->nfree++;
+}
+
+static inline void hbm__pool_remove(hbm__pool *p, hbm__block *b)
+{
+    hbm__avl_remove(&p->free_tree, &b->node, hbm__block_cmp);
+    b->in_tree = false;
+    p->nfree--;
+}
+
+static inline hbm__block *hbm__pool_node(hbm__avl *n) { return n ? HBM__BLOCK_OF(n) : NULL; }
+
+/* Smallest free block with (stream, size) >= the key, lowest address among equals, or NULL;
+ * the caller checks that its stream matches. */
+static inline hbm__block *hbm__pool_lower_bound(hbm__pool *p, hbm_stream stream, size_t size)
+{
+    hbm__block key;
+    key.stream = stream;
+    key.size = size;
+    key.addr = 0;
+    return hbm__pool_node(hbm__avl_lower_bound(p->free_tree, &key.node, hbm__block_cmp));
+}
+
+/* Largest block ordered before (stream, size, address 0), or NULL. */
+static inline hbm__block *hbm__pool_before(hbm__pool *p, hbm_stream stream, size_t size)
+{
+    hbm__block key;
+    key.stream = stream;
+    key.size = size;
+    key.addr = 0;
+    return hbm__pool_node(hbm__avl_before(p->free_tree, &key.node, hbm__block_cmp));
+}
+
+static inline hbm__block *hbm__pool_prev(hbm__pool *p, const hbm__block *b)
+{
+    return hbm__pool_node(hbm__avl_before(p->free_tree, &b->node, hbm__block_cmp));
+}
+
+static inline hbm__block *hbm__pool_next(hbm__pool *p, const hbm__block *b)
+{
+    return hbm__pool_node(hbm__avl_upper_bound(p->free_tree, &b->node, hbm__block_cmp));
+}
+
+static inline hbm__block *hbm__pool_first(hbm__pool *p) { return hbm__pool_node(hbm__avl_first(p->free_tree)); }
+
+#endif
