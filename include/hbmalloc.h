@@ -112,6 +112,9 @@ typedef struct hbm_stats {
     int64_t num_device_alloc;
     int64_t num_device_free;
     int64_t max_split_size; /* -1 when unlimited, as PyTorch reports */
+    /* hbmalloc extensions (not in PyTorch's memory_stats): */
+    int64_t expandable_segments;     /* 1 when expandable segments are in force, else 0 */
+    int64_t num_expandable_segments; /* expandable segments (virtual reservations) held now */
 } hbm_stats;
 
 /* Copy the allocator's statistics. */
@@ -127,13 +130,16 @@ typedef struct hbm_stat_entry {
     char name[48];
     int64_t value;
 } hbm_stat_entry;
-#define HBM_STAT_ENTRIES 122
+#define HBM_STAT_ENTRIES 124
 /* Fill out[0..HBM_STAT_ENTRIES) in sorted order (as memory_stats() sorts); returns the count written. */
 HBM_API int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap);
 
 /* Device-call counters kept by the device layer for any backend. */
 typedef struct hbm_device_counters {
     uint64_t malloc_calls, free_calls, info_calls;
+    uint64_t map_calls, unmap_calls;   /* pages mapped / unmapped (expandable segments) */
+    uint64_t vmm_calls;                /* other virtual-memory calls: reserve, create, release, access */
+    uint64_t sync_calls;               /* stream synchronizations */
     uint64_t failed_calls;   /* calls that returned an error (including OOM) */
     uint64_t device_ns;      /* modelled (sim) or measured (real device) time in device calls */
 } hbm_device_counters;
@@ -148,8 +154,10 @@ typedef enum hbm_dialect {
 /* Parse a settings string and write the effective settings, one "key: value" per line,
  * into out; on error returns HBM_ERR_CONF and writes the message into out. */
 HBM_API hbm_status hbm_settings_check(const char *settings, hbm_dialect d, char *out, size_t outlen);
-/* Effective settings of a live allocator, in the same form. */
+/* Effective settings of a live allocator, in the same form, with any capability fallback. */
 HBM_API hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen);
+/* The capability warning given at create ("" if none), e.g. expandable segments unsupported. */
+HBM_API const char *hbm_warning(const hbm_allocator *a);
 
 /* ---- Correctness ---------------------------------------------------------- */
 /* Walk every segment and prove the invariants (blocks tile segments, the free index

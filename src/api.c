@@ -120,6 +120,22 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         return rc;
     }
     a->err[0] = 0;
+    if (a->conf.expandable_segments) {
+        if (b->caps.has_vmm && b->ops->vmm_reserve) {
+            a->expandable = true;
+        } else {
+            /* Decided once, here, and said once: never a silent downgrade. */
+            snprintf(a->warning, sizeof a->warning,
+                     "expandable_segments:True is not supported by the %s backend on device %d (%s): %s. Using "
+                     "expandable_segments:False instead (whole segments, PyTorch's default policy). Check the "
+                     "device with: hbmalloc conf --backend '%s'",
+                     b->ops->name, device, b->caps.version[0] ? b->caps.version : "no version reported",
+                     b->caps.vmm_why_not[0] ? b->caps.vmm_why_not : "no virtual-memory support", b->ops->name);
+            if (!getenv("HBMALLOC_QUIET"))
+                fprintf(stderr, "hbmalloc: warning: %s\n", a->warning);
+        }
+    }
+    a->stats.expandable_segments = a->expandable;
     *out = a;
     return HBM_OK;
 }
@@ -156,6 +172,8 @@ void hbm_destroy(hbm_allocator *a)
 
 const char *hbm_last_error(const hbm_allocator *a) { return a ? a->err : "NULL allocator"; }
 
+const char *hbm_warning(const hbm_allocator *a) { return a ? a->warning : ""; }
+
 size_t hbm_copy_last_error(hbm_allocator *a, char *buf, size_t len)
 {
     if (!a || !buf || !len)
@@ -171,6 +189,7 @@ hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
     if (!a || !out)
         return HBM_ERR_INVALID;
     pthread_mutex_lock(&a->lock);
+    a->stats.num_expandable_segments = (int64_t)a->nexpandable;
     *out = a->stats;
     pthread_mutex_unlock(&a->lock);
     return HBM_OK;
@@ -225,7 +244,12 @@ hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen)
     pthread_mutex_lock(&a->lock);
     hbm__conf_describe(&a->conf, out, outlen);
     hbm__sbuf sb = {out, outlen, strlen(out)};
-    hbm__sb_printf(&sb, "device: %s %d\n", a->backend->ops->name, a->device);
+    if (a->conf.expandable_segments && !a->expandable)
+        hbm__sb_printf(&sb, "expandable_segments in force: False (fallback: %s)\n", a->backend->caps.vmm_why_not);
+    else
+        hbm__sb_printf(&sb, "expandable_segments in force: %s\n", a->expandable ? "True" : "False");
+    hbm__sb_printf(&sb, "device: %s %d (%s; virtual memory: %s)\n", a->backend->ops->name, a->device,
+                   a->backend->caps.version, a->backend->caps.has_vmm ? "yes" : "no");
     pthread_mutex_unlock(&a->lock);
     return HBM_OK;
 }

@@ -24,22 +24,27 @@ typedef struct checker {
         }                                                  \
     } while (0)
 
-/* Check AVL shape and order below t; returns the height, counts nodes. */
-static int check_tree(checker *ck, hbm__avl *t, const hbm__pool *p, size_t *count, const hbm__block **last)
+/* Check AVL shape and order below t; returns the height, counts nodes. mapped
+ * says which tree it is: the free tree (mapped blocks) or the unmapped one. */
+static int check_tree(checker *ck, hbm__avl *t, const hbm__pool *p, bool mapped, size_t *count,
+                      const hbm__block **last)
 {
     if (!t)
         return 0;
-    int hl = check_tree(ck, t->l, p, count, last);
+    int hl = check_tree(ck, t->l, p, mapped, count, last);
     const hbm__block *b = HBM__BLOCK_OF(t);
-    if (*last && hbm__block_cmp(&(*last)->node, t) >= 0)
-        FAIL(ck, "free tree of the %s pool out of order at block %p", p->is_small ? "small" : "large", (void *)b->addr);
+    int order = *last ? (mapped ? hbm__block_cmp(&(*last)->node, t) : hbm__unmapped_cmp(&(*last)->node, t)) : -1;
+    if (order >= 0)
+        FAIL(ck, "%s tree of the %s pool out of order at block %p", mapped ? "free" : "unmapped",
+             p->is_small ? "small" : "large", (void *)b->addr);
     *last = b;
     (*count)++;
-    if (b->allocated || !b->in_tree)
-        FAIL(ck, "free tree holds block %p that is allocated or not marked free", (void *)b->addr);
+    if (b->allocated || !b->in_tree || b->mapped != mapped)
+        FAIL(ck, "%s tree holds block %p that is allocated, not marked in a tree, or %smapped",
+             mapped ? "free" : "unmapped", (void *)b->addr, mapped ? "un" : "");
     if (!b->seg || b->seg->pool != p)
-        FAIL(ck, "free tree of one pool holds block %p of another pool", (void *)b->addr);
-    int hr = check_tree(ck, t->r, p, count, last);
+        FAIL(ck, "a tree of one pool holds block %p of another pool", (void *)b->addr);
+    int hr = check_tree(ck, t->r, p, mapped, count, last);
     int h = 1 + (hl > hr ? hl : hr);
     if (t->h != h || hl - hr > 1 || hr - hl > 1)
         FAIL(ck, "free tree unbalanced or stale height at block %p", (void *)b->addr);
@@ -49,7 +54,7 @@ static int check_tree(checker *ck, hbm__avl *t, const hbm__pool *p, size_t *coun
 typedef struct sums {
     int64_t allocation, allocated_bytes, active, active_bytes, requested_bytes;
     int64_t segment, reserved_bytes, inactive_split, inactive_split_bytes;
-    size_t free_blocks;
+    size_t free_blocks, unmapped_blocks;
 } sums;
 
 static void cmp_stat(checker *ck, const char *name, int k, int64_t got, int64_t want)
@@ -71,7 +76,7 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
     pthread_mutex_lock(&a->lock);
     sums s[3];
     memset(s, 0, sizeof s);
-    size_t live = 0, reserved = 0, nseg = 0;
+    size_t live = 0, reserved = 0, nseg = 0, nexp = 0;
     int64_t oversize_alloc = 0, oversize_seg = 0;
     uintptr_t prev_end = 0;
     for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(a, seg)) {
@@ -82,15 +87,24 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
         if (seg->addr < prev_end)
             FAIL(&ck, "segment %p overlaps the previous one", (void *)seg->addr);
         prev_end = seg->addr + seg->size;
-        s[k].segment++;
-        s[k].reserved_bytes += (int64_t)seg->size;
-        reserved += seg->size;
-        if (seg->size >= a->conf.max_split_size)
-            oversize_seg++;
+        if (seg->expandable) {
+            nexp++;
+            if (!a->expandable)
+                FAIL(&ck, "expandable segment %p exists while expandable segments are off", (void *)seg->addr);
+        } else {
+            s[k].segment++;
+            s[k].reserved_bytes += (int64_t)seg->size;
+            reserved += seg->size;
+            if (seg->size >= a->conf.max_split_size)
+                oversize_seg++;
+        }
+        size_t mapped_bytes = 0, pages_mapped = 0;
+        for (size_t i = 0; seg->expandable && i < seg->npages; i++)
+            pages_mapped += seg->pages[i].mapped;
         if (!seg->head || seg->head->prev)
             FAIL(&ck, "segment %p has no head block, or its head has a predecessor", (void *)seg->addr);
         uintptr_t expect = seg->addr;
-        bool split = seg->head && seg->head->next;
+        bool split = !seg->expandable && seg->head && seg->head->next;
         for (hbm__block *b = seg->head; b; b = b->next) {
             if (b->seg != seg || b->stream != seg->stream)
                 FAIL(&ck, "block %p points at the wrong segment or stream", (void *)b->addr);
@@ -102,6 +116,24 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
             if (b->next && b->next->prev != b)
                 FAIL(&ck, "block %p: next->prev does not point back", (void *)b->addr);
             expect = b->addr + b->size;
+            if (seg->expandable) {
+                size_t first = (b->addr - seg->addr) / seg->page;
+                size_t last = (b->addr + b->size - 1 - seg->addr) / seg->page;
+                if (!b->mapped && ((b->addr - seg->addr) % seg->page || b->size % seg->page))
+                    FAIL(&ck, "unmapped block %p is not page-aligned", (void *)b->addr);
+                for (size_t i = first; i <= last && i < seg->npages; i++)
+                    if (seg->pages[i].mapped != b->mapped) {
+                        FAIL(&ck, "block %p is %smapped but page %zu of its segment is %smapped", (void *)b->addr,
+                             b->mapped ? "" : "un", i, seg->pages[i].mapped ? "" : "un");
+                        break;
+                    }
+                if (b->mapped)
+                    mapped_bytes += b->size;
+            } else if (!b->mapped) {
+                FAIL(&ck, "block %p of a plain segment is marked unmapped", (void *)b->addr);
+            }
+            if (b->allocated && !b->mapped)
+                FAIL(&ck, "live block %p is unmapped", (void *)b->addr);
             if (b->allocated) {
                 s[k].allocation++;
                 s[k].allocated_bytes += (int64_t)b->size;
@@ -116,17 +148,27 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
                 if (b->in_tree)
                     FAIL(&ck, "live block %p is in the free tree", (void *)b->addr);
             } else {
-                s[k].free_blocks++;
+                if (b->mapped)
+                    s[k].free_blocks++;
+                else
+                    s[k].unmapped_blocks++;
                 if (!b->in_tree)
-                    FAIL(&ck, "free block %p is not in the free tree", (void *)b->addr);
+                    FAIL(&ck, "free block %p is not in the free or unmapped tree", (void *)b->addr);
                 if (split) {
                     s[k].inactive_split++;
                     s[k].inactive_split_bytes += (int64_t)b->size;
                 }
-                if (b->next && !b->next->allocated)
+                if (b->next && !b->next->allocated && b->next->mapped == b->mapped)
                     FAIL(&ck, "free blocks %p and %p are adjacent but not coalesced", (void *)b->addr,
                          (void *)b->next->addr);
             }
+        }
+        if (seg->expandable) {
+            if (mapped_bytes != pages_mapped * seg->page || pages_mapped != seg->mapped_pages)
+                FAIL(&ck, "expandable segment %p: blocks map %zu bytes, %zu pages are mapped, the count says %zu",
+                     (void *)seg->addr, mapped_bytes, pages_mapped, seg->mapped_pages);
+            s[k].reserved_bytes += (int64_t)mapped_bytes;
+            reserved += mapped_bytes;
         }
         if (expect != seg->addr + seg->size)
             FAIL(&ck, "blocks of segment %p cover %zu bytes, the segment has %zu", (void *)seg->addr,
@@ -134,6 +176,8 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
     }
     if (nseg != a->nsegments)
         FAIL(&ck, "segment count %zu, the segment tree holds %zu", a->nsegments, nseg);
+    if (nexp != a->nexpandable)
+        FAIL(&ck, "%zu expandable segments, the count says %zu", nexp, a->nexpandable);
     if (live != a->live.n)
         FAIL(&ck, "%zu live blocks, the pointer map holds %zu", live, a->live.n);
     if (reserved != a->total_reserved)
@@ -141,17 +185,22 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
 
     hbm__pool *pools[2] = {&a->small, &a->large};
     for (int i = 0; i < 2; i++) {
-        size_t count = 0;
+        size_t count = 0, ucount = 0;
         const hbm__block *last = NULL;
-        check_tree(&ck, pools[i]->free_tree, pools[i], &count, &last);
+        check_tree(&ck, pools[i]->free_tree, pools[i], true, &count, &last);
+        last = NULL;
+        check_tree(&ck, pools[i]->unmapped, pools[i], false, &ucount, &last);
         int k = pools[i]->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE;
         if (count != pools[i]->nfree || count != s[k].free_blocks)
             FAIL(&ck, "%s pool: free tree holds %zu blocks, its counter says %zu, the segments have %zu free",
                  pools[i]->is_small ? "small" : "large", count, pools[i]->nfree, s[k].free_blocks);
+        if (ucount != pools[i]->nunmapped || ucount != s[k].unmapped_blocks)
+            FAIL(&ck, "%s pool: unmapped tree holds %zu blocks, its counter says %zu, the segments have %zu",
+                 pools[i]->is_small ? "small" : "large", ucount, pools[i]->nunmapped, s[k].unmapped_blocks);
     }
 
     /* Aggregate = small + large, then compare every derivable current value. */
-    for (int f = 0; f < (int)(sizeof(sums) / sizeof(int64_t)) - 1; f++)
+    for (int f = 0; f < (int)(offsetof(sums, free_blocks) / sizeof(int64_t)); f++)
         ((int64_t *)&s[0])[f] = ((int64_t *)&s[1])[f] + ((int64_t *)&s[2])[f];
     const hbm_stats *st = &a->stats;
     for (int k = 0; k < 3; k++) {

@@ -15,55 +15,113 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-typedef struct call {
-    uint64_t t0;
-} call;
-
-static void begin(hbm_allocator *a, call *c)
+static const char *op_name(hbm__op op)
 {
-    c->t0 = a->backend->caps.modelled_cost ? 0 : now_ns();
+    static const char *names[HBM__OP_KINDS] = {"malloc", "free", "memory info", "address reserve", "address free",
+                                               "physical create", "physical release", "map", "unmap",
+                                               "set access", "stream synchronize"};
+    return names[op];
 }
 
-static hbm_status end(hbm_allocator *a, call *c, hbm__op op, size_t size, int rc, const char *what)
+static uint64_t begin(hbm_allocator *a, hbm__op op)
+{
+    hbm_device_counters *c = &a->dev;
+    switch (op) {
+    case HBM__OP_MALLOC: c->malloc_calls++; break;
+    case HBM__OP_FREE: c->free_calls++; break;
+    case HBM__OP_INFO: c->info_calls++; break;
+    case HBM__OP_MAP: c->map_calls++; break;
+    case HBM__OP_UNMAP: c->unmap_calls++; break;
+    case HBM__OP_SYNC: c->sync_calls++; break;
+    default: c->vmm_calls++; break;
+    }
+    return a->backend->caps.modelled_cost ? 0 : now_ns();
+}
+
+/* Out of memory is a plain status for the calls that obtain memory (the
+ * engine's retry ladder handles it); any other failure gets a message. */
+static hbm_status end(hbm_allocator *a, uint64_t t0, hbm__op op, size_t size, int rc)
 {
     hbm_backend *b = a->backend;
     if (b->caps.modelled_cost && b->ops->cost_ns)
         a->dev.device_ns += b->ops->cost_ns(b->ctx, op, size);
     else if (!b->caps.modelled_cost)
-        a->dev.device_ns += now_ns() - c->t0;
+        a->dev.device_ns += now_ns() - t0;
     if (rc == 0)
         return HBM_OK;
     a->dev.failed_calls++;
-    if (rc == HBM__BE_OOM && op == HBM__OP_MALLOC)
-        return HBM_ERR_OOM; /* the engine's retry chain and OOM message take it from here */
-    hbm__set_error(a, "%s device %d: %s of %zu bytes failed: %s (backend code %d)", b->ops->name, a->device, what,
-                   size, b->ops->strerror(b->ctx, rc), rc);
+    if (rc == HBM__BE_OOM && (op == HBM__OP_MALLOC || op == HBM__OP_CREATE || op == HBM__OP_RESERVE))
+        return HBM_ERR_OOM;
+    hbm__set_error(a, "%s device %d: %s of %zu bytes failed: %s (backend code %d)", b->ops->name, a->device,
+                   op_name(op), size, b->ops->strerror(b->ctx, rc), rc);
     return HBM_ERR_BACKEND;
 }
 
+#define CALL(a, op, size, expr)                   \
+    do {                                          \
+        uint64_t t0_ = begin((a), (op));          \
+        int rc_ = (expr);                         \
+        return end((a), t0_, (op), (size), rc_);  \
+    } while (0)
+
+#define BE(a) ((a)->backend)
+#define CTX(a) ((a)->backend->ctx)
+
 hbm_status hbm__dev_malloc(hbm_allocator *a, size_t size, uintptr_t *out)
 {
-    call c;
-    begin(a, &c);
-    a->dev.malloc_calls++;
-    int rc = a->backend->ops->mem_alloc(a->backend->ctx, a->device, size, out);
-    return end(a, &c, HBM__OP_MALLOC, size, rc, "malloc");
+    CALL(a, HBM__OP_MALLOC, size, BE(a)->ops->mem_alloc(CTX(a), a->device, size, out));
 }
 
 hbm_status hbm__dev_free(hbm_allocator *a, uintptr_t ptr, size_t size)
 {
-    call c;
-    begin(a, &c);
-    a->dev.free_calls++;
-    int rc = a->backend->ops->mem_free(a->backend->ctx, a->device, ptr, size);
-    return end(a, &c, HBM__OP_FREE, size, rc, "free");
+    CALL(a, HBM__OP_FREE, size, BE(a)->ops->mem_free(CTX(a), a->device, ptr, size));
 }
 
 hbm_status hbm__dev_info(hbm_allocator *a, size_t *free_bytes, size_t *total_bytes)
 {
-    call c;
-    begin(a, &c);
-    a->dev.info_calls++;
-    int rc = a->backend->ops->mem_info(a->backend->ctx, a->device, free_bytes, total_bytes);
-    return end(a, &c, HBM__OP_INFO, 0, rc, "memory info");
+    CALL(a, HBM__OP_INFO, 0, BE(a)->ops->mem_info(CTX(a), a->device, free_bytes, total_bytes));
+}
+
+hbm_status hbm__dev_reserve(hbm_allocator *a, size_t size, uintptr_t *va)
+{
+    CALL(a, HBM__OP_RESERVE, size, BE(a)->ops->vmm_reserve(CTX(a), a->device, size, va));
+}
+
+hbm_status hbm__dev_unreserve(hbm_allocator *a, uintptr_t va, size_t size)
+{
+    CALL(a, HBM__OP_UNRESERVE, size, BE(a)->ops->vmm_unreserve(CTX(a), a->device, va, size));
+}
+
+hbm_status hbm__dev_create(hbm_allocator *a, size_t size, uint64_t *handle)
+{
+    CALL(a, HBM__OP_CREATE, size, BE(a)->ops->vmm_create(CTX(a), a->device, size, handle));
+}
+
+hbm_status hbm__dev_release(hbm_allocator *a, uint64_t handle)
+{
+    CALL(a, HBM__OP_RELEASE, 0, BE(a)->ops->vmm_release(CTX(a), a->device, handle));
+}
+
+hbm_status hbm__dev_map(hbm_allocator *a, uintptr_t va, size_t size, uint64_t handle)
+{
+    CALL(a, HBM__OP_MAP, size, BE(a)->ops->vmm_map(CTX(a), a->device, va, size, handle));
+}
+
+hbm_status hbm__dev_unmap(hbm_allocator *a, uintptr_t va, size_t size)
+{
+    CALL(a, HBM__OP_UNMAP, size, BE(a)->ops->vmm_unmap(CTX(a), a->device, va, size));
+}
+
+hbm_status hbm__dev_access(hbm_allocator *a, uintptr_t va, size_t size)
+{
+    if (!BE(a)->ops->vmm_access)
+        return HBM_OK; /* Ascend maps with access already granted */
+    CALL(a, HBM__OP_ACCESS, size, BE(a)->ops->vmm_access(CTX(a), a->device, va, size));
+}
+
+hbm_status hbm__dev_sync(hbm_allocator *a, hbm_stream stream)
+{
+    if (!BE(a)->ops->stream_sync)
+        return HBM_OK;
+    CALL(a, HBM__OP_SYNC, 0, BE(a)->ops->stream_sync(CTX(a), a->device, stream));
 }

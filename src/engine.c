@@ -86,7 +86,7 @@ void hbm__set_error(hbm_allocator *a, const char *fmt, ...)
 /* ---- block objects ---- */
 
 /* A block object with every field but node cleared (no memset: it is on the split path). */
-static hbm__block *block_new(hbm_allocator *a)
+hbm__block *hbm__block_new(hbm_allocator *a)
 {
     hbm__block *b = a->spare_blocks;
     if (b)
@@ -100,26 +100,29 @@ static hbm__block *block_new(hbm_allocator *a)
     b->size = b->requested = 0;
     b->gc_base = 0;
     b->allocated = b->in_tree = false;
+    b->mapped = true;
     return b;
 }
 
-static void block_recycle(hbm_allocator *a, hbm__block *b)
+void hbm__block_recycle(hbm_allocator *a, hbm__block *b)
 {
     b->next = a->spare_blocks;
     a->spare_blocks = b;
 }
 
-/* Keep one block object in hand, so that a split cannot fail half-way. */
-static hbm_status ensure_spare(hbm_allocator *a)
+hbm_status hbm__ensure_spares(hbm_allocator *a, int n)
 {
-    if (a->spare_blocks)
-        return HBM_OK;
-    hbm__block *b = malloc(sizeof *b);
-    if (!b) {
-        hbm__set_error(a, "out of host memory for allocator bookkeeping");
-        return HBM_ERR_NOMEM;
+    int have = 0;
+    for (hbm__block *b = a->spare_blocks; b && have < n; b = b->next)
+        have++;
+    for (; have < n; have++) {
+        hbm__block *b = malloc(sizeof *b);
+        if (!b) {
+            hbm__set_error(a, "out of host memory for allocator bookkeeping");
+            return HBM_ERR_NOMEM;
+        }
+        hbm__block_recycle(a, b);
     }
-    block_recycle(a, b);
     return HBM_OK;
 }
 
@@ -129,6 +132,14 @@ static bool gc_active(const hbm_allocator *a)
 }
 
 static bool block_is_split(const hbm__block *b) { return b->prev || b->next; }
+
+/* A whole non-expandable segment: what cudaFree can return. */
+static bool whole_segment(const hbm__block *b) { return !b->prev && !b->next && !b->seg->expandable; }
+
+static size_t expandable_size(const hbm__block *b)
+{
+    return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
+}
 
 /* ---- the best-fit search (get_free_block) ---- */
 
@@ -140,6 +151,15 @@ static hbm__block *get_free_block(hbm_allocator *a, hbm__pool *p, hbm_stream str
     hbm__block *b = hbm__pool_lower_bound(p, stream, size);
     if (!b || b->stream != stream)
         return NULL;
+    if (b->seg->expandable) {
+        /* For best fit, a block at the mapped frontier counts as the size it
+         * can grow to (its unmapped successor included): prefer a block that
+         * fits without growing, as PyTorch does. */
+        for (hbm__block *n = hbm__pool_next(p, b); n && n->stream == stream && n->seg->expandable &&
+                                                  expandable_size(n) < expandable_size(b);
+             n = hbm__pool_next(p, b))
+            b = n;
+    }
     /* Oversize blocks (>= max_split_size) serve only oversize requests, and
      * only within max_non_split_rounding of their size; PyTorch stops the
      * search here rather than looking further, as every later block is larger. */
@@ -154,7 +174,7 @@ static hbm__block *get_free_block(hbm_allocator *a, hbm__pool *p, hbm_stream str
 static bool should_split(const hbm_allocator *a, const hbm__pool *p, const hbm__block *b, size_t size)
 {
     size_t remaining = b->size - size;
-    if (p->is_small)
+    if (p->is_small || b->seg->expandable)
         return remaining >= HBM__MIN_BLOCK;
     /* Large pool: keep up to 1 MiB of slack inside the block rather than
      * leave a sliver, and never split an oversize block. */
@@ -168,7 +188,7 @@ static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block 
     if (should_split(a, p, b, size)) {
         /* The front becomes the caller's block; the old object keeps the remainder. */
         hbm__block *rem = b;
-        b = block_new(a); /* ensure_spare() guaranteed one */
+        b = hbm__block_new(a); /* hbm__ensure_spares() guaranteed one */
         b->seg = rem->seg;
         b->stream = rem->stream;
         b->addr = rem->addr;
@@ -183,13 +203,15 @@ static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block 
         rem->addr += size;
         rem->size -= size;
         hbm__pool_insert(p, rem);
-        if (already_split) {
+        /* Expandable segments stay out of inactive_split: their free pages can always be returned. */
+        if (b->seg->expandable) {
+        } else if (already_split) {
             hbm__stat_arr_dec(st->inactive_split_bytes, p, (int64_t)size);
         } else {
             hbm__stat_arr_inc(st->inactive_split_bytes, p, (int64_t)rem->size);
             hbm__stat_arr_inc(st->inactive_split, p, 1);
         }
-    } else if (already_split) {
+    } else if (already_split && !b->seg->expandable) {
         hbm__stat_arr_dec(st->inactive_split_bytes, p, (int64_t)b->size);
         hbm__stat_arr_dec(st->inactive_split, p, 1);
     }
@@ -208,8 +230,10 @@ static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block 
 
 /* ---- segments ---- */
 
-static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, bool is_retry,
-                              hbm__block **out)
+/* A new segment of `size` bytes for a rounded request of `request` bytes
+ * (with expandable segments: pages mapped to cover the request). */
+static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t request, size_t size,
+                              bool is_retry, hbm__block **out)
 {
     hbm_stats *st = &a->stats;
     if (is_retry)
@@ -217,12 +241,14 @@ static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
     /* The fraction limit counts as a device OOM, before any device call. */
     if (a->fraction_set && a->total_reserved + size > a->allowed_max)
         return HBM_ERR_OOM;
+    if (a->expandable)
+        return hbm__expand_alloc(a, p, stream, request, out);
     hbm__segment *seg = malloc(sizeof *seg);
-    hbm__block *b = block_new(a);
+    hbm__block *b = hbm__block_new(a);
     if (!seg || !b) {
         free(seg);
         if (b)
-            block_recycle(a, b);
+            hbm__block_recycle(a, b);
         hbm__set_error(a, "out of host memory for allocator bookkeeping");
         return HBM_ERR_NOMEM;
     }
@@ -230,7 +256,7 @@ static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
     hbm_status rc = hbm__dev_malloc(a, size, &addr);
     if (rc != HBM_OK) {
         free(seg);
-        block_recycle(a, b);
+        hbm__block_recycle(a, b);
         return rc;
     }
     memset(seg, 0, sizeof *seg);
@@ -272,7 +298,7 @@ static hbm_status release_block(hbm_allocator *a, hbm__block *b)
     a->stats.num_device_free++;
     hbm__segments_remove(a, seg);
     free(seg);
-    block_recycle(a, b);
+    hbm__block_recycle(a, b);
     return HBM_OK;
 }
 
@@ -282,13 +308,14 @@ static hbm_status release_pool(hbm_allocator *a, hbm__pool *p)
     hbm_status first_error = HBM_OK;
     for (hbm__block *b = hbm__pool_first(p), *next; b; b = next) {
         next = hbm__pool_next(p, b);
-        if (!block_is_split(b)) {
+        if (whole_segment(b)) {
             hbm_status rc = release_block(a, b);
             if (rc != HBM_OK && first_error == HBM_OK)
                 first_error = rc;
         }
     }
-    return first_error;
+    hbm_status rc = hbm__expand_release_pool(a, p);
+    return first_error != HBM_OK ? first_error : rc;
 }
 
 static hbm_status release_cached_blocks(hbm_allocator *a)
@@ -307,7 +334,7 @@ static bool release_available(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
         return false;
     size_t key = size < ms ? ms : size;
     hbm__block *b = hbm__pool_lower_bound(p, stream, key);
-    if (b && b->stream == stream && !block_is_split(b))
+    if (b && b->stream == stream && whole_segment(b))
         return release_block(a, b) == HBM_OK;
     /* No single block is large enough: free oversize blocks from the largest down. */
     size_t released = 0;
@@ -315,7 +342,7 @@ static bool release_available(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
     while (cur && released < key && cur->size >= ms && cur->stream == stream) {
         hbm__block *prev = hbm__pool_prev(p, cur);
         size_t sz = cur->size;
-        if (!block_is_split(cur) && release_block(a, cur) == HBM_OK)
+        if (whole_segment(cur) && release_block(a, cur) == HBM_OK)
             released += sz;
         cur = prev;
     }
@@ -334,7 +361,7 @@ static void garbage_collect(hbm_allocator *a)
     double total_age = 0;
     size_t count = 0;
     for (hbm__block *b = hbm__pool_first(p); b; b = hbm__pool_next(p, b))
-        if (!block_is_split(b)) {
+        if (whole_segment(b)) {
             total_age += (double)(p->search_count - b->gc_base);
             count++;
         }
@@ -347,7 +374,7 @@ static void garbage_collect(hbm_allocator *a)
         for (hbm__block *b = hbm__pool_first(p), *next; b; b = next) {
             next = hbm__pool_next(p, b);
             double age = (double)(p->search_count - b->gc_base);
-            if (block_is_split(b) || age < age_threshold)
+            if (!whole_segment(b) || age < age_threshold)
                 continue;
             size_t sz = b->size;
             if (release_block(a, b) != HBM_OK)
@@ -448,7 +475,7 @@ static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream
         return HBM_ERR_OOM;
     }
     hbm_status rc;
-    if ((rc = ensure_spare(a)) != HBM_OK)
+    if ((rc = hbm__ensure_spares(a, 1)) != HBM_OK)
         return rc;
     if (hbm__ptrmap_reserve(&a->live, 1)) {
         hbm__set_error(a, "out of host memory for allocator bookkeeping");
@@ -461,12 +488,12 @@ static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream
         size_t alloc_size = hbm__allocation_size(&a->conf, size);
         if (gc_active(a))
             garbage_collect(a);
-        rc = alloc_block(a, p, stream, alloc_size, false, &b);
+        rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
         if (rc == HBM_ERR_OOM && release_available(a, p, stream, size))
-            rc = alloc_block(a, p, stream, alloc_size, false, &b);
+            rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
         if (rc == HBM_ERR_OOM) {
             release_cached_blocks(a);
-            rc = alloc_block(a, p, stream, alloc_size, true, &b);
+            rc = alloc_block(a, p, stream, size, alloc_size, true, &b);
         }
         if (rc != HBM_OK) {
             if (rc == HBM_ERR_OOM) {
@@ -475,7 +502,7 @@ static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream
             }
             return rc;
         }
-        if ((rc = ensure_spare(a)) != HBM_OK) {
+        if ((rc = hbm__ensure_spares(a, 1)) != HBM_OK) {
             /* Keep the new segment cached: nothing is lost. */
             hbm__pool_insert(p, b);
             return rc;
@@ -501,12 +528,14 @@ hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **o
 
 /* ---- free ---- */
 
-/* Merge src into dst if src is a free neighbour; returns the bytes absorbed. */
-static size_t try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
+size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
 {
-    if (!src || src->allocated)
+    if (!src || src->allocated || src->mapped != dst->mapped)
         return 0;
-    hbm__pool_remove(p, src);
+    if (src->mapped)
+        hbm__pool_remove(p, src);
+    else
+        hbm__unmapped_remove(p, src);
     if (dst->prev == src) {
         dst->addr = src->addr;
         dst->prev = src->prev;
@@ -521,7 +550,7 @@ static size_t try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__bl
     }
     size_t absorbed = src->size;
     dst->size += absorbed;
-    block_recycle(a, src);
+    hbm__block_recycle(a, src);
     return absorbed;
 }
 
@@ -533,7 +562,7 @@ static void free_block(hbm_allocator *a, hbm__block *b)
     int64_t net_blocks = 0, net_bytes = 0;
     hbm__block *candidates[2] = {b->prev, b->next};
     for (int i = 0; i < 2; i++) {
-        size_t absorbed = try_merge(a, p, b, candidates[i]);
+        size_t absorbed = hbm__try_merge(a, p, b, candidates[i]);
         if (absorbed) {
             net_blocks -= 1;
             net_bytes -= (int64_t)absorbed;
@@ -545,6 +574,8 @@ static void free_block(hbm_allocator *a, hbm__block *b)
         net_blocks += 1;
         net_bytes += (int64_t)b->size;
     }
+    if (b->seg->expandable)
+        net_blocks = net_bytes = 0; /* not counted in inactive_split, as in PyTorch */
     if (net_blocks > 0)
         hbm__stat_arr_inc(st->inactive_split, p, net_blocks);
     else if (net_blocks < 0)
@@ -658,7 +689,10 @@ void hbm__engine_teardown(hbm_allocator *a)
 {
     for (hbm__segment *s; (s = hbm__segments_first(a));) {
         hbm__segments_remove(a, s);
-        hbm__dev_free(a, s->addr, s->size);
+        if (s->expandable)
+            hbm__expand_teardown(a, s);
+        else
+            hbm__dev_free(a, s->addr, s->size);
         for (hbm__block *b = s->head, *bn; b; b = bn) {
             bn = b->next;
             free(b);

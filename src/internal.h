@@ -39,8 +39,16 @@ typedef struct hbm__block {
     size_t requested; /* the caller's size while allocated */
     uint64_t gc_base; /* pool->search_count when the block entered the free tree */
     bool allocated;
-    bool in_tree;
+    bool in_tree;     /* in pool->free_tree (free and mapped) or pool->unmapped (unmapped) */
+    bool mapped;      /* false only for unmapped ranges of expandable segments */
 } hbm__block;
+
+/* One page of an expandable segment: its physical handle (0: none) and whether it is mapped.
+ * A handle whose release failed stays here, unmapped, and is reused by the next map. */
+typedef struct hbm__page {
+    uint64_t handle;
+    bool mapped;
+} hbm__page;
 
 struct hbm__segment {
     hbm__avl node; /* in allocator->segments, by address */
@@ -49,11 +57,19 @@ struct hbm__segment {
     hbm_stream stream;
     hbm__pool *pool;
     hbm__block *head; /* lowest-address block */
+    /* Expandable segments: a virtual reservation mapped page by page. */
+    bool expandable;
+    size_t page;        /* page size: 2 MiB small pool, large_segment_size large pool */
+    size_t npages;
+    size_t mapped_pages;
+    hbm__page *pages;
 };
 
 struct hbm__pool {
-    hbm__avl *free_tree;   /* free blocks ordered by (stream, size, address) */
+    hbm__avl *free_tree;   /* free mapped blocks ordered by (stream, size, address) */
     size_t nfree;          /* blocks in free_tree */
+    hbm__avl *unmapped;    /* unmapped ranges of expandable segments, by (stream, address) */
+    size_t nunmapped;
     uint64_t search_count; /* get_free_blocks_call_count: the GC age clock */
     bool is_small;
 };
@@ -80,7 +96,10 @@ struct hbm_allocator {
     bool fraction_set;     /* a fraction < 1 is in force */
     size_t allowed_max;    /* allowed_memory_maximum when fraction_set */
     double fraction;
+    bool expandable;       /* expandable segments in force (asked for, and the device can) */
+    size_t nexpandable;    /* expandable segments (reservations) held */
     hbm_device_counters dev;
+    char warning[1024];    /* the capability fallback, if any (also printed once at create) */
     char err[1536];
 };
 
@@ -127,6 +146,30 @@ void hbm__stats_reset_accumulated(hbm_stats *s);
 hbm_status hbm__dev_malloc(hbm_allocator *a, size_t size, uintptr_t *out);
 hbm_status hbm__dev_free(hbm_allocator *a, uintptr_t ptr, size_t size);
 hbm_status hbm__dev_info(hbm_allocator *a, size_t *free_bytes, size_t *total_bytes);
+hbm_status hbm__dev_reserve(hbm_allocator *a, size_t size, uintptr_t *va);
+hbm_status hbm__dev_unreserve(hbm_allocator *a, uintptr_t va, size_t size);
+hbm_status hbm__dev_create(hbm_allocator *a, size_t size, uint64_t *handle);
+hbm_status hbm__dev_release(hbm_allocator *a, uint64_t handle);
+hbm_status hbm__dev_map(hbm_allocator *a, uintptr_t va, size_t size, uint64_t handle);
+hbm_status hbm__dev_unmap(hbm_allocator *a, uintptr_t va, size_t size);
+hbm_status hbm__dev_access(hbm_allocator *a, uintptr_t va, size_t size);
+hbm_status hbm__dev_sync(hbm_allocator *a, hbm_stream stream);
+
+/* ---- shared by engine.c and expand.c ---- */
+hbm__block *hbm__block_new(hbm_allocator *a);
+void hbm__block_recycle(hbm_allocator *a, hbm__block *b);
+/* Keep n block objects in hand so a split cannot fail half-way. */
+hbm_status hbm__ensure_spares(hbm_allocator *a, int n);
+/* Merge src into dst when src is a free neighbour in the same mapped state; returns bytes absorbed. */
+size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src);
+
+/* ---- expand.c: expandable segments ---- */
+/* Map pages for a request of `size` (rounded) on stream; the block returned is out of the free tree. */
+hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out);
+/* Unmap every fully free page of the pool's expandable segments; release segments left empty. */
+hbm_status hbm__expand_release_pool(hbm_allocator *a, hbm__pool *p);
+/* Return a segment's pages and reservation at destroy (whatever their state). */
+void hbm__expand_teardown(hbm_allocator *a, hbm__segment *seg);
 
 /* ---- engine.c ---- */
 /* Round a request as PyTorch's round_size does. */

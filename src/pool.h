@@ -77,4 +77,41 @@ static inline hbm__block *hbm__pool_next(hbm__pool *p, const hbm__block *b)
 
 static inline hbm__block *hbm__pool_first(hbm__pool *p) { return hbm__pool_node(hbm__avl_first(p->free_tree)); }
 
+/* Unmapped ranges, ordered by (stream, address) as PyTorch's BlockComparatorAddress. */
+static inline int hbm__unmapped_cmp(const hbm__avl *x, const hbm__avl *y)
+{
+    const hbm__block *a = HBM__BLOCK_OF(x), *b = HBM__BLOCK_OF(y);
+    if (a->stream != b->stream)
+        return a->stream < b->stream ? -1 : 1;
+    return a->addr < b->addr ? -1 : a->addr > b->addr;
+}
+
+static inline void hbm__unmapped_insert(hbm__pool *p, hbm__block *b)
+{
+    b->in_tree = true;
+    hbm__avl_insert(&p->unmapped, &b->node, hbm__unmapped_cmp);
+    p->nunmapped++;
+}
+
+static inline void hbm__unmapped_remove(hbm__pool *p, hbm__block *b)
+{
+    hbm__avl_remove(&p->unmapped, &b->node, hbm__unmapped_cmp);
+    b->in_tree = false;
+    p->nunmapped--;
+}
+
+/* Lowest-address unmapped range on stream at or after addr, or NULL (caller checks the stream). */
+static inline hbm__block *hbm__unmapped_lower_bound(hbm__pool *p, hbm_stream stream, uintptr_t addr)
+{
+    hbm__block key;
+    key.stream = stream;
+    key.addr = addr;
+    return hbm__pool_node(hbm__avl_lower_bound(p->unmapped, &key.node, hbm__unmapped_cmp));
+}
+
+static inline hbm__block *hbm__unmapped_next(hbm__pool *p, const hbm__block *b)
+{
+    return hbm__pool_node(hbm__avl_upper_bound(p->unmapped, &b->node, hbm__unmapped_cmp));
+}
+
 #endif

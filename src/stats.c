@@ -80,6 +80,8 @@ int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap)
         {"num_alloc_retries", s->num_alloc_retries}, {"num_ooms", s->num_ooms},
         {"num_sync_all_streams", s->num_sync_all_streams}, {"num_device_alloc", s->num_device_alloc},
         {"num_device_free", s->num_device_free}, {"max_split_size", s->max_split_size},
+        /* hbmalloc extensions */
+        {"expandable_segments", s->expandable_segments}, {"num_expandable_segments", s->num_expandable_segments},
     };
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++, n++)
         if (n < cap) {

@@ -289,9 +289,17 @@ static void oom_advice_blames_fragmentation_only_when_it_is_the_cause(void **st)
 static void oom_advice_never_suggests_a_setting_in_force(void **st)
 {
     (void)st;
-    hbm_allocator *a = fragmented("expandable_segments:True");
+    /* Ten 10 MiB blocks fill five 20 MiB pages; freeing every other one leaves
+     * 50 MiB cached, pinned one block per page by the live ones. */
+    hbm_allocator *a = open_sim("sim:capacity=100MiB", "expandable_segments:True");
+    void *blk[10];
+    for (int i = 0; i < 10; i++)
+        blk[i] = must_malloc(a, 10 * MiB, 0);
+    for (int i = 1; i < 10; i += 2)
+        hbm_free(a, blk[i]);
     void *p;
-    assert_int_equal(hbm_malloc(a, 9 * MiB, 0, &p), HBM_ERR_OOM);
+    assert_int_equal(hbm_malloc(a, 15 * MiB, 0, &p), HBM_ERR_OOM);
+    assert_valid(a);
     const char *m = hbm_last_error(a);
     assert_null(strstr(m, "try expandable_segments:True"));
     assert_non_null(strstr(m, "fragmented"));

@@ -36,9 +36,16 @@ static size_t random_size(void)
     return 1 + rnd() % 8;                             /* tiny */
 }
 
-static void run(const char *spec, const char *settings, uint64_t seed, int fill, double fraction)
+/* faults: every few hundred operations a random device call kind fails once
+ * (out of memory or a device error); every failure must come back as a status. */
+static void run_ex(const char *spec, const char *settings, uint64_t seed, int fill, double fraction, int faults)
 {
-    hbm_allocator *a = open_sim(spec, settings);
+    hbm_backend *be;
+    hbm_allocator *a;
+    char err[512];
+    if (hbm_backend_open(&be, spec, err, sizeof err) != HBM_OK || hbm_create(&a, be, 0, settings, err, sizeof err))
+        fail_msg("%s / %s: %s", spec, settings, err);
+    size_t injected_failures = 0;
     if (fraction < 1.0)
         assert_int_equal(hbm_set_memory_fraction(a, fraction), HBM_OK);
     rng_state = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -48,6 +55,14 @@ static void run(const char *spec, const char *settings, uint64_t seed, int fill,
     size_t ooms = 0;
     for (int op = 0; op < OPS; op++) {
         uint64_t r = rnd() % 1000;
+        if (faults && op % 300 == 0) {
+            hbm__sim_clear_faults(sim_of(a));
+            hbm__sim_fault f = {.kind = (int)(rnd() % HBM__OP_KINDS), .nth = 1 + rnd() % 4, .min_size = 0,
+                                .max_size = SIZE_MAX, .code = rnd() % 2 ? HBM__BE_OOM : HBM__SIM_ERR_INJECTED};
+            if (f.kind == HBM__OP_INFO)
+                f.kind = HBM__OP_MAP;
+            hbm__sim_add_fault(sim_of(a), &f);
+        }
         if ((r < 560 && nl < MAX_LIVE) || nl == 0) {
             size_t n = random_size();
             if (fill && n > 2 * MiB)
@@ -56,6 +71,9 @@ static void run(const char *spec, const char *settings, uint64_t seed, int fill,
             hbm_status rc = hbm_malloc(a, n, rnd() % 3, &p);
             if (rc == HBM_ERR_OOM) {
                 ooms++;
+                assert_null(p);
+            } else if (faults && rc == HBM_ERR_BACKEND) {
+                injected_failures++;
                 assert_null(p);
             } else {
                 assert_int_equal(rc, HBM_OK);
@@ -81,11 +99,14 @@ static void run(const char *spec, const char *settings, uint64_t seed, int fill,
             requested -= (int64_t)L[i].n;
             L[i] = L[--nl];
         } else {
-            assert_int_equal(hbm_empty_cache(a), HBM_OK);
+            hbm_status rc = hbm_empty_cache(a);
+            if (rc != HBM_OK && !(faults && rc == HBM_ERR_BACKEND))
+                fail_msg("empty_cache: %s", hbm_last_error(a));
         }
         assert_int_equal(stats_of(a).requested_bytes[HBM_POOL_ALL].current, requested);
         assert_valid(a);
     }
+    hbm__sim_clear_faults(sim_of(a));
     while (nl > 0) {
         assert_int_equal(hbm_free(a, L[--nl].p), HBM_OK);
         assert_valid(a);
@@ -96,9 +117,22 @@ static void run(const char *spec, const char *settings, uint64_t seed, int fill,
     assert_int_equal(s.num_ooms, (int64_t)ooms);
     assert_int_equal(hbm_empty_cache(a), HBM_OK);
     assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_ALL].current, 0);
-    print_message("  %s / \"%s\" seed %llu: %d ops, %zu OOMs, peak reserved %lld MiB\n", spec, settings,
-                  (unsigned long long)seed, OPS, ooms, (long long)(s.reserved_bytes[0].peak >> 20));
+    print_message("  %s / \"%s\" seed %llu: %d ops, %zu OOMs, %zu injected failures, peak reserved %lld MiB\n",
+                  spec, settings, (unsigned long long)seed, OPS, ooms, injected_failures,
+                  (long long)(s.reserved_bytes[0].peak >> 20));
     hbm_destroy(a);
+    hbm__sim_counters c;
+    hbm__sim_get_counters(hbm__sim_ctx(be), &c);
+    assert_int_equal(c.live_allocations, 0);
+    assert_int_equal(c.live_reservations, 0);
+    assert_int_equal(c.live_handles, 0);
+    assert_int_equal(c.mapped_pages, 0);
+    hbm_backend_close(be);
+}
+
+static void run(const char *spec, const char *settings, uint64_t seed, int fill, double fraction)
+{
+    run_ex(spec, settings, seed, fill, fraction, 0);
 }
 
 static void default_settings_two_seeds(void **st)
@@ -138,6 +172,21 @@ static void host_backed_blocks_never_overlap(void **st)
     run("sim:capacity=512MiB,memory=host", "", 7, 1, 1.0);
 }
 
+static void expandable_segments(void **st)
+{
+    (void)st;
+    run("sim:capacity=2GiB", "expandable_segments:True", 8, 0, 1.0);
+    run("sim:capacity=1GiB", "expandable_segments:True,roundup_power2_divisions:4,large_segment_size_mb:32", 9, 0,
+        1.0);
+}
+
+static void injected_faults_are_returned_and_leak_nothing(void **st)
+{
+    (void)st;
+    run_ex("sim:capacity=1GiB", "expandable_segments:True", 10, 0, 1.0, 1);
+    run_ex("sim:capacity=1GiB", "max_split_size_mb:32", 11, 0, 1.0, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -147,6 +196,8 @@ int main(void)
         cmocka_unit_test(gc_under_a_memory_fraction),
         cmocka_unit_test(npu_padding_and_large_segments),
         cmocka_unit_test(host_backed_blocks_never_overlap),
+        cmocka_unit_test(expandable_segments),
+        cmocka_unit_test(injected_faults_are_returned_and_leak_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -101,9 +101,13 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
     fprintf(out, "peak allocated:     %s (%lld bytes)\n", pa, (long long)s->allocated_bytes[HBM_POOL_ALL].peak);
     fprintf(out, "peak reserved:      %s (%lld bytes)\n", pr, (long long)s->reserved_bytes[HBM_POOL_ALL].peak);
     fprintf(out, "reserved/allocated: %.4f\n", ratio);
-    fprintf(out, "device calls:       %llu malloc, %llu free (%lld segments allocated, %lld released)\n",
+    fprintf(out, "device calls:       %llu malloc, %llu free, %llu map, %llu unmap, %llu other "
+                 "(num_device_alloc %lld, num_device_free %lld)\n",
             (unsigned long long)r->dev.malloc_calls, (unsigned long long)r->dev.free_calls,
+            (unsigned long long)r->dev.map_calls, (unsigned long long)r->dev.unmap_calls,
+            (unsigned long long)(r->dev.vmm_calls + r->dev.sync_calls + r->dev.info_calls),
             (long long)s->num_device_alloc, (long long)s->num_device_free);
+    fprintf(out, "expandable segments: %s\n", s->expandable_segments ? "on" : "off");
     fprintf(out, "device time:        %.3f ms (modelled)\n", (double)r->dev.device_ns / 1e6);
     fprintf(out, "alloc retries:      %lld\n", (long long)s->num_alloc_retries);
     fprintf(out, "OOMs:               %lld\n", (long long)s->num_ooms);

@@ -27,7 +27,15 @@ typedef enum hbm__op {
     HBM__OP_MALLOC = 0,
     HBM__OP_FREE = 1,
     HBM__OP_INFO = 2,
-    HBM__OP_KINDS = 3
+    HBM__OP_RESERVE = 3,    /* reserve a virtual address range */
+    HBM__OP_UNRESERVE = 4,  /* free it */
+    HBM__OP_CREATE = 5,     /* create a physical page handle */
+    HBM__OP_RELEASE = 6,    /* release it */
+    HBM__OP_MAP = 7,        /* map a handle at an address */
+    HBM__OP_UNMAP = 8,      /* unmap an address range */
+    HBM__OP_ACCESS = 9,     /* make a mapping readable and writable by the device */
+    HBM__OP_SYNC = 10,      /* wait for a stream's work (before an unmap) */
+    HBM__OP_KINDS = 11
 } hbm__op;
 
 /* Filled once when the backend is opened. */
@@ -36,6 +44,11 @@ typedef struct hbm__backend_caps {
     hbm_dialect dialect;  /* whose allocator rules this device follows (CUDA or NPU) */
     size_t request_pad;   /* bytes added to every request (torch_npu pads 32 bytes) */
     int modelled_cost;    /* 1: cost_ns() gives modelled time; 0: device.c measures wall time */
+    /* Virtual memory (expandable segments). */
+    int has_vmm;             /* the vmm_* functions work on this device */
+    char vmm_why_not[256];   /* when !has_vmm: why, in words a user can act on */
+    size_t vmm_granularity;  /* page sizes must be multiples of this */
+    char version[96];        /* driver / firmware versions, for messages */
 } hbm__backend_caps;
 
 typedef struct hbm__backend_ops {
@@ -46,6 +59,17 @@ typedef struct hbm__backend_ops {
     const char *(*strerror)(void *ctx, int code);
     uint64_t (*cost_ns)(void *ctx, hbm__op op, size_t size); /* may be NULL */
     void (*close)(void *ctx);
+    /* Virtual memory, present when caps.has_vmm (NULL otherwise). Reservations
+     * and mappings are page-aligned; unmap and unreserve take the exact range
+     * that was mapped or reserved. vmm_access may be NULL (Ascend needs none). */
+    int (*vmm_reserve)(void *ctx, int device, size_t size, uintptr_t *va);
+    int (*vmm_unreserve)(void *ctx, int device, uintptr_t va, size_t size);
+    int (*vmm_create)(void *ctx, int device, size_t size, uint64_t *handle);
+    int (*vmm_release)(void *ctx, int device, uint64_t handle);
+    int (*vmm_map)(void *ctx, int device, uintptr_t va, size_t size, uint64_t handle);
+    int (*vmm_unmap)(void *ctx, int device, uintptr_t va, size_t size);
+    int (*vmm_access)(void *ctx, int device, uintptr_t va, size_t size);
+    int (*stream_sync)(void *ctx, int device, hbm_stream stream);
 } hbm__backend_ops;
 
 struct hbm_backend {

@@ -41,6 +41,22 @@ typedef struct sim_dev {
     size_t nranges, cap_ranges;
 } sim_dev;
 
+/* A virtual reservation and its page table (handle per granularity page, 0 = unmapped). */
+typedef struct sim_resv {
+    uintptr_t va;
+    size_t size;
+    int device;
+    uint64_t *pages;
+    size_t npages;
+} sim_resv;
+
+typedef struct sim_handle {
+    size_t size;
+    int device;
+    int live;
+    int mapped; /* pages of reservations that point at it */
+} sim_handle;
+
 typedef struct sim_fault_state {
     hbm__sim_fault rule;
     uint64_t seen;
@@ -58,6 +74,13 @@ typedef struct sim {
     sim_fault_state faults[SIM_MAX_FAULTS];
     int nfaults;
     hbm__sim_counters counters;
+    /* virtual memory */
+    int vmm;
+    size_t granularity;
+    sim_resv *resv;
+    size_t nresv, cap_resv;
+    sim_handle *handles; /* handle h lives at handles[h - 1] */
+    size_t nhandles, cap_handles;
 } sim;
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -252,6 +275,195 @@ static int sim_info_fn(void *ctx, int device, size_t *free_bytes, size_t *total_
     return rc;
 }
 
+
+/* ---- virtual memory ---- */
+
+static sim_resv *resv_find(sim *s, int device, uintptr_t va, size_t size)
+{
+    for (size_t i = 0; i < s->nresv; i++) {
+        sim_resv *r = &s->resv[i];
+        if (r->device == device && va >= r->va && va - r->va <= r->size && size <= r->size - (va - r->va))
+            return r;
+    }
+    return NULL;
+}
+
+static int vmm_begin(sim *s, hbm__op op, int device, size_t size)
+{
+    s->counters.calls[op]++;
+    if (!s->vmm)
+        return HBM__SIM_ERR_NO_VMM;
+    if (device < 0 || device >= s->ndev)
+        return HBM__SIM_ERR_DEVICE;
+    return fault_check(s, op, size);
+}
+
+static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *va)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = vmm_begin(s, HBM__OP_RESERVE, device, size);
+    if (!rc && (size == 0 || size % s->granularity))
+        rc = HBM__SIM_ERR_ALIGN;
+    uint64_t *pages = NULL;
+    if (!rc && (grow((void **)&s->resv, &s->cap_resv, s->nresv + 1, sizeof(sim_resv)) ||
+                !(pages = calloc(size / s->granularity, sizeof *pages))))
+        rc = HBM__SIM_ERR_HOST;
+    if (!rc && range_take(&s->dev[device], size, va))
+        rc = HBM__BE_OOM; /* address space exhausted */
+    if (!rc) {
+        s->resv[s->nresv++] = (sim_resv){*va, size, device, pages, size / s->granularity};
+        s->counters.live_reservations++;
+    } else {
+        free(pages);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_unreserve(void *ctx, int device, uintptr_t va, size_t size)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = vmm_begin(s, HBM__OP_UNRESERVE, device, size);
+    sim_resv *r = rc ? NULL : resv_find(s, device, va, size);
+    if (!rc && (!r || r->va != va || r->size != size))
+        rc = HBM__SIM_ERR_BAD_RANGE;
+    for (size_t i = 0; !rc && i < r->npages; i++)
+        if (r->pages[i])
+            rc = HBM__SIM_ERR_STILL_MAPPED;
+    if (!rc) {
+        range_give(&s->dev[device], va, size);
+        free(r->pages);
+        *r = s->resv[--s->nresv];
+        s->counters.live_reservations--;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_create(void *ctx, int device, size_t size, uint64_t *handle)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = vmm_begin(s, HBM__OP_CREATE, device, size);
+    if (!rc && (size == 0 || size % s->granularity))
+        rc = HBM__SIM_ERR_ALIGN;
+    sim_dev *d = rc ? NULL : &s->dev[device];
+    if (!rc && (size > d->capacity - d->used - d->others || d->used + d->others > d->capacity))
+        rc = HBM__BE_OOM;
+    if (!rc && grow((void **)&s->handles, &s->cap_handles, s->nhandles + 1, sizeof(sim_handle)))
+        rc = HBM__SIM_ERR_HOST;
+    if (!rc) {
+        /* Handles are never reused, so a stale one is always caught. */
+        s->handles[s->nhandles] = (sim_handle){size, device, 1, 0};
+        *handle = ++s->nhandles;
+        d->used += size;
+        s->counters.live_handles++;
+        s->counters.live_bytes += size;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static sim_handle *handle_get(sim *s, int device, uint64_t h)
+{
+    if (h == 0 || h > s->nhandles)
+        return NULL;
+    sim_handle *x = &s->handles[h - 1];
+    return x->live && x->device == device ? x : NULL;
+}
+
+static int sim_release(void *ctx, int device, uint64_t handle)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = vmm_begin(s, HBM__OP_RELEASE, device, 0);
+    sim_handle *h = rc ? NULL : handle_get(s, device, handle);
+    if (!rc && !h)
+        rc = HBM__SIM_ERR_BAD_HANDLE;
+    if (!rc && h->mapped)
+        rc = HBM__SIM_ERR_STILL_MAPPED;
+    if (!rc) {
+        h->live = 0;
+        s->dev[device].used -= h->size;
+        s->counters.live_handles--;
+        s->counters.live_bytes -= h->size;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_map(void *ctx, int device, uintptr_t va, size_t size, uint64_t handle)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = vmm_begin(s, HBM__OP_MAP, device, size);
+    sim_handle *h = rc ? NULL : handle_get(s, device, handle);
+    sim_resv *r = rc ? NULL : resv_find(s, device, va, size);
+    if (!rc && !h)
+        rc = HBM__SIM_ERR_BAD_HANDLE;
+    if (!rc && (!r || (va - r->va) % s->granularity || size != h->size))
+        rc = HBM__SIM_ERR_BAD_RANGE;
+    size_t first = rc ? 0 : (va - r->va) / s->granularity, n = rc ? 0 : size / s->granularity;
+    for (size_t i = 0; !rc && i < n; i++)
+        if (r->pages[first + i])
+            rc = HBM__SIM_ERR_STILL_MAPPED;
+    for (size_t i = 0; !rc && i < n; i++)
+        r->pages[first + i] = handle;
+    if (!rc) {
+        h->mapped += (int)n;
+        s->counters.mapped_pages += n;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_unmap(void *ctx, int device, uintptr_t va, size_t size)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = vmm_begin(s, HBM__OP_UNMAP, device, size);
+    sim_resv *r = rc ? NULL : resv_find(s, device, va, size);
+    if (!rc && (!r || (va - r->va) % s->granularity || size % s->granularity || size == 0))
+        rc = HBM__SIM_ERR_BAD_RANGE;
+    size_t first = rc ? 0 : (va - r->va) / s->granularity, n = rc ? 0 : size / s->granularity;
+    for (size_t i = 0; !rc && i < n; i++)
+        if (!r->pages[first + i])
+            rc = HBM__SIM_ERR_BAD_RANGE; /* not mapped */
+    for (size_t i = 0; !rc && i < n; i++) {
+        s->handles[r->pages[first + i] - 1].mapped--;
+        r->pages[first + i] = 0;
+    }
+    if (!rc)
+        s->counters.mapped_pages -= n;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_access(void *ctx, int device, uintptr_t va, size_t size)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = vmm_begin(s, HBM__OP_ACCESS, device, size);
+    sim_resv *r = rc ? NULL : resv_find(s, device, va, size);
+    if (!rc && !r)
+        rc = HBM__SIM_ERR_BAD_RANGE;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_sync(void *ctx, int device, hbm_stream stream)
+{
+    sim *s = ctx;
+    (void)stream;
+    pthread_mutex_lock(&s->lock);
+    s->counters.calls[HBM__OP_SYNC]++;
+    int rc = device < 0 || device >= s->ndev ? HBM__SIM_ERR_DEVICE : fault_check(s, HBM__OP_SYNC, 0);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
 static const char *sim_strerror(void *ctx, int code)
 {
     (void)ctx;
@@ -262,6 +474,11 @@ static const char *sim_strerror(void *ctx, int code)
     case HBM__SIM_ERR_BAD_FREE: return "free of an address the device never handed out";
     case HBM__SIM_ERR_DEVICE: return "no such device";
     case HBM__SIM_ERR_HOST: return "host memory behind the simulated device ran out";
+    case HBM__SIM_ERR_NO_VMM: return "the device has no virtual-memory support";
+    case HBM__SIM_ERR_ALIGN: return "size is not a multiple of the allocation granularity";
+    case HBM__SIM_ERR_BAD_RANGE: return "address range is not inside one reservation, misaligned, or not mapped";
+    case HBM__SIM_ERR_BAD_HANDLE: return "no such physical handle (released, or of another device)";
+    case HBM__SIM_ERR_STILL_MAPPED: return "range or handle is still mapped";
     default: return "unknown sim error";
     }
 }
@@ -280,6 +497,10 @@ static void sim_close(void *ctx)
             free((void *)s->live[i].addr);
     for (int d = 0; d < s->ndev; d++)
         free(s->dev[d].free_ranges);
+    for (size_t i = 0; i < s->nresv; i++)
+        free(s->resv[i].pages);
+    free(s->resv);
+    free(s->handles);
     free(s->live);
     pthread_mutex_destroy(&s->lock);
     free(s);
@@ -293,6 +514,14 @@ static const hbm__backend_ops sim_ops = {
     .strerror = sim_strerror,
     .cost_ns = sim_cost_ns,
     .close = sim_close,
+    .vmm_reserve = sim_reserve,
+    .vmm_unreserve = sim_unreserve,
+    .vmm_create = sim_create,
+    .vmm_release = sim_release,
+    .vmm_map = sim_map,
+    .vmm_unmap = sim_unmap,
+    .vmm_access = sim_access,
+    .stream_sync = sim_sync,
 };
 
 /* ---- spec parsing: "capacity=80GiB,memory=host,devices=2,..." ---- */
@@ -307,10 +536,66 @@ static int parse_us(const char *v, uint64_t *ns)
     return 0;
 }
 
+/* "22.0.3" -> 22000003 (major x 1e6 + minor x 1e3 + patch); -1 when malformed. */
+static long parse_version(const char *v)
+{
+    long part[3] = {0, 0, 0};
+    int k = 0;
+    for (const char *p = v; *p; p++) {
+        if (*p == '.') {
+            if (++k > 2)
+                return -1;
+        } else if (*p >= '0' && *p <= '9') {
+            part[k] = part[k] * 10 + (*p - '0');
+            if (part[k] > 999)
+                return -1;
+        } else {
+            return -1;
+        }
+    }
+    return part[0] * 1000000 + part[1] * 1000 + part[2];
+}
+
 static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, size_t *others,
                    hbm__backend_caps *caps, char *err, size_t errlen)
 {
     uint64_t n;
+    if (!strcmp(key, "vmm")) {
+        if (strcmp(val, "on") && strcmp(val, "off")) {
+            snprintf(err, errlen, "sim: vmm '%s' must be 'on' or 'off'", val);
+            return -1;
+        }
+        s->vmm = !strcmp(val, "on");
+        if (!s->vmm)
+            snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not,
+                     "the device reports no virtual-memory support (sim vmm=off)");
+        return 0;
+    }
+    if (!strcmp(key, "firmware")) {
+        long v = parse_version(val);
+        if (v < 0) {
+            snprintf(err, errlen, "sim: firmware '%s' must be a version like 23.0.3", val);
+            return -1;
+        }
+        snprintf(caps->version, sizeof caps->version, "firmware %s", val);
+        /* Ascend documents HDK >= 23.0.0 for the virtual-memory API behind
+         * expandable segments; older firmware answers the probe with 207000
+         * ACL_ERROR_RT_FEATURE_NOT_SUPPORT. The sim behaves the same way. */
+        if (v < 23000000) {
+            s->vmm = 0;
+            snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not,
+                     "firmware %s predates virtual-memory support (Ascend HDK >= 23.0.0 is required; the runtime "
+                     "answers the probe with 207000 ACL_ERROR_RT_FEATURE_NOT_SUPPORT)", val);
+        }
+        return 0;
+    }
+    if (!strcmp(key, "granularity")) {
+        if (hbm__parse_size(val, &s->granularity) || s->granularity < 4096 || (s->granularity & (s->granularity - 1))) {
+            snprintf(err, errlen, "sim: granularity '%s' must be a power of two >= 4KiB (e.g. 2MiB)", val);
+            return -1;
+        }
+        return 0;
+    }
     if (!strcmp(key, "capacity")) {
         if (hbm__parse_size(val, capacity) || *capacity == 0 || *capacity > SIM_MAX_CAPACITY) {
             snprintf(err, errlen, "sim: capacity '%s' must be a size from 1 byte to 8TiB (e.g. 80GiB)", val);
@@ -354,7 +639,9 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
         }
         caps->request_pad = (size_t)n;
     } else {
-        static const char *cost_keys[HBM__OP_KINDS] = {"malloc_us", "free_us", "info_us"};
+        static const char *cost_keys[HBM__OP_KINDS] = {"malloc_us", "free_us",   "info_us",  "reserve_us",
+                                                       "unreserve_us", "create_us", "release_us", "map_us",
+                                                       "unmap_us",  "access_us", "sync_us"};
         for (int op = 0; op < HBM__OP_KINDS; op++) {
             char per[32];
             snprintf(per, sizeof per, "%s_per_gib", cost_keys[op]);
@@ -379,8 +666,8 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
             return 0;
         }
         snprintf(err, errlen,
-                 "sim: unknown option '%s' (known: capacity, others, memory, devices, dialect, pad, "
-                 "malloc_us, free_us, info_us, *_per_gib, fail_nth)",
+                 "sim: unknown option '%s' (known: capacity, others, memory, devices, dialect, pad, vmm, "
+                 "firmware, granularity, <call>_us, <call>_us_per_gib, fail_nth)",
                  key);
         return -1;
     }
@@ -401,6 +688,16 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     s->cost_base_ns[HBM__OP_MALLOC] = 20000;
     s->cost_base_ns[HBM__OP_FREE] = 10000;
     s->cost_base_ns[HBM__OP_INFO] = 1000;
+    s->cost_base_ns[HBM__OP_RESERVE] = 5000;
+    s->cost_base_ns[HBM__OP_UNRESERVE] = 5000;
+    s->cost_base_ns[HBM__OP_CREATE] = 10000;
+    s->cost_base_ns[HBM__OP_RELEASE] = 5000;
+    s->cost_base_ns[HBM__OP_MAP] = 2000;
+    s->cost_base_ns[HBM__OP_UNMAP] = 5000;
+    s->cost_base_ns[HBM__OP_ACCESS] = 2000;
+    s->cost_base_ns[HBM__OP_SYNC] = 1000;
+    s->vmm = 1;
+    s->granularity = 2 * HBM__MiB;
     b->caps.device_count = 1;
     b->caps.dialect = HBM_DIALECT_CUDA;
     b->caps.request_pad = 0;
@@ -429,6 +726,15 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
         }
     }
     b->caps.device_count = s->ndev;
+    if (s->vmm && s->host_backed) {
+        s->vmm = 0;
+        snprintf(b->caps.vmm_why_not, sizeof b->caps.vmm_why_not,
+                 "the host-backed simulated device (memory=host) has no virtual-memory emulation");
+    }
+    b->caps.has_vmm = s->vmm;
+    b->caps.vmm_granularity = s->granularity;
+    if (!b->caps.version[0])
+        snprintf(b->caps.version, sizeof b->caps.version, "simulated device");
     for (int d = 0; d < s->ndev; d++) {
         sim_dev *dev = &s->dev[d];
         dev->capacity = capacity;

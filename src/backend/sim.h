@@ -21,13 +21,26 @@ typedef struct hbm__sim_fault {
     int code;
 } hbm__sim_fault;
 
-enum { HBM__SIM_ERR_INJECTED = 1, HBM__SIM_ERR_BAD_FREE = 2, HBM__SIM_ERR_DEVICE = 3, HBM__SIM_ERR_HOST = 4 };
+enum {
+    HBM__SIM_ERR_INJECTED = 1,
+    HBM__SIM_ERR_BAD_FREE = 2,
+    HBM__SIM_ERR_DEVICE = 3,
+    HBM__SIM_ERR_HOST = 4,
+    HBM__SIM_ERR_NO_VMM = 5,
+    HBM__SIM_ERR_ALIGN = 6,
+    HBM__SIM_ERR_BAD_RANGE = 7,
+    HBM__SIM_ERR_BAD_HANDLE = 8,
+    HBM__SIM_ERR_STILL_MAPPED = 9
+};
 
 typedef struct hbm__sim_counters {
     uint64_t calls[HBM__OP_KINDS];   /* every call, failed ones too */
     uint64_t injected;               /* calls failed by a fault rule */
     uint64_t live_allocations;       /* device allocations not yet freed (all devices) */
-    uint64_t live_bytes;
+    uint64_t live_bytes;             /* bytes of live allocations and live physical handles */
+    uint64_t live_reservations;      /* virtual reservations not yet freed */
+    uint64_t live_handles;           /* physical handles not yet released */
+    uint64_t mapped_pages;           /* granularity pages mapped */
 } hbm__sim_counters;
 
 /* The sim context behind a backend opened with "sim" (NULL for other backends). */

@@ -1,0 +1,389 @@
+/*
+ * expand.c: expandable segments over the backend's virtual-memory calls.
+ *
+ * Owns the segment reservation, mapping pages on demand, unmapping fully free
+ * pages, and releasing a reservation left empty. Follows PyTorch's
+ * ExpandableSegment: one reservation per (pool, stream) of 9/8 of the device
+ * capacity, pages of 2 MiB (small pool) or large_segment_size (large pool),
+ * growth by mapping pages at the lowest free address, all-or-nothing per map.
+ * Unlike PyTorch, a failure part-way through a multi-step map is rolled back
+ * (nothing mapped by the failed request stays mapped, no handle leaks), and a
+ * handle whose release failed is kept and reused rather than lost.
+ *
+ * Blocks of an expandable segment tile the whole reservation; unmapped ranges
+ * are blocks with mapped == false in pool->unmapped. Statistics: mapped bytes
+ * count in reserved_bytes; expandable segments are not counted in `segment`
+ * nor in inactive_split (as in PyTorch). Runs with a->lock held.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "pool.h"
+#include "util.h"
+
+static size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * unit; }
+
+static size_t page_size_for(const hbm_allocator *a, const hbm__pool *p)
+{
+    size_t page = p->is_small ? HBM__SMALL_BUFFER : a->conf.large_segment_size;
+    size_t g = a->backend->caps.vmm_granularity ? a->backend->caps.vmm_granularity : HBM__SMALL_BUFFER;
+    return round_up(page, g);
+}
+
+static bool allocatable(const hbm__block *b) { return b && !b->allocated; }
+
+/* Do the free blocks from b on hold `size` bytes? */
+static bool has_space(const hbm__block *b, size_t size)
+{
+    size_t bytes = 0;
+    while (bytes < size && allocatable(b)) {
+        bytes += b->size;
+        b = b->next;
+    }
+    return bytes >= size;
+}
+
+static hbm_status new_segment(hbm_allocator *a, hbm__pool *p, hbm_stream stream, hbm__block **out)
+{
+    size_t page = page_size_for(a, p);
+    /* 9/8 of the device: room to unmap early pages and map new ones at the end. */
+    size_t total = a->device_total + a->device_total / 8;
+    size_t npages = (total + page - 1) / page;
+    size_t size = npages * page;
+    hbm__segment *seg = calloc(1, sizeof *seg);
+    hbm__page *pages = calloc(npages, sizeof *pages);
+    hbm__block *b = hbm__block_new(a);
+    if (!seg || !pages || !b) {
+        free(seg);
+        free(pages);
+        if (b)
+            hbm__block_recycle(a, b);
+        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+        return HBM_ERR_NOMEM;
+    }
+    uintptr_t va;
+    hbm_status rc = hbm__dev_reserve(a, size, &va);
+    if (rc != HBM_OK) {
+        free(seg);
+        free(pages);
+        hbm__block_recycle(a, b);
+        return rc;
+    }
+    seg->addr = va;
+    seg->size = size;
+    seg->stream = stream;
+    seg->pool = p;
+    seg->head = b;
+    seg->expandable = true;
+    seg->page = page;
+    seg->npages = npages;
+    seg->pages = pages;
+    b->seg = seg;
+    b->stream = stream;
+    b->addr = va;
+    b->size = size;
+    b->mapped = false;
+    hbm__segments_insert(a, seg);
+    hbm__unmapped_insert(p, b);
+    a->nexpandable++;
+    *out = b;
+    return HBM_OK;
+}
+
+/* find_expandable_block: the lowest-address chain of free and unmapped blocks
+ * on this stream that can hold size, or a new segment. */
+static hbm_status find_expandable(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out)
+{
+    for (hbm__block *c = hbm__unmapped_lower_bound(p, stream, 0); c && c->stream == stream;
+         c = hbm__unmapped_next(p, c)) {
+        hbm__block *cand = allocatable(c->prev) ? c->prev : c;
+        if (has_space(cand, size)) {
+            *out = cand;
+            return HBM_OK;
+        }
+    }
+    return new_segment(a, p, stream, out);
+}
+
+/* Map the pages [first, first + n) of seg, all or nothing. */
+static hbm_status map_pages(hbm_allocator *a, hbm__segment *seg, size_t first, size_t n)
+{
+    hbm_status rc = HBM_OK;
+    size_t created = 0, mapped = 0;
+    for (; created < n; created++) {
+        hbm__page *pg = &seg->pages[first + created];
+        if (!pg->handle && (rc = hbm__dev_create(a, seg->page, &pg->handle)) != HBM_OK)
+            break;
+    }
+    for (; rc == HBM_OK && mapped < n; mapped++) {
+        hbm__page *pg = &seg->pages[first + mapped];
+        rc = hbm__dev_map(a, seg->addr + (first + mapped) * seg->page, seg->page, pg->handle);
+        if (rc != HBM_OK)
+            break;
+        pg->mapped = true;
+    }
+    if (rc == HBM_OK)
+        rc = hbm__dev_access(a, seg->addr + first * seg->page, n * seg->page);
+    if (rc == HBM_OK)
+        return HBM_OK;
+    /* Undo this call: unmap what it mapped, release the handles (all of them:
+     * a handle kept from an earlier failed release is retried here too). */
+    char saved[sizeof a->err];
+    memcpy(saved, a->err, sizeof saved);
+    for (size_t i = 0; i < n; i++) {
+        hbm__page *pg = &seg->pages[first + i];
+        if (pg->mapped && hbm__dev_unmap(a, seg->addr + (first + i) * seg->page, seg->page) == HBM_OK)
+            pg->mapped = false;
+        if (!pg->mapped && pg->handle && hbm__dev_release(a, pg->handle) == HBM_OK)
+            pg->handle = 0;
+    }
+    memcpy(a->err, saved, sizeof saved);
+    return rc;
+}
+
+/* map_block: map the front of an unmapped block (rounded up to pages), merge
+ * it with free neighbours and put it in the free tree; *out is the result. */
+static hbm_status map_block(hbm_allocator *a, hbm__block *b, size_t size, hbm__block **out)
+{
+    hbm__segment *seg = b->seg;
+    hbm__pool *p = seg->pool;
+    size_t first = (b->addr - seg->addr) / seg->page;
+    size_t n = (size + seg->page - 1) / seg->page;
+    size_t bytes = n * seg->page;
+    hbm_status rc = hbm__ensure_spares(a, 1);
+    if (rc == HBM_OK)
+        rc = map_pages(a, seg, first, n);
+    if (rc != HBM_OK)
+        return rc;
+    hbm__unmapped_remove(p, b);
+    b->mapped = true;
+    if (bytes < b->size) {
+        hbm__block *rest = hbm__block_new(a);
+        rest->seg = seg;
+        rest->stream = b->stream;
+        rest->addr = b->addr + bytes;
+        rest->size = b->size - bytes;
+        rest->mapped = false;
+        rest->prev = b;
+        rest->next = b->next;
+        if (rest->next)
+            rest->next->prev = rest;
+        b->next = rest;
+        b->size = bytes;
+        hbm__unmapped_insert(p, rest);
+    }
+    hbm__try_merge(a, p, b, b->prev);
+    hbm__try_merge(a, p, b, b->next);
+    hbm__pool_insert(p, b);
+    seg->mapped_pages += n;
+    a->total_reserved += bytes;
+    hbm__stat_arr_inc(a->stats.reserved_bytes, p, (int64_t)bytes);
+    a->stats.num_device_alloc++;
+    *out = b;
+    return HBM_OK;
+}
+
+/* Unmap the pages lying wholly inside [lo, hi) ∩ b, a free mapped block; the
+ * slivers before and after stay free and mapped. */
+static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uintptr_t hi)
+{
+    hbm__segment *seg = b->seg;
+    hbm__pool *p = seg->pool;
+    if (lo < b->addr)
+        lo = b->addr;
+    if (hi > b->addr + b->size)
+        hi = b->addr + b->size;
+    lo = seg->addr + round_up(lo - seg->addr, seg->page);
+    hi = seg->addr + (hi - seg->addr) / seg->page * seg->page;
+    if (lo >= hi)
+        return HBM_OK;
+    hbm_status rc = hbm__ensure_spares(a, 2);
+    /* Unmapping does not wait for the device as cudaFree does: wait for the segment's stream first. */
+    if (rc == HBM_OK)
+        rc = hbm__dev_sync(a, seg->stream);
+    if (rc != HBM_OK)
+        return rc;
+    size_t first = (lo - seg->addr) / seg->page, n = (hi - lo) / seg->page, done = 0;
+    for (; done < n; done++) {
+        hbm__page *pg = &seg->pages[first + done];
+        if ((rc = hbm__dev_unmap(a, seg->addr + (first + done) * seg->page, seg->page)) != HBM_OK)
+            break;
+        pg->mapped = false;
+        if (hbm__dev_release(a, pg->handle) == HBM_OK)
+            pg->handle = 0; /* else kept, unmapped, for the next map to reuse */
+    }
+    if (done == 0)
+        return rc;
+    hi = lo + done * seg->page;
+    hbm__pool_remove(p, b);
+    if (lo > b->addr) {
+        hbm__block *before = hbm__block_new(a);
+        before->seg = seg;
+        before->stream = b->stream;
+        before->addr = b->addr;
+        before->size = lo - b->addr;
+        before->mapped = true;
+        before->prev = b->prev;
+        before->next = b;
+        if (before->prev)
+            before->prev->next = before;
+        else
+            seg->head = before;
+        b->prev = before;
+        hbm__pool_insert(p, before);
+    }
+    if (hi < b->addr + b->size) {
+        hbm__block *after = hbm__block_new(a);
+        after->seg = seg;
+        after->stream = b->stream;
+        after->addr = hi;
+        after->size = b->addr + b->size - hi;
+        after->mapped = true;
+        after->prev = b;
+        after->next = b->next;
+        if (after->next)
+            after->next->prev = after;
+        b->next = after;
+        hbm__pool_insert(p, after);
+    }
+    b->addr = lo;
+    b->size = hi - lo;
+    b->mapped = false;
+    hbm__try_merge(a, p, b, b->prev);
+    hbm__try_merge(a, p, b, b->next);
+    hbm__unmapped_insert(p, b);
+    seg->mapped_pages -= done;
+    a->total_reserved -= hi - lo;
+    hbm__stat_arr_dec(a->stats.reserved_bytes, p, (int64_t)(hi - lo));
+    a->stats.num_device_free++;
+    return rc;
+}
+
+/* Release a reservation whose one block is unmapped and spans it. */
+static hbm_status release_segment(hbm_allocator *a, hbm__block *b)
+{
+    hbm__segment *seg = b->seg;
+    hbm_status rc = HBM_OK;
+    /* Handles kept after a failed release go back now; the reservation follows. */
+    for (size_t i = 0; i < seg->npages && rc == HBM_OK; i++)
+        if (seg->pages[i].handle && (rc = hbm__dev_release(a, seg->pages[i].handle)) == HBM_OK)
+            seg->pages[i].handle = 0;
+    if (rc == HBM_OK)
+        rc = hbm__dev_unreserve(a, seg->addr, seg->size);
+    if (rc != HBM_OK)
+        return rc;
+    hbm__unmapped_remove(seg->pool, b);
+    hbm__segments_remove(a, seg);
+    hbm__block_recycle(a, b);
+    free(seg->pages);
+    free(seg);
+    a->nexpandable--;
+    return HBM_OK;
+}
+
+/* The block of seg that holds addr. */
+static hbm__block *block_at(hbm__segment *seg, uintptr_t addr)
+{
+    hbm__block *b = seg->head;
+    while (b && addr >= b->addr + b->size)
+        b = b->next;
+    return b;
+}
+
+typedef struct range {
+    uintptr_t addr;
+    size_t size;
+} range;
+
+hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out)
+{
+    hbm__block *c;
+    hbm_status rc = find_expandable(a, p, stream, size, &c);
+    if (rc != HBM_OK)
+        return rc;
+    range *done = NULL;
+    size_t ndone = 0, cap = 0;
+    hbm__segment *seg = c->seg;
+    while (rc == HBM_OK && (!c->mapped || c->size < size)) {
+        /* Invariant: c is unmapped, or c is free and mapped and followed by an unmapped block. */
+        hbm__block *to_map = c->mapped ? c->next : c;
+        size_t want = c->mapped ? size - c->size : size;
+        if (want > to_map->size)
+            want = to_map->size;
+        if (ndone == cap) {
+            cap = cap ? cap * 2 : 4;
+            range *nd = realloc(done, cap * sizeof *nd);
+            if (!nd) {
+                hbm__set_error(a, "out of host memory for allocator bookkeeping");
+                rc = HBM_ERR_NOMEM;
+                break;
+            }
+            done = nd;
+        }
+        uintptr_t at = to_map->addr;
+        rc = map_block(a, to_map, want, &c);
+        if (rc == HBM_OK)
+            done[ndone++] = (range){at, (want + seg->page - 1) / seg->page * seg->page};
+    }
+    if (rc != HBM_OK) {
+        /* Roll back: unmap what this request mapped, so that a failed request changes nothing. */
+        char saved[sizeof a->err];
+        memcpy(saved, a->err, sizeof saved);
+        for (size_t i = ndone; i-- > 0;)
+            unmap_range(a, block_at(seg, done[i].addr), done[i].addr, done[i].addr + done[i].size);
+        if (seg->mapped_pages == 0 && !seg->head->next)
+            release_segment(a, seg->head);
+        memcpy(a->err, saved, sizeof saved);
+        free(done);
+        return rc;
+    }
+    free(done);
+    hbm__pool_remove(p, c);
+    *out = c;
+    return HBM_OK;
+}
+
+hbm_status hbm__expand_release_pool(hbm_allocator *a, hbm__pool *p)
+{
+    size_t n = 0;
+    for (hbm__block *b = hbm__pool_first(p); b; b = hbm__pool_next(p, b))
+        n += b->seg->expandable;
+    if (n == 0)
+        return HBM_OK;
+    hbm__block **todo = malloc(n * sizeof *todo);
+    if (!todo) {
+        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+        return HBM_ERR_NOMEM;
+    }
+    n = 0;
+    for (hbm__block *b = hbm__pool_first(p); b; b = hbm__pool_next(p, b))
+        if (b->seg->expandable)
+            todo[n++] = b;
+    /* Unmapping merges only unmapped blocks, never the mapped ones gathered here. */
+    hbm_status first_error = HBM_OK;
+    for (size_t i = 0; i < n; i++) {
+        hbm__block *b = todo[i];
+        hbm__segment *seg = b->seg;
+        hbm_status rc = unmap_range(a, b, b->addr, b->addr + b->size);
+        if (rc == HBM_OK && seg->mapped_pages == 0 && !seg->head->next)
+            rc = release_segment(a, seg->head);
+        if (rc != HBM_OK && first_error == HBM_OK)
+            first_error = rc;
+    }
+    free(todo);
+    return first_error;
+}
+
+void hbm__expand_teardown(hbm_allocator *a, hbm__segment *seg)
+{
+    for (size_t i = 0; i < seg->npages; i++) {
+        hbm__page *pg = &seg->pages[i];
+        if (pg->mapped)
+            hbm__dev_unmap(a, seg->addr + i * seg->page, seg->page);
+        if (pg->handle)
+            hbm__dev_release(a, pg->handle);
+    }
+    hbm__dev_unreserve(a, seg->addr, seg->size);
+    free(seg->pages);
+}
