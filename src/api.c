@@ -50,6 +50,7 @@ hbm_status hbm_backend_open(hbm_backend **out, const char *spec, char *err, size
     }
     hbm_status rc;
     local[0] = 0;
+    snprintf(b->spec, sizeof b->spec, "%s", spec);
     if (nlen == 3 && !strncmp(spec, "sim", 3)) {
         rc = hbm__sim_open(b, opts, local, sizeof local);
     } else {
@@ -126,11 +127,11 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         } else {
             /* Decided once, here, and said once: never a silent downgrade. */
             snprintf(a->warning, sizeof a->warning,
-                     "expandable_segments:True is not supported by the %s backend on device %d (%s): %s. Using "
+                     "expandable_segments:True is not supported by the %s backend on device %d: %s. Using "
                      "expandable_segments:False instead (whole segments, PyTorch's default policy). Check the "
-                     "device with: hbmalloc conf --backend '%s'",
-                     b->ops->name, device, b->caps.version[0] ? b->caps.version : "no version reported",
-                     b->caps.vmm_why_not[0] ? b->caps.vmm_why_not : "no virtual-memory support", b->ops->name);
+                     "device with: hbmalloc conf expandable_segments:True --backend '%s'",
+                     b->ops->name, device, b->caps.vmm_why_not[0] ? b->caps.vmm_why_not : "no virtual-memory support",
+                     b->spec);
             if (!getenv("HBMALLOC_QUIET"))
                 fprintf(stderr, "hbmalloc: warning: %s\n", a->warning);
         }

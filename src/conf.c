@@ -88,7 +88,7 @@ typedef enum key_id {
     K_RELEASE_LOCK_CUDA, K_RELEASE_LOCK_HIP, K_RELEASE_LOCK_NPU, K_PIN_HOST_REG, K_PIN_HIP_HOST_REG,
     K_PIN_THREADS, K_PIN_BG, K_PIN_RESERVE, K_PIN_ROUND, K_PIN_CACHED, K_GRAPH_REUSE, K_FRACTION,
     K_PIN_CATCH_ALL, K_THROW_CUDA, K_THROW_NPU, K_PIN_EXPANDABLE, K_PIN_REGISTER, K_BASE_ALIGN,
-    K_PAGE_SIZE, K_SEGMENT_SIZE, K_LAZY_RECLAIM
+    K_PAGE_SIZE, K_SEGMENT_SIZE, K_LAZY_RECLAIM, K_HBM_REMAP
 } key_id;
 
 typedef struct key_def {
@@ -126,6 +126,8 @@ static const key_def keys[] = {
     {"page_size", K_PAGE_SIZE, D_NPU},
     {"segment_size_mb", K_SEGMENT_SIZE, D_NPU},
     {"multi_stream_lazy_reclaim", K_LAZY_RECLAIM, D_NPU},
+    /* hbmalloc's own policies (hbm_ prefix): not PyTorch keys. */
+    {"hbm_remap_free_pages", K_HBM_REMAP, D_BOTH},
 };
 
 static const key_def *find_key(const char *name)
@@ -365,6 +367,7 @@ static int set_key(hbm__conf *cf, const key_def *k, const lexed *lx, size_t *pi,
     case K_PIN_EXPANDABLE: return get_bool(&c, &cf->pin_memory_expandable_segments);
     case K_PIN_REGISTER: return get_bool(&c, &cf->pinned_mem_register);
     case K_LAZY_RECLAIM: return get_bool(&c, &cf->multi_stream_lazy_reclaim);
+    case K_HBM_REMAP: return get_bool(&c, &cf->remap_free_pages);
     case K_PIN_THREADS:
         if (get_u64(&c, &v, "expected a power of two <= 128"))
             return -1;
@@ -570,6 +573,8 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
     }
     hbm__sb_printf(&sb, "]%s\n", any ? "" : " (off)");
     hbm__sb_printf(&sb, "expandable_segments: %s\n", b2s(c->expandable_segments));
+    hbm__sb_printf(&sb, "hbm_remap_free_pages: %s (hbmalloc policy%s)\n", b2s(c->remap_free_pages),
+                   c->remap_free_pages && !c->expandable_segments ? "; needs expandable_segments:True" : "");
     hbm__sb_printf(&sb, "%s: %s\n", npu ? "release_lock_on_npumalloc" : "release_lock_on_cudamalloc",
                    b2s(c->release_lock_on_malloc));
     hbm__sb_printf(&sb, "%s: %s\n", npu ? "throw_on_npumalloc_oom" : "throw_on_cudamalloc_oom",

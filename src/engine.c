@@ -700,6 +700,8 @@ void hbm__engine_teardown(hbm_allocator *a)
         free(s);
     }
     a->segments = NULL;
+    hbm__expand_teardown_pool(a, &a->small);
+    hbm__expand_teardown_pool(a, &a->large);
     while (a->spare_blocks) {
         hbm__block *b = a->spare_blocks;
         a->spare_blocks = b->next;

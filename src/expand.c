@@ -106,14 +106,21 @@ static hbm_status find_expandable(hbm_allocator *a, hbm__pool *p, hbm_stream str
     return new_segment(a, p, stream, out);
 }
 
-/* Map the pages [first, first + n) of seg, all or nothing. */
+/* Map the pages [first, first + n) of seg, all or nothing. Handles come from
+ * the page itself (kept after a failed release), then the pool's spares
+ * (hbm_remap_free_pages), then new ones. */
 static hbm_status map_pages(hbm_allocator *a, hbm__segment *seg, size_t first, size_t n)
 {
     hbm_status rc = HBM_OK;
+    hbm__pool *p = seg->pool;
     size_t created = 0, mapped = 0;
     for (; created < n; created++) {
         hbm__page *pg = &seg->pages[first + created];
-        if (!pg->handle && (rc = hbm__dev_create(a, seg->page, &pg->handle)) != HBM_OK)
+        if (pg->handle)
+            continue;
+        if (p->nspare)
+            pg->handle = p->spare_handles[--p->nspare];
+        else if ((rc = hbm__dev_create(a, seg->page, &pg->handle)) != HBM_OK)
             break;
     }
     for (; rc == HBM_OK && mapped < n; mapped++) {
@@ -184,9 +191,25 @@ static hbm_status map_block(hbm_allocator *a, hbm__block *b, size_t size, hbm__b
     return HBM_OK;
 }
 
+/* Keep an unmapped page's handle for the request in progress; false if there is no room. */
+static bool keep_spare(hbm__pool *p, uint64_t handle)
+{
+    if (p->nspare == p->cap_spare) {
+        size_t cap = p->cap_spare ? p->cap_spare * 2 : 16;
+        uint64_t *h = realloc(p->spare_handles, cap * sizeof *h);
+        if (!h)
+            return false;
+        p->spare_handles = h;
+        p->cap_spare = cap;
+    }
+    p->spare_handles[p->nspare++] = handle;
+    return true;
+}
+
 /* Unmap the pages lying wholly inside [lo, hi) ∩ b, a free mapped block; the
- * slivers before and after stay free and mapped. */
-static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uintptr_t hi)
+ * slivers before and after stay free and mapped. With keep, the handles go to
+ * the pool's spares instead of back to the device. */
+static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uintptr_t hi, bool keep)
 {
     hbm__segment *seg = b->seg;
     hbm__pool *p = seg->pool;
@@ -210,7 +233,7 @@ static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uin
         if ((rc = hbm__dev_unmap(a, seg->addr + (first + done) * seg->page, seg->page)) != HBM_OK)
             break;
         pg->mapped = false;
-        if (hbm__dev_release(a, pg->handle) == HBM_OK)
+        if ((keep && keep_spare(p, pg->handle)) || hbm__dev_release(a, pg->handle) == HBM_OK)
             pg->handle = 0; /* else kept, unmapped, for the next map to reuse */
     }
     if (done == 0)
@@ -296,12 +319,70 @@ typedef struct range {
     size_t size;
 } range;
 
+/* Pages the chain from c must map to hold size bytes. */
+static size_t pages_to_map(const hbm__block *c, size_t size)
+{
+    size_t bytes = 0, pages = 0, page = c->seg->page;
+    for (const hbm__block *b = c; b && bytes < size; b = b->next) {
+        size_t take = b->size < size - bytes ? b->size : size - bytes;
+        if (!b->mapped)
+            pages += (take + page - 1) / page;
+        bytes += take;
+    }
+    return pages;
+}
+
+/* Unmap fully free pages of pool p (largest free blocks first, outside [lo, hi))
+ * until `*bytes` of pages are unmapped; keep: their handles become p's spares. */
+static void unmap_free_pages(hbm_allocator *a, hbm__pool *p, size_t *bytes, uintptr_t lo, uintptr_t hi, bool keep)
+{
+    hbm__block *b = hbm__pool_node(hbm__avl_last(p->free_tree));
+    while (b && *bytes > 0) {
+        hbm__block *prev = hbm__pool_prev(p, b);
+        hbm__segment *seg = b->seg;
+        if (seg->expandable && (b->addr >= hi || b->addr + b->size <= lo)) {
+            uintptr_t first = seg->addr + round_up(b->addr - seg->addr, seg->page);
+            uintptr_t end = first + round_up(*bytes, seg->page);
+            if (end > b->addr + b->size)
+                end = b->addr + b->size;
+            size_t before = a->total_reserved;
+            if (first < end && unmap_range(a, b, first, end, keep) != HBM_OK)
+                break;
+            size_t freed = before - a->total_reserved;
+            *bytes = freed >= *bytes ? 0 : *bytes - freed;
+        }
+        b = prev;
+    }
+}
+
+/* hbm_remap_free_pages: before growing, move fully free pages to where the
+ * request needs them: the pool's own free pages are unmapped and their handles
+ * reused; if those are too few, free pages of the other pool are returned to
+ * the device first. Reserved memory then grows only when no free page is left. */
+static void collect_free_pages(hbm_allocator *a, hbm__pool *p, size_t need, uintptr_t lo, uintptr_t hi)
+{
+    size_t page = page_size_for(a, p), bytes = need * page;
+    unmap_free_pages(a, p, &bytes, lo, hi, true);
+    if (bytes > 0) {
+        hbm__pool *other = p == &a->small ? &a->large : &a->small;
+        unmap_free_pages(a, other, &bytes, 0, 0, false);
+    }
+}
+
+static void release_spares(hbm_allocator *a, hbm__pool *p)
+{
+    while (p->nspare && hbm__dev_release(a, p->spare_handles[p->nspare - 1]) == HBM_OK)
+        p->nspare--;
+}
+
 hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out)
 {
     hbm__block *c;
     hbm_status rc = find_expandable(a, p, stream, size, &c);
     if (rc != HBM_OK)
         return rc;
+    if (a->conf.remap_free_pages)
+        collect_free_pages(a, p, pages_to_map(c, size), c->addr, c->addr + size);
     range *done = NULL;
     size_t ndone = 0, cap = 0;
     hbm__segment *seg = c->seg;
@@ -331,14 +412,16 @@ hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, 
         char saved[sizeof a->err];
         memcpy(saved, a->err, sizeof saved);
         for (size_t i = ndone; i-- > 0;)
-            unmap_range(a, block_at(seg, done[i].addr), done[i].addr, done[i].addr + done[i].size);
+            unmap_range(a, block_at(seg, done[i].addr), done[i].addr, done[i].addr + done[i].size, false);
         if (seg->mapped_pages == 0 && !seg->head->next)
             release_segment(a, seg->head);
+        release_spares(a, p);
         memcpy(a->err, saved, sizeof saved);
         free(done);
         return rc;
     }
     free(done);
+    release_spares(a, p);
     hbm__pool_remove(p, c);
     *out = c;
     return HBM_OK;
@@ -365,7 +448,7 @@ hbm_status hbm__expand_release_pool(hbm_allocator *a, hbm__pool *p)
     for (size_t i = 0; i < n; i++) {
         hbm__block *b = todo[i];
         hbm__segment *seg = b->seg;
-        hbm_status rc = unmap_range(a, b, b->addr, b->addr + b->size);
+        hbm_status rc = unmap_range(a, b, b->addr, b->addr + b->size, false);
         if (rc == HBM_OK && seg->mapped_pages == 0 && !seg->head->next)
             rc = release_segment(a, seg->head);
         if (rc != HBM_OK && first_error == HBM_OK)
@@ -386,4 +469,13 @@ void hbm__expand_teardown(hbm_allocator *a, hbm__segment *seg)
     }
     hbm__dev_unreserve(a, seg->addr, seg->size);
     free(seg->pages);
+}
+
+void hbm__expand_teardown_pool(hbm_allocator *a, hbm__pool *p)
+{
+    for (size_t i = 0; i < p->nspare; i++)
+        hbm__dev_release(a, p->spare_handles[i]);
+    free(p->spare_handles);
+    p->spare_handles = NULL;
+    p->nspare = p->cap_spare = 0;
 }

@@ -70,6 +70,8 @@ struct hbm__pool {
     size_t nfree;          /* blocks in free_tree */
     hbm__avl *unmapped;    /* unmapped ranges of expandable segments, by (stream, address) */
     size_t nunmapped;
+    uint64_t *spare_handles; /* hbm_remap_free_pages: handles unmapped for a request in progress */
+    size_t nspare, cap_spare;
     uint64_t search_count; /* get_free_blocks_call_count: the GC age clock */
     bool is_small;
 };
@@ -170,6 +172,7 @@ hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, 
 hbm_status hbm__expand_release_pool(hbm_allocator *a, hbm__pool *p);
 /* Return a segment's pages and reservation at destroy (whatever their state). */
 void hbm__expand_teardown(hbm_allocator *a, hbm__segment *seg);
+void hbm__expand_teardown_pool(hbm_allocator *a, hbm__pool *p);
 
 /* ---- engine.c ---- */
 /* Round a request as PyTorch's round_size does. */

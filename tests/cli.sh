@@ -27,6 +27,21 @@ check replay_example 0 "reserved/allocated: 1.1" "$bin" replay "$ex" --conf ""
 check replay_matches_pytorch_fullstep 0 "peak reserved: .*(61111009280 bytes)" "$bin" replay "$ex" --conf ""
 check replay_matches_pytorch_forward 0 "peak reserved: .*(44715474944 bytes)" "$bin" replay \
     "$src/examples/cs336-lm-ctx512-forward.trace" --conf ""
+# Expandable segments keep peak reserved within 2% of peak allocated on these traces.
+ratio_ok() { # trace conf max
+    r=$("$bin" replay "$1" --conf "$2" | sed -n 's/^reserved\/allocated: //p')
+    if awk -v r="$r" -v m="$3" 'BEGIN { exit !(r <= m) }'; then echo "ok   ratio $(basename "$1") [$2] $r <= $3"
+    else echo "FAIL ratio $(basename "$1") [$2] $r > $3"; fails=$((fails + 1)); fi
+}
+ratio_ok "$ex" "expandable_segments:True" 1.02
+ratio_ok "$src/examples/cs336-lm-ctx512-forward.trace" "expandable_segments:True" 1.02
+ratio_ok "$src/examples/finetune-varlen.trace" "expandable_segments:True" 1.02
+check replay_expandable_fallback 0 "expandable segments: off" "$bin" replay "$ex" --conf "expandable_segments:True" \
+    --backend "sim:firmware=22.0.3"
+check replay_expandable_fallback_warns 0 "Using expandable_segments:False instead" "$bin" replay "$ex" \
+    --conf "expandable_segments:True" --backend "sim:vmm=off"
+check conf_backend_fallback 0 "in force: False (fallback: firmware 22.0.3" "$bin" conf "expandable_segments:True" \
+    --backend "sim:firmware=22.0.3,dialect=npu"
 check replay_stats 0 "^allocated_bytes.all.peak 55079000576$" "$bin" replay "$ex" --conf "" --stats
 check replay_expandable_conf_accepted 0 "peak reserved" "$bin" replay "$ex" --conf "max_split_size_mb:128"
 check replay_oom_exit_1 1 "OOM at event" "$bin" replay "$ex" --conf "" --capacity 40GiB

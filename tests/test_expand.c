@@ -225,7 +225,7 @@ static void unsupported_device_falls_back_with_one_clear_warning(void **st)
     assert_non_null(strstr(w, "firmware 22.0.3 predates virtual-memory support"));
     assert_non_null(strstr(w, "HDK >= 23.0.0"));
     assert_non_null(strstr(w, "Using expandable_segments:False instead"));
-    assert_non_null(strstr(w, "hbmalloc conf --backend"));
+    assert_non_null(strstr(w, "hbmalloc conf expandable_segments:True --backend 'sim:firmware=22.0.3,dialect=npu'"));
     assert_null(strstr(w, "supportted"));
     hbm_stats s = stats_of(a);
     assert_int_equal(s.expandable_segments, 0);
@@ -324,6 +324,44 @@ static void variable_length_finetuning_keeps_reserved_near_allocated(void **st)
     hbm_destroy(exp);
 }
 
+static size_t reserved_after_hole(const char *settings)
+{
+    hbm_allocator *a = open_sim("sim", settings);
+    void *x = must_malloc(a, 200 * MiB, 0);
+    must_malloc(a, 100 * MiB, 0);
+    hbm_free(a, x);               /* a 200 MiB hole, mapped and free */
+    must_malloc(a, 300 * MiB, 0); /* does not fit the hole */
+    assert_valid(a);
+    size_t r = (size_t)stats_of(a).reserved_bytes[HBM_POOL_ALL].peak;
+    hbm_destroy(a);
+    return r;
+}
+
+static void remap_policy_moves_free_pages_instead_of_growing(void **st)
+{
+    (void)st;
+    assert_int_equal(reserved_after_hole("expandable_segments:True"), 600 * MiB); /* PyTorch's behaviour */
+    assert_int_equal(reserved_after_hole("expandable_segments:True,hbm_remap_free_pages:True"), 400 * MiB);
+}
+
+static void remap_policy_returns_the_other_pools_free_pages_first(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "expandable_segments:True,hbm_remap_free_pages:True");
+    void *small[40];
+    for (int i = 0; i < 40; i++)
+        small[i] = must_malloc(a, MiB, 0); /* 20 small pages */
+    for (int i = 0; i < 40; i++)
+        hbm_free(a, small[i]);
+    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_SMALL].current, 40 * MiB);
+    must_malloc(a, 30 * MiB, 0); /* two large pages: 40 MiB of small pages go back first */
+    hbm_stats s = stats_of(a);
+    assert_int_equal(s.reserved_bytes[HBM_POOL_SMALL].current, 0);
+    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].peak, 40 * MiB);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -339,6 +377,8 @@ int main(void)
         cmocka_unit_test(unsupported_device_falls_back_with_one_clear_warning),
         cmocka_unit_test(destroy_returns_every_reservation_handle_and_mapping),
         cmocka_unit_test(variable_length_finetuning_keeps_reserved_near_allocated),
+        cmocka_unit_test(remap_policy_moves_free_pages_instead_of_growing),
+        cmocka_unit_test(remap_policy_returns_the_other_pools_free_pages_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

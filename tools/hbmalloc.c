@@ -1,7 +1,7 @@
 /*
  * hbmalloc.c: the command-line tool's dispatch and argument handling.
  *   hbmalloc replay TRACE [--conf S] [--capacity SIZE] [--backend SPEC] [--stats] [--check]
- *   hbmalloc conf [STRING] [--dialect cuda|npu]
+ *   hbmalloc conf [STRING] [--dialect cuda|npu] [--backend SPEC]
  *   hbmalloc version
  * Exit status: 0 success, 1 OOM during replay, 2 bad input or usage.
  */
@@ -28,17 +28,40 @@ static void usage(FILE *f)
             "      --check            run the validator after every event (slow)\n"
             "  conf [STRING]  print the effective settings of STRING (default: the environment)\n"
             "      --dialect cuda|npu  whose rules to apply (default cuda)\n"
+            "      --backend SPEC      as an allocator on that backend runs them (dialect and capability\n"
+            "                          fallbacks included), e.g. --backend sim:firmware=22.0.3,dialect=npu\n"
             "  version        print the version\n"
             "\n"
             "exit status: 0 ok, 1 out of memory during replay, 2 bad input\n");
 }
 
+/* Settings as an allocator on that backend would run them, with any capability fallback. */
+static int conf_on_backend(const char *s, const char *spec)
+{
+    char err[1024], out[4096];
+    hbm_allocator *a;
+    setenv("HBMALLOC_QUIET", "1", 1); /* the warning is printed below, once */
+    hbm_status st = hbm_open(&a, spec, 0, s, err, sizeof err);
+    if (st != HBM_OK) {
+        fprintf(stderr, "hbmalloc conf: %s\n", err);
+        return 2;
+    }
+    hbm_settings_describe(a, out, sizeof out);
+    fputs(out, stdout);
+    if (hbm_warning(a)[0])
+        printf("warning: %s\n", hbm_warning(a));
+    hbm_destroy(a);
+    return 0;
+}
+
 static int cmd_conf(int argc, char **argv)
 {
-    const char *s = NULL;
+    const char *s = NULL, *backend = NULL;
     hbm_dialect d = HBM_DIALECT_CUDA;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--dialect") && i + 1 < argc) {
+        if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+            backend = argv[++i];
+        } else if (!strcmp(argv[i], "--dialect") && i + 1 < argc) {
             const char *v = argv[++i];
             if (!strcmp(v, "cuda"))
                 d = HBM_DIALECT_CUDA;
@@ -58,6 +81,8 @@ static int cmd_conf(int argc, char **argv)
             s = argv[i];
         }
     }
+    if (backend)
+        return conf_on_backend(s, backend);
     char out[4096];
     hbm_status st = hbm_settings_check(s, d, out, sizeof out);
     if (st != HBM_OK) {

@@ -76,6 +76,7 @@ struct hbm_backend {
     const hbm__backend_ops *ops;
     void *ctx;
     hbm__backend_caps caps;
+    char spec[256]; /* as opened, for messages */
 };
 
 /* Constructors, one per backend file. spec_opts is the text after "name:" (may be ""). */

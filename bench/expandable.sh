@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Peak reserved / peak allocated per trace: whole segments (PyTorch's default),
+# expandable segments, and expandable segments with hbm_remap_free_pages.
+# Replays every trace with an event history in ../shared/traces (converted to
+# hbmalloc's format in a scratch folder) and the bundled examples.
+#
+# usage: bench/expandable.sh [HBMALLOC_BINARY] [TRACES_DIR]
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${1:-$here/build/hbmalloc}
+shared=${2:-$here/../shared/traces}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [ -d "$shared" ]; then
+    for f in "$shared"/pytorch-snapshot/*.pickle; do
+        [ -e "$f" ] && python3 "$here/scripts/snapshot2trace.py" "$f" -o "$tmp/$(basename "$f" .pickle).trace" 2>/dev/null
+    done
+    for f in "$shared"/lifetimes/*/*.csv; do
+        [ -e "$f" ] && python3 "$here/scripts/lifetimes2trace.py" "$f" -o "$tmp/$(basename "$f" .csv).trace"
+    done
+    for f in "$shared"/generated-here/*.ev; do
+        [ -e "$f" ] && cp "$f" "$tmp/$(basename "$f" .ev).trace"
+    done
+else
+    echo "note: $shared not found; only the bundled examples" >&2
+fi
+cp "$here"/examples/finetune-varlen.trace "$tmp/"
+
+bytes() { sed -n "s/^$1: .*(\([0-9]*\) bytes)$/\1/p"; }
+ratio() { # trace conf
+    out=$("$bin" replay "$1" --conf "$2" --capacity 1TiB)
+    a=$(printf '%s\n' "$out" | bytes "peak allocated *")
+    r=$(printf '%s\n' "$out" | bytes "peak reserved *")
+    echo "$a $r"
+}
+printf '| trace | peak allocated | whole segments | expandable | expandable + remap | expandable: reserved - allocated |\n'
+printf '|---|---|---|---|---|---|\n'
+met=0 total=0
+for t in "$tmp"/*.trace; do
+    read -r an rn < <(ratio "$t" "")
+    read -r ae re < <(ratio "$t" "expandable_segments:True")
+    read -r ax rx < <(ratio "$t" "expandable_segments:True,hbm_remap_free_pages:True")
+    awk -v n="$(basename "$t" .trace)" -v an="$an" -v rn="$rn" -v ae="$ae" -v re="$re" -v ax="$ax" -v rx="$rx" \
+        'BEGIN { printf "| %s | %.1f MiB | %.4f | %.4f | %.4f | %.1f MiB |\n", n, ae / 1048576, rn / an, re / ae, rx / ax, (re - ae) / 1048576 }'
+    total=$((total + 1))
+    awk -v re="$re" -v ae="$ae" 'BEGIN { exit !(re / ae <= 1.02) }' && met=$((met + 1))
+done
+echo
+echo "expandable segments: peak reserved / peak allocated <= 1.02 on $met of $total traces"
