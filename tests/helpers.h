@@ -57,4 +57,16 @@ static inline void *must_malloc(hbm_allocator *a, size_t n, hbm_stream s)
 
 static inline void *sim_of(hbm_allocator *a) { return hbm__sim_ctx(a->backend); }
 
+/* After hbm_destroy: the device holds nothing of the allocator's any more. */
+static inline void assert_sim_empty(hbm_backend *b)
+{
+    hbm__sim_counters c;
+    hbm__sim_get_counters(hbm__sim_ctx(b), &c);
+    assert_int_equal(c.live_allocations, 0);
+    assert_int_equal(c.live_reservations, 0);
+    assert_int_equal(c.live_handles, 0);
+    assert_int_equal(c.mapped_pages, 0);
+    assert_int_equal(c.live_bytes, 0);
+}
+
 #endif

@@ -121,12 +121,7 @@ static void run_ex(const char *spec, const char *settings, uint64_t seed, int fi
                   spec, settings, (unsigned long long)seed, OPS, ooms, injected_failures,
                   (long long)(s.reserved_bytes[0].peak >> 20));
     hbm_destroy(a);
-    hbm__sim_counters c;
-    hbm__sim_get_counters(hbm__sim_ctx(be), &c);
-    assert_int_equal(c.live_allocations, 0);
-    assert_int_equal(c.live_reservations, 0);
-    assert_int_equal(c.live_handles, 0);
-    assert_int_equal(c.mapped_pages, 0);
+    assert_sim_empty(be);
     hbm_backend_close(be);
 }
 
