@@ -9,6 +9,7 @@
  *
  * usage: bench_malloc [TRACE...]
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,11 +156,71 @@ static void bench_trace(const char *path)
     trace_free(&t);
 }
 
+/* ---- threads: throughput of one allocator shared by 1 and 2 threads ---- */
+
+typedef struct tharg {
+    hbm_allocator *a;
+    long ops;
+    unsigned seed;
+} tharg;
+
+static void *thread_loop(void *arg)
+{
+    tharg *t = arg;
+    void *live[64] = {0};
+    unsigned s = t->seed;
+    for (long i = 0; i < t->ops; i++) {
+        s = s * 1103515245u + 12345u;
+        int k = (int)((s >> 16) % 64);
+        if (live[k]) {
+            hbm_free(t->a, live[k]);
+            live[k] = NULL;
+        } else {
+            hbm_malloc(t->a, 512 + (size_t)((s >> 8) % 4096) * 512, 0, &live[k]);
+        }
+    }
+    for (int k = 0; k < 64; k++)
+        hbm_free(t->a, live[k]);
+    return NULL;
+}
+
+/* Million operations per second with n threads. */
+static double threads_mops(int n, long ops)
+{
+    hbm_allocator *a = open_or_die();
+    pthread_t th[2];
+    tharg t[2];
+    double t0 = now_ns();
+    for (int i = 0; i < n; i++) {
+        t[i] = (tharg){a, ops, 17u * (unsigned)(i + 1)};
+        pthread_create(&th[i], NULL, thread_loop, &t[i]);
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    double dt = now_ns() - t0;
+    hbm_destroy(a);
+    return (double)n * (double)ops / dt * 1e3;
+}
+
+static void bench_threads(void)
+{
+    const long ops = 300000;
+    double one[REPS], two[REPS];
+    for (int r = 0; r < REPS; r++) {
+        one[r] = threads_mops(1, ops);
+        two[r] = threads_mops(2, ops);
+    }
+    double m1 = median(one, REPS), m2 = median(two, REPS);
+    printf("\nthreads sharing one allocator (malloc/free of 512 B - 2 MiB, M ops/s, median of %d)\n", REPS);
+    printf("  1 thread %8.2f   2 threads %8.2f   ratio %.2f\n", m1, m2, m2 / m1);
+}
+
 int main(int argc, char **argv)
 {
     printf("hbmalloc %s bench (medians of %d interleaved runs; ratio = hbmalloc / glibc)\n\n", HBM_VERSION_STRING,
            REPS);
     bench_pairs();
+    bench_threads();
     if (argc > 1) {
         printf("\nmixed workloads from real traces (ns per event)\n");
         printf("  %-40s %8s %10s %10s %8s %8s\n", "trace", "events", "hbmalloc", "glibc", "ratio", "Mev/s");

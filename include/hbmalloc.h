@@ -38,7 +38,9 @@ typedef enum hbm_status {
     HBM_ERR_DOUBLE_FREE = 5,  /* pointer lies in a block that is already free */
     HBM_ERR_FOREIGN_PTR = 6,  /* pointer was not allocated by this allocator */
     HBM_ERR_INTERIOR_PTR = 7, /* pointer lies inside a live block, not at its start */
-    HBM_ERR_NOMEM = 8         /* host memory for bookkeeping ran out */
+    HBM_ERR_NOMEM = 8,        /* host memory for bookkeeping ran out */
+    HBM_ERR_WRONG_DEVICE = 9, /* pointer belongs to another device's allocator */
+    HBM_ERR_POOL_BUSY = 10    /* private pool released while blocks are live: kept until they are freed */
 } hbm_status;
 
 /* Short name of a status ("HBM_ERR_OOM"). */
@@ -79,6 +81,42 @@ HBM_API hbm_status hbm_empty_cache(hbm_allocator *a);
 HBM_API hbm_status hbm_set_memory_fraction(hbm_allocator *a, double fraction);
 /* Size of the block behind a live pointer (the rounded size), 0 if it is not live. */
 HBM_API size_t hbm_block_size(hbm_allocator *a, const void *ptr);
+
+/* ---- Streams -------------------------------------------------------------- */
+/* Mark a live block as used by another stream: when it is freed, an event is
+ * recorded on each such stream and the block is reused only once all have
+ * completed (PyTorch's record_stream). A use on the allocating stream is ignored. */
+HBM_API hbm_status hbm_record_stream(hbm_allocator *a, void *ptr, hbm_stream stream);
+
+/* ---- Private pools (PyTorch's MemPool and CUDA-graph pools) --------------- */
+typedef uint64_t hbm_mempool; /* nonzero id */
+/* A new private pool, held once by the caller. */
+HBM_API hbm_status hbm_mempool_create(hbm_allocator *a, hbm_mempool *out);
+/* Route allocations made on `stream` into pool p until hbm_mempool_end. */
+HBM_API hbm_status hbm_mempool_begin_stream(hbm_allocator *a, hbm_mempool p, hbm_stream stream);
+/* Route allocations made by the calling thread into pool p until hbm_mempool_end. */
+HBM_API hbm_status hbm_mempool_begin_thread(hbm_allocator *a, hbm_mempool p);
+/* Stop routing into p. */
+HBM_API hbm_status hbm_mempool_end(hbm_allocator *a, hbm_mempool p);
+/* Drop the creator's hold on p. Its cached memory returns on the next empty_cache
+ * once no block of it is live; with live blocks the answer is HBM_ERR_POOL_BUSY. */
+HBM_API hbm_status hbm_mempool_release(hbm_allocator *a, hbm_mempool p);
+/* Bytes reserved by pool p (0 for an unknown pool). */
+HBM_API size_t hbm_mempool_reserved(hbm_allocator *a, hbm_mempool p);
+
+/* ---- Several devices ------------------------------------------------------- */
+/* One allocator per device of a backend, created on first use, addressed by index. */
+typedef struct hbm_devices hbm_devices;
+HBM_API hbm_status hbm_devices_open(hbm_devices **out, const char *backend_spec, const char *settings, char *err,
+                                    size_t errlen);
+HBM_API void hbm_devices_close(hbm_devices *d);
+HBM_API int hbm_devices_count(const hbm_devices *d);
+/* The allocator of a device (NULL for a bad index or a failed create: see hbm_devices_error). */
+HBM_API hbm_allocator *hbm_devices_get(hbm_devices *d, int device);
+HBM_API hbm_status hbm_devices_malloc(hbm_devices *d, int device, size_t size, hbm_stream stream, void **out);
+/* Free on a device; a pointer of another device is reported (HBM_ERR_WRONG_DEVICE), nothing changes. */
+HBM_API hbm_status hbm_devices_free(hbm_devices *d, int device, void *ptr);
+HBM_API const char *hbm_devices_error(const hbm_devices *d);
 
 /* ---- Errors -------------------------------------------------------------- */
 /* Text of the last error on this allocator ("" if none). Valid until the next call on
@@ -139,7 +177,8 @@ typedef struct hbm_device_counters {
     uint64_t malloc_calls, free_calls, info_calls;
     uint64_t map_calls, unmap_calls;   /* pages mapped / unmapped (expandable segments) */
     uint64_t vmm_calls;                /* other virtual-memory calls: reserve, create, release, access */
-    uint64_t sync_calls;               /* stream synchronizations */
+    uint64_t sync_calls;               /* stream and event synchronizations */
+    uint64_t event_calls;              /* event create / record / query / destroy */
     uint64_t failed_calls;   /* calls that returned an error (including OOM) */
     uint64_t device_ns;      /* modelled (sim) or measured (real device) time in device calls */
 } hbm_device_counters;

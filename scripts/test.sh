@@ -11,3 +11,7 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=address,undefin
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs"
+# The thread stress and the stream tests once more under ThreadSanitizer.
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=thread -DHBM_BENCH=OFF >/dev/null
+cmake --build build-tsan -j"$jobs" --target test_threads test_streams
+TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R 'test_threads|test_streams'

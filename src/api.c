@@ -22,6 +22,8 @@ const char *hbm_status_name(hbm_status s)
     case HBM_ERR_FOREIGN_PTR: return "HBM_ERR_FOREIGN_PTR";
     case HBM_ERR_INTERIOR_PTR: return "HBM_ERR_INTERIOR_PTR";
     case HBM_ERR_NOMEM: return "HBM_ERR_NOMEM";
+    case HBM_ERR_WRONG_DEVICE: return "HBM_ERR_WRONG_DEVICE";
+    case HBM_ERR_POOL_BUSY: return "HBM_ERR_POOL_BUSY";
     }
     return "HBM_ERR_UNKNOWN";
 }
@@ -108,6 +110,8 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
     a->backend = b;
     a->device = device;
     a->small.is_small = true;
+    a->small.sibling = &a->large;
+    a->large.sibling = &a->small;
     a->stats.max_split_size = a->conf.max_split_size == SIZE_MAX ? -1 : (int64_t)a->conf.max_split_size;
     size_t dev_free;
     rc = hbm__dev_info(a, &dev_free, &a->device_total);

@@ -51,6 +51,21 @@ static int check_tree(checker *ck, hbm__avl *t, const hbm__pool *p, bool mapped,
     return h;
 }
 
+static void check_pool(checker *ck, hbm__pool *p, size_t *count, size_t *ucount)
+{
+    size_t c = 0, u = 0;
+    const hbm__block *last = NULL;
+    check_tree(ck, p->free_tree, p, true, &c, &last);
+    last = NULL;
+    check_tree(ck, p->unmapped, p, false, &u, &last);
+    if (c != p->nfree || u != p->nunmapped)
+        FAIL(ck, "a pool's trees hold %zu free and %zu unmapped blocks, its counters say %zu and %zu", c, u, p->nfree,
+             p->nunmapped);
+    int k = p->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE;
+    count[k] += c;
+    ucount[k] += u;
+}
+
 typedef struct sums {
     int64_t allocation, allocated_bytes, active, active_bytes, requested_bytes;
     int64_t segment, reserved_bytes, inactive_split, inactive_split_bytes;
@@ -76,13 +91,16 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
     pthread_mutex_lock(&a->lock);
     sums s[3];
     memset(s, 0, sizeof s);
-    size_t live = 0, reserved = 0, nseg = 0, nexp = 0;
+    size_t live = 0, reserved = 0, nseg = 0, nexp = 0, events = 0;
     int64_t oversize_alloc = 0, oversize_seg = 0;
     uintptr_t prev_end = 0;
     for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(a, seg)) {
         nseg++;
         int k = seg->pool->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE;
-        if (seg->pool != &a->small && seg->pool != &a->large)
+        bool known = seg->pool == &a->small || seg->pool == &a->large;
+        for (hbm__mempool *m = a->mempools; m && !known; m = m->next)
+            known = seg->pool == &m->small || seg->pool == &m->large;
+        if (!known)
             FAIL(&ck, "segment %p belongs to no pool", (void *)seg->addr);
         if (seg->addr < prev_end)
             FAIL(&ck, "segment %p overlaps the previous one", (void *)seg->addr);
@@ -134,6 +152,21 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
             }
             if (b->allocated && !b->mapped)
                 FAIL(&ck, "live block %p is unmapped", (void *)b->addr);
+            if (b->event_count < 0 || (b->event_count > 0 && b->allocated))
+                FAIL(&ck, "block %p has %d pending events while %s", (void *)b->addr, b->event_count,
+                     b->allocated ? "allocated" : "free");
+            events += (size_t)(b->event_count > 0 ? b->event_count : 0);
+            if (!b->allocated && b->event_count > 0) {
+                /* Freed, waiting on other streams: still active, not yet reusable. */
+                s[k].active++;
+                s[k].active_bytes += (int64_t)b->size;
+                s[k].requested_bytes += (int64_t)b->requested;
+                if (b->in_tree || hbm__ptrmap_get(&a->live, b->addr))
+                    FAIL(&ck, "pending block %p is in a free tree or still in the pointer map", (void *)b->addr);
+                continue;
+            }
+            if (!b->allocated && b->nuses)
+                FAIL(&ck, "free block %p still lists %u stream uses", (void *)b->addr, b->nuses);
             if (b->allocated) {
                 s[k].allocation++;
                 s[k].allocated_bytes += (int64_t)b->size;
@@ -158,7 +191,7 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
                     s[k].inactive_split++;
                     s[k].inactive_split_bytes += (int64_t)b->size;
                 }
-                if (b->next && !b->next->allocated && b->next->mapped == b->mapped)
+                if (b->next && !b->next->allocated && b->next->event_count == 0 && b->next->mapped == b->mapped)
                     FAIL(&ck, "free blocks %p and %p are adjacent but not coalesced", (void *)b->addr,
                          (void *)b->next->addr);
             }
@@ -183,21 +216,26 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
     if (reserved != a->total_reserved)
         FAIL(&ck, "total_reserved %zu, the segments add up to %zu", a->total_reserved, reserved);
 
-    hbm__pool *pools[2] = {&a->small, &a->large};
-    for (int i = 0; i < 2; i++) {
-        size_t count = 0, ucount = 0;
-        const hbm__block *last = NULL;
-        check_tree(&ck, pools[i]->free_tree, pools[i], true, &count, &last);
-        last = NULL;
-        check_tree(&ck, pools[i]->unmapped, pools[i], false, &ucount, &last);
-        int k = pools[i]->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE;
-        if (count != pools[i]->nfree || count != s[k].free_blocks)
-            FAIL(&ck, "%s pool: free tree holds %zu blocks, its counter says %zu, the segments have %zu free",
-                 pools[i]->is_small ? "small" : "large", count, pools[i]->nfree, s[k].free_blocks);
-        if (ucount != pools[i]->nunmapped || ucount != s[k].unmapped_blocks)
-            FAIL(&ck, "%s pool: unmapped tree holds %zu blocks, its counter says %zu, the segments have %zu",
-                 pools[i]->is_small ? "small" : "large", ucount, pools[i]->nunmapped, s[k].unmapped_blocks);
+    size_t queued = 0;
+    for (size_t i = 0; i < a->nqueues; i++)
+        queued += a->queues[i].n;
+    if (events != a->pending_events || queued != a->pending_events)
+        FAIL(&ck, "blocks wait on %zu events, the queues hold %zu, the count says %zu", events, queued,
+             a->pending_events);
+
+    /* Every pool's trees, default and private; counts add up per pool kind. */
+    size_t count[3] = {0}, ucount[3] = {0};
+    check_pool(&ck, &a->small, count, ucount);
+    check_pool(&ck, &a->large, count, ucount);
+    for (hbm__mempool *m = a->mempools; m; m = m->next) {
+        check_pool(&ck, &m->small, count, ucount);
+        check_pool(&ck, &m->large, count, ucount);
     }
+    for (int k = 1; k < 3; k++)
+        if (count[k] != s[k].free_blocks || ucount[k] != s[k].unmapped_blocks)
+            FAIL(&ck, "%s pools: trees hold %zu free and %zu unmapped blocks, the segments have %zu and %zu",
+                 k == HBM_POOL_SMALL ? "small" : "large", count[k], ucount[k], s[k].free_blocks,
+                 s[k].unmapped_blocks);
 
     /* Aggregate = small + large, then compare every derivable current value. */
     for (int f = 0; f < (int)(offsetof(sums, free_blocks) / sizeof(int64_t)); f++)

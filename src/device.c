@@ -17,9 +17,10 @@ static uint64_t now_ns(void)
 
 static const char *op_name(hbm__op op)
 {
-    static const char *names[HBM__OP_KINDS] = {"malloc", "free", "memory info", "address reserve", "address free",
-                                               "physical create", "physical release", "map", "unmap",
-                                               "set access", "stream synchronize"};
+    static const char *names[HBM__OP_KINDS] = {"malloc",      "free",           "memory info",  "address reserve",
+                                               "address free", "physical create", "physical release", "map",
+                                               "unmap",       "set access",     "stream synchronize", "event",
+                                               "event query", "event synchronize"};
     return names[op];
 }
 
@@ -32,7 +33,10 @@ static uint64_t begin(hbm_allocator *a, hbm__op op)
     case HBM__OP_INFO: c->info_calls++; break;
     case HBM__OP_MAP: c->map_calls++; break;
     case HBM__OP_UNMAP: c->unmap_calls++; break;
-    case HBM__OP_SYNC: c->sync_calls++; break;
+    case HBM__OP_SYNC:
+    case HBM__OP_EVSYNC: c->sync_calls++; break;
+    case HBM__OP_EVENT:
+    case HBM__OP_QUERY: c->event_calls++; break;
     default: c->vmm_calls++; break;
     }
     return a->backend->caps.modelled_cost ? 0 : now_ns();
@@ -70,6 +74,21 @@ static hbm_status end(hbm_allocator *a, uint64_t t0, hbm__op op, size_t size, in
 hbm_status hbm__dev_malloc(hbm_allocator *a, size_t size, uintptr_t *out)
 {
     CALL(a, HBM__OP_MALLOC, size, BE(a)->ops->mem_alloc(CTX(a), a->device, size, out));
+}
+
+/* release_lock_on_malloc: the backend call alone, made without the allocator's
+ * lock (it touches no allocator state); hbm__dev_malloc_done, under the lock
+ * again, counts it and turns its code into a status. */
+int hbm__dev_malloc_raw(hbm_allocator *a, size_t size, uintptr_t *out, uint64_t *t0)
+{
+    *t0 = a->backend->caps.modelled_cost ? 0 : now_ns();
+    return BE(a)->ops->mem_alloc(CTX(a), a->device, size, out);
+}
+
+hbm_status hbm__dev_malloc_done(hbm_allocator *a, size_t size, int rc, uint64_t t0)
+{
+    (void)begin(a, HBM__OP_MALLOC);
+    return end(a, t0, HBM__OP_MALLOC, size, rc);
 }
 
 hbm_status hbm__dev_free(hbm_allocator *a, uintptr_t ptr, size_t size)
@@ -124,4 +143,48 @@ hbm_status hbm__dev_sync(hbm_allocator *a, hbm_stream stream)
     if (!BE(a)->ops->stream_sync)
         return HBM_OK;
     CALL(a, HBM__OP_SYNC, 0, BE(a)->ops->stream_sync(CTX(a), a->device, stream));
+}
+
+hbm_status hbm__dev_event_create(hbm_allocator *a, uint64_t *ev)
+{
+    CALL(a, HBM__OP_EVENT, 0, BE(a)->ops->event_create(CTX(a), a->device, ev));
+}
+
+hbm_status hbm__dev_event_destroy(hbm_allocator *a, uint64_t ev)
+{
+    CALL(a, HBM__OP_EVENT, 0, BE(a)->ops->event_destroy(CTX(a), a->device, ev));
+}
+
+hbm_status hbm__dev_event_record(hbm_allocator *a, uint64_t ev, hbm_stream stream)
+{
+    CALL(a, HBM__OP_EVENT, 0, BE(a)->ops->event_record(CTX(a), a->device, ev, stream));
+}
+
+hbm_status hbm__dev_event_sync(hbm_allocator *a, uint64_t ev)
+{
+    CALL(a, HBM__OP_EVSYNC, 0, BE(a)->ops->event_sync(CTX(a), a->device, ev));
+}
+
+/* 1: complete, 0: not yet, < 0: an error (message set). */
+int hbm__dev_event_done(hbm_allocator *a, uint64_t ev)
+{
+    uint64_t t0 = begin(a, HBM__OP_QUERY);
+    int rc = BE(a)->ops->event_query(CTX(a), a->device, ev);
+    if (rc == HBM__BE_NOT_READY) {
+        end(a, t0, HBM__OP_QUERY, 0, 0);
+        return 0;
+    }
+    return end(a, t0, HBM__OP_QUERY, 0, rc) == HBM_OK ? 1 : -1;
+}
+
+hbm_status hbm__dev_stream_check(hbm_allocator *a, hbm_stream stream)
+{
+    if (!BE(a)->ops->stream_check)
+        return HBM_OK;
+    int rc = BE(a)->ops->stream_check(CTX(a), a->device, stream);
+    if (rc == 0)
+        return HBM_OK;
+    hbm__set_error(a, "%s device %d: stream 0x%llx: %s (backend code %d)", BE(a)->ops->name, a->device,
+                   (unsigned long long)stream, BE(a)->ops->strerror(CTX(a), rc), rc);
+    return HBM_ERR_INVALID;
 }

@@ -86,12 +86,22 @@ void hbm__set_error(hbm_allocator *a, const char *fmt, ...)
 /* ---- block objects ---- */
 
 /* A block object with every field but node cleared (no memset: it is on the split path). */
+static hbm__block *block_alloc(void)
+{
+    hbm__block *b = malloc(sizeof *b);
+    if (b) {
+        b->uses = NULL;
+        b->cap_uses = 0;
+    }
+    return b;
+}
+
 hbm__block *hbm__block_new(hbm_allocator *a)
 {
     hbm__block *b = a->spare_blocks;
     if (b)
         a->spare_blocks = b->next;
-    else if (!(b = malloc(sizeof *b)))
+    else if (!(b = block_alloc()))
         return NULL;
     b->prev = b->next = NULL;
     b->seg = NULL;
@@ -101,6 +111,8 @@ hbm__block *hbm__block_new(hbm_allocator *a)
     b->gc_base = 0;
     b->allocated = b->in_tree = false;
     b->mapped = true;
+    b->event_count = 0;
+    b->nuses = 0; /* a recycled object keeps its uses array for reuse */
     return b;
 }
 
@@ -116,7 +128,7 @@ hbm_status hbm__ensure_spares(hbm_allocator *a, int n)
     for (hbm__block *b = a->spare_blocks; b && have < n; b = b->next)
         have++;
     for (; have < n; have++) {
-        hbm__block *b = malloc(sizeof *b);
+        hbm__block *b = block_alloc();
         if (!b) {
             hbm__set_error(a, "out of host memory for allocator bookkeeping");
             return HBM_ERR_NOMEM;
@@ -253,7 +265,18 @@ static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
         return HBM_ERR_NOMEM;
     }
     uintptr_t addr;
-    hbm_status rc = hbm__dev_malloc(a, size, &addr);
+    hbm_status rc;
+    if (a->conf.release_lock_on_malloc) {
+        /* release_lock_on_cudamalloc: other threads may use the allocator while
+         * the device allocates; seg and b are ours alone meanwhile. */
+        uint64_t t0;
+        pthread_mutex_unlock(&a->lock);
+        int code = hbm__dev_malloc_raw(a, size, &addr, &t0);
+        pthread_mutex_lock(&a->lock);
+        rc = hbm__dev_malloc_done(a, size, code, t0);
+    } else {
+        rc = hbm__dev_malloc(a, size, &addr);
+    }
     if (rc != HBM_OK) {
         free(seg);
         hbm__block_recycle(a, b);
@@ -303,7 +326,7 @@ static hbm_status release_block(hbm_allocator *a, hbm__block *b)
 }
 
 /* Release every whole free segment of a pool (release_blocks). */
-static hbm_status release_pool(hbm_allocator *a, hbm__pool *p)
+hbm_status hbm__release_pool(hbm_allocator *a, hbm__pool *p)
 {
     hbm_status first_error = HBM_OK;
     for (hbm__block *b = hbm__pool_first(p), *next; b; b = next) {
@@ -318,11 +341,15 @@ static hbm_status release_pool(hbm_allocator *a, hbm__pool *p)
     return first_error != HBM_OK ? first_error : rc;
 }
 
+/* empty_cache: wait for pending frees, then return every whole free segment
+ * of the default pools and of released private pools. */
 static hbm_status release_cached_blocks(hbm_allocator *a)
 {
-    hbm_status rl = release_pool(a, &a->large);
-    hbm_status rs = release_pool(a, &a->small);
-    return rl != HBM_OK ? rl : rs;
+    hbm_status re = hbm__sync_events(a);
+    hbm_status rl = hbm__release_pool(a, &a->large);
+    hbm_status rs = hbm__release_pool(a, &a->small);
+    hbm_status rm = hbm__release_mempools(a);
+    return re != HBM_OK ? re : rl != HBM_OK ? rl : rs != HBM_OK ? rs : rm;
 }
 
 /* release_available_cached_blocks: free oversize cached blocks on this stream
@@ -481,8 +508,9 @@ static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream
         hbm__set_error(a, "out of host memory for allocator bookkeeping");
         return HBM_ERR_NOMEM;
     }
+    hbm__process_events(a);
     size_t size = round_size(&a->conf, orig + a->backend->caps.request_pad);
-    hbm__pool *p = size <= HBM__SMALL_SIZE ? &a->small : &a->large;
+    hbm__pool *p = hbm__route_pool(a, size, stream);
     hbm__block *b = get_free_block(a, p, stream, size);
     if (!b) {
         size_t alloc_size = hbm__allocation_size(&a->conf, size);
@@ -502,9 +530,14 @@ static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream
             }
             return rc;
         }
-        if ((rc = hbm__ensure_spares(a, 1)) != HBM_OK) {
+        /* Again: with release_lock_on_malloc another thread may have used the spares meanwhile. */
+        if ((rc = hbm__ensure_spares(a, 1)) != HBM_OK || hbm__ptrmap_reserve(&a->live, 1)) {
             /* Keep the new segment cached: nothing is lost. */
             hbm__pool_insert(p, b);
+            if (rc == HBM_OK) {
+                hbm__set_error(a, "out of host memory for allocator bookkeeping");
+                rc = HBM_ERR_NOMEM;
+            }
             return rc;
         }
     }
@@ -530,7 +563,7 @@ hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **o
 
 size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
 {
-    if (!src || src->allocated || src->mapped != dst->mapped)
+    if (!src || src->allocated || src->event_count > 0 || src->mapped != dst->mapped)
         return 0;
     if (src->mapped)
         hbm__pool_remove(p, src);
@@ -554,7 +587,7 @@ size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__bloc
     return absorbed;
 }
 
-static void free_block(hbm_allocator *a, hbm__block *b)
+void hbm__free_block(hbm_allocator *a, hbm__block *b)
 {
     hbm__pool *p = b->seg->pool;
     hbm_stats *st = &a->stats;
@@ -632,7 +665,10 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
         hbm__stat_arr_dec(a->stats.allocated_bytes, p, (int64_t)b->size);
         if (b->size >= a->conf.max_split_size)
             hbm__stat_dec(&a->stats.oversize_allocations, 1);
-        free_block(a, b);
+        if (b->nuses)
+            rc = hbm__insert_events(a, b);
+        else
+            hbm__free_block(a, b);
     }
     pthread_mutex_unlock(&a->lock);
     return rc;
@@ -695,16 +731,19 @@ void hbm__engine_teardown(hbm_allocator *a)
             hbm__dev_free(a, s->addr, s->size);
         for (hbm__block *b = s->head, *bn; b; b = bn) {
             bn = b->next;
+            free(b->uses);
             free(b);
         }
         free(s);
     }
     a->segments = NULL;
+    hbm__stream_teardown(a);
     hbm__expand_teardown_pool(a, &a->small);
     hbm__expand_teardown_pool(a, &a->large);
     while (a->spare_blocks) {
         hbm__block *b = a->spare_blocks;
         a->spare_blocks = b->next;
+        free(b->uses);
         free(b);
     }
 }

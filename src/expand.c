@@ -364,8 +364,7 @@ static void collect_free_pages(hbm_allocator *a, hbm__pool *p, size_t need, uint
     size_t page = page_size_for(a, p), bytes = need * page;
     unmap_free_pages(a, p, &bytes, lo, hi, true);
     if (bytes > 0) {
-        hbm__pool *other = p == &a->small ? &a->large : &a->small;
-        unmap_free_pages(a, other, &bytes, 0, 0, false);
+        unmap_free_pages(a, p->sibling, &bytes, 0, 0, false);
     }
 }
 

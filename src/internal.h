@@ -28,6 +28,7 @@
 
 typedef struct hbm__segment hbm__segment;
 typedef struct hbm__pool hbm__pool;
+typedef struct hbm__mempool hbm__mempool;
 
 typedef struct hbm__block {
     hbm__avl node;                  /* in pool->free_tree while free */
@@ -41,6 +42,9 @@ typedef struct hbm__block {
     bool allocated;
     bool in_tree;     /* in pool->free_tree (free and mapped) or pool->unmapped (unmapped) */
     bool mapped;      /* false only for unmapped ranges of expandable segments */
+    int event_count;  /* events still to complete before a freed block is reusable */
+    hbm_stream *uses; /* other streams that used the block (record_stream) */
+    uint32_t nuses, cap_uses;
 } hbm__block;
 
 /* One page of an expandable segment: its physical handle (0: none) and whether it is mapped.
@@ -74,7 +78,35 @@ struct hbm__pool {
     size_t nspare, cap_spare;
     uint64_t search_count; /* get_free_blocks_call_count: the GC age clock */
     bool is_small;
+    hbm__pool *sibling;    /* the other pool (small <-> large) of the same owner */
+    hbm__mempool *owner;   /* NULL for the default pools */
 };
+
+/* A private pool (MemPool / graph pool): its own small and large pools. */
+struct hbm__mempool {
+    hbm_mempool id;
+    hbm__pool small, large;
+    int use_count; /* the creator's hold plus active routings */
+    hbm__mempool *next;
+};
+
+/* Allocations made on a stream, or by a thread, go to a private pool. */
+typedef struct hbm__route {
+    hbm__mempool *mp;
+    bool by_thread;
+    hbm_stream stream;
+    pthread_t thread;
+} hbm__route;
+
+/* Frees waiting on one stream's events, oldest first. */
+typedef struct hbm__event_queue {
+    hbm_stream stream;
+    struct {
+        uint64_t event;
+        hbm__block *block;
+    } *items;
+    size_t head, n, cap; /* ring buffer */
+} hbm__event_queue;
 
 /*
  * One allocator per device. `lock` guards every field below it; every public
@@ -100,6 +132,15 @@ struct hbm_allocator {
     double fraction;
     bool expandable;       /* expandable segments in force (asked for, and the device can) */
     size_t nexpandable;    /* expandable segments (reservations) held */
+    hbm__mempool *mempools;
+    hbm_mempool next_mempool_id;
+    hbm__route *routes;    /* searched last first, as PyTorch searches captures */
+    size_t nroutes, cap_routes;
+    hbm__event_queue *queues;
+    size_t nqueues, cap_queues;
+    size_t pending_events; /* events in all queues */
+    uint64_t *spare_events; /* recorded-and-completed events, for reuse */
+    size_t nspare_events, cap_spare_events;
     hbm_device_counters dev;
     char warning[1024];    /* the capability fallback, if any (also printed once at create) */
     char err[1536];
@@ -146,6 +187,8 @@ void hbm__stats_reset_accumulated(hbm_stats *s);
 
 /* ---- device.c: the one caller of the backend ---- */
 hbm_status hbm__dev_malloc(hbm_allocator *a, size_t size, uintptr_t *out);
+int hbm__dev_malloc_raw(hbm_allocator *a, size_t size, uintptr_t *out, uint64_t *t0);
+hbm_status hbm__dev_malloc_done(hbm_allocator *a, size_t size, int rc, uint64_t t0);
 hbm_status hbm__dev_free(hbm_allocator *a, uintptr_t ptr, size_t size);
 hbm_status hbm__dev_info(hbm_allocator *a, size_t *free_bytes, size_t *total_bytes);
 hbm_status hbm__dev_reserve(hbm_allocator *a, size_t size, uintptr_t *va);
@@ -156,6 +199,12 @@ hbm_status hbm__dev_map(hbm_allocator *a, uintptr_t va, size_t size, uint64_t ha
 hbm_status hbm__dev_unmap(hbm_allocator *a, uintptr_t va, size_t size);
 hbm_status hbm__dev_access(hbm_allocator *a, uintptr_t va, size_t size);
 hbm_status hbm__dev_sync(hbm_allocator *a, hbm_stream stream);
+hbm_status hbm__dev_event_create(hbm_allocator *a, uint64_t *ev);
+hbm_status hbm__dev_event_destroy(hbm_allocator *a, uint64_t ev);
+hbm_status hbm__dev_event_record(hbm_allocator *a, uint64_t ev, hbm_stream stream);
+hbm_status hbm__dev_event_sync(hbm_allocator *a, uint64_t ev);
+int hbm__dev_event_done(hbm_allocator *a, uint64_t ev);
+hbm_status hbm__dev_stream_check(hbm_allocator *a, hbm_stream stream);
 
 /* ---- shared by engine.c and expand.c ---- */
 hbm__block *hbm__block_new(hbm_allocator *a);
@@ -164,6 +213,23 @@ void hbm__block_recycle(hbm_allocator *a, hbm__block *b);
 hbm_status hbm__ensure_spares(hbm_allocator *a, int n);
 /* Merge src into dst when src is a free neighbour in the same mapped state; returns bytes absorbed. */
 size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src);
+
+/* ---- stream.c: event-deferred frees and private pools ---- */
+/* The pool a request of `size` (rounded) on `stream` goes to. */
+hbm__pool *hbm__route_pool(hbm_allocator *a, size_t size, hbm_stream stream);
+/* Record events for a freed block's other streams; the block is freed when all complete. */
+hbm_status hbm__insert_events(hbm_allocator *a, hbm__block *b);
+/* Free the blocks whose events have completed (start of every malloc). */
+void hbm__process_events(hbm_allocator *a);
+/* Wait for every pending event and free the blocks (empty_cache, the OOM retry). */
+hbm_status hbm__sync_events(hbm_allocator *a);
+/* empty_cache for released private pools; deletes those left with no segment. */
+hbm_status hbm__release_mempools(hbm_allocator *a);
+void hbm__stream_teardown(hbm_allocator *a);
+/* Release a pool's cached segments (engine.c). */
+hbm_status hbm__release_pool(hbm_allocator *a, hbm__pool *p);
+/* Free a block whose free was requested and whose events completed (engine.c). */
+void hbm__free_block(hbm_allocator *a, hbm__block *b);
 
 /* ---- expand.c: expandable segments ---- */
 /* Map pages for a request of `size` (rounded) on stream; the block returned is out of the free tree. */

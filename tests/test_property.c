@@ -38,7 +38,10 @@ static size_t random_size(void)
 
 /* faults: every few hundred operations a random device call kind fails once
  * (out of memory or a device error); every failure must come back as a status. */
-static void run_ex(const char *spec, const char *settings, uint64_t seed, int fill, double fraction, int faults)
+/* streams: blocks are also used by other streams (record_stream) whose work the
+ * test holds and releases at random, and some allocations go to a private pool. */
+static void run_ex2(const char *spec, const char *settings, uint64_t seed, int fill, double fraction, int faults,
+                    int streams)
 {
     hbm_backend *be;
     hbm_allocator *a;
@@ -46,6 +49,10 @@ static void run_ex(const char *spec, const char *settings, uint64_t seed, int fi
     if (hbm_backend_open(&be, spec, err, sizeof err) != HBM_OK || hbm_create(&a, be, 0, settings, err, sizeof err))
         fail_msg("%s / %s: %s", spec, settings, err);
     size_t injected_failures = 0;
+    hbm_mempool mp = 0;
+    int routed = 0;
+    if (streams)
+        assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
     if (fraction < 1.0)
         assert_int_equal(hbm_set_memory_fraction(a, fraction), HBM_OK);
     rng_state = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -62,6 +69,25 @@ static void run_ex(const char *spec, const char *settings, uint64_t seed, int fi
             if (f.kind == HBM__OP_INFO)
                 f.kind = HBM__OP_MAP;
             hbm__sim_add_fault(sim_of(a), &f);
+        }
+        if (streams && r >= 990) {
+            uint64_t k = rnd() % 10;
+            if (k < 6)
+                hbm__sim_stream_hold(sim_of(a), 0, (hbm_stream)(3 + rnd() % 2), (int)(rnd() % 2));
+            else if (k < 8 && routed == 0) {
+                assert_int_equal(hbm_mempool_begin_stream(a, mp, rnd() % 3), HBM_OK);
+                routed = 1;
+            } else if (routed) {
+                assert_int_equal(hbm_mempool_end(a, mp), HBM_OK);
+                routed = 0;
+            }
+            assert_valid(a);
+            continue;
+        }
+        if (streams && r >= 560 && r < 640 && nl > 0) {
+            assert_int_equal(hbm_record_stream(a, L[rnd() % (uint64_t)nl].p, (hbm_stream)(3 + rnd() % 2)), HBM_OK);
+            assert_valid(a);
+            continue;
         }
         if ((r < 560 && nl < MAX_LIVE) || nl == 0) {
             size_t n = random_size();
@@ -103,14 +129,23 @@ static void run_ex(const char *spec, const char *settings, uint64_t seed, int fi
             if (rc != HBM_OK && !(faults && rc == HBM_ERR_BACKEND))
                 fail_msg("empty_cache: %s", hbm_last_error(a));
         }
-        assert_int_equal(stats_of(a).requested_bytes[HBM_POOL_ALL].current, requested);
+        /* Frees waiting on events still count as requested until they complete. */
+        int64_t req = stats_of(a).requested_bytes[HBM_POOL_ALL].current;
+        if (streams ? req < requested : req != requested)
+            fail_msg("seed %llu op %d: requested_bytes %lld, live blocks requested %lld", (unsigned long long)seed, op,
+                     (long long)req, (long long)requested);
         assert_valid(a);
     }
     hbm__sim_clear_faults(sim_of(a));
+    if (routed)
+        hbm_mempool_end(a, mp);
+    if (mp)
+        hbm_mempool_release(a, mp);
     while (nl > 0) {
         assert_int_equal(hbm_free(a, L[--nl].p), HBM_OK);
         assert_valid(a);
     }
+    assert_int_equal(hbm_empty_cache(a), HBM_OK); /* waits for whatever is still pending */
     hbm_stats s = stats_of(a);
     assert_int_equal(s.allocated_bytes[HBM_POOL_ALL].current, 0);
     assert_int_equal(s.active[HBM_POOL_ALL].current, 0);
@@ -123,6 +158,11 @@ static void run_ex(const char *spec, const char *settings, uint64_t seed, int fi
     hbm_destroy(a);
     assert_sim_empty(be);
     hbm_backend_close(be);
+}
+
+static void run_ex(const char *spec, const char *settings, uint64_t seed, int fill, double fraction, int faults)
+{
+    run_ex2(spec, settings, seed, fill, fraction, faults, 0);
 }
 
 static void run(const char *spec, const char *settings, uint64_t seed, int fill, double fraction)
@@ -182,6 +222,15 @@ static void injected_faults_are_returned_and_leak_nothing(void **st)
     run_ex("sim:capacity=1GiB", "max_split_size_mb:32", 11, 0, 1.0, 1);
 }
 
+static void streams_events_and_private_pools(void **st)
+{
+    (void)st;
+    run_ex2("sim:capacity=2GiB", "", 12, 0, 1.0, 0, 1);
+    run_ex2("sim:capacity=1GiB", "expandable_segments:True", 13, 0, 1.0, 0, 1);
+    run_ex2("sim:capacity=1GiB", "max_split_size_mb:40", 14, 0, 1.0, 1, 1);
+    run_ex2("sim:capacity=256MiB,memory=host", "", 15, 1, 1.0, 0, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -193,6 +242,7 @@ int main(void)
         cmocka_unit_test(host_backed_blocks_never_overlap),
         cmocka_unit_test(expandable_segments),
         cmocka_unit_test(injected_faults_are_returned_and_leak_nothing),
+        cmocka_unit_test(streams_events_and_private_pools),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,8 +35,13 @@ typedef enum hbm__op {
     HBM__OP_UNMAP = 8,      /* unmap an address range */
     HBM__OP_ACCESS = 9,     /* make a mapping readable and writable by the device */
     HBM__OP_SYNC = 10,      /* wait for a stream's work (before an unmap) */
-    HBM__OP_KINDS = 11
+    HBM__OP_EVENT = 11,     /* create, record or destroy an event */
+    HBM__OP_QUERY = 12,     /* ask whether an event has completed */
+    HBM__OP_EVSYNC = 13,    /* wait for an event */
+    HBM__OP_KINDS = 14
 } hbm__op;
+
+#define HBM__BE_NOT_READY (-2) /* event_query: the event has not completed */
 
 /* Filled once when the backend is opened. */
 typedef struct hbm__backend_caps {
@@ -70,6 +75,15 @@ typedef struct hbm__backend_ops {
     int (*vmm_unmap)(void *ctx, int device, uintptr_t va, size_t size);
     int (*vmm_access)(void *ctx, int device, uintptr_t va, size_t size);
     int (*stream_sync)(void *ctx, int device, hbm_stream stream);
+    /* Events (cross-stream frees). event_query returns 0 when complete,
+     * HBM__BE_NOT_READY when not. stream_check (may be NULL) says whether a
+     * stream handle is known to the device. */
+    int (*event_create)(void *ctx, int device, uint64_t *event);
+    int (*event_destroy)(void *ctx, int device, uint64_t event);
+    int (*event_record)(void *ctx, int device, uint64_t event, hbm_stream stream);
+    int (*event_query)(void *ctx, int device, uint64_t event);
+    int (*event_sync)(void *ctx, int device, uint64_t event);
+    int (*stream_check)(void *ctx, int device, hbm_stream stream);
 } hbm__backend_ops;
 
 struct hbm_backend {

@@ -57,6 +57,21 @@ typedef struct sim_handle {
     int mapped; /* pages of reservations that point at it */
 } sim_handle;
 
+/* A stream's clock: work recorded on it completes when the test lets it (held
+ * streams), or at once (the default: an idle device). */
+typedef struct sim_stream {
+    hbm_stream id;
+    int device;
+    uint64_t submitted, completed;
+    int held;
+} sim_stream;
+
+typedef struct sim_event {
+    int live, device, recorded;
+    hbm_stream stream;
+    uint64_t seq;
+} sim_event;
+
 typedef struct sim_fault_state {
     hbm__sim_fault rule;
     uint64_t seen;
@@ -81,6 +96,12 @@ typedef struct sim {
     size_t nresv, cap_resv;
     sim_handle *handles; /* handle h lives at handles[h - 1] */
     size_t nhandles, cap_handles;
+    /* streams and events */
+    int strict_streams; /* streams=strict: only stream 0 and created streams exist */
+    sim_stream *streams;
+    size_t nstreams, cap_streams;
+    sim_event *events; /* event e lives at events[e - 1] */
+    size_t nevents, cap_events;
 } sim;
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -453,13 +474,148 @@ static int sim_access(void *ctx, int device, uintptr_t va, size_t size)
     return rc;
 }
 
+
+/* ---- streams and events ---- */
+
+static sim_stream *stream_get(sim *s, int device, hbm_stream id, int create)
+{
+    for (size_t i = 0; i < s->nstreams; i++)
+        if (s->streams[i].id == id && s->streams[i].device == device)
+            return &s->streams[i];
+    if (!create || (s->strict_streams && id != 0) ||
+        grow((void **)&s->streams, &s->cap_streams, s->nstreams + 1, sizeof(sim_stream)))
+        return NULL;
+    s->streams[s->nstreams] = (sim_stream){id, device, 0, 0, 0};
+    return &s->streams[s->nstreams++];
+}
+
+static sim_event *event_get(sim *s, int device, uint64_t e)
+{
+    if (e == 0 || e > s->nevents)
+        return NULL;
+    sim_event *x = &s->events[e - 1];
+    return x->live && x->device == device ? x : NULL;
+}
+
+static int ev_begin(sim *s, hbm__op op, int device)
+{
+    s->counters.calls[op]++;
+    if (device < 0 || device >= s->ndev)
+        return HBM__SIM_ERR_DEVICE;
+    return fault_check(s, op, 0);
+}
+
+static int sim_event_create(void *ctx, int device, uint64_t *event)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = ev_begin(s, HBM__OP_EVENT, device);
+    if (!rc && grow((void **)&s->events, &s->cap_events, s->nevents + 1, sizeof(sim_event)))
+        rc = HBM__SIM_ERR_HOST;
+    if (!rc) {
+        s->events[s->nevents] = (sim_event){1, device, 0, 0, 0};
+        *event = ++s->nevents;
+        s->counters.live_events++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_event_destroy(void *ctx, int device, uint64_t event)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = ev_begin(s, HBM__OP_EVENT, device);
+    sim_event *e = rc ? NULL : event_get(s, device, event);
+    if (!rc && !e)
+        rc = HBM__SIM_ERR_BAD_EVENT;
+    if (!rc) {
+        e->live = 0;
+        s->counters.live_events--;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_event_record(void *ctx, int device, uint64_t event, hbm_stream stream)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = ev_begin(s, HBM__OP_EVENT, device);
+    sim_event *e = rc ? NULL : event_get(s, device, event);
+    sim_stream *st = rc ? NULL : stream_get(s, device, stream, 1);
+    if (!rc && !e)
+        rc = HBM__SIM_ERR_BAD_EVENT;
+    if (!rc && !st)
+        rc = HBM__SIM_ERR_BAD_STREAM;
+    if (!rc) {
+        e->recorded = 1;
+        e->stream = stream;
+        e->seq = ++st->submitted;
+        if (!st->held)
+            st->completed = st->submitted;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_event_query(void *ctx, int device, uint64_t event)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = ev_begin(s, HBM__OP_QUERY, device);
+    sim_event *e = rc ? NULL : event_get(s, device, event);
+    if (!rc && !e)
+        rc = HBM__SIM_ERR_BAD_EVENT;
+    if (!rc && e->recorded) {
+        sim_stream *st = stream_get(s, device, e->stream, 0);
+        if (st && st->completed < e->seq)
+            rc = HBM__BE_NOT_READY;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_event_sync(void *ctx, int device, uint64_t event)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = ev_begin(s, HBM__OP_EVSYNC, device);
+    sim_event *e = rc ? NULL : event_get(s, device, event);
+    if (!rc && !e)
+        rc = HBM__SIM_ERR_BAD_EVENT;
+    if (!rc && e->recorded) {
+        /* The host waits, so the device gets there: a held stream runs up to the event. */
+        sim_stream *st = stream_get(s, device, e->stream, 0);
+        if (st && st->completed < e->seq)
+            st->completed = e->seq;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_stream_check(void *ctx, int device, hbm_stream stream)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = device < 0 || device >= s->ndev ? HBM__SIM_ERR_DEVICE
+             : stream_get(s, device, stream, 1) ? 0
+                                                : HBM__SIM_ERR_BAD_STREAM;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
 static int sim_sync(void *ctx, int device, hbm_stream stream)
 {
     sim *s = ctx;
-    (void)stream;
     pthread_mutex_lock(&s->lock);
     s->counters.calls[HBM__OP_SYNC]++;
     int rc = device < 0 || device >= s->ndev ? HBM__SIM_ERR_DEVICE : fault_check(s, HBM__OP_SYNC, 0);
+    sim_stream *st = rc ? NULL : stream_get(s, device, stream, 1);
+    if (!rc && !st)
+        rc = HBM__SIM_ERR_BAD_STREAM;
+    if (!rc)
+        st->completed = st->submitted;
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -479,6 +635,8 @@ static const char *sim_strerror(void *ctx, int code)
     case HBM__SIM_ERR_BAD_RANGE: return "address range is not inside one reservation, misaligned, or not mapped";
     case HBM__SIM_ERR_BAD_HANDLE: return "no such physical handle (released, or of another device)";
     case HBM__SIM_ERR_STILL_MAPPED: return "range or handle is still mapped";
+    case HBM__SIM_ERR_BAD_EVENT: return "no such event (destroyed, or of another device)";
+    case HBM__SIM_ERR_BAD_STREAM: return "unknown stream (the sim runs with streams=strict)";
     default: return "unknown sim error";
     }
 }
@@ -501,6 +659,8 @@ static void sim_close(void *ctx)
         free(s->resv[i].pages);
     free(s->resv);
     free(s->handles);
+    free(s->streams);
+    free(s->events);
     free(s->live);
     pthread_mutex_destroy(&s->lock);
     free(s);
@@ -522,6 +682,12 @@ static const hbm__backend_ops sim_ops = {
     .vmm_unmap = sim_unmap,
     .vmm_access = sim_access,
     .stream_sync = sim_sync,
+    .event_create = sim_event_create,
+    .event_destroy = sim_event_destroy,
+    .event_record = sim_event_record,
+    .event_query = sim_event_query,
+    .event_sync = sim_event_sync,
+    .stream_check = sim_stream_check,
 };
 
 /* ---- spec parsing: "capacity=80GiB,memory=host,devices=2,..." ---- */
@@ -589,6 +755,14 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
         }
         return 0;
     }
+    if (!strcmp(key, "streams")) {
+        if (strcmp(val, "auto") && strcmp(val, "strict")) {
+            snprintf(err, errlen, "sim: streams '%s' must be 'auto' or 'strict'", val);
+            return -1;
+        }
+        s->strict_streams = !strcmp(val, "strict");
+        return 0;
+    }
     if (!strcmp(key, "granularity")) {
         if (hbm__parse_size(val, &s->granularity) || s->granularity < 4096 || (s->granularity & (s->granularity - 1))) {
             snprintf(err, errlen, "sim: granularity '%s' must be a power of two >= 4KiB (e.g. 2MiB)", val);
@@ -639,9 +813,9 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
         }
         caps->request_pad = (size_t)n;
     } else {
-        static const char *cost_keys[HBM__OP_KINDS] = {"malloc_us", "free_us",   "info_us",  "reserve_us",
-                                                       "unreserve_us", "create_us", "release_us", "map_us",
-                                                       "unmap_us",  "access_us", "sync_us"};
+        static const char *cost_keys[HBM__OP_KINDS] = {
+            "malloc_us", "free_us", "info_us",  "reserve_us", "unreserve_us", "create_us", "release_us",
+            "map_us",    "unmap_us", "access_us", "sync_us",   "event_us",     "query_us",  "evsync_us"};
         for (int op = 0; op < HBM__OP_KINDS; op++) {
             char per[32];
             snprintf(per, sizeof per, "%s_per_gib", cost_keys[op]);
@@ -667,7 +841,7 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
         }
         snprintf(err, errlen,
                  "sim: unknown option '%s' (known: capacity, others, memory, devices, dialect, pad, vmm, "
-                 "firmware, granularity, <call>_us, <call>_us_per_gib, fail_nth)",
+                 "firmware, granularity, streams, <call>_us, <call>_us_per_gib, fail_nth)",
                  key);
         return -1;
     }
@@ -696,6 +870,9 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     s->cost_base_ns[HBM__OP_UNMAP] = 5000;
     s->cost_base_ns[HBM__OP_ACCESS] = 2000;
     s->cost_base_ns[HBM__OP_SYNC] = 1000;
+    s->cost_base_ns[HBM__OP_EVENT] = 1000;
+    s->cost_base_ns[HBM__OP_QUERY] = 500;
+    s->cost_base_ns[HBM__OP_EVSYNC] = 1000;
     s->vmm = 1;
     s->granularity = 2 * HBM__MiB;
     b->caps.device_count = 1;
@@ -788,6 +965,42 @@ void hbm__sim_get_counters(void *ctx, hbm__sim_counters *out)
     pthread_mutex_lock(&s->lock);
     *out = s->counters;
     pthread_mutex_unlock(&s->lock);
+}
+
+int hbm__sim_stream_create(void *ctx, int device, hbm_stream stream)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int strict = s->strict_streams;
+    s->strict_streams = 0;
+    int rc = stream_get(s, device, stream, 1) ? 0 : -1;
+    s->strict_streams = strict;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int hbm__sim_stream_hold(void *ctx, int device, hbm_stream stream, int hold)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    sim_stream *st = stream_get(s, device, stream, 1);
+    if (st) {
+        st->held = hold;
+        if (!hold)
+            st->completed = st->submitted;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return st ? 0 : -1;
+}
+
+int hbm__sim_stream_pending(void *ctx, int device, hbm_stream stream)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    sim_stream *st = stream_get(s, device, stream, 0);
+    int n = st ? (int)(st->submitted - st->completed) : 0;
+    pthread_mutex_unlock(&s->lock);
+    return n;
 }
 
 int hbm__sim_is_host_backed(void *ctx)

@@ -30,7 +30,9 @@ enum {
     HBM__SIM_ERR_ALIGN = 6,
     HBM__SIM_ERR_BAD_RANGE = 7,
     HBM__SIM_ERR_BAD_HANDLE = 8,
-    HBM__SIM_ERR_STILL_MAPPED = 9
+    HBM__SIM_ERR_STILL_MAPPED = 9,
+    HBM__SIM_ERR_BAD_EVENT = 10,
+    HBM__SIM_ERR_BAD_STREAM = 11
 };
 
 typedef struct hbm__sim_counters {
@@ -41,6 +43,7 @@ typedef struct hbm__sim_counters {
     uint64_t live_reservations;      /* virtual reservations not yet freed */
     uint64_t live_handles;           /* physical handles not yet released */
     uint64_t mapped_pages;           /* granularity pages mapped */
+    uint64_t live_events;            /* events not yet destroyed */
 } hbm__sim_counters;
 
 /* The sim context behind a backend opened with "sim" (NULL for other backends). */
@@ -48,7 +51,11 @@ void *hbm__sim_ctx(hbm_backend *b);
 int hbm__sim_add_fault(void *ctx, const hbm__sim_fault *rule);
 void hbm__sim_clear_faults(void *ctx);
 void hbm__sim_get_counters(void *ctx, hbm__sim_counters *out);
-/* Host-backed mode: 1 if [p, p+n) lies inside one live device allocation. */
 int hbm__sim_is_host_backed(void *ctx);
+/* Streams: create one (needed with streams=strict); hold one (work recorded on it
+ * stays incomplete until released or synchronized); count its incomplete work. */
+int hbm__sim_stream_create(void *ctx, int device, hbm_stream stream);
+int hbm__sim_stream_hold(void *ctx, int device, hbm_stream stream, int hold);
+int hbm__sim_stream_pending(void *ctx, int device, hbm_stream stream);
 
 #endif

@@ -1,0 +1,116 @@
+/*
+ * devices.c: one allocator per device of a backend, created on first use and
+ * addressed by device index (what the PyTorch plug-ins need: alloc(size,
+ * device, stream)). Owns the set and wrong-device diagnosis; no policy.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define MAX_DEVICES 64
+
+struct hbm_devices {
+    pthread_mutex_t lock; /* guards creation; each allocator has its own lock */
+    hbm_backend *backend;
+    char settings[512];
+    bool settings_from_env;
+    hbm_allocator *dev[MAX_DEVICES];
+    int count;
+    char err[1024];
+};
+
+hbm_status hbm_devices_open(hbm_devices **out, const char *spec, const char *settings, char *err, size_t errlen)
+{
+    if (!out || !spec)
+        return HBM_ERR_INVALID;
+    *out = NULL;
+    hbm_devices *d = calloc(1, sizeof *d);
+    if (!d)
+        return HBM_ERR_NOMEM;
+    hbm_status rc = hbm_backend_open(&d->backend, spec, err, errlen);
+    if (rc != HBM_OK) {
+        free(d);
+        return rc;
+    }
+    d->count = d->backend->caps.device_count < MAX_DEVICES ? d->backend->caps.device_count : MAX_DEVICES;
+    d->settings_from_env = settings == NULL;
+    snprintf(d->settings, sizeof d->settings, "%s", settings ? settings : "");
+    pthread_mutex_init(&d->lock, NULL);
+    *out = d;
+    return HBM_OK;
+}
+
+void hbm_devices_close(hbm_devices *d)
+{
+    if (!d)
+        return;
+    for (int i = 0; i < d->count; i++)
+        hbm_destroy(d->dev[i]);
+    hbm_backend_close(d->backend);
+    pthread_mutex_destroy(&d->lock);
+    free(d);
+}
+
+int hbm_devices_count(const hbm_devices *d) { return d ? d->count : 0; }
+
+const char *hbm_devices_error(const hbm_devices *d) { return d ? d->err : "NULL device set"; }
+
+hbm_allocator *hbm_devices_get(hbm_devices *d, int device)
+{
+    if (!d)
+        return NULL;
+    pthread_mutex_lock(&d->lock);
+    hbm_allocator *a = NULL;
+    if (device < 0 || device >= d->count) {
+        snprintf(d->err, sizeof d->err, "device %d does not exist on backend %s (it has %d device%s)", device,
+                 d->backend->ops->name, d->count, d->count == 1 ? "" : "s");
+    } else if (!(a = d->dev[device])) {
+        char e[900];
+        if (hbm_create(&a, d->backend, device, d->settings_from_env ? NULL : d->settings, e, sizeof e) == HBM_OK)
+            d->dev[device] = a;
+        else
+            snprintf(d->err, sizeof d->err, "device %d: %s", device, e);
+    }
+    pthread_mutex_unlock(&d->lock);
+    return a;
+}
+
+hbm_status hbm_devices_malloc(hbm_devices *d, int device, size_t size, hbm_stream stream, void **out)
+{
+    if (out)
+        *out = NULL;
+    hbm_allocator *a = hbm_devices_get(d, device);
+    if (!a)
+        return HBM_ERR_INVALID;
+    hbm_status rc = hbm_malloc(a, size, stream, out);
+    if (rc != HBM_OK)
+        hbm_copy_last_error(a, d->err, sizeof d->err);
+    return rc;
+}
+
+hbm_status hbm_devices_free(hbm_devices *d, int device, void *ptr)
+{
+    hbm_allocator *a = hbm_devices_get(d, device);
+    if (!a)
+        return HBM_ERR_INVALID;
+    hbm_status rc = hbm_free(a, ptr);
+    if (rc == HBM_ERR_FOREIGN_PTR) {
+        /* Not this device's: say whose it is, if it is anyone's. */
+        for (int i = 0; i < d->count; i++) {
+            pthread_mutex_lock(&d->lock);
+            hbm_allocator *other = i == device ? NULL : d->dev[i];
+            pthread_mutex_unlock(&d->lock);
+            if (other && hbm_block_size(other, ptr)) {
+                snprintf(d->err, sizeof d->err,
+                         "free(%p) on device %d: the pointer belongs to device %d; nothing was changed", ptr, device,
+                         i);
+                return HBM_ERR_WRONG_DEVICE;
+            }
+        }
+    }
+    if (rc != HBM_OK)
+        hbm_copy_last_error(a, d->err, sizeof d->err);
+    return rc;
+}

@@ -1,0 +1,411 @@
+/*
+ * stream.c: event-deferred frees (record_stream) and private pools.
+ *
+ * Owns the per-stream event queues, the event cache, routing of requests to
+ * private pools, and their lifetime. PyTorch's rules: a freed block that
+ * other streams used gets one event per such stream and becomes reusable
+ * only when all have completed; queues are polled in FIFO order at the start
+ * of every malloc, each stream on its own (no head-of-line blocking across
+ * streams); empty_cache and the last OOM retry wait for every event.
+ * A private pool keeps its own small and large pools; blocks never cross
+ * pools; a released pool's memory returns on empty_cache once nothing of it
+ * is live. Runs with a->lock held (except the public entry points, which
+ * take it).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "pool.h"
+
+/* ---- routing ---- */
+
+hbm__pool *hbm__route_pool(hbm_allocator *a, size_t size, hbm_stream stream)
+{
+    bool small = size <= HBM__SMALL_SIZE;
+    if (a->nroutes) {
+        pthread_t self = pthread_self();
+        for (size_t i = a->nroutes; i-- > 0;) {
+            hbm__route *r = &a->routes[i];
+            if (r->by_thread ? pthread_equal(r->thread, self) : r->stream == stream)
+                return small ? &r->mp->small : &r->mp->large;
+        }
+    }
+    return small ? &a->small : &a->large;
+}
+
+/* ---- events ---- */
+
+static hbm__event_queue *queue_for(hbm_allocator *a, hbm_stream stream)
+{
+    for (size_t i = 0; i < a->nqueues; i++)
+        if (a->queues[i].stream == stream)
+            return &a->queues[i];
+    if (a->nqueues == a->cap_queues) {
+        size_t cap = a->cap_queues ? a->cap_queues * 2 : 4;
+        hbm__event_queue *q = realloc(a->queues, cap * sizeof *q);
+        if (!q)
+            return NULL;
+        a->queues = q;
+        a->cap_queues = cap;
+    }
+    hbm__event_queue *q = &a->queues[a->nqueues++];
+    memset(q, 0, sizeof *q);
+    q->stream = stream;
+    return q;
+}
+
+static int queue_push(hbm__event_queue *q, uint64_t ev, hbm__block *b)
+{
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? q->cap * 2 : 16;
+        void *items = malloc(cap * sizeof *q->items);
+        if (!items)
+            return -1;
+        for (size_t i = 0; i < q->n; i++)
+            memcpy((char *)items + i * sizeof *q->items, &q->items[(q->head + i) % q->cap], sizeof *q->items);
+        free(q->items);
+        q->items = items;
+        q->head = 0;
+        q->cap = cap;
+    }
+    size_t at = (q->head + q->n++) % q->cap;
+    q->items[at].event = ev;
+    q->items[at].block = b;
+    return 0;
+}
+
+static void queue_pop(hbm__event_queue *q)
+{
+    q->head = (q->head + 1) % q->cap;
+    q->n--;
+}
+
+/* An event to record: a cached one, else a new one (PyTorch pools them: creating is slow). */
+static hbm_status event_get(hbm_allocator *a, uint64_t *ev)
+{
+    if (a->nspare_events) {
+        *ev = a->spare_events[--a->nspare_events];
+        return HBM_OK;
+    }
+    return hbm__dev_event_create(a, ev);
+}
+
+static void event_put(hbm_allocator *a, uint64_t ev)
+{
+    if (a->nspare_events == a->cap_spare_events) {
+        size_t cap = a->cap_spare_events ? a->cap_spare_events * 2 : 16;
+        uint64_t *e = realloc(a->spare_events, cap * sizeof *e);
+        if (!e) {
+            hbm__dev_event_destroy(a, ev);
+            return;
+        }
+        a->spare_events = e;
+        a->cap_spare_events = cap;
+    }
+    a->spare_events[a->nspare_events++] = ev;
+}
+
+hbm_status hbm__insert_events(hbm_allocator *a, hbm__block *b)
+{
+    hbm_status first_error = HBM_OK;
+    uint32_t n = b->nuses;
+    b->nuses = 0; /* PyTorch moves stream_uses out here */
+    for (uint32_t i = 0; i < n; i++) {
+        hbm_stream s = b->uses[i];
+        hbm__event_queue *q = queue_for(a, s);
+        uint64_t ev;
+        hbm_status rc = q ? event_get(a, &ev) : HBM_ERR_NOMEM;
+        if (rc == HBM_OK && (rc = hbm__dev_event_record(a, ev, s)) != HBM_OK)
+            event_put(a, ev);
+        if (rc == HBM_OK && queue_push(q, ev, b) == 0) {
+            b->event_count++;
+            a->pending_events++;
+            continue;
+        }
+        /* No event: wait for the stream instead, so the block is still safe to reuse. */
+        hbm_status sync = hbm__dev_sync(a, s);
+        if (first_error == HBM_OK)
+            first_error = sync != HBM_OK ? sync : HBM_OK;
+    }
+    if (b->event_count == 0)
+        hbm__free_block(a, b);
+    return first_error;
+}
+
+static void complete_one(hbm_allocator *a, hbm__event_queue *q)
+{
+    uint64_t ev = q->items[q->head].event;
+    hbm__block *b = q->items[q->head].block;
+    queue_pop(q);
+    a->pending_events--;
+    event_put(a, ev);
+    if (--b->event_count == 0)
+        hbm__free_block(a, b);
+}
+
+void hbm__process_events(hbm_allocator *a)
+{
+    if (a->pending_events == 0)
+        return;
+    for (size_t i = 0; i < a->nqueues; i++) {
+        hbm__event_queue *q = &a->queues[i];
+        while (q->n) {
+            int done = hbm__dev_event_done(a, q->items[q->head].event);
+            if (done != 1)
+                break; /* not yet (or the query failed: retried at the next malloc) */
+            complete_one(a, q);
+        }
+    }
+}
+
+hbm_status hbm__sync_events(hbm_allocator *a)
+{
+    hbm_status rc = HBM_OK;
+    a->stats.num_sync_all_streams++;
+    for (size_t i = 0; i < a->nqueues && rc == HBM_OK; i++) {
+        hbm__event_queue *q = &a->queues[i];
+        while (q->n && (rc = hbm__dev_event_sync(a, q->items[q->head].event)) == HBM_OK)
+            complete_one(a, q);
+    }
+    return rc;
+}
+
+hbm_status hbm_record_stream(hbm_allocator *a, void *ptr, hbm_stream stream)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    if (!ptr)
+        return HBM_OK; /* PyTorch ignores null data pointers */
+    pthread_mutex_lock(&a->lock);
+    hbm_status rc = HBM_OK;
+    hbm__block *b = hbm__ptrmap_get(&a->live, (uintptr_t)ptr);
+    if (!b) {
+        hbm__segment *seg = hbm__segment_find(a, (uintptr_t)ptr);
+        hbm__set_error(a, seg ? "hbm_record_stream(%p): pointer is not a live block (freed, or inside a block); "
+                                "nothing was changed"
+                              : "hbm_record_stream(%p): pointer was not allocated by this allocator; nothing was "
+                                "changed",
+                       ptr);
+        rc = seg ? HBM_ERR_INVALID : HBM_ERR_FOREIGN_PTR;
+    } else if (stream != b->stream) {
+        uint32_t i = 0;
+        while (i < b->nuses && b->uses[i] != stream)
+            i++;
+        if (i == b->nuses && (rc = hbm__dev_stream_check(a, stream)) == HBM_OK) {
+            if (b->nuses == b->cap_uses) {
+                uint32_t cap = b->cap_uses ? b->cap_uses * 2 : 2;
+                hbm_stream *u = realloc(b->uses, cap * sizeof *u);
+                if (!u) {
+                    hbm__set_error(a, "out of host memory for allocator bookkeeping");
+                    rc = HBM_ERR_NOMEM;
+                } else {
+                    b->uses = u;
+                    b->cap_uses = cap;
+                }
+            }
+            if (rc == HBM_OK)
+                b->uses[b->nuses++] = stream;
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+/* ---- private pools ---- */
+
+static hbm__mempool *mempool_find(hbm_allocator *a, hbm_mempool id)
+{
+    for (hbm__mempool *m = a->mempools; m; m = m->next)
+        if (m->id == id)
+            return m;
+    return NULL;
+}
+
+/* Live (allocated or pending) blocks and reserved bytes of a private pool's segments. */
+static void mempool_usage(hbm_allocator *a, const hbm__mempool *m, size_t *live, size_t *reserved, size_t *segments)
+{
+    *live = *reserved = *segments = 0;
+    for (hbm__segment *s = hbm__segments_first(a); s; s = hbm__segments_next(a, s)) {
+        if (s->pool != &m->small && s->pool != &m->large)
+            continue;
+        (*segments)++;
+        for (hbm__block *b = s->head; b; b = b->next) {
+            *live += b->allocated || b->event_count > 0;
+            if (b->mapped)
+                *reserved += b->size;
+        }
+    }
+}
+
+hbm_status hbm_mempool_create(hbm_allocator *a, hbm_mempool *out)
+{
+    if (!a || !out)
+        return HBM_ERR_INVALID;
+    hbm__mempool *m = calloc(1, sizeof *m);
+    if (!m)
+        return HBM_ERR_NOMEM;
+    pthread_mutex_lock(&a->lock);
+    m->id = ++a->next_mempool_id;
+    m->small.is_small = true;
+    m->small.sibling = &m->large;
+    m->large.sibling = &m->small;
+    m->small.owner = m->large.owner = m;
+    m->use_count = 1;
+    m->next = a->mempools;
+    a->mempools = m;
+    *out = m->id;
+    pthread_mutex_unlock(&a->lock);
+    return HBM_OK;
+}
+
+static hbm_status begin_route(hbm_allocator *a, hbm_mempool id, bool by_thread, hbm_stream stream)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    pthread_mutex_lock(&a->lock);
+    hbm_status rc = HBM_OK;
+    hbm__mempool *m = mempool_find(a, id);
+    if (!m || m->use_count == 0) {
+        hbm__set_error(a, "private pool %llu does not exist (or was released)", (unsigned long long)id);
+        rc = HBM_ERR_INVALID;
+    }
+    for (size_t i = 0; rc == HBM_OK && i < a->nroutes; i++)
+        if (a->routes[i].mp == m) {
+            hbm__set_error(a, "private pool %llu: already routing allocations to it (end it first)",
+                           (unsigned long long)id);
+            rc = HBM_ERR_INVALID;
+        }
+    if (rc == HBM_OK && !by_thread)
+        rc = hbm__dev_stream_check(a, stream);
+    if (rc == HBM_OK && a->nroutes == a->cap_routes) {
+        size_t cap = a->cap_routes ? a->cap_routes * 2 : 4;
+        hbm__route *r = realloc(a->routes, cap * sizeof *r);
+        if (!r)
+            rc = HBM_ERR_NOMEM;
+        else {
+            a->routes = r;
+            a->cap_routes = cap;
+        }
+    }
+    if (rc == HBM_OK) {
+        a->routes[a->nroutes++] = (hbm__route){m, by_thread, stream, pthread_self()};
+        m->use_count++;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+hbm_status hbm_mempool_begin_stream(hbm_allocator *a, hbm_mempool p, hbm_stream stream)
+{
+    return begin_route(a, p, false, stream);
+}
+
+hbm_status hbm_mempool_begin_thread(hbm_allocator *a, hbm_mempool p) { return begin_route(a, p, true, 0); }
+
+hbm_status hbm_mempool_end(hbm_allocator *a, hbm_mempool id)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    pthread_mutex_lock(&a->lock);
+    hbm_status rc = HBM_ERR_INVALID;
+    for (size_t i = a->nroutes; i-- > 0;)
+        if (a->routes[i].mp->id == id) {
+            a->routes[i].mp->use_count--;
+            memmove(&a->routes[i], &a->routes[i + 1], (a->nroutes - i - 1) * sizeof *a->routes);
+            a->nroutes--;
+            rc = HBM_OK;
+            break;
+        }
+    if (rc != HBM_OK)
+        hbm__set_error(a, "private pool %llu: not routing allocations to it", (unsigned long long)id);
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+hbm_status hbm_mempool_release(hbm_allocator *a, hbm_mempool id)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    pthread_mutex_lock(&a->lock);
+    hbm_status rc = HBM_OK;
+    hbm__mempool *m = mempool_find(a, id);
+    if (!m || m->use_count == 0) {
+        hbm__set_error(a, "private pool %llu does not exist (or was released already)", (unsigned long long)id);
+        rc = HBM_ERR_INVALID;
+    } else {
+        m->use_count--;
+        size_t live, reserved, segments;
+        mempool_usage(a, m, &live, &reserved, &segments);
+        if (live) {
+            hbm__set_error(a, "private pool %llu released with %zu live block%s: it is kept until they are freed, "
+                              "and its memory returns on the next empty_cache after that",
+                           (unsigned long long)id, live, live == 1 ? "" : "s");
+            rc = HBM_ERR_POOL_BUSY;
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+size_t hbm_mempool_reserved(hbm_allocator *a, hbm_mempool id)
+{
+    if (!a)
+        return 0;
+    pthread_mutex_lock(&a->lock);
+    size_t live = 0, reserved = 0, segments = 0;
+    hbm__mempool *m = mempool_find(a, id);
+    if (m)
+        mempool_usage(a, m, &live, &reserved, &segments);
+    pthread_mutex_unlock(&a->lock);
+    return reserved;
+}
+
+hbm_status hbm__release_mempools(hbm_allocator *a)
+{
+    hbm_status first_error = HBM_OK;
+    for (hbm__mempool **link = &a->mempools; *link;) {
+        hbm__mempool *m = *link;
+        if (m->use_count > 0) {
+            link = &m->next;
+            continue;
+        }
+        hbm_status rl = hbm__release_pool(a, &m->large), rs = hbm__release_pool(a, &m->small);
+        if (first_error == HBM_OK)
+            first_error = rl != HBM_OK ? rl : rs;
+        size_t live, reserved, segments;
+        mempool_usage(a, m, &live, &reserved, &segments);
+        if (segments == 0) {
+            *link = m->next;
+            hbm__expand_teardown_pool(a, &m->small);
+            hbm__expand_teardown_pool(a, &m->large);
+            free(m);
+        } else {
+            link = &m->next;
+        }
+    }
+    return first_error;
+}
+
+void hbm__stream_teardown(hbm_allocator *a)
+{
+    for (size_t i = 0; i < a->nqueues; i++) {
+        hbm__event_queue *q = &a->queues[i];
+        for (size_t k = 0; k < q->n; k++)
+            hbm__dev_event_destroy(a, q->items[(q->head + k) % q->cap].event);
+        free(q->items);
+    }
+    free(a->queues);
+    for (size_t i = 0; i < a->nspare_events; i++)
+        hbm__dev_event_destroy(a, a->spare_events[i]);
+    free(a->spare_events);
+    free(a->routes);
+    while (a->mempools) {
+        hbm__mempool *m = a->mempools;
+        a->mempools = m->next;
+        hbm__expand_teardown_pool(a, &m->small);
+        hbm__expand_teardown_pool(a, &m->large);
+        free(m);
+    }
+}

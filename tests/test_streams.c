@@ -1,0 +1,331 @@
+/* test_streams.c: record_stream and events, private pools, devices. */
+#include "helpers.h"
+
+#define S1 ((hbm_stream)1)
+#define S2 ((hbm_stream)2)
+#define S3 ((hbm_stream)3)
+
+static void a_block_used_by_another_stream_waits_for_its_event(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "");
+    hbm__sim_stream_hold(sim_of(a), 0, S2, 1);
+    void *p = must_malloc(a, 4096, S1);
+    assert_int_equal(hbm_record_stream(a, p, S2), HBM_OK);
+    assert_int_equal(hbm_free(a, p), HBM_OK);
+    hbm_stats s = stats_of(a);
+    assert_int_equal(s.allocated_bytes[HBM_POOL_ALL].current, 0); /* the free was requested */
+    assert_int_equal(s.active_bytes[HBM_POOL_ALL].current, 4096);  /* but has not completed */
+    assert_int_equal(hbm__sim_stream_pending(sim_of(a), 0, S2), 1);
+    assert_valid(a);
+    void *q = must_malloc(a, 4096, S1);
+    assert_ptr_not_equal(q, p); /* not reused while stream 2 may still read it */
+    hbm_free(a, q);
+    hbm__sim_stream_hold(sim_of(a), 0, S2, 0); /* stream 2 finishes */
+    void *r = must_malloc(a, 4096, S1);        /* the event is polled at malloc */
+    assert_ptr_equal(r, p);
+    assert_int_equal(stats_of(a).num_sync_all_streams, 0);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+static void a_use_on_the_allocating_stream_is_ignored(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "");
+    hbm__sim_stream_hold(sim_of(a), 0, S1, 1);
+    void *p = must_malloc(a, 4096, S1);
+    assert_int_equal(hbm_record_stream(a, p, S1), HBM_OK);
+    hbm_free(a, p);
+    assert_ptr_equal(must_malloc(a, 4096, S1), p);
+    hbm_device_counters d;
+    hbm_get_device_counters(a, &d);
+    assert_int_equal(d.event_calls, 0);
+    hbm_destroy(a);
+}
+
+static void every_stream_must_finish_and_streams_do_not_block_each_other(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "");
+    void *ctx = sim_of(a);
+    hbm__sim_stream_hold(ctx, 0, S2, 1);
+    hbm__sim_stream_hold(ctx, 0, S3, 1);
+    void *both = must_malloc(a, 8192, S1);
+    void *only3 = must_malloc(a, 16384, S1);
+    hbm_record_stream(a, both, S2);
+    hbm_record_stream(a, both, S3);
+    hbm_record_stream(a, both, S3); /* twice: one event */
+    hbm_record_stream(a, only3, S3);
+    hbm_free(a, both);
+    hbm_free(a, only3);
+    assert_int_equal(hbm__sim_stream_pending(ctx, 0, S3), 2);
+    hbm__sim_stream_hold(ctx, 0, S3, 0);
+    must_malloc(a, 512 * 1024, S1); /* polls: only3 is free now, both still waits for stream 2 */
+    assert_int_equal(stats_of(a).active_bytes[HBM_POOL_ALL].current, 512 * 1024 + 8192);
+    assert_valid(a);
+    hbm__sim_stream_hold(ctx, 0, S2, 0);
+    must_malloc(a, 512, S1);
+    assert_int_equal(stats_of(a).active_bytes[HBM_POOL_ALL].current, 512 * 1024 + 512);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+static void empty_cache_waits_for_pending_frees(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "");
+    hbm__sim_stream_hold(sim_of(a), 0, S2, 1);
+    void *p = must_malloc(a, 30 * MiB, S1);
+    hbm_record_stream(a, p, S2);
+    hbm_free(a, p);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    hbm_stats s = stats_of(a);
+    assert_int_equal(s.num_sync_all_streams, 1);
+    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current, 0);
+    assert_int_equal(s.active[HBM_POOL_ALL].current, 0);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+static void oom_drains_pending_frees_before_giving_up(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:capacity=100MiB", "");
+    hbm__sim_stream_hold(sim_of(a), 0, S2, 1);
+    void *p = must_malloc(a, 80 * MiB, S1);
+    hbm_record_stream(a, p, S2);
+    hbm_free(a, p);
+    void *q = must_malloc(a, 60 * MiB, S1); /* only fits once p's event is waited for and its segment freed */
+    assert_non_null(q);
+    hbm_stats s = stats_of(a);
+    assert_int_equal(s.num_sync_all_streams, 1);
+    assert_int_equal(s.num_alloc_retries, 1);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+static void bad_pointers_and_streams_are_reported(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:streams=strict", "");
+    hbm__sim_stream_create(sim_of(a), 0, S1);
+    void *p = must_malloc(a, 4096, S1);
+    must_malloc(a, 4096, S1);
+    assert_int_equal(hbm_record_stream(a, p, (hbm_stream)0xdead), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "unknown stream"));
+    assert_non_null(strstr(hbm_last_error(a), "0xdead"));
+    assert_int_equal(hbm_record_stream(a, p, 0), HBM_OK); /* stream 0 always exists */
+    hbm__sim_stream_hold(sim_of(a), 0, 0, 1);
+    assert_int_equal(hbm_free(a, p), HBM_OK);
+    assert_int_equal(hbm_free(a, p), HBM_ERR_DOUBLE_FREE); /* freed, pending: still a double free */
+    assert_int_equal(hbm_record_stream(a, p, 0), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "not a live block"));
+    int local;
+    assert_int_equal(hbm_record_stream(a, &local, 0), HBM_ERR_FOREIGN_PTR);
+    assert_int_equal(hbm_record_stream(a, NULL, 0), HBM_OK);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+static void an_event_failure_falls_back_to_waiting_for_the_stream(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "");
+    hbm__sim_stream_hold(sim_of(a), 0, S2, 1);
+    hbm__sim_fault f = {.kind = HBM__OP_EVENT, .nth = 0, .min_size = 0, .max_size = SIZE_MAX,
+                        .code = HBM__SIM_ERR_INJECTED};
+    hbm__sim_add_fault(sim_of(a), &f);
+    void *p = must_malloc(a, 4096, S1);
+    hbm_record_stream(a, p, S2);
+    assert_int_equal(hbm_free(a, p), HBM_OK);
+    assert_int_equal(hbm__sim_stream_pending(sim_of(a), 0, S2), 0); /* waited for */
+    assert_ptr_equal(must_malloc(a, 4096, S1), p);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+static void destroy_with_pending_frees_leaves_no_event(void **st)
+{
+    (void)st;
+    hbm_backend *b;
+    char err[256];
+    assert_int_equal(hbm_backend_open(&b, "sim", err, sizeof err), HBM_OK);
+    hbm_allocator *a;
+    assert_int_equal(hbm_create(&a, b, 0, "", err, sizeof err), HBM_OK);
+    hbm__sim_stream_hold(hbm__sim_ctx(b), 0, S2, 1);
+    for (int i = 0; i < 10; i++) {
+        void *p = must_malloc(a, 4096 * (size_t)(i + 1), S1);
+        hbm_record_stream(a, p, S2);
+        hbm_free(a, p);
+    }
+    hbm_destroy(a);
+    hbm__sim_counters c;
+    hbm__sim_get_counters(hbm__sim_ctx(b), &c);
+    assert_int_equal(c.live_events, 0);
+    assert_sim_empty(b);
+    hbm_backend_close(b);
+}
+
+/* ---- private pools ---- */
+
+static bool in_pool(hbm_allocator *a, void *p, hbm_mempool id)
+{
+    hbm__segment *seg = hbm__segment_find(a, (uintptr_t)p);
+    return seg && seg->pool->owner && seg->pool->owner->id == id;
+}
+
+static void a_private_pool_takes_the_routed_stream_and_keeps_its_blocks(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "");
+    hbm_mempool mp;
+    assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
+    assert_int_equal(hbm_mempool_begin_stream(a, mp, S1), HBM_OK);
+    assert_int_equal(hbm_mempool_begin_stream(a, mp, S2), HBM_ERR_INVALID); /* already routing */
+    void *x = must_malloc(a, 4096, S1);
+    void *y = must_malloc(a, 4096, S2);
+    assert_true(in_pool(a, x, mp));
+    assert_false(in_pool(a, y, mp));
+    assert_int_equal(hbm_mempool_reserved(a, mp), 2 * MiB);
+    assert_int_equal(hbm_mempool_end(a, mp), HBM_OK);
+    assert_int_equal(hbm_mempool_end(a, mp), HBM_ERR_INVALID); /* not routing */
+    hbm_free(a, x);
+    void *z = must_malloc(a, 4096, S1); /* default pool now: never the pool's free block */
+    assert_false(in_pool(a, z, mp));
+    assert_ptr_not_equal(z, x);
+    /* Its cache survives empty_cache while the pool is held. */
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_int_equal(hbm_mempool_reserved(a, mp), 2 * MiB);
+    assert_int_equal(hbm_mempool_release(a, mp), HBM_OK);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_int_equal(hbm_mempool_reserved(a, mp), 0);
+    assert_int_equal(hbm_mempool_begin_stream(a, mp, S1), HBM_ERR_INVALID); /* gone */
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+static void releasing_a_pool_with_live_blocks_keeps_it_until_they_are_freed(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "");
+    hbm_mempool mp;
+    hbm_mempool_create(a, &mp);
+    hbm_mempool_begin_stream(a, mp, 0);
+    void *p = must_malloc(a, 30 * MiB, 0);
+    hbm_mempool_end(a, mp);
+    assert_int_equal(hbm_mempool_release(a, mp), HBM_ERR_POOL_BUSY);
+    assert_non_null(strstr(hbm_last_error(a), "1 live block"));
+    assert_int_equal(hbm_mempool_release(a, mp), HBM_ERR_INVALID); /* released already */
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_int_equal(hbm_mempool_reserved(a, mp), 30 * MiB); /* still live */
+    assert_valid(a);
+    hbm_free(a, p);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_int_equal(hbm_mempool_reserved(a, mp), 0);
+    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_ALL].current, 0);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+typedef struct thread_arg {
+    hbm_allocator *a;
+    void *p;
+} thread_arg;
+
+static void *alloc_in_thread(void *arg)
+{
+    thread_arg *t = arg;
+    hbm_malloc(t->a, 4096, 0, &t->p);
+    return NULL;
+}
+
+static void thread_routing_diverts_only_the_calling_thread(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "");
+    hbm_mempool mp;
+    hbm_mempool_create(a, &mp);
+    assert_int_equal(hbm_mempool_begin_thread(a, mp), HBM_OK);
+    void *mine = must_malloc(a, 4096, 0);
+    thread_arg t = {a, NULL};
+    pthread_t th;
+    pthread_create(&th, NULL, alloc_in_thread, &t);
+    pthread_join(th, NULL);
+    hbm_mempool_end(a, mp);
+    assert_true(in_pool(a, mine, mp));
+    assert_non_null(t.p);
+    assert_false(in_pool(a, t.p, mp));
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+static void pools_work_with_expandable_segments(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "expandable_segments:True");
+    hbm_mempool mp;
+    hbm_mempool_create(a, &mp);
+    hbm_mempool_begin_stream(a, mp, 0);
+    void *p = must_malloc(a, 30 * MiB, 0);
+    hbm_mempool_end(a, mp);
+    void *q = must_malloc(a, 30 * MiB, 0);
+    assert_true(in_pool(a, p, mp));
+    assert_false(in_pool(a, q, mp));
+    assert_int_equal(stats_of(a).num_expandable_segments, 2);
+    hbm_free(a, p);
+    hbm_mempool_release(a, mp);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_int_equal(stats_of(a).num_expandable_segments, 1);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+/* ---- devices ---- */
+
+static void each_device_has_its_allocator_and_wrong_device_frees_are_reported(void **st)
+{
+    (void)st;
+    hbm_devices *d;
+    char err[256];
+    assert_int_equal(hbm_devices_open(&d, "sim:devices=2,capacity=1GiB", "", err, sizeof err), HBM_OK);
+    assert_int_equal(hbm_devices_count(d), 2);
+    void *p0, *p1;
+    assert_int_equal(hbm_devices_malloc(d, 0, 8 * MiB, 0, &p0), HBM_OK);
+    assert_int_equal(hbm_devices_malloc(d, 1, 8 * MiB, 0, &p1), HBM_OK);
+    assert_ptr_not_equal(hbm_devices_get(d, 0), hbm_devices_get(d, 1));
+    hbm_stats before = stats_of(hbm_devices_get(d, 1));
+    assert_int_equal(hbm_devices_free(d, 1, p0), HBM_ERR_WRONG_DEVICE);
+    assert_non_null(strstr(hbm_devices_error(d), "belongs to device 0"));
+    hbm_stats after = stats_of(hbm_devices_get(d, 1));
+    assert_memory_equal(&before, &after, sizeof before);
+    assert_valid(hbm_devices_get(d, 0));
+    assert_valid(hbm_devices_get(d, 1));
+    assert_int_equal(hbm_devices_free(d, 0, p0), HBM_OK);
+    assert_int_equal(hbm_devices_free(d, 1, p1), HBM_OK);
+    void *x;
+    assert_int_equal(hbm_devices_malloc(d, 5, 512, 0, &x), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_devices_error(d), "device 5 does not exist"));
+    assert_null(hbm_devices_get(d, -1));
+    hbm_devices_close(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_block_used_by_another_stream_waits_for_its_event),
+        cmocka_unit_test(a_use_on_the_allocating_stream_is_ignored),
+        cmocka_unit_test(every_stream_must_finish_and_streams_do_not_block_each_other),
+        cmocka_unit_test(empty_cache_waits_for_pending_frees),
+        cmocka_unit_test(oom_drains_pending_frees_before_giving_up),
+        cmocka_unit_test(bad_pointers_and_streams_are_reported),
+        cmocka_unit_test(an_event_failure_falls_back_to_waiting_for_the_stream),
+        cmocka_unit_test(destroy_with_pending_frees_leaves_no_event),
+        cmocka_unit_test(a_private_pool_takes_the_routed_stream_and_keeps_its_blocks),
+        cmocka_unit_test(releasing_a_pool_with_live_blocks_keeps_it_until_they_are_freed),
+        cmocka_unit_test(thread_routing_diverts_only_the_calling_thread),
+        cmocka_unit_test(pools_work_with_expandable_segments),
+        cmocka_unit_test(each_device_has_its_allocator_and_wrong_device_frees_are_reported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

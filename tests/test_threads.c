@@ -1,0 +1,119 @@
+/*
+ * test_threads.c: many threads on one allocator at once: malloc, free,
+ * record_stream, empty_cache, stats and the validator, with and without
+ * release_lock_on_cudamalloc. Run under ThreadSanitizer by scripts/test.sh.
+ */
+#include "helpers.h"
+
+#include <pthread.h>
+
+#define THREADS 8
+#define OPS 20000
+#define LIVE 64
+
+typedef struct worker {
+    hbm_allocator *a;
+    uint64_t seed;
+    int failures;
+    char msg[256];
+} worker;
+
+static uint64_t next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void *work(void *arg)
+{
+    worker *w = arg;
+    void *live[LIVE] = {0};
+    uint64_t rng = w->seed;
+    for (int op = 0; op < OPS && !w->failures; op++) {
+        uint64_t r = next(&rng) % 100, slot = next(&rng) % LIVE;
+        hbm_status rc = HBM_OK;
+        if (r < 50 && !live[slot]) {
+            size_t n = next(&rng) % 4 ? 1 + next(&rng) % (256 * 1024) : 1 + next(&rng) % (24 * MiB);
+            rc = hbm_malloc(w->a, n, next(&rng) % 3, &live[slot]);
+            if (rc == HBM_ERR_OOM)
+                rc = HBM_OK;
+        } else if (r < 90 && live[slot]) {
+            rc = hbm_free(w->a, live[slot]);
+            live[slot] = NULL;
+        } else if (r < 96 && live[slot]) {
+            rc = hbm_record_stream(w->a, live[slot], 3 + next(&rng) % 2);
+        } else if (r < 97) {
+            rc = hbm_empty_cache(w->a);
+        } else if (r < 98) {
+            hbm__sim_stream_hold(sim_of(w->a), 0, 3 + next(&rng) % 2, (int)(next(&rng) % 2));
+        } else if (r < 99) {
+            hbm_stats s;
+            rc = hbm_get_stats(w->a, &s);
+        } else if (hbm_check(w->a, NULL, 0)) {
+            snprintf(w->msg, sizeof w->msg, "validator failed mid-run");
+            w->failures++;
+        }
+        if (rc != HBM_OK) {
+            hbm_copy_last_error(w->a, w->msg, sizeof w->msg);
+            w->failures++;
+        }
+    }
+    for (int i = 0; i < LIVE; i++)
+        if (live[i] && hbm_free(w->a, live[i]) != HBM_OK)
+            w->failures++;
+    return NULL;
+}
+
+static void stress(const char *settings)
+{
+    hbm_allocator *a = open_sim("sim:capacity=64GiB", settings);
+    pthread_t th[THREADS];
+    worker w[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (worker){a, 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1), 0, ""};
+        pthread_create(&th[i], NULL, work, &w[i]);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < THREADS; i++)
+        if (w[i].failures)
+            fail_msg("thread %d: %d failures, last: %s", i, w[i].failures, w[i].msg);
+    assert_valid(a);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    hbm_stats s = stats_of(a);
+    assert_int_equal(s.allocated_bytes[HBM_POOL_ALL].current, 0);
+    assert_int_equal(s.active_bytes[HBM_POOL_ALL].current, 0);
+    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current, 0);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+static void eight_threads_mixed_operations(void **st)
+{
+    (void)st;
+    stress("");
+}
+
+static void eight_threads_with_the_lock_released_around_device_malloc(void **st)
+{
+    (void)st;
+    stress("release_lock_on_cudamalloc:True");
+}
+
+static void eight_threads_with_expandable_segments(void **st)
+{
+    (void)st;
+    stress("expandable_segments:True");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(eight_threads_mixed_operations),
+        cmocka_unit_test(eight_threads_with_the_lock_released_around_device_malloc),
+        cmocka_unit_test(eight_threads_with_expandable_segments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
