@@ -26,6 +26,10 @@ static void usage(FILE *f)
             "      --backend SPEC     backend spec (default sim; see docs/SIM.md); --capacity is appended\n"
             "      --stats            print every statistic under memory_stats() names\n"
             "      --check            run the validator after every event (slow)\n"
+            "      --device N         which device's history of a PyTorch snapshot (default 0)\n"
+            "      --min-capacity     find the smallest capacity that runs the trace without OOM\n"
+            "    TRACE: hbmalloc text, a PyTorch snapshot pickle, or an RMM CSV log (told apart by content);\n"
+            "    a snapshot's recorded allocator settings are used unless --conf is given\n"
             "  conf [STRING]  print the effective settings of STRING (default: the environment)\n"
             "      --dialect cuda|npu  whose rules to apply (default cuda)\n"
             "      --backend SPEC      as an allocator on that backend runs them (dialect and capability\n"
@@ -96,12 +100,17 @@ static int cmd_conf(int argc, char **argv)
 static int cmd_replay(int argc, char **argv)
 {
     const char *path = NULL, *capacity = "80GiB", *backend = "sim";
-    int stats = 0;
+    int stats = 0, device = 0, min_capacity = 0, conf_given = 0;
     replay_opts o = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--conf") && i + 1 < argc)
+        if (!strcmp(a, "--conf") && i + 1 < argc) {
             o.settings = argv[++i];
+            conf_given = 1;
+        } else if (!strcmp(a, "--device") && i + 1 < argc) {
+            device = atoi(argv[++i]);
+        } else if (!strcmp(a, "--min-capacity"))
+            min_capacity = 1;
         else if (!strcmp(a, "--capacity") && i + 1 < argc)
             capacity = argv[++i];
         else if (!strcmp(a, "--backend") && i + 1 < argc)
@@ -139,9 +148,18 @@ static int cmd_replay(int argc, char **argv)
 
     char err[512];
     trace t;
-    if (trace_read_text(path, &t, err, sizeof err)) {
+    if (trace_read_any(path, device, &t, err, sizeof err)) {
         fprintf(stderr, "hbmalloc replay: %s\n", err);
         return 2;
+    }
+    if (!conf_given && t.rec.has_settings) {
+        o.settings = t.rec.settings; /* replay as the recording ran */
+        o.settings_from_trace = 1;
+    }
+    if (min_capacity) {
+        int rc = replay_min_capacity(&t, &o, backend, stdout);
+        trace_free(&t);
+        return rc;
     }
     replay_result r;
     int rc = replay_run(&t, &o, &r);

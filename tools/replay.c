@@ -95,12 +95,26 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
     fprintf(out, "trace:              %s (%zu events: %llu alloc, %llu free; %zu stream%s)\n", name, t->n,
             (unsigned long long)t->allocs, (unsigned long long)t->frees, t->nstreams, t->nstreams == 1 ? "" : "s");
     fprintf(out, "device:             %s\n", o->backend_spec);
-    fprintf(out, "settings:           %s\n", o->settings ? (o->settings[0] ? o->settings : "(defaults)") : "(environment)");
+    fprintf(out, "settings:           %s%s\n", o->settings ? (o->settings[0] ? o->settings : "(defaults)") : "(environment)",
+            o->settings_from_trace ? " (recorded in the snapshot)" : "");
+    if (t->rec.preexisting || t->rec.skipped_frees)
+        fprintf(out, "recording:          %llu blocks live before recording began (allocated first), %llu frees of "
+                     "such blocks skipped\n",
+                (unsigned long long)t->rec.preexisting, (unsigned long long)t->rec.skipped_frees);
     fprintf(out, "events replayed:    %zu of %zu\n", r->events_done, t->n);
     fprintf(out, "peak requested:     %s (%lld bytes)\n", preq, (long long)s->requested_bytes[HBM_POOL_ALL].peak);
     fprintf(out, "peak allocated:     %s (%lld bytes)\n", pa, (long long)s->allocated_bytes[HBM_POOL_ALL].peak);
     fprintf(out, "peak reserved:      %s (%lld bytes)\n", pr, (long long)s->reserved_bytes[HBM_POOL_ALL].peak);
     fprintf(out, "reserved/allocated: %.4f\n", ratio);
+    if (t->rec.present) {
+        char rp[32];
+        hbm__format_size((uint64_t)t->rec.peak_reserved, rp, sizeof rp);
+        fprintf(out, "recorded by PyTorch: peak reserved %s (%lld bytes), %llu segments at the end; hbmalloc %+.2f%%\n",
+                rp, (long long)t->rec.peak_reserved, (unsigned long long)t->rec.segments_end,
+                t->rec.peak_reserved ? 100.0 * ((double)s->reserved_bytes[HBM_POOL_ALL].peak -
+                                                (double)t->rec.peak_reserved) / (double)t->rec.peak_reserved
+                                     : 0.0);
+    }
     fprintf(out, "device calls:       %llu malloc, %llu free, %llu map, %llu unmap, %llu other "
                  "(num_device_alloc %lld, num_device_free %lld)\n",
             (unsigned long long)r->dev.malloc_calls, (unsigned long long)r->dev.free_calls,
@@ -117,4 +131,44 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
         fprintf(out, "OOM at event %zu (line %u): %s\n", r->oom_event, r->oom_line, r->message);
     else if (r->message[0])
         fprintf(out, "error: %s\n", r->message);
+}
+
+int replay_min_capacity(const trace *t, const replay_opts *o, const char *backend, FILE *out)
+{
+    /* Upper bound: what a replay on a huge device reserves; lower: its peak allocated. */
+    char spec[1024];
+    replay_opts q = *o;
+    replay_result r;
+    snprintf(spec, sizeof spec, "%s%scapacity=8TiB", backend, backend[3] ? "," : ":");
+    q.backend_spec = spec;
+    int rc = replay_run(t, &q, &r);
+    if (rc != 0) {
+        fprintf(stderr, "hbmalloc replay: %s\n", r.message[0] ? r.message : "the trace does not run even on 8 TiB");
+        return 2;
+    }
+    uint64_t lo = (uint64_t)r.stats.allocated_bytes[HBM_POOL_ALL].peak, hi = (uint64_t)r.stats.reserved_bytes[HBM_POOL_ALL].peak;
+    const uint64_t step = 1 << 20;
+    lo = lo / step * step;
+    hi = (hi + step - 1) / step * step;
+    int runs = 1;
+    /* Invariant: hi runs clean; lo - anything below peak allocated cannot. */
+    while (hi - lo > step) {
+        uint64_t mid = (lo + (hi - lo) / 2) / step * step;
+        snprintf(spec, sizeof spec, "%s%scapacity=%llu", backend, backend[3] ? "," : ":", (unsigned long long)mid);
+        int res = replay_run(t, &q, &r);
+        runs++;
+        if (res == 2) {
+            fprintf(stderr, "hbmalloc replay: %s\n", r.message);
+            return 2;
+        }
+        if (res == 0)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    char h[32];
+    hbm__format_size(hi, h, sizeof h);
+    fprintf(out, "minimum capacity:   %s (%llu bytes, to 1 MiB; %d replays) with settings %s\n", h,
+            (unsigned long long)hi, runs, o->settings ? (o->settings[0] ? o->settings : "(defaults)") : "(environment)");
+    return 0;
 }

@@ -13,6 +13,8 @@ typedef struct replay_opts {
     const char *backend_spec; /* "sim:capacity=80GiB" */
     const char *settings;     /* NULL: environment */
     int check_every;          /* run the validator after every event */
+    int settings_from_trace;  /* settings are the recording's */
+    int quiet;                /* no capability warnings on stderr */
 } replay_opts;
 
 typedef struct replay_result {
@@ -30,5 +32,7 @@ typedef struct replay_result {
 /* 0: ran clean; 1: OOM; 2: bad input or setup error (message says why). */
 int replay_run(const trace *t, const replay_opts *o, replay_result *r);
 void replay_print(FILE *out, const char *name, const trace *t, const replay_opts *o, const replay_result *r);
+/* Bisect the smallest capacity (to 1 MiB) on which the trace runs without OOM; prints it. 0 ok, 2 error. */
+int replay_min_capacity(const trace *t, const replay_opts *o, const char *backend, FILE *out);
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * trace.c: reader of hbmalloc's own text trace format (docs/TRACE_FORMAT.md):
+ * trace.c: the trace builder (keys -> slots) and the reader of hbmalloc's own
+ * text trace format (docs/TRACE_FORMAT.md):
  *
  *   hbmtrace 1            optional header
  *   # comment
@@ -92,6 +93,115 @@ static void idmap_del(idmap *m, size_t i)
     }
 }
 
+
+/* ---- the builder ---- */
+
+struct trace_builder {
+    trace *t;
+    idmap ids;
+    uint32_t *free_slots;
+    size_t nfree, cap_free;
+    uint32_t next_slot;
+    hbm_stream streams[64];
+    size_t nstreams;
+};
+
+static int push(trace *t, trace_event e)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 4096;
+        trace_event *ev = realloc(t->ev, cap * sizeof *ev);
+        if (!ev)
+            return -1;
+        t->ev = ev;
+        t->cap = cap;
+    }
+    t->ev[t->n++] = e;
+    return 0;
+}
+
+trace_builder *tb_new(trace *t)
+{
+    trace_builder *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->t = t;
+    if (idmap_grow(&b->ids)) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+int tb_is_live(trace_builder *b, uint64_t key) { return b->ids.keys[idmap_find(&b->ids, key + 1)] != 0; }
+
+int tb_alloc(trace_builder *b, uint64_t key, uint64_t size, hbm_stream stream, uint32_t line, uint32_t *line_of_live)
+{
+    size_t i = idmap_find(&b->ids, key + 1);
+    if (b->ids.keys[i]) {
+        if (line_of_live)
+            *line_of_live = b->ids.lines[i];
+        return -1;
+    }
+    trace_event e = {.size = size, .stream = stream, .kind = EV_ALLOC, .line = line};
+    e.slot = b->nfree ? b->free_slots[--b->nfree] : b->next_slot++;
+    if (push(b->t, e))
+        return -2;
+    b->ids.keys[i] = key + 1;
+    b->ids.slots[i] = e.slot;
+    b->ids.lines[i] = line;
+    if (++b->ids.n * 2 > b->ids.mask + 1 && idmap_grow(&b->ids))
+        return -2;
+    size_t s = 0;
+    while (s < b->nstreams && b->streams[s] != stream)
+        s++;
+    if (s == b->nstreams && b->nstreams < sizeof b->streams / sizeof b->streams[0])
+        b->streams[b->nstreams++] = stream;
+    b->t->allocs++;
+    return 0;
+}
+
+int tb_free(trace_builder *b, uint64_t key, uint32_t line)
+{
+    size_t i = idmap_find(&b->ids, key + 1);
+    if (!b->ids.keys[i])
+        return -1;
+    trace_event e = {.kind = EV_FREE, .slot = b->ids.slots[i], .line = line};
+    if (b->nfree == b->cap_free) {
+        size_t cap = b->cap_free ? b->cap_free * 2 : 1024;
+        uint32_t *fl = realloc(b->free_slots, cap * sizeof *fl);
+        if (!fl)
+            return -2;
+        b->free_slots = fl;
+        b->cap_free = cap;
+    }
+    if (push(b->t, e))
+        return -2;
+    idmap_del(&b->ids, i);
+    b->free_slots[b->nfree++] = e.slot;
+    b->t->frees++;
+    return 0;
+}
+
+int tb_empty_cache(trace_builder *b, uint32_t line)
+{
+    trace_event e = {.kind = EV_EMPTY_CACHE, .line = line};
+    return push(b->t, e) ? -2 : 0;
+}
+
+void tb_finish(trace_builder *b)
+{
+    b->t->nslots = b->next_slot;
+    b->t->nstreams = b->nstreams;
+    free(b->ids.keys);
+    free(b->ids.slots);
+    free(b->ids.lines);
+    free(b->free_slots);
+    free(b);
+}
+
+/* ---- the text format ---- */
+
 typedef struct reader {
     const char *name;
     const char *p, *end, *line_start;
@@ -146,36 +256,14 @@ static int read_u64(reader *r, uint64_t *out, const char *what)
     return 0;
 }
 
-static int push(trace *t, trace_event e)
-{
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 4096;
-        trace_event *ev = realloc(t->ev, cap * sizeof *ev);
-        if (!ev)
-            return -1;
-        t->ev = ev;
-        t->cap = cap;
-    }
-    t->ev[t->n++] = e;
-    return 0;
-}
-
-typedef struct slots {
-    uint32_t *free_list;
-    size_t n, cap;
-    uint32_t next;
-} slots;
-
 int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t, char *err, size_t errlen)
 {
     reader r = {name, data, data + len, data, 0, err, errlen};
-    idmap ids = {0};
-    slots sl = {0};
-    hbm_stream streams[64];
-    size_t nstreams = 0;
     int rc = -1;
     trace_init(t);
-    if (idmap_grow(&ids))
+    t->format = "hbmtrace";
+    trace_builder *b = tb_new(t);
+    if (!b)
         goto nomem;
     while (r.p < r.end) {
         r.line++;
@@ -197,12 +285,11 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                    (r.p + 1 >= r.end || r.p[1] == ' ' || r.p[1] == '\t' || r.p[1] == '\n' || r.p[1] == '\r' ||
                     r.p[1] == '#')) {
             r.p++;
-            trace_event e = {0};
-            e.line = r.line;
+            int res = 0;
             if (*op == 'e') {
-                e.kind = EV_EMPTY_CACHE;
+                res = tb_empty_cache(b, r.line);
             } else {
-                uint64_t id;
+                uint64_t id, size = 0, stream = 0;
                 const char *id_at = (skip_blank(&r), r.p);
                 if (read_u64(&r, &id, "a block id"))
                     goto out;
@@ -210,64 +297,37 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                     rfail(&r, id_at, "block id 18446744073709551615 is reserved");
                     goto out;
                 }
-                size_t i = idmap_find(&ids, id + 1);
                 char msg[160];
                 if (*op == 'a') {
-                    e.kind = EV_ALLOC;
-                    if (read_u64(&r, &e.size, "a size in bytes"))
+                    if (read_u64(&r, &size, "a size in bytes"))
                         goto out;
                     skip_blank(&r);
-                    if (!at_eol(&r) && read_u64(&r, &e.stream, "a stream number"))
+                    if (!at_eol(&r) && read_u64(&r, &stream, "a stream number"))
                         goto out;
-                    if (ids.keys[i]) {
+                    uint32_t live_line = 0;
+                    res = tb_alloc(b, id, size, stream, r.line, &live_line);
+                    if (res == -1) {
                         snprintf(msg, sizeof msg, "block id %llu is already live (allocated on line %u)",
-                                 (unsigned long long)id, ids.lines[i]);
+                                 (unsigned long long)id, live_line);
                         rfail(&r, id_at, msg);
                         goto out;
                     }
-                    if (sl.n)
-                        e.slot = sl.free_list[--sl.n];
-                    else
-                        e.slot = sl.next++;
-                    ids.keys[i] = id + 1;
-                    ids.slots[i] = e.slot;
-                    ids.lines[i] = r.line;
-                    if (++ids.n * 2 > ids.mask + 1 && idmap_grow(&ids))
-                        goto nomem;
-                    size_t s;
-                    for (s = 0; s < nstreams && streams[s] != e.stream; s++)
-                        ;
-                    if (s == nstreams && nstreams < sizeof streams / sizeof streams[0])
-                        streams[nstreams++] = e.stream;
-                    t->allocs++;
                 } else {
-                    e.kind = EV_FREE;
-                    if (!ids.keys[i]) {
+                    res = tb_free(b, id, r.line);
+                    if (res == -1) {
                         snprintf(msg, sizeof msg, "free of block id %llu, which is not live", (unsigned long long)id);
                         rfail(&r, id_at, msg);
                         goto out;
                     }
-                    e.slot = ids.slots[i];
-                    idmap_del(&ids, i);
-                    if (sl.n == sl.cap) {
-                        size_t cap = sl.cap ? sl.cap * 2 : 1024;
-                        uint32_t *fl = realloc(sl.free_list, cap * sizeof *fl);
-                        if (!fl)
-                            goto nomem;
-                        sl.free_list = fl;
-                        sl.cap = cap;
-                    }
-                    sl.free_list[sl.n++] = e.slot;
-                    t->frees++;
                 }
             }
+            if (res == -2)
+                goto nomem;
             skip_blank(&r);
             if (!at_eol(&r)) {
                 rfail(&r, r.p, "unexpected text after the event (events are: a ID SIZE [STREAM], f ID, e)");
                 goto out;
             }
-            if (push(t, e))
-                goto nomem;
         } else {
             rfail(&r, op, "unknown event (events are: a ID SIZE [STREAM], f ID, e; '#' starts a comment)");
             goto out;
@@ -277,33 +337,29 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
         if (r.p < r.end)
             r.p++;
     }
-    t->nslots = sl.next;
-    t->nstreams = nstreams;
     rc = 0;
     goto out;
 nomem:
     snprintf(err, errlen, "%s: out of host memory reading the trace", name);
 out:
-    free(ids.keys);
-    free(ids.slots);
-    free(ids.lines);
-    free(sl.free_list);
+    if (b)
+        tb_finish(b);
     if (rc)
         trace_free(t);
     return rc;
 }
 
-int trace_read_text(const char *path, trace *t, char *err, size_t errlen)
+int trace_slurp(const char *path, unsigned char **data, size_t *len, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
+    unsigned char *buf = NULL;
+    size_t n = 0, cap = 0;
     for (;;) {
-        if (len == cap) {
+        if (n == cap) {
             cap = cap ? cap * 2 : 1 << 20;
             if (cap > MAX_FILE) {
                 snprintf(err, errlen, "%s: larger than 4 GiB", path);
@@ -311,7 +367,7 @@ int trace_read_text(const char *path, trace *t, char *err, size_t errlen)
                 fclose(f);
                 return -1;
             }
-            char *nb = realloc(buf, cap);
+            unsigned char *nb = realloc(buf, cap + 1);
             if (!nb) {
                 snprintf(err, errlen, "%s: out of host memory", path);
                 free(buf);
@@ -320,8 +376,8 @@ int trace_read_text(const char *path, trace *t, char *err, size_t errlen)
             }
             buf = nb;
         }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
         if (got == 0)
             break;
     }
@@ -332,7 +388,36 @@ int trace_read_text(const char *path, trace *t, char *err, size_t errlen)
         free(buf);
         return -1;
     }
-    int rc = trace_read_text_mem(path, buf, len, t, err, errlen);
-    free(buf);
+    buf[n] = 0;
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+int trace_read_text(const char *path, trace *t, char *err, size_t errlen)
+{
+    unsigned char *data;
+    size_t len;
+    if (trace_slurp(path, &data, &len, err, errlen))
+        return -1;
+    int rc = trace_read_text_mem(path, (const char *)data, len, t, err, errlen);
+    free(data);
+    return rc;
+}
+
+int trace_read_any(const char *path, int device, trace *t, char *err, size_t errlen)
+{
+    unsigned char *data;
+    size_t len;
+    if (trace_slurp(path, &data, &len, err, errlen))
+        return -1;
+    int rc;
+    if (len > 0 && data[0] == 0x80)
+        rc = trace_read_pickle_mem(path, data, len, device, t, err, errlen);
+    else if (len >= 12 && !memcmp(data, "Thread,Time,", 12))
+        rc = trace_read_rmm_mem(path, (const char *)data, len, t, err, errlen);
+    else
+        rc = trace_read_text_mem(path, (const char *)data, len, t, err, errlen);
+    free(data);
     return rc;
 }

@@ -21,13 +21,39 @@ typedef struct trace_event {
     uint32_t line;     /* source line, for messages */
 } trace_event;
 
+/* What the recording allocator itself did, when the trace says (PyTorch snapshots). */
+typedef struct trace_recorded {
+    int present;             /* segment events were in the trace */
+    int64_t peak_reserved;   /* its peak reserved bytes over the trace */
+    int64_t end_reserved;    /* reserved at the end (sum of the snapshot's segments) */
+    uint64_t segments_end;
+    int has_settings;
+    char settings[256];      /* allocator_settings.PYTORCH_CUDA_ALLOC_CONF */
+    uint64_t preexisting;    /* blocks live before recording began, allocated first */
+    uint64_t skipped_frees;  /* frees of blocks allocated before recording (not replayable) */
+    uint64_t oom_events;
+} trace_recorded;
+
 typedef struct trace {
     trace_event *ev;
     size_t n, cap;
     size_t nslots;     /* slots needed: the most blocks live at once */
     size_t nstreams;   /* distinct streams seen */
     uint64_t allocs, frees;
+    const char *format; /* "hbmtrace", "pytorch-snapshot", "rmm-csv", "lifetimes-csv" */
+    trace_recorded rec;
 } trace;
+
+/* Builds a trace from (key, event) pairs, resolving keys (ids, addresses) to slots. */
+typedef struct trace_builder trace_builder;
+trace_builder *tb_new(trace *t);
+/* 0, or -1 (key already live: *line_of_live gets its line) or -2 (out of memory). */
+int tb_alloc(trace_builder *b, uint64_t key, uint64_t size, hbm_stream stream, uint32_t line, uint32_t *line_of_live);
+/* 0, or -1 (key not live) or -2 (out of memory). */
+int tb_free(trace_builder *b, uint64_t key, uint32_t line);
+int tb_is_live(trace_builder *b, uint64_t key);
+int tb_empty_cache(trace_builder *b, uint32_t line);
+void tb_finish(trace_builder *b); /* frees the builder; the trace keeps the events */
 
 void trace_init(trace *t);
 void trace_free(trace *t);
@@ -35,5 +61,14 @@ void trace_free(trace *t);
  * "path:line:column: message" in err. */
 int trace_read_text(const char *path, trace *t, char *err, size_t errlen);
 int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t, char *err, size_t errlen);
+/* A PyTorch memory snapshot pickle (device's history). */
+int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t len, int device, trace *t, char *err,
+                          size_t errlen);
+/* RMM logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream). */
+int trace_read_rmm_mem(const char *name, const char *data, size_t len, trace *t, char *err, size_t errlen);
+/* Any supported format, told apart by content. */
+int trace_read_any(const char *path, int device, trace *t, char *err, size_t errlen);
+/* Read a whole file (bounded); 0 or -1 with a message. */
+int trace_slurp(const char *path, unsigned char **data, size_t *len, char *err, size_t errlen);
 
 #endif

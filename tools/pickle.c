@@ -1,0 +1,626 @@
+/*
+ * pickle.c: see pickle.h. Owns parsing and emitting of the snapshot pickle
+ * subset; knows nothing of what the values mean.
+ */
+#include "pickle.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 512 /* containers open at once (MARK nesting and dict/list building) */
+
+typedef struct chunk {
+    struct chunk *next;
+    size_t used, cap;
+    unsigned char mem[];
+} chunk;
+
+struct pickle_doc {
+    chunk *chunks;
+};
+
+static void *arena(pickle_doc *d, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (!d->chunks || d->chunks->used + n > d->chunks->cap) {
+        size_t cap = n > (1 << 20) ? n : (1 << 20);
+        chunk *c = malloc(sizeof *c + cap);
+        if (!c)
+            return NULL;
+        c->next = d->chunks;
+        c->used = 0;
+        c->cap = cap;
+        d->chunks = c;
+    }
+    void *p = d->chunks->mem + d->chunks->used;
+    d->chunks->used += n;
+    return p;
+}
+
+void pickle_free(pickle_doc *d)
+{
+    if (!d)
+        return;
+    for (chunk *c = d->chunks, *n; c; c = n) {
+        n = c->next;
+        free(c);
+    }
+    free(d);
+}
+
+typedef struct parser {
+    const unsigned char *p, *start, *end;
+    pickle_doc *doc;
+    pv **stack;
+    size_t sp, cap;
+    size_t *marks;
+    size_t nmarks;
+    pv **memo;
+    size_t nmemo, cap_memo;
+    char *err;
+    size_t errlen;
+    int failed;
+} parser;
+
+static pv *perr(parser *ps, size_t at, const char *fmt, const char *arg)
+{
+    if (!ps->failed) {
+        char msg[200];
+        snprintf(msg, sizeof msg, fmt, arg);
+        snprintf(ps->err, ps->errlen, "offset %zu: %s", at, msg);
+        ps->failed = 1;
+    }
+    return NULL;
+}
+
+static pv *node(parser *ps, pv_type t)
+{
+    pv *v = arena(ps->doc, sizeof *v);
+    if (!v)
+        return perr(ps, (size_t)(ps->p - ps->start), "%s", "out of host memory");
+    memset(v, 0, sizeof *v);
+    v->type = (uint8_t)t;
+    return v;
+}
+
+static int push(parser *ps, pv *v)
+{
+    if (!v)
+        return -1;
+    if (ps->sp == ps->cap) {
+        size_t cap = ps->cap ? ps->cap * 2 : 256;
+        pv **s = realloc(ps->stack, cap * sizeof *s);
+        if (!s) {
+            perr(ps, (size_t)(ps->p - ps->start), "%s", "out of host memory");
+            return -1;
+        }
+        ps->stack = s;
+        ps->cap = cap;
+    }
+    ps->stack[ps->sp++] = v;
+    return 0;
+}
+
+static int need(parser *ps, size_t n, size_t at, const char *what)
+{
+    if ((size_t)(ps->end - ps->p) < n) {
+        perr(ps, at, "file ends inside %s (truncated)", what);
+        return -1;
+    }
+    return 0;
+}
+
+static uint64_t le(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Item arrays live in the arena too: growing copies into a new array twice the
+ * size (at most twice the final size is wasted, nothing needs freeing). */
+static int seq_add(parser *ps, pv *seq, pv *item, size_t at)
+{
+    if (seq->u.seq.n == seq->u.seq.cap) {
+        uint32_t cap = seq->u.seq.cap ? seq->u.seq.cap * 2 : 4;
+        if ((uint64_t)cap > (uint64_t)(ps->end - ps->start) * 2 + 8) {
+            perr(ps, at, "%s", "container larger than the file can describe");
+            return -1;
+        }
+        pv **items = arena(ps->doc, cap * sizeof *items);
+        if (!items) {
+            perr(ps, at, "%s", "out of host memory");
+            return -1;
+        }
+        if (seq->u.seq.n)
+            memcpy(items, seq->u.seq.items, seq->u.seq.n * sizeof *items);
+        seq->u.seq.items = items;
+        seq->u.seq.cap = cap;
+    }
+    seq->u.seq.items[seq->u.seq.n++] = item;
+    return 0;
+}
+
+static size_t pop_mark(parser *ps, size_t at)
+{
+    if (!ps->nmarks) {
+        perr(ps, at, "%s", "no MARK to close");
+        return (size_t)-1;
+    }
+    return ps->marks[--ps->nmarks];
+}
+
+static const char *opname(unsigned char op)
+{
+    switch (op) {
+    case 'c': return "GLOBAL (would import a module)";
+    case 0x93: return "STACK_GLOBAL (would import a module)";
+    case 'R': return "REDUCE (would call a function)";
+    case 'b': return "BUILD (would set object state)";
+    case 0x81: return "NEWOBJ (would construct an object)";
+    case 0x92: return "NEWOBJ_EX (would construct an object)";
+    case 'i': return "INST (would construct an object)";
+    case 'o': return "OBJ (would construct an object)";
+    case 'P': return "PERSID (persistent id)";
+    case 'Q': return "BINPERSID (persistent id)";
+    default: return NULL;
+    }
+}
+
+pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char *err, size_t errlen)
+{
+    parser ps = {0};
+    ps.p = ps.start = data;
+    ps.end = data + len;
+    ps.err = err;
+    ps.errlen = errlen;
+    ps.doc = calloc(1, sizeof *ps.doc);
+    ps.marks = malloc(MAX_DEPTH * sizeof *ps.marks);
+    *docp = NULL;
+    pv *result = NULL;
+    if (!ps.doc || !ps.marks) {
+        snprintf(err, errlen, "out of host memory");
+        goto done;
+    }
+    if (len < 2 || data[0] != 0x80) {
+        perr(&ps, 0, "%s", "not a pickle (it does not start with a PROTO opcode)");
+        goto done;
+    }
+    while (!ps.failed) {
+        size_t at = (size_t)(ps.p - ps.start);
+        if (ps.p >= ps.end) {
+            perr(&ps, at, "%s", "file ends before STOP (truncated)");
+            break;
+        }
+        unsigned char op = *ps.p++;
+        switch (op) {
+        case 0x80: /* PROTO */
+            if (need(&ps, 1, at, "PROTO"))
+                break;
+            if (*ps.p < 2 || *ps.p > 5)
+                perr(&ps, at, "%s", "unsupported pickle protocol (2 to 5 are read)");
+            ps.p++;
+            break;
+        case 0x95: /* FRAME: an 8-byte length; the content follows inline */
+            if (need(&ps, 8, at, "FRAME"))
+                break;
+            if (le(ps.p, 8) > (uint64_t)(ps.end - ps.p - 8))
+                perr(&ps, at, "%s", "FRAME longer than the rest of the file (truncated)");
+            ps.p += 8;
+            break;
+        case '}': push(&ps, node(&ps, PV_DICT)); break;
+        case ']': push(&ps, node(&ps, PV_LIST)); break;
+        case ')': push(&ps, node(&ps, PV_TUPLE)); break;
+        case 'N': push(&ps, node(&ps, PV_NONE)); break;
+        case 0x88:
+        case 0x89: {
+            pv *v = node(&ps, PV_BOOL);
+            if (v)
+                v->u.i = op == 0x88;
+            push(&ps, v);
+            break;
+        }
+        case '(': /* MARK */
+            if (ps.nmarks == MAX_DEPTH)
+                perr(&ps, at, "%s", "nesting deeper than 512 levels");
+            else
+                ps.marks[ps.nmarks++] = ps.sp;
+            break;
+        case 'J':
+        case 'K':
+        case 'M': {
+            int n = op == 'J' ? 4 : op == 'K' ? 1 : 2;
+            if (need(&ps, (size_t)n, at, "an integer"))
+                break;
+            pv *v = node(&ps, PV_INT);
+            if (v)
+                v->u.i = op == 'J' ? (int64_t)(int32_t)(uint32_t)le(ps.p, 4) : (int64_t)le(ps.p, n);
+            ps.p += n;
+            push(&ps, v);
+            break;
+        }
+        case 0x8a: { /* LONG1: n bytes, little-endian two's complement */
+            if (need(&ps, 1, at, "LONG1"))
+                break;
+            unsigned n = *ps.p++;
+            if (need(&ps, n, at, "LONG1"))
+                break;
+            if (n > 8) {
+                perr(&ps, at, "%s", "integer wider than 64 bits");
+                break;
+            }
+            uint64_t u = n ? le(ps.p, (int)n) : 0;
+            if (n && n < 8 && (ps.p[n - 1] & 0x80))
+                u |= ~(uint64_t)0 << (8 * n);
+            ps.p += n;
+            pv *v = node(&ps, PV_INT);
+            if (v)
+                v->u.i = (int64_t)u;
+            push(&ps, v);
+            break;
+        }
+        case 'G': { /* BINFLOAT: big-endian double */
+            if (need(&ps, 8, at, "BINFLOAT"))
+                break;
+            uint64_t u = 0;
+            for (int i = 0; i < 8; i++)
+                u = u << 8 | ps.p[i];
+            ps.p += 8;
+            pv *v = node(&ps, PV_FLOAT);
+            if (v)
+                memcpy(&v->u.f, &u, sizeof u);
+            push(&ps, v);
+            break;
+        }
+        case 'X':
+        case 0x8c:
+        case 0x8d:
+        case 'B':
+        case 'C':
+        case 0x8e: { /* BINUNICODE(8), SHORT_BINUNICODE, BINBYTES(8), SHORT_BINBYTES: read as strings */
+            int w = (op == 'X' || op == 'B') ? 4 : (op == 0x8c || op == 'C') ? 1 : 8;
+            if (need(&ps, (size_t)w, at, "a string length"))
+                break;
+            uint64_t n = le(ps.p, w);
+            ps.p += w;
+            if (n > (uint64_t)(ps.end - ps.p) || n > UINT32_MAX) {
+                perr(&ps, at, "%s", "string longer than the rest of the file (truncated or corrupt)");
+                break;
+            }
+            pv *v = node(&ps, PV_STR);
+            if (v) {
+                v->u.str.s = (const char *)ps.p;
+                v->u.str.len = (uint32_t)n;
+            }
+            ps.p += n;
+            push(&ps, v);
+            break;
+        }
+        case 0x94: /* MEMOIZE */
+        case 'q':
+        case 'r': {
+            size_t idx = ps.nmemo;
+            if (op != 0x94) {
+                int w = op == 'q' ? 1 : 4;
+                if (need(&ps, (size_t)w, at, "a memo index"))
+                    break;
+                idx = (size_t)le(ps.p, w);
+                ps.p += w;
+            }
+            if (!ps.sp) {
+                perr(&ps, at, "%s", "memo store with an empty stack");
+                break;
+            }
+            if (idx > (size_t)(ps.end - ps.start)) {
+                perr(&ps, at, "%s", "memo index larger than the file can use");
+                break;
+            }
+            if (idx >= ps.cap_memo) {
+                size_t cap = ps.cap_memo ? ps.cap_memo : 1024;
+                while (cap <= idx)
+                    cap *= 2;
+                pv **m = realloc(ps.memo, cap * sizeof *m);
+                if (!m) {
+                    perr(&ps, at, "%s", "out of host memory");
+                    break;
+                }
+                memset(m + ps.cap_memo, 0, (cap - ps.cap_memo) * sizeof *m);
+                ps.memo = m;
+                ps.cap_memo = cap;
+            }
+            ps.memo[idx] = ps.stack[ps.sp - 1];
+            if (idx >= ps.nmemo)
+                ps.nmemo = idx + 1;
+            break;
+        }
+        case 'h':
+        case 'j': {
+            int w = op == 'h' ? 1 : 4;
+            if (need(&ps, (size_t)w, at, "a memo index"))
+                break;
+            size_t idx = (size_t)le(ps.p, w);
+            ps.p += w;
+            if (idx >= ps.nmemo || !ps.memo[idx]) {
+                perr(&ps, at, "%s", "memo get of an index never stored");
+                break;
+            }
+            push(&ps, ps.memo[idx]);
+            break;
+        }
+        case 'a': /* APPEND */
+            if (ps.sp < 2 || ps.stack[ps.sp - 2]->type != PV_LIST) {
+                perr(&ps, at, "%s", "APPEND without a list");
+                break;
+            }
+            seq_add(&ps, ps.stack[ps.sp - 2], ps.stack[ps.sp - 1], at);
+            ps.sp--;
+            break;
+        case 'e': /* APPENDS */
+        case 'u': /* SETITEMS */
+        case 't': /* TUPLE */ {
+            size_t m = pop_mark(&ps, at);
+            if (m == (size_t)-1)
+                break;
+            if (op == 't') {
+                pv *v = node(&ps, PV_TUPLE);
+                for (size_t i = m; v && i < ps.sp && !ps.failed; i++)
+                    seq_add(&ps, v, ps.stack[i], at);
+                ps.sp = m;
+                push(&ps, v);
+                break;
+            }
+            pv *target = m > 0 ? ps.stack[m - 1] : NULL;
+            if (!target || target->type != (op == 'e' ? PV_LIST : PV_DICT) || (op == 'u' && (ps.sp - m) % 2)) {
+                perr(&ps, at, "%s", op == 'e' ? "APPENDS without a list" : "SETITEMS without a dict or pairs");
+                break;
+            }
+            for (size_t i = m; i < ps.sp && !ps.failed; i++)
+                seq_add(&ps, target, ps.stack[i], at);
+            ps.sp = m;
+            break;
+        }
+        case 's': /* SETITEM */
+            if (ps.sp < 3 || ps.stack[ps.sp - 3]->type != PV_DICT) {
+                perr(&ps, at, "%s", "SETITEM without a dict");
+                break;
+            }
+            seq_add(&ps, ps.stack[ps.sp - 3], ps.stack[ps.sp - 2], at);
+            seq_add(&ps, ps.stack[ps.sp - 3], ps.stack[ps.sp - 1], at);
+            ps.sp -= 2;
+            break;
+        case 0x85:
+        case 0x86:
+        case 0x87: { /* TUPLE1..3 */
+            size_t n = (size_t)(op - 0x84);
+            if (ps.sp < n) {
+                perr(&ps, at, "%s", "TUPLE with too few items on the stack");
+                break;
+            }
+            pv *v = node(&ps, PV_TUPLE);
+            for (size_t i = ps.sp - n; v && i < ps.sp; i++)
+                seq_add(&ps, v, ps.stack[i], at);
+            ps.sp -= n;
+            push(&ps, v);
+            break;
+        }
+        case '.': /* STOP */
+            if (ps.sp != 1)
+                perr(&ps, at, "%s", "STOP with other than one value on the stack");
+            else
+                result = ps.stack[0];
+            goto done;
+        default: {
+            const char *name = opname(op);
+            char what[64];
+            snprintf(what, sizeof what, "opcode 0x%02x", op);
+            perr(&ps, at, name ? "refusing opcode %s: snapshots are plain data" : "unsupported %s", name ? name : what);
+            break;
+        }
+        }
+    }
+done:
+    free(ps.stack);
+    free(ps.marks);
+    free(ps.memo);
+    if (!result) {
+        pickle_free(ps.doc);
+        return NULL;
+    }
+    *docp = ps.doc;
+    return result;
+}
+
+const pv *pv_get(const pv *d, const char *key)
+{
+    if (!d || d->type != PV_DICT)
+        return NULL;
+    for (uint32_t i = 0; i + 1 < d->u.seq.n; i += 2)
+        if (pv_is_str(d->u.seq.items[i], key))
+            return d->u.seq.items[i + 1];
+    return NULL;
+}
+
+int pv_is_str(const pv *v, const char *s)
+{
+    size_t n = strlen(s);
+    return v && v->type == PV_STR && v->u.str.len == n && !memcmp(v->u.str.s, s, n);
+}
+
+int pv_int(const pv *v, int64_t *out)
+{
+    if (!v || (v->type != PV_INT && v->type != PV_BOOL))
+        return -1;
+    *out = v->u.i;
+    return 0;
+}
+
+uint32_t pv_len(const pv *v)
+{
+    if (!v || (v->type != PV_LIST && v->type != PV_TUPLE && v->type != PV_DICT))
+        return 0;
+    return v->type == PV_DICT ? v->u.seq.n / 2 : v->u.seq.n;
+}
+
+const pv *pv_at(const pv *v, uint32_t i)
+{
+    return v && (v->type == PV_LIST || v->type == PV_TUPLE) && i < v->u.seq.n ? v->u.seq.items[i] : NULL;
+}
+
+/* ---- writer ---- */
+
+struct pickle_out {
+    unsigned char *buf;
+    size_t len, cap;
+    int failed;
+    int depth;
+    unsigned char close[MAX_DEPTH]; /* SETITEMS or APPENDS, per open container */
+};
+
+static void wbytes(pickle_out *w, const void *p, size_t n)
+{
+    if (w->failed)
+        return;
+    if (w->len + n > w->cap) {
+        size_t cap = w->cap ? w->cap : 65536;
+        while (cap < w->len + n)
+            cap *= 2;
+        unsigned char *b = realloc(w->buf, cap);
+        if (!b) {
+            w->failed = 1;
+            return;
+        }
+        w->buf = b;
+        w->cap = cap;
+    }
+    memcpy(w->buf + w->len, p, n);
+    w->len += n;
+}
+
+static void wop(pickle_out *w, unsigned char op) { wbytes(w, &op, 1); }
+
+/* Containers are emitted as EMPTY_DICT/EMPTY_LIST, MARK, the items, SETITEMS/APPENDS. */
+
+pickle_out *pickle_out_new(void)
+{
+    pickle_out *w = calloc(1, sizeof *w);
+    if (w) {
+        wop(w, 0x80);
+        wop(w, 4);
+    }
+    return w;
+}
+
+static void open_container(pickle_out *w, unsigned char empty, unsigned char close)
+{
+    wop(w, empty);
+    if (w->depth == MAX_DEPTH) {
+        w->failed = 1;
+        return;
+    }
+    w->close[w->depth++] = close;
+    wop(w, '(');
+}
+
+void pickle_w_dict(pickle_out *w) { open_container(w, '}', 'u'); }
+void pickle_w_list(pickle_out *w) { open_container(w, ']', 'e'); }
+
+void pickle_w_end(pickle_out *w)
+{
+    if (w->depth == 0) {
+        w->failed = 1;
+        return;
+    }
+    w->depth--;
+    wop(w, w->close[w->depth]);
+}
+
+void pickle_w_str(pickle_out *w, const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 256) {
+        unsigned char b = (unsigned char)n;
+        wop(w, 0x8c);
+        wbytes(w, &b, 1);
+    } else {
+        unsigned char b[4] = {(unsigned char)n, (unsigned char)(n >> 8), (unsigned char)(n >> 16),
+                              (unsigned char)(n >> 24)};
+        wop(w, 'X');
+        wbytes(w, b, 4);
+    }
+    wbytes(w, s, n);
+}
+
+void pickle_w_int(pickle_out *w, int64_t v)
+{
+    if (v >= 0 && v < 256) {
+        unsigned char b = (unsigned char)v;
+        wop(w, 'K');
+        wbytes(w, &b, 1);
+    } else if (v >= INT32_MIN && v <= INT32_MAX) {
+        uint32_t u = (uint32_t)(int32_t)v;
+        unsigned char b[4] = {(unsigned char)u, (unsigned char)(u >> 8), (unsigned char)(u >> 16),
+                              (unsigned char)(u >> 24)};
+        wop(w, 'J');
+        wbytes(w, b, 4);
+    } else {
+        uint64_t u = (uint64_t)v;
+        unsigned char b[9];
+        b[0] = 8;
+        for (int i = 0; i < 8; i++)
+            b[1 + i] = (unsigned char)(u >> (8 * i));
+        /* Shortest form Python would accept equally: keep 8 bytes, plus a 0x00 if the sign bit is set on a positive. */
+        if (v > 0 && (b[8] & 0x80)) {
+            unsigned char ext[10];
+            memcpy(ext, b, 9);
+            ext[0] = 9;
+            ext[9] = 0;
+            wop(w, 0x8a);
+            wbytes(w, ext, 10);
+        } else {
+            wop(w, 0x8a);
+            wbytes(w, b, 9);
+        }
+    }
+}
+
+void pickle_w_float(pickle_out *w, double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(u >> (56 - 8 * i));
+    wop(w, 'G');
+    wbytes(w, b, 8);
+}
+
+void pickle_w_bool(pickle_out *w, int v)
+{
+    wop(w, v ? 0x88 : 0x89);
+}
+
+void pickle_w_none(pickle_out *w)
+{
+    wop(w, 'N');
+}
+
+void pickle_w_pair(pickle_out *w, int64_t a, int64_t b)
+{
+    pickle_w_int(w, a);
+    pickle_w_int(w, b);
+    wop(w, 0x86); /* TUPLE2 */
+}
+
+int pickle_out_finish(pickle_out *w, unsigned char **data, size_t *len)
+{
+    wop(w, '.');
+    int bad = w->failed || w->depth != 0;
+    *data = bad ? NULL : w->buf;
+    *len = bad ? 0 : w->len;
+    if (bad)
+        free(w->buf);
+    free(w);
+    return bad ? -1 : 0;
+}

@@ -1,0 +1,61 @@
+/*
+ * pickle.h: a reader for the subset of Python's pickle format that PyTorch
+ * memory snapshots use (protocols 2-5: dicts, lists, tuples, strings, ints,
+ * floats, bools, None, memo operations, frames). It never executes anything:
+ * an opcode outside the subset (GLOBAL, REDUCE, ...) is rejected with its
+ * name and byte offset, and so is a truncated or malformed file. Nesting,
+ * element counts and lengths are bounded by the file itself.
+ */
+#ifndef HBM_TOOLS_PICKLE_H
+#define HBM_TOOLS_PICKLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum pv_type { PV_NONE, PV_BOOL, PV_INT, PV_FLOAT, PV_STR, PV_LIST, PV_TUPLE, PV_DICT } pv_type;
+
+typedef struct pv {
+    uint8_t type;
+    union {
+        int64_t i;   /* PV_BOOL, PV_INT */
+        double f;    /* PV_FLOAT */
+        struct {
+            const char *s; /* not NUL-terminated; points into the file */
+            uint32_t len;
+        } str;
+        struct {
+            struct pv **items; /* dict: key, value, key, value, ... */
+            uint32_t n, cap;
+        } seq;
+    } u;
+} pv;
+
+typedef struct pickle_doc pickle_doc;
+
+/* Parse data (kept by the caller while the document lives). Returns the root or NULL with
+ * "offset N: message" in err. */
+pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **doc, char *err, size_t errlen);
+void pickle_free(pickle_doc *doc);
+
+/* Helpers */
+const pv *pv_get(const pv *dict, const char *key); /* NULL if absent or not a dict */
+int pv_is_str(const pv *v, const char *s);
+int pv_int(const pv *v, int64_t *out); /* 0 if v is an int or bool */
+uint32_t pv_len(const pv *v);          /* items of a list/tuple, pairs of a dict, 0 otherwise */
+const pv *pv_at(const pv *seq, uint32_t i);
+
+/* Writer: a small pickle emitter using only the opcodes above (protocol 4, no memo). */
+typedef struct pickle_out pickle_out;
+pickle_out *pickle_out_new(void);
+int pickle_out_finish(pickle_out *w, unsigned char **data, size_t *len); /* 0, or -1 (out of memory) */
+void pickle_w_dict(pickle_out *w);  /* push an empty dict; then key/value pairs; then pickle_w_end */
+void pickle_w_list(pickle_out *w);  /* push an empty list; then items; then pickle_w_end */
+void pickle_w_end(pickle_out *w);   /* close the innermost dict or list */
+void pickle_w_str(pickle_out *w, const char *s);
+void pickle_w_int(pickle_out *w, int64_t v);
+void pickle_w_float(pickle_out *w, double v);
+void pickle_w_bool(pickle_out *w, int v);
+void pickle_w_none(pickle_out *w);
+void pickle_w_pair(pickle_out *w, int64_t a, int64_t b); /* a 2-tuple of ints */
+
+#endif
