@@ -198,6 +198,64 @@ HBM_API hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t out
 /* The capability warning given at create ("" if none), e.g. expandable segments unsupported. */
 HBM_API const char *hbm_warning(const hbm_allocator *a);
 
+/* ---- History and snapshots (PyTorch's _record_memory_history / _snapshot) -- */
+typedef enum hbm_trace_action {
+    HBM_TRACE_ALLOC = 0,
+    HBM_TRACE_FREE_REQUESTED = 1,
+    HBM_TRACE_FREE_COMPLETED = 2,
+    HBM_TRACE_SEGMENT_ALLOC = 3,
+    HBM_TRACE_SEGMENT_FREE = 4,
+    HBM_TRACE_SEGMENT_MAP = 5,
+    HBM_TRACE_SEGMENT_UNMAP = 6,
+    HBM_TRACE_SNAPSHOT = 7,
+    HBM_TRACE_OOM = 8
+} hbm_trace_action;
+
+typedef struct hbm_trace_entry {
+    hbm_trace_action action;
+    uint64_t addr;   /* for HBM_TRACE_OOM: free device bytes, as PyTorch's device_free */
+    uint64_t size;   /* request for alloc/free, segment or mapped bytes, rounded request for oom */
+    hbm_stream stream;
+    uint64_t time_us; /* microseconds since the Unix epoch */
+} hbm_trace_entry;
+
+/* Keep the last max_entries trace entries in a ring buffer (0 turns history off and clears it). */
+HBM_API hbm_status hbm_history_enable(hbm_allocator *a, size_t max_entries);
+
+typedef enum hbm_block_state { HBM_BLOCK_INACTIVE = 0, HBM_BLOCK_ALLOCATED = 1, HBM_BLOCK_PENDING_FREE = 2 } hbm_block_state;
+
+typedef struct hbm_snap_block {
+    uint64_t addr, size, requested;
+    hbm_block_state state;
+} hbm_snap_block;
+
+typedef struct hbm_snap_segment {
+    uint64_t addr, total_size, allocated_size, active_size, requested_size;
+    hbm_stream stream;
+    int is_small, is_expandable;
+    hbm_mempool pool; /* 0: the default pools */
+    size_t first_block, nblocks; /* into hbm_snapshot.blocks */
+} hbm_snap_segment;
+
+/* Memory state at one moment, and the history: PyTorch's snapshot structure. */
+typedef struct hbm_snapshot {
+    int device;
+    hbm_snap_segment *segments; /* by address; an expandable segment gives one entry per mapped run */
+    size_t nsegments;
+    hbm_snap_block *blocks;
+    size_t nblocks;
+    hbm_trace_entry *trace; /* oldest first */
+    size_t ntrace;
+    char settings[512];     /* the settings string in force */
+} hbm_snapshot;
+
+HBM_API hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out);
+HBM_API void hbm_snapshot_free(hbm_snapshot *s);
+typedef enum hbm_snapshot_format { HBM_SNAPSHOT_PICKLE = 0, HBM_SNAPSHOT_JSON = 1 } hbm_snapshot_format;
+/* Write a snapshot as PyTorch writes _dump_snapshot (pickle; opens in memory_viz) or as JSON. */
+HBM_API hbm_status hbm_snapshot_save(const hbm_snapshot *s, const char *path, hbm_snapshot_format fmt, char *err,
+                                     size_t errlen);
+
 /* ---- Correctness ---------------------------------------------------------- */
 /* Walk every segment and prove the invariants (blocks tile segments, the free index
  * holds exactly the free blocks, statistics equal recomputed sums). Returns the number

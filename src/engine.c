@@ -229,6 +229,7 @@ static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block 
     }
     b->allocated = true;
     b->requested = orig;
+    hbm__trace(a, HBM_TRACE_ALLOC, b->addr, orig, b->stream);
     hbm__ptrmap_put(&a->live, b->addr, b); /* room reserved by the caller */
     hbm__stat_arr_inc(st->allocation, p, 1);
     hbm__stat_arr_inc(st->allocated_bytes, p, (int64_t)b->size);
@@ -299,6 +300,7 @@ static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
     if (size >= a->conf.max_split_size)
         hbm__stat_inc(&st->oversize_segments, 1);
     st->num_device_alloc++;
+    hbm__trace(a, HBM_TRACE_SEGMENT_ALLOC, addr, size, stream);
     *out = b;
     return HBM_OK;
 }
@@ -319,6 +321,7 @@ static hbm_status release_block(hbm_allocator *a, hbm__block *b)
     if (seg->size >= a->conf.max_split_size)
         hbm__stat_dec(&a->stats.oversize_segments, 1);
     a->stats.num_device_free++;
+    hbm__trace(a, HBM_TRACE_SEGMENT_FREE, seg->addr, seg->size, seg->stream);
     hbm__segments_remove(a, seg);
     free(seg);
     hbm__block_recycle(a, b);
@@ -434,6 +437,7 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size)
         dev_free = 0;
         dev_total = a->device_total;
     }
+    hbm__trace(a, HBM_TRACE_OOM, dev_free, alloc_size, 0);
     int64_t allocated = a->stats.allocated_bytes[HBM_POOL_ALL].current;
     int64_t reserved = a->stats.reserved_bytes[HBM_POOL_ALL].current;
     size_t cached = (size_t)(reserved - allocated);
@@ -593,6 +597,7 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b)
     hbm_stats *st = &a->stats;
     size_t size = b->size, requested = b->requested;
     int64_t net_blocks = 0, net_bytes = 0;
+    hbm__trace(a, HBM_TRACE_FREE_COMPLETED, b->addr, requested, b->stream);
     hbm__block *candidates[2] = {b->prev, b->next};
     for (int i = 0; i < 2; i++) {
         size_t absorbed = hbm__try_merge(a, p, b, candidates[i]);
@@ -661,6 +666,7 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
     } else {
         hbm__pool *p = b->seg->pool;
         b->allocated = false;
+        hbm__trace(a, HBM_TRACE_FREE_REQUESTED, b->addr, b->requested, b->stream);
         hbm__stat_arr_dec(a->stats.allocation, p, 1);
         hbm__stat_arr_dec(a->stats.allocated_bytes, p, (int64_t)b->size);
         if (b->size >= a->conf.max_split_size)
@@ -738,6 +744,8 @@ void hbm__engine_teardown(hbm_allocator *a)
     }
     a->segments = NULL;
     hbm__stream_teardown(a);
+    free(a->history);
+    a->history = NULL;
     hbm__expand_teardown_pool(a, &a->small);
     hbm__expand_teardown_pool(a, &a->large);
     while (a->spare_blocks) {

@@ -141,6 +141,8 @@ struct hbm_allocator {
     size_t pending_events; /* events in all queues */
     uint64_t *spare_events; /* recorded-and-completed events, for reuse */
     size_t nspare_events, cap_spare_events;
+    hbm_trace_entry *history; /* ring buffer, NULL when off */
+    size_t history_cap, history_n, history_head;
     hbm_device_counters dev;
     char warning[1024];    /* the capability fallback, if any (also printed once at create) */
     char err[1536];
@@ -213,6 +215,15 @@ void hbm__block_recycle(hbm_allocator *a, hbm__block *b);
 hbm_status hbm__ensure_spares(hbm_allocator *a, int n);
 /* Merge src into dst when src is a free neighbour in the same mapped state; returns bytes absorbed. */
 size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src);
+
+/* ---- snapshot.c: history ---- */
+void hbm__record(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size, hbm_stream stream);
+static inline void hbm__trace(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size,
+                              hbm_stream stream)
+{
+    if (a->history)
+        hbm__record(a, action, addr, size, stream);
+}
 
 /* ---- stream.c: event-deferred frees and private pools ---- */
 /* The pool a request of `size` (rounded) on `stream` goes to. */

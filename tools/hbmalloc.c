@@ -6,12 +6,15 @@
  * Exit status: 0 success, 1 OOM during replay, 2 bad input or usage.
  */
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../src/util.h"
 #include "hbmalloc.h"
 #include "replay.h"
+#include "sweep.h"
+#include "view.h"
 #include "trace.h"
 
 static void usage(FILE *f)
@@ -28,8 +31,17 @@ static void usage(FILE *f)
             "      --check            run the validator after every event (slow)\n"
             "      --device N         which device's history of a PyTorch snapshot (default 0)\n"
             "      --min-capacity     find the smallest capacity that runs the trace without OOM\n"
+            "      --snapshot FILE    write the allocator's memory snapshot with its history at the end\n"
+            "                         (or at the OOM): FILE.json as JSON, else a PyTorch snapshot pickle\n"
+            "                         that torch.cuda._memory_viz and pytorch.org/memory_viz open\n"
             "    TRACE: hbmalloc text, a PyTorch snapshot pickle, or an RMM CSV log (told apart by content);\n"
             "    a snapshot's recorded allocator settings are used unless --conf is given\n"
+            "  sweep TRACE    replay under a grid of settings on all cores, rank them, recommend one\n"
+            "      --capacity SIZE, --backend SPEC (the target device: its dialect and capabilities),\n"
+            "      --grid 'key=v1,v2;key2=...' ('-' = unset), --no-expandable (old firmware),\n"
+            "      --jobs N, --json, --no-progress\n"
+            "  view TRACE -o OUT.svg|OUT.html   draw allocated/reserved over time and the segments at the peak\n"
+            "      --conf STRING, --capacity SIZE, --backend SPEC\n"
             "  conf [STRING]  print the effective settings of STRING (default: the environment)\n"
             "      --dialect cuda|npu  whose rules to apply (default cuda)\n"
             "      --backend SPEC      as an allocator on that backend runs them (dialect and capability\n"
@@ -111,6 +123,8 @@ static int cmd_replay(int argc, char **argv)
             device = atoi(argv[++i]);
         } else if (!strcmp(a, "--min-capacity"))
             min_capacity = 1;
+        else if (!strcmp(a, "--snapshot") && i + 1 < argc)
+            o.snapshot_path = argv[++i];
         else if (!strcmp(a, "--capacity") && i + 1 < argc)
             capacity = argv[++i];
         else if (!strcmp(a, "--backend") && i + 1 < argc)
@@ -179,6 +193,125 @@ static int cmd_replay(int argc, char **argv)
     return rc;
 }
 
+static int sim_spec(char *spec, size_t n, const char *backend, const char *capacity)
+{
+    size_t cap;
+    if (hbm__parse_size(capacity, &cap) || cap == 0) {
+        fprintf(stderr, "hbmalloc: --capacity '%s' is not a size (e.g. 80GiB, 512MiB, 1073741824)\n", capacity);
+        return -1;
+    }
+    if (strncmp(backend, "sim", 3) != 0 || (backend[3] && backend[3] != ':')) {
+        fprintf(stderr, "hbmalloc: traces replay on the simulated device; --backend must be a sim spec\n");
+        return -1;
+    }
+    snprintf(spec, n, "%s%scapacity=%zu", backend, backend[3] ? "," : ":", cap);
+    return 0;
+}
+
+static int cmd_sweep(int argc, char **argv)
+{
+    const char *path = NULL, *capacity = "80GiB", *backend = "sim";
+    int device = 0;
+    sweep_opts o = {0};
+    o.progress = isatty(2);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--capacity") && i + 1 < argc)
+            capacity = argv[++i];
+        else if (!strcmp(a, "--backend") && i + 1 < argc)
+            backend = argv[++i];
+        else if (!strcmp(a, "--grid") && i + 1 < argc)
+            o.grid = argv[++i];
+        else if (!strcmp(a, "--jobs") && i + 1 < argc)
+            o.jobs = atoi(argv[++i]);
+        else if (!strcmp(a, "--device") && i + 1 < argc)
+            device = atoi(argv[++i]);
+        else if (!strcmp(a, "--no-expandable"))
+            o.no_expandable = 1;
+        else if (!strcmp(a, "--json"))
+            o.json = 1;
+        else if (!strcmp(a, "--no-progress"))
+            o.progress = 0;
+        else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "hbmalloc sweep: unknown option or missing value: '%s'\n", a);
+            return 2;
+        } else if (path) {
+            fprintf(stderr, "hbmalloc sweep: one trace file only\n");
+            return 2;
+        } else
+            path = a;
+    }
+    if (!path) {
+        fprintf(stderr, "hbmalloc sweep: missing TRACE\n");
+        return 2;
+    }
+    char spec[1024], err[512];
+    if (sim_spec(spec, sizeof spec, backend, capacity))
+        return 2;
+    trace t;
+    if (trace_read_any(path, device, &t, err, sizeof err)) {
+        fprintf(stderr, "hbmalloc sweep: %s\n", err);
+        return 2;
+    }
+    o.name = path;
+    o.backend_spec = spec;
+    int rc = sweep_run(&t, &o, stdout);
+    trace_free(&t);
+    return rc;
+}
+
+static int cmd_view(int argc, char **argv)
+{
+    const char *path = NULL, *capacity = "80GiB", *backend = "sim", *outp = NULL;
+    int device = 0;
+    replay_opts o = {0};
+    int conf_given = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-o") && i + 1 < argc)
+            outp = argv[++i];
+        else if (!strcmp(a, "--conf") && i + 1 < argc) {
+            o.settings = argv[++i];
+            conf_given = 1;
+        } else if (!strcmp(a, "--capacity") && i + 1 < argc)
+            capacity = argv[++i];
+        else if (!strcmp(a, "--backend") && i + 1 < argc)
+            backend = argv[++i];
+        else if (!strcmp(a, "--device") && i + 1 < argc)
+            device = atoi(argv[++i]);
+        else if (a[0] == '-') {
+            fprintf(stderr, "hbmalloc view: unknown option or missing value: '%s'\n", a);
+            return 2;
+        } else if (path) {
+            fprintf(stderr, "hbmalloc view: one trace file only\n");
+            return 2;
+        } else
+            path = a;
+    }
+    if (!path || !outp) {
+        fprintf(stderr, "hbmalloc view: usage: hbmalloc view TRACE -o OUT.svg|OUT.html [--conf S] [--capacity SIZE]\n");
+        return 2;
+    }
+    char spec[1024], err[512];
+    if (sim_spec(spec, sizeof spec, backend, capacity))
+        return 2;
+    trace t;
+    if (trace_read_any(path, device, &t, err, sizeof err)) {
+        fprintf(stderr, "hbmalloc view: %s\n", err);
+        return 2;
+    }
+    if (!conf_given && t.rec.has_settings)
+        o.settings = t.rec.settings;
+    o.backend_spec = spec;
+    int rc = view_write(&t, &o, path, outp, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "hbmalloc view: %s\n", err);
+    else
+        printf("wrote %s\n", outp);
+    trace_free(&t);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -190,6 +323,10 @@ int main(int argc, char **argv)
         return cmd_replay(argc - 2, argv + 2);
     if (!strcmp(cmd, "conf"))
         return cmd_conf(argc - 2, argv + 2);
+    if (!strcmp(cmd, "sweep"))
+        return cmd_sweep(argc - 2, argv + 2);
+    if (!strcmp(cmd, "view"))
+        return cmd_view(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("hbmalloc %s\n", HBM_VERSION_STRING);
         return 0;

@@ -44,18 +44,4 @@ int pv_int(const pv *v, int64_t *out); /* 0 if v is an int or bool */
 uint32_t pv_len(const pv *v);          /* items of a list/tuple, pairs of a dict, 0 otherwise */
 const pv *pv_at(const pv *seq, uint32_t i);
 
-/* Writer: a small pickle emitter using only the opcodes above (protocol 4, no memo). */
-typedef struct pickle_out pickle_out;
-pickle_out *pickle_out_new(void);
-int pickle_out_finish(pickle_out *w, unsigned char **data, size_t *len); /* 0, or -1 (out of memory) */
-void pickle_w_dict(pickle_out *w);  /* push an empty dict; then key/value pairs; then pickle_w_end */
-void pickle_w_list(pickle_out *w);  /* push an empty list; then items; then pickle_w_end */
-void pickle_w_end(pickle_out *w);   /* close the innermost dict or list */
-void pickle_w_str(pickle_out *w, const char *s);
-void pickle_w_int(pickle_out *w, int64_t v);
-void pickle_w_float(pickle_out *w, double v);
-void pickle_w_bool(pickle_out *w, int v);
-void pickle_w_none(pickle_out *w);
-void pickle_w_pair(pickle_out *w, int64_t a, int64_t b); /* a 2-tuple of ints */
-
 #endif

@@ -25,6 +25,11 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     hbm_status st = hbm_open(&a, o->backend_spec, 0, o->settings, r->message, sizeof r->message);
     if (st != HBM_OK)
         return 2;
+    if (o->snapshot_path && hbm_history_enable(a, t->n * 3 + 1024) != HBM_OK) {
+        snprintf(r->message, sizeof r->message, "out of host memory for the history");
+        hbm_destroy(a);
+        return 2;
+    }
     void **slot = calloc(t->nslots ? t->nslots : 1, sizeof *slot);
     if (!slot) {
         snprintf(r->message, sizeof r->message, "out of host memory");
@@ -67,6 +72,18 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
         }
     }
     r->wall_s = now_s() - t0;
+    if (o->snapshot_path) {
+        hbm_snapshot *snap;
+        char err[512];
+        size_t n = strlen(o->snapshot_path);
+        hbm_snapshot_format fmt = n > 5 && !strcmp(o->snapshot_path + n - 5, ".json") ? HBM_SNAPSHOT_JSON
+                                                                                       : HBM_SNAPSHOT_PICKLE;
+        if (hbm_snapshot_take(a, &snap) != HBM_OK || hbm_snapshot_save(snap, o->snapshot_path, fmt, err, sizeof err)) {
+            snprintf(r->message, sizeof r->message, "could not write the snapshot %s", o->snapshot_path);
+            rc = 2;
+        }
+        hbm_snapshot_free(snap);
+    }
     hbm_get_stats(a, &r->stats);
     hbm_get_device_counters(a, &r->dev);
     if (rc == 0 && !o->check_every) {
@@ -109,7 +126,7 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
     if (t->rec.present) {
         char rp[32];
         hbm__format_size((uint64_t)t->rec.peak_reserved, rp, sizeof rp);
-        fprintf(out, "recorded by PyTorch: peak reserved %s (%lld bytes), %llu segments at the end; hbmalloc %+.2f%%\n",
+        fprintf(out, "recorded:           peak reserved %s (%lld bytes) by the allocator that made the snapshot, %llu segments at the end; hbmalloc %+.2f%%\n",
                 rp, (long long)t->rec.peak_reserved, (unsigned long long)t->rec.segments_end,
                 t->rec.peak_reserved ? 100.0 * ((double)s->reserved_bytes[HBM_POOL_ALL].peak -
                                                 (double)t->rec.peak_reserved) / (double)t->rec.peak_reserved

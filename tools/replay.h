@@ -15,6 +15,7 @@ typedef struct replay_opts {
     int check_every;          /* run the validator after every event */
     int settings_from_trace;  /* settings are the recording's */
     int quiet;                /* no capability warnings on stderr */
+    const char *snapshot_path; /* write the allocator's snapshot (with history) at the end or at OOM */
 } replay_opts;
 
 typedef struct replay_result {

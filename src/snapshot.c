@@ -1,0 +1,375 @@
+/*
+ * snapshot.c: the history ring buffer and memory snapshots.
+ *
+ * Owns recording trace entries (PyTorch's actions, at the same points), the
+ * snapshot of segments and blocks, and writing both as PyTorch's
+ * _dump_snapshot pickle (which torch.cuda._memory_viz and the memory_viz page
+ * open) or as JSON. Reads allocator state under its lock; changes none of it
+ * except the ring buffer.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "pickle_out.h"
+#include "util.h"
+
+void hbm__record(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size, hbm_stream stream)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    size_t at = (a->history_head + a->history_n) % a->history_cap;
+    if (a->history_n == a->history_cap)
+        a->history_head = (a->history_head + 1) % a->history_cap; /* overwrite the oldest */
+    else
+        a->history_n++;
+    a->history[at] = (hbm_trace_entry){action, addr, size, stream,
+                                       (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u};
+}
+
+hbm_status hbm_history_enable(hbm_allocator *a, size_t max_entries)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    hbm_trace_entry *h = NULL;
+    if (max_entries && !(h = calloc(max_entries, sizeof *h)))
+        return HBM_ERR_NOMEM;
+    pthread_mutex_lock(&a->lock);
+    free(a->history);
+    a->history = h;
+    a->history_cap = max_entries;
+    a->history_n = a->history_head = 0;
+    pthread_mutex_unlock(&a->lock);
+    return HBM_OK;
+}
+
+/* ---- taking a snapshot ---- */
+
+typedef struct growing {
+    void *p;
+    size_t n, cap, elem;
+} growing;
+
+static void *grow_one(growing *g)
+{
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 64;
+        void *q = realloc(g->p, cap * g->elem);
+        if (!q)
+            return NULL;
+        g->p = q;
+        g->cap = cap;
+    }
+    return (char *)g->p + g->elem * g->n++;
+}
+
+static hbm_block_state state_of(const hbm__block *b)
+{
+    return b->allocated ? HBM_BLOCK_ALLOCATED : b->event_count > 0 ? HBM_BLOCK_PENDING_FREE : HBM_BLOCK_INACTIVE;
+}
+
+hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
+{
+    if (!a || !out)
+        return HBM_ERR_INVALID;
+    hbm_snapshot *s = calloc(1, sizeof *s);
+    if (!s)
+        return HBM_ERR_NOMEM;
+    growing segs = {NULL, 0, 0, sizeof(hbm_snap_segment)}, blks = {NULL, 0, 0, sizeof(hbm_snap_block)};
+    hbm_status rc = HBM_OK;
+    pthread_mutex_lock(&a->lock);
+    s->device = a->device;
+    snprintf(s->settings, sizeof s->settings, "%s", a->conf.text);
+    for (hbm__segment *seg = hbm__segments_first(a); seg && rc == HBM_OK; seg = hbm__segments_next(a, seg)) {
+        hbm_snap_segment *cur = NULL;
+        for (hbm__block *b = seg->head; b; b = b->next) {
+            if (!b->mapped) {
+                cur = NULL; /* an expandable segment: one entry per mapped run, as PyTorch emits */
+                continue;
+            }
+            if (!cur) {
+                size_t first = blks.n;
+                if (!(cur = grow_one(&segs))) {
+                    rc = HBM_ERR_NOMEM;
+                    break;
+                }
+                *cur = (hbm_snap_segment){.addr = b->addr, .stream = seg->stream, .is_small = seg->pool->is_small,
+                                          .is_expandable = seg->expandable,
+                                          .pool = seg->pool->owner ? seg->pool->owner->id : 0, .first_block = first};
+            }
+            hbm_snap_block *sb = grow_one(&blks);
+            if (!sb) {
+                rc = HBM_ERR_NOMEM;
+                break;
+            }
+            *sb = (hbm_snap_block){b->addr, b->size, b->allocated || b->event_count ? b->requested : 0, state_of(b)};
+            cur->nblocks++;
+            cur->total_size += b->size;
+            if (b->allocated)
+                cur->allocated_size += b->size;
+            if (sb->state != HBM_BLOCK_INACTIVE) {
+                cur->active_size += b->size;
+                cur->requested_size += b->requested;
+            }
+        }
+    }
+    if (rc == HBM_OK && a->history_n) {
+        s->trace = malloc(a->history_n * sizeof *s->trace);
+        if (!s->trace)
+            rc = HBM_ERR_NOMEM;
+        for (size_t i = 0; s->trace && i < a->history_n; i++)
+            s->trace[i] = a->history[(a->history_head + i) % a->history_cap];
+        s->ntrace = s->trace ? a->history_n : 0;
+    }
+    pthread_mutex_unlock(&a->lock);
+    s->segments = segs.p;
+    s->nsegments = segs.n;
+    s->blocks = blks.p;
+    s->nblocks = blks.n;
+    if (rc != HBM_OK) {
+        hbm_snapshot_free(s);
+        return rc;
+    }
+    *out = s;
+    return HBM_OK;
+}
+
+void hbm_snapshot_free(hbm_snapshot *s)
+{
+    if (!s)
+        return;
+    free(s->segments);
+    free(s->blocks);
+    free(s->trace);
+    free(s);
+}
+
+/* ---- writing it ---- */
+
+static const char *action_name(hbm_trace_action a)
+{
+    static const char *names[] = {"alloc",         "free_requested", "free_completed", "segment_alloc", "segment_free",
+                                  "segment_map",   "segment_unmap",  "snapshot",       "oom"};
+    return (unsigned)a < sizeof names / sizeof names[0] ? names[a] : "unknown";
+}
+
+static const char *state_name(hbm_block_state st)
+{
+    /* PyTorch emits "active_pending_free" (its docstring says "active_awaiting_free"). */
+    return st == HBM_BLOCK_ALLOCATED ? "active_allocated" : st == HBM_BLOCK_PENDING_FREE ? "active_pending_free"
+                                                                                         : "inactive";
+}
+
+/* One emitter for both formats: the same tree, two encodings. */
+typedef struct emit {
+    hbm__pickle_out *pk; /* pickle, or */
+    FILE *js;            /* JSON */
+    int depth;
+    int count[16];       /* JSON: items written so far at each depth (a dict's keys and values both count) */
+    int in_dict[16];
+} emit;
+
+/* JSON: the separator before the next item: ',' between items, ':' between a key and its value. */
+static void j_sep(emit *e)
+{
+    if (e->depth == 0)
+        return;
+    int n = e->count[e->depth]++;
+    if (e->in_dict[e->depth] && n % 2 == 1)
+        fputc(':', e->js);
+    else if (n > 0)
+        fputc(',', e->js);
+}
+
+static void e_open(emit *e, int dict)
+{
+    if (e->pk) {
+        dict ? hbm__pw_dict(e->pk) : hbm__pw_list(e->pk);
+        return;
+    }
+    j_sep(e);
+    fputc(dict ? '{' : '[', e->js);
+    e->depth++;
+    e->count[e->depth] = 0;
+    e->in_dict[e->depth] = dict;
+}
+
+static void e_close(emit *e)
+{
+    if (e->pk) {
+        hbm__pw_end(e->pk);
+        return;
+    }
+    fputc(e->in_dict[e->depth] ? '}' : ']', e->js);
+    e->depth--;
+}
+
+static void e_str(emit *e, const char *s)
+{
+    if (e->pk) {
+        hbm__pw_str(e->pk, s);
+        return;
+    }
+    j_sep(e);
+    fputc('"', e->js);
+    for (const char *p = s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(e->js, "\\%c", *p);
+        else if ((unsigned char)*p < 0x20)
+            fprintf(e->js, "\\u%04x", *p);
+        else
+            fputc(*p, e->js);
+    }
+    fputc('"', e->js);
+}
+
+static void e_int(emit *e, int64_t v)
+{
+    if (e->pk) {
+        hbm__pw_int(e->pk, v);
+        return;
+    }
+    j_sep(e);
+    fprintf(e->js, "%lld", (long long)v);
+}
+
+static void e_bool(emit *e, int v)
+{
+    if (e->pk) {
+        hbm__pw_bool(e->pk, v);
+        return;
+    }
+    j_sep(e);
+    fputs(v ? "true" : "false", e->js);
+}
+
+static void e_pool_id(emit *e, int64_t id)
+{
+    if (e->pk) {
+        hbm__pw_pair(e->pk, 0, id);
+        return;
+    }
+    j_sep(e);
+    fprintf(e->js, "[0,%lld]", (long long)id);
+}
+
+static void e_kv_int(emit *e, const char *k, int64_t v)
+{
+    e_str(e, k);
+    e_int(e, v);
+}
+
+static void e_kv_str(emit *e, const char *k, const char *v)
+{
+    e_str(e, k);
+    e_str(e, v);
+}
+
+static void emit_snapshot(emit *e, const hbm_snapshot *s)
+{
+    e_open(e, 1);
+    e_str(e, "segments");
+    e_open(e, 0);
+    for (size_t i = 0; i < s->nsegments; i++) {
+        const hbm_snap_segment *g = &s->segments[i];
+        e_open(e, 1);
+        e_kv_int(e, "device", s->device);
+        e_kv_int(e, "address", (int64_t)g->addr);
+        e_kv_int(e, "total_size", (int64_t)g->total_size);
+        e_kv_int(e, "allocated_size", (int64_t)g->allocated_size);
+        e_kv_int(e, "active_size", (int64_t)g->active_size);
+        e_kv_int(e, "requested_size", (int64_t)g->requested_size);
+        e_kv_int(e, "stream", (int64_t)g->stream);
+        e_kv_str(e, "segment_type", g->is_small ? "small" : "large");
+        e_str(e, "segment_pool_id");
+        e_pool_id(e, (int64_t)g->pool);
+        e_str(e, "is_expandable");
+        e_bool(e, g->is_expandable);
+        e_str(e, "frames");
+        e_open(e, 0);
+        e_close(e);
+        e_str(e, "blocks");
+        e_open(e, 0);
+        for (size_t k = 0; k < g->nblocks; k++) {
+            const hbm_snap_block *b = &s->blocks[g->first_block + k];
+            e_open(e, 1);
+            e_kv_int(e, "address", (int64_t)b->addr);
+            e_kv_int(e, "size", (int64_t)b->size);
+            e_kv_int(e, "requested_size", (int64_t)b->requested);
+            e_kv_str(e, "state", state_name(b->state));
+            e_str(e, "frames");
+            e_open(e, 0);
+            e_close(e);
+            e_close(e);
+        }
+        e_close(e);
+        e_close(e);
+    }
+    e_close(e);
+    e_str(e, "device_traces");
+    e_open(e, 0);
+    for (int d = 0; d <= s->device; d++) {
+        e_open(e, 0);
+        for (size_t i = 0; d == s->device && i < s->ntrace; i++) {
+            const hbm_trace_entry *t = &s->trace[i];
+            e_open(e, 1);
+            e_kv_str(e, "action", action_name(t->action));
+            e_kv_int(e, t->action == HBM_TRACE_OOM ? "device_free" : "addr", (int64_t)t->addr);
+            e_kv_int(e, "size", (int64_t)t->size);
+            e_kv_int(e, "stream", (int64_t)t->stream);
+            e_kv_int(e, "time_us", (int64_t)t->time_us);
+            e_str(e, "frames");
+            e_open(e, 0);
+            e_close(e);
+            e_close(e);
+        }
+        e_close(e);
+    }
+    e_close(e);
+    e_str(e, "allocator_settings");
+    e_open(e, 1);
+    e_kv_str(e, "PYTORCH_CUDA_ALLOC_CONF", s->settings);
+    e_close(e);
+    e_close(e);
+}
+
+hbm_status hbm_snapshot_save(const hbm_snapshot *s, const char *path, hbm_snapshot_format fmt, char *err,
+                             size_t errlen)
+{
+    if (!s || !path)
+        return HBM_ERR_INVALID;
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot write", path);
+        return HBM_ERR_INVALID;
+    }
+    emit e;
+    memset(&e, 0, sizeof e);
+    hbm_status rc = HBM_OK;
+    if (fmt == HBM_SNAPSHOT_JSON) {
+        e.js = f;
+        emit_snapshot(&e, s);
+        fputc('\n', f);
+    } else {
+        e.pk = hbm__pw_new();
+        unsigned char *data = NULL;
+        size_t len = 0;
+        if (!e.pk) {
+            rc = HBM_ERR_NOMEM;
+        } else {
+            emit_snapshot(&e, s);
+            if (hbm__pw_finish(e.pk, &data, &len))
+                rc = HBM_ERR_NOMEM;
+            else if (fwrite(data, 1, len, f) != len)
+                rc = HBM_ERR_INVALID;
+            free(data);
+        }
+    }
+    if (fclose(f) != 0 && rc == HBM_OK)
+        rc = HBM_ERR_INVALID;
+    if (rc != HBM_OK)
+        snprintf(err, errlen, "%s: %s", path, rc == HBM_ERR_NOMEM ? "out of host memory" : "write failed");
+    return rc;
+}

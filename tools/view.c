@@ -1,0 +1,251 @@
+/*
+ * view.c: a self-contained picture of a replay: allocated and reserved bytes
+ * over the trace (one point per event, thinned to the width), and the segment
+ * map at the moment of peak reserved memory with blocks coloured by state.
+ * SVG with no external references; ".html" wraps it in a page. Owns drawing
+ * only: every number comes from the public API.
+ */
+#include "view.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/util.h"
+
+#define W 1200
+#define H 860
+#define PLOT_X 110
+#define PLOT_W 1040
+#define PLOT_Y 70
+#define PLOT_H 330
+#define MAP_Y 480
+#define MAP_ROWS 16
+#define MAP_ROW_H 20
+
+typedef struct series {
+    int64_t *alloc, *resv;
+    size_t n;
+} series;
+
+static void xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else if (*s == '&')
+            fputs("&amp;", f);
+        else if (*s == '"')
+            fputs("&quot;", f);
+        else
+            fputc(*s, f);
+    }
+}
+
+static void polyline(FILE *f, const int64_t *v, size_t n, int64_t ymax, const char *colour, const char *id)
+{
+    fprintf(f, "<polyline id=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", id, colour);
+    /* One point per pixel column: the maximum over the events it covers, so peaks stay visible. */
+    for (int px = 0; px < PLOT_W && n; px++) {
+        size_t lo = (size_t)px * n / PLOT_W, hi = (size_t)(px + 1) * n / PLOT_W;
+        if (hi <= lo)
+            hi = lo + 1;
+        if (lo >= n)
+            break;
+        int64_t m = v[lo];
+        for (size_t i = lo; i < hi && i < n; i++)
+            if (v[i] > m)
+                m = v[i];
+        double y = PLOT_Y + PLOT_H - (double)m / (double)ymax * PLOT_H;
+        fprintf(f, "%d,%.1f ", PLOT_X + px, y);
+    }
+    fputs("\"/>\n", f);
+}
+
+static const char *state_colour(hbm_block_state st)
+{
+    return st == HBM_BLOCK_ALLOCATED ? "#3b6fd4" : st == HBM_BLOCK_PENDING_FREE ? "#e8a33d" : "#d9d9d9";
+}
+
+/* The segment map: segments one after another over MAP_ROWS rows, sizes to scale. */
+static void segment_map(FILE *f, const hbm_snapshot *s)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < s->nsegments; i++)
+        total += s->segments[i].total_size;
+    if (!total)
+        return;
+    double per_row = (double)total / MAP_ROWS, scale = PLOT_W / per_row;
+    double pos = 0; /* bytes laid out so far */
+    for (size_t i = 0; i < s->nsegments; i++) {
+        const hbm_snap_segment *g = &s->segments[i];
+        double seg_start = pos;
+        for (size_t k = 0; k < g->nblocks; k++) {
+            const hbm_snap_block *b = &s->blocks[g->first_block + k];
+            double start = pos, end = pos + (double)b->size;
+            while (start < end) { /* a block may wrap onto the next row */
+                int row = (int)(start / per_row);
+                if (row >= MAP_ROWS)
+                    row = MAP_ROWS - 1;
+                double row_end = (row + 1) * per_row, stop = end < row_end ? end : row_end;
+                double x = PLOT_X + (start - row * per_row) * scale, w = (stop - start) * scale;
+                if (w >= 0.2)
+                    fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>\n", x,
+                            MAP_Y + row * (MAP_ROW_H + 2), w, MAP_ROW_H, state_colour(b->state));
+                if (stop <= start)
+                    break;
+                start = stop;
+            }
+            pos = end;
+        }
+        /* A thin line where each segment starts. */
+        int row = (int)(seg_start / per_row);
+        if (row >= MAP_ROWS)
+            row = MAP_ROWS - 1;
+        fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"0.8\" height=\"%d\" fill=\"#222\"/>\n",
+                PLOT_X + (seg_start - row * per_row) * scale, MAP_Y + row * (MAP_ROW_H + 2), MAP_ROW_H);
+    }
+}
+
+static void draw(FILE *f, const series *sr, const hbm_snapshot *peak, const hbm_stats *st, const char *name,
+                 const replay_opts *o, const replay_result *r)
+{
+    int64_t pa = st->allocated_bytes[0].peak, pr = st->reserved_bytes[0].peak;
+    int64_t ymax = pr > 0 ? pr : 1;
+    char s_pa[32], s_pr[32], tick[32];
+    hbm__format_size((uint64_t)pa, s_pa, sizeof s_pa);
+    hbm__format_size((uint64_t)pr, s_pr, sizeof s_pr);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+            "font-family=\"sans-serif\" font-size=\"12\" data-peak-allocated=\"%lld\" data-peak-reserved=\"%lld\">\n",
+            W, H, W, H, (long long)pa, (long long)pr);
+    fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+    fputs("<text x=\"20\" y=\"28\" font-size=\"16\" font-weight=\"bold\">", f);
+    xml_text(f, name);
+    fputs("</text>\n<text x=\"20\" y=\"48\">settings: ", f);
+    xml_text(f, o->settings ? (o->settings[0] ? o->settings : "(defaults)") : "(environment)");
+    fprintf(f, "; device %s; peak allocated %s, peak reserved %s%s</text>\n", o->backend_spec, s_pa, s_pr,
+            r->oom ? "; OUT OF MEMORY" : "");
+    /* axes */
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", PLOT_X, PLOT_Y, PLOT_X,
+            PLOT_Y + PLOT_H);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", PLOT_X, PLOT_Y + PLOT_H,
+            PLOT_X + PLOT_W, PLOT_Y + PLOT_H);
+    for (int k = 0; k <= 4; k++) {
+        int64_t v = ymax * k / 4;
+        int y = PLOT_Y + PLOT_H - PLOT_H * k / 4;
+        hbm__format_size((uint64_t)v, tick, sizeof tick);
+        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#eee\"/>\n", PLOT_X + 1, y, PLOT_X + PLOT_W,
+                y);
+        fprintf(f, "<text class=\"ytick\" x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n", PLOT_X - 6, y + 4, tick);
+    }
+    for (int k = 0; k <= 5; k++) {
+        int x = PLOT_X + PLOT_W * k / 5;
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%zu</text>\n", x, PLOT_Y + PLOT_H + 18,
+                sr->n * (size_t)k / 5);
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">event</text>\n", PLOT_X + PLOT_W / 2,
+            PLOT_Y + PLOT_H + 36);
+    polyline(f, sr->resv, sr->n, ymax, "#e4572e", "reserved");
+    polyline(f, sr->alloc, sr->n, ymax, "#3b6fd4", "allocated");
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e4572e\"/><text x=\"%d\" y=\"%d\">reserved "
+               "(peak %s)</text>\n",
+            PLOT_X + 20, PLOT_Y + 8, PLOT_X + 38, PLOT_Y + 18, s_pr);
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#3b6fd4\"/><text x=\"%d\" y=\"%d\">allocated "
+               "(peak %s)</text>\n",
+            PLOT_X + 20, PLOT_Y + 26, PLOT_X + 38, PLOT_Y + 36, s_pa);
+    /* segment map */
+    size_t nseg = peak ? peak->nsegments : 0;
+    char total[32];
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < nseg; i++)
+        bytes += peak->segments[i].total_size;
+    hbm__format_size(bytes, total, sizeof total);
+    fprintf(f, "<text x=\"20\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">Segments at peak reserved: %zu segments, "
+               "%s</text>\n",
+            MAP_Y - 20, nseg, total);
+    if (peak)
+        segment_map(f, peak);
+    int ly = MAP_Y + MAP_ROWS * (MAP_ROW_H + 2) + 16;
+    const char *labels[3] = {"allocated", "free (cached)", "freed, waiting on another stream"};
+    const hbm_block_state states[3] = {HBM_BLOCK_ALLOCATED, HBM_BLOCK_INACTIVE, HBM_BLOCK_PENDING_FREE};
+    for (int k = 0; k < 3; k++)
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
+                PLOT_X + 240 * k, ly, state_colour(states[k]), PLOT_X + 240 * k + 18, ly + 10, labels[k]);
+    fputs("</svg>\n", f);
+}
+
+int view_write(const trace *t, const replay_opts *o, const char *name, const char *path, char *err, size_t errlen)
+{
+    hbm_allocator *a;
+    if (hbm_open(&a, o->backend_spec, 0, o->settings, err, errlen) != HBM_OK)
+        return 2;
+    series sr = {calloc(t->n + 1, sizeof(int64_t)), calloc(t->n + 1, sizeof(int64_t)), 0};
+    void **slot = calloc(t->nslots + 1, sizeof *slot);
+    hbm_snapshot *peak = NULL;
+    replay_result r;
+    memset(&r, 0, sizeof r);
+    int rc = 0;
+    if (!sr.alloc || !sr.resv || !slot) {
+        snprintf(err, errlen, "out of host memory");
+        rc = 2;
+    }
+    int64_t best = -1;
+    for (size_t i = 0; rc == 0 && i < t->n; i++) {
+        const trace_event *e = &t->ev[i];
+        hbm_status st = e->kind == EV_ALLOC ? hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot])
+                        : e->kind == EV_FREE ? hbm_free(a, slot[e->slot])
+                                             : hbm_empty_cache(a);
+        if (st == HBM_ERR_OOM) {
+            r.oom = 1;
+            r.oom_event = i;
+            break;
+        }
+        if (st != HBM_OK) {
+            snprintf(err, errlen, "event %zu: %s", i, hbm_last_error(a));
+            rc = 2;
+            break;
+        }
+        hbm_stats s;
+        hbm_get_stats(a, &s);
+        sr.alloc[sr.n] = s.allocated_bytes[0].current;
+        sr.resv[sr.n++] = s.reserved_bytes[0].current;
+        if (s.reserved_bytes[0].current > best) { /* the layout at each new peak: the last one is kept */
+            best = s.reserved_bytes[0].current;
+            hbm_snapshot_free(peak);
+            peak = NULL;
+            hbm_snapshot_take(a, &peak);
+        }
+    }
+    if (rc == 0) {
+        hbm_get_stats(a, &r.stats);
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            snprintf(err, errlen, "%s: cannot write", path);
+            rc = 2;
+        } else {
+            size_t n = strlen(path);
+            int html = n > 5 && !strcmp(path + n - 5, ".html");
+            if (html) {
+                fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hbmalloc: ", f);
+                xml_text(f, name);
+                fputs("</title></head>\n<body style=\"margin:0\">\n", f);
+            }
+            draw(f, &sr, peak, &r.stats, name, o, &r);
+            if (html)
+                fputs("</body></html>\n", f);
+            if (fclose(f) != 0) {
+                snprintf(err, errlen, "%s: write failed", path);
+                rc = 2;
+            }
+        }
+    }
+    hbm_snapshot_free(peak);
+    free(sr.alloc);
+    free(sr.resv);
+    free(slot);
+    hbm_destroy(a);
+    return rc;
+}

@@ -1,0 +1,12 @@
+/* view.h: draw what memory looked like during a replay, as SVG or HTML. */
+#ifndef HBM_TOOLS_VIEW_H
+#define HBM_TOOLS_VIEW_H
+
+#include "replay.h"
+#include "trace.h"
+
+/* Replay t and write the picture to path (".html" gives a page, else SVG).
+ * 0 ok (an OOM is drawn, not an error), 2 error. */
+int view_write(const trace *t, const replay_opts *o, const char *name, const char *path, char *err, size_t errlen);
+
+#endif
