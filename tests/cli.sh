@@ -56,5 +56,58 @@ check conf_npu 0 "dialect: npu" "$bin" conf "base_addr_aligned_kb:4" --dialect n
 check conf_env 0 "source: PYTORCH_CUDA_ALLOC_CONF" env -u HBMALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$bin" conf
 check unknown_command 2 "unknown command" "$bin" frobnicate
 check version 0 "hbmalloc 0.1.0" "$bin" version
+# PyTorch snapshots are read directly (format told apart by content).
+snap=$src/tests/data/linear-10k-50k-grad.pickle
+check replay_pickle 0 "recorded: *peak reserved 4.13 GiB (4439670784 bytes)" "$bin" replay "$snap"
+check replay_pickle_matches 0 "hbmalloc +0.00%" "$bin" replay "$snap"
+check replay_pickle_device 2 "choose one with --device" "$bin" replay "$src/tests/data/layoutediting-torch1x-segments.pickle"
+head -c 5000 "$snap" >"$tmp/cut.pickle"
+check replay_truncated 2 "offset .*truncated" "$bin" replay "$tmp/cut.pickle"
+# --min-capacity: the capacity found runs clean, 1 MiB less does not.
+minc=$("$bin" replay "$ex" --conf "" --min-capacity | sed -n 's/^minimum capacity: .*(\([0-9]*\) bytes.*/\1/p')
+check min_capacity_runs 0 "OOMs: *0" "$bin" replay "$ex" --conf "" --capacity "$minc"
+check min_capacity_is_minimal 1 "OOM at event" "$bin" replay "$ex" --conf "" --capacity "$((minc - 1048576))"
+# Snapshots written by replay load in Python's pickle with PyTorch's structure, and replay back to the same peak.
+check replay_snapshot 0 "peak reserved" "$bin" replay "$ex" --conf "expandable_segments:True" --snapshot "$tmp/s.pickle"
+check snapshot_replays_back 0 "hbmalloc +0.00%" "$bin" replay "$tmp/s.pickle"
+if command -v python3 >/dev/null; then
+    check snapshot_loads_in_python 0 "ok" python3 -c "
+import pickle, sys
+d = pickle.load(open(sys.argv[1], 'rb'))
+seg = d['segments'][0]
+assert set(['device','address','total_size','allocated_size','active_size','requested_size','stream','segment_type','segment_pool_id','is_expandable','frames','blocks']) <= set(seg)
+assert seg['is_expandable'] is True and seg['segment_pool_id'] == (0, 0)
+acts = set(e['action'] for e in d['device_traces'][0])
+assert acts == {'alloc', 'free_requested', 'free_completed', 'segment_map'}, acts
+print('ok')" "$tmp/s.pickle"
+else
+    echo "FAIL snapshot_loads_in_python: python3 missing (scripts/deps.sh installs it)"; fails=$((fails + 1))
+fi
+# sweep: ranks, recommends, respects what the device supports.
+check sweep_recommends 0 "^export PYTORCH_CUDA_ALLOC_CONF=" "$bin" sweep "$ex" --capacity 60GiB --no-progress
+check sweep_json 0 '"settings_run":48' "$bin" sweep "$ex" --capacity 60GiB --json
+check sweep_old_firmware 0 "24 with expandable segments left out (firmware 22.0.3" "$bin" sweep "$ex" --capacity 60GiB \
+    --backend "sim:firmware=22.0.3" --no-progress
+check sweep_npu 0 "export PYTORCH_NPU_ALLOC_CONF=" "$bin" sweep "$ex" --capacity 60GiB --backend "sim:dialect=npu" \
+    --no-progress
+check sweep_npu_rules 0 "left out (invalid in this dialect)" "$bin" sweep "$ex" --capacity 60GiB \
+    --backend "sim:dialect=npu" --no-progress
+check sweep_grid 0 "sweep of .*: 3 settings" "$bin" sweep "$ex" --grid "max_split_size_mb=-,128,512" --no-progress
+check sweep_bad_grid 2 "expected key=v1,v2" "$bin" sweep "$ex" --grid "nonsense"
+check sweep_all_oom 1 "no setting runs this trace without OOM" "$bin" sweep "$ex" --capacity 20GiB --no-progress
+# view: a real renderer draws it, not blank, with the peak on the axis.
+check view_svg 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.svg"
+check view_html 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.html"
+check view_axis_total 0 '>56.91 GiB</text>' cat "$tmp/v.svg"
+check view_peak_attr 0 'data-peak-reserved="61111009280"' cat "$tmp/v.svg"
+check view_html_page 0 '<!DOCTYPE html>' cat "$tmp/v.html"
+if command -v rsvg-convert >/dev/null && command -v python3 >/dev/null; then
+    rsvg-convert -w 600 "$tmp/v.svg" -o "$tmp/v.png"
+    ink=$(python3 "$src/tests/png_ink.py" "$tmp/v.png")
+    if awk -v i="$ink" 'BEGIN { exit !(i > 0.05) }'; then echo "ok   view_renders ($ink of the pixels inked)"
+    else echo "FAIL view_renders: only $ink of the pixels inked"; fails=$((fails + 1)); fi
+else
+    echo "FAIL view_renders: rsvg-convert or python3 missing (scripts/deps.sh installs them)"; fails=$((fails + 1))
+fi
 if [ "$fails" -ne 0 ]; then echo "$fails CLI check(s) failed"; exit 1; fi
 echo "all CLI checks passed"

@@ -102,10 +102,13 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     size_t npre = 0, cap_pre = 0;
     int64_t end_reserved = 0;
     uint32_t nseg = pv_len(segments);
+    uint64_t devices_seen = 0;
     for (uint32_t i = 0; i < nseg; i++) {
         const pv *seg = pv_at(segments, i);
         int64_t dev = 0, addr, total, stream = 0;
         pv_int(pv_get(seg, "device"), &dev);
+        if (dev >= 0 && dev < 64)
+            devices_seen |= 1ull << dev;
         if (dev != device)
             continue;
         if (pv_int(pv_get(seg, "address"), &addr) || pv_int(pv_get(seg, "total_size"), &total)) {
@@ -143,6 +146,19 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     }
     tb_finish(live);
     trace_free(&scratch);
+    for (uint32_t d = 0; traces && d < pv_len(traces) && d < 64; d++)
+        if (pv_len(pv_at(traces, d)))
+            devices_seen |= 1ull << d;
+    if (!(devices_seen >> device & 1) && nev == 0 && devices_seen) {
+        char list[200] = "";
+        for (int d = 0; d < 64; d++)
+            if (devices_seen >> d & 1)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", list[0] ? ", " : "", d);
+        snprintf(perr_msg, sizeof perr_msg, "device %d has no segments or history in this snapshot (devices: %s); "
+                                            "choose one with --device", device, list);
+        fail(err, errlen, name, perr_msg);
+        goto done;
+    }
     t->rec.end_reserved = end_reserved;
     t->rec.preexisting = npre;
     for (size_t i = 0; i < npre; i++)

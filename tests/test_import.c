@@ -1,0 +1,281 @@
+/* test_import.c: PyTorch snapshot pickles, RMM logs and hostile files; snapshots written and read back. */
+#include "helpers.h"
+#include <unistd.h>
+
+#include "pickle.h"
+#include "pickle_out.h"
+#include "trace.h"
+
+#ifndef HBM_TEST_DATA
+#error "HBM_TEST_DATA must name tests/data"
+#endif
+
+static trace t;
+static char err[512];
+
+static unsigned char *slurp(const char *name, size_t *len)
+{
+    char path[512];
+    unsigned char *data;
+    snprintf(path, sizeof path, "%s/%s", HBM_TEST_DATA, name);
+    if (trace_slurp(path, &data, len, err, sizeof err))
+        fail_msg("%s", err);
+    return data;
+}
+
+static void a_pytorch_2_snapshot_gives_history_and_the_recorded_peak(void **st)
+{
+    (void)st;
+    size_t len;
+    unsigned char *d = slurp("linear-10k-50k-grad.pickle", &len);
+    assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), 0);
+    assert_string_equal(t.format, "pytorch-snapshot");
+    assert_int_equal(t.allocs, 12); /* the README's count of alloc events in this file */
+    assert_int_equal(t.frees, 7);
+    assert_true(t.rec.present);
+    /* Summing the file's segment_alloc/segment_free events (done independently with
+     * Python's pickle) from the reserved memory at the end gives 4439670784 bytes. */
+    assert_int_equal(t.rec.peak_reserved, 4439670784);
+    assert_int_equal(t.rec.segments_end, 7);
+    assert_true(t.rec.has_settings);
+    trace_free(&t);
+    free(d);
+}
+
+static void a_pytorch_1_list_of_segments_and_devices(void **st)
+{
+    (void)st;
+    size_t len;
+    unsigned char *d = slurp("layoutediting-torch1x-segments.pickle", &len);
+    assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), -1);
+    assert_non_null(strstr(err, "device 0 has no segments or history in this snapshot (devices: 1)"));
+    assert_int_equal(trace_read_pickle_mem("x", d, len, 1, &t, err, sizeof err), 0);
+    assert_int_equal(t.rec.segments_end, 255);
+    assert_int_equal(t.rec.preexisting, 1938); /* the blocks in state active_allocated */
+    assert_int_equal(t.allocs, 1938);
+    trace_free(&t);
+    free(d);
+}
+
+static void every_truncation_is_rejected_with_an_offset(void **st)
+{
+    (void)st;
+    size_t len;
+    unsigned char *d = slurp("linear-10k-50k-grad.pickle", &len);
+    for (size_t n = 0; n < len; n++) {
+        unsigned char *cut = malloc(n ? n : 1); /* exact size: ASan sees any read past it */
+        memcpy(cut, d, n);
+        if (trace_read_pickle_mem("x", cut, n, 0, &t, err, sizeof err) == 0)
+            fail_msg("a prefix of %zu of %zu bytes was accepted", n, len);
+        if (!strstr(err, "offset "))
+            fail_msg("prefix %zu: '%s' names no offset", n, err);
+        free(cut);
+    }
+    free(d);
+}
+
+static void random_corruption_never_crashes(void **st)
+{
+    (void)st;
+    size_t len;
+    unsigned char *d = slurp("linear-10k-50k-grad.pickle", &len);
+    unsigned char *m = malloc(len);
+    uint64_t rng = 42;
+    int rejected = 0;
+    for (int i = 0; i < 3000; i++) {
+        memcpy(m, d, len);
+        for (int k = 0; k < 4; k++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            m[(rng >> 33) % len] = (unsigned char)(rng >> 20);
+        }
+        if (trace_read_pickle_mem("x", m, len, 0, &t, err, sizeof err) == 0)
+            trace_free(&t);
+        else
+            rejected++;
+    }
+    assert_true(rejected > 0);
+    free(m);
+    free(d);
+}
+
+static void reject(const unsigned char *data, size_t len, const char *what)
+{
+    pickle_doc *doc;
+    pv *v = pickle_parse(data, len, &doc, err, sizeof err);
+    if (v) {
+        pickle_free(doc);
+        fail_msg("accepted, expected '%s'", what);
+    }
+    if (!strstr(err, what))
+        fail_msg("'%s' lacks '%s'", err, what);
+}
+
+static void hostile_pickles_are_refused_with_the_opcode_and_offset(void **st)
+{
+    (void)st;
+    const unsigned char global[] = {0x80, 4, 'c', 'o', 's', '\n', 's', 'y', 's', 't', 'e', 'm', '\n', '.'};
+    reject(global, sizeof global, "offset 2: refusing opcode GLOBAL");
+    const unsigned char reduce[] = {0x80, 4, ']', 'R', '.'};
+    reject(reduce, sizeof reduce, "offset 3: refusing opcode REDUCE");
+    const unsigned char huge[] = {0x80, 4, 'X', 0xff, 0xff, 0xff, 0x7f, 'a', '.'};
+    reject(huge, sizeof huge, "longer than the rest of the file");
+    const unsigned char memo[] = {0x80, 4, 'h', 7, '.'};
+    reject(memo, sizeof memo, "memo get of an index never stored");
+    const unsigned char wide[] = {0x80, 4, 0x8a, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, '.'};
+    reject(wide, sizeof wide, "wider than 64 bits");
+    const unsigned char notpk[] = {'a', ' ', '1'};
+    reject(notpk, sizeof notpk, "not a pickle");
+    const unsigned char setitems[] = {0x80, 4, ']', '(', 'K', 1, 'u', '.'};
+    reject(setitems, sizeof setitems, "SETITEMS without a dict");
+    unsigned char deep[1200];
+    size_t n = 0;
+    deep[n++] = 0x80;
+    deep[n++] = 4;
+    while (n < sizeof deep - 1)
+        deep[n++] = '(';
+    deep[n++] = '.';
+    reject(deep, n, "nesting deeper than 512 levels");
+}
+
+/* A snapshot whose one event is an alloc of `size` bytes at addr. */
+static unsigned char *snapshot_with_event(const char *action, int64_t addr, int64_t size, size_t *len)
+{
+    hbm__pickle_out *w = hbm__pw_new();
+    hbm__pw_dict(w);
+    hbm__pw_str(w, "segments");
+    hbm__pw_list(w);
+    hbm__pw_end(w);
+    hbm__pw_str(w, "device_traces");
+    hbm__pw_list(w);
+    hbm__pw_list(w);
+    hbm__pw_dict(w);
+    hbm__pw_str(w, "action");
+    hbm__pw_str(w, action);
+    hbm__pw_str(w, "addr");
+    hbm__pw_int(w, addr);
+    hbm__pw_str(w, "size");
+    hbm__pw_int(w, size);
+    hbm__pw_str(w, "stream");
+    hbm__pw_int(w, 0);
+    hbm__pw_end(w);
+    hbm__pw_end(w);
+    hbm__pw_end(w);
+    hbm__pw_end(w);
+    unsigned char *data;
+    assert_int_equal(hbm__pw_finish(w, &data, len), 0);
+    return data;
+}
+
+static void negative_sizes_and_unknown_frees_in_snapshots(void **st)
+{
+    (void)st;
+    size_t len;
+    unsigned char *d = snapshot_with_event("alloc", 4096, -5, &len);
+    assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), -1);
+    assert_non_null(strstr(err, "negative size"));
+    free(d);
+    /* A free of a block allocated before recording began is not replayable: skipped and counted. */
+    d = snapshot_with_event("free_completed", 4096, 512, &len);
+    assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), 0);
+    assert_int_equal(t.rec.skipped_frees, 1);
+    assert_int_equal(t.n, 0);
+    trace_free(&t);
+    free(d);
+}
+
+static int read_rmm(const char *s) { return trace_read_rmm_mem("log.csv", s, strlen(s), &t, err, sizeof err); }
+
+static void rmm_logs_keep_their_streams(void **st)
+{
+    (void)st;
+    assert_int_equal(read_rmm("Thread,Time,Action,Pointer,Size,Stream\n"
+                              "1,07:00:00:000001,allocate,0x7f0000000000,1048576,0x0\n"
+                              "1,07:00:00:000002,allocate,0x7f0000100000,4096,0x5a5a\n"
+                              "1,07:00:00:000003,allocate failure,0x0,99999999999,0x0\n"
+                              "1,07:00:00:000004,free,0x7f0000000000,1048576,0x0\n"),
+                     0);
+    assert_string_equal(t.format, "rmm-csv");
+    assert_int_equal(t.allocs, 2);
+    assert_int_equal(t.frees, 1);
+    assert_int_equal(t.nstreams, 2);
+    assert_int_equal(t.ev[1].stream, 0x5a5a);
+    assert_int_equal(t.rec.oom_events, 1);
+    trace_free(&t);
+    assert_int_equal(read_rmm("Thread,Time,Action,Pointer,Size,Stream\n1,t,free,0x10,4,0x0\n"), -1);
+    assert_non_null(strstr(err, "log.csv:2:"));
+    assert_non_null(strstr(err, "never allocated"));
+    assert_int_equal(read_rmm("Thread,Time,Action,Pointer,Size,Stream\n1,t,allocate,zz,4,0x0\n"), -1);
+    assert_non_null(strstr(err, "bad pointer"));
+    assert_int_equal(read_rmm("Thread,Time,Action,Pointer,Size,Stream\n1,t,grab,0x10,4,0x0\n"), -1);
+    assert_non_null(strstr(err, "unknown action 'grab'"));
+    assert_int_equal(read_rmm("Thread,Time,Action,Pointer,Size,Stream\n1,t,allocate\n"), -1);
+    assert_non_null(strstr(err, "expected Thread,Time,Action"));
+}
+
+static void snapshots_round_trip_through_the_reader(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "expandable_segments:True");
+    assert_int_equal(hbm_history_enable(a, 100), HBM_OK);
+    void *p = must_malloc(a, 30 * MiB, 0);
+    void *q = must_malloc(a, 4096, 0);
+    hbm_free(a, p);
+    hbm_snapshot *s;
+    assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
+    assert_int_equal(s->ntrace, 6); /* map, alloc, map, alloc, free_requested, free_completed */
+    assert_int_equal(s->trace[0].action, HBM_TRACE_SEGMENT_MAP);
+    assert_int_equal(s->trace[1].action, HBM_TRACE_ALLOC);
+    assert_int_equal(s->trace[1].size, 30 * MiB);
+    int expandable = 0;
+    for (size_t i = 0; i < s->nsegments; i++)
+        expandable += s->segments[i].is_expandable;
+    assert_int_equal(expandable, (int)s->nsegments);
+    char path[] = "/tmp/hbm-snapshot-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    assert_int_equal(hbm_snapshot_save(s, path, HBM_SNAPSHOT_PICKLE, err, sizeof err), HBM_OK);
+    size_t len;
+    unsigned char *data;
+    assert_int_equal(trace_slurp(path, &data, &len, err, sizeof err), 0);
+    assert_int_equal(trace_read_pickle_mem(path, data, len, 0, &t, err, sizeof err), 0);
+    assert_true(t.rec.present);
+    assert_int_equal(t.rec.peak_reserved, 42 * MiB); /* two 20 MiB pages for 30 MiB, one 2 MiB page */
+    assert_int_equal(t.rec.end_reserved, 42 * MiB);
+    assert_int_equal(t.allocs, 2);
+    assert_int_equal(t.frees, 1);
+    trace_free(&t);
+    free(data);
+    assert_int_equal(hbm_snapshot_save(s, path, HBM_SNAPSHOT_JSON, err, sizeof err), HBM_OK);
+    assert_int_equal(trace_slurp(path, &data, &len, err, sizeof err), 0);
+    assert_non_null(strstr((char *)data, "\"segments\":[{\"device\":0,"));
+    assert_non_null(strstr((char *)data, "\"state\":\"active_allocated\""));
+    assert_non_null(strstr((char *)data, "\"action\":\"free_completed\""));
+    free(data);
+    unlink(path);
+    hbm_snapshot_free(s);
+    /* The ring keeps the newest entries. */
+    assert_int_equal(hbm_history_enable(a, 3), HBM_OK);
+    hbm_free(a, q);
+    must_malloc(a, 4096, 0);
+    assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
+    assert_int_equal(s->ntrace, 3);
+    assert_int_equal(s->trace[0].action, HBM_TRACE_FREE_REQUESTED);
+    assert_int_equal(s->trace[2].action, HBM_TRACE_ALLOC);
+    hbm_snapshot_free(s);
+    hbm_destroy(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_pytorch_2_snapshot_gives_history_and_the_recorded_peak),
+        cmocka_unit_test(a_pytorch_1_list_of_segments_and_devices),
+        cmocka_unit_test(every_truncation_is_rejected_with_an_offset),
+        cmocka_unit_test(random_corruption_never_crashes),
+        cmocka_unit_test(hostile_pickles_are_refused_with_the_opcode_and_offset),
+        cmocka_unit_test(negative_sizes_and_unknown_frees_in_snapshots),
+        cmocka_unit_test(rmm_logs_keep_their_streams),
+        cmocka_unit_test(snapshots_round_trip_through_the_reader),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
