@@ -70,10 +70,19 @@ static inline hbm__avl *hbm__avl_insert_rec(hbm__avl *t, hbm__avl *n, hbm__avl_c
         n->h = 1;
         return n;
     }
-    if (cmp(n, t) < 0)
+    /* When the child subtree keeps its height, nothing above it changes:
+     * skip the rebalancing on the way up (most inserts stop low). */
+    if (cmp(n, t) < 0) {
+        int h = hbm__avl_h(t->l);
         t->l = hbm__avl_insert_rec(t->l, n, cmp);
-    else
+        if (t->l->h == h)
+            return t;
+    } else {
+        int h = hbm__avl_h(t->r);
         t->r = hbm__avl_insert_rec(t->r, n, cmp);
+        if (t->r->h == h)
+            return t;
+    }
     return hbm__avl_balance(t);
 }
 
@@ -99,9 +108,15 @@ static inline hbm__avl *hbm__avl_remove_rec(hbm__avl *t, const hbm__avl *n, hbm_
         return NULL;
     int c = cmp(n, t);
     if (c < 0) {
+        int h = hbm__avl_h(t->l);
         t->l = hbm__avl_remove_rec(t->l, n, cmp);
+        if (hbm__avl_h(t->l) == h)
+            return t;
     } else if (c > 0) {
+        int h = hbm__avl_h(t->r);
         t->r = hbm__avl_remove_rec(t->r, n, cmp);
+        if (hbm__avl_h(t->r) == h)
+            return t;
     } else {
         hbm__avl *m;
         if (!t->l)

@@ -247,11 +247,13 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
             unsigned n = *ps.p++;
             if (need(&ps, n, at, "LONG1"))
                 break;
-            if (n > 8) {
+            /* Python writes an unsigned 64-bit value with the top bit set (e.g. a C++ frame's line
+             * SIZE_MAX) as 9 bytes, the last a zero sign byte: keep its 64 bits. */
+            if (n > 9 || (n == 9 && ps.p[8] != 0)) {
                 perr(&ps, at, "%s", "integer wider than 64 bits");
                 break;
             }
-            uint64_t u = n ? le(ps.p, (int)n) : 0;
+            uint64_t u = n ? le(ps.p, n == 9 ? 8 : (int)n) : 0;
             if (n && n < 8 && (ps.p[n - 1] & 0x80))
                 u |= ~(uint64_t)0 << (8 * n);
             ps.p += n;

@@ -1,0 +1,99 @@
+/*
+ * bench_traces.c: speed of the trace tools.
+ *   - pickle import: MB/s of the C snapshot reader on the given .pickle files;
+ *   - replay: events per second of the replay loop (allocator creation and
+ *     teardown excluded) on the given traces, one core.
+ * Medians of REPS runs. usage: bench_traces FILE...
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hbmalloc.h"
+#include "pickle.h"
+#include "trace.h"
+
+#define REPS 15
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int dcmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, dcmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double replay_once(const trace *t, void **slot)
+{
+    hbm_allocator *a;
+    char err[256];
+    if (hbm_open(&a, "sim:capacity=1TiB", 0, "", err, sizeof err) != HBM_OK) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    double t0 = now_s();
+    for (size_t i = 0; i < t->n; i++) {
+        const trace_event *e = &t->ev[i];
+        if (e->kind == EV_ALLOC)
+            hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot]);
+        else if (e->kind == EV_FREE)
+            hbm_free(a, slot[e->slot]);
+        else
+            hbm_empty_cache(a);
+    }
+    double dt = now_s() - t0;
+    hbm_destroy(a);
+    return dt;
+}
+
+int main(int argc, char **argv)
+{
+    printf("hbmalloc %s trace tools (medians of %d runs)\n\n", HBM_VERSION_STRING, REPS);
+    printf("  %-44s %10s %12s %14s\n", "file", "bytes", "import MB/s", "replay Mev/s");
+    for (int f = 1; f < argc; f++) {
+        unsigned char *data;
+        size_t len;
+        char err[512];
+        if (trace_slurp(argv[f], &data, &len, err, sizeof err)) {
+            fprintf(stderr, "%s\n", err);
+            return 1;
+        }
+        double imp[REPS], rep[REPS];
+        int is_pickle = len && data[0] == 0x80;
+        trace t;
+        for (int r = 0; r < REPS; r++) {
+            double t0 = now_s();
+            int rc = is_pickle ? trace_read_pickle_mem(argv[f], data, len, 0, &t, err, sizeof err)
+                               : trace_read_text_mem(argv[f], (const char *)data, len, &t, err, sizeof err);
+            imp[r] = (double)len / (now_s() - t0) / 1e6;
+            if (rc) {
+                fprintf(stderr, "%s\n", err);
+                return 1;
+            }
+            if (r < REPS - 1)
+                trace_free(&t);
+        }
+        void **slot = calloc(t.nslots + 1, sizeof *slot);
+        for (int r = 0; r < REPS; r++)
+            rep[r] = (double)t.n / replay_once(&t, slot) / 1e6;
+        const char *base = strrchr(argv[f], '/') ? strrchr(argv[f], '/') + 1 : argv[f];
+        printf("  %-44s %10zu %12.1f %14.2f%s\n", base, len, median(imp, REPS), median(rep, REPS),
+               is_pickle ? "" : "  (text import)");
+        free(slot);
+        trace_free(&t);
+        free(data);
+    }
+    return 0;
+}
