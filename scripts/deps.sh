@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages the build and the tests need, if any is missing.
 set -euo pipefail
-pkgs=(gcc make cmake pkg-config libcmocka-dev python3 librsvg2-bin)
+pkgs=(gcc make cmake pkg-config libcmocka-dev python3 librsvg2-bin clang libclang-rt-14-dev valgrind)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

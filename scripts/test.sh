@@ -15,3 +15,14 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=thread -DHBM_BENCH=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_threads test_streams
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R 'test_threads|test_streams'
+# valgrind memcheck of the command-line tool on real traces.
+for args in "replay tests/data/linear-10k-50k-grad.pickle --snapshot build/vg.pickle" \
+            "replay examples/cs336-lm-ctx512-forward.trace --conf expandable_segments:True" \
+            "view examples/cs336-lm-ctx512-forward.trace -o build/vg.svg" \
+            "sweep examples/cs336-lm-ctx512-forward.trace --jobs 2 --no-progress --grid expandable_segments=False,True"; do
+    # shellcheck disable=SC2086
+    valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite build/hbmalloc $args >/dev/null
+    echo "valgrind clean: hbmalloc $args"
+done
+# Each fuzz target for a bounded time (make fuzz runs them long).
+scripts/fuzz.sh "${HBM_FUZZ_SECONDS:-60}"

@@ -1,0 +1,38 @@
+/* fuzz_trace.c: the trace readers (text, RMM CSV, PyTorch pickle); what parses is replayed. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hbmalloc.h"
+#include "replay.h"
+#include "trace.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char err[512];
+    trace t;
+    /* Exact-size copies, so a read one byte past the input is caught. */
+    char *text = malloc(size ? size : 1);
+    memcpy(text, data, size);
+    for (int format = 0; format < 3; format++) {
+        int rc = format == 0   ? trace_read_text_mem("f", text, size, &t, err, sizeof err)
+                 : format == 1 ? trace_read_rmm_mem("f", text, size, &t, err, sizeof err)
+                               : trace_read_pickle_mem("f", (const unsigned char *)text, size, 0, &t, err, sizeof err);
+        if (rc) {
+            if (!err[0])
+                abort(); /* a rejection always says why */
+            continue;
+        }
+        if (t.n < 20000) {
+            replay_opts o = {.backend_spec = "sim:capacity=4GiB", .settings = "", .quiet = 1};
+            replay_result r;
+            if (replay_run(&t, &o, &r) == 2 && r.check_failures)
+                abort(); /* the validator failed */
+        }
+        trace_free(&t);
+    }
+    free(text);
+    return 0;
+}

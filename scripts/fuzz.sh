@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Build the libFuzzer targets (clang, ASan + UBSan) and run each for SECONDS (default 60),
+# starting from the committed seed corpora (copied: the run does not change the repository).
+# usage: scripts/fuzz.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-60}
+CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_FUZZ=ON -DHBM_TESTS=OFF -DHBM_BENCH=OFF \
+    -DHBM_SANITIZE=address,undefined >/dev/null
+cmake --build build-fuzz -j"$(nproc)" --target fuzz_conf fuzz_trace fuzz_ops
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+status=0
+for t in conf trace ops; do
+    mkdir -p "$work/$t" "$work/$t-crash"
+    cp -r fuzz/corpus/$t/. "$work/$t/"
+    echo "fuzz_$t: ${secs}s from $(ls fuzz/corpus/$t | wc -l) seeds"
+    if ! HBMALLOC_QUIET=1 ASAN_OPTIONS=detect_leaks=1 "build-fuzz/fuzz/fuzz_$t" "$work/$t" -max_total_time="$secs" \
+        -max_len=65536 -rss_limit_mb=2048 -timeout=30 -artifact_prefix="$work/$t-crash/" -print_final_stats=1 \
+        >"$work/$t.log" 2>&1; then
+        echo "fuzz_$t FAILED:"; tail -40 "$work/$t.log"
+        mkdir -p fuzz/findings && cp "$work/$t-crash/"* fuzz/findings/ 2>/dev/null || true
+        status=1
+    fi
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb|^Done" "$work/$t.log" | sed "s/^/  /" || true
+done
+exit $status
