@@ -214,6 +214,11 @@ static void hostile_strings_are_rejected_cleanly(void **st)
     for (int i = 0; i < 100; i++)
         strcat(many, "expandable_segments:True,");
     reject(many, HBM_DIALECT_CUDA, "tokens");
+    /* A C string ends at its first NUL: what follows is not read. */
+    const char nul[] = "expandable_segments:True\0max_split_size_mb:1";
+    accept_cuda(nul);
+    assert_true(conf.expandable_segments);
+    assert_true(conf.max_split_size == SIZE_MAX);
 }
 
 static void environment_precedence(void **st)
