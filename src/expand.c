@@ -31,7 +31,8 @@ static size_t page_size_for(const hbm_allocator *a, const hbm__pool *p)
     return round_up(page, g);
 }
 
-static bool allocatable(const hbm__block *b) { return b && !b->allocated; }
+/* Free and not waiting on another stream (PyTorch also requires no pending events). */
+static bool allocatable(const hbm__block *b) { return b && !b->allocated && b->event_count == 0; }
 
 /* Do the free blocks from b on hold `size` bytes? */
 static bool has_space(const hbm__block *b, size_t size)

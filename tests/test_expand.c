@@ -320,6 +320,30 @@ static void variable_length_finetuning_keeps_reserved_near_allocated(void **st)
     hbm_destroy(exp);
 }
 
+static void a_block_waiting_on_another_stream_is_not_part_of_a_growth_chain(void **st)
+{
+    (void)st;
+    /* Found by the thread stress test: a freed block still waiting on an event at the
+     * mapped frontier was taken as the start of the chain to grow. */
+    hbm_allocator *a = open_sim("sim", "expandable_segments:True");
+    hbm__sim_stream_hold(sim_of(a), 0, 2, 1);
+    must_malloc(a, 10 * MiB, 0);
+    void *b = must_malloc(a, 10 * MiB, 0); /* page 0 is full */
+    hbm_record_stream(a, b, 2);
+    hbm_free(a, b); /* pending, at the end of the mapped pages */
+    void *c = must_malloc(a, 8 * MiB, 0); /* no free block fits: grow, never into the pending block */
+    assert_ptr_not_equal(c, b);
+    hbm__segment *seg = hbm__segment_find(a, (uintptr_t)c);
+    assert_ptr_equal(c, (void *)(seg->addr + 20 * MiB)); /* page 1 */
+    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_ALL].current, 40 * MiB);
+    assert_valid(a);
+    hbm__sim_stream_hold(sim_of(a), 0, 2, 0);
+    hbm_free(a, c);
+    must_malloc(a, 512, 0); /* polls the event */
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
 static size_t reserved_after_hole(const char *settings)
 {
     hbm_allocator *a = open_sim("sim", settings);
@@ -373,6 +397,7 @@ int main(void)
         cmocka_unit_test(unsupported_device_falls_back_with_one_clear_warning),
         cmocka_unit_test(destroy_returns_every_reservation_handle_and_mapping),
         cmocka_unit_test(variable_length_finetuning_keeps_reserved_near_allocated),
+        cmocka_unit_test(a_block_waiting_on_another_stream_is_not_part_of_a_growth_chain),
         cmocka_unit_test(remap_policy_moves_free_pages_instead_of_growing),
         cmocka_unit_test(remap_policy_returns_the_other_pools_free_pages_first),
     };

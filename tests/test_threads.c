@@ -51,8 +51,7 @@ static void *work(void *arg)
         } else if (r < 99) {
             hbm_stats s;
             rc = hbm_get_stats(w->a, &s);
-        } else if (hbm_check(w->a, NULL, 0)) {
-            snprintf(w->msg, sizeof w->msg, "validator failed mid-run");
+        } else if (hbm_check(w->a, w->msg, sizeof w->msg)) {
             w->failures++;
         }
         if (rc != HBM_OK) {
