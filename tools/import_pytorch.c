@@ -154,7 +154,7 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
         for (int d = 0; d < 64; d++)
             if (devices_seen >> d & 1)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", list[0] ? ", " : "", d);
-        snprintf(perr_msg, sizeof perr_msg, "device %d has no segments or history in this snapshot (devices: %s); "
+        snprintf(perr_msg, sizeof perr_msg, "device %d has no segments or history in this snapshot (devices: %.100s); "
                                             "choose one with --device", device, list);
         fail(err, errlen, name, perr_msg);
         goto done;
