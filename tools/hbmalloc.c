@@ -51,6 +51,21 @@ static void usage(FILE *f)
             "exit status: 0 ok, 1 out of memory during replay, 2 bad input\n");
 }
 
+static int sim_spec(char *spec, size_t n, const char *backend, const char *capacity)
+{
+    size_t cap;
+    if (hbm__parse_size(capacity, &cap) || cap == 0) {
+        fprintf(stderr, "hbmalloc: --capacity '%s' is not a size (e.g. 80GiB, 512MiB, 1073741824)\n", capacity);
+        return -1;
+    }
+    if (strncmp(backend, "sim", 3) != 0 || (backend[3] && backend[3] != ':')) {
+        fprintf(stderr, "hbmalloc: traces replay on the simulated device; --backend must be a sim spec\n");
+        return -1;
+    }
+    snprintf(spec, n, "%s%scapacity=%zu", backend, backend[3] ? "," : ":", cap);
+    return 0;
+}
+
 /* Settings as an allocator on that backend would run them, with any capability fallback. */
 static int conf_on_backend(const char *s, const char *spec)
 {
@@ -146,18 +161,9 @@ static int cmd_replay(int argc, char **argv)
         fprintf(stderr, "hbmalloc replay: missing TRACE\n");
         return 2;
     }
-    size_t cap;
-    if (hbm__parse_size(capacity, &cap) || cap == 0) {
-        fprintf(stderr, "hbmalloc replay: --capacity '%s' is not a size (e.g. 80GiB, 512MiB, 1073741824)\n",
-                capacity);
-        return 2;
-    }
-    if (strncmp(backend, "sim", 3) != 0 || (backend[3] && backend[3] != ':')) {
-        fprintf(stderr, "hbmalloc replay: replay runs on the simulated device; --backend must be a sim spec\n");
-        return 2;
-    }
     char spec[1024];
-    snprintf(spec, sizeof spec, "%s%scapacity=%zu", backend, backend[3] ? "," : ":", cap);
+    if (sim_spec(spec, sizeof spec, backend, capacity))
+        return 2;
     o.backend_spec = spec;
 
     char err[512];
@@ -191,21 +197,6 @@ static int cmd_replay(int argc, char **argv)
     }
     trace_free(&t);
     return rc;
-}
-
-static int sim_spec(char *spec, size_t n, const char *backend, const char *capacity)
-{
-    size_t cap;
-    if (hbm__parse_size(capacity, &cap) || cap == 0) {
-        fprintf(stderr, "hbmalloc: --capacity '%s' is not a size (e.g. 80GiB, 512MiB, 1073741824)\n", capacity);
-        return -1;
-    }
-    if (strncmp(backend, "sim", 3) != 0 || (backend[3] && backend[3] != ':')) {
-        fprintf(stderr, "hbmalloc: traces replay on the simulated device; --backend must be a sim spec\n");
-        return -1;
-    }
-    snprintf(spec, n, "%s%scapacity=%zu", backend, backend[3] ? "," : ":", cap);
-    return 0;
 }
 
 static int cmd_sweep(int argc, char **argv)

@@ -559,40 +559,29 @@ static int sim_event_record(void *ctx, int device, uint64_t event, hbm_stream st
     return rc;
 }
 
-static int sim_event_query(void *ctx, int device, uint64_t event)
+/* Query (wait == 0) or wait for (wait == 1) an event. Waiting completes a held
+ * stream up to the event: the host waits, so the device gets there. */
+static int event_check(sim *s, int device, uint64_t event, int wait)
 {
-    sim *s = ctx;
     pthread_mutex_lock(&s->lock);
-    int rc = ev_begin(s, HBM__OP_QUERY, device);
+    int rc = ev_begin(s, wait ? HBM__OP_EVSYNC : HBM__OP_QUERY, device);
     sim_event *e = rc ? NULL : event_get(s, device, event);
     if (!rc && !e)
         rc = HBM__SIM_ERR_BAD_EVENT;
-    if (!rc && e->recorded) {
-        sim_stream *st = stream_get(s, device, e->stream, 0);
-        if (st && st->completed < e->seq)
+    sim_stream *st = !rc && e->recorded ? stream_get(s, device, e->stream, 0) : NULL;
+    if (st && st->completed < e->seq) {
+        if (wait)
+            st->completed = e->seq;
+        else
             rc = HBM__BE_NOT_READY;
     }
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
 
-static int sim_event_sync(void *ctx, int device, uint64_t event)
-{
-    sim *s = ctx;
-    pthread_mutex_lock(&s->lock);
-    int rc = ev_begin(s, HBM__OP_EVSYNC, device);
-    sim_event *e = rc ? NULL : event_get(s, device, event);
-    if (!rc && !e)
-        rc = HBM__SIM_ERR_BAD_EVENT;
-    if (!rc && e->recorded) {
-        /* The host waits, so the device gets there: a held stream runs up to the event. */
-        sim_stream *st = stream_get(s, device, e->stream, 0);
-        if (st && st->completed < e->seq)
-            st->completed = e->seq;
-    }
-    pthread_mutex_unlock(&s->lock);
-    return rc;
-}
+static int sim_event_query(void *ctx, int device, uint64_t event) { return event_check(ctx, device, event, 0); }
+
+static int sim_event_sync(void *ctx, int device, uint64_t event) { return event_check(ctx, device, event, 1); }
 
 static int sim_stream_check(void *ctx, int device, hbm_stream stream)
 {
