@@ -11,10 +11,6 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=address,undefin
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs"
-# The thread stress and the stream tests once more under ThreadSanitizer.
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=thread -DHBM_BENCH=OFF >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_threads test_streams
-TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R 'test_threads|test_streams'
 # valgrind memcheck of the command-line tool on real traces.
 for args in "replay tests/data/linear-10k-50k-grad.pickle --snapshot build/vg.pickle" \
             "replay examples/cs336-lm-ctx512-forward.trace --conf expandable_segments:True" \
@@ -26,3 +22,7 @@ for args in "replay tests/data/linear-10k-50k-grad.pickle --snapshot build/vg.pi
 done
 # Each fuzz target for a bounded time (make fuzz runs them long).
 scripts/fuzz.sh "${HBM_FUZZ_SECONDS:-60}"
+# Last, so that ctest's summary closes the output: the thread stress and the stream tests under ThreadSanitizer.
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=thread -DHBM_BENCH=OFF >/dev/null
+cmake --build build-tsan -j"$jobs" --target test_threads test_streams
+TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R 'test_threads|test_streams'
