@@ -109,6 +109,9 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
     pthread_mutex_init(&a->lock, NULL);
     a->backend = b;
     a->device = device;
+    a->request_pad = b->caps.request_pad;
+    for (int k = 0; k < HBM__ROUNDUP_INTERVALS; k++)
+        a->roundup |= a->conf.roundup_divisions[k] > 1;
     a->small.is_small = true;
     a->small.sibling = &a->large;
     a->large.sibling = &a->small;

@@ -499,22 +499,28 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size)
 
 static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream, void **out)
 {
-    if (orig >= HBM__MAX_REQUEST - a->backend->caps.request_pad) {
+    if (orig >= HBM__MAX_REQUEST - a->request_pad) {
         a->stats.num_ooms++;
         hbm__set_error(a, "out of memory on %s device %d. Tried to allocate more than 1EB memory.",
                        a->backend->ops->name, a->device);
         return HBM_ERR_OOM;
     }
     hbm_status rc;
-    if ((rc = hbm__ensure_spares(a, 1)) != HBM_OK)
+    if (!a->spare_blocks && (rc = hbm__ensure_spares(a, 1)) != HBM_OK)
         return rc;
     if (hbm__ptrmap_reserve(&a->live, 1)) {
         hbm__set_error(a, "out of host memory for allocator bookkeeping");
         return HBM_ERR_NOMEM;
     }
-    hbm__process_events(a);
-    size_t size = round_size(&a->conf, orig + a->backend->caps.request_pad);
-    hbm__pool *p = hbm__route_pool(a, size, stream);
+    if (a->pending_events)
+        hbm__process_events(a);
+    size_t padded = orig + a->request_pad;
+    size_t size = a->roundup ? round_size(&a->conf, padded)
+                  : padded < HBM__MIN_BLOCK ? HBM__MIN_BLOCK
+                                            : (padded + HBM__MIN_BLOCK - 1) & ~(HBM__MIN_BLOCK - 1);
+    hbm__pool *p = a->nroutes ? hbm__route_pool(a, size, stream)
+                   : size <= HBM__SMALL_SIZE ? &a->small
+                                             : &a->large;
     hbm__block *b = get_free_block(a, p, stream, size);
     if (!b) {
         size_t alloc_size = hbm__allocation_size(&a->conf, size);

@@ -130,6 +130,8 @@ struct hbm_allocator {
     bool fraction_set;     /* a fraction < 1 is in force */
     size_t allowed_max;    /* allowed_memory_maximum when fraction_set */
     double fraction;
+    size_t request_pad;    /* the backend's pad, copied here for the malloc path */
+    bool roundup;          /* some roundup_power2_divisions entry is > 1 */
     bool expandable;       /* expandable segments in force (asked for, and the device can) */
     size_t nexpandable;    /* expandable segments (reservations) held */
     hbm__mempool *mempools;
