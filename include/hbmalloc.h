@@ -217,10 +217,14 @@ typedef struct hbm_trace_entry {
     uint64_t size;   /* request for alloc/free, segment or mapped bytes, rounded request for oom */
     hbm_stream stream;
     uint64_t time_us; /* microseconds since the Unix epoch */
+    const char *context; /* the call-site label in force (hbm_history_context), or NULL */
 } hbm_trace_entry;
 
 /* Keep the last max_entries trace entries in a ring buffer (0 turns history off and clears it). */
 HBM_API hbm_status hbm_history_enable(hbm_allocator *a, size_t max_entries);
+/* Optional call-site context: entries recorded from now on carry this label (copied and kept
+ * by the allocator; NULL clears it). Snapshots write it as the entry's one frame. */
+HBM_API hbm_status hbm_history_context(hbm_allocator *a, const char *label);
 
 typedef enum hbm_block_state { HBM_BLOCK_INACTIVE = 0, HBM_BLOCK_ALLOCATED = 1, HBM_BLOCK_PENDING_FREE = 2 } hbm_block_state;
 

@@ -752,6 +752,7 @@ void hbm__engine_teardown(hbm_allocator *a)
     hbm__stream_teardown(a);
     free(a->history);
     a->history = NULL;
+    hbm__labels_free(a);
     hbm__expand_teardown_pool(a, &a->small);
     hbm__expand_teardown_pool(a, &a->large);
     while (a->spare_blocks) {

@@ -145,6 +145,8 @@ struct hbm_allocator {
     size_t nspare_events, cap_spare_events;
     hbm_trace_entry *history; /* ring buffer, NULL when off */
     size_t history_cap, history_n, history_head;
+    const char *context;      /* label in force, one of labels */
+    struct hbm__label *labels; /* every label ever set, kept until destroy */
     hbm_device_counters dev;
     char warning[1024];    /* the capability fallback, if any (also printed once at create) */
     char err[1536];
@@ -220,6 +222,7 @@ size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__bloc
 
 /* ---- snapshot.c: history ---- */
 void hbm__record(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size, hbm_stream stream);
+void hbm__labels_free(hbm_allocator *a);
 static inline void hbm__trace(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size,
                               hbm_stream stream)
 {

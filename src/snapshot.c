@@ -26,7 +26,50 @@ void hbm__record(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint6
     else
         a->history_n++;
     a->history[at] = (hbm_trace_entry){action, addr, size, stream,
-                                       (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u};
+                                       (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u, a->context};
+}
+
+struct hbm__label {
+    struct hbm__label *next;
+    char text[];
+};
+
+hbm_status hbm_history_context(hbm_allocator *a, const char *label)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    hbm_status rc = HBM_OK;
+    pthread_mutex_lock(&a->lock);
+    const char *found = NULL;
+    for (struct hbm__label *l = a->labels; label && l && !found; l = l->next)
+        if (!strcmp(l->text, label))
+            found = l->text;
+    if (label && !found) {
+        size_t n = strlen(label) + 1;
+        struct hbm__label *l = malloc(sizeof *l + n);
+        if (!l) {
+            rc = HBM_ERR_NOMEM;
+        } else {
+            memcpy(l->text, label, n);
+            l->next = a->labels;
+            a->labels = l;
+            found = l->text;
+        }
+    }
+    if (rc == HBM_OK)
+        a->context = found;
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+void hbm__labels_free(hbm_allocator *a)
+{
+    while (a->labels) {
+        struct hbm__label *l = a->labels;
+        a->labels = l->next;
+        free(l);
+    }
+    a->context = NULL;
 }
 
 hbm_status hbm_history_enable(hbm_allocator *a, size_t max_entries)
@@ -322,6 +365,13 @@ static void emit_snapshot(emit *e, const hbm_snapshot *s)
             e_kv_int(e, "time_us", (int64_t)t->time_us);
             e_str(e, "frames");
             e_open(e, 0);
+            if (t->context) { /* PyTorch's frame dicts: name, filename, line */
+                e_open(e, 1);
+                e_kv_str(e, "name", t->context);
+                e_kv_str(e, "filename", "");
+                e_kv_int(e, "line", 0);
+                e_close(e);
+            }
             e_close(e);
             e_close(e);
         }

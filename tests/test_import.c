@@ -251,6 +251,19 @@ static void snapshots_round_trip_through_the_reader(void **st)
     assert_non_null(strstr((char *)data, "\"state\":\"active_allocated\""));
     assert_non_null(strstr((char *)data, "\"action\":\"free_completed\""));
     free(data);
+    hbm_snapshot_free(s);
+    /* A call-site label is recorded with the entries and written as their frame. */
+    assert_int_equal(hbm_history_context(a, "optimizer.step"), HBM_OK);
+    void *r = must_malloc(a, 8192, 0);
+    assert_int_equal(hbm_history_context(a, NULL), HBM_OK);
+    hbm_free(a, r);
+    assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
+    assert_string_equal(s->trace[s->ntrace - 3].context, "optimizer.step"); /* the alloc */
+    assert_null(s->trace[s->ntrace - 1].context);                          /* the free, after clearing */
+    assert_int_equal(hbm_snapshot_save(s, path, HBM_SNAPSHOT_JSON, err, sizeof err), HBM_OK);
+    assert_int_equal(trace_slurp(path, &data, &len, err, sizeof err), 0);
+    assert_non_null(strstr((char *)data, "\"frames\":[{\"name\":\"optimizer.step\",\"filename\":\"\",\"line\":0}]"));
+    free(data);
     unlink(path);
     hbm_snapshot_free(s);
     /* The ring keeps the newest entries. */
