@@ -55,8 +55,10 @@ hbm_status hbm_backend_open(hbm_backend **out, const char *spec, char *err, size
     snprintf(b->spec, sizeof b->spec, "%s", spec);
     if (nlen == 3 && !strncmp(spec, "sim", 3)) {
         rc = hbm__sim_open(b, opts, local, sizeof local);
+    } else if (nlen == 4 && !strncmp(spec, "cuda", 4)) {
+        rc = hbm__cuda_open(b, opts, local, sizeof local);
     } else {
-        snprintf(local, sizeof local, "unknown backend '%.*s' in '%s' (available: sim)", (int)nlen, spec, spec);
+        snprintf(local, sizeof local, "unknown backend '%.*s' in '%s' (available: sim, cuda)", (int)nlen, spec, spec);
         rc = HBM_ERR_INVALID;
     }
     if (rc != HBM_OK) {

@@ -95,5 +95,6 @@ struct hbm_backend {
 
 /* Constructors, one per backend file. spec_opts is the text after "name:" (may be ""). */
 int hbm__sim_open(struct hbm_backend *b, const char *spec_opts, char *err, size_t errlen);
+int hbm__cuda_open(struct hbm_backend *b, const char *spec_opts, char *err, size_t errlen);
 
 #endif /* HBM_BACKEND_H */

@@ -1,0 +1,490 @@
+/*
+ * cuda.c: the CUDA driver API backend, loaded at run time.
+ *
+ * Owns loading libcuda.so.1 (or the file named by the spec's lib= or by
+ * HBMALLOC_LIBCUDA), resolving each entry point with its own ABI version
+ * (cuGetProcAddress_v2, then cuGetProcAddress, then the explicit versioned
+ * exports of drivers older than 11.3: a plain dlsym("cuMemAlloc") would give
+ * the 32-bit CUDA 2.0 ABI), primary contexts, and turning CUresult codes into
+ * text. Declares the few driver types it needs itself: no CUDA header is
+ * needed to build. Knows nothing of pools or policy.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util.h"
+#include "backend.h"
+
+/* ---- the driver's types and constants (cuda.h, CUDA 13; layouts checked below) ---- */
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext, *CUstream, *CUevent;
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_READY = 600,
+    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
+    CU_EVENT_DISABLE_TIMING = 2,
+    CU_MEM_ALLOCATION_TYPE_PINNED = 1,
+    CU_MEM_LOCATION_TYPE_DEVICE = 1,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+    CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
+    CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1,
+};
+
+typedef struct CUmemLocation {
+    int type; /* CUmemLocationType: type first, then id (Ascend has them the other way round) */
+    int id;
+} CUmemLocation;
+
+typedef struct CUmemAllocationProp {
+    int type;
+    int requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType, gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+
+typedef struct CUmemAccessDesc {
+    CUmemLocation location;
+    int flags;
+} CUmemAccessDesc;
+
+_Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp layout");
+_Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc layout");
+
+/* ---- entry points ---- */
+typedef struct cu_fns {
+    CUresult (*Init)(unsigned);
+    CUresult (*DriverGetVersion)(int *);
+    CUresult (*DeviceGet)(CUdevice *, int);
+    CUresult (*DeviceGetCount)(int *);
+    CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*DevicePrimaryCtxRelease)(CUdevice);
+    CUresult (*CtxSetCurrent)(CUcontext);
+    CUresult (*MemGetInfo)(size_t *, size_t *);
+    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*MemFree)(CUdeviceptr);
+    CUresult (*MemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*MemAddressFree)(CUdeviceptr, size_t);
+    CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+    CUresult (*MemRelease)(CUmemGenericAllocationHandle);
+    CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*MemUnmap)(CUdeviceptr, size_t);
+    CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*MemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
+    CUresult (*StreamSynchronize)(CUstream);
+    CUresult (*EventCreate)(CUevent *, unsigned);
+    CUresult (*EventRecord)(CUevent, CUstream);
+    CUresult (*EventQuery)(CUevent);
+    CUresult (*EventSynchronize)(CUevent);
+    CUresult (*EventDestroy)(CUevent);
+    CUresult (*GetErrorName)(CUresult, const char **);
+    CUresult (*GetErrorString)(CUresult, const char **);
+} cu_fns;
+
+/* Base name, the ABI version to ask cuGetProcAddress for, the export to dlsym on
+ * drivers without it, where it goes, and whether the backend needs it at all. */
+typedef struct sym {
+    const char *name;
+    int version;
+    const char *export_name;
+    size_t offset;
+    int required;
+} sym;
+
+#define F(field) offsetof(cu_fns, field)
+static const sym syms[] = {
+    {"cuInit", 2000, "cuInit", F(Init), 1},
+    {"cuDriverGetVersion", 2020, "cuDriverGetVersion", F(DriverGetVersion), 1},
+    {"cuDeviceGet", 2000, "cuDeviceGet", F(DeviceGet), 1},
+    {"cuDeviceGetCount", 2000, "cuDeviceGetCount", F(DeviceGetCount), 1},
+    {"cuDeviceGetAttribute", 2000, "cuDeviceGetAttribute", F(DeviceGetAttribute), 1},
+    {"cuDevicePrimaryCtxRetain", 7000, "cuDevicePrimaryCtxRetain", F(DevicePrimaryCtxRetain), 1},
+    {"cuDevicePrimaryCtxRelease", 11000, "cuDevicePrimaryCtxRelease_v2", F(DevicePrimaryCtxRelease), 1},
+    {"cuCtxSetCurrent", 4000, "cuCtxSetCurrent", F(CtxSetCurrent), 1},
+    {"cuMemGetInfo", 3020, "cuMemGetInfo_v2", F(MemGetInfo), 1},
+    {"cuMemAlloc", 3020, "cuMemAlloc_v2", F(MemAlloc), 1},
+    {"cuMemFree", 3020, "cuMemFree_v2", F(MemFree), 1},
+    {"cuMemAddressReserve", 10020, "cuMemAddressReserve", F(MemAddressReserve), 0},
+    {"cuMemAddressFree", 10020, "cuMemAddressFree", F(MemAddressFree), 0},
+    {"cuMemCreate", 10020, "cuMemCreate", F(MemCreate), 0},
+    {"cuMemRelease", 10020, "cuMemRelease", F(MemRelease), 0},
+    {"cuMemMap", 10020, "cuMemMap", F(MemMap), 0},
+    {"cuMemUnmap", 10020, "cuMemUnmap", F(MemUnmap), 0},
+    {"cuMemSetAccess", 10020, "cuMemSetAccess", F(MemSetAccess), 0},
+    {"cuMemGetAllocationGranularity", 10020, "cuMemGetAllocationGranularity", F(MemGetAllocationGranularity), 0},
+    {"cuStreamSynchronize", 2000, "cuStreamSynchronize", F(StreamSynchronize), 1},
+    {"cuEventCreate", 2000, "cuEventCreate", F(EventCreate), 1},
+    {"cuEventRecord", 2000, "cuEventRecord", F(EventRecord), 1},
+    {"cuEventQuery", 2000, "cuEventQuery", F(EventQuery), 1},
+    {"cuEventSynchronize", 2000, "cuEventSynchronize", F(EventSynchronize), 1},
+    {"cuEventDestroy", 4000, "cuEventDestroy_v2", F(EventDestroy), 1},
+    {"cuGetErrorName", 6000, "cuGetErrorName", F(GetErrorName), 1},
+    {"cuGetErrorString", 6000, "cuGetErrorString", F(GetErrorString), 1},
+};
+#undef F
+
+#define CUDA_MAX_DEVICES 64
+
+typedef struct cuda {
+    void *lib;
+    cu_fns fn;
+    int driver_version;
+    int ndev;
+    CUcontext ctx[CUDA_MAX_DEVICES];
+    pthread_mutex_t lock; /* guards ctx retention */
+} cuda;
+
+typedef CUresult (*getproc_v2_t)(const char *, void **, int, unsigned long long, int *);
+typedef CUresult (*getproc_v1_t)(const char *, void **, int, unsigned long long);
+
+static int resolve(cuda *c, char *err, size_t errlen)
+{
+    getproc_v2_t gp2 = (getproc_v2_t)dlsym(c->lib, "cuGetProcAddress_v2");
+    getproc_v1_t gp1 = gp2 ? NULL : (getproc_v1_t)dlsym(c->lib, "cuGetProcAddress");
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        const sym *s = &syms[i];
+        void *p = NULL;
+        if (gp2) {
+            int status = 0;
+            if (gp2(s->name, &p, s->version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status) != CUDA_SUCCESS)
+                p = NULL;
+        } else if (gp1) {
+            if (gp1(s->name, &p, s->version, CU_GET_PROC_ADDRESS_LEGACY_STREAM) != CUDA_SUCCESS)
+                p = NULL;
+        }
+        if (!p) /* drivers before 11.3, or a symbol cuGetProcAddress did not give */
+            p = dlsym(c->lib, s->export_name);
+        if (!p && s->required) {
+            snprintf(err, errlen, "cuda: the driver library lacks %s (ABI %d): too old or not a CUDA driver",
+                     s->export_name, s->version);
+            return -1;
+        }
+        memcpy((char *)&c->fn + s->offset, &p, sizeof p);
+    }
+    return 0;
+}
+
+/* The device's primary context, current on the calling thread. */
+static CUresult use_device(cuda *c, int device)
+{
+    if (device < 0 || device >= c->ndev)
+        return 101; /* CUDA_ERROR_INVALID_DEVICE */
+    pthread_mutex_lock(&c->lock);
+    CUresult rc = CUDA_SUCCESS;
+    if (!c->ctx[device]) {
+        CUdevice d;
+        rc = c->fn.DeviceGet(&d, device);
+        if (rc == CUDA_SUCCESS)
+            rc = c->fn.DevicePrimaryCtxRetain(&c->ctx[device], d);
+    }
+    CUcontext ctx = c->ctx[device];
+    pthread_mutex_unlock(&c->lock);
+    return rc == CUDA_SUCCESS ? c->fn.CtxSetCurrent(ctx) : rc;
+}
+
+static int code(CUresult rc) { return rc == CUDA_ERROR_OUT_OF_MEMORY ? HBM__BE_OOM : rc; }
+
+#define ON_DEVICE(c, device, expr)                          \
+    do {                                                    \
+        CUresult rc_ = use_device((c), (device));           \
+        return code(rc_ != CUDA_SUCCESS ? rc_ : (expr));    \
+    } while (0)
+
+static int cu_alloc(void *ctx, int device, size_t size, uintptr_t *out)
+{
+    cuda *c = ctx;
+    CUdeviceptr p = 0;
+    CUresult rc = use_device(c, device);
+    if (rc == CUDA_SUCCESS)
+        rc = c->fn.MemAlloc(&p, size);
+    *out = (uintptr_t)p;
+    return code(rc);
+}
+
+static int cu_free(void *ctx, int device, uintptr_t ptr, size_t size)
+{
+    cuda *c = ctx;
+    (void)size;
+    ON_DEVICE(c, device, c->fn.MemFree((CUdeviceptr)ptr));
+}
+
+static int cu_info(void *ctx, int device, size_t *free_bytes, size_t *total_bytes)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, c->fn.MemGetInfo(free_bytes, total_bytes));
+}
+
+static const char *cu_strerror(void *ctx, int rc)
+{
+    cuda *c = ctx;
+    static __thread char buf[256]; /* one message per thread, read at once by device.c */
+    const char *name = NULL, *text = NULL;
+    CUresult r = rc == HBM__BE_OOM ? CUDA_ERROR_OUT_OF_MEMORY : rc;
+    if (c->fn.GetErrorName(r, &name) != CUDA_SUCCESS || !name)
+        name = "unknown CUresult";
+    if (c->fn.GetErrorString(r, &text) != CUDA_SUCCESS || !text)
+        text = "no description from the driver";
+    snprintf(buf, sizeof buf, "%s (%d): %s", name, r, text);
+    return buf;
+}
+
+static void prop_for(CUmemAllocationProp *p, int device)
+{
+    memset(p, 0, sizeof *p);
+    p->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p->location.id = device;
+}
+
+static int cu_reserve(void *ctx, int device, size_t size, uintptr_t *va)
+{
+    cuda *c = ctx;
+    CUdeviceptr p = 0;
+    CUresult rc = use_device(c, device);
+    if (rc == CUDA_SUCCESS)
+        rc = c->fn.MemAddressReserve(&p, size, 0, 0, 0);
+    *va = (uintptr_t)p;
+    return code(rc);
+}
+
+static int cu_unreserve(void *ctx, int device, uintptr_t va, size_t size)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, c->fn.MemAddressFree((CUdeviceptr)va, size));
+}
+
+static int cu_create(void *ctx, int device, size_t size, uint64_t *handle)
+{
+    cuda *c = ctx;
+    CUmemAllocationProp prop;
+    prop_for(&prop, device);
+    CUmemGenericAllocationHandle h = 0;
+    CUresult rc = use_device(c, device);
+    if (rc == CUDA_SUCCESS)
+        rc = c->fn.MemCreate(&h, size, &prop, 0);
+    *handle = h;
+    return code(rc);
+}
+
+static int cu_release(void *ctx, int device, uint64_t handle)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, c->fn.MemRelease(handle));
+}
+
+static int cu_map(void *ctx, int device, uintptr_t va, size_t size, uint64_t handle)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, c->fn.MemMap((CUdeviceptr)va, size, 0, handle, 0));
+}
+
+static int cu_unmap(void *ctx, int device, uintptr_t va, size_t size)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, c->fn.MemUnmap((CUdeviceptr)va, size));
+}
+
+static int cu_access(void *ctx, int device, uintptr_t va, size_t size)
+{
+    cuda *c = ctx;
+    /* A new mapping is not accessible until cuMemSetAccess (cuda.h: cuMemMap). */
+    CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    ON_DEVICE(c, device, c->fn.MemSetAccess((CUdeviceptr)va, size, &d, 1));
+}
+
+static int cu_sync(void *ctx, int device, hbm_stream stream)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, c->fn.StreamSynchronize((CUstream)(uintptr_t)stream));
+}
+
+static int cu_event_create(void *ctx, int device, uint64_t *ev)
+{
+    cuda *c = ctx;
+    CUevent e = NULL;
+    CUresult rc = use_device(c, device);
+    if (rc == CUDA_SUCCESS)
+        rc = c->fn.EventCreate(&e, CU_EVENT_DISABLE_TIMING); /* as PyTorch's event pool */
+    *ev = (uint64_t)(uintptr_t)e;
+    return code(rc);
+}
+
+static int cu_event_destroy(void *ctx, int device, uint64_t ev)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, c->fn.EventDestroy((CUevent)(uintptr_t)ev));
+}
+
+static int cu_event_record(void *ctx, int device, uint64_t ev, hbm_stream stream)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, c->fn.EventRecord((CUevent)(uintptr_t)ev, (CUstream)(uintptr_t)stream));
+}
+
+static int cu_event_query(void *ctx, int device, uint64_t ev)
+{
+    cuda *c = ctx;
+    CUresult rc = use_device(c, device);
+    if (rc == CUDA_SUCCESS)
+        rc = c->fn.EventQuery((CUevent)(uintptr_t)ev);
+    return rc == CUDA_ERROR_NOT_READY ? HBM__BE_NOT_READY : code(rc);
+}
+
+static int cu_event_sync(void *ctx, int device, uint64_t ev)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, c->fn.EventSynchronize((CUevent)(uintptr_t)ev));
+}
+
+static void cu_close(void *ctx)
+{
+    cuda *c = ctx;
+    for (int d = 0; d < c->ndev; d++)
+        if (c->ctx[d]) {
+            CUdevice dev;
+            if (c->fn.DeviceGet(&dev, d) == CUDA_SUCCESS)
+                c->fn.DevicePrimaryCtxRelease(dev);
+        }
+    pthread_mutex_destroy(&c->lock);
+    dlclose(c->lib);
+    free(c);
+}
+
+static const hbm__backend_ops cuda_ops = {
+    .name = "cuda",
+    .mem_alloc = cu_alloc,
+    .mem_free = cu_free,
+    .mem_info = cu_info,
+    .strerror = cu_strerror,
+    .cost_ns = NULL,
+    .close = cu_close,
+    .vmm_reserve = cu_reserve,
+    .vmm_unreserve = cu_unreserve,
+    .vmm_create = cu_create,
+    .vmm_release = cu_release,
+    .vmm_map = cu_map,
+    .vmm_unmap = cu_unmap,
+    .vmm_access = cu_access,
+    .stream_sync = cu_sync,
+    .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy,
+    .event_record = cu_event_record,
+    .event_query = cu_event_query,
+    .event_sync = cu_event_sync,
+    .stream_check = NULL,
+};
+
+/* Virtual memory needs the 10.2 driver API, the entry points, and the device's own attribute. */
+static void detect_vmm(cuda *c, hbm__backend_caps *caps)
+{
+    caps->has_vmm = 0;
+    if (c->driver_version < 10020) {
+        snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not,
+                 "CUDA driver %d.%d predates virtual memory management (10.2 is needed)", c->driver_version / 1000,
+                 c->driver_version % 1000 / 10);
+        return;
+    }
+    if (!c->fn.MemAddressReserve || !c->fn.MemAddressFree || !c->fn.MemCreate || !c->fn.MemRelease || !c->fn.MemMap ||
+        !c->fn.MemUnmap || !c->fn.MemSetAccess || !c->fn.MemGetAllocationGranularity) {
+        snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not,
+                 "the driver library does not export the cuMem* virtual-memory functions");
+        return;
+    }
+    size_t gran = 0;
+    for (int d = 0; d < c->ndev; d++) {
+        int supported = 0;
+        CUdevice dev;
+        CUmemAllocationProp prop;
+        prop_for(&prop, d);
+        size_t g = 0;
+        if (c->fn.DeviceGet(&dev, d) != CUDA_SUCCESS ||
+            c->fn.DeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) !=
+                CUDA_SUCCESS ||
+            !supported) {
+            snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not,
+                     "device %d reports CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 0", d);
+            return;
+        }
+        if (c->fn.MemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !g) {
+            snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not,
+                     "cuMemGetAllocationGranularity failed on device %d", d);
+            return;
+        }
+        if (g > gran)
+            gran = g;
+    }
+    caps->has_vmm = 1;
+    caps->vmm_granularity = gran;
+}
+
+int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t errlen)
+{
+    char lib[512] = "";
+    const char *env = getenv("HBMALLOC_LIBCUDA");
+    snprintf(lib, sizeof lib, "%s", env && *env ? env : "libcuda.so.1");
+    if (opts && *opts) {
+        if (strncmp(opts, "lib=", 4) != 0 || strchr(opts, ',')) {
+            snprintf(err, errlen, "cuda: unknown option '%s' (known: lib=PATH)", opts);
+            return HBM_ERR_INVALID;
+        }
+        snprintf(lib, sizeof lib, "%s", opts + 4);
+    }
+    cuda *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "cuda: out of host memory");
+        return HBM_ERR_NOMEM;
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    c->lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!c->lib) {
+        snprintf(err, errlen, "cuda: cannot load %s: %s (no NVIDIA driver here? HBMALLOC_LIBCUDA names another file)",
+                 lib, dlerror());
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        return HBM_ERR_BACKEND;
+    }
+    CUresult rc = CUDA_SUCCESS;
+    int count = 0;
+    err[0] = 0;
+    if (resolve(c, err, errlen) || (rc = c->fn.Init(0)) != CUDA_SUCCESS ||
+        (rc = c->fn.DriverGetVersion(&c->driver_version)) != CUDA_SUCCESS ||
+        (rc = c->fn.DeviceGetCount(&count)) != CUDA_SUCCESS || count < 1) {
+        if (!err[0] || strncmp(err, "cuda:", 5) != 0) {
+            const char *name = NULL;
+            if (c->fn.GetErrorName && c->fn.GetErrorName(rc, &name) != CUDA_SUCCESS)
+                name = NULL;
+            if (count < 1 && rc == CUDA_SUCCESS)
+                snprintf(err, errlen, "cuda: %s reports no CUDA device", lib);
+            else
+                snprintf(err, errlen, "cuda: initialising the driver failed: %s (%d)", name ? name : "?", rc);
+        }
+        dlclose(c->lib);
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        return HBM_ERR_BACKEND;
+    }
+    c->ndev = count < CUDA_MAX_DEVICES ? count : CUDA_MAX_DEVICES;
+    b->ops = &cuda_ops;
+    b->ctx = c;
+    b->caps.device_count = c->ndev;
+    b->caps.dialect = HBM_DIALECT_CUDA;
+    b->caps.request_pad = 0;
+    b->caps.modelled_cost = 0;
+    snprintf(b->caps.version, sizeof b->caps.version, "CUDA driver API %d.%d (%d), %s", c->driver_version / 1000,
+             c->driver_version % 1000 / 10, c->driver_version, lib);
+    detect_vmm(c, &b->caps);
+    return HBM_OK;
+}

@@ -1,0 +1,440 @@
+/*
+ * fake_cuda.c: a stand-in libcuda.so for testing the CUDA backend without a
+ * GPU. The same entry points (ABI as cuda.h declares them), backed by host
+ * memory for cuMemAlloc and by bookkeeping for virtual memory, with modes a
+ * test sets through fake_cuda_set(): device memory, device count, driver
+ * version, whether virtual memory is supported, which cuGetProcAddress the
+ * library offers, and "fail the Nth call" fault injection. fake_cuda_outstanding()
+ * says what is still allocated, reserved, created, mapped or alive.
+ *
+ * It also exports the plain legacy name cuMemAlloc with the CUDA 2.0 ABI
+ * (32-bit size): a loader that took it instead of cuMemAlloc_v2 fails loudly.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define API __attribute__((visibility("default")))
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+enum { OK = 0, INVALID_VALUE = 1, OOM = 2, NOT_INITIALIZED = 3, INVALID_DEVICE = 101, NOT_FOUND = 500,
+       NOT_READY = 600, NOT_SUPPORTED = 801, INJECTED = 999 };
+
+#define MAX 4096
+
+static struct {
+    long memory, devices, version, vmm, getproc, fail_nth, fail_code, hold_events;
+    long calls, used;
+    int initialised;
+    struct { void *p; size_t size; } allocs[MAX];
+    struct { CUdeviceptr va; size_t size; } resv[MAX];
+    struct { size_t size; int live, mapped; } handles[MAX];
+    long nhandles;
+    struct { CUdeviceptr va; size_t size; unsigned long long h; int access; } maps[MAX];
+    struct { int live, recorded, done; } events[MAX];
+    long nevents;
+    CUdeviceptr next_va;
+    int ctx_current, ctx_retained[8];
+} F;
+
+API void fake_cuda_reset(void);
+API void fake_cuda_set(const char *key, long value);
+API void fake_cuda_outstanding(long out[5]);
+
+API void fake_cuda_reset(void)
+{
+    memset(&F, 0, sizeof F);
+    F.memory = 1L << 30;
+    F.devices = 1;
+    F.version = 12040;
+    F.vmm = 1;
+    F.getproc = 2;
+    F.fail_code = INJECTED;
+    F.next_va = 0x7e0000000000ull;
+}
+
+API void fake_cuda_set(const char *key, long value)
+{
+    if (!F.memory)
+        fake_cuda_reset();
+    if (!strcmp(key, "memory")) F.memory = value;
+    else if (!strcmp(key, "devices")) F.devices = value;
+    else if (!strcmp(key, "version")) F.version = value;
+    else if (!strcmp(key, "vmm")) F.vmm = value;
+    else if (!strcmp(key, "getproc")) F.getproc = value;
+    else if (!strcmp(key, "fail_nth")) { F.fail_nth = value; F.calls = 0; }
+    else if (!strcmp(key, "fail_code")) F.fail_code = value;
+    else if (!strcmp(key, "hold_events")) F.hold_events = value;
+}
+
+API void fake_cuda_outstanding(long out[5])
+{
+    long a = 0, r = 0, h = 0, m = 0, e = 0;
+    for (int i = 0; i < MAX; i++) {
+        a += F.allocs[i].p != NULL;
+        r += F.resv[i].size != 0;
+        m += F.maps[i].size != 0;
+    }
+    for (long i = 0; i < F.nhandles; i++)
+        h += F.handles[i].live;
+    for (long i = 0; i < F.nevents; i++)
+        e += F.events[i].live;
+    out[0] = a, out[1] = r, out[2] = h, out[3] = m, out[4] = e;
+}
+
+/* Every call counts; the Nth fails with fail_code. */
+static int fault(void)
+{
+    if (!F.memory)
+        fake_cuda_reset();
+    return F.fail_nth && ++F.calls == F.fail_nth ? (int)F.fail_code : 0;
+}
+
+#define CHECK()                                     \
+    do {                                            \
+        int f_ = fault();                           \
+        if (f_)                                     \
+            return f_;                              \
+        if (!F.initialised)                         \
+            return NOT_INITIALIZED;                 \
+    } while (0)
+
+API CUresult cuInit(unsigned flags)
+{
+    if (!F.memory)
+        fake_cuda_reset();
+    if (flags)
+        return INVALID_VALUE;
+    F.initialised = 1;
+    return OK;
+}
+
+API CUresult cuDriverGetVersion(int *v) { *v = (int)(F.memory ? F.version : 12040); return OK; }
+API CUresult cuDeviceGetCount(int *n) { CHECK(); *n = (int)F.devices; return OK; }
+API CUresult cuDeviceGet(int *d, int ordinal) { CHECK(); if (ordinal < 0 || ordinal >= F.devices) return INVALID_DEVICE; *d = ordinal; return OK; }
+API CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
+{
+    CHECK();
+    if (dev < 0 || dev >= F.devices)
+        return INVALID_DEVICE;
+    *v = attr == 102 ? (int)F.vmm : 0;
+    return OK;
+}
+API CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { CHECK(); F.ctx_retained[dev & 7]++; *ctx = (void *)(uintptr_t)(0x1000 + dev); return OK; }
+API CUresult cuDevicePrimaryCtxRelease_v2(int dev) { F.ctx_retained[dev & 7]--; return OK; }
+API CUresult cuCtxSetCurrent(void *ctx) { CHECK(); F.ctx_current = (int)((uintptr_t)ctx - 0x1000); return OK; }
+
+API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
+{
+    CHECK();
+    *total = (size_t)F.memory;
+    *free_b = (size_t)(F.memory - F.used);
+    return OK;
+}
+
+API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size)
+{
+    CHECK();
+    if (size == 0)
+        return INVALID_VALUE;
+    if ((long)size > F.memory - F.used)
+        return OOM;
+    for (int i = 0; i < MAX; i++)
+        if (!F.allocs[i].p) {
+            F.allocs[i].p = malloc(size);
+            if (!F.allocs[i].p)
+                return OOM;
+            F.allocs[i].size = size;
+            F.used += (long)size;
+            *p = (CUdeviceptr)(uintptr_t)F.allocs[i].p;
+            return OK;
+        }
+    return OOM;
+}
+
+API CUresult cuMemFree_v2(CUdeviceptr p)
+{
+    CHECK();
+    for (int i = 0; i < MAX; i++)
+        if (F.allocs[i].p && (CUdeviceptr)(uintptr_t)F.allocs[i].p == p) {
+            free(F.allocs[i].p);
+            F.allocs[i].p = NULL;
+            F.used -= (long)F.allocs[i].size;
+            return OK;
+        }
+    return INVALID_VALUE;
+}
+
+/* The CUDA 2.0 ABI under the plain names: never to be used by a 64-bit loader. */
+API CUresult cuMemAlloc(unsigned int *p, unsigned int size) { (void)p; (void)size; return NOT_SUPPORTED; }
+API CUresult cuMemFree(unsigned int p) { (void)p; return NOT_SUPPORTED; }
+API CUresult cuMemGetInfo(unsigned int *f, unsigned int *t) { (void)f; (void)t; return NOT_SUPPORTED; }
+
+API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long fl)
+{
+    CHECK();
+    (void)align;
+    (void)addr;
+    if (fl || !size || size % (2 << 20))
+        return INVALID_VALUE;
+    for (int i = 0; i < MAX; i++)
+        if (!F.resv[i].size) {
+            F.resv[i].va = F.next_va;
+            F.resv[i].size = size;
+            F.next_va += size + (2 << 20);
+            *p = F.resv[i].va;
+            return OK;
+        }
+    return OOM;
+}
+
+API CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
+{
+    CHECK();
+    for (int i = 0; i < MAX; i++)
+        if (F.resv[i].size && F.resv[i].va == p) {
+            if (F.resv[i].size != size)
+                return INVALID_VALUE;
+            for (int k = 0; k < MAX; k++)
+                if (F.maps[k].size && F.maps[k].va >= p && F.maps[k].va < p + size)
+                    return INVALID_VALUE; /* still mapped */
+            F.resv[i].size = 0;
+            return OK;
+        }
+    return INVALID_VALUE;
+}
+
+typedef struct { int type, handles; struct { int type, id; } loc; void *w; unsigned char flags[8]; } prop_t;
+
+API CUresult cuMemCreate(unsigned long long *h, size_t size, const prop_t *prop, unsigned long long fl)
+{
+    CHECK();
+    if (fl || prop->type != 1 || prop->loc.type != 1 || prop->loc.id < 0 || prop->loc.id >= F.devices ||
+        size % (2 << 20))
+        return INVALID_VALUE;
+    if ((long)size > F.memory - F.used)
+        return OOM;
+    if (F.nhandles == MAX)
+        return OOM;
+    F.handles[F.nhandles].size = size;
+    F.handles[F.nhandles].live = 1;
+    F.used += (long)size;
+    *h = (unsigned long long)++F.nhandles;
+    return OK;
+}
+
+API CUresult cuMemRelease(unsigned long long h)
+{
+    CHECK();
+    if (!h || (long)h > F.nhandles || !F.handles[h - 1].live)
+        return INVALID_VALUE;
+    F.handles[h - 1].live = 0;
+    F.used -= (long)F.handles[h - 1].size;
+    return OK;
+}
+
+API CUresult cuMemMap(CUdeviceptr va, size_t size, size_t off, unsigned long long h, unsigned long long fl)
+{
+    CHECK();
+    if (off || fl || !h || (long)h > F.nhandles || !F.handles[h - 1].live || F.handles[h - 1].size != size)
+        return INVALID_VALUE;
+    int in_resv = 0;
+    for (int i = 0; i < MAX; i++)
+        in_resv |= F.resv[i].size && va >= F.resv[i].va && va + size <= F.resv[i].va + F.resv[i].size;
+    if (!in_resv)
+        return INVALID_VALUE;
+    for (int i = 0; i < MAX; i++)
+        if (F.maps[i].size && va < F.maps[i].va + F.maps[i].size && F.maps[i].va < va + size)
+            return 208; /* CUDA_ERROR_ALREADY_MAPPED */
+    for (int i = 0; i < MAX; i++)
+        if (!F.maps[i].size) {
+            F.maps[i].va = va;
+            F.maps[i].size = size;
+            F.maps[i].h = h;
+            F.maps[i].access = 0;
+            return OK;
+        }
+    return OOM;
+}
+
+API CUresult cuMemUnmap(CUdeviceptr va, size_t size)
+{
+    CHECK();
+    for (int i = 0; i < MAX; i++)
+        if (F.maps[i].size && F.maps[i].va == va) {
+            if (F.maps[i].size != size)
+                return INVALID_VALUE; /* must be the whole range of one cuMemMap */
+            F.maps[i].size = 0;
+            return OK;
+        }
+    return 211; /* CUDA_ERROR_NOT_MAPPED */
+}
+
+API CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const void *desc, size_t count)
+{
+    CHECK();
+    if (!desc || count != 1)
+        return INVALID_VALUE;
+    size_t covered = 0;
+    for (int i = 0; i < MAX; i++)
+        if (F.maps[i].size && F.maps[i].va >= va && F.maps[i].va + F.maps[i].size <= va + size) {
+            F.maps[i].access = 1;
+            covered += F.maps[i].size;
+        }
+    return covered == size ? OK : INVALID_VALUE; /* the range must be fully mapped */
+}
+
+API CUresult cuMemGetAllocationGranularity(size_t *g, const prop_t *prop, int option)
+{
+    CHECK();
+    (void)prop;
+    (void)option;
+    *g = 2 << 20;
+    return OK;
+}
+
+API CUresult cuStreamSynchronize(void *stream)
+{
+    CHECK();
+    (void)stream;
+    for (long i = 0; i < F.nevents; i++)
+        F.events[i].done = 1;
+    return OK;
+}
+
+API CUresult cuEventCreate(void **ev, unsigned flags)
+{
+    CHECK();
+    if (flags != 2 || F.nevents == MAX) /* hbmalloc asks for timing disabled, as PyTorch does */
+        return INVALID_VALUE;
+    F.events[F.nevents].live = 1;
+    *ev = (void *)(uintptr_t)++F.nevents;
+    return OK;
+}
+
+static int ev_ok(void *ev) { long i = (long)(uintptr_t)ev; return i > 0 && i <= F.nevents && F.events[i - 1].live; }
+
+API CUresult cuEventRecord(void *ev, void *stream)
+{
+    CHECK();
+    (void)stream;
+    if (!ev_ok(ev))
+        return 400; /* CUDA_ERROR_INVALID_HANDLE */
+    long i = (long)(uintptr_t)ev - 1;
+    F.events[i].recorded = 1;
+    F.events[i].done = !F.hold_events;
+    return OK;
+}
+
+API CUresult cuEventQuery(void *ev)
+{
+    CHECK();
+    if (!ev_ok(ev))
+        return 400;
+    long i = (long)(uintptr_t)ev - 1;
+    return !F.events[i].recorded || F.events[i].done ? OK : NOT_READY;
+}
+
+API CUresult cuEventSynchronize(void *ev)
+{
+    CHECK();
+    if (!ev_ok(ev))
+        return 400;
+    F.events[(long)(uintptr_t)ev - 1].done = 1;
+    return OK;
+}
+
+API CUresult cuEventDestroy_v2(void *ev)
+{
+    CHECK();
+    if (!ev_ok(ev))
+        return 400;
+    F.events[(long)(uintptr_t)ev - 1].live = 0;
+    return OK;
+}
+
+API CUresult cuGetErrorName(CUresult e, const char **s)
+{
+    switch (e) {
+    case OK: *s = "CUDA_SUCCESS"; return OK;
+    case INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; return OK;
+    case OOM: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return OK;
+    case NOT_INITIALIZED: *s = "CUDA_ERROR_NOT_INITIALIZED"; return OK;
+    case NOT_READY: *s = "CUDA_ERROR_NOT_READY"; return OK;
+    case INJECTED: *s = "CUDA_ERROR_UNKNOWN"; return OK;
+    default: *s = NULL; return INVALID_VALUE;
+    }
+}
+
+API CUresult cuGetErrorString(CUresult e, const char **s)
+{
+    switch (e) {
+    case INVALID_VALUE: *s = "invalid argument"; return OK;
+    case OOM: *s = "out of memory"; return OK;
+    case INJECTED: *s = "unknown error (injected by the fake driver)"; return OK;
+    default: *s = NULL; return INVALID_VALUE;
+    }
+}
+
+/* ---- cuGetProcAddress: base name -> the newest ABI at or before the version asked ---- */
+typedef struct { const char *name; void *fn; int since; } entry;
+
+static void *lookup(const char *name, int version)
+{
+    static const entry table[] = {
+        {"cuInit", (void *)cuInit, 2000}, {"cuDriverGetVersion", (void *)cuDriverGetVersion, 2020},
+        {"cuDeviceGet", (void *)cuDeviceGet, 2000}, {"cuDeviceGetCount", (void *)cuDeviceGetCount, 2000},
+        {"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute, 2000},
+        {"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain, 7000},
+        {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2, 11000},
+        {"cuCtxSetCurrent", (void *)cuCtxSetCurrent, 4000}, {"cuMemGetInfo", (void *)cuMemGetInfo_v2, 3020},
+        {"cuMemAlloc", (void *)cuMemAlloc_v2, 3020}, {"cuMemFree", (void *)cuMemFree_v2, 3020},
+        {"cuMemAddressReserve", (void *)cuMemAddressReserve, 10020},
+        {"cuMemAddressFree", (void *)cuMemAddressFree, 10020}, {"cuMemCreate", (void *)cuMemCreate, 10020},
+        {"cuMemRelease", (void *)cuMemRelease, 10020}, {"cuMemMap", (void *)cuMemMap, 10020},
+        {"cuMemUnmap", (void *)cuMemUnmap, 10020}, {"cuMemSetAccess", (void *)cuMemSetAccess, 10020},
+        {"cuMemGetAllocationGranularity", (void *)cuMemGetAllocationGranularity, 10020},
+        {"cuStreamSynchronize", (void *)cuStreamSynchronize, 2000}, {"cuEventCreate", (void *)cuEventCreate, 2000},
+        {"cuEventRecord", (void *)cuEventRecord, 2000}, {"cuEventQuery", (void *)cuEventQuery, 2000},
+        {"cuEventSynchronize", (void *)cuEventSynchronize, 2000}, {"cuEventDestroy", (void *)cuEventDestroy_v2, 4000},
+        {"cuGetErrorName", (void *)cuGetErrorName, 6000}, {"cuGetErrorString", (void *)cuGetErrorString, 6000},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (!strcmp(table[i].name, name)) {
+            /* The 64-bit memory ABI appeared in 3.2: asking for less gets nothing here. */
+            if (version < table[i].since)
+                return NULL;
+            if (!F.vmm && table[i].since == 10020 && F.version < 10020)
+                return NULL;
+            return table[i].fn;
+        }
+    return NULL;
+}
+
+API CUresult cuGetProcAddress_v2(const char *name, void **fn, int version, unsigned long long flags, int *status)
+{
+    if (!F.memory)
+        fake_cuda_reset();
+    (void)flags;
+    if (F.getproc != 2)
+        return NOT_FOUND; /* behave as a driver without it: the loader must fall back */
+    if (version > F.version)
+        return INVALID_VALUE;
+    *fn = lookup(name, version);
+    if (status)
+        *status = *fn ? 0 : 1;
+    return OK;
+}
+
+API CUresult cuGetProcAddress(const char *name, void **fn, int version, unsigned long long flags)
+{
+    if (!F.memory)
+        fake_cuda_reset();
+    (void)flags;
+    if (F.getproc < 1)
+        return NOT_FOUND;
+    *fn = lookup(name, version);
+    return OK;
+}
