@@ -437,7 +437,7 @@ int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t er
     snprintf(lib, sizeof lib, "%s", env && *env ? env : "libcuda.so.1");
     if (opts && *opts) {
         if (strncmp(opts, "lib=", 4) != 0 || strchr(opts, ',')) {
-            snprintf(err, errlen, "cuda: unknown option '%s' (known: lib=PATH)", opts);
+            snprintf(err, errlen, "cuda: unknown option '%.200s' (known: lib=PATH)", opts);
             return HBM_ERR_INVALID;
         }
         snprintf(lib, sizeof lib, "%s", opts + 4);
@@ -450,7 +450,7 @@ int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t er
     pthread_mutex_init(&c->lock, NULL);
     c->lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!c->lib) {
-        snprintf(err, errlen, "cuda: cannot load %s: %s (no NVIDIA driver here? HBMALLOC_LIBCUDA names another file)",
+        snprintf(err, errlen, "cuda: cannot load %.200s: %.200s (no NVIDIA driver here? HBMALLOC_LIBCUDA names another file)",
                  lib, dlerror());
         pthread_mutex_destroy(&c->lock);
         free(c);
@@ -467,7 +467,7 @@ int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t er
             if (c->fn.GetErrorName && c->fn.GetErrorName(rc, &name) != CUDA_SUCCESS)
                 name = NULL;
             if (count < 1 && rc == CUDA_SUCCESS)
-                snprintf(err, errlen, "cuda: %s reports no CUDA device", lib);
+                snprintf(err, errlen, "cuda: %.200s reports no CUDA device", lib);
             else
                 snprintf(err, errlen, "cuda: initialising the driver failed: %s (%d)", name ? name : "?", rc);
         }
@@ -483,7 +483,7 @@ int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t er
     b->caps.dialect = HBM_DIALECT_CUDA;
     b->caps.request_pad = 0;
     b->caps.modelled_cost = 0;
-    snprintf(b->caps.version, sizeof b->caps.version, "CUDA driver API %d.%d (%d), %s", c->driver_version / 1000,
+    snprintf(b->caps.version, sizeof b->caps.version, "CUDA driver API %d.%d (%d), %.40s", c->driver_version / 1000,
              c->driver_version % 1000 / 10, c->driver_version, lib);
     detect_vmm(c, &b->caps);
     return HBM_OK;
