@@ -53,13 +53,18 @@ static void usage(FILE *f)
 
 static int sim_spec(char *spec, size_t n, const char *backend, const char *capacity)
 {
+    if (!strncmp(backend, "cuda", 4) && (!backend[4] || backend[4] == ':')) {
+        /* A real device: its own capacity, and measured (not modelled) device time. */
+        snprintf(spec, n, "%s", backend);
+        return 0;
+    }
     size_t cap;
     if (hbm__parse_size(capacity, &cap) || cap == 0) {
         fprintf(stderr, "hbmalloc: --capacity '%s' is not a size (e.g. 80GiB, 512MiB, 1073741824)\n", capacity);
         return -1;
     }
     if (strncmp(backend, "sim", 3) != 0 || (backend[3] && backend[3] != ':')) {
-        fprintf(stderr, "hbmalloc: traces replay on the simulated device; --backend must be a sim spec\n");
+        fprintf(stderr, "hbmalloc: --backend must be a sim spec (sim:...) or cuda (a real GPU)\n");
         return -1;
     }
     snprintf(spec, n, "%s%scapacity=%zu", backend, backend[3] ? "," : ":", cap);

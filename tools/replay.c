@@ -139,7 +139,8 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
             (unsigned long long)(r->dev.vmm_calls + r->dev.sync_calls + r->dev.info_calls),
             (long long)s->num_device_alloc, (long long)s->num_device_free);
     fprintf(out, "expandable segments: %s\n", s->expandable_segments ? "on" : "off");
-    fprintf(out, "device time:        %.3f ms (modelled)\n", (double)r->dev.device_ns / 1e6);
+    fprintf(out, "device time:        %.3f ms (%s)\n", (double)r->dev.device_ns / 1e6,
+            strncmp(o->backend_spec, "sim", 3) ? "measured" : "modelled");
     fprintf(out, "alloc retries:      %lld\n", (long long)s->num_alloc_retries);
     fprintf(out, "OOMs:               %lld\n", (long long)s->num_ooms);
     fprintf(out, "replay time:        %.3f s (%.2f M events/s)\n", r->wall_s,

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU, its driver and PyTorch (about 8 minutes):
+#   1. build hbmalloc;
+#   2. replay the bundled traces on the real driver (cuda backend), whole and expandable segments, the
+#      validator at the end of each (the unit tests need cmocka; they run too where it is installed);
+#   3. train ResNet-50 and a GPT-2-sized transformer (random weights, variable sequence lengths) under
+#      PyTorch's allocator, hbmalloc, and hbmalloc with expandable segments; a table of peak reserved,
+#      step time relative to PyTorch's allocator, and device allocation calls, plus their memory snapshots.
+# Output goes to $OUT (or ./gpu-check-out): gpu-check.md, results.jsonl, *.pickle snapshots, logs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-check-out}
+mkdir -p "$out"
+log() { echo "[$(date +%T)] $*" | tee -a "$out/gpu-check.log"; }
+status=0
+
+log "build"
+have_cmocka=OFF
+pkg-config --exists cmocka 2>/dev/null && have_cmocka=ON
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_TESTS=$have_cmocka -DHBM_BENCH=OFF \
+    >>"$out/gpu-check.log" 2>&1 && cmake --build build-gpu -j"$(nproc)" >>"$out/gpu-check.log" 2>&1 || {
+    log "build failed"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1 || true
+log "gpu: $(cat "$out/gpu.txt")"
+
+log "replays on the real driver"
+build-gpu/hbmalloc conf expandable_segments:True --backend cuda >"$out/conf.txt" 2>&1 || status=1
+for t in examples/*.trace; do
+    for conf in "" "expandable_segments:True"; do
+        if ! build-gpu/hbmalloc replay "$t" --backend cuda --conf "$conf" >>"$out/replays.txt" 2>&1; then
+            log "replay FAILED: $t [$conf]"; status=1
+        fi
+    done
+done
+grep -E "^trace|^settings|^peak reserved|^reserved/|^device time|^error|^OOM" "$out/replays.txt" | tee -a "$out/gpu-check.log"
+if [ "$have_cmocka" = ON ]; then
+    log "unit tests"
+    ctest --test-dir build-gpu --output-on-failure >"$out/ctest.txt" 2>&1 || { log "unit tests FAILED"; status=1; }
+    tail -3 "$out/ctest.txt" | tee -a "$out/gpu-check.log"
+else
+    log "cmocka is not installed: unit tests not run here (they run in CI against the fake driver)"
+fi
+
+log "training loops"
+export HBMALLOC_TORCH_LIB=$PWD/build-gpu/libhbmalloc_torch.so
+: >"$out/results.jsonl"
+for model in resnet50 gpt2; do
+    for alloc in native hbmalloc hbmalloc-expandable; do
+        if timeout 150 python3 scripts/gpu_train.py "$model" "$alloc" "$out" >>"$out/results.jsonl" \
+            2>"$out/train-$model-$alloc.log"; then
+            log "$model / $alloc: $(tail -n1 "$out/results.jsonl")"
+        else
+            log "$model / $alloc FAILED: $(tail -n3 "$out/train-$model-$alloc.log" | tr '\n' ' ')"; status=1
+        fi
+    done
+done
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{out}/results.jsonl") if l.strip()]
+base = {r["model"]: r for r in rows if r["allocator"] == "native"}
+lines = ["| model | allocator | peak reserved (MiB) | peak allocated (MiB) | reserved/allocated | step time vs PyTorch | device allocs |",
+         "|---|---|---|---|---|---|---|"]
+for r in rows:
+    b = base.get(r["model"])
+    ratio = r["median_step_s"] / b["median_step_s"] if b else float("nan")
+    lines.append(f"| {r['model']} | {r['allocator']} | {r['peak_reserved'] / 2**20:.0f} | {r['peak_allocated'] / 2**20:.0f} | "
+                 f"{r['peak_reserved'] / max(r['peak_allocated'], 1):.3f} | {ratio:.3f} | {r['device_allocs']} |")
+open(f"{out}/gpu-check.md", "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
+log "done (status $status); results in $out"
+exit $status
