@@ -129,182 +129,162 @@ static int cmd_conf(int argc, char **argv)
     return 0;
 }
 
+/* What replay, sweep and view share: TRACE, --conf, --capacity, --backend, --device. */
+typedef struct trace_cmd {
+    const char *name, *path, *capacity, *backend, *settings;
+    int device, conf_given;
+    char spec[1024];
+    trace t;
+} trace_cmd;
+
+/* 1: argv[*i] was one of the shared arguments (consumed); 0: not one; -1: an error was printed. */
+static int shared_arg(trace_cmd *c, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    int has_value = *i + 1 < argc;
+    if (!strcmp(a, "--conf") && has_value) {
+        c->settings = argv[++*i];
+        c->conf_given = 1;
+    } else if (!strcmp(a, "--capacity") && has_value) {
+        c->capacity = argv[++*i];
+    } else if (!strcmp(a, "--backend") && has_value) {
+        c->backend = argv[++*i];
+    } else if (!strcmp(a, "--device") && has_value) {
+        c->device = atoi(argv[++*i]);
+    } else if (a[0] == '-' && a[1] == '-') {
+        fprintf(stderr, "hbmalloc %s: unknown option or missing value: '%s'\n", c->name, a);
+        return -1;
+    } else if (c->path) {
+        fprintf(stderr, "hbmalloc %s: one trace file only\n", c->name);
+        return -1;
+    } else {
+        c->path = a;
+    }
+    return 1;
+}
+
+/* After the arguments: the device spec and the trace. 0 or 2 (printed). */
+static int open_trace(trace_cmd *c)
+{
+    char err[512];
+    if (!c->path) {
+        fprintf(stderr, "hbmalloc %s: missing TRACE\n", c->name);
+        return 2;
+    }
+    if (sim_spec(c->spec, sizeof c->spec, c->backend, c->capacity))
+        return 2;
+    if (trace_read_any(c->path, c->device, &c->t, err, sizeof err)) {
+        fprintf(stderr, "hbmalloc %s: %s\n", c->name, err);
+        return 2;
+    }
+    return 0;
+}
+
+#define TRACE_CMD(n) {.name = (n), .capacity = "80GiB", .backend = "sim"}
+
 static int cmd_replay(int argc, char **argv)
 {
-    const char *path = NULL, *capacity = "80GiB", *backend = "sim";
-    int stats = 0, device = 0, min_capacity = 0, conf_given = 0;
+    trace_cmd c = TRACE_CMD("replay");
+    int stats = 0, min_capacity = 0;
     replay_opts o = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--conf") && i + 1 < argc) {
-            o.settings = argv[++i];
-            conf_given = 1;
-        } else if (!strcmp(a, "--device") && i + 1 < argc) {
-            device = atoi(argv[++i]);
-        } else if (!strcmp(a, "--min-capacity"))
+        if (!strcmp(a, "--min-capacity"))
             min_capacity = 1;
         else if (!strcmp(a, "--snapshot") && i + 1 < argc)
             o.snapshot_path = argv[++i];
-        else if (!strcmp(a, "--capacity") && i + 1 < argc)
-            capacity = argv[++i];
-        else if (!strcmp(a, "--backend") && i + 1 < argc)
-            backend = argv[++i];
         else if (!strcmp(a, "--stats"))
             stats = 1;
         else if (!strcmp(a, "--check"))
             o.check_every = 1;
-        else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "hbmalloc replay: unknown option or missing value: '%s'\n", a);
+        else if (shared_arg(&c, argc, argv, &i) < 0)
             return 2;
-        } else if (path) {
-            fprintf(stderr, "hbmalloc replay: one trace file only\n");
-            return 2;
-        } else
-            path = a;
     }
-    if (!path) {
-        fprintf(stderr, "hbmalloc replay: missing TRACE\n");
+    if (open_trace(&c))
         return 2;
-    }
-    char spec[1024];
-    if (sim_spec(spec, sizeof spec, backend, capacity))
-        return 2;
-    o.backend_spec = spec;
-
-    char err[512];
-    trace t;
-    if (trace_read_any(path, device, &t, err, sizeof err)) {
-        fprintf(stderr, "hbmalloc replay: %s\n", err);
-        return 2;
-    }
-    if (!conf_given && t.rec.has_settings) {
-        o.settings = t.rec.settings; /* replay as the recording ran */
+    o.backend_spec = c.spec;
+    o.settings = c.settings;
+    if (!c.conf_given && c.t.rec.has_settings) {
+        o.settings = c.t.rec.settings; /* replay as the recording ran */
         o.settings_from_trace = 1;
     }
+    int rc;
     if (min_capacity) {
-        int rc = replay_min_capacity(&t, &o, backend, stdout);
-        trace_free(&t);
-        return rc;
+        rc = replay_min_capacity(&c.t, &o, c.backend, stdout);
+    } else {
+        replay_result r;
+        rc = replay_run(&c.t, &o, &r);
+        if (rc == 2 && r.events_done == 0 && !r.oom && r.message[0] && !r.stats.num_device_alloc) {
+            fprintf(stderr, "hbmalloc replay: %s\n", r.message);
+        } else {
+            replay_print(stdout, c.path, &c.t, &o, &r);
+            if (stats) {
+                hbm_stat_entry e[HBM_STAT_ENTRIES];
+                int n = hbm_stats_flatten(&r.stats, e, HBM_STAT_ENTRIES);
+                for (int i = 0; i < n; i++)
+                    printf("%s %lld\n", e[i].name, (long long)e[i].value);
+            }
+        }
     }
-    replay_result r;
-    int rc = replay_run(&t, &o, &r);
-    if (rc == 2 && r.events_done == 0 && !r.oom && r.message[0] && !r.stats.num_device_alloc) {
-        fprintf(stderr, "hbmalloc replay: %s\n", r.message);
-        trace_free(&t);
-        return 2;
-    }
-    replay_print(stdout, path, &t, &o, &r);
-    if (stats) {
-        hbm_stat_entry e[HBM_STAT_ENTRIES];
-        int n = hbm_stats_flatten(&r.stats, e, HBM_STAT_ENTRIES);
-        for (int i = 0; i < n; i++)
-            printf("%s %lld\n", e[i].name, (long long)e[i].value);
-    }
-    trace_free(&t);
+    trace_free(&c.t);
     return rc;
 }
 
 static int cmd_sweep(int argc, char **argv)
 {
-    const char *path = NULL, *capacity = "80GiB", *backend = "sim";
-    int device = 0;
+    trace_cmd c = TRACE_CMD("sweep");
     sweep_opts o = {0};
     o.progress = isatty(2);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--capacity") && i + 1 < argc)
-            capacity = argv[++i];
-        else if (!strcmp(a, "--backend") && i + 1 < argc)
-            backend = argv[++i];
-        else if (!strcmp(a, "--grid") && i + 1 < argc)
+        if (!strcmp(a, "--grid") && i + 1 < argc)
             o.grid = argv[++i];
         else if (!strcmp(a, "--jobs") && i + 1 < argc)
             o.jobs = atoi(argv[++i]);
-        else if (!strcmp(a, "--device") && i + 1 < argc)
-            device = atoi(argv[++i]);
         else if (!strcmp(a, "--no-expandable"))
             o.no_expandable = 1;
         else if (!strcmp(a, "--json"))
             o.json = 1;
         else if (!strcmp(a, "--no-progress"))
             o.progress = 0;
-        else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "hbmalloc sweep: unknown option or missing value: '%s'\n", a);
+        else if (shared_arg(&c, argc, argv, &i) < 0)
             return 2;
-        } else if (path) {
-            fprintf(stderr, "hbmalloc sweep: one trace file only\n");
-            return 2;
-        } else
-            path = a;
     }
-    if (!path) {
-        fprintf(stderr, "hbmalloc sweep: missing TRACE\n");
+    if (open_trace(&c))
         return 2;
-    }
-    char spec[1024], err[512];
-    if (sim_spec(spec, sizeof spec, backend, capacity))
-        return 2;
-    trace t;
-    if (trace_read_any(path, device, &t, err, sizeof err)) {
-        fprintf(stderr, "hbmalloc sweep: %s\n", err);
-        return 2;
-    }
-    o.name = path;
-    o.backend_spec = spec;
-    int rc = sweep_run(&t, &o, stdout);
-    trace_free(&t);
+    o.name = c.path;
+    o.backend_spec = c.spec;
+    int rc = sweep_run(&c.t, &o, stdout);
+    trace_free(&c.t);
     return rc;
 }
 
 static int cmd_view(int argc, char **argv)
 {
-    const char *path = NULL, *capacity = "80GiB", *backend = "sim", *outp = NULL;
-    int device = 0;
-    replay_opts o = {0};
-    int conf_given = 0;
+    trace_cmd c = TRACE_CMD("view");
+    const char *outp = NULL;
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-o") && i + 1 < argc)
+        if (!strcmp(argv[i], "-o") && i + 1 < argc)
             outp = argv[++i];
-        else if (!strcmp(a, "--conf") && i + 1 < argc) {
-            o.settings = argv[++i];
-            conf_given = 1;
-        } else if (!strcmp(a, "--capacity") && i + 1 < argc)
-            capacity = argv[++i];
-        else if (!strcmp(a, "--backend") && i + 1 < argc)
-            backend = argv[++i];
-        else if (!strcmp(a, "--device") && i + 1 < argc)
-            device = atoi(argv[++i]);
-        else if (a[0] == '-') {
-            fprintf(stderr, "hbmalloc view: unknown option or missing value: '%s'\n", a);
+        else if (shared_arg(&c, argc, argv, &i) < 0)
             return 2;
-        } else if (path) {
-            fprintf(stderr, "hbmalloc view: one trace file only\n");
-            return 2;
-        } else
-            path = a;
     }
-    if (!path || !outp) {
+    if (!outp) {
         fprintf(stderr, "hbmalloc view: usage: hbmalloc view TRACE -o OUT.svg|OUT.html [--conf S] [--capacity SIZE]\n");
         return 2;
     }
-    char spec[1024], err[512];
-    if (sim_spec(spec, sizeof spec, backend, capacity))
+    if (open_trace(&c))
         return 2;
-    trace t;
-    if (trace_read_any(path, device, &t, err, sizeof err)) {
-        fprintf(stderr, "hbmalloc view: %s\n", err);
-        return 2;
-    }
-    if (!conf_given && t.rec.has_settings)
-        o.settings = t.rec.settings;
-    o.backend_spec = spec;
-    int rc = view_write(&t, &o, path, outp, err, sizeof err);
+    replay_opts o = {.backend_spec = c.spec, .settings = c.settings};
+    if (!c.conf_given && c.t.rec.has_settings)
+        o.settings = c.t.rec.settings;
+    char err[512];
+    int rc = view_write(&c.t, &o, c.path, outp, err, sizeof err);
     if (rc)
         fprintf(stderr, "hbmalloc view: %s\n", err);
     else
         printf("wrote %s\n", outp);
-    trace_free(&t);
+    trace_free(&c.t);
     return rc;
 }
 
