@@ -735,7 +735,8 @@ hbm_status hbm_set_memory_fraction(hbm_allocator *a, double fraction)
 /* Destroy: free live blocks, release every segment, whatever the pools. */
 void hbm__engine_teardown(hbm_allocator *a)
 {
-    for (hbm__segment *s; (s = hbm__segments_first(a));) {
+    /* Highest address first: a device that keeps its allocations sorted frees from the end, cheaply. */
+    for (hbm__segment *s; (s = hbm__segments_last(a));) {
         hbm__segments_remove(a, s);
         if (s->expandable)
             hbm__expand_teardown(a, s);

@@ -158,6 +158,7 @@ void hbm__segments_remove(hbm_allocator *a, hbm__segment *s);
 /* The segment whose range holds addr, or NULL. */
 hbm__segment *hbm__segment_find(hbm_allocator *a, uintptr_t addr);
 hbm__segment *hbm__segments_first(hbm_allocator *a);
+hbm__segment *hbm__segments_last(hbm_allocator *a);
 hbm__segment *hbm__segments_next(hbm_allocator *a, const hbm__segment *s);
 
 /* ---- stats.c ---- */

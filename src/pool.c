@@ -44,6 +44,12 @@ hbm__segment *hbm__segments_first(hbm_allocator *a)
     return n ? SEGMENT_OF(n) : NULL;
 }
 
+hbm__segment *hbm__segments_last(hbm_allocator *a)
+{
+    hbm__avl *n = hbm__avl_last(a->segments);
+    return n ? SEGMENT_OF(n) : NULL;
+}
+
 hbm__segment *hbm__segments_next(hbm_allocator *a, const hbm__segment *s)
 {
     hbm__avl *n = hbm__avl_upper_bound(a->segments, &s->node, segment_cmp);
