@@ -383,8 +383,15 @@ hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, 
     hbm_status rc = find_expandable(a, p, stream, size, &c);
     if (rc != HBM_OK)
         return rc;
-    if (a->conf.remap_free_pages)
+    if (a->conf.remap_free_pages) {
         collect_free_pages(a, p, pages_to_map(c, size), c->addr, c->addr + size);
+        /* Unmapping elsewhere may merge into the chain found (its unmapped neighbours
+         * absorb each other): look it up again rather than hold a stale block. */
+        if ((rc = find_expandable(a, p, stream, size, &c)) != HBM_OK) {
+            release_spares(a, p);
+            return rc;
+        }
+    }
     range *done = NULL;
     size_t ndone = 0, cap = 0;
     hbm__segment *seg = c->seg;

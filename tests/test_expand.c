@@ -364,6 +364,26 @@ static void remap_policy_moves_free_pages_instead_of_growing(void **st)
     assert_int_equal(reserved_after_hole("expandable_segments:True,hbm_remap_free_pages:True"), 400 * MiB);
 }
 
+static void remap_policy_looks_up_the_chain_again_after_moving_pages(void **st)
+{
+    (void)st;
+    /* Found by fuzz_ops: moving a free page next to the unmapped range chosen for
+     * growth merged that range away, and the chain pointed at a recycled block. */
+    hbm_allocator *a = open_sim("sim", "expandable_segments:True,hbm_remap_free_pages:True");
+    void *p[4];
+    for (int i = 0; i < 4; i++)
+        p[i] = must_malloc(a, 20 * MiB, 0); /* pages 0..3 */
+    hbm_free(a, p[1]);
+    hbm_free(a, p[2]);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK); /* pages 1-2 unmapped */
+    hbm_free(a, p[3]);                            /* page 3 free and mapped, next to them */
+    void *q = must_malloc(a, 30 * MiB, 0);        /* grows into pages 1-2, moving page 3's handle */
+    assert_ptr_equal(q, p[1]);
+    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_ALL].current, 60 * MiB);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
 static void remap_policy_returns_the_other_pools_free_pages_first(void **st)
 {
     (void)st;
@@ -399,6 +419,7 @@ int main(void)
         cmocka_unit_test(variable_length_finetuning_keeps_reserved_near_allocated),
         cmocka_unit_test(a_block_waiting_on_another_stream_is_not_part_of_a_growth_chain),
         cmocka_unit_test(remap_policy_moves_free_pages_instead_of_growing),
+        cmocka_unit_test(remap_policy_looks_up_the_chain_again_after_moving_pages),
         cmocka_unit_test(remap_policy_returns_the_other_pools_free_pages_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
