@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Build the libFuzzer targets (clang, ASan + UBSan) and run each for SECONDS (default 60),
-# starting from the committed seed corpora (copied: the run does not change the repository).
-# usage: scripts/fuzz.sh [SECONDS]
+# Build the libFuzzer targets (clang, ASan + UBSan) and run each from the committed seed corpora
+# (copied: the run does not change the repository).
+# usage: scripts/fuzz.sh [SECONDS]   random seed, SECONDS per target (make fuzz: 600)
+#        scripts/fuzz.sh ci          fixed seed and run counts of about 60 s each on this machine, so that a
+#                                    test run is repeatable (a finding reproduces, and is not luck of timing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
+declare -A ci_runs=([conf]=2000000 [trace]=500000 [ops]=2500)
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_FUZZ=ON -DHBM_TESTS=OFF -DHBM_BENCH=OFF \
     -DHBM_SANITIZE=address,undefined >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_conf fuzz_trace fuzz_ops
@@ -14,8 +17,15 @@ status=0
 for t in conf trace ops; do
     mkdir -p "$work/$t" "$work/$t-crash"
     cp -r fuzz/corpus/$t/. "$work/$t/"
-    echo "fuzz_$t: ${secs}s from $(ls fuzz/corpus/$t | wc -l) seeds"
-    if ! HBMALLOC_QUIET=1 ASAN_OPTIONS=detect_leaks=1 "build-fuzz/fuzz/fuzz_$t" "$work/$t" -max_total_time="$secs" \
+    if [ "$secs" = ci ]; then
+        limit="-runs=${ci_runs[$t]} -seed=1"
+        echo "fuzz_$t: ${ci_runs[$t]} runs, seed 1, from $(ls fuzz/corpus/$t | wc -l) seeds"
+    else
+        limit="-max_total_time=$secs"
+        echo "fuzz_$t: ${secs}s from $(ls fuzz/corpus/$t | wc -l) seeds"
+    fi
+    # shellcheck disable=SC2086
+    if ! HBMALLOC_QUIET=1 ASAN_OPTIONS=detect_leaks=1 "build-fuzz/fuzz/fuzz_$t" "$work/$t" $limit \
         -max_len=65536 -rss_limit_mb=2048 -timeout=30 -artifact_prefix="$work/$t-crash/" -print_final_stats=1 \
         >"$work/$t.log" 2>&1; then
         echo "fuzz_$t FAILED:"; tail -40 "$work/$t.log"

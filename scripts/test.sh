@@ -20,8 +20,8 @@ for args in "replay tests/data/linear-10k-50k-grad.pickle --snapshot build/vg.pi
     valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite build/hbmalloc $args >/dev/null
     echo "valgrind clean: hbmalloc $args"
 done
-# Each fuzz target for a bounded time (make fuzz runs them long).
-scripts/fuzz.sh "${HBM_FUZZ_SECONDS:-60}"
+# Each fuzz target for a bounded, repeatable run of about a minute (make fuzz runs them long, at random).
+scripts/fuzz.sh "${HBM_FUZZ_SECONDS:-ci}"
 # Last, so that ctest's summary closes the output: the thread stress and the stream tests under ThreadSanitizer.
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=thread -DHBM_BENCH=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_threads test_streams
