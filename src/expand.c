@@ -196,14 +196,8 @@ static hbm_status map_block(hbm_allocator *a, hbm__block *b, size_t size, hbm__b
 /* Keep an unmapped page's handle for the request in progress; false if there is no room. */
 static bool keep_spare(hbm__pool *p, uint64_t handle)
 {
-    if (p->nspare == p->cap_spare) {
-        size_t cap = p->cap_spare ? p->cap_spare * 2 : 16;
-        uint64_t *h = realloc(p->spare_handles, cap * sizeof *h);
-        if (!h)
-            return false;
-        p->spare_handles = h;
-        p->cap_spare = cap;
-    }
+    if (hbm__grow((void **)&p->spare_handles, &p->cap_spare, p->nspare + 1, sizeof *p->spare_handles))
+        return false;
     p->spare_handles[p->nspare++] = handle;
     return true;
 }

@@ -97,14 +97,8 @@ typedef struct growing {
 
 static void *grow_one(growing *g)
 {
-    if (g->n == g->cap) {
-        size_t cap = g->cap ? g->cap * 2 : 64;
-        void *q = realloc(g->p, cap * g->elem);
-        if (!q)
-            return NULL;
-        g->p = q;
-        g->cap = cap;
-    }
+    if (hbm__grow(&g->p, &g->cap, g->n + 1, g->elem))
+        return NULL;
     return (char *)g->p + g->elem * g->n++;
 }
 

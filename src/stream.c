@@ -18,6 +18,7 @@
 
 #include "internal.h"
 #include "pool.h"
+#include "util.h"
 
 /* ---- routing ---- */
 
@@ -42,14 +43,8 @@ static hbm__event_queue *queue_for(hbm_allocator *a, hbm_stream stream)
     for (size_t i = 0; i < a->nqueues; i++)
         if (a->queues[i].stream == stream)
             return &a->queues[i];
-    if (a->nqueues == a->cap_queues) {
-        size_t cap = a->cap_queues ? a->cap_queues * 2 : 4;
-        hbm__event_queue *q = realloc(a->queues, cap * sizeof *q);
-        if (!q)
-            return NULL;
-        a->queues = q;
-        a->cap_queues = cap;
-    }
+    if (hbm__grow((void **)&a->queues, &a->cap_queues, a->nqueues + 1, sizeof *a->queues))
+        return NULL;
     hbm__event_queue *q = &a->queues[a->nqueues++];
     memset(q, 0, sizeof *q);
     q->stream = stream;
@@ -94,15 +89,9 @@ static hbm_status event_get(hbm_allocator *a, uint64_t *ev)
 
 static void event_put(hbm_allocator *a, uint64_t ev)
 {
-    if (a->nspare_events == a->cap_spare_events) {
-        size_t cap = a->cap_spare_events ? a->cap_spare_events * 2 : 16;
-        uint64_t *e = realloc(a->spare_events, cap * sizeof *e);
-        if (!e) {
-            hbm__dev_event_destroy(a, ev);
-            return;
-        }
-        a->spare_events = e;
-        a->cap_spare_events = cap;
+    if (hbm__grow((void **)&a->spare_events, &a->cap_spare_events, a->nspare_events + 1, sizeof *a->spare_events)) {
+        hbm__dev_event_destroy(a, ev);
+        return;
     }
     a->spare_events[a->nspare_events++] = ev;
 }
@@ -279,16 +268,8 @@ static hbm_status begin_route(hbm_allocator *a, hbm_mempool id, bool by_thread, 
         }
     if (rc == HBM_OK && !by_thread)
         rc = hbm__dev_stream_check(a, stream);
-    if (rc == HBM_OK && a->nroutes == a->cap_routes) {
-        size_t cap = a->cap_routes ? a->cap_routes * 2 : 4;
-        hbm__route *r = realloc(a->routes, cap * sizeof *r);
-        if (!r)
-            rc = HBM_ERR_NOMEM;
-        else {
-            a->routes = r;
-            a->cap_routes = cap;
-        }
-    }
+    if (rc == HBM_OK && hbm__grow((void **)&a->routes, &a->cap_routes, a->nroutes + 1, sizeof *a->routes))
+        rc = HBM_ERR_NOMEM;
     if (rc == HBM_OK) {
         a->routes[a->nroutes++] = (hbm__route){m, by_thread, stream, pthread_self()};
         m->use_count++;

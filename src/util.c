@@ -73,6 +73,21 @@ int hbm__parse_size(const char *s, size_t *out)
     return -1;
 }
 
+int hbm__grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap * 2 : 16;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
 void hbm__format_size(uint64_t n, char *buf, size_t len)
 {
     /* Same thresholds as PyTorch's format_size (<= 1024 bytes, <= 1 MiB, <= 1 GiB). */

@@ -20,6 +20,10 @@ int hbm__parse_u64(const char *s, uint64_t *out);
 /* PyTorch's format_size: "512 bytes", "1.50 KiB", "20.00 MiB", "80.00 GiB". */
 void hbm__format_size(uint64_t n, char *buf, size_t len);
 
+/* Make room for `need` elements of `elem` bytes in *p (capacity *cap, doubled as it grows).
+ * 0, or -1 with *p and *cap unchanged when host memory runs out. */
+int hbm__grow(void **p, size_t *cap, size_t need, size_t elem);
+
 /* Bounded appender: writes at most cap-1 bytes and keeps buf NUL-terminated. */
 typedef struct hbm__sbuf {
     char *buf;

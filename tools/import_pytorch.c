@@ -17,6 +17,7 @@
 
 #include "pickle.h"
 #include "trace.h"
+#include "../src/util.h"
 
 static int fail(char *err, size_t errlen, const char *name, const char *msg)
 {
@@ -129,15 +130,10 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
             if (pv_int(pv_get(blk, "requested_size"), &req) || req <= 0)
                 req = size;
             if (pv_is_str(pv_get(blk, "state"), "active_allocated") && !tb_is_live(live, (uint64_t)at)) {
-                if (npre == cap_pre) {
-                    cap_pre = cap_pre ? cap_pre * 2 : 256;
-                    pre *np = realloc(pres, cap_pre * sizeof *np);
-                    if (!np) {
-                        tb_finish(live);
-                        trace_free(&scratch);
-                        goto nomem;
-                    }
-                    pres = np;
+                if (hbm__grow((void **)&pres, &cap_pre, npre + 1, sizeof *pres)) {
+                    tb_finish(live);
+                    trace_free(&scratch);
+                    goto nomem;
                 }
                 pres[npre++] = (pre){(uint64_t)at, (uint64_t)req, (hbm_stream)stream};
             }

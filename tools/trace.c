@@ -14,6 +14,8 @@
  */
 #include "trace.h"
 
+#include "../src/util.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,14 +110,8 @@ struct trace_builder {
 
 static int push(trace *t, trace_event e)
 {
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 4096;
-        trace_event *ev = realloc(t->ev, cap * sizeof *ev);
-        if (!ev)
-            return -1;
-        t->ev = ev;
-        t->cap = cap;
-    }
+    if (hbm__grow((void **)&t->ev, &t->cap, t->n + 1, sizeof *t->ev))
+        return -1;
     t->ev[t->n++] = e;
     return 0;
 }
@@ -167,14 +163,8 @@ int tb_free(trace_builder *b, uint64_t key, uint32_t line)
     if (!b->ids.keys[i])
         return -1;
     trace_event e = {.kind = EV_FREE, .slot = b->ids.slots[i], .line = line};
-    if (b->nfree == b->cap_free) {
-        size_t cap = b->cap_free ? b->cap_free * 2 : 1024;
-        uint32_t *fl = realloc(b->free_slots, cap * sizeof *fl);
-        if (!fl)
-            return -2;
-        b->free_slots = fl;
-        b->cap_free = cap;
-    }
+    if (hbm__grow((void **)&b->free_slots, &b->cap_free, b->nfree + 1, sizeof *b->free_slots))
+        return -2;
     if (push(b->t, e))
         return -2;
     idmap_del(&b->ids, i);

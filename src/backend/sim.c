@@ -104,21 +104,6 @@ typedef struct sim {
     size_t nevents, cap_events;
 } sim;
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap * 2 : 16;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = n;
-    return 0;
-}
-
 /* ---- address ranges (address-only mode) ---- */
 
 static int range_take(sim_dev *d, size_t size, uintptr_t *out)
@@ -156,7 +141,7 @@ static int range_give(sim_dev *d, uintptr_t addr, size_t size)
     } else if (merge_next) {
         d->free_ranges[i].start = addr;
     } else {
-        if (grow((void **)&d->free_ranges, &d->cap_ranges, d->nranges + 1, sizeof(sim_range)))
+        if (hbm__grow((void **)&d->free_ranges, &d->cap_ranges, d->nranges + 1, sizeof(sim_range)))
             return -1;
         memmove(&d->free_ranges[i + 1], &d->free_ranges[i], (d->nranges - i) * sizeof(sim_range));
         d->free_ranges[i] = (sim_range){addr, end};
@@ -218,7 +203,7 @@ static int sim_alloc_fn(void *ctx, int device, size_t size, uintptr_t *out)
         rc = HBM__BE_OOM;
         goto done;
     }
-    if (grow((void **)&s->live, &s->cap_live, s->nlive + 1, sizeof(sim_alloc))) {
+    if (hbm__grow((void **)&s->live, &s->cap_live, s->nlive + 1, sizeof(sim_alloc))) {
         rc = HBM__SIM_ERR_HOST;
         goto done;
     }
@@ -327,7 +312,7 @@ static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *va)
     if (!rc && (size == 0 || size % s->granularity))
         rc = HBM__SIM_ERR_ALIGN;
     uint64_t *pages = NULL;
-    if (!rc && (grow((void **)&s->resv, &s->cap_resv, s->nresv + 1, sizeof(sim_resv)) ||
+    if (!rc && (hbm__grow((void **)&s->resv, &s->cap_resv, s->nresv + 1, sizeof(sim_resv)) ||
                 !(pages = calloc(size / s->granularity, sizeof *pages))))
         rc = HBM__SIM_ERR_HOST;
     if (!rc && range_take(&s->dev[device], size, va))
@@ -373,7 +358,7 @@ static int sim_create(void *ctx, int device, size_t size, uint64_t *handle)
     sim_dev *d = rc ? NULL : &s->dev[device];
     if (!rc && (size > d->capacity - d->used - d->others || d->used + d->others > d->capacity))
         rc = HBM__BE_OOM;
-    if (!rc && grow((void **)&s->handles, &s->cap_handles, s->nhandles + 1, sizeof(sim_handle)))
+    if (!rc && hbm__grow((void **)&s->handles, &s->cap_handles, s->nhandles + 1, sizeof(sim_handle)))
         rc = HBM__SIM_ERR_HOST;
     if (!rc) {
         /* Handles are never reused, so a stale one is always caught. */
@@ -483,7 +468,7 @@ static sim_stream *stream_get(sim *s, int device, hbm_stream id, int create)
         if (s->streams[i].id == id && s->streams[i].device == device)
             return &s->streams[i];
     if (!create || (s->strict_streams && id != 0) ||
-        grow((void **)&s->streams, &s->cap_streams, s->nstreams + 1, sizeof(sim_stream)))
+        hbm__grow((void **)&s->streams, &s->cap_streams, s->nstreams + 1, sizeof(sim_stream)))
         return NULL;
     s->streams[s->nstreams] = (sim_stream){id, device, 0, 0, 0};
     return &s->streams[s->nstreams++];
@@ -510,7 +495,7 @@ static int sim_event_create(void *ctx, int device, uint64_t *event)
     sim *s = ctx;
     pthread_mutex_lock(&s->lock);
     int rc = ev_begin(s, HBM__OP_EVENT, device);
-    if (!rc && grow((void **)&s->events, &s->cap_events, s->nevents + 1, sizeof(sim_event)))
+    if (!rc && hbm__grow((void **)&s->events, &s->cap_events, s->nevents + 1, sizeof(sim_event)))
         rc = HBM__SIM_ERR_HOST;
     if (!rc) {
         s->events[s->nevents] = (sim_event){1, device, 0, 0, 0};
