@@ -17,6 +17,7 @@
 
 #include "hbmalloc.h"
 #include "trace.h"
+#include "bench_util.h"
 
 #define REPS 15
 
@@ -25,18 +26,6 @@ static double now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int dcmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, dcmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static volatile uintptr_t sink;
@@ -91,7 +80,7 @@ static void bench_pairs(void)
             h[r] = pair_hbm(a, sizes[k], n);
             g[r] = pair_glibc(sizes[k], n);
         }
-        double mh = median(h, REPS), mg = median(g, REPS);
+        double mh = bench_median(h, REPS), mg = bench_median(g, REPS);
         printf("  %-10zu %10.1f %10.1f %8.2f\n", sizes[k], mh, mg, mh / mg);
     }
     hbm_destroy(a);
@@ -148,7 +137,7 @@ static void bench_trace(const char *path)
         h[r] = trace_hbm(&t, slot);
         g[r] = trace_glibc(&t, slot);
     }
-    double mh = median(h, REPS), mg = median(g, REPS);
+    double mh = bench_median(h, REPS), mg = bench_median(g, REPS);
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     printf("  %-40s %8zu %10.1f %10.1f %8.2f %8.1f\n", base, t.n, mh / (double)t.n, mg / (double)t.n, mh / mg,
            (double)t.n / mh * 1e3);
@@ -210,7 +199,7 @@ static void bench_threads(void)
         one[r] = threads_mops(1, ops);
         two[r] = threads_mops(2, ops);
     }
-    double m1 = median(one, REPS), m2 = median(two, REPS);
+    double m1 = bench_median(one, REPS), m2 = bench_median(two, REPS);
     printf("\nthreads sharing one allocator (malloc/free of 512 B - 2 MiB, M ops/s, median of %d)\n", REPS);
     printf("  1 thread %8.2f   2 threads %8.2f   ratio %.2f\n", m1, m2, m2 / m1);
 }

@@ -13,27 +13,9 @@
 #include "hbmalloc.h"
 #include "pickle.h"
 #include "trace.h"
+#include "bench_util.h"
 
 #define REPS 15
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int dcmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, dcmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static double replay_once(const trace *t, void **slot)
 {
@@ -43,7 +25,7 @@ static double replay_once(const trace *t, void **slot)
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (size_t i = 0; i < t->n; i++) {
         const trace_event *e = &t->ev[i];
         if (e->kind == EV_ALLOC)
@@ -53,7 +35,7 @@ static double replay_once(const trace *t, void **slot)
         else
             hbm_empty_cache(a);
     }
-    double dt = now_s() - t0;
+    double dt = bench_now_s() - t0;
     hbm_destroy(a);
     return dt;
 }
@@ -74,10 +56,10 @@ int main(int argc, char **argv)
         int is_pickle = len && data[0] == 0x80;
         trace t;
         for (int r = 0; r < REPS; r++) {
-            double t0 = now_s();
+            double t0 = bench_now_s();
             int rc = is_pickle ? trace_read_pickle_mem(argv[f], data, len, 0, &t, err, sizeof err)
                                : trace_read_text_mem(argv[f], (const char *)data, len, &t, err, sizeof err);
-            imp[r] = (double)len / (now_s() - t0) / 1e6;
+            imp[r] = (double)len / (bench_now_s() - t0) / 1e6;
             if (rc) {
                 fprintf(stderr, "%s\n", err);
                 return 1;
@@ -89,7 +71,7 @@ int main(int argc, char **argv)
         for (int r = 0; r < REPS; r++)
             rep[r] = (double)t.n / replay_once(&t, slot) / 1e6;
         const char *base = strrchr(argv[f], '/') ? strrchr(argv[f], '/') + 1 : argv[f];
-        printf("  %-44s %10zu %12.1f %14.2f%s\n", base, len, median(imp, REPS), median(rep, REPS),
+        printf("  %-44s %10zu %12.1f %14.2f%s\n", base, len, bench_median(imp, REPS), bench_median(rep, REPS),
                is_pickle ? "" : "  (text import)");
         free(slot);
         trace_free(&t);

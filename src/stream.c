@@ -212,6 +212,17 @@ static hbm__mempool *mempool_find(hbm_allocator *a, hbm_mempool id)
     return NULL;
 }
 
+/* A pool still held by someone, or NULL with the error set. */
+static hbm__mempool *mempool_held(hbm_allocator *a, hbm_mempool id)
+{
+    hbm__mempool *m = mempool_find(a, id);
+    if (!m || m->use_count == 0) {
+        hbm__set_error(a, "private pool %llu does not exist (or was released already)", (unsigned long long)id);
+        return NULL;
+    }
+    return m;
+}
+
 /* Live (allocated or pending) blocks and reserved bytes of a private pool's segments. */
 static void mempool_usage(hbm_allocator *a, const hbm__mempool *m, size_t *live, size_t *reserved, size_t *segments)
 {
@@ -254,12 +265,8 @@ static hbm_status begin_route(hbm_allocator *a, hbm_mempool id, bool by_thread, 
     if (!a)
         return HBM_ERR_INVALID;
     pthread_mutex_lock(&a->lock);
-    hbm_status rc = HBM_OK;
-    hbm__mempool *m = mempool_find(a, id);
-    if (!m || m->use_count == 0) {
-        hbm__set_error(a, "private pool %llu does not exist (or was released)", (unsigned long long)id);
-        rc = HBM_ERR_INVALID;
-    }
+    hbm__mempool *m = mempool_held(a, id);
+    hbm_status rc = m ? HBM_OK : HBM_ERR_INVALID;
     for (size_t i = 0; rc == HBM_OK && i < a->nroutes; i++)
         if (a->routes[i].mp == m) {
             hbm__set_error(a, "private pool %llu: already routing allocations to it (end it first)",
@@ -311,9 +318,8 @@ hbm_status hbm_mempool_release(hbm_allocator *a, hbm_mempool id)
         return HBM_ERR_INVALID;
     pthread_mutex_lock(&a->lock);
     hbm_status rc = HBM_OK;
-    hbm__mempool *m = mempool_find(a, id);
-    if (!m || m->use_count == 0) {
-        hbm__set_error(a, "private pool %llu does not exist (or was released already)", (unsigned long long)id);
+    hbm__mempool *m = mempool_held(a, id);
+    if (!m) {
         rc = HBM_ERR_INVALID;
     } else {
         m->use_count--;

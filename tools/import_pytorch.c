@@ -35,6 +35,16 @@ static void copy_str(const pv *v, char *out, size_t n)
     out[len] = 0;
 }
 
+/* A trace entry's action and numbers (0 where absent). */
+static void event_fields(const pv *e, const pv **action, int64_t *addr, int64_t *size, int64_t *stream)
+{
+    *action = pv_get(e, "action");
+    *addr = *size = *stream = 0;
+    pv_int(pv_get(e, "addr"), addr);
+    pv_int(pv_get(e, "size"), size);
+    pv_int(pv_get(e, "stream"), stream);
+}
+
 /* Sum of segment sizes on the device, and the pre-existing blocks (addr, size, stream). */
 typedef struct pre {
     uint64_t addr, size;
@@ -164,11 +174,9 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     /* The history, and the recording allocator's reserved memory along it. */
     int64_t seg_delta = 0, cur = 0, peak = 0;
     for (uint32_t i = 0; i < nev; i++) {
-        const pv *e = pv_at(events, i), *act = pv_get(e, "action");
-        int64_t addr = 0, size = 0, stream = 0;
-        pv_int(pv_get(e, "addr"), &addr);
-        pv_int(pv_get(e, "size"), &size);
-        pv_int(pv_get(e, "stream"), &stream);
+        const pv *act;
+        int64_t addr, size, stream;
+        event_fields(pv_at(events, i), &act, &addr, &size, &stream);
         if (pv_is_str(act, "segment_alloc") || pv_is_str(act, "segment_map"))
             seg_delta += size;
         else if (pv_is_str(act, "segment_free") || pv_is_str(act, "segment_unmap"))
@@ -177,11 +185,9 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     int64_t start = end_reserved - seg_delta;
     cur = peak = start;
     for (uint32_t i = 0; i < nev; i++) {
-        const pv *e = pv_at(events, i), *act = pv_get(e, "action");
-        int64_t addr = 0, size = 0, stream = 0;
-        pv_int(pv_get(e, "addr"), &addr);
-        pv_int(pv_get(e, "size"), &size);
-        pv_int(pv_get(e, "stream"), &stream);
+        const pv *act;
+        int64_t addr, size, stream;
+        event_fields(pv_at(events, i), &act, &addr, &size, &stream);
         int res = 0;
         if (pv_is_str(act, "alloc")) {
             if (size < 0) {
