@@ -57,8 +57,10 @@ hbm_status hbm_backend_open(hbm_backend **out, const char *spec, char *err, size
         rc = hbm__sim_open(b, opts, local, sizeof local);
     } else if (nlen == 4 && !strncmp(spec, "cuda", 4)) {
         rc = hbm__cuda_open(b, opts, local, sizeof local);
+    } else if ((nlen == 3 && !strncmp(spec, "acl", 3)) || (nlen == 3 && !strncmp(spec, "npu", 3))) {
+        rc = hbm__acl_open(b, opts, local, sizeof local);
     } else {
-        snprintf(local, sizeof local, "unknown backend '%.*s' in '%s' (available: sim, cuda)", (int)nlen, spec, spec);
+        snprintf(local, sizeof local, "unknown backend '%.*s' in '%s' (available: sim, cuda, acl or its alias npu)", (int)nlen, spec, spec);
         rc = HBM_ERR_INVALID;
     }
     if (rc != HBM_OK) {

@@ -96,5 +96,8 @@ struct hbm_backend {
 /* Constructors, one per backend file. spec_opts is the text after "name:" (may be ""). */
 int hbm__sim_open(struct hbm_backend *b, const char *spec_opts, char *err, size_t errlen);
 int hbm__cuda_open(struct hbm_backend *b, const char *spec_opts, char *err, size_t errlen);
+int hbm__acl_open(struct hbm_backend *b, const char *spec_opts, char *err, size_t errlen);
+/* The name of an AscendCL error code (ACL_ERROR_RT_FEATURE_NOT_SUPPORT), or NULL. */
+const char *hbm__acl_error_name(int code);
 
 #endif /* HBM_BACKEND_H */

@@ -1,0 +1,562 @@
+/*
+ * acl.c: the Ascend NPU backend over AscendCL (CANN), loaded at run time.
+ *
+ * Owns loading libascendcl.so (or the file named by the spec's lib= or by
+ * HBMALLOC_LIBASCENDCL), resolving each entry point by name as torch_npu
+ * does (a missing optional symbol is NULL, never a crash), aclInit and the
+ * per-thread current device, probing virtual-memory support the way torch_npu
+ * probes it, and turning aclError codes into names plus the runtime's own
+ * recent error message. Declares the few ACL types it needs itself (layouts
+ * from the CANN headers, checked below): no CANN header is needed to build.
+ * Knows nothing of pools or policy.
+ */
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+/* ---- AscendCL types and constants (acl_base.h / acl_rt.h, ACL 1.15) ---- */
+typedef int aclError;
+typedef void *aclrtStream, *aclrtEvent, *aclrtDrvMemHandle;
+
+enum {
+    ACL_SUCCESS = 0,
+    ACL_ERROR_REPEAT_INITIALIZE = 100002,
+    ACL_ERROR_BAD_ALLOC = 200000,
+    ACL_ERROR_RT_FEATURE_NOT_SUPPORT = 207000,
+    ACL_ERROR_RT_MEMORY_ALLOCATION = 207001,
+    ACL_ERROR_RT_DEVICE_OOM = 207018,
+    ACL_MEM_MALLOC_HUGE_FIRST = 0,
+    ACL_HBM_MEM = 1,
+    ACL_HBM_MEM_HUGE = 4,
+    ACL_MEM_LOCATION_TYPE_DEVICE = 1,
+    ACL_MEM_ALLOCATION_TYPE_PINNED = 0,
+    ACL_MEM_HANDLE_TYPE_NONE = 0,
+    ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
+    ACL_EVENT_CAPTURE_STREAM_PROGRESS = 0x2,
+    ACL_EVENT_RECORDED_STATUS_COMPLETE = 1, /* aclrtQueryEventStatus */
+    ACL_EVENT_STATUS_COMPLETE = 0,          /* the deprecated aclrtQueryEvent: the other way round */
+    ACL_PKG_NAME_DRIVER = 7,
+};
+
+typedef struct aclrtMemLocation {
+    unsigned id; /* id first, then type: the reverse of CUDA's CUmemLocation */
+    int type;
+} aclrtMemLocation;
+
+typedef struct aclrtPhysicalMemProp {
+    int handleType;
+    int allocationType;
+    int memAttr;
+    aclrtMemLocation location;
+    unsigned long long reserve;
+} aclrtPhysicalMemProp;
+
+typedef struct aclCANNPackageVersion {
+    char version[128];
+    char majorVersion[64], minorVersion[64], releaseVersion[64], patchVersion[64];
+    char reserved[128];
+} aclCANNPackageVersion;
+
+_Static_assert(sizeof(aclrtPhysicalMemProp) == 32, "aclrtPhysicalMemProp layout");
+_Static_assert(offsetof(aclrtPhysicalMemProp, location) == 12, "aclrtPhysicalMemProp.location offset");
+_Static_assert(offsetof(aclrtPhysicalMemProp, reserve) == 24, "aclrtPhysicalMemProp.reserve offset");
+_Static_assert(sizeof(aclCANNPackageVersion) == 512, "aclCANNPackageVersion layout");
+
+/* ---- entry points ---- */
+typedef struct acl_fns {
+    aclError (*Init)(const char *);
+    aclError (*Finalize)(void);
+    aclError (*SetDevice)(int);
+    aclError (*ResetDevice)(int);
+    aclError (*GetDevice)(int *);
+    aclError (*GetDeviceCount)(unsigned *);
+    aclError (*Malloc)(void **, size_t, int);
+    aclError (*Free)(void *);
+    aclError (*GetMemInfo)(int, size_t *, size_t *);
+    aclError (*SynchronizeStream)(aclrtStream);
+    aclError (*CreateEvent)(aclrtEvent *);
+    aclError (*CreateEventExWithFlag)(aclrtEvent *, unsigned);
+    aclError (*RecordEvent)(aclrtEvent, aclrtStream);
+    aclError (*QueryEventStatus)(aclrtEvent, int *);
+    aclError (*QueryEvent)(aclrtEvent, int *);
+    aclError (*SynchronizeEvent)(aclrtEvent);
+    aclError (*DestroyEvent)(aclrtEvent);
+    aclError (*ReserveMemAddress)(void **, size_t, size_t, void *, unsigned long long);
+    aclError (*ReleaseMemAddress)(void *);
+    aclError (*MallocPhysical)(aclrtDrvMemHandle *, size_t, const aclrtPhysicalMemProp *, unsigned long long);
+    aclError (*FreePhysical)(aclrtDrvMemHandle);
+    aclError (*MapMem)(void *, size_t, size_t, aclrtDrvMemHandle, unsigned long long);
+    aclError (*UnmapMem)(void *);
+    aclError (*MemGetAllocationGranularity)(aclrtPhysicalMemProp *, int, size_t *);
+    const char *(*GetRecentErrMsg)(void);
+    aclError (*GetVersion)(int *, int *, int *);
+    aclError (*GetCANNVersion)(int, aclCANNPackageVersion *);
+    const char *(*GetSocName)(void);
+} acl_fns;
+
+typedef struct sym {
+    const char *name;
+    size_t offset;
+    int required;
+} sym;
+
+#define F(field) offsetof(acl_fns, field)
+static const sym syms[] = {
+    {"aclInit", F(Init), 1},
+    {"aclFinalize", F(Finalize), 1},
+    {"aclrtSetDevice", F(SetDevice), 1},
+    {"aclrtResetDevice", F(ResetDevice), 1},
+    {"aclrtGetDevice", F(GetDevice), 0},
+    {"aclrtGetDeviceCount", F(GetDeviceCount), 1},
+    {"aclrtMalloc", F(Malloc), 1},
+    {"aclrtFree", F(Free), 1},
+    {"aclrtGetMemInfo", F(GetMemInfo), 1},
+    {"aclrtSynchronizeStream", F(SynchronizeStream), 1},
+    {"aclrtCreateEvent", F(CreateEvent), 1},
+    {"aclrtCreateEventExWithFlag", F(CreateEventExWithFlag), 0},
+    {"aclrtRecordEvent", F(RecordEvent), 1},
+    {"aclrtQueryEventStatus", F(QueryEventStatus), 0},
+    {"aclrtQueryEvent", F(QueryEvent), 0},
+    {"aclrtSynchronizeEvent", F(SynchronizeEvent), 1},
+    {"aclrtDestroyEvent", F(DestroyEvent), 1},
+    {"aclrtReserveMemAddress", F(ReserveMemAddress), 0},
+    {"aclrtReleaseMemAddress", F(ReleaseMemAddress), 0},
+    {"aclrtMallocPhysical", F(MallocPhysical), 0},
+    {"aclrtFreePhysical", F(FreePhysical), 0},
+    {"aclrtMapMem", F(MapMem), 0},
+    {"aclrtUnmapMem", F(UnmapMem), 0},
+    {"aclrtMemGetAllocationGranularity", F(MemGetAllocationGranularity), 0},
+    {"aclGetRecentErrMsg", F(GetRecentErrMsg), 0},
+    {"aclrtGetVersion", F(GetVersion), 0},
+    {"aclsysGetCANNVersion", F(GetCANNVersion), 0},
+    {"aclrtGetSocName", F(GetSocName), 0},
+};
+#undef F
+
+#define ACL_MAX_DEVICES 64
+
+typedef struct acl {
+    void *lib;
+    acl_fns fn;
+    int ndev;
+    int initialised;                        /* our aclInit returned 0: we owe one aclFinalize */
+    atomic_long set_device[ACL_MAX_DEVICES]; /* aclrtSetDevice calls we made: each owes an aclrtResetDevice */
+} acl;
+
+/* aclError names (acl_base.h, rt_error_codes.h). */
+static const struct {
+    int code;
+    const char *name;
+} names[] = {
+    {100000, "ACL_ERROR_INVALID_PARAM"},
+    {100001, "ACL_ERROR_UNINITIALIZE"},
+    {100002, "ACL_ERROR_REPEAT_INITIALIZE"},
+    {200000, "ACL_ERROR_BAD_ALLOC"},
+    {200001, "ACL_ERROR_API_NOT_SUPPORT"},
+    {200002, "ACL_ERROR_INVALID_DEVICE"},
+    {200003, "ACL_ERROR_MEMORY_ADDRESS_UNALIGNED"},
+    {200006, "ACL_ERROR_FEATURE_UNSUPPORTED"},
+    {300000, "ACL_ERROR_STORAGE_OVER_LIMIT"},
+    {500000, "ACL_ERROR_INTERNAL_ERROR"},
+    {500001, "ACL_ERROR_FAILURE"},
+    {500003, "ACL_ERROR_RT_FAILURE"},
+    {500004, "ACL_ERROR_DRV_FAILURE"},
+    {107000, "ACL_ERROR_RT_PARAM_INVALID"},
+    {107001, "ACL_ERROR_RT_INVALID_DEVICEID"},
+    {107002, "ACL_ERROR_RT_CONTEXT_NULL"},
+    {107003, "ACL_ERROR_RT_STREAM_CONTEXT"},
+    {107008, "ACL_ERROR_RT_ADDR_UNALIGNED"},
+    {107016, "ACL_ERROR_RT_INVALID_MEMORY_TYPE"},
+    {107017, "ACL_ERROR_RT_INVALID_HANDLE"},
+    {107018, "ACL_ERROR_RT_INVALID_MALLOC_TYPE"},
+    {107019, "ACL_ERROR_RT_WAIT_TIMEOUT"},
+    {107022, "ACL_ERROR_RT_DEVICE_TASK_ABORT"},
+    {207000, "ACL_ERROR_RT_FEATURE_NOT_SUPPORT"},
+    {207001, "ACL_ERROR_RT_MEMORY_ALLOCATION"},
+    {207002, "ACL_ERROR_RT_MEMORY_FREE"},
+    {207004, "ACL_ERROR_RT_NO_DEVICE"},
+    {207005, "ACL_ERROR_RT_RESOURCE_ALLOC_FAIL"},
+    {207006, "ACL_ERROR_RT_NO_PERMISSION"},
+    {207018, "ACL_ERROR_RT_DEVICE_OOM"},
+    {507000, "ACL_ERROR_RT_INTERNAL_ERROR"},
+    {507011, "ACL_ERROR_RT_MODEL_EXECUTE"},
+    {507015, "ACL_ERROR_RT_AICORE_EXCEPTION"},
+    {507018, "ACL_ERROR_RT_AICPU_EXCEPTION"},
+    {507033, "ACL_ERROR_RT_DEV_SETUP_ERROR"},
+    {507053, "ACL_ERROR_RT_DEVICE_MEM_ERROR"},
+    {507054, "ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR"},
+    {507899, "ACL_ERROR_RT_DRV_INTERNAL_ERROR"},
+    {507901, "ACL_ERROR_RT_SOCKET_CLOSE"},
+};
+
+const char *hbm__acl_error_name(int code)
+{
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].code == code)
+            return names[i].name;
+    return NULL;
+}
+
+static int resolve(acl *c, const char *lib, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *p = dlsym(c->lib, syms[i].name);
+        if (!p && syms[i].required) {
+            snprintf(err, errlen, "acl: %.200s lacks %s: not an AscendCL runtime, or too old", lib, syms[i].name);
+            return -1;
+        }
+        memcpy((char *)&c->fn + syms[i].offset, &p, sizeof p);
+    }
+    if (!c->fn.QueryEventStatus && !c->fn.QueryEvent) {
+        snprintf(err, errlen, "acl: %.200s has neither aclrtQueryEventStatus nor aclrtQueryEvent", lib);
+        return -1;
+    }
+    return 0;
+}
+
+/* Make `device` current on the calling thread, as torch_npu's device guard
+ * does; aclrtSetDevice only when it is not current already. */
+static aclError use_device(acl *c, int device)
+{
+    if (device < 0 || device >= c->ndev)
+        return 107001; /* ACL_ERROR_RT_INVALID_DEVICEID */
+    int cur = -1;
+    if (c->fn.GetDevice && c->fn.GetDevice(&cur) == ACL_SUCCESS && cur == device)
+        return ACL_SUCCESS;
+    aclError rc = c->fn.SetDevice(device);
+    if (rc == ACL_SUCCESS)
+        atomic_fetch_add(&c->set_device[device], 1);
+    return rc;
+}
+
+static int code(aclError rc)
+{
+    return rc == ACL_ERROR_RT_MEMORY_ALLOCATION || rc == ACL_ERROR_RT_DEVICE_OOM || rc == ACL_ERROR_BAD_ALLOC
+               ? HBM__BE_OOM
+               : rc;
+}
+
+#define ON_DEVICE(c, device, expr)                         \
+    do {                                                   \
+        aclError rc_ = use_device((c), (device));          \
+        return code(rc_ != ACL_SUCCESS ? rc_ : (expr));    \
+    } while (0)
+
+static int acl_alloc(void *ctx, int device, size_t size, uintptr_t *out)
+{
+    acl *c = ctx;
+    void *p = NULL;
+    aclError rc = use_device(c, device);
+    if (rc == ACL_SUCCESS)
+        rc = c->fn.Malloc(&p, size, ACL_MEM_MALLOC_HUGE_FIRST); /* huge pages first, as torch_npu */
+    *out = (uintptr_t)p;
+    return code(rc);
+}
+
+static int acl_free(void *ctx, int device, uintptr_t ptr, size_t size)
+{
+    acl *c = ctx;
+    (void)size;
+    ON_DEVICE(c, device, c->fn.Free((void *)ptr));
+}
+
+static int acl_info(void *ctx, int device, size_t *free_bytes, size_t *total_bytes)
+{
+    acl *c = ctx;
+    ON_DEVICE(c, device, c->fn.GetMemInfo(ACL_HBM_MEM, free_bytes, total_bytes));
+}
+
+/* "NAME (code): the runtime's recent error message". */
+static const char *acl_strerror(void *ctx, int rc)
+{
+    acl *c = ctx;
+    static __thread char buf[512]; /* one message per thread, read at once by device.c */
+    int r = rc == HBM__BE_OOM ? ACL_ERROR_RT_MEMORY_ALLOCATION : rc;
+    const char *name = hbm__acl_error_name(r);
+    const char *msg = c->fn.GetRecentErrMsg ? c->fn.GetRecentErrMsg() : NULL;
+    snprintf(buf, sizeof buf, "%s (%d): %.380s", name ? name : "unknown aclError", r,
+             msg && *msg ? msg : "no message from the runtime");
+    return buf;
+}
+
+static void prop_for(aclrtPhysicalMemProp *p, int device)
+{
+    memset(p, 0, sizeof *p);
+    p->handleType = ACL_MEM_HANDLE_TYPE_NONE;
+    p->allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
+    p->memAttr = ACL_HBM_MEM_HUGE; /* must match the huge-page reservation (flags 1) */
+    p->location.id = (unsigned)device;
+    p->location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+}
+
+static int acl_reserve(void *ctx, int device, size_t size, uintptr_t *va)
+{
+    acl *c = ctx;
+    void *p = NULL;
+    aclError rc = use_device(c, device);
+    if (rc == ACL_SUCCESS)
+        rc = c->fn.ReserveMemAddress(&p, size, 0, NULL, 1); /* alignment 0, no fixed address, huge pages */
+    *va = (uintptr_t)p;
+    return code(rc);
+}
+
+static int acl_unreserve(void *ctx, int device, uintptr_t va, size_t size)
+{
+    acl *c = ctx;
+    (void)size; /* aclrtReleaseMemAddress takes the start only */
+    ON_DEVICE(c, device, c->fn.ReleaseMemAddress((void *)va));
+}
+
+static int acl_create(void *ctx, int device, size_t size, uint64_t *handle)
+{
+    acl *c = ctx;
+    aclrtPhysicalMemProp prop;
+    prop_for(&prop, device);
+    aclrtDrvMemHandle h = NULL;
+    aclError rc = use_device(c, device);
+    if (rc == ACL_SUCCESS)
+        rc = c->fn.MallocPhysical(&h, size, &prop, 0);
+    *handle = (uint64_t)(uintptr_t)h;
+    return code(rc);
+}
+
+static int acl_release(void *ctx, int device, uint64_t handle)
+{
+    acl *c = ctx;
+    ON_DEVICE(c, device, c->fn.FreePhysical((aclrtDrvMemHandle)(uintptr_t)handle));
+}
+
+static int acl_map(void *ctx, int device, uintptr_t va, size_t size, uint64_t handle)
+{
+    acl *c = ctx;
+    /* One whole handle per call, offset 0: the engine maps page by page. No access step follows. */
+    ON_DEVICE(c, device, c->fn.MapMem((void *)va, size, 0, (aclrtDrvMemHandle)(uintptr_t)handle, 0));
+}
+
+static int acl_unmap(void *ctx, int device, uintptr_t va, size_t size)
+{
+    acl *c = ctx;
+    (void)size; /* one unmap per map, by start address */
+    ON_DEVICE(c, device, c->fn.UnmapMem((void *)va));
+}
+
+static int acl_sync(void *ctx, int device, hbm_stream stream)
+{
+    acl *c = ctx;
+    ON_DEVICE(c, device, c->fn.SynchronizeStream((aclrtStream)(uintptr_t)stream));
+}
+
+static int acl_event_create(void *ctx, int device, uint64_t *ev)
+{
+    acl *c = ctx;
+    aclrtEvent e = NULL;
+    aclError rc = use_device(c, device);
+    if (rc == ACL_SUCCESS) /* reusable events, as torch_npu's event pool; plain events on older CANN */
+        rc = c->fn.CreateEventExWithFlag ? c->fn.CreateEventExWithFlag(&e, ACL_EVENT_CAPTURE_STREAM_PROGRESS)
+                                         : c->fn.CreateEvent(&e);
+    *ev = (uint64_t)(uintptr_t)e;
+    return code(rc);
+}
+
+static int acl_event_destroy(void *ctx, int device, uint64_t ev)
+{
+    acl *c = ctx;
+    ON_DEVICE(c, device, c->fn.DestroyEvent((aclrtEvent)(uintptr_t)ev));
+}
+
+static int acl_event_record(void *ctx, int device, uint64_t ev, hbm_stream stream)
+{
+    acl *c = ctx;
+    ON_DEVICE(c, device, c->fn.RecordEvent((aclrtEvent)(uintptr_t)ev, (aclrtStream)(uintptr_t)stream));
+}
+
+static int acl_event_query(void *ctx, int device, uint64_t ev)
+{
+    acl *c = ctx;
+    int status = -1;
+    aclError rc = use_device(c, device);
+    if (rc != ACL_SUCCESS)
+        return code(rc);
+    if (c->fn.QueryEventStatus) {
+        rc = c->fn.QueryEventStatus((aclrtEvent)(uintptr_t)ev, &status);
+        if (rc == ACL_SUCCESS)
+            return status == ACL_EVENT_RECORDED_STATUS_COMPLETE ? 0 : HBM__BE_NOT_READY;
+    } else {
+        rc = c->fn.QueryEvent((aclrtEvent)(uintptr_t)ev, &status);
+        if (rc == ACL_SUCCESS)
+            return status == ACL_EVENT_STATUS_COMPLETE ? 0 : HBM__BE_NOT_READY;
+    }
+    return code(rc);
+}
+
+static int acl_event_sync(void *ctx, int device, uint64_t ev)
+{
+    acl *c = ctx;
+    ON_DEVICE(c, device, c->fn.SynchronizeEvent((aclrtEvent)(uintptr_t)ev));
+}
+
+static void acl_close(void *ctx)
+{
+    acl *c = ctx;
+    for (int d = 0; d < c->ndev; d++)
+        for (long n = atomic_load(&c->set_device[d]); n > 0; n--)
+            c->fn.ResetDevice(d);
+    if (c->initialised)
+        c->fn.Finalize();
+    dlclose(c->lib);
+    free(c);
+}
+
+static const hbm__backend_ops acl_ops = {
+    .name = "acl",
+    .mem_alloc = acl_alloc,
+    .mem_free = acl_free,
+    .mem_info = acl_info,
+    .strerror = acl_strerror,
+    .cost_ns = NULL,
+    .close = acl_close,
+    .vmm_reserve = acl_reserve,
+    .vmm_unreserve = acl_unreserve,
+    .vmm_create = acl_create,
+    .vmm_release = acl_release,
+    .vmm_map = acl_map,
+    .vmm_unmap = acl_unmap,
+    .vmm_access = NULL, /* Ascend maps with access granted */
+    .stream_sync = acl_sync,
+    .event_create = acl_event_create,
+    .event_destroy = acl_event_destroy,
+    .event_record = acl_event_record,
+    .event_query = acl_event_query,
+    .event_sync = acl_event_sync,
+    .stream_check = NULL,
+};
+
+/* Parse "major.minor[.release...]" of a driver (HDK) version: 24.1.rc2, 23.0.RC3, 22.0.3. */
+static int hdk_major(const char *v) { return v && *v >= '0' && *v <= '9' ? atoi(v) : -1; }
+
+/* Virtual memory as torch_npu decides it: the entry points must exist (CANN 7.0.0+),
+ * then the probe aclrtReserveMemAddress(&p, 512, 0, NULL, 1) must succeed. */
+static void detect_vmm(acl *c, const char *driver, hbm__backend_caps *caps)
+{
+    caps->has_vmm = 0;
+    const acl_fns *f = &c->fn;
+    if (!f->ReserveMemAddress || !f->ReleaseMemAddress || !f->MallocPhysical || !f->FreePhysical || !f->MapMem ||
+        !f->UnmapMem) {
+        snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not,
+                 "the CANN runtime lacks aclrtReserveMemAddress and the other virtual-memory functions "
+                 "(they arrived in CANN 7.0.0)");
+        return;
+    }
+    for (int d = 0; d < c->ndev; d++) {
+        void *p = NULL;
+        aclError rc = use_device(c, d);
+        if (rc == ACL_SUCCESS)
+            rc = f->ReserveMemAddress(&p, 512, 0, NULL, 1);
+        if (rc == ACL_SUCCESS && p) {
+            f->ReleaseMemAddress(p);
+            continue;
+        }
+        const char *name = hbm__acl_error_name(rc);
+        const char *dv = driver && *driver ? driver : "version unknown";
+        int major = hdk_major(driver);
+        char tail[160] = "";
+        if (major >= 0 && major < 23)
+            snprintf(tail, sizeof tail, "; the Ascend driver (HDK %s) is older than 23.0.0, which expandable "
+                     "segments need", dv);
+        else if (rc == ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
+            snprintf(tail, sizeof tail, "; the driver (HDK %s) and firmware packages likely do not match "
+                     "(run hbmalloc doctor)", dv);
+        snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not, "device %d: the probe aclrtReserveMemAddress(512 bytes) "
+                 "returned %s (%d)%s", d, name ? name : "an error", rc, tail);
+        return;
+    }
+    size_t g = 0;
+    aclrtPhysicalMemProp prop;
+    prop_for(&prop, 0);
+    if (!f->MemGetAllocationGranularity ||
+        f->MemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &g) != ACL_SUCCESS || !g)
+        g = (size_t)2 << 20; /* documented as fixed at 2 MiB; the query is absent before CANN 8.0 */
+    caps->has_vmm = 1;
+    caps->vmm_granularity = g;
+}
+
+int hbm__acl_open(struct hbm_backend *b, const char *opts, char *err, size_t errlen)
+{
+    char lib[512];
+    const char *env = getenv("HBMALLOC_LIBASCENDCL");
+    snprintf(lib, sizeof lib, "%s", env && *env ? env : "libascendcl.so");
+    if (opts && *opts) {
+        if (strncmp(opts, "lib=", 4) != 0 || strchr(opts, ',')) {
+            snprintf(err, errlen, "acl: unknown option '%.200s' (known: lib=PATH)", opts);
+            return HBM_ERR_INVALID;
+        }
+        snprintf(lib, sizeof lib, "%s", opts + 4);
+    }
+    acl *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "acl: out of host memory");
+        return HBM_ERR_NOMEM;
+    }
+    c->lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!c->lib) {
+        snprintf(err, errlen, "acl: cannot load %.200s: %.200s (no CANN toolkit here? source set_env.sh, or "
+                 "HBMALLOC_LIBASCENDCL names another file)", lib, dlerror());
+        free(c);
+        return HBM_ERR_BACKEND;
+    }
+    err[0] = 0;
+    aclError rc = ACL_SUCCESS;
+    unsigned count = 0;
+    if (resolve(c, lib, err, errlen) == 0) {
+        rc = c->fn.Init(NULL);
+        /* Inside torch_npu the runtime is initialised already: older CANN answers 100002. */
+        c->initialised = rc == ACL_SUCCESS;
+        if (rc == ACL_ERROR_REPEAT_INITIALIZE)
+            rc = ACL_SUCCESS;
+        if (rc == ACL_SUCCESS)
+            rc = c->fn.GetDeviceCount(&count);
+        if (rc != ACL_SUCCESS || count < 1) {
+            const char *name = hbm__acl_error_name(rc);
+            const char *msg = c->fn.GetRecentErrMsg ? c->fn.GetRecentErrMsg() : NULL;
+            if (rc == ACL_SUCCESS)
+                snprintf(err, errlen, "acl: %.200s reports no NPU", lib);
+            else
+                snprintf(err, errlen, "acl: initialising the runtime failed: %s (%d): %.200s", name ? name : "?", rc,
+                         msg && *msg ? msg : "no message from the runtime");
+            if (c->initialised)
+                c->fn.Finalize();
+        }
+    }
+    if (err[0]) {
+        dlclose(c->lib);
+        free(c);
+        return HBM_ERR_BACKEND;
+    }
+    c->ndev = count < ACL_MAX_DEVICES ? (int)count : ACL_MAX_DEVICES;
+    char driver[64] = "", soc[64] = "";
+    aclCANNPackageVersion v;
+    memset(&v, 0, sizeof v);
+    if (c->fn.GetCANNVersion && c->fn.GetCANNVersion(ACL_PKG_NAME_DRIVER, &v) == ACL_SUCCESS)
+        snprintf(driver, sizeof driver, "%.60s", v.version);
+    const char *s = c->fn.GetSocName ? c->fn.GetSocName() : NULL;
+    if (s)
+        snprintf(soc, sizeof soc, "%.60s", s);
+    int maj = 0, min = 0, pat = 0;
+    if (!c->fn.GetVersion || c->fn.GetVersion(&maj, &min, &pat) != ACL_SUCCESS)
+        maj = min = pat = -1;
+    b->ops = &acl_ops;
+    b->ctx = c;
+    b->caps.device_count = c->ndev;
+    b->caps.dialect = HBM_DIALECT_NPU;
+    /* torch_npu adds 32 bytes to every request, except on Ascend950. */
+    b->caps.request_pad = strncmp(soc, "Ascend950", 9) == 0 ? 0 : 32;
+    b->caps.modelled_cost = 0;
+    snprintf(b->caps.version, sizeof b->caps.version, "AscendCL %d.%d.%d, driver %.20s, %.20s", maj, min, pat,
+             driver[0] ? driver : "unknown", soc[0] ? soc : "SoC unknown");
+    detect_vmm(c, driver, &b->caps);
+    return HBM_OK;
+}

@@ -1,0 +1,504 @@
+/*
+ * fake_acl.c: a stand-in libascendcl.so for testing the Ascend backend
+ * without an NPU. The AscendCL entry points the backend uses (ABI as acl_rt.h
+ * declares them), backed by host memory for aclrtMalloc and by bookkeeping for
+ * virtual memory, with the runtime's rules enforced so a wrong call fails as it
+ * would on a device: a current device per thread (aclrtSetDevice), physical
+ * props checked field by field (memAttr, location id then type), maps of one
+ * whole handle at a 2 MiB-aligned address inside a reservation, unmap and
+ * release by start address only, release only when nothing is mapped.
+ *
+ * Built twice: libfakeacl.so (CANN 8: everything) and, with FAKE_ACL_CANN6,
+ * libfakeacl_old.so (no virtual-memory functions, no aclrtQueryEventStatus,
+ * no aclsysGetCANNVersion, aclInit callable once per process).
+ *
+ * Modes, from fake_acl_set() or from the environment at first use
+ * (FAKE_ACL_MEMORY bytes, FAKE_ACL_DEVICES, FAKE_ACL_VMM, FAKE_ACL_DRIVER,
+ * FAKE_ACL_SOC): vmm=0 makes the reserve probe fail with 207000 and the
+ * recent-error text of a driver/firmware mismatch (the field report);
+ * fail_nth/fail_code inject a failure at the Nth call; hold_events keeps
+ * recorded events pending until a synchronize. fake_acl_outstanding() says
+ * what is still allocated, reserved, created, mapped, alive, set or initialised.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define API __attribute__((visibility("default")))
+
+typedef int aclError;
+
+enum { OK = 0, INVALID_PARAM = 100000, UNINITIALIZE = 100001, REPEAT_INITIALIZE = 100002, RT_PARAM_INVALID = 107000,
+       INVALID_DEVICEID = 107001, CONTEXT_NULL = 107002, INVALID_HANDLE = 107017, FEATURE_NOT_SUPPORT = 207000,
+       MEMORY_ALLOCATION = 207001, DRV_INTERNAL = 507899 };
+
+#define MAX 4096
+#define PAGE ((size_t)2 << 20)
+
+typedef struct prop {
+    int handleType, allocationType, memAttr;
+    unsigned id;
+    int type;
+    unsigned long long reserve;
+} prop;
+
+typedef struct cannver {
+    char version[128];
+    char parts[4][64];
+    char reserved[128];
+} cannver;
+
+static struct {
+    long memory, devices, vmm, fail_nth, fail_code, hold_events;
+    long calls, used;
+    int init;          /* aclInit references */
+    long set_refs[8];  /* aclrtSetDevice minus aclrtResetDevice, per device */
+    char driver[64], soc[64];
+    struct { void *p; size_t size; } allocs[MAX];
+    struct { uintptr_t va; size_t size; int huge; } resv[MAX];
+    struct { size_t size; int live, mapped; } handles[MAX];
+    struct { uintptr_t va; size_t size; long h; } maps[MAX];
+    struct { int live, recorded, done; void *stream; } events[MAX];
+    long nhandles, nevents;
+    uintptr_t next_va;
+    int ready;
+} F;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread int current = -1;
+static __thread char recent[256];
+
+API void fake_acl_reset(void);
+API void fake_acl_set(const char *key, long value);
+API void fake_acl_set_str(const char *key, const char *value);
+API void fake_acl_outstanding(long out[7]);
+
+static long env_long(const char *name, long dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? strtol(v, NULL, 10) : dflt;
+}
+
+API void fake_acl_reset(void)
+{
+    memset(&F, 0, sizeof F);
+    F.memory = env_long("FAKE_ACL_MEMORY", 1L << 30);
+    F.devices = env_long("FAKE_ACL_DEVICES", 1);
+    F.vmm = env_long("FAKE_ACL_VMM", 1);
+    F.fail_code = DRV_INTERNAL;
+    const char *d = getenv("FAKE_ACL_DRIVER"), *s = getenv("FAKE_ACL_SOC");
+    snprintf(F.driver, sizeof F.driver, "%s", d && *d ? d : "24.1.rc3");
+    snprintf(F.soc, sizeof F.soc, "%s", s && *s ? s : "Ascend910B3");
+    F.next_va = 0x12c000000000ull;
+    F.ready = 1;
+    current = -1;
+}
+
+API void fake_acl_set(const char *key, long value)
+{
+    if (!F.ready)
+        fake_acl_reset();
+    if (!strcmp(key, "memory")) F.memory = value;
+    else if (!strcmp(key, "devices")) F.devices = value;
+    else if (!strcmp(key, "vmm")) F.vmm = value;
+    else if (!strcmp(key, "fail_nth")) { F.fail_nth = value; F.calls = 0; }
+    else if (!strcmp(key, "fail_code")) F.fail_code = value;
+    else if (!strcmp(key, "hold_events")) F.hold_events = value;
+}
+
+API void fake_acl_set_str(const char *key, const char *value)
+{
+    if (!F.ready)
+        fake_acl_reset();
+    if (!strcmp(key, "driver")) snprintf(F.driver, sizeof F.driver, "%s", value);
+    else if (!strcmp(key, "soc")) snprintf(F.soc, sizeof F.soc, "%s", value);
+}
+
+API void fake_acl_outstanding(long out[7])
+{
+    long a = 0, r = 0, h = 0, m = 0, e = 0, s = 0;
+    for (int i = 0; i < MAX; i++) {
+        a += F.allocs[i].p != NULL;
+        r += F.resv[i].size != 0;
+        m += F.maps[i].size != 0;
+    }
+    for (long i = 0; i < F.nhandles; i++)
+        h += F.handles[i].live;
+    for (long i = 0; i < F.nevents; i++)
+        e += F.events[i].live;
+    for (int i = 0; i < 8; i++)
+        s += F.set_refs[i];
+    out[0] = a, out[1] = r, out[2] = h, out[3] = m, out[4] = e, out[5] = s, out[6] = F.init;
+}
+
+static aclError fail(aclError rc, const char *msg)
+{
+    snprintf(recent, sizeof recent, "%s", msg);
+    return rc;
+}
+
+/* Every runtime call counts; the Nth fails with fail_code. Memory calls need a current device. */
+static aclError enter(int need_device)
+{
+    if (!F.ready)
+        fake_acl_reset();
+    if (F.fail_nth && ++F.calls == F.fail_nth)
+        return fail((aclError)F.fail_code, "EE9999: injected failure");
+    if (!F.init)
+        return fail(UNINITIALIZE, "EH0001: aclInit has not been called");
+    if (need_device && current < 0)
+        return fail(CONTEXT_NULL, "EE1001: no device is set on this thread (aclrtSetDevice)");
+    return OK;
+}
+
+#define ENTER(need)                      \
+    do {                                 \
+        aclError e_ = enter(need);       \
+        if (e_)                          \
+            return e_;                   \
+    } while (0)
+
+API aclError aclInit(const char *config)
+{
+    (void)config;
+    if (!F.ready)
+        fake_acl_reset();
+#ifdef FAKE_ACL_CANN6
+    if (F.init) /* "can be called only once in a process" */
+        return fail(REPEAT_INITIALIZE, "EH0002: repeated initialisation");
+#endif
+    F.init++;
+    return OK;
+}
+
+API aclError aclFinalize(void)
+{
+    if (F.init <= 0)
+        return fail(UNINITIALIZE, "EH0001: aclFinalize without aclInit");
+    F.init--;
+    return OK;
+}
+
+API aclError aclrtGetDeviceCount(unsigned *n) { ENTER(0); *n = (unsigned)F.devices; return OK; }
+
+API aclError aclrtSetDevice(int d)
+{
+    ENTER(0);
+    if (d < 0 || d >= F.devices || d >= 8)
+        return fail(INVALID_DEVICEID, "EE1001: device id out of range");
+    pthread_mutex_lock(&lock);
+    F.set_refs[d]++;
+    pthread_mutex_unlock(&lock);
+    current = d;
+    return OK;
+}
+
+API aclError aclrtResetDevice(int d)
+{
+    ENTER(0);
+    if (d < 0 || d >= F.devices || d >= 8 || F.set_refs[d] <= 0)
+        return fail(INVALID_DEVICEID, "EE1001: reset of a device that was not set");
+    pthread_mutex_lock(&lock);
+    F.set_refs[d]--;
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
+
+API aclError aclrtGetDevice(int *d)
+{
+    ENTER(0);
+    if (current < 0)
+        return fail(CONTEXT_NULL, "EE1001: no device is set on this thread");
+    *d = current;
+    return OK;
+}
+
+API aclError aclrtMalloc(void **p, size_t size, int policy)
+{
+    ENTER(1);
+    if (!size || policy < 0 || policy > 7)
+        return fail(INVALID_PARAM, "EE1003: invalid size or policy");
+    pthread_mutex_lock(&lock);
+    size_t real = (size + 63) / 32 * 32; /* aligned to 32 and padded with 32 */
+    aclError rc = OK;
+    int slot = -1;
+    for (int i = 0; i < MAX && slot < 0; i++)
+        if (!F.allocs[i].p)
+            slot = i;
+    if (F.used + (long)real > F.memory || slot < 0)
+        rc = fail(MEMORY_ALLOCATION, "EL0004: Failed to allocate memory.");
+    else if (!(*p = malloc(real)))
+        rc = fail(MEMORY_ALLOCATION, "EL0004: host malloc failed");
+    else {
+        F.allocs[slot].p = *p, F.allocs[slot].size = real;
+        F.used += (long)real;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+API aclError aclrtFree(void *p)
+{
+    ENTER(1);
+    pthread_mutex_lock(&lock);
+    aclError rc = fail(RT_PARAM_INVALID, "EE1003: aclrtFree of an unknown pointer");
+    for (int i = 0; i < MAX; i++)
+        if (p && F.allocs[i].p == p) {
+            F.used -= (long)F.allocs[i].size;
+            free(p);
+            F.allocs[i].p = NULL;
+            rc = OK;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+API aclError aclrtGetMemInfo(int attr, size_t *free_bytes, size_t *total)
+{
+    ENTER(1);
+    if (attr != 1) /* ACL_HBM_MEM, as torch_npu asks */
+        return fail(INVALID_PARAM, "EE1003: memory attribute is not ACL_HBM_MEM");
+    *free_bytes = (size_t)(F.memory - F.used);
+    *total = (size_t)F.memory;
+    return OK;
+}
+
+/* ---- events ---- */
+static long event_index(void *ev) { return (long)(uintptr_t)ev - 1; }
+
+static aclError new_event(void **ev)
+{
+    ENTER(1);
+    pthread_mutex_lock(&lock);
+    aclError rc = OK;
+    if (F.nevents >= MAX)
+        rc = fail(MEMORY_ALLOCATION, "EE1005: too many events");
+    else {
+        F.events[F.nevents].live = 1;
+        *ev = (void *)(uintptr_t)++F.nevents;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int event_ok(void *ev) { long i = event_index(ev); return i >= 0 && i < F.nevents && F.events[i].live; }
+
+API aclError aclrtCreateEvent(void **ev) { return new_event(ev); }
+
+#ifndef FAKE_ACL_CANN6
+API aclError aclrtCreateEventExWithFlag(void **ev, unsigned flag)
+{
+    if (flag & ~0x6fu)
+        return fail(INVALID_PARAM, "EE1003: unknown event flag");
+    return new_event(ev);
+}
+#endif
+
+API aclError aclrtRecordEvent(void *ev, void *stream)
+{
+    ENTER(1);
+    if (!event_ok(ev))
+        return fail(INVALID_HANDLE, "EE1003: record of an unknown event");
+    long i = event_index(ev);
+    F.events[i].recorded = 1;
+    F.events[i].done = !F.hold_events;
+    F.events[i].stream = stream;
+    return OK;
+}
+
+#ifndef FAKE_ACL_CANN6
+API aclError aclrtQueryEventStatus(void *ev, int *status)
+{
+    ENTER(1);
+    if (!event_ok(ev))
+        return fail(INVALID_HANDLE, "EE1003: query of an unknown event");
+    long i = event_index(ev);
+    *status = !F.events[i].recorded || F.events[i].done; /* COMPLETE = 1 */
+    return OK;
+}
+#endif
+
+API aclError aclrtQueryEvent(void *ev, int *status)
+{
+    ENTER(1);
+    if (!event_ok(ev))
+        return fail(INVALID_HANDLE, "EE1003: query of an unknown event");
+    long i = event_index(ev);
+    *status = !F.events[i].recorded || F.events[i].done ? 0 : 1; /* deprecated: COMPLETE = 0, NOT_READY = 1 */
+    return OK;
+}
+
+API aclError aclrtSynchronizeEvent(void *ev)
+{
+    ENTER(1);
+    if (!event_ok(ev))
+        return fail(INVALID_HANDLE, "EE1003: synchronize of an unknown event");
+    F.events[event_index(ev)].done = 1;
+    return OK;
+}
+
+API aclError aclrtDestroyEvent(void *ev)
+{
+    ENTER(1);
+    if (!event_ok(ev))
+        return fail(INVALID_HANDLE, "EE1003: destroy of an unknown event");
+    F.events[event_index(ev)].live = 0;
+    return OK;
+}
+
+API aclError aclrtSynchronizeStream(void *stream)
+{
+    ENTER(1);
+    for (long i = 0; i < F.nevents; i++)
+        if (F.events[i].live && F.events[i].stream == stream)
+            F.events[i].done = 1;
+    return OK;
+}
+
+API const char *aclGetRecentErrMsg(void) { return recent[0] ? recent : NULL; }
+API aclError aclrtGetVersion(int *a, int *b, int *c) { *a = 1, *b = 15, *c = 0; return OK; }
+API const char *aclrtGetSocName(void) { return F.ready ? F.soc : "Ascend910B3"; }
+
+#ifndef FAKE_ACL_CANN6
+API aclError aclsysGetCANNVersion(int name, cannver *v)
+{
+    if (name != 7)
+        return fail(INVALID_PARAM, "EE1003: only the driver package is known here");
+    memset(v, 0, sizeof *v);
+    snprintf(v->version, sizeof v->version, "%s", F.ready ? F.driver : "24.1.rc3");
+    return OK;
+}
+
+/* ---- virtual memory (CANN 7.0.0 and later) ---- */
+static int find_resv(uintptr_t va)
+{
+    for (int i = 0; i < MAX; i++)
+        if (F.resv[i].size && va >= F.resv[i].va && va < F.resv[i].va + F.resv[i].size)
+            return i;
+    return -1;
+}
+
+API aclError aclrtReserveMemAddress(void **va, size_t size, size_t alignment, void *expect, unsigned long long flags)
+{
+    ENTER(1);
+    if (!F.vmm) /* old firmware, or firmware outside the driver's compatible range */
+        return fail(FEATURE_NOT_SUPPORT, "EE1005: Feature is not supported and the possible cause is that driver "
+                                         "and firmware packages do not match.");
+    if (!size || alignment || expect || flags > 1)
+        return fail(INVALID_PARAM, "EE1003: reserve: size 0, or alignment/expectPtr not 0, or flags not 0/1");
+    pthread_mutex_lock(&lock);
+    aclError rc = fail(MEMORY_ALLOCATION, "EE1005: no reservation slot");
+    for (int i = 0; i < MAX; i++)
+        if (!F.resv[i].size) {
+            size_t rounded = (size + PAGE - 1) / PAGE * PAGE;
+            F.resv[i].va = F.next_va, F.resv[i].size = rounded, F.resv[i].huge = (int)flags;
+            F.next_va += rounded + PAGE; /* a gap between reservations */
+            *va = (void *)F.resv[i].va;
+            rc = OK;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+API aclError aclrtReleaseMemAddress(void *va)
+{
+    ENTER(1);
+    int r = find_resv((uintptr_t)va);
+    if (r < 0 || F.resv[r].va != (uintptr_t)va)
+        return fail(RT_PARAM_INVALID, "EE1003: release of an address that does not start a reservation");
+    for (int i = 0; i < MAX; i++)
+        if (F.maps[i].size && find_resv(F.maps[i].va) == r)
+            return fail(RT_PARAM_INVALID, "EE1003: release of a reservation that still has mappings");
+    F.resv[r].size = 0;
+    return OK;
+}
+
+API aclError aclrtMallocPhysical(void **h, size_t size, const prop *p, unsigned long long flags)
+{
+    ENTER(1);
+    if (!size || size % PAGE || flags || !p)
+        return fail(INVALID_PARAM, "EE1003: physical size not a multiple of 2 MiB, or flags not 0");
+    if (p->handleType != 0 || p->allocationType != 0 || (p->memAttr != 4 && p->memAttr != 5) ||
+        p->type != 1 || (int)p->id != current || p->reserve)
+        return fail(INVALID_PARAM, "EE1003: aclrtPhysicalMemProp: bad handle type, allocation type, memAttr or "
+                                   "location (id, then type DEVICE, must name the current device)");
+    pthread_mutex_lock(&lock);
+    aclError rc = OK;
+    if (F.used + (long)size > F.memory || F.nhandles >= MAX)
+        rc = fail(MEMORY_ALLOCATION, "EL0004: Failed to allocate memory.");
+    else {
+        F.handles[F.nhandles].size = size, F.handles[F.nhandles].live = 1;
+        *h = (void *)(uintptr_t)++F.nhandles;
+        F.used += (long)size;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static long handle_index(void *h) { return (long)(uintptr_t)h - 1; }
+
+API aclError aclrtFreePhysical(void *h)
+{
+    ENTER(1);
+    long i = handle_index(h);
+    if (i < 0 || i >= F.nhandles || !F.handles[i].live)
+        return fail(INVALID_HANDLE, "EE1003: free of an unknown physical handle");
+    if (F.handles[i].mapped)
+        return fail(RT_PARAM_INVALID, "EE1003: free of a physical handle that is still mapped");
+    F.handles[i].live = 0;
+    F.used -= (long)F.handles[i].size;
+    return OK;
+}
+
+API aclError aclrtMapMem(void *va, size_t size, size_t offset, void *h, unsigned long long flags)
+{
+    ENTER(1);
+    uintptr_t v = (uintptr_t)va;
+    long hi = handle_index(h);
+    int r = find_resv(v);
+    if (hi < 0 || hi >= F.nhandles || !F.handles[hi].live || F.handles[hi].mapped)
+        return fail(INVALID_HANDLE, "EE1003: map of an unknown or already mapped handle");
+    if (v % PAGE || offset || flags || size != F.handles[hi].size)
+        return fail(INVALID_PARAM, "EE1003: map: address not 2 MiB aligned, offset/flags not 0, or size is not "
+                                   "the physical size");
+    if (r < 0 || v + size > F.resv[r].va + F.resv[r].size || !F.resv[r].huge)
+        return fail(RT_PARAM_INVALID, "EE1003: map outside a huge-page reservation");
+    int slot = -1;
+    for (int i = 0; i < MAX; i++) {
+        if (F.maps[i].size && v < F.maps[i].va + F.maps[i].size && F.maps[i].va < v + size)
+            return fail(RT_PARAM_INVALID, "EE1003: map over an existing mapping");
+        if (!F.maps[i].size && slot < 0)
+            slot = i;
+    }
+    if (slot < 0)
+        return fail(MEMORY_ALLOCATION, "EE1005: no mapping slot");
+    F.maps[slot].va = v, F.maps[slot].size = size, F.maps[slot].h = hi;
+    F.handles[hi].mapped = 1;
+    return OK;
+}
+
+API aclError aclrtUnmapMem(void *va)
+{
+    ENTER(1);
+    for (int i = 0; i < MAX; i++)
+        if (F.maps[i].size && F.maps[i].va == (uintptr_t)va) {
+            F.handles[F.maps[i].h].mapped = 0;
+            F.maps[i].size = 0;
+            return OK;
+        }
+    return fail(RT_PARAM_INVALID, "EE1003: unmap of an address that does not start a mapping");
+}
+
+API aclError aclrtMemGetAllocationGranularity(prop *p, int option, size_t *g)
+{
+    ENTER(1);
+    if (!p || (option != 0 && option != 1))
+        return fail(INVALID_PARAM, "EE1003: granularity: bad prop or option");
+    *g = PAGE;
+    return OK;
+}
+#endif

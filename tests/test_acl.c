@@ -1,0 +1,334 @@
+/* test_acl.c: the Ascend backend against tests/fake_acl.c (CANN 8 and CANN 6 builds), through the same dlopen path. */
+#include "helpers.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+
+typedef struct fake {
+    void *lib;
+    void (*reset)(void);
+    void (*set)(const char *, long);
+    void (*set_str)(const char *, const char *);
+    void (*outstanding)(long[7]);
+    int (*init)(const char *);
+    int (*finalize)(void);
+    char spec[600];
+} fake;
+
+static fake NEW, OLD;
+
+static int load(fake *f, const char *path)
+{
+    f->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!f->lib)
+        return -1;
+    f->reset = (void (*)(void))dlsym(f->lib, "fake_acl_reset");
+    f->set = (void (*)(const char *, long))dlsym(f->lib, "fake_acl_set");
+    f->set_str = (void (*)(const char *, const char *))dlsym(f->lib, "fake_acl_set_str");
+    f->outstanding = (void (*)(long[7]))dlsym(f->lib, "fake_acl_outstanding");
+    f->init = (int (*)(const char *))dlsym(f->lib, "aclInit");
+    f->finalize = (int (*)(void))dlsym(f->lib, "aclFinalize");
+    snprintf(f->spec, sizeof f->spec, "acl:lib=%s", path);
+    return f->reset && f->set && f->set_str && f->outstanding && f->init && f->finalize ? 0 : -1;
+}
+
+static int setup(void **st)
+{
+    (void)st;
+    setenv("HBMALLOC_QUIET", "1", 1);
+    unsetenv("PYTORCH_NPU_ALLOC_CONF");
+    unsetenv("HBMALLOC_CONF");
+    return load(&NEW, HBM_FAKE_ACL) || load(&OLD, HBM_FAKE_ACL_OLD) ? -1 : 0;
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    dlclose(NEW.lib);
+    dlclose(OLD.lib);
+    return 0;
+}
+
+static int reset(void **st)
+{
+    (void)st;
+    NEW.reset();
+    OLD.reset();
+    return 0;
+}
+
+/* Nothing allocated, reserved, created, mapped or alive; every aclrtSetDevice reset, aclInit finalised. */
+static void assert_runtime_empty(const fake *f, long init_left)
+{
+    long o[7];
+    f->outstanding(o);
+    if (o[0] || o[1] || o[2] || o[3] || o[4] || o[5] || o[6] != init_left)
+        fail_msg("the fake runtime still holds %ld allocations, %ld reservations, %ld handles, %ld mappings, "
+                 "%ld events, %ld device references, %ld aclInit references",
+                 o[0], o[1], o[2], o[3], o[4], o[5], o[6]);
+}
+
+static hbm_allocator *open_acl(const fake *f, const char *settings)
+{
+    hbm_allocator *a = NULL;
+    char err[600];
+    if (hbm_open(&a, f->spec, 0, settings, err, sizeof err) != HBM_OK)
+        fail_msg("%s", err);
+    return a;
+}
+
+static void allocates_in_whole_segments_with_the_npu_rules(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_acl(&NEW, "");
+    void *p = must_malloc(a, 5 * MiB, 0);
+    memset(p, 0x5a, 5 * MiB); /* aclrtMalloc is host memory in the fake */
+    /* torch_npu's 32-byte pad on SoCs before Ascend950: 5 MiB + 32 rounds to 5 MiB + 512. */
+    assert_int_equal(hbm_block_size(a, p), 5 * MiB + 512);
+    hbm_free(a, p);
+    assert_ptr_equal(must_malloc(a, 5 * MiB, 0), p);
+    char out[2048];
+    hbm_settings_describe(a, out, sizeof out);
+    assert_non_null(strstr(out, "acl 0 (AscendCL 1.15.0, driver 24.1.rc3, Ascend910B3; virtual memory: yes)"));
+    assert_valid(a);
+    hbm_destroy(a);
+    assert_runtime_empty(&NEW, 0);
+    /* Ascend950 takes no pad. */
+    NEW.set_str("soc", "Ascend950PR");
+    a = open_acl(&NEW, "");
+    p = must_malloc(a, 5 * MiB, 0);
+    assert_int_equal(hbm_block_size(a, p), 5 * MiB);
+    hbm_destroy(a);
+    assert_runtime_empty(&NEW, 0);
+}
+
+static void settings_come_from_the_npu_variable(void **st)
+{
+    (void)st;
+    setenv("PYTORCH_NPU_ALLOC_CONF", "max_split_size_mb:64", 1);
+    setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512", 1);
+    hbm_allocator *a = open_acl(&NEW, NULL);
+    assert_int_equal(stats_of(a).max_split_size, 64 * MiB);
+    hbm_destroy(a);
+    /* A CUDA-only key is refused in the NPU dialect, with the key named. */
+    char err[600];
+    assert_int_equal(hbm_open(&a, NEW.spec, 0, "pinned_use_cuda_host_register:True", err, sizeof err), HBM_ERR_CONF);
+    assert_non_null(strstr(err, "pinned_use_cuda_host_register"));
+    unsetenv("PYTORCH_NPU_ALLOC_CONF");
+    unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+    assert_runtime_empty(&NEW, 0);
+}
+
+static void out_of_memory_names_the_npu(void **st)
+{
+    (void)st;
+    NEW.set("memory", 256L << 20);
+    hbm_allocator *a = open_acl(&NEW, "");
+    void *p;
+    assert_int_equal(hbm_malloc(a, 300 * MiB, 0, &p), HBM_ERR_OOM); /* 207001 is out of memory, not an error */
+    assert_non_null(strstr(hbm_last_error(a), "out of memory on acl device 0"));
+    assert_non_null(strstr(hbm_last_error(a), "total capacity of 256.00 MiB"));
+    must_malloc(a, 100 * MiB, 0);
+    hbm_destroy(a);
+    assert_runtime_empty(&NEW, 0);
+}
+
+static void expandable_segments_map_one_handle_per_page(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_acl(&NEW, "expandable_segments:True");
+    assert_string_equal(hbm_warning(a), "");
+    assert_true(stats_of(a).expandable_segments);
+    void *p = must_malloc(a, 30 * MiB, 0);
+    void *s = must_malloc(a, 4096, 0);
+    assert_int_equal(stats_of(a).num_expandable_segments, 2);
+    long o[7];
+    NEW.outstanding(o);
+    assert_int_equal(o[1], 2); /* one reservation per pool */
+    assert_int_equal(o[2], 3); /* two 20 MiB handles + one 2 MiB */
+    assert_int_equal(o[3], 3); /* mapped one by one; the fake refuses partial or unaligned maps */
+    hbm_free(a, p);
+    hbm_free(a, s);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    NEW.outstanding(o);
+    assert_int_equal(o[2] + o[3], 0); /* unmapped by start address, handles freed */
+    assert_valid(a);
+    hbm_destroy(a);
+    assert_runtime_empty(&NEW, 0);
+}
+
+/* The field report: driver/firmware mismatch, the probe answers 207000. */
+static void a_failed_probe_falls_back_and_says_why(void **st)
+{
+    (void)st;
+    NEW.set("vmm", 0);
+    NEW.set_str("driver", "24.1.rc2");
+    hbm_allocator *a = open_acl(&NEW, "expandable_segments:True");
+    const char *w = hbm_warning(a);
+    assert_non_null(strstr(w, "not supported by the acl backend on device 0"));
+    assert_non_null(strstr(w, "ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000)"));
+    assert_non_null(strstr(w, "driver (HDK 24.1.rc2) and firmware packages likely do not match"));
+    assert_non_null(strstr(w, "Using expandable_segments:False"));
+    assert_null(strstr(w, "supportted"));
+    assert_false(stats_of(a).expandable_segments);
+    must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(stats_of(a).segment[HBM_POOL_ALL].current, 1);
+    hbm_destroy(a);
+    assert_runtime_empty(&NEW, 0);
+    /* An HDK older than 23.0.0 is named as the cause. */
+    NEW.reset();
+    NEW.set("vmm", 0);
+    NEW.set_str("driver", "22.0.3");
+    a = open_acl(&NEW, "expandable_segments:True");
+    assert_non_null(strstr(hbm_warning(a), "the Ascend driver (HDK 22.0.3) is older than 23.0.0"));
+    hbm_destroy(a);
+    assert_runtime_empty(&NEW, 0);
+}
+
+/* CANN 6: no virtual-memory functions, the deprecated event query (inverted status), aclInit once per process. */
+static void an_old_cann_runtime_works_without_virtual_memory(void **st)
+{
+    (void)st;
+    OLD.set("hold_events", 1);
+    hbm_allocator *a = open_acl(&OLD, "expandable_segments:True");
+    assert_non_null(strstr(hbm_warning(a), "lacks aclrtReserveMemAddress"));
+    assert_non_null(strstr(hbm_warning(a), "CANN 7.0.0"));
+    void *p = must_malloc(a, 4096, 1);
+    assert_int_equal(hbm_record_stream(a, p, 2), HBM_OK);
+    hbm_free(a, p);
+    void *q = must_malloc(a, 4096, 1);
+    assert_ptr_not_equal(q, p); /* aclrtQueryEvent says NOT_READY (1): the block waits */
+    hbm_free(a, q);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK); /* synchronizes the event */
+    assert_int_equal(stats_of(a).num_sync_all_streams, 1);
+    OLD.set("hold_events", 0);
+    p = must_malloc(a, 4096, 1);
+    assert_int_equal(hbm_record_stream(a, p, 2), HBM_OK);
+    hbm_free(a, p);
+    assert_ptr_equal(must_malloc(a, 4096, 1), p); /* COMPLETE (0): reused at once */
+    assert_valid(a);
+    hbm_destroy(a);
+    assert_runtime_empty(&OLD, 0);
+    /* Inside torch_npu the runtime is initialised already: 100002 is accepted, and aclFinalize is left to its owner. */
+    assert_int_equal(OLD.init(NULL), 0);
+    a = open_acl(&OLD, "");
+    must_malloc(a, MiB, 0);
+    hbm_destroy(a);
+    assert_runtime_empty(&OLD, 1);
+    assert_int_equal(OLD.finalize(), 0);
+}
+
+static void runtime_errors_carry_the_acl_name_and_message_and_leak_nothing(void **st)
+{
+    (void)st;
+    int total_errors = 0;
+    for (int expandable = 0; expandable < 2; expandable++)
+        for (long k = 1; k <= 45; k++) {
+            NEW.reset();
+            hbm_allocator *a = open_acl(&NEW, expandable ? "expandable_segments:True" : "");
+            NEW.set("fail_nth", k);
+            int errors = 0;
+            void *live[6] = {0};
+            for (int i = 0; i < 12; i++) {
+                void *p;
+                hbm_status rc = hbm_malloc(a, (size_t)(i % 3 + 1) * 9 * MiB, i % 2, &p);
+                if (rc == HBM_OK) {
+                    if (i % 2 && hbm_record_stream(a, p, 7) != HBM_OK)
+                        errors++;
+                    if (live[i % 6])
+                        hbm_free(a, live[i % 6]);
+                    live[i % 6] = p;
+                } else {
+                    assert_int_equal(rc, HBM_ERR_BACKEND);
+                    assert_non_null(strstr(hbm_last_error(a),
+                                           "ACL_ERROR_RT_DRV_INTERNAL_ERROR (507899): EE9999: injected failure"));
+                    errors++;
+                }
+                if (i == 6 && hbm_empty_cache(a) != HBM_OK)
+                    errors++;
+                assert_valid(a);
+            }
+            NEW.set("fail_nth", 0);
+            for (int i = 0; i < 6; i++)
+                if (live[i])
+                    assert_int_equal(hbm_free(a, live[i]), HBM_OK);
+            hbm_destroy(a);
+            assert_runtime_empty(&NEW, 0);
+            total_errors += errors;
+        }
+    assert_true(total_errors > 20);
+}
+
+/* A physical allocation that runs out part-way (207001) rolls back: OOM, nothing left mapped. */
+static void out_of_memory_while_growing_rolls_back(void **st)
+{
+    (void)st;
+    NEW.set("memory", 64L << 20);
+    hbm_allocator *a = open_acl(&NEW, "expandable_segments:True");
+    void *p = must_malloc(a, 30 * MiB, 0);
+    void *q;
+    assert_int_equal(hbm_malloc(a, 50 * MiB, 0, &q), HBM_ERR_OOM);
+    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_ALL].current, 40 * MiB);
+    assert_valid(a);
+    hbm_free(a, p);
+    hbm_destroy(a);
+    assert_runtime_empty(&NEW, 0);
+}
+
+static void *other_thread(void *arg)
+{
+    hbm_allocator *a = arg;
+    void *p = NULL;
+    if (hbm_malloc(a, 3 * MiB, 0, &p) != HBM_OK || hbm_free(a, p) != HBM_OK)
+        return NULL;
+    return p;
+}
+
+/* A thread that never called aclrtSetDevice still allocates: the backend makes the device current. */
+static void a_fresh_thread_gets_the_device_set(void **st)
+{
+    (void)st;
+    NEW.set("devices", 2);
+    hbm_allocator *a = NULL;
+    char err[600];
+    assert_int_equal(hbm_open(&a, NEW.spec, 1, "", err, sizeof err), HBM_OK);
+    pthread_t t;
+    void *r = NULL;
+    assert_int_equal(pthread_create(&t, NULL, other_thread, a), 0);
+    pthread_join(t, &r);
+    assert_non_null(r);
+    hbm_destroy(a);
+    assert_runtime_empty(&NEW, 0);
+}
+
+static void a_missing_library_is_a_clear_error(void **st)
+{
+    (void)st;
+    hbm_allocator *a;
+    char err[600];
+    assert_int_equal(hbm_open(&a, "acl:lib=/nonexistent/libascendcl.so", 0, "", err, sizeof err), HBM_ERR_BACKEND);
+    assert_non_null(strstr(err, "cannot load /nonexistent/libascendcl.so"));
+    assert_int_equal(hbm_open(&a, "npu:bogus=1", 0, "", err, sizeof err), HBM_ERR_INVALID);
+    assert_non_null(strstr(err, "acl: unknown option"));
+    NEW.set("devices", 0);
+    assert_int_equal(hbm_open(&a, NEW.spec, 0, "", err, sizeof err), HBM_ERR_BACKEND);
+    assert_non_null(strstr(err, "reports no NPU"));
+    assert_runtime_empty(&NEW, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(allocates_in_whole_segments_with_the_npu_rules, reset),
+        cmocka_unit_test_setup(settings_come_from_the_npu_variable, reset),
+        cmocka_unit_test_setup(out_of_memory_names_the_npu, reset),
+        cmocka_unit_test_setup(expandable_segments_map_one_handle_per_page, reset),
+        cmocka_unit_test_setup(a_failed_probe_falls_back_and_says_why, reset),
+        cmocka_unit_test_setup(an_old_cann_runtime_works_without_virtual_memory, reset),
+        cmocka_unit_test_setup(runtime_errors_carry_the_acl_name_and_message_and_leak_nothing, reset),
+        cmocka_unit_test_setup(out_of_memory_while_growing_rolls_back, reset),
+        cmocka_unit_test_setup(a_fresh_thread_gets_the_device_set, reset),
+        cmocka_unit_test_setup(a_missing_library_is_a_clear_error, reset),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
