@@ -1,15 +1,23 @@
 /*
- * torch_cuda.c: the entry points torch.cuda.memory.CUDAPluggableAllocator
- * calls, plus stats, snapshot, history, empty_cache, memory fraction and
- * record_stream for the Python helper (hbmalloc_torch.py) to reach by ctypes.
+ * torch_plugin.c: the entry points a pluggable allocator exports, built twice:
+ * libhbmalloc_torch.so for torch.cuda.memory.CUDAPluggableAllocator (default
+ * backend "cuda") and libhbmalloc_torch_npu.so for torch_npu's
+ * NPUPluggableAllocator (default backend "acl"). Both frameworks call
+ * alloc(ssize_t size, int device, stream) and free(ptr, size, device, stream);
+ * torch_npu also takes the C-compatible hooks init(int device),
+ * reset(bool check_error) (its empty_cache) and memory_fraction(double, int).
+ * Stats, snapshot, history, empty_cache and record_stream are there for the
+ * Python helper (hbmalloc_torch.py) to reach by ctypes.
  *
  * One allocator per device, created on first use, on the backend named by
- * HBMALLOC_BACKEND (default "cuda"); settings from HBMALLOC_CONF, else
- * PYTORCH_CUDA_ALLOC_CONF. PyTorch turns a NULL from alloc into its
+ * HBMALLOC_BACKEND (else the build's default); settings from HBMALLOC_CONF,
+ * else the framework's variable for that backend (PYTORCH_CUDA_ALLOC_CONF or
+ * PYTORCH_NPU_ALLOC_CONF). The framework turns a NULL from alloc into its
  * OutOfMemoryError; the allocator's own message (request, capacity, reserved
  * but unallocated, advice) goes to stderr first, so the user sees it.
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +27,10 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+#ifndef HBM_PLUGIN_BACKEND
+#define HBM_PLUGIN_BACKEND "cuda"
+#endif
+
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static hbm_devices *devices; /* the plug-in's one process-wide state: PyTorch calls plain functions */
 static char open_error[1024];
@@ -26,7 +38,7 @@ static char open_error[1024];
 static void open_devices(void)
 {
     const char *spec = getenv("HBMALLOC_BACKEND");
-    if (hbm_devices_open(&devices, spec && *spec ? spec : "cuda", NULL, open_error, sizeof open_error) != HBM_OK)
+    if (hbm_devices_open(&devices, spec && *spec ? spec : HBM_PLUGIN_BACKEND, NULL, open_error, sizeof open_error) != HBM_OK)
         devices = NULL;
 }
 
@@ -52,6 +64,9 @@ EXPORT long hbm_torch_stats(int device, char *buf, long len);
 EXPORT int hbm_torch_record_history(int device, long max_entries);
 EXPORT int hbm_torch_snapshot(int device, const char *path);
 EXPORT const char *hbm_torch_error(void);
+EXPORT void hbm_torch_init(int device);
+EXPORT void hbm_torch_reset(bool check_error);
+EXPORT void hbm_torch_memory_fraction(double fraction, int device);
 
 EXPORT void *hbm_torch_alloc(ssize_t size, int device, void *stream)
 {
@@ -150,4 +165,22 @@ EXPORT const char *hbm_torch_error(void)
 {
     pthread_once(&once, open_devices);
     return devices ? hbm_devices_error(devices) : open_error;
+}
+
+/* torch_npu's set_init_fn: called once per device before its first allocation. */
+EXPORT void hbm_torch_init(int device) { (void)allocator(device); }
+
+/* torch_npu's set_reset_fn: its empty_cache(check_error). */
+EXPORT void hbm_torch_reset(bool check_error)
+{
+    if (hbm_torch_empty_cache() != 0 && check_error)
+        fprintf(stderr, "hbmalloc: empty_cache failed: %s\n", hbm_torch_error());
+}
+
+/* torch_npu's set_memory_fraction_fn: no status to return, so a refusal is said on stderr. */
+EXPORT void hbm_torch_memory_fraction(double fraction, int device)
+{
+    hbm_allocator *a = allocator(device);
+    if (a && hbm_set_memory_fraction(a, fraction) != HBM_OK)
+        fprintf(stderr, "hbmalloc: %s\n", hbm_last_error(a));
 }
