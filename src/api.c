@@ -140,7 +140,7 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
             snprintf(a->warning, sizeof a->warning,
                      "expandable_segments:True is not supported by the %s backend on device %d: %s. Using "
                      "expandable_segments:False instead (whole segments, PyTorch's default policy). Check the "
-                     "device with: hbmalloc conf expandable_segments:True --backend '%s'",
+                     "device with: hbmalloc doctor (or hbmalloc conf expandable_segments:True --backend '%s')",
                      b->ops->name, device, b->caps.vmm_why_not[0] ? b->caps.vmm_why_not : "no virtual-memory support",
                      b->spec);
             if (!getenv("HBMALLOC_QUIET"))

@@ -225,6 +225,7 @@ static void unsupported_device_falls_back_with_one_clear_warning(void **st)
     assert_non_null(strstr(w, "firmware 22.0.3 predates virtual-memory support"));
     assert_non_null(strstr(w, "HDK >= 23.0.0"));
     assert_non_null(strstr(w, "Using expandable_segments:False instead"));
+    assert_non_null(strstr(w, "Check the device with: hbmalloc doctor"));
     assert_non_null(strstr(w, "hbmalloc conf expandable_segments:True --backend 'sim:firmware=22.0.3,dialect=npu'"));
     assert_null(strstr(w, "supportted"));
     hbm_stats s = stats_of(a);

@@ -2,6 +2,7 @@
  * hbmalloc.c: the command-line tool's dispatch and argument handling.
  *   hbmalloc replay TRACE [--conf S] [--capacity SIZE] [--backend SPEC] [--stats] [--check]
  *   hbmalloc conf [STRING] [--dialect cuda|npu] [--backend SPEC]
+ *   hbmalloc doctor [--log FILE]... [--json]
  *   hbmalloc version
  * Exit status: 0 success, 1 OOM during replay, 2 bad input or usage.
  */
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "../src/util.h"
+#include "doctor.h"
 #include "hbmalloc.h"
 #include "replay.h"
 #include "sweep.h"
@@ -46,6 +48,14 @@ static void usage(FILE *f)
             "      --dialect cuda|npu  whose rules to apply (default cuda)\n"
             "      --backend SPEC      as an allocator on that backend runs them (dialect and capability\n"
             "                          fallbacks included), e.g. --backend sim:firmware=22.0.3,dialect=npu\n"
+            "  doctor         what is wrong with device memory or communication here, why, what to do next:\n"
+            "                 backends, driver/firmware/CANN versions, npu-smi, nvidia-smi, virtual memory,\n"
+            "                 visible devices, the allocator settings in the environment\n"
+            "      --log FILE         also read a training log (repeatable): out-of-memory messages (numbers\n"
+            "                         parsed), expandable-segments warnings, HCCL/NCCL errors, version mismatches\n"
+            "      --json             for machines; --no-env: the logs only; --root DIR: read /usr/local/Ascend\n"
+            "                         under DIR\n"
+            "                 exit status: 0 nothing to act on, 1 findings to act on, 2 bad usage\n"
             "  version        print the version\n"
             "\n"
             "exit status: 0 ok, 1 out of memory during replay, 2 bad input\n");
@@ -303,6 +313,8 @@ int main(int argc, char **argv)
         return cmd_sweep(argc - 2, argv + 2);
     if (!strcmp(cmd, "view"))
         return cmd_view(argc - 2, argv + 2);
+    if (!strcmp(cmd, "doctor"))
+        return doctor_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("hbmalloc %s\n", HBM_VERSION_STRING);
         return 0;

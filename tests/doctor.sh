@@ -1,0 +1,108 @@
+#!/bin/sh
+# doctor.sh: `hbmalloc doctor` as a user runs it, on recorded npu-smi / nvidia-smi outputs (stand-ins on PATH),
+# Ascend version files under --root, the fake AscendCL runtime and real log lines (tests/data/doctor/SOURCES.md).
+# usage: doctor.sh HBMALLOC SOURCE_DIR FAKE_ACL_LIB
+set -u
+BIN=$1; SRC=$2; FAKEACL=$3
+D=$SRC/tests/data/doctor
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# A clean environment: only what each case sets.
+doc() { env -i PATH="$D/bin:/usr/bin:/bin" HBMALLOC_LIBCUDA=/nonexistent/libcuda.so.1 \
+        HBMALLOC_LIBASCENDCL=/nonexistent/libascendcl.so "$@"; }
+expect() { # expect RC FILE TEXT...: the exit status, then each text in the output
+  want=$1; out=$2; shift 2
+  [ "$rc" -eq "$want" ] || fail "$case: exit status $rc, expected $want"
+  for t in "$@"; do grep -qF -- "$t" "$out" || { fail "$case: missing '$t'"; sed 's/^/    /' "$out" | head -60; }; done
+}
+
+case=healthy-910b
+doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt NPU_SMI_BOARD=$D/npu-smi/board-910.txt NVIDIA_SMI_OUT=$D/nvidia-smi/h100-8.txt \
+    PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:256,garbage_collection_threshold:0.8 \
+    "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?
+expect 0 "$T/out" "driver (HDK)             24.1.rc3" "firmware                 7.5.0.1.129" \
+  "CANN toolkit             8.0.0" "npu-smi driver           23.0.7" \
+  "npu                      0 910B3, health OK, memory 59985 / 65536 MB used" \
+  "npu                      7 910B3, health OK, memory 3350 / 65536 MB used" \
+  "NPU 3: software (driver) 23.0.5, firmware 7.1.0.7.220, compatibility OK" \
+  "driver                   535.183.01" "CUDA (driver API)        12.2" \
+  "gpu                      7 NVIDIA H100 80GB HBM3, 0 / 81559 MiB used" "No problems found."
+[ "$(grep -c '^    npu  ' "$T/out")" -eq 8 ] || fail "$case: not 8 NPUs (the process table must not count)"
+
+case=inference-310p
+doc NPU_SMI_INFO=$D/npu-smi/310p3.txt "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
+expect 0 "$T/out" "npu-smi driver           23.0.rc3" "npu                      0 310P3, health OK, memory 3841 / 21527 MB used" \
+  "npu                      64 310P3, health OK, memory 1764 / 21527 MB used" \
+  "[info] Ascend driver (HDK) 23.0.rc3 is older than 23.0.0" "Nothing to act on."
+
+# The field report: expandable segments asked for, a firmware outside the driver's range, HCCL error 2 in the log.
+case=field-report
+doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt PYTORCH_NPU_ALLOC_CONF=expandable_segments:True \
+    "$BIN" doctor --root "$D/root-mismatch" --log "$D/logs/field_report_constructed.log" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "1. [error] firmware 7.3.0.1.231 is outside the range driver 24.1.rc2 accepts ([7.0.0,7.2.99])" \
+  "PYTORCH_NPU_ALLOC_CONF asks for expandable_segments:True, which this NPU cannot do: it is ignored" \
+  "use instead: unset PYTORCH_NPU_ALLOC_CONF (the defaults)" \
+  "torch_npu turned expandable segments off" "HCCL error: HcclGetRootInfo returned 2 (HCCL_E_PTR)" \
+  "field_report_constructed.log:2:"
+
+case=old-hdk
+doc PYTORCH_NPU_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:[256:1,512:2,\>:4] \
+    "$BIN" doctor --root "$D/root-old" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "[info] Ascend driver (HDK) 22.0.3 is older than 23.0.0: no expandable segments" \
+  "[error] PYTORCH_NPU_ALLOC_CONF asks for expandable_segments:True" \
+  "use instead: export PYTORCH_NPU_ALLOC_CONF=roundup_power2_divisions:[256:1,512:2,>:4]"
+
+# The runtime itself, loaded: the fake CANN answers the virtual-memory probe with 207000.
+case=runtime-probe
+doc HBMALLOC_LIBASCENDCL="$FAKEACL" FAKE_ACL_VMM=0 FAKE_ACL_DRIVER=24.1.rc2 PYTORCH_NPU_ALLOC_CONF=expandable_segments:True \
+    "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "loads                    yes" "AscendCL 1.15.0, driver 24.1.rc2, Ascend910B3" \
+  "virtual memory           no: device 0: the probe aclrtReserveMemAddress(512 bytes) returned ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000)" \
+
+grep -q "asks for expandable_segments:True, which this NPU cannot do" "$T/out" || fail "$case: no expandable finding"
+case=runtime-ok
+doc HBMALLOC_LIBASCENDCL="$FAKEACL" PYTORCH_NPU_ALLOC_CONF=expandable_segments:True \
+    "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
+expect 0 "$T/out" "virtual memory           yes on every device (granularity 2048 KiB)" "No problems found."
+
+case=bad-settings
+doc PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:10 "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "PYTORCH_NPU_ALLOC_CONF is refused" "max_split_size_mb"
+case=both-set
+doc PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:64 PYTORCH_ALLOC_CONF=max_split_size_mb:64 \
+    "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "both PYTORCH_NPU_ALLOC_CONF and PYTORCH_ALLOC_CONF are set"
+
+# Logs alone, and hbmalloc's own out-of-memory message.
+case=logs
+doc "$BIN" doctor --no-env --log "$D/logs/npu_oom_vllm_ascend_19.log" --log "$D/logs/hccl_vllm_ascend_405.log" \
+    --log "$D/logs/cuda_oom_pytorch_16417.log" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "NPU out of memory with 419.84 MiB reserved but unallocated" "HCCL_E_TCP_CONNECT" \
+  "GPU out of memory with 194.87 MiB reserved but unallocated"
+grep -q "^Environment" "$T/out" && fail "$case: --no-env printed the environment"
+case=own-oom
+"$BIN" replay "$SRC/examples/cs336-lm-ctx128-fullstep.trace" --capacity 2GiB >"$T/replay" 2>&1
+doc "$BIN" doctor --no-env --log "$T/replay" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "GPU out of memory: the live tensors do not fit (a 100.00 MiB request failed)" "2.00 GiB in all, 30.00 MiB of it free"
+
+case=json
+doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt "$BIN" doctor --json --root "$D/root-mismatch" \
+    --log "$D/logs/hccl_gpustack_2021.log" >"$T/out" 2>&1; rc=$?
+[ "$rc" -eq 1 ] || fail "$case: exit status $rc"
+python3 - "$T/out" <<'PY' || fail "json: not the expected document"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ids = [f["id"] for f in d["findings"]]
+assert ids[0] == "ascend-driver-firmware-mismatch" and "hccl-error" in ids, ids
+assert d["findings"][0]["severity"] == "error" and d["findings"][0]["next"], d["findings"][0]
+assert any(e["section"] == "ascend" and e["key"] == "npu" for e in d["environment"])
+PY
+
+case=usage
+doc "$BIN" doctor --bogus >"$T/out" 2>&1; rc=$?
+expect 2 "$T/out" "unknown option"
+doc "$BIN" doctor --no-env --log "$T/missing.log" >"$T/out" 2>&1; rc=$?
+expect 2 "$T/out" "cannot open log"
+
+[ $fails -eq 0 ] && echo "doctor: all cases passed" || { echo "doctor: $fails failures"; exit 1; }

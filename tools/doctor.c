@@ -1,0 +1,217 @@
+/*
+ * doctor.c: `hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR]`.
+ * Gathers the environment and the logs' findings, orders them (errors first,
+ * then warnings, each in the order seen) and prints what is wrong, why and
+ * what to do next, for people or as JSON. Exit status: 0 nothing wrong, 1
+ * something to act on (a warning or an error), 2 bad usage or unreadable log.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/util.h"
+#include "doctor.h"
+#include "hbmalloc.h"
+
+void doctor_init(doctor *d)
+{
+    memset(d, 0, sizeof *d);
+    d->npu_vmm = d->cuda_vmm = -1;
+}
+
+void doctor_free(doctor *d)
+{
+    free(d->f);
+    free(d->facts);
+    memset(d, 0, sizeof *d);
+}
+
+finding *doctor_add(doctor *d, int severity, const char *id)
+{
+    static finding spare; /* out of host memory: the finding is dropped, the run goes on */
+    if (hbm__grow((void **)&d->f, &d->cap, d->n + 1, sizeof *d->f)) {
+        memset(&spare, 0, sizeof spare);
+        return &spare;
+    }
+    finding *f = &d->f[d->n];
+    memset(f, 0, sizeof *f);
+    f->severity = severity;
+    f->order = (long)d->n++;
+    f->count = 1;
+    snprintf(f->id, sizeof f->id, "%s", id);
+    return f;
+}
+
+void doctor_next(finding *f, const char *fmt, ...)
+{
+    if (f->nnext >= DOC_MAX_NEXT)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->next[f->nnext++], sizeof f->next[0], fmt, ap);
+    va_end(ap);
+}
+
+void doctor_fact(doctor *d, const char *section, const char *key, const char *fmt, ...)
+{
+    if (hbm__grow((void **)&d->facts, &d->capfacts, d->nfacts + 1, sizeof *d->facts))
+        return;
+    fact *x = &d->facts[d->nfacts++];
+    snprintf(x->section, sizeof x->section, "%s", section);
+    snprintf(x->key, sizeof x->key, "%s", key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->value, sizeof x->value, fmt, ap);
+    va_end(ap);
+}
+
+static int by_importance(const void *pa, const void *pb)
+{
+    const finding *a = pa, *b = pb;
+    if (a->severity != b->severity)
+        return b->severity - a->severity;
+    return a->order < b->order ? -1 : a->order > b->order;
+}
+
+static const char *sev_name(int s) { return s == SEV_ERROR ? "error" : s == SEV_WARNING ? "warning" : "info"; }
+
+static void print_text(const doctor *d, FILE *out, int env)
+{
+    fprintf(out, "hbmalloc doctor %s\n", HBM_VERSION_STRING);
+    if (env) {
+        fprintf(out, "\nEnvironment\n");
+        const char *last = "";
+        for (size_t i = 0; i < d->nfacts; i++) {
+            const fact *x = &d->facts[i];
+            if (strcmp(x->section, last))
+                fprintf(out, "  %s\n", x->section);
+            last = x->section;
+            fprintf(out, "    %-24s %s\n", x->key, x->value);
+        }
+    }
+    size_t act = 0;
+    for (size_t i = 0; i < d->n; i++)
+        act += d->f[i].severity > SEV_INFO;
+    if (!d->n) {
+        fprintf(out, "\nNo problems found.\n");
+        return;
+    }
+    fprintf(out, "\nFindings (%zu), most important first\n", d->n);
+    for (size_t i = 0; i < d->n; i++) {
+        const finding *f = &d->f[i];
+        fprintf(out, "\n%zu. [%s] %s\n", i + 1, sev_name(f->severity), f->title);
+        if (f->count > 1)
+            fprintf(out, "   seen %d times, first at %s\n", f->count, f->evidence);
+        else
+            fprintf(out, "   seen: %s\n", f->evidence);
+        if (f->why[0])
+            fprintf(out, "   why: %s\n", f->why);
+        if (f->nnext) {
+            fprintf(out, "   next:\n");
+            for (int k = 0; k < f->nnext; k++)
+                fprintf(out, "     %d) %s\n", k + 1, f->next[k]);
+        }
+    }
+    if (!act)
+        fprintf(out, "\nNothing to act on.\n");
+}
+
+static void json_str(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", out);
+        else if (*p == '\t')
+            fputs("\\t", out);
+        else if (*p < 0x20)
+            fprintf(out, "\\u%04x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+static void print_json(const doctor *d, FILE *out)
+{
+    fprintf(out, "{\"tool\":\"hbmalloc doctor\",\"version\":\"%s\",\"environment\":[", HBM_VERSION_STRING);
+    for (size_t i = 0; i < d->nfacts; i++) {
+        fputs(i ? ",{\"section\":" : "{\"section\":", out);
+        json_str(out, d->facts[i].section);
+        fputs(",\"key\":", out);
+        json_str(out, d->facts[i].key);
+        fputs(",\"value\":", out);
+        json_str(out, d->facts[i].value);
+        fputc('}', out);
+    }
+    fputs("],\"findings\":[", out);
+    for (size_t i = 0; i < d->n; i++) {
+        const finding *f = &d->f[i];
+        fprintf(out, "%s{\"severity\":\"%s\",\"id\":", i ? "," : "", sev_name(f->severity));
+        json_str(out, f->id);
+        fputs(",\"title\":", out);
+        json_str(out, f->title);
+        fputs(",\"evidence\":", out);
+        json_str(out, f->evidence);
+        fprintf(out, ",\"count\":%d,\"why\":", f->count);
+        json_str(out, f->why);
+        fputs(",\"next\":[", out);
+        for (int k = 0; k < f->nnext; k++) {
+            if (k)
+                fputc(',', out);
+            json_str(out, f->next[k]);
+        }
+        fputs("]}", out);
+    }
+    fputs("]}\n", out);
+}
+
+int doctor_main(int argc, char **argv)
+{
+    const char *logs[64], *root = "/";
+    int nlogs = 0, json = 0, env = 1;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--log") && i + 1 < argc) {
+            if (nlogs == 64) {
+                fprintf(stderr, "hbmalloc doctor: at most 64 --log files\n");
+                return 2;
+            }
+            logs[nlogs++] = argv[++i];
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (!strcmp(argv[i], "--no-env")) {
+            env = 0;
+        } else if (!strcmp(argv[i], "--root") && i + 1 < argc) {
+            root = argv[++i];
+        } else {
+            fprintf(stderr, "hbmalloc doctor: unknown option or missing value: '%s'\n"
+                            "usage: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR]\n", argv[i]);
+            return 2;
+        }
+    }
+    doctor d;
+    doctor_init(&d);
+    if (env)
+        doctor_env(&d, root);
+    for (int i = 0; i < nlogs; i++) {
+        char err[512];
+        if (doctor_log(&d, logs[i], err, sizeof err)) {
+            fprintf(stderr, "hbmalloc doctor: %s\n", err);
+            doctor_free(&d);
+            return 2;
+        }
+    }
+    qsort(d.f, d.n, sizeof *d.f, by_importance);
+    if (json)
+        print_json(&d, stdout);
+    else
+        print_text(&d, stdout, env);
+    int act = 0;
+    for (size_t i = 0; i < d.n; i++)
+        act |= d.f[i].severity > SEV_INFO;
+    doctor_free(&d);
+    return act ? 1 : 0;
+}

@@ -1,0 +1,72 @@
+/*
+ * doctor.h: `hbmalloc doctor`: what is wrong with this machine's device
+ * memory or communication setup, or with a training log, why, and what to do
+ * next. doctor_env.c gathers the environment (backends, versions, npu-smi,
+ * nvidia-smi, allocator settings), doctor_log.c recognises known failures in a
+ * log, doctor.c orders the findings and prints them for people or as JSON.
+ */
+#ifndef HBM_DOCTOR_H
+#define HBM_DOCTOR_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+enum { SEV_INFO = 0, SEV_WARNING = 1, SEV_ERROR = 2 };
+
+#define DOC_MAX_NEXT 7
+
+typedef struct finding {
+    int severity;
+    char id[40];         /* stable identifier for machines: "npu-oom-fragmentation", "hccl-error", ... */
+    char title[320];
+    char evidence[640];  /* FILE:LINE: the line, or where in the environment */
+    int count;           /* times seen (logs) */
+    char why[1400];
+    char next[DOC_MAX_NEXT][520];
+    int nnext;
+    long order;          /* position for a stable sort within a severity */
+} finding;
+
+typedef struct fact {
+    char section[24]; /* "cuda", "acl", "ascend", "nvidia", "settings", "variables" */
+    char key[64];
+    char value[400];
+} fact;
+
+typedef struct doctor {
+    finding *f;
+    size_t n, cap;
+    fact *facts;
+    size_t nfacts, capfacts;
+    /* What the environment says, for advice that depends on it. */
+    int npu_vmm;         /* 1 yes, 0 no, -1 unknown */
+    char npu_vmm_why[300];
+    int cuda_vmm;        /* 1 yes, 0 no, -1 unknown */
+    char driver[64];     /* Ascend driver (HDK) version, if known */
+    char firmware[64];
+} doctor;
+
+void doctor_init(doctor *d);
+void doctor_free(doctor *d);
+finding *doctor_add(doctor *d, int severity, const char *id);
+void doctor_next(finding *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void doctor_fact(doctor *d, const char *section, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The command: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR]. Exit status 0, 1 or 2. */
+int doctor_main(int argc, char **argv);
+
+/* The environment under root ("/" normally; a test tree in tests). */
+void doctor_env(doctor *d, const char *root);
+/* One log file; 0, or -1 with err set (unreadable). */
+int doctor_log(doctor *d, const char *path, char *err, size_t errlen);
+
+/* Versions: -1, 0, 1 as a <, ==, > b, by torch_npu's grammar (24.1.rc2, 23.0.RC3, 7.3.0.1.231). */
+int doctor_vercmp(const char *a, const char *b);
+/* Is v inside one of the ranges "[lo,hi],[lo,hi]"? 1 yes, 0 no, -1 unparsable. A trailing '.' on hi means any
+ * version starting with it. */
+int doctor_in_ranges(const char *v, const char *ranges);
+/* "20.00 MiB", "79.15 GiB", "0 bytes" at s: bytes, and the length read (0 when not a size). */
+double doctor_size(const char *s, size_t *len);
+
+#endif

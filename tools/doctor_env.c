@@ -1,0 +1,628 @@
+/*
+ * doctor_env.c: the environment part of `hbmalloc doctor`. Which backends
+ * load and what they report (versions, virtual memory per device), the Ascend
+ * version files (driver, firmware, CANN toolkit) and `npu-smi info` (summary
+ * table and per-board versions), `nvidia-smi`, the visible-device and HCCL
+ * variables, and the allocator settings in the environment validated against
+ * what the device supports. Findings go to the doctor; facts are reported as
+ * read. Tables are parsed by cells ('|', whitespace, '/'), never by column.
+ */
+#define _GNU_SOURCE /* memmem */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "../src/backend/backend.h"
+#include "doctor.h"
+#include "hbmalloc.h"
+
+/* ---- versions ---- */
+
+/* One component: numbers as themselves; rc<n> and T<n>/alpha/beta before the release they precede. */
+static long part_value(const char *s, size_t n)
+{
+    if (n && isdigit((unsigned char)s[0]))
+        return 1000000 + strtol(s, NULL, 10);
+    long k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isdigit((unsigned char)s[i])) {
+            k = strtol(s + i, NULL, 10);
+            break;
+        }
+    if (n >= 2 && !strncasecmp(s, "rc", 2))
+        return 500000 + k;
+    if (n >= 4 && !strncasecmp(s, "beta", 4))
+        return 400000 + k;
+    if (n >= 5 && !strncasecmp(s, "alpha", 5))
+        return 300000 + k;
+    return k; /* T<n>: test builds */
+}
+
+int doctor_vercmp(const char *a, const char *b)
+{
+    while (*a || *b) {
+        size_t na = strcspn(a, "."), nb = strcspn(b, ".");
+        long va = na ? part_value(a, na) : 1000000, vb = nb ? part_value(b, nb) : 1000000; /* missing = .0 */
+        if (!*a)
+            va = 1000000;
+        if (!*b)
+            vb = 1000000;
+        if (va != vb)
+            return va < vb ? -1 : 1;
+        a += na + (a[na] == '.');
+        b += nb + (b[nb] == '.');
+    }
+    return 0;
+}
+
+int doctor_in_ranges(const char *v, const char *ranges)
+{
+    int seen = 0;
+    for (const char *p = strchr(ranges, '['); p; p = strchr(p + 1, '[')) {
+        char lo[64], hi[64];
+        const char *comma = strchr(p, ','), *end = strchr(p, ']');
+        if (!comma || !end || comma > end || (size_t)(comma - p - 1) >= sizeof lo || (size_t)(end - comma - 1) >= sizeof hi)
+            return -1;
+        snprintf(lo, sizeof lo, "%.*s", (int)(comma - p - 1), p + 1);
+        snprintf(hi, sizeof hi, "%.*s", (int)(end - comma - 1), comma + 1);
+        char *l = lo, *h = hi;
+        while (*l == ' ')
+            l++;
+        while (*h == ' ')
+            h++;
+        seen = 1;
+        size_t hn = strlen(h);
+        int upper_ok;
+        if (hn && h[hn - 1] == '.') /* "24.1." : any 24.1.x */
+            upper_ok = !strncmp(v, h, hn) || doctor_vercmp(v, h) <= 0;
+        else
+            upper_ok = doctor_vercmp(v, h) <= 0;
+        size_t ln = strlen(l); /* "24.1" as a lower bound includes 24.1.rc3 */
+        int lower_ok = doctor_vercmp(v, l) >= 0 || (!strncmp(v, l, ln) && (v[ln] == '.' || !v[ln]));
+        if (lower_ok && upper_ok)
+            return 1;
+    }
+    return seen ? 0 : -1;
+}
+
+/* ---- files and commands ---- */
+
+static char *slurp_file(const char *path, size_t max)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max, f) : 0;
+    fclose(f);
+    if (buf)
+        buf[n] = 0;
+    return buf;
+}
+
+/* The value of "key=value" (or "key : value" with colon) in text, trimmed; 0 when found. */
+static int get_key(const char *text, const char *key, char sep, char *out, size_t outlen)
+{
+    size_t kl = strlen(key);
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        const char *p = line;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (strncmp(p, key, kl) != 0)
+            continue;
+        p += kl;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p != sep)
+            continue;
+        p++;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t n = strcspn(p, "\r\n");
+        while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+            n--;
+        snprintf(out, outlen, "%.*s", (int)n, p);
+        return 0;
+    }
+    return -1;
+}
+
+static int file_key(const char *root, const char *rel, const char *key, char *out, size_t outlen)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    char *t = slurp_file(path, 1 << 16);
+    int rc = t ? get_key(t, key, '=', out, outlen) : -1;
+    free(t);
+    return rc;
+}
+
+static int on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    if (!path)
+        return 0;
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        char full[1024];
+        snprintf(full, sizeof full, "%.*s/%s", (int)n, p, prog);
+        if (n && access(full, X_OK) == 0)
+            return 1;
+        p += n + (p[n] == ':');
+    }
+    return 0;
+}
+
+/* Run a fixed command line (no user text in it); its stdout, at most 1 MiB. NULL when it did not run. */
+static char *run(const char *cmdline)
+{
+    FILE *f = popen(cmdline, "r");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap + 1);
+    if (buf)
+        n = fread(buf, 1, cap, f);
+    int st = pclose(f);
+    if (!buf)
+        return NULL;
+    buf[n] = 0;
+    if (st != 0 && n == 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* ---- table cells ---- */
+
+static int line_has(const char *line, size_t len, const char *s) { return memmem(line, len, s, strlen(s)) != NULL; }
+
+typedef struct cells {
+    char c[8][200];
+    int n;
+} cells;
+
+static void split_row(const char *line, size_t len, cells *out)
+{
+    out->n = 0;
+    const char *p = line, *end = line + len;
+    if (p < end && *p == '|')
+        p++;
+    while (p < end && out->n < 8) {
+        const char *bar = memchr(p, '|', (size_t)(end - p));
+        const char *stop = bar ? bar : end;
+        while (p < stop && *p == ' ')
+            p++;
+        const char *q = stop;
+        while (q > p && (q[-1] == ' ' || q[-1] == '\r'))
+            q--;
+        if (!bar && q == p)
+            break;
+        snprintf(out->c[out->n++], sizeof out->c[0], "%.*s", (int)(q - p), p);
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+}
+
+/* The last "a / b" number pair in the row's cells (HBM after Memory when both are there). */
+static int last_pair(const cells *r, long *used, long *total)
+{
+    int found = 0;
+    for (int i = 0; i < r->n; i++)
+        for (const char *s = strchr(r->c[i], '/'); s; s = strchr(s + 1, '/')) {
+            const char *a = s;
+            while (a > r->c[i] && a[-1] == ' ')
+                a--;
+            const char *digits = a;
+            while (digits > r->c[i] && isdigit((unsigned char)digits[-1]))
+                digits--;
+            const char *b = s + 1;
+            while (*b == ' ')
+                b++;
+            if (digits == a || !isdigit((unsigned char)*b))
+                continue;
+            *used = strtol(digits, NULL, 10);
+            *total = strtol(b, NULL, 10);
+            found = 1;
+        }
+    return found;
+}
+
+static int health_word(const char *s)
+{
+    static const char *w[] = {"OK", "Warning", "Alarm", "Critical", "Abnormal", "Unknown", "NA"};
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        if (!strcmp(s, w[i]))
+            return 1;
+    return 0;
+}
+
+typedef struct npu_dev {
+    int id;
+    char name[64], health[32];
+    long used, total;
+} npu_dev;
+
+/* `npu-smi info`: the version in the header, then two rows per NPU; stops at the process table. */
+static int parse_npu_smi(const char *text, char *version, size_t vlen, npu_dev *devs, int max)
+{
+    int n = 0, pending = -1;
+    version[0] = 0;
+    for (const char *line = text; line && *line && n <= max;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        const char *v = strstr(line, "Version:");
+        if (!version[0] && v && v < line + len) {
+            v += 8;
+            while (*v == ' ')
+                v++;
+            size_t k = strcspn(v, " |\r\n");
+            snprintf(version, vlen, "%.*s", (int)k, v);
+        } else if (len > 1 && line[0] == '|') {
+            cells r;
+            split_row(line, len, &r);
+            if (r.n && line_has(line, len, "Process id"))
+                break; /* the process table follows */
+            int h = -1;
+            for (int i = 1; i < r.n && h < 0; i++)
+                if (health_word(r.c[i]))
+                    h = i;
+            if (h > 0 && isdigit((unsigned char)r.c[0][0]) && n < max) {
+                npu_dev *d = &devs[n];
+                memset(d, 0, sizeof *d);
+                d->id = atoi(r.c[0]);
+                const char *name = r.c[0] + strspn(r.c[0], "0123456789");
+                while (*name == ' ')
+                    name++;
+                snprintf(d->name, sizeof d->name, "%.60s", *name ? name : (h > 1 ? r.c[1] : "?"));
+                snprintf(d->health, sizeof d->health, "%.30s", r.c[h]);
+                d->used = d->total = -1;
+                pending = n++;
+            } else if (pending >= 0) {
+                last_pair(&r, &devs[pending].used, &devs[pending].total);
+                pending = -1;
+            }
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    return n;
+}
+
+/* ---- the settings in the environment ---- */
+
+/* The settings string without its expandable_segments entry (brackets kept whole). */
+static void without_expandable(const char *s, char *out, size_t outlen)
+{
+    size_t o = 0;
+    out[0] = 0;
+    for (const char *p = s; *p;) {
+        const char *q = p;
+        int depth = 0;
+        while (*q && (depth || *q != ',')) {
+            depth += *q == '[' ? 1 : *q == ']' ? -1 : 0;
+            q++;
+        }
+        const char *k = p;
+        while (*k == ' ')
+            k++;
+        if (strncmp(k, "expandable_segments", 19) != 0 && q > p && o + (size_t)(q - p) + 2 < outlen)
+            o += (size_t)snprintf(out + o, outlen - o, "%s%.*s", o ? "," : "", (int)(q - p), p);
+        p = *q ? q + 1 : q;
+    }
+}
+
+static int wants_expandable(const char *described)
+{
+    const char *e = strstr(described, "\nexpandable_segments: ");
+    return e && !strncmp(e + 22, "True", 4);
+}
+
+static void check_settings(doctor *d, int ascend)
+{
+    static const struct {
+        const char *var;
+        int npu; /* 1 NPU, 0 CUDA, -1 whichever device this machine has */
+    } vars[] = {{"HBMALLOC_CONF", -1}, {"PYTORCH_CUDA_ALLOC_CONF", 0}, {"PYTORCH_NPU_ALLOC_CONF", 1},
+                {"PYTORCH_ALLOC_CONF", -1}};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *s = getenv(vars[i].var);
+        if (!s)
+            continue;
+        int npu = vars[i].npu < 0 ? ascend : vars[i].npu;
+        doctor_fact(d, "settings", vars[i].var, "%.380s", s);
+        char out[4096];
+        if (hbm_settings_check(s, npu ? HBM_DIALECT_NPU : HBM_DIALECT_CUDA, out, sizeof out) != HBM_OK) {
+            finding *f = doctor_add(d, SEV_ERROR, "settings-invalid");
+            snprintf(f->title, sizeof f->title, "%s is refused: the framework stops at start-up", vars[i].var);
+            snprintf(f->evidence, sizeof f->evidence, "environment: %s=%.500s", vars[i].var, s);
+            snprintf(f->why, sizeof f->why, "%.1300s", out);
+            doctor_next(f, "correct the value; check it with: hbmalloc conf '%.300s' --dialect %s", s, npu ? "npu" : "cuda");
+            continue;
+        }
+        int vmm = npu ? d->npu_vmm : d->cuda_vmm;
+        if (wants_expandable(out) && vmm == 0) {
+            char rest[600];
+            without_expandable(s, rest, sizeof rest);
+            finding *f = doctor_add(d, npu ? SEV_ERROR : SEV_WARNING, "expandable-unsupported");
+            snprintf(f->title, sizeof f->title, "%s asks for expandable_segments:True, which this %s cannot do: it is "
+                     "ignored", vars[i].var, npu ? "NPU" : "GPU");
+            snprintf(f->evidence, sizeof f->evidence, "environment: %s=%.300s; device: %.300s", vars[i].var, s,
+                     npu ? d->npu_vmm_why : "no CUDA virtual memory management");
+            snprintf(f->why, sizeof f->why,
+                     "Expandable segments need the device's virtual-memory API. %s Without it the allocator runs with "
+                     "whole segments (expandable_segments:False) and fragmentation is not cured; torch_npu only prints "
+                     "'expandable_segments feature is not supportted'.",
+                     npu ? "On Ascend that is CANN 7.0.0 or later with Ascend HDK 23.0.0 or later, and a firmware "
+                           "inside the driver's compatible range."
+                         : "On CUDA that is a driver from 10.2 on and a device reporting "
+                           "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED.");
+            if (rest[0])
+                doctor_next(f, "use instead: export %s=%s", vars[i].var, rest);
+            else
+                doctor_next(f, "use instead: unset %s (the defaults)", vars[i].var);
+            doctor_next(f, "to choose max_split_size_mb / garbage_collection_threshold for your job, record a memory "
+                           "snapshot and run: hbmalloc sweep SNAPSHOT.pickle --capacity SIZE --no-expandable");
+            if (npu)
+                doctor_next(f, "to get expandable segments: install a matching driver and firmware pair, Ascend HDK "
+                               ">= 23.0.0 (npu-smi info -t board -i 0 must say Compatibility : OK)");
+        }
+    }
+    if (getenv("PYTORCH_NPU_ALLOC_CONF") && getenv("PYTORCH_ALLOC_CONF") && ascend) {
+        finding *f = doctor_add(d, SEV_ERROR, "settings-both-set");
+        snprintf(f->title, sizeof f->title, "both PYTORCH_NPU_ALLOC_CONF and PYTORCH_ALLOC_CONF are set");
+        snprintf(f->evidence, sizeof f->evidence, "environment");
+        snprintf(f->why, sizeof f->why, "Recent torch_npu refuses to start when both are set (\"please set only one "
+                 "of them\").");
+        doctor_next(f, "unset one of them");
+    }
+}
+
+/* ---- backends ---- */
+
+static void probe_backend(doctor *d, const char *spec, int *vmm, char *why, size_t whylen)
+{
+    hbm_backend *b;
+    char err[600];
+    *vmm = -1;
+    if (hbm_backend_open(&b, spec, err, sizeof err) != HBM_OK) {
+        doctor_fact(d, spec, "loads", "no: %.380s", err);
+        return;
+    }
+    doctor_fact(d, spec, "loads", "yes");
+    doctor_fact(d, spec, "version", "%.300s", b->caps.version);
+    doctor_fact(d, spec, "devices", "%d", b->caps.device_count);
+    if (b->caps.has_vmm)
+        doctor_fact(d, spec, "virtual memory", "yes on every device (granularity %zu KiB): expandable segments work",
+                    b->caps.vmm_granularity >> 10);
+    else
+        doctor_fact(d, spec, "virtual memory", "no: %.380s", b->caps.vmm_why_not);
+    *vmm = b->caps.has_vmm;
+    if (why)
+        snprintf(why, whylen, "%s", b->caps.has_vmm ? "virtual memory available" : b->caps.vmm_why_not);
+    hbm_backend_close(b);
+}
+
+/* ---- Ascend ---- */
+
+static void ascend(doctor *d, const char *root, int *present)
+{
+    char v[128], fw_range[256] = "", fw[64] = "", cann[64] = "";
+    *present = 0;
+    if (!file_key(root, "usr/local/Ascend/driver/version.info", "Version", v, sizeof v)) {
+        *present = 1;
+        snprintf(d->driver, sizeof d->driver, "%.60s", v);
+        doctor_fact(d, "ascend", "driver (HDK)", "%s (/usr/local/Ascend/driver/version.info)", v);
+        if (!file_key(root, "usr/local/Ascend/driver/version.info", "compatible_version_fw", fw_range, sizeof fw_range))
+            doctor_fact(d, "ascend", "driver accepts firmware", "%s", fw_range);
+    }
+    if (!file_key(root, "usr/local/Ascend/firmware/version.info", "Version", fw, sizeof fw)) {
+        *present = 1;
+        doctor_fact(d, "ascend", "firmware", "%s (/usr/local/Ascend/firmware/version.info)", fw);
+    }
+    if (!file_key(root, "usr/local/Ascend/ascend-toolkit/latest/version.cfg", "runtime_running_version", v, sizeof v)) {
+        const char *colon = strchr(v, ':');
+        if (colon)
+            snprintf(cann, sizeof cann, "%.*s", (int)strcspn(colon + 1, "]"), colon + 1);
+    }
+    static const char *infos[] = {"usr/local/Ascend/ascend-toolkit/latest/aarch64-linux/ascend_toolkit_install.info",
+                                  "usr/local/Ascend/ascend-toolkit/latest/x86_64-linux/ascend_toolkit_install.info",
+                                  "usr/local/Ascend/ascend-toolkit/latest/opp/version.info"};
+    for (size_t i = 0; i < 3 && !cann[0]; i++)
+        if (!file_key(root, infos[i], i < 2 ? "version" : "Version", v, sizeof v))
+            snprintf(cann, sizeof cann, "%.60s", v);
+    if (cann[0]) {
+        *present = 1;
+        doctor_fact(d, "ascend", "CANN toolkit", "%s", cann);
+    }
+
+    /* npu-smi: what the driver itself says. */
+    char *t = on_path("npu-smi") ? run("npu-smi info 2>/dev/null") : NULL;
+    npu_dev devs[64];
+    int n = 0;
+    if (t) {
+        char ver[64];
+        *present = 1;
+        n = parse_npu_smi(t, ver, sizeof ver, devs, 64);
+        if (ver[0]) {
+            doctor_fact(d, "ascend", "npu-smi driver", "%s", ver);
+            if (!d->driver[0])
+                snprintf(d->driver, sizeof d->driver, "%s", ver);
+        }
+        for (int i = 0; i < n; i++) {
+            if (devs[i].total > 0)
+                doctor_fact(d, "ascend", "npu", "%d %s, health %s, memory %ld / %ld MB used", devs[i].id, devs[i].name,
+                            devs[i].health, devs[i].used, devs[i].total);
+            else
+                doctor_fact(d, "ascend", "npu", "%d %s, health %s", devs[i].id, devs[i].name, devs[i].health);
+            if (strcmp(devs[i].health, "OK") != 0) {
+                finding *f = doctor_add(d, SEV_ERROR, "npu-unhealthy");
+                snprintf(f->title, sizeof f->title, "NPU %d reports health %s", devs[i].id, devs[i].health);
+                snprintf(f->evidence, sizeof f->evidence, "npu-smi info: NPU %d %s: %s", devs[i].id, devs[i].name,
+                         devs[i].health);
+                snprintf(f->why, sizeof f->why, "A card that is not OK fails allocations and collective operations "
+                         "(HCCL errors on every rank that talks to it).");
+                doctor_next(f, "npu-smi info -t health -i %d for the error code; dmesg | grep -i -E 'npu|davinci' for "
+                               "driver messages", devs[i].id);
+                doctor_next(f, "leave the card out (ASCEND_RT_VISIBLE_DEVICES) until it is repaired or reset");
+            }
+        }
+        free(t);
+        if (n == 0)
+            doctor_fact(d, "ascend", "npu-smi", "ran, but no NPU rows were recognised");
+    } else {
+        doctor_fact(d, "ascend", "npu-smi", on_path("npu-smi") ? "failed to run" : "not on PATH");
+    }
+    /* Per board: the driver's and the firmware's own versions, and whether the driver accepts the pair. */
+    for (int i = 0; i < n && i < 16; i++) {
+        char cmd[64], sw[64] = "", fwv[64] = "", compat[64] = "";
+        snprintf(cmd, sizeof cmd, "npu-smi info -t board -i %d 2>/dev/null", devs[i].id);
+        char *b = run(cmd);
+        if (!b)
+            continue;
+        get_key(b, "Software Version", ':', sw, sizeof sw);
+        get_key(b, "Firmware Version", ':', fwv, sizeof fwv);
+        get_key(b, "Compatibility", ':', compat, sizeof compat);
+        free(b);
+        doctor_fact(d, "ascend", "board", "NPU %d: software (driver) %s, firmware %s, compatibility %s", devs[i].id,
+                    sw[0] ? sw : "?", fwv[0] ? fwv : "?", compat[0] ? compat : "?");
+        if (!fw[0] && fwv[0])
+            snprintf(fw, sizeof fw, "%s", fwv);
+        if (!d->driver[0] && sw[0])
+            snprintf(d->driver, sizeof d->driver, "%s", sw);
+        if (compat[0] && strcmp(compat, "OK") != 0) {
+            finding *f = doctor_add(d, SEV_ERROR, "ascend-driver-firmware-mismatch");
+            snprintf(f->title, sizeof f->title, "NPU %d: npu-smi says the driver and firmware are not compatible (%s)",
+                     devs[i].id, compat);
+            snprintf(f->evidence, sizeof f->evidence, "npu-smi info -t board -i %d: Software Version %s, Firmware "
+                     "Version %s, Compatibility %s", devs[i].id, sw, fwv, compat);
+            snprintf(f->why, sizeof f->why, "With a mismatched pair the runtime refuses features such as virtual memory "
+                     "(207000 ACL_ERROR_RT_FEATURE_NOT_SUPPORT: expandable segments are switched off) and collective "
+                     "communication can fail to initialise.");
+            doctor_next(f, "install the firmware that goes with driver %s (or the driver for firmware %s), then reboot",
+                        sw, fwv);
+        }
+    }
+    snprintf(d->firmware, sizeof d->firmware, "%s", fw);
+    if (d->driver[0] && doctor_vercmp(d->driver, "23.0.0") < 0) {
+        /* Information: it matters when expandable segments are asked for, which check_settings says as an error. */
+        finding *f = doctor_add(d, SEV_INFO, "ascend-hdk-too-old");
+        snprintf(f->title, sizeof f->title, "Ascend driver (HDK) %s is older than 23.0.0: no expandable segments", d->driver);
+        snprintf(f->evidence, sizeof f->evidence, "driver version %s", d->driver);
+        snprintf(f->why, sizeof f->why, "Huawei documents Ascend HDK 23.0.0 or later for expandable_segments; older "
+                 "drivers answer the virtual-memory probe with 207000 and torch_npu silently falls back.");
+        doctor_next(f, "upgrade the driver and firmware together to HDK >= 23.0.0");
+        doctor_next(f, "until then: no expandable_segments in PYTORCH_NPU_ALLOC_CONF; pick max_split_size_mb with "
+                       "hbmalloc sweep SNAPSHOT --no-expandable");
+    }
+    if (fw[0] && fw_range[0] && doctor_in_ranges(fw, fw_range) == 0) {
+        finding *f = doctor_add(d, SEV_ERROR, "ascend-driver-firmware-mismatch");
+        snprintf(f->title, sizeof f->title, "firmware %s is outside the range driver %s accepts (%s)", fw,
+                 d->driver[0] ? d->driver : "?", fw_range);
+        snprintf(f->evidence, sizeof f->evidence, "/usr/local/Ascend/driver/version.info compatible_version_fw=%s; "
+                 "firmware Version=%s", fw_range, fw);
+        snprintf(f->why, sizeof f->why, "The driver and firmware packages do not match. The runtime then answers "
+                 "virtual-memory calls with 207000 (ACL_ERROR_RT_FEATURE_NOT_SUPPORT, 'Feature is not supported and the "
+                 "possible cause is that driver and firmware packages do not match'): torch_npu prints "
+                 "'expandable_segments feature is not supportted' and runs without them, and device-UUID and IPC calls "
+                 "used by multi-card runs can fail the same way.");
+        doctor_next(f, "install a driver whose compatible_version_fw contains %s, or the firmware the driver expects; "
+                       "reboot", fw);
+        doctor_next(f, "check: npu-smi info -t board -i 0 must say Compatibility : OK; then run hbmalloc doctor again");
+    }
+}
+
+/* ---- NVIDIA ---- */
+
+static void nvidia(doctor *d)
+{
+    char *t = on_path("nvidia-smi") ? run("nvidia-smi 2>/dev/null") : NULL;
+    if (!t) {
+        doctor_fact(d, "nvidia", "nvidia-smi", on_path("nvidia-smi") ? "failed to run" : "not on PATH");
+        return;
+    }
+    char v[64];
+    const char *p = strstr(t, "Driver Version:");
+    if (p && sscanf(p + 15, " %63s", v) == 1)
+        doctor_fact(d, "nvidia", "driver", "%s", v);
+    p = strstr(t, "CUDA Version:");
+    if (p && sscanf(p + 13, " %63s", v) == 1)
+        doctor_fact(d, "nvidia", "CUDA (driver API)", "%s", v);
+    int gpu = -1;
+    char name[128] = "";
+    for (const char *line = t; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        cells r;
+        if (line[0] == '|') {
+            split_row(line, len, &r);
+            long used, total;
+            if (r.n >= 2 && isdigit((unsigned char)r.c[0][0]) && strchr(r.c[1], ':')) {
+                gpu = atoi(r.c[0]);
+                const char *nm = r.c[0] + strspn(r.c[0], "0123456789 ");
+                snprintf(name, sizeof name, "%.100s", nm);
+                char *gap = strstr(name, "  "); /* the persistence-mode column follows after a gap */
+                if (gap)
+                    *gap = 0;
+            } else if (gpu >= 0 && line_has(line, len, "MiB /")) {
+                for (int k = 0; k < r.n; k++)
+                    if (sscanf(r.c[k], "%ldMiB / %ldMiB", &used, &total) == 2) {
+                        doctor_fact(d, "nvidia", "gpu", "%d %s, %ld / %ld MiB used", gpu, name, used, total);
+                        gpu = -1;
+                        break;
+                    }
+            }
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    free(t);
+}
+
+void doctor_env(doctor *d, const char *root)
+{
+    probe_backend(d, "cuda", &d->cuda_vmm, NULL, 0);
+    probe_backend(d, "acl", &d->npu_vmm, d->npu_vmm_why, sizeof d->npu_vmm_why);
+    int present = 0;
+    ascend(d, root, &present);
+    nvidia(d);
+    /* With no runtime loaded, what the versions say decides. */
+    if (d->npu_vmm < 0 && present) {
+        if (d->driver[0] && doctor_vercmp(d->driver, "23.0.0") < 0) {
+            d->npu_vmm = 0;
+            snprintf(d->npu_vmm_why, sizeof d->npu_vmm_why, "Ascend HDK %s is older than 23.0.0", d->driver);
+        }
+        for (size_t i = 0; i < d->n; i++)
+            if (!strcmp(d->f[i].id, "ascend-driver-firmware-mismatch")) {
+                d->npu_vmm = 0;
+                snprintf(d->npu_vmm_why, sizeof d->npu_vmm_why, "the driver and firmware do not match");
+            }
+    }
+    static const char *vars[] = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
+                                 "ASCEND_VISIBLE_DEVICES", "HCCL_BUFFSIZE", "HCCL_CONNECT_TIMEOUT", "NCCL_BUFFSIZE",
+                                 "HBMALLOC_BACKEND"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v)
+            doctor_fact(d, "variables", vars[i], "%.380s", v);
+    }
+    const char *hb = getenv("HCCL_BUFFSIZE");
+    if (hb) {
+        char *end;
+        long mb = strtol(hb, &end, 10);
+        if (*end || end == hb || mb < 1) {
+            finding *f = doctor_add(d, SEV_WARNING, "hccl-buffsize-invalid");
+            snprintf(f->title, sizeof f->title, "HCCL_BUFFSIZE='%.100s' is not a whole number of MB >= 1", hb);
+            snprintf(f->evidence, sizeof f->evidence, "environment: HCCL_BUFFSIZE=%.200s", hb);
+            snprintf(f->why, sizeof f->why, "HCCL reads it as MB (default 200).");
+            doctor_next(f, "set a whole number, e.g. export HCCL_BUFFSIZE=200");
+        } else {
+            doctor_fact(d, "variables", "HCCL buffers", "each communicator takes 2 x %ld MB = %ld MB of device memory "
+                        "outside the caching allocator", mb, 2 * mb);
+        }
+    }
+    check_settings(d, present || d->npu_vmm >= 0);
+}

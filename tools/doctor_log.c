@@ -1,0 +1,464 @@
+/*
+ * doctor_log.c: known failures in a training log, for `hbmalloc doctor --log`.
+ * PyTorch / torch_npu / hbmalloc out-of-memory messages (the numbers parsed:
+ * request, capacity, free, allocated, reserved, reserved-but-unallocated), the
+ * torch_npu expandable-segments warnings, HCCL and NCCL errors with what the
+ * code means and a checklist, AscendCL error codes, and driver/firmware
+ * mismatch lines. One finding per kind of failure, with how often it was seen
+ * and the first line that showed it.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../src/backend/backend.h"
+#include "../src/util.h"
+#include "doctor.h"
+
+double doctor_size(const char *s, size_t *len)
+{
+    static const struct {
+        const char *u;
+        double mul;
+    } units[] = {{"bytes", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+                 {"TiB", 1099511627776.0}, {"B", 1}};
+    const char *p = s;
+    *len = 0;
+    if (!isdigit((unsigned char)*p))
+        return 0;
+    char *end;
+    double v = strtod(p, &end);
+    p = end;
+    while (*p == ' ')
+        p++;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        size_t n = strlen(units[i].u);
+        if (!strncmp(p, units[i].u, n) && !isalpha((unsigned char)p[n])) {
+            *len = (size_t)(p + n - s);
+            return v * units[i].mul;
+        }
+    }
+    return 0;
+}
+
+/* The size just after `phrase` in line (e.g. "Tried to allocate "), or -1. */
+static double size_after(const char *line, const char *phrase)
+{
+    const char *p = strstr(line, phrase);
+    size_t n;
+    if (!p)
+        return -1;
+    double v = doctor_size(p + strlen(phrase), &n);
+    return n ? v : -1;
+}
+
+/* The size just before `phrase` (e.g. " total capacity"), or -1. */
+static double size_before(const char *line, const char *phrase)
+{
+    const char *p = strstr(line, phrase);
+    if (!p)
+        return -1;
+    const char *q = p;
+    while (q > line && q[-1] == ' ')
+        q--;
+    while (q > line && isalpha((unsigned char)q[-1]))
+        q--;
+    while (q > line && q[-1] == ' ')
+        q--;
+    while (q > line && (isdigit((unsigned char)q[-1]) || q[-1] == '.'))
+        q--;
+    size_t n;
+    double v = doctor_size(q, &n);
+    return n && q + n <= p ? v : -1;
+}
+
+static void fmt(double bytes, char *buf, size_t len) { hbm__format_size(bytes < 0 ? 0 : (uint64_t)bytes, buf, len); }
+
+typedef struct where {
+    const char *path;
+    long line;
+    const char *text;
+} where;
+
+/* A finding for this kind, merged with an earlier one of the same id and title (out-of-memory: the same id). */
+static finding *seen(doctor *d, const where *w, int severity, const char *id, const char *title)
+{
+    int by_id = !strncmp(id, "oom-", 4);
+    for (size_t i = 0; i < d->n; i++)
+        if (!strcmp(d->f[i].id, id) &&
+            (by_id ? !strncmp(d->f[i].title, title, 4) /* "NPU " or "GPU " */ : !strcmp(d->f[i].title, title))) {
+            d->f[i].count++;
+            return NULL;
+        }
+    finding *f = doctor_add(d, severity, id);
+    snprintf(f->title, sizeof f->title, "%s", title);
+    size_t n = strlen(w->text);
+    while (n && (w->text[n - 1] == '\n' || w->text[n - 1] == '\r'))
+        n--;
+    const char *t = w->text;
+    while (*t == ' ' || *t == '\t')
+        t++, n--;
+    snprintf(f->evidence, sizeof f->evidence, "%.200s:%ld: %.*s%s", w->path, w->line, (int)(n > 400 ? 400 : n), t,
+             n > 400 ? " ..." : "");
+    f->count = 1;
+    return f;
+}
+
+/* ---- out of memory ---- */
+
+static void oom(doctor *d, const where *w, const char *line)
+{
+    int npu = strstr(line, "NPU out of memory") != NULL;
+    int ours = strstr(line, "out of memory on ") != NULL && strstr(line, "by hbmalloc") != NULL;
+    double req = size_after(line, "Tried to allocate ");
+    if (req < 0)
+        return;
+    double total = size_after(line, "total capacity of ");
+    if (total < 0)
+        total = size_after(line, "total capacty of ");
+    if (total < 0)
+        total = size_before(line, " total capacity");
+    double freeb = size_after(line, "of which ");
+    if (freeb < 0)
+        freeb = size_before(line, " free;");
+    double alloc = size_before(line, " is allocated by");
+    if (alloc < 0)
+        alloc = size_before(line, " already allocated");
+    double rbu = size_before(line, " is reserved by PyTorch but unallocated");
+    if (rbu < 0)
+        rbu = size_before(line, " is reserved but unallocated");
+    double reserved = size_before(line, " reserved in total by PyTorch");
+    if (rbu < 0 && reserved >= 0 && alloc >= 0)
+        rbu = reserved - alloc;
+    if (reserved < 0 && rbu >= 0 && alloc >= 0)
+        reserved = alloc + rbu;
+    double in_use = size_before(line, " memory in use");
+    const char *who = ours ? "hbmalloc" : npu ? "torch_npu" : "PyTorch";
+    const char *var = npu || strstr(line, "acl device") ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
+    int is_npu = var[8] == 'N';
+    char s_req[32], s_total[32], s_free[32], s_alloc[32], s_res[32], s_rbu[32], s_other[32];
+    fmt(req, s_req, sizeof s_req);
+    fmt(total, s_total, sizeof s_total);
+    fmt(freeb, s_free, sizeof s_free);
+    fmt(alloc, s_alloc, sizeof s_alloc);
+    fmt(reserved, s_res, sizeof s_res);
+    fmt(rbu, s_rbu, sizeof s_rbu);
+    double other = -1;
+    if (in_use >= 0 && reserved >= 0)
+        other = in_use - reserved; /* this process, outside the caching allocator */
+    else if (total >= 0 && freeb >= 0 && reserved >= 0)
+        other = total - freeb - reserved; /* everything that is neither free nor the allocator's */
+    fmt(other, s_other, sizeof s_other);
+    int frag = rbu >= 0 && rbu >= req && rbu > 0;
+    char title[320];
+    if (frag)
+        snprintf(title, sizeof title, "%s out of memory with %s reserved but unallocated: fragmentation (a %s request "
+                 "failed)", is_npu ? "NPU" : "GPU", s_rbu, s_req);
+    else
+        snprintf(title, sizeof title, "%s out of memory: the live tensors do not fit (a %s request failed)",
+                 is_npu ? "NPU" : "GPU", s_req);
+    finding *f = seen(d, w, SEV_ERROR, frag ? "oom-fragmentation" : "oom-capacity", title);
+    if (!f)
+        return;
+    char pct[32] = "?";
+    if (reserved > 0 && rbu >= 0)
+        snprintf(pct, sizeof pct, "%.0f%%", 100.0 * rbu / reserved);
+    snprintf(f->why, sizeof f->why,
+             "The device has %s in all, %s of it free. %s's caching allocator held %s: %s in live tensors and %s "
+             "(%s of what it held) cached in free blocks but not handed out. %s%s%s",
+             total >= 0 ? s_total : "an unknown amount", freeb >= 0 ? s_free : "an unknown amount", who,
+             reserved >= 0 ? s_res : "?", alloc >= 0 ? s_alloc : "?", rbu >= 0 ? s_rbu : "?", pct,
+             frag ? "The cached free memory is at least the size of the request, so the memory exists but is split "
+                    "into pieces none of which fits: fragmentation."
+                  : "Even the cached free memory could not hold the request: the job needs more than this device.",
+             other > 0 ? " Outside the caching allocator, about " : "", other > 0 ? s_other : "");
+    if (other > 0) {
+        size_t n = strlen(f->why);
+        snprintf(f->why + n, sizeof f->why - n, " of device memory is used by %s.",
+                 is_npu ? "other processes, the runtime and HCCL's communication buffers (2 x HCCL_BUFFSIZE MB per "
+                          "communicator)"
+                        : "other processes, the CUDA context and NCCL's buffers");
+    }
+    if (frag) {
+        if (is_npu && d->npu_vmm == 0) {
+            doctor_next(f, "expandable segments would cure this but do not work on this NPU (%s): set instead "
+                           "export PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:%d,garbage_collection_threshold:0.8",
+                        d->npu_vmm_why, req > 512.0 * HBM__MiB ? 1024 : 256);
+        } else {
+            doctor_next(f, "export %s=expandable_segments:True (grows segments in place: reserved stays close to "
+                           "allocated)%s", var,
+                        is_npu ? "; torch_npu refuses it together with max_split_size_mb or "
+                                 "garbage_collection_threshold, and it needs Ascend HDK >= 23.0.0 (run hbmalloc doctor "
+                                 "on the machine)"
+                               : "");
+            doctor_next(f, "where expandable segments are not available: export %s=max_split_size_mb:%d,"
+                           "garbage_collection_threshold:0.8", var, req > 512.0 * HBM__MiB ? 1024 : 256);
+        }
+    } else {
+        doctor_next(f, "make the live data smaller: smaller micro-batch or sequence length, activation checkpointing, "
+                       "mixed precision, or shard the model over more devices");
+        if (other > 0.05 * total && total > 0)
+            doctor_next(f, "%s is held outside this allocator: look at the process table of %s for other jobs on the "
+                           "device%s", s_other, is_npu ? "npu-smi info" : "nvidia-smi",
+                        is_npu ? ", and lower HCCL_BUFFSIZE if many communicators are created" : "");
+    }
+    doctor_next(f, "measure instead of guessing: record a snapshot (%s.memory._record_memory_history(max_entries="
+                   "100000) ... %s.memory._dump_snapshot(\"oom.pickle\")), then hbmalloc sweep oom.pickle --capacity "
+                   "%s%s ranks the settings, and hbmalloc replay oom.pickle --min-capacity says what capacity the job "
+                   "needs",
+                is_npu ? "torch_npu.npu" : "torch.cuda", is_npu ? "torch_npu.npu" : "torch.cuda",
+                total > 0 ? s_total : "SIZE",
+                is_npu ? (d->npu_vmm == 0 ? " --backend sim:dialect=npu --no-expandable" : " --backend sim:dialect=npu")
+                       : "");
+    for (char *c = f->next[f->nnext - 1]; *c; c++) /* "60.97 GiB" -> "60.97GiB": one argument */
+        if (c[0] == ' ' && isdigit((unsigned char)c[-1]) && (c[1] == 'G' || c[1] == 'M' || c[1] == 'K') &&
+            c[2] == 'i')
+            memmove(c, c + 1, strlen(c));
+}
+
+/* ---- HCCL ---- */
+
+static const char *const hccl_names[] = {
+    "HCCL_SUCCESS",        "HCCL_E_PARA",          "HCCL_E_PTR",          "HCCL_E_MEMORY",      "HCCL_E_INTERNAL",
+    "HCCL_E_NOT_SUPPORT",  "HCCL_E_NOT_FOUND",     "HCCL_E_UNAVAIL",      "HCCL_E_SYSCALL",     "HCCL_E_TIMEOUT",
+    "HCCL_E_OPEN_FILE_FAILURE", "HCCL_E_TCP_CONNECT", "HCCL_E_ROCE_CONNECT", "HCCL_E_TCP_TRANSFER",
+    "HCCL_E_ROCE_TRANSFER", "HCCL_E_RUNTIME",      "HCCL_E_DRV",          "HCCL_E_PROFILING",   "HCCL_E_CCE",
+    "HCCL_E_NETWORK",      "HCCL_E_AGAIN",         "HCCL_E_REMOTE",       "HCCL_E_SUSPENDING",  "HCCL_E_OPRETRY_FAIL",
+    "HCCL_E_OOM"};
+static const char *const hccl_meaning[] = {
+    "success", "a parameter is wrong", "an empty (NULL) pointer", "memory error", "internal error",
+    "not supported", "not found", "resource unavailable", "a system call failed", "timed out",
+    "a file could not be opened", "TCP connection failed", "RoCE connection failed", "TCP transfer failed",
+    "RoCE transfer failed", "a runtime (AscendCL) call failed", "a driver call failed", "profiling error",
+    "CCE error", "network error", "try again", "error on a remote rank", "suspending", "operation retry failed",
+    "out of memory"};
+
+static void hccl(doctor *d, const where *w, const char *func, int code)
+{
+    char title[320];
+    const char *name = code >= 0 && code <= 24 ? hccl_names[code] : "an unknown HcclResult";
+    snprintf(title, sizeof title, "HCCL error: %s returned %d (%s)", func, code, name);
+    finding *f = seen(d, w, SEV_ERROR, "hccl-error", title);
+    if (!f)
+        return;
+    snprintf(f->why, sizeof f->why,
+             "%s is %s, \"%s\" (hccl_types.h). %s", name, code >= 0 && code <= 24 ? "HcclResult" : "not a known code",
+             code >= 0 && code <= 24 ? hccl_meaning[code] : "?",
+             code == 2 ? "No official page ties error 2 of HcclGetRootInfo to one cause; candidates, unconfirmed: the "
+                         "process had no device set when the communicator was created (torch.npu.set_device(local_rank) "
+                         "must come before init_process_group), an earlier runtime failure left a resource NULL (look "
+                         "for 207000 / 'driver and firmware packages do not match' or an expandable-segments warning "
+                         "above it), or the driver, firmware, CANN and torch_npu versions do not match."
+             : code == 7 || code == 11 ? "Usually a port conflict: another job (or a previous run that has not "
+                                         "released its sockets) holds HCCL's ports ('Failed to bind the IP port')."
+             : code == 9 ? "A peer did not arrive in time: one rank crashed or started late, or the network between "
+                           "nodes is blocked."
+             : code == 15 ? "A runtime call inside HCCL failed: the EE/EL lines around it name the runtime error "
+                            "(device ids, ASCEND_RT_VISIBLE_DEVICES)."
+             : code == 19 ? "The network setup is wrong: rank table, HCCL_IF_IP / interface, or (in containers) no "
+                            "/etc/passwd entry for the user."
+             : code == 24 ? "HCCL could not get device memory for its buffers (2 x HCCL_BUFFSIZE MB per communicator)."
+                          : "");
+    doctor_next(f, "run the same job on one card: if it works there, the device and memory are fine and the problem "
+                   "is communication");
+    doctor_next(f, "npu-smi info on every node: every card Health OK, and no leftover processes holding the cards");
+    doctor_next(f, "dmesg | tail -50 and the device logs (~/ascend/log or /var/log/npu/slog) for driver errors at the "
+                   "time of the failure");
+    doctor_next(f, "versions must match on every node: driver, firmware (npu-smi info -t board -i 0: Compatibility : "
+                   "OK), CANN toolkit, torch_npu; hbmalloc doctor shows them");
+    if (code == 7 || code == 11)
+        doctor_next(f, "free the ports or move HCCL's: export HCCL_HOST_SOCKET_PORT_RANGE=auto (or a free range)");
+    else if (code == 9)
+        doctor_next(f, "raise HCCL_CONNECT_TIMEOUT and look for the first rank that failed");
+    else if (code == 24)
+        doctor_next(f, "lower HCCL_BUFFSIZE (MB, default 200) or leave more memory free (memory fraction)");
+    else if (code == 2)
+        doctor_next(f, "set the device before creating the process group: torch.npu.set_device(local_rank)");
+}
+
+/* ---- one line ---- */
+
+static int has(const char *line, const char *s) { return strstr(line, s) != NULL; }
+
+static void acl_code(doctor *d, const where *w, const char *func, int code)
+{
+    const char *name = hbm__acl_error_name(code);
+    char title[320];
+    snprintf(title, sizeof title, "NPU runtime error: %s returned %d (%s)", func, code, name ? name : "unknown code");
+    finding *f = seen(d, w, code == 207000 ? SEV_WARNING : SEV_ERROR, "acl-error", title);
+    if (!f)
+        return;
+    snprintf(f->why, sizeof f->why, "AscendCL error %d is %s.%s", code, name ? name : "not in the known table",
+             code == 207000 ? " The runtime refuses a feature: usually the driver and firmware do not match, or the "
+                              "driver is older than the feature (virtual memory needs Ascend HDK 23.0.0)."
+             : code == 207001 || code == 207018 ? " The device is out of memory."
+             : code == 507054 ? " An uncorrectable HBM error: the card needs attention."
+                              : "");
+    doctor_next(f, "the lines after it (EE..../EL.... codes) carry the runtime's own message; ASCEND_LAUNCH_BLOCKING=1 "
+                   "makes the failing operator report where it happens");
+    if (code == 207000)
+        doctor_next(f, "run hbmalloc doctor on the machine: it compares the driver, firmware and their compatible "
+                       "ranges");
+}
+
+static const char *after_spaces(const char *p)
+{
+    while (*p == ' ' || *p == ':')
+        p++;
+    return p;
+}
+
+static void one_line(doctor *d, const where *w, const char *line)
+{
+    if (has(line, "out of memory") && has(line, "Tried to allocate")) {
+        oom(d, w, line);
+        return;
+    }
+    if (has(line, "expandable_segments feature is not supportted") ||
+        has(line, "expandable_segments feature is not supported") ||
+        has(line, "expandable_segments setting failure")) {
+        finding *f = seen(d, w, SEV_ERROR, "expandable-ignored",
+                          "torch_npu turned expandable segments off: the device refused virtual memory");
+        if (f) {
+            snprintf(f->why, sizeof f->why,
+                     "torch_npu probes aclrtReserveMemAddress when it reads the settings; on failure it prints this "
+                     "and runs with expandable_segments:False, so fragmentation stays and out-of-memory errors can "
+                     "follow. The probe fails when the driver (HDK) is older than 23.0.0 or the driver and firmware "
+                     "packages do not match (the runtime answers 207000, ACL_ERROR_RT_FEATURE_NOT_SUPPORT).");
+            doctor_next(f, "run hbmalloc doctor on the machine (no --log): it reads the driver, firmware and their "
+                           "compatible ranges and says which");
+            doctor_next(f, "upgrade to a matching driver and firmware pair, Ascend HDK >= 23.0.0; npu-smi info -t "
+                           "board -i 0 must say Compatibility : OK");
+            doctor_next(f, "meanwhile remove expandable_segments from PYTORCH_NPU_ALLOC_CONF and pick "
+                           "max_split_size_mb with: hbmalloc sweep SNAPSHOT.pickle --backend sim:dialect=npu "
+                           "--no-expandable");
+        }
+        return;
+    }
+    if (has(line, "driver and firmware packages do not match") || has(line, "get device uuid failed")) {
+        finding *f = seen(d, w, SEV_ERROR, "ascend-driver-firmware-mismatch",
+                          "the runtime reports that the driver and firmware packages do not match");
+        if (f) {
+            snprintf(f->why, sizeof f->why, "A driver paired with a firmware outside its compatible_version_fw range "
+                     "refuses virtual memory (no expandable segments) and device-UUID/IPC calls that multi-card runs "
+                     "need (207000).");
+            doctor_next(f, "compare cat /usr/local/Ascend/driver/version.info (compatible_version_fw) with "
+                           "/usr/local/Ascend/firmware/version.info (Version), or run hbmalloc doctor there");
+            doctor_next(f, "install the matching driver or firmware and reboot");
+        }
+        return;
+    }
+    const char *h = strstr(line, "HCCL function error");
+    if (h) {
+        const char *p = after_spaces(h + 19);
+        size_t n = strcspn(p, "( ,");
+        const char *c = strstr(p, "error code is ");
+        char func[80];
+        snprintf(func, sizeof func, "%.*s", (int)(n < 70 ? n : 70), p);
+        hccl(d, w, func, c ? atoi(c + 14) : -1);
+        return;
+    }
+    const char *hf = strstr(line, "Hccl");
+    if (hf && (h = strstr(hf, " fail, error:"))) { /* "HcclCommInitRootInfo fail, error:2" */
+        char func[80];
+        snprintf(func, sizeof func, "%.*s", (int)((h - hf) < 70 ? (h - hf) : 70), hf);
+        hccl(d, w, func, atoi(h + 13));
+        return;
+    }
+    const char *a = strstr(line, "NPU function error:");
+    if (a) {
+        const char *p = after_spaces(a + 19);
+        size_t n = strcspn(p, "(");
+        const char *c = strstr(p, "error code is ");
+        char func[80];
+        snprintf(func, sizeof func, "%.*s", (int)(n < 70 ? n : 70), p);
+        acl_code(d, w, func, c ? atoi(c + 14) : -1);
+        return;
+    }
+    if (has(line, "NCCL error") || has(line, "ncclSystemError") || has(line, "ncclUnhandledCudaError") ||
+        has(line, "ncclInternalError") || has(line, "ncclRemoteError") || has(line, "ncclInvalidUsage")) {
+        const char *kind = has(line, "unhandled system error") || has(line, "ncclSystemError") ? "ncclSystemError"
+                           : has(line, "unhandled cuda error") || has(line, "ncclUnhandledCudaError")
+                               ? "ncclUnhandledCudaError"
+                           : has(line, "remote process exited") || has(line, "ncclRemoteError") ? "ncclRemoteError"
+                           : has(line, "invalid usage") || has(line, "ncclInvalidUsage")       ? "ncclInvalidUsage"
+                           : has(line, "internal error") || has(line, "ncclInternalError")     ? "ncclInternalError"
+                                                                                                : "an NCCL error";
+        char title[320];
+        snprintf(title, sizeof title, "NCCL error: %s", kind);
+        finding *f = seen(d, w, SEV_ERROR, "nccl-error", title);
+        if (f) {
+            snprintf(f->why, sizeof f->why, "%s",
+                     !strcmp(kind, "ncclSystemError") ? "A system call or external library failed: sockets, shared "
+                                                        "memory (/dev/shm too small in containers), or the network."
+                     : !strcmp(kind, "ncclUnhandledCudaError") ? "A CUDA call inside NCCL failed: often out of device "
+                                                                 "memory for NCCL's buffers, or a device fault (Xid)."
+                     : !strcmp(kind, "ncclRemoteError") ? "Another rank died or the network dropped."
+                     : !strcmp(kind, "ncclInvalidUsage") ? "The ranks called collectives inconsistently (order, "
+                                                           "sizes or devices differ)."
+                                                         : "NCCL failed; its own log says where.");
+            doctor_next(f, "rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) for the reason");
+            doctor_next(f, "run on one GPU to separate the device from communication; nvidia-smi on every node; "
+                           "dmesg | grep -i xid for device faults");
+            doctor_next(f, "versions must match on every node: driver, CUDA, NCCL, torch");
+        }
+        return;
+    }
+    if (has(line, "CUDA driver version is insufficient for CUDA runtime version") ||
+        has(line, "Driver/library version mismatch") || has(line, "forward compatibility was attempted") ||
+        has(line, "couldn't communicate with the NVIDIA driver")) {
+        finding *f = seen(d, w, SEV_ERROR, "cuda-driver-mismatch",
+                          "the NVIDIA driver does not match the CUDA runtime or the kernel module");
+        if (f) {
+            snprintf(f->why, sizeof f->why, "The user-space libraries, the kernel module and the CUDA runtime the "
+                     "framework was built with must agree; a driver upgrade without a reboot, or a container whose "
+                     "CUDA is newer than the host driver, gives this.");
+            doctor_next(f, "nvidia-smi: its Driver Version and CUDA Version are what the host offers; the framework's "
+                           "CUDA (torch.version.cuda) must not be newer");
+            doctor_next(f, "after a driver upgrade, reboot (or reload the nvidia kernel modules)");
+        }
+        return;
+    }
+    if (has(line, "expandable_segments not supported on this platform")) {
+        finding *f = seen(d, w, SEV_WARNING, "expandable-ignored-cuda",
+                          "PyTorch ignored expandable_segments:True on this platform");
+        if (f) {
+            snprintf(f->why, sizeof f->why, "This PyTorch build or platform has no CUDA virtual-memory support "
+                     "(built without the driver API, or not Linux/CUDA), so segments are whole and fragmentation stays.");
+            doctor_next(f, "use a PyTorch build for Linux with CUDA >= 11.x, or hbmalloc's plug-in "
+                           "(libhbmalloc_torch.so), which detects virtual memory at run time");
+            doctor_next(f, "otherwise tune max_split_size_mb with hbmalloc sweep SNAPSHOT --no-expandable");
+        }
+    }
+}
+
+int doctor_log(doctor *d, const char *path, char *err, size_t errlen)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        snprintf(err, errlen, "cannot open log %.300s", path);
+        return -1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    where w = {path, 0, NULL};
+    while ((n = getline(&line, &cap, fp)) >= 0) {
+        w.line++;
+        if (memchr(line, 0, (size_t)n)) /* a binary file: stop at the first NUL in the line */
+            continue;
+        w.text = line;
+        one_line(d, &w, line);
+    }
+    int bad = ferror(fp);
+    free(line);
+    fclose(fp);
+    if (bad) {
+        snprintf(err, errlen, "error reading log %.300s at line %ld", path, w.line + 1);
+        return -1;
+    }
+    return 0;
+}
