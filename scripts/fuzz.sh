@@ -7,14 +7,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
-declare -A ci_runs=([conf]=2000000 [trace]=500000 [ops]=2500)
+declare -A ci_runs=([conf]=2000000 [trace]=500000 [ops]=2500 [doctor]=1500000)
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_FUZZ=ON -DHBM_TESTS=OFF -DHBM_BENCH=OFF \
     -DHBM_SANITIZE=address,undefined >/dev/null
-cmake --build build-fuzz -j"$(nproc)" --target fuzz_conf fuzz_trace fuzz_ops
+cmake --build build-fuzz -j"$(nproc)" --target fuzz_conf fuzz_trace fuzz_ops fuzz_doctor
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
-for t in conf trace ops; do
+for t in conf trace ops doctor; do
     mkdir -p "$work/$t" "$work/$t-crash"
     cp -r fuzz/corpus/$t/. "$work/$t/"
     if [ "$secs" = ci ]; then

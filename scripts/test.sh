@@ -20,6 +20,15 @@ for args in "replay tests/data/linear-10k-50k-grad.pickle --snapshot build/vg.pi
     valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite build/hbmalloc $args >/dev/null
     echo "valgrind clean: hbmalloc $args"
 done
+# The doctor on recorded outputs and real logs (exit status 1: it found what it should).
+rc=0
+PATH="$PWD/tests/data/doctor/bin:$PATH" NPU_SMI_INFO=tests/data/doctor/npu-smi/910b3-8.txt \
+    NPU_SMI_BOARD=tests/data/doctor/npu-smi/board-910.txt PYTORCH_NPU_ALLOC_CONF=expandable_segments:True \
+    valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite build/hbmalloc doctor \
+    --root tests/data/doctor/root-mismatch --log tests/data/doctor/logs/field_report_constructed.log \
+    --log tests/data/doctor/logs/npu_oom_sglang_29838.log --json >/dev/null || rc=$?
+[ "$rc" -eq 1 ] || { echo "valgrind: hbmalloc doctor exit status $rc"; exit 1; }
+echo "valgrind clean: hbmalloc doctor (recorded npu-smi, version files, logs)"
 # Each fuzz target for a bounded, repeatable run of about a minute (make fuzz runs them long, at random).
 scripts/fuzz.sh "${HBM_FUZZ_SECONDS:-ci}"
 # Last, so that ctest's summary closes the output: the thread stress and the stream tests under ThreadSanitizer.

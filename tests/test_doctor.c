@@ -164,6 +164,26 @@ static void hccl_codes_by_name_with_a_checklist(void **st)
     doctor_free(&d);
 }
 
+/* Found by fuzz_doctor: a 40-digit version part overflowed; a 60-digit size overflowed the byte count. */
+static void garbled_numbers_are_clamped_not_undefined(void **st)
+{
+    (void)st;
+    assert_int_equal(doctor_vercmp("7.7777777777777777777777777777777777777777.0", "7.2.99"), 1);
+    assert_int_equal(doctor_vercmp("24.1.rc99999999999999999999999999", "24.1.0"), -1);
+    static char line[] = "CUDA out of memory. Tried to allocate 777777777777777777777777777777777777777777777777777777777"
+                         "77 GiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB "
+                         "reserved in total by PyTorch)\n";
+    FILE *fp = fmemopen(line, strlen(line), "rb");
+    doctor d;
+    doctor_init(&d);
+    char err[256];
+    assert_int_equal(doctor_log_stream(&d, fp, "garbled.log", err, sizeof err), 0);
+    fclose(fp);
+    assert_int_equal(d.n, 1);
+    has_text(d.f[0].title, "GiB request failed");
+    doctor_free(&d);
+}
+
 static void npu_runtime_error_codes(void **st)
 {
     (void)st;
@@ -187,6 +207,7 @@ int main(void)
         cmocka_unit_test(expandable_segments_warning_with_its_odd_spacing),
         cmocka_unit_test(hccl_codes_by_name_with_a_checklist),
         cmocka_unit_test(npu_runtime_error_codes),
+        cmocka_unit_test(garbled_numbers_are_clamped_not_undefined),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -204,7 +204,8 @@ int doctor_main(int argc, char **argv)
             return 2;
         }
     }
-    qsort(d.f, d.n, sizeof *d.f, by_importance);
+    if (d.n)
+        qsort(d.f, d.n, sizeof *d.f, by_importance);
     if (json)
         print_json(&d, stdout);
     else

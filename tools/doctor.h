@@ -60,6 +60,8 @@ int doctor_main(int argc, char **argv);
 void doctor_env(doctor *d, const char *root);
 /* One log file; 0, or -1 with err set (unreadable). */
 int doctor_log(doctor *d, const char *path, char *err, size_t errlen);
+/* The same from an open stream; name is what the findings cite. */
+int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t errlen);
 
 /* Versions: -1, 0, 1 as a <, ==, > b, by torch_npu's grammar (24.1.rc2, 23.0.RC3, 7.3.0.1.231). */
 int doctor_vercmp(const char *a, const char *b);

@@ -21,23 +21,31 @@
 
 /* ---- versions ---- */
 
-/* One component: numbers as themselves; rc<n> and T<n>/alpha/beta before the release they precede. */
+/* One component: numbers as themselves; rc<n>, beta<n>, alpha<n> and T<n> before the release they precede.
+ * Numbers are clamped (a version part above 999999 is not a version anyone ships). */
+#define PART_RELEASE 3000000L
+static long clamp_part(const char *s, long top)
+{
+    long k = strtol(s, NULL, 10);
+    return k < 0 ? 0 : k > top ? top : k;
+}
+
 static long part_value(const char *s, size_t n)
 {
     if (n && isdigit((unsigned char)s[0]))
-        return 1000000 + strtol(s, NULL, 10);
+        return PART_RELEASE + clamp_part(s, 999999);
     long k = 0;
     for (size_t i = 0; i < n; i++)
         if (isdigit((unsigned char)s[i])) {
-            k = strtol(s + i, NULL, 10);
+            k = clamp_part(s + i, 499999);
             break;
         }
     if (n >= 2 && !strncasecmp(s, "rc", 2))
-        return 500000 + k;
+        return 2000000 + k;
     if (n >= 4 && !strncasecmp(s, "beta", 4))
-        return 400000 + k;
+        return 1500000 + k;
     if (n >= 5 && !strncasecmp(s, "alpha", 5))
-        return 300000 + k;
+        return 1000000 + k;
     return k; /* T<n>: test builds */
 }
 
@@ -45,11 +53,7 @@ int doctor_vercmp(const char *a, const char *b)
 {
     while (*a || *b) {
         size_t na = strcspn(a, "."), nb = strcspn(b, ".");
-        long va = na ? part_value(a, na) : 1000000, vb = nb ? part_value(b, nb) : 1000000; /* missing = .0 */
-        if (!*a)
-            va = 1000000;
-        if (!*b)
-            vb = 1000000;
+        long va = na ? part_value(a, na) : PART_RELEASE, vb = nb ? part_value(b, nb) : PART_RELEASE; /* missing = .0 */
         if (va != vb)
             return va < vb ? -1 : 1;
         a += na + (a[na] == '.');
@@ -521,7 +525,7 @@ static void ascend(doctor *d, const char *root, int *present)
     }
     if (fw[0] && fw_range[0] && doctor_in_ranges(fw, fw_range) == 0) {
         finding *f = doctor_add(d, SEV_ERROR, "ascend-driver-firmware-mismatch");
-        snprintf(f->title, sizeof f->title, "firmware %s is outside the range driver %s accepts (%s)", fw,
+        snprintf(f->title, sizeof f->title, "firmware %.40s is outside the range driver %.40s accepts (%.150s)", fw,
                  d->driver[0] ? d->driver : "?", fw_range);
         snprintf(f->evidence, sizeof f->evidence, "/usr/local/Ascend/driver/version.info compatible_version_fw=%s; "
                  "firmware Version=%s", fw_range, fw);

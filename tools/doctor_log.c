@@ -75,7 +75,16 @@ static double size_before(const char *line, const char *phrase)
     return n && q + n <= p ? v : -1;
 }
 
-static void fmt(double bytes, char *buf, size_t len) { hbm__format_size(bytes < 0 ? 0 : (uint64_t)bytes, buf, len); }
+/* PyTorch's size format; sizes no device has (a garbled log) are printed, not converted. */
+static void fmt(double bytes, char *buf, size_t len)
+{
+    if (!(bytes >= 0))
+        bytes = 0;
+    if (bytes > 9e18)
+        snprintf(buf, len, "%.3g GiB", bytes / 1073741824.0);
+    else
+        hbm__format_size((uint64_t)bytes, buf, len);
+}
 
 typedef struct where {
     const char *path;
@@ -435,6 +444,28 @@ static void one_line(doctor *d, const where *w, const char *line)
     }
 }
 
+int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t errlen)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    where w = {name, 0, NULL};
+    while ((n = getline(&line, &cap, fp)) >= 0) {
+        w.line++;
+        if (memchr(line, 0, (size_t)n)) /* binary: a line with a NUL is not text */
+            continue;
+        w.text = line;
+        one_line(d, &w, line);
+    }
+    int bad = ferror(fp);
+    free(line);
+    if (bad) {
+        snprintf(err, errlen, "error reading log %.300s at line %ld", name, w.line + 1);
+        return -1;
+    }
+    return 0;
+}
+
 int doctor_log(doctor *d, const char *path, char *err, size_t errlen)
 {
     FILE *fp = fopen(path, "rb");
@@ -442,23 +473,7 @@ int doctor_log(doctor *d, const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "cannot open log %.300s", path);
         return -1;
     }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    where w = {path, 0, NULL};
-    while ((n = getline(&line, &cap, fp)) >= 0) {
-        w.line++;
-        if (memchr(line, 0, (size_t)n)) /* a binary file: stop at the first NUL in the line */
-            continue;
-        w.text = line;
-        one_line(d, &w, line);
-    }
-    int bad = ferror(fp);
-    free(line);
+    int rc = doctor_log_stream(d, fp, path, err, errlen);
     fclose(fp);
-    if (bad) {
-        snprintf(err, errlen, "error reading log %.300s at line %ld", path, w.line + 1);
-        return -1;
-    }
-    return 0;
+    return rc;
 }
