@@ -70,4 +70,33 @@ static inline void assert_sim_empty(hbm_backend *b)
     assert_int_equal(c.live_events, 0);
 }
 
+
+/* The fault-sweep workload of the real-backend tests (CUDA, ACL): twelve allocations on two streams with
+ * record_stream and an empty_cache half-way, the validator after each step. A failure must be HBM_ERR_BACKEND
+ * whose message holds `expect`. live[6] keeps what is still allocated (the caller frees it). Returns the failures. */
+static inline int fault_workload(hbm_allocator *a, const char *expect, void *live[6])
+{
+    int errors = 0;
+    for (int i = 0; i < 12; i++) {
+        void *p;
+        hbm_status rc = hbm_malloc(a, (size_t)(i % 3 + 1) * 9 * MiB, i % 2, &p);
+        if (rc == HBM_OK) {
+            if (i % 2 && hbm_record_stream(a, p, 7) != HBM_OK)
+                errors++;
+            if (live[i % 6])
+                hbm_free(a, live[i % 6]);
+            live[i % 6] = p;
+        } else {
+            assert_int_equal(rc, HBM_ERR_BACKEND);
+            if (!strstr(hbm_last_error(a), expect))
+                fail_msg("expected \"%s\" in: %s", expect, hbm_last_error(a));
+            errors++;
+        }
+        if (i == 6 && hbm_empty_cache(a) != HBM_OK)
+            errors++;
+        assert_valid(a);
+    }
+    return errors;
+}
+
 #endif

@@ -227,27 +227,8 @@ static void runtime_errors_carry_the_acl_name_and_message_and_leak_nothing(void 
             NEW.reset();
             hbm_allocator *a = open_acl(&NEW, expandable ? "expandable_segments:True" : "");
             NEW.set("fail_nth", k);
-            int errors = 0;
             void *live[6] = {0};
-            for (int i = 0; i < 12; i++) {
-                void *p;
-                hbm_status rc = hbm_malloc(a, (size_t)(i % 3 + 1) * 9 * MiB, i % 2, &p);
-                if (rc == HBM_OK) {
-                    if (i % 2 && hbm_record_stream(a, p, 7) != HBM_OK)
-                        errors++;
-                    if (live[i % 6])
-                        hbm_free(a, live[i % 6]);
-                    live[i % 6] = p;
-                } else {
-                    assert_int_equal(rc, HBM_ERR_BACKEND);
-                    assert_non_null(strstr(hbm_last_error(a),
-                                           "ACL_ERROR_RT_DRV_INTERNAL_ERROR (507899): EE9999: injected failure"));
-                    errors++;
-                }
-                if (i == 6 && hbm_empty_cache(a) != HBM_OK)
-                    errors++;
-                assert_valid(a);
-            }
+            int errors = fault_workload(a, "ACL_ERROR_RT_DRV_INTERNAL_ERROR (507899): EE9999: injected failure", live);
             NEW.set("fail_nth", 0);
             for (int i = 0; i < 6; i++)
                 if (live[i])

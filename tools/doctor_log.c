@@ -320,6 +320,20 @@ static const char *after_spaces(const char *p)
     return p;
 }
 
+/* torch_npu's "<tag> F(args), error code is N": the function name (up to a char of stop) and N (-1 if absent). */
+static int function_error(const char *line, const char *tag, const char *stop, char *func, size_t len, int *code)
+{
+    const char *t = strstr(line, tag);
+    if (!t)
+        return 0;
+    const char *p = after_spaces(t + strlen(tag));
+    size_t n = strcspn(p, stop);
+    const char *c = strstr(p, "error code is ");
+    snprintf(func, len, "%.*s", (int)(n < 70 ? n : 70), p);
+    *code = c ? atoi(c + 14) : -1;
+    return 1;
+}
+
 static void one_line(doctor *d, const where *w, const char *line)
 {
     if (has(line, "out of memory") && has(line, "Tried to allocate")) {
@@ -360,31 +374,21 @@ static void one_line(doctor *d, const where *w, const char *line)
         }
         return;
     }
-    const char *h = strstr(line, "HCCL function error");
-    if (h) {
-        const char *p = after_spaces(h + 19);
-        size_t n = strcspn(p, "( ,");
-        const char *c = strstr(p, "error code is ");
-        char func[80];
-        snprintf(func, sizeof func, "%.*s", (int)(n < 70 ? n : 70), p);
-        hccl(d, w, func, c ? atoi(c + 14) : -1);
+    char func[80];
+    int code;
+    const char *h;
+    if (function_error(line, "HCCL function error", "( ,", func, sizeof func, &code)) {
+        hccl(d, w, func, code);
         return;
     }
     const char *hf = strstr(line, "Hccl");
     if (hf && (h = strstr(hf, " fail, error:"))) { /* "HcclCommInitRootInfo fail, error:2" */
-        char func[80];
         snprintf(func, sizeof func, "%.*s", (int)((h - hf) < 70 ? (h - hf) : 70), hf);
         hccl(d, w, func, atoi(h + 13));
         return;
     }
-    const char *a = strstr(line, "NPU function error:");
-    if (a) {
-        const char *p = after_spaces(a + 19);
-        size_t n = strcspn(p, "(");
-        const char *c = strstr(p, "error code is ");
-        char func[80];
-        snprintf(func, sizeof func, "%.*s", (int)(n < 70 ? n : 70), p);
-        acl_code(d, w, func, c ? atoi(c + 14) : -1);
+    if (function_error(line, "NPU function error:", "(", func, sizeof func, &code)) {
+        acl_code(d, w, func, code);
         return;
     }
     if (has(line, "NCCL error") || has(line, "ncclSystemError") || has(line, "ncclUnhandledCudaError") ||
