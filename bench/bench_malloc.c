@@ -65,6 +65,23 @@ static double pair_glibc(size_t size, long n)
     return (now_ns() - t0) / (double)n;
 }
 
+/* The floor of any design with one lock per call (the foundation's: one lock per device allocator):
+ * ns for the two uncontended lock/unlock round trips that one malloc + one free take, and nothing else. */
+static double pair_locks(long n)
+{
+    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    double t0 = now_ns();
+    for (long i = 0; i < n; i++) {
+        pthread_mutex_lock(&m);
+        sink += 1;
+        pthread_mutex_unlock(&m);
+        pthread_mutex_lock(&m);
+        sink += 2;
+        pthread_mutex_unlock(&m);
+    }
+    return (now_ns() - t0) / (double)n;
+}
+
 static void bench_pairs(void)
 {
     static const size_t sizes[] = {512, 64 << 10, 1 << 20, 16 << 20};
@@ -84,6 +101,16 @@ static void bench_pairs(void)
         printf("  %-10zu %10.1f %10.1f %8.2f\n", sizes[k], mh, mg, mh / mg);
     }
     hbm_destroy(a);
+    /* Interleaved with glibc's 512-byte pair, as above. */
+    double l[REPS], g[REPS];
+    for (int r = 0; r < REPS; r++) {
+        l[r] = pair_locks(n);
+        g[r] = pair_glibc(512, n);
+    }
+    double ml = bench_median(l, REPS), mg = bench_median(g, REPS);
+    printf("  %-10s %10.1f %10.1f %8.2f   <- two uncontended mutex lock/unlock pairs alone: the floor of one\n"
+           "  %-10s %10s %10s %8s      lock per call (glibc's 512-byte pair takes no lock: tcache)\n",
+           "lock floor", ml, mg, ml / mg, "", "", "", "");
 }
 
 /* ns for the whole trace */

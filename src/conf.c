@@ -88,7 +88,7 @@ typedef enum key_id {
     K_RELEASE_LOCK_CUDA, K_RELEASE_LOCK_HIP, K_RELEASE_LOCK_NPU, K_PIN_HOST_REG, K_PIN_HIP_HOST_REG,
     K_PIN_THREADS, K_PIN_BG, K_PIN_RESERVE, K_PIN_ROUND, K_PIN_CACHED, K_GRAPH_REUSE, K_FRACTION,
     K_PIN_CATCH_ALL, K_THROW_CUDA, K_THROW_NPU, K_PIN_EXPANDABLE, K_PIN_REGISTER, K_BASE_ALIGN,
-    K_PAGE_SIZE, K_SEGMENT_SIZE, K_LAZY_RECLAIM, K_HBM_REMAP
+    K_PAGE_SIZE, K_SEGMENT_SIZE, K_LAZY_RECLAIM, K_HBM_REMAP, K_HBM_PAGE
 } key_id;
 
 typedef struct key_def {
@@ -128,6 +128,7 @@ static const key_def keys[] = {
     {"multi_stream_lazy_reclaim", K_LAZY_RECLAIM, D_NPU},
     /* hbmalloc's own policies (hbm_ prefix): not PyTorch keys. */
     {"hbm_remap_free_pages", K_HBM_REMAP, D_BOTH},
+    {"hbm_expandable_page_mb", K_HBM_PAGE, D_BOTH},
 };
 
 static const key_def *find_key(const char *name)
@@ -368,6 +369,13 @@ static int set_key(hbm__conf *cf, const key_def *k, const lexed *lx, size_t *pi,
     case K_PIN_REGISTER: return get_bool(&c, &cf->pinned_mem_register);
     case K_LAZY_RECLAIM: return get_bool(&c, &cf->multi_stream_lazy_reclaim);
     case K_HBM_REMAP: return get_bool(&c, &cf->remap_free_pages);
+    case K_HBM_PAGE:
+        if (get_mib(&c, 2, 1024, "expected an even whole number of MiB in [2, 1024] (a multiple of the 2 MiB device "
+                                 "granularity)", &cf->expandable_page) ||
+            (cf->expandable_page / HBM__MiB) % 2)
+            return fail(&c, "expected an even whole number of MiB in [2, 1024] (a multiple of the 2 MiB device "
+                            "granularity)");
+        return 0;
     case K_PIN_THREADS:
         if (get_u64(&c, &v, "expected a power of two <= 128"))
             return -1;
@@ -575,6 +583,11 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
     hbm__sb_printf(&sb, "expandable_segments: %s\n", b2s(c->expandable_segments));
     hbm__sb_printf(&sb, "hbm_remap_free_pages: %s (hbmalloc policy%s)\n", b2s(c->remap_free_pages),
                    c->remap_free_pages && !c->expandable_segments ? "; needs expandable_segments:True" : "");
+    if (c->expandable_page)
+        hbm__sb_printf(&sb, "hbm_expandable_page_mb: %zu (hbmalloc policy: large-pool page of expandable segments%s)\n",
+                       c->expandable_page / HBM__MiB, !c->expandable_segments ? "; needs expandable_segments:True" : "");
+    else
+        hbm__sb_printf(&sb, "hbm_expandable_page_mb: default (large_segment_size_mb, as PyTorch)\n");
     hbm__sb_printf(&sb, "%s: %s\n", npu ? "release_lock_on_npumalloc" : "release_lock_on_cudamalloc",
                    b2s(c->release_lock_on_malloc));
     hbm__sb_printf(&sb, "%s: %s\n", npu ? "throw_on_npumalloc_oom" : "throw_on_cudamalloc_oom",

@@ -31,6 +31,7 @@ typedef struct hbm__conf {
     unsigned base_addr_aligned_kb;   /* NPU, 16 */
     bool backend_async;              /* backend:cudaMallocAsync was asked for */
     bool remap_free_pages;           /* hbmalloc policy: move free pages to where a request grows */
+    size_t expandable_page;          /* hbmalloc policy: large-pool page of expandable segments; 0 = large_segment_size */
     /* Host (pinned) allocator and graph keys: accepted and validated as PyTorch
      * does, reported by describe; they do not concern device memory. */
     bool pinned_use_host_register, pinned_use_background_threads, pinned_free_catch_all;

@@ -26,7 +26,8 @@ static size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * u
 
 static size_t page_size_for(const hbm_allocator *a, const hbm__pool *p)
 {
-    size_t page = p->is_small ? HBM__SMALL_BUFFER : a->conf.large_segment_size;
+    size_t large = a->conf.expandable_page ? a->conf.expandable_page : a->conf.large_segment_size;
+    size_t page = p->is_small ? HBM__SMALL_BUFFER : large;
     size_t g = a->backend->caps.vmm_granularity ? a->backend->caps.vmm_granularity : HBM__SMALL_BUFFER;
     return round_up(page, g);
 }

@@ -267,9 +267,33 @@ static void describe_lists_effective_values(void **st)
     assert_non_null(strstr(out, "max_split_size_mb:2"));
 }
 
+/* hbmalloc's own policy keys, in both dialects. */
+static void hbmalloc_policy_keys(void **st)
+{
+    (void)st;
+    for (int d = 0; d < 2; d++) {
+        hbm_dialect dl = d ? HBM_DIALECT_NPU : HBM_DIALECT_CUDA;
+        assert_int_equal(parse("expandable_segments:True,hbm_expandable_page_mb:2", dl), HBM_OK);
+        assert_int_equal(conf.expandable_page, 2 * MiB);
+        assert_int_equal(parse("hbm_expandable_page_mb:1024", dl), HBM_OK);
+        assert_int_equal(conf.expandable_page, 1024 * MiB);
+        reject("hbm_expandable_page_mb:3", dl, "even whole number of MiB in [2, 1024]");
+        reject("hbm_expandable_page_mb:0", dl, "hbm_expandable_page_mb");
+        reject("hbm_expandable_page_mb:2048", dl, "[2, 1024]");
+        reject("hbm_expandable_page_mb:2.5", dl, "hbm_expandable_page_mb");
+    }
+    assert_int_equal(parse("", HBM_DIALECT_CUDA), HBM_OK);
+    assert_int_equal(conf.expandable_page, 0); /* default: large_segment_size, PyTorch's 20 MiB */
+    char out[4096];
+    assert_int_equal(hbm_settings_check("hbm_expandable_page_mb:4", HBM_DIALECT_CUDA, out, sizeof out), HBM_OK);
+    assert_non_null(strstr(out, "hbm_expandable_page_mb: 4 (hbmalloc policy: large-pool page of expandable segments; "
+                                "needs expandable_segments:True)"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(hbmalloc_policy_keys),
         cmocka_unit_test(empty_string_gives_pytorch_defaults),
         cmocka_unit_test(max_split_size_is_mib_and_at_least_20),
         cmocka_unit_test(whitespace_is_dropped_like_pytorch_tokenizer),

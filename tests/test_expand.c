@@ -403,9 +403,36 @@ static void remap_policy_returns_the_other_pools_free_pages_first(void **st)
     hbm_destroy(a);
 }
 
+/* hbm_expandable_page_mb: the large pool maps in pages of that size instead of 20 MiB. */
+static void a_smaller_large_page_maps_only_what_the_request_needs(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:capacity=80GiB", "expandable_segments:True,hbm_expandable_page_mb:2");
+    void *p = must_malloc(a, 3 * MiB, 0);
+    hbm_stats s = stats_of(a);
+    assert_int_equal(s.reserved_bytes[HBM_POOL_LARGE].current, 4 * MiB); /* two 2 MiB pages, not one of 20 */
+    assert_int_equal(sim_counters(a).live_handles, 2);
+    void *q = must_malloc(a, 25 * MiB, 0); /* the 1 MiB left in page 2, then 12 pages more: 28 MiB for 28 MiB */
+    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_LARGE].current, 28 * MiB);
+    hbm_free(a, q);
+    hbm_free(a, p);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_int_equal(sim_counters(a).live_handles, 0);
+    assert_valid(a);
+    hbm_destroy(a);
+    /* The same requests with PyTorch's page: 20 MiB, then 40 MiB. */
+    a = open_sim("sim:capacity=80GiB", "expandable_segments:True");
+    must_malloc(a, 3 * MiB, 0);
+    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_LARGE].current, 20 * MiB);
+    must_malloc(a, 25 * MiB, 0);
+    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_LARGE].current, 40 * MiB);
+    hbm_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_smaller_large_page_maps_only_what_the_request_needs),
         cmocka_unit_test(a_large_request_maps_one_20mib_page_of_a_reservation),
         cmocka_unit_test(small_pool_pages_are_2mib),
         cmocka_unit_test(expandable_segments_reuse_freed_memory_across_sizes),
