@@ -213,6 +213,9 @@ static void expandable_segments(void **st)
     run("sim:capacity=2GiB", "expandable_segments:True", 8, 0, 1.0);
     run("sim:capacity=1GiB", "expandable_segments:True,roundup_power2_divisions:4,large_segment_size_mb:32", 9, 0,
         1.0);
+    /* hbmalloc's page policies: free pages moved to where requests grow, 2 MiB large-pool pages. */
+    run("sim:capacity=1GiB", "expandable_segments:True,hbm_remap_free_pages:True,hbm_expandable_page_mb:2", 16, 0,
+        1.0);
 }
 
 static void injected_faults_are_returned_and_leak_nothing(void **st)
