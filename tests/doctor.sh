@@ -58,7 +58,7 @@ case=runtime-probe
 doc HBMALLOC_LIBASCENDCL="$FAKEACL" FAKE_ACL_VMM=0 FAKE_ACL_DRIVER=24.1.rc2 PYTORCH_NPU_ALLOC_CONF=expandable_segments:True \
     "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "loads                    yes" "AscendCL 1.15.0, driver 24.1.rc2, Ascend910B3" \
-  "virtual memory           no: device 0: the probe aclrtReserveMemAddress(512 bytes) returned ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000)" \
+  "virtual memory           no: the probe aclrtReserveMemAddress(512 bytes) returned ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000)" \
 
 grep -q "asks for expandable_segments:True, which this NPU cannot do" "$T/out" || fail "$case: no expandable finding"
 case=runtime-ok

@@ -470,8 +470,11 @@ static void detect_vmm(acl *c, const char *driver, hbm__backend_caps *caps)
         else if (rc == ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
             snprintf(tail, sizeof tail, "; the driver (HDK %s) and firmware packages likely do not match "
                      "(run hbmalloc doctor)", dv);
-        snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not, "device %d: the probe aclrtReserveMemAddress(512 bytes) "
-                 "returned %s (%d)%s", d, name ? name : "an error", rc, tail);
+        char where[32] = ""; /* which device, when there is more than one */
+        if (c->ndev > 1)
+            snprintf(where, sizeof where, " on device %d", d);
+        snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not, "the probe aclrtReserveMemAddress(512 bytes)%s "
+                 "returned %s (%d)%s", where, name ? name : "an error", rc, tail);
         return;
     }
     size_t g = 0;
