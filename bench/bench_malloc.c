@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "hbmalloc.h"
 #include "trace.h"
@@ -21,12 +20,7 @@
 
 #define REPS 15
 
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
+static double now_ns(void) { return bench_now_s() * 1e9; }
 
 static volatile uintptr_t sink;
 
@@ -118,13 +112,7 @@ static double trace_hbm(const trace *t, void **slot)
 {
     hbm_allocator *a = open_or_die();
     double t0 = now_ns();
-    for (size_t i = 0; i < t->n; i++) {
-        const trace_event *e = &t->ev[i];
-        if (e->kind == EV_ALLOC)
-            hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot]);
-        else if (e->kind == EV_FREE)
-            hbm_free(a, slot[e->slot]);
-    }
+    bench_replay(a, t, slot, 0);
     double dt = now_ns() - t0;
     hbm_destroy(a); /* teardown is not timed; glibc's leftovers are freed untimed too */
     return dt;

@@ -26,15 +26,7 @@ static double replay_once(const trace *t, void **slot)
         exit(1);
     }
     double t0 = bench_now_s();
-    for (size_t i = 0; i < t->n; i++) {
-        const trace_event *e = &t->ev[i];
-        if (e->kind == EV_ALLOC)
-            hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot]);
-        else if (e->kind == EV_FREE)
-            hbm_free(a, slot[e->slot]);
-        else
-            hbm_empty_cache(a);
-    }
+    bench_replay(a, t, slot, 1);
     double dt = bench_now_s() - t0;
     hbm_destroy(a);
     return dt;

@@ -1,9 +1,12 @@
-/* bench_util.h: what both benchmarks need: a clock and the median of runs. */
+/* bench_util.h: what both benchmarks need: a clock, the median of runs, the replay loop. */
 #ifndef HBM_BENCH_UTIL_H
 #define HBM_BENCH_UTIL_H
 
 #include <stdlib.h>
 #include <time.h>
+
+#include "hbmalloc.h"
+#include "trace.h"
 
 static inline double bench_now_s(void)
 {
@@ -23,6 +26,21 @@ static inline double bench_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, bench_dcmp);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* A trace's events on allocator a, slot[] holding the live pointers. empty_cache events are replayed when
+ * with_empty_cache is set (glibc has none to compare with). Only the loop: no clock, no setup. */
+static inline void bench_replay(hbm_allocator *a, const trace *t, void **slot, int with_empty_cache)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        const trace_event *e = &t->ev[i];
+        if (e->kind == EV_ALLOC)
+            hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot]);
+        else if (e->kind == EV_FREE)
+            hbm_free(a, slot[e->slot]);
+        else if (with_empty_cache)
+            hbm_empty_cache(a);
+    }
 }
 
 #endif

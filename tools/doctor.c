@@ -74,6 +74,15 @@ static int by_importance(const void *pa, const void *pb)
     return a->order < b->order ? -1 : a->order > b->order;
 }
 
+/* Findings that ask for action (warnings and errors): these make the exit status 1. */
+static int actionable(const doctor *d)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (d->f[i].severity > SEV_INFO)
+            return 1;
+    return 0;
+}
+
 static const char *sev_name(int s) { return s == SEV_ERROR ? "error" : s == SEV_WARNING ? "warning" : "info"; }
 
 static void print_text(const doctor *d, FILE *out, int env)
@@ -90,9 +99,6 @@ static void print_text(const doctor *d, FILE *out, int env)
             fprintf(out, "    %-24s %s\n", x->key, x->value);
         }
     }
-    size_t act = 0;
-    for (size_t i = 0; i < d->n; i++)
-        act += d->f[i].severity > SEV_INFO;
     if (!d->n) {
         fprintf(out, "\nNo problems found.\n");
         return;
@@ -113,7 +119,7 @@ static void print_text(const doctor *d, FILE *out, int env)
                 fprintf(out, "     %d) %s\n", k + 1, f->next[k]);
         }
     }
-    if (!act)
+    if (!actionable(d))
         fprintf(out, "\nNothing to act on.\n");
 }
 
@@ -210,9 +216,7 @@ int doctor_main(int argc, char **argv)
         print_json(&d, stdout);
     else
         print_text(&d, stdout, env);
-    int act = 0;
-    for (size_t i = 0; i < d.n; i++)
-        act |= d.f[i].severity > SEV_INFO;
+    int act = actionable(&d);
     doctor_free(&d);
     return act ? 1 : 0;
 }

@@ -43,7 +43,6 @@ typedef struct doctor {
     char npu_vmm_why[300];
     int cuda_vmm;        /* 1 yes, 0 no, -1 unknown */
     char driver[64];     /* Ascend driver (HDK) version, if known */
-    char firmware[64];
 } doctor;
 
 void doctor_init(doctor *d);

@@ -511,7 +511,6 @@ static void ascend(doctor *d, const char *root, int *present)
                         sw, fwv);
         }
     }
-    snprintf(d->firmware, sizeof d->firmware, "%s", fw);
     if (d->driver[0] && doctor_vercmp(d->driver, "23.0.0") < 0) {
         /* Information: it matters when expandable segments are asked for, which check_settings says as an error. */
         finding *f = doctor_add(d, SEV_INFO, "ascend-hdk-too-old");

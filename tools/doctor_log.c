@@ -214,18 +214,21 @@ static void oom(doctor *d, const where *w, const char *line)
                            "device%s", s_other, is_npu ? "npu-smi info" : "nvidia-smi",
                         is_npu ? ", and lower HCCL_BUFFSIZE if many communicators are created" : "");
     }
+    /* The capacity as one --capacity argument: "60.97GiB" (or bytes below 1 KiB). */
+    char s_cap[40];
+    const char *sp = strchr(s_total, ' ');
+    if (sp && sp[1] != 'b')
+        snprintf(s_cap, sizeof s_cap, "%.*s%s", (int)(sp - s_total), s_total, sp + 1);
+    else
+        snprintf(s_cap, sizeof s_cap, "%.0f", total);
     doctor_next(f, "measure instead of guessing: record a snapshot (%s.memory._record_memory_history(max_entries="
                    "100000) ... %s.memory._dump_snapshot(\"oom.pickle\")), then hbmalloc sweep oom.pickle --capacity "
                    "%s%s ranks the settings, and hbmalloc replay oom.pickle --min-capacity says what capacity the job "
                    "needs",
                 is_npu ? "torch_npu.npu" : "torch.cuda", is_npu ? "torch_npu.npu" : "torch.cuda",
-                total > 0 ? s_total : "SIZE",
+                total > 0 ? s_cap : "SIZE",
                 is_npu ? (d->npu_vmm == 0 ? " --backend sim:dialect=npu --no-expandable" : " --backend sim:dialect=npu")
                        : "");
-    for (char *c = f->next[f->nnext - 1]; *c; c++) /* "60.97 GiB" -> "60.97GiB": one argument */
-        if (c[0] == ' ' && isdigit((unsigned char)c[-1]) && (c[1] == 'G' || c[1] == 'M' || c[1] == 'K') &&
-            c[2] == 'i')
-            memmove(c, c + 1, strlen(c));
 }
 
 /* ---- HCCL ---- */
@@ -334,46 +337,124 @@ static int function_error(const char *line, const char *tag, const char *stop, c
     return 1;
 }
 
+/* Failures recognised by fixed text alone: any of the patterns, one finding with fixed advice. The "early" ones
+ * are tried before the HCCL/ACL/NCCL lines (their text can carry those names), the others after. */
+typedef struct known_line {
+    int early, severity;
+    const char *patterns[4];
+    const char *id, *title, *why;
+    const char *next[3];
+} known_line;
+
+static const known_line known[] = {
+    {1, SEV_ERROR,
+     {"expandable_segments feature is not supportted", "expandable_segments feature is not supported",
+      "expandable_segments setting failure"},
+     "expandable-ignored", "torch_npu turned expandable segments off: the device refused virtual memory",
+     "torch_npu probes aclrtReserveMemAddress when it reads the settings; on failure it prints this and runs with "
+     "expandable_segments:False, so fragmentation stays and out-of-memory errors can follow. The probe fails when the "
+     "driver (HDK) is older than 23.0.0 or the driver and firmware packages do not match (the runtime answers 207000, "
+     "ACL_ERROR_RT_FEATURE_NOT_SUPPORT).",
+     {"run hbmalloc doctor on the machine (no --log): it reads the driver, firmware and their compatible ranges and "
+      "says which",
+      "upgrade to a matching driver and firmware pair, Ascend HDK >= 23.0.0; npu-smi info -t board -i 0 must say "
+      "Compatibility : OK",
+      "meanwhile remove expandable_segments from PYTORCH_NPU_ALLOC_CONF and pick max_split_size_mb with: hbmalloc "
+      "sweep SNAPSHOT.pickle --backend sim:dialect=npu --no-expandable"}},
+    {1, SEV_ERROR,
+     {"driver and firmware packages do not match", "get device uuid failed"},
+     "ascend-driver-firmware-mismatch", "the runtime reports that the driver and firmware packages do not match",
+     "A driver paired with a firmware outside its compatible_version_fw range refuses virtual memory (no expandable "
+     "segments) and device-UUID/IPC calls that multi-card runs need (207000).",
+     {"compare cat /usr/local/Ascend/driver/version.info (compatible_version_fw) with "
+      "/usr/local/Ascend/firmware/version.info (Version), or run hbmalloc doctor there",
+      "install the matching driver or firmware and reboot"}},
+    {0, SEV_ERROR,
+     {"CUDA driver version is insufficient for CUDA runtime version", "Driver/library version mismatch",
+      "forward compatibility was attempted", "couldn't communicate with the NVIDIA driver"},
+     "cuda-driver-mismatch", "the NVIDIA driver does not match the CUDA runtime or the kernel module",
+     "The user-space libraries, the kernel module and the CUDA runtime the framework was built with must agree; a "
+     "driver upgrade without a reboot, or a container whose CUDA is newer than the host driver, gives this.",
+     {"nvidia-smi: its Driver Version and CUDA Version are what the host offers; the framework's CUDA "
+      "(torch.version.cuda) must not be newer",
+      "after a driver upgrade, reboot (or reload the nvidia kernel modules)"}},
+    {0, SEV_WARNING,
+     {"expandable_segments not supported on this platform"},
+     "expandable-ignored-cuda", "PyTorch ignored expandable_segments:True on this platform",
+     "This PyTorch build or platform has no CUDA virtual-memory support (built without the driver API, or not "
+     "Linux/CUDA), so segments are whole and fragmentation stays.",
+     {"use a PyTorch build for Linux with CUDA >= 11.x, or hbmalloc's plug-in (libhbmalloc_torch.so), which detects "
+      "virtual memory at run time",
+      "otherwise tune max_split_size_mb with hbmalloc sweep SNAPSHOT --no-expandable"}},
+};
+
+/* The first known line of this phase (early or not) that matches: 1 when one did. */
+static int known_match(doctor *d, const where *w, const char *line, int early)
+{
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        const known_line *k = &known[i];
+        int hit = 0;
+        for (int j = 0; j < 4 && k->patterns[j] && !hit; j++)
+            hit = has(line, k->patterns[j]);
+        if (k->early != early || !hit)
+            continue;
+        finding *f = seen(d, w, k->severity, k->id, k->title);
+        if (f) {
+            snprintf(f->why, sizeof f->why, "%s", k->why);
+            for (int j = 0; j < 3 && k->next[j]; j++)
+                doctor_next(f, "%s", k->next[j]);
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* NCCL's result classes: the text of its message or the enum name, and what it usually means. */
+static const struct {
+    const char *text, *name, *why;
+} nccl_classes[] = {
+    {"unhandled system error", "ncclSystemError",
+     "A system call or external library failed: sockets, shared memory (/dev/shm too small in containers), or the "
+     "network."},
+    {"unhandled cuda error", "ncclUnhandledCudaError",
+     "A CUDA call inside NCCL failed: often out of device memory for NCCL's buffers, or a device fault (Xid)."},
+    {"remote process exited", "ncclRemoteError", "Another rank died or the network dropped."},
+    {"invalid usage", "ncclInvalidUsage",
+     "The ranks called collectives inconsistently (order, sizes or devices differ)."},
+    {"internal error", "ncclInternalError", "NCCL failed; its own log says where."},
+};
+
+static int nccl(doctor *d, const where *w, const char *line)
+{
+    size_t n = sizeof nccl_classes / sizeof nccl_classes[0], k = 0;
+    int named = 0; /* an NCCL line says "NCCL error" or an enum name; the plain texts alone are too common */
+    for (size_t i = 0; i < n; i++)
+        named |= has(line, nccl_classes[i].name);
+    if (!named && !has(line, "NCCL error"))
+        return 0;
+    while (k < n && !has(line, nccl_classes[k].text) && !has(line, nccl_classes[k].name))
+        k++;
+    char title[320];
+    snprintf(title, sizeof title, "NCCL error: %s", k < n ? nccl_classes[k].name : "an NCCL error");
+    finding *f = seen(d, w, SEV_ERROR, "nccl-error", title);
+    if (f) {
+        snprintf(f->why, sizeof f->why, "%s", k < n ? nccl_classes[k].why : "NCCL failed; its own log says where.");
+        doctor_next(f, "rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) for the reason");
+        doctor_next(f, "run on one GPU to separate the device from communication; nvidia-smi on every node; "
+                       "dmesg | grep -i xid for device faults");
+        doctor_next(f, "versions must match on every node: driver, CUDA, NCCL, torch");
+    }
+    return 1;
+}
+
 static void one_line(doctor *d, const where *w, const char *line)
 {
     if (has(line, "out of memory") && has(line, "Tried to allocate")) {
         oom(d, w, line);
         return;
     }
-    if (has(line, "expandable_segments feature is not supportted") ||
-        has(line, "expandable_segments feature is not supported") ||
-        has(line, "expandable_segments setting failure")) {
-        finding *f = seen(d, w, SEV_ERROR, "expandable-ignored",
-                          "torch_npu turned expandable segments off: the device refused virtual memory");
-        if (f) {
-            snprintf(f->why, sizeof f->why,
-                     "torch_npu probes aclrtReserveMemAddress when it reads the settings; on failure it prints this "
-                     "and runs with expandable_segments:False, so fragmentation stays and out-of-memory errors can "
-                     "follow. The probe fails when the driver (HDK) is older than 23.0.0 or the driver and firmware "
-                     "packages do not match (the runtime answers 207000, ACL_ERROR_RT_FEATURE_NOT_SUPPORT).");
-            doctor_next(f, "run hbmalloc doctor on the machine (no --log): it reads the driver, firmware and their "
-                           "compatible ranges and says which");
-            doctor_next(f, "upgrade to a matching driver and firmware pair, Ascend HDK >= 23.0.0; npu-smi info -t "
-                           "board -i 0 must say Compatibility : OK");
-            doctor_next(f, "meanwhile remove expandable_segments from PYTORCH_NPU_ALLOC_CONF and pick "
-                           "max_split_size_mb with: hbmalloc sweep SNAPSHOT.pickle --backend sim:dialect=npu "
-                           "--no-expandable");
-        }
+    if (known_match(d, w, line, 1))
         return;
-    }
-    if (has(line, "driver and firmware packages do not match") || has(line, "get device uuid failed")) {
-        finding *f = seen(d, w, SEV_ERROR, "ascend-driver-firmware-mismatch",
-                          "the runtime reports that the driver and firmware packages do not match");
-        if (f) {
-            snprintf(f->why, sizeof f->why, "A driver paired with a firmware outside its compatible_version_fw range "
-                     "refuses virtual memory (no expandable segments) and device-UUID/IPC calls that multi-card runs "
-                     "need (207000).");
-            doctor_next(f, "compare cat /usr/local/Ascend/driver/version.info (compatible_version_fw) with "
-                           "/usr/local/Ascend/firmware/version.info (Version), or run hbmalloc doctor there");
-            doctor_next(f, "install the matching driver or firmware and reboot");
-        }
-        return;
-    }
     char func[80];
     int code;
     const char *h;
@@ -391,61 +472,9 @@ static void one_line(doctor *d, const where *w, const char *line)
         acl_code(d, w, func, code);
         return;
     }
-    if (has(line, "NCCL error") || has(line, "ncclSystemError") || has(line, "ncclUnhandledCudaError") ||
-        has(line, "ncclInternalError") || has(line, "ncclRemoteError") || has(line, "ncclInvalidUsage")) {
-        const char *kind = has(line, "unhandled system error") || has(line, "ncclSystemError") ? "ncclSystemError"
-                           : has(line, "unhandled cuda error") || has(line, "ncclUnhandledCudaError")
-                               ? "ncclUnhandledCudaError"
-                           : has(line, "remote process exited") || has(line, "ncclRemoteError") ? "ncclRemoteError"
-                           : has(line, "invalid usage") || has(line, "ncclInvalidUsage")       ? "ncclInvalidUsage"
-                           : has(line, "internal error") || has(line, "ncclInternalError")     ? "ncclInternalError"
-                                                                                                : "an NCCL error";
-        char title[320];
-        snprintf(title, sizeof title, "NCCL error: %s", kind);
-        finding *f = seen(d, w, SEV_ERROR, "nccl-error", title);
-        if (f) {
-            snprintf(f->why, sizeof f->why, "%s",
-                     !strcmp(kind, "ncclSystemError") ? "A system call or external library failed: sockets, shared "
-                                                        "memory (/dev/shm too small in containers), or the network."
-                     : !strcmp(kind, "ncclUnhandledCudaError") ? "A CUDA call inside NCCL failed: often out of device "
-                                                                 "memory for NCCL's buffers, or a device fault (Xid)."
-                     : !strcmp(kind, "ncclRemoteError") ? "Another rank died or the network dropped."
-                     : !strcmp(kind, "ncclInvalidUsage") ? "The ranks called collectives inconsistently (order, "
-                                                           "sizes or devices differ)."
-                                                         : "NCCL failed; its own log says where.");
-            doctor_next(f, "rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) for the reason");
-            doctor_next(f, "run on one GPU to separate the device from communication; nvidia-smi on every node; "
-                           "dmesg | grep -i xid for device faults");
-            doctor_next(f, "versions must match on every node: driver, CUDA, NCCL, torch");
-        }
+    if (nccl(d, w, line))
         return;
-    }
-    if (has(line, "CUDA driver version is insufficient for CUDA runtime version") ||
-        has(line, "Driver/library version mismatch") || has(line, "forward compatibility was attempted") ||
-        has(line, "couldn't communicate with the NVIDIA driver")) {
-        finding *f = seen(d, w, SEV_ERROR, "cuda-driver-mismatch",
-                          "the NVIDIA driver does not match the CUDA runtime or the kernel module");
-        if (f) {
-            snprintf(f->why, sizeof f->why, "The user-space libraries, the kernel module and the CUDA runtime the "
-                     "framework was built with must agree; a driver upgrade without a reboot, or a container whose "
-                     "CUDA is newer than the host driver, gives this.");
-            doctor_next(f, "nvidia-smi: its Driver Version and CUDA Version are what the host offers; the framework's "
-                           "CUDA (torch.version.cuda) must not be newer");
-            doctor_next(f, "after a driver upgrade, reboot (or reload the nvidia kernel modules)");
-        }
-        return;
-    }
-    if (has(line, "expandable_segments not supported on this platform")) {
-        finding *f = seen(d, w, SEV_WARNING, "expandable-ignored-cuda",
-                          "PyTorch ignored expandable_segments:True on this platform");
-        if (f) {
-            snprintf(f->why, sizeof f->why, "This PyTorch build or platform has no CUDA virtual-memory support "
-                     "(built without the driver API, or not Linux/CUDA), so segments are whole and fragmentation stays.");
-            doctor_next(f, "use a PyTorch build for Linux with CUDA >= 11.x, or hbmalloc's plug-in "
-                           "(libhbmalloc_torch.so), which detects virtual memory at run time");
-            doctor_next(f, "otherwise tune max_split_size_mb with hbmalloc sweep SNAPSHOT --no-expandable");
-        }
-    }
+    known_match(d, w, line, 0);
 }
 
 int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t errlen)
