@@ -24,17 +24,16 @@ typedef struct checker {
         }                                                  \
     } while (0)
 
-/* Check AVL shape and order below t; returns the height, counts nodes. mapped
+/* Check the order of the nodes below t and what each holds; counts them. mapped
  * says which tree it is: the free tree (mapped blocks) or the unmapped one. */
-static int check_tree(checker *ck, hbm__avl *t, const hbm__pool *p, bool mapped, size_t *count,
-                      const hbm__block **last)
+static void check_nodes(checker *ck, hbm__rb *t, const hbm__pool *p, bool mapped, size_t *count,
+                        const hbm__block **last)
 {
     if (!t)
-        return 0;
-    int hl = check_tree(ck, t->l, p, mapped, count, last);
+        return;
+    check_nodes(ck, t->l, p, mapped, count, last);
     const hbm__block *b = HBM__BLOCK_OF(t);
-    int order = *last ? (mapped ? hbm__block_cmp(&(*last)->node, t) : hbm__unmapped_cmp(&(*last)->node, t)) : -1;
-    if (order >= 0)
+    if (*last && !(mapped ? hbm__block_less(&(*last)->node, t) : hbm__unmapped_less(&(*last)->node, t)))
         FAIL(ck, "%s tree of the %s pool out of order at block %p", mapped ? "free" : "unmapped",
              p->is_small ? "small" : "large", (void *)b->addr);
     *last = b;
@@ -44,20 +43,23 @@ static int check_tree(checker *ck, hbm__avl *t, const hbm__pool *p, bool mapped,
              mapped ? "free" : "unmapped", (void *)b->addr, mapped ? "un" : "");
     if (!b->seg || b->seg->pool != p)
         FAIL(ck, "a tree of one pool holds block %p of another pool", (void *)b->addr);
-    int hr = check_tree(ck, t->r, p, mapped, count, last);
-    int h = 1 + (hl > hr ? hl : hr);
-    if (t->h != h || hl - hr > 1 || hr - hl > 1)
-        FAIL(ck, "free tree unbalanced or stale height at block %p", (void *)b->addr);
-    return h;
+    check_nodes(ck, t->r, p, mapped, count, last);
+}
+
+static void check_tree(checker *ck, hbm__rb *t, const hbm__pool *p, bool mapped, size_t *count)
+{
+    const hbm__block *last = NULL;
+    if (hbm__rb_verify(t, NULL) < 0)
+        FAIL(ck, "%s tree of the %s pool breaks the red-black rules (colours, black height or parent links)",
+             mapped ? "free" : "unmapped", p->is_small ? "small" : "large");
+    check_nodes(ck, t, p, mapped, count, &last);
 }
 
 static void check_pool(checker *ck, hbm__pool *p, size_t *count, size_t *ucount)
 {
     size_t c = 0, u = 0;
-    const hbm__block *last = NULL;
-    check_tree(ck, p->free_tree, p, true, &c, &last);
-    last = NULL;
-    check_tree(ck, p->unmapped, p, false, &u, &last);
+    check_tree(ck, p->free_tree, p, true, &c);
+    check_tree(ck, p->unmapped, p, false, &u);
     if (c != p->nfree || u != p->nunmapped)
         FAIL(ck, "a pool's trees hold %zu free and %zu unmapped blocks, its counters say %zu and %zu", c, u, p->nfree,
              p->nunmapped);
@@ -209,6 +211,8 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
     }
     if (nseg != a->nsegments)
         FAIL(&ck, "segment count %zu, the segment tree holds %zu", a->nsegments, nseg);
+    if (hbm__rb_verify(a->segments, NULL) < 0)
+        FAIL(&ck, "the segment tree breaks the red-black rules (colours, black height or parent links)");
     if (nexp != a->nexpandable)
         FAIL(&ck, "%zu expandable segments, the count says %zu", nexp, a->nexpandable);
     if (live != a->live.n)

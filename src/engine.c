@@ -85,24 +85,40 @@ void hbm__set_error(hbm_allocator *a, const char *fmt, ...)
 
 /* ---- block objects ---- */
 
-/* A block object with every field but node cleared (no memset: it is on the split path). */
-static hbm__block *block_alloc(void)
+/* Block objects come in slabs of BLOCK_SLAB, threaded onto the spare list
+ * and freed together at destroy: a split or a new segment takes one from the
+ * list instead of calling malloc. */
+#define BLOCK_SLAB 64
+
+typedef struct hbm__slab {
+    struct hbm__slab *next;
+    hbm__block blocks[BLOCK_SLAB];
+} hbm__slab;
+
+static hbm_status add_slab(hbm_allocator *a)
 {
-    hbm__block *b = malloc(sizeof *b);
-    if (b) {
-        b->uses = NULL;
-        b->cap_uses = 0;
+    hbm__slab *s = malloc(sizeof *s);
+    if (!s) {
+        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+        return HBM_ERR_NOMEM;
     }
-    return b;
+    s->next = a->slabs;
+    a->slabs = s;
+    for (int i = BLOCK_SLAB - 1; i >= 0; i--) {
+        s->blocks[i].uses = NULL;
+        s->blocks[i].cap_uses = 0;
+        hbm__block_recycle(a, &s->blocks[i]);
+    }
+    return HBM_OK;
 }
 
 hbm__block *hbm__block_new(hbm_allocator *a)
 {
-    hbm__block *b = a->spare_blocks;
-    if (b)
-        a->spare_blocks = b->next;
-    else if (!(b = block_alloc()))
+    if (!a->spare_blocks && add_slab(a) != HBM_OK)
         return NULL;
+    hbm__block *b = a->spare_blocks;
+    a->spare_blocks = b->next;
+    a->nspare_blocks--;
     b->prev = b->next = NULL;
     b->seg = NULL;
     b->stream = 0;
@@ -120,21 +136,14 @@ void hbm__block_recycle(hbm_allocator *a, hbm__block *b)
 {
     b->next = a->spare_blocks;
     a->spare_blocks = b;
+    a->nspare_blocks++;
 }
 
 hbm_status hbm__ensure_spares(hbm_allocator *a, int n)
 {
-    int have = 0;
-    for (hbm__block *b = a->spare_blocks; b && have < n; b = b->next)
-        have++;
-    for (; have < n; have++) {
-        hbm__block *b = block_alloc();
-        if (!b) {
-            hbm__set_error(a, "out of host memory for allocator bookkeeping");
+    while (a->nspare_blocks < (size_t)n)
+        if (add_slab(a) != HBM_OK)
             return HBM_ERR_NOMEM;
-        }
-        hbm__block_recycle(a, b);
-    }
     return HBM_OK;
 }
 
@@ -179,8 +188,7 @@ static hbm__block *get_free_block(hbm_allocator *a, hbm__pool *p, hbm_stream str
         return NULL;
     if (size >= ms && b->size >= size + a->conf.max_non_split_rounding)
         return NULL;
-    hbm__pool_remove(p, b);
-    return b;
+    return b; /* still in the free tree: alloc_found_block takes it out, or leaves its remainder there */
 }
 
 static bool should_split(const hbm_allocator *a, const hbm__pool *p, const hbm__block *b, size_t size)
@@ -193,6 +201,7 @@ static bool should_split(const hbm_allocator *a, const hbm__pool *p, const hbm__
     return size < a->conf.max_split_size && remaining > HBM__SMALL_SIZE;
 }
 
+/* Allocate b (found in the free tree, or new and outside it) for a rounded request of size. */
 static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block *b, size_t size, size_t orig)
 {
     hbm_stats *st = &a->stats;
@@ -214,7 +223,17 @@ static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block 
         rem->prev = b;
         rem->addr += size;
         rem->size -= size;
-        hbm__pool_insert(p, rem);
+        /* The remainder orders before the block it was (same stream, smaller), so
+         * it can keep the block's place in the free tree when it still orders
+         * after its predecessor: then no descent at all. */
+        hbm__block *pred = rem->in_tree ? hbm__pool_prev(p, rem) : NULL;
+        if (rem->in_tree && (!pred || hbm__block_less(&pred->node, &rem->node))) {
+            rem->gc_base = p->search_count; /* as a fresh insertion stamps it */
+        } else {
+            if (rem->in_tree)
+                hbm__pool_remove(p, rem);
+            hbm__pool_insert(p, rem);
+        }
         /* Expandable segments stay out of inactive_split: their free pages can always be returned. */
         if (b->seg->expandable) {
         } else if (already_split) {
@@ -223,9 +242,13 @@ static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block 
             hbm__stat_arr_inc(st->inactive_split_bytes, p, (int64_t)rem->size);
             hbm__stat_arr_inc(st->inactive_split, p, 1);
         }
-    } else if (already_split && !b->seg->expandable) {
-        hbm__stat_arr_dec(st->inactive_split_bytes, p, (int64_t)b->size);
-        hbm__stat_arr_dec(st->inactive_split, p, 1);
+    } else {
+        if (b->in_tree)
+            hbm__pool_remove(p, b);
+        if (already_split && !b->seg->expandable) {
+            hbm__stat_arr_dec(st->inactive_split_bytes, p, (int64_t)b->size);
+            hbm__stat_arr_dec(st->inactive_split, p, 1);
+        }
     }
     b->allocated = true;
     b->requested = orig;
@@ -257,11 +280,9 @@ static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
     if (a->expandable)
         return hbm__expand_alloc(a, p, stream, request, out);
     hbm__segment *seg = malloc(sizeof *seg);
-    hbm__block *b = hbm__block_new(a);
-    if (!seg || !b) {
+    hbm__block *b = seg ? hbm__block_new(a) : NULL;
+    if (!b) {
         free(seg);
-        if (b)
-            hbm__block_recycle(a, b);
         hbm__set_error(a, "out of host memory for allocator bookkeeping");
         return HBM_ERR_NOMEM;
     }
@@ -506,7 +527,7 @@ static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream
         return HBM_ERR_OOM;
     }
     hbm_status rc;
-    if (!a->spare_blocks && (rc = hbm__ensure_spares(a, 1)) != HBM_OK)
+    if (!a->nspare_blocks && (rc = hbm__ensure_spares(a, 1)) != HBM_OK)
         return rc;
     if (hbm__ptrmap_reserve(&a->live, 1)) {
         hbm__set_error(a, "out of host memory for allocator bookkeeping");
@@ -571,14 +592,9 @@ hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **o
 
 /* ---- free ---- */
 
-size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
+/* Splice src, a neighbour outside every tree, into dst; returns the bytes absorbed. */
+static size_t absorb(hbm_allocator *a, hbm__block *dst, hbm__block *src)
 {
-    if (!src || src->allocated || src->event_count > 0 || src->mapped != dst->mapped)
-        return 0;
-    if (src->mapped)
-        hbm__pool_remove(p, src);
-    else
-        hbm__unmapped_remove(p, src);
     if (dst->prev == src) {
         dst->addr = src->addr;
         dst->prev = src->prev;
@@ -597,23 +613,51 @@ size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__bloc
     return absorbed;
 }
 
+static bool can_merge(const hbm__block *dst, const hbm__block *src)
+{
+    return src && !src->allocated && src->event_count == 0 && src->mapped == dst->mapped;
+}
+
+size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
+{
+    if (!can_merge(dst, src))
+        return 0;
+    if (src->mapped)
+        hbm__pool_remove(p, src);
+    else
+        hbm__unmapped_remove(p, src);
+    return absorb(a, dst, src);
+}
+
 void hbm__free_block(hbm_allocator *a, hbm__block *b)
 {
     hbm__pool *p = b->seg->pool;
     hbm_stats *st = &a->stats;
     size_t size = b->size, requested = b->requested;
-    int64_t net_blocks = 0, net_bytes = 0;
     hbm__trace(a, HBM_TRACE_FREE_COMPLETED, b->addr, requested, b->stream);
-    hbm__block *candidates[2] = {b->prev, b->next};
-    for (int i = 0; i < 2; i++) {
-        size_t absorbed = hbm__try_merge(a, p, b, candidates[i]);
-        if (absorbed) {
-            net_blocks -= 1;
-            net_bytes -= (int64_t)absorbed;
+    /* Coalesce with the free neighbours (both in the free tree). The larger one
+     * takes in the rest and keeps its place in the tree when its successor
+     * still orders after the merged block (it orders after its predecessor,
+     * being larger): then no descent at all. */
+    bool mp = can_merge(b, b->prev), mn = can_merge(b, b->next);
+    int64_t net_blocks = -(int64_t)mp - (int64_t)mn;
+    int64_t net_bytes = -(int64_t)((mp ? b->prev->size : 0) + (mn ? b->next->size : 0));
+    b->requested = 0;
+    if (!mp && !mn) {
+        hbm__pool_insert(p, b);
+    } else {
+        hbm__block *keep = !mp ? b->next : !mn ? b->prev : b->prev->size >= b->next->size ? b->prev : b->next;
+        hbm__try_merge(a, p, b, keep == b->prev ? b->next : b->prev); /* nothing when that one is not free */
+        absorb(a, keep, b);
+        b = keep;
+        hbm__block *succ = hbm__pool_next(p, b);
+        if (!succ || hbm__block_less(&b->node, &succ->node)) {
+            b->gc_base = p->search_count; /* as a fresh insertion stamps it */
+        } else {
+            hbm__pool_remove(p, b);
+            hbm__pool_insert(p, b);
         }
     }
-    b->requested = 0;
-    hbm__pool_insert(p, b);
     if (block_is_split(b)) {
         net_blocks += 1;
         net_bytes += (int64_t)b->size;
@@ -742,11 +786,8 @@ void hbm__engine_teardown(hbm_allocator *a)
             hbm__expand_teardown(a, s);
         else
             hbm__dev_free(a, s->addr, s->size);
-        for (hbm__block *b = s->head, *bn; b; b = bn) {
-            bn = b->next;
+        for (hbm__block *b = s->head; b; b = b->next)
             free(b->uses);
-            free(b);
-        }
         free(s);
     }
     a->segments = NULL;
@@ -756,10 +797,13 @@ void hbm__engine_teardown(hbm_allocator *a)
     hbm__labels_free(a);
     hbm__expand_teardown_pool(a, &a->small);
     hbm__expand_teardown_pool(a, &a->large);
-    while (a->spare_blocks) {
-        hbm__block *b = a->spare_blocks;
-        a->spare_blocks = b->next;
+    for (hbm__block *b = a->spare_blocks; b; b = b->next)
         free(b->uses);
-        free(b);
+    a->spare_blocks = NULL;
+    a->nspare_blocks = 0;
+    while (a->slabs) {
+        hbm__slab *sl = a->slabs;
+        a->slabs = sl->next;
+        free(sl);
     }
 }

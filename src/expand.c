@@ -334,7 +334,7 @@ static size_t pages_to_map(const hbm__block *c, size_t size)
  * until `*bytes` of pages are unmapped; keep: their handles become p's spares. */
 static void unmap_free_pages(hbm_allocator *a, hbm__pool *p, size_t *bytes, uintptr_t lo, uintptr_t hi, bool keep)
 {
-    hbm__block *b = hbm__pool_node(hbm__avl_last(p->free_tree));
+    hbm__block *b = hbm__pool_node(hbm__rb_last(p->free_tree));
     while (b && *bytes > 0) {
         hbm__block *prev = hbm__pool_prev(p, b);
         hbm__segment *seg = b->seg;

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "avl.h"
+#include "rb.h"
 #include "backend/backend.h"
 #include "conf.h"
 #include "hbmalloc.h"
@@ -31,7 +31,7 @@ typedef struct hbm__pool hbm__pool;
 typedef struct hbm__mempool hbm__mempool;
 
 typedef struct hbm__block {
-    hbm__avl node;                  /* in pool->free_tree while free */
+    hbm__rb node;                  /* in pool->free_tree while free */
     struct hbm__block *prev, *next; /* neighbours inside the segment, address order */
     hbm__segment *seg;
     hbm_stream stream; /* the segment's stream, kept here for the comparator */
@@ -55,7 +55,7 @@ typedef struct hbm__page {
 } hbm__page;
 
 struct hbm__segment {
-    hbm__avl node; /* in allocator->segments, by address */
+    hbm__rb node; /* in allocator->segments, by address */
     uintptr_t addr;
     size_t size;
     hbm_stream stream;
@@ -70,9 +70,9 @@ struct hbm__segment {
 };
 
 struct hbm__pool {
-    hbm__avl *free_tree;   /* free mapped blocks ordered by (stream, size, address) */
+    hbm__rb *free_tree;   /* free mapped blocks ordered by (stream, size, address) */
     size_t nfree;          /* blocks in free_tree */
-    hbm__avl *unmapped;    /* unmapped ranges of expandable segments, by (stream, address) */
+    hbm__rb *unmapped;    /* unmapped ranges of expandable segments, by (stream, address) */
     size_t nunmapped;
     uint64_t *spare_handles; /* hbm_remap_free_pages: handles unmapped for a request in progress */
     size_t nspare, cap_spare;
@@ -120,10 +120,12 @@ struct hbm_allocator {
     int device;
     hbm__conf conf;
     hbm__pool small, large;
-    hbm__avl *segments; /* every segment, by address */
+    hbm__rb *segments; /* every segment, by address */
     size_t nsegments;
     hbm__ptrmap live; /* allocated blocks by address */
     hbm__block *spare_blocks; /* recycled block objects, linked through next */
+    size_t nspare_blocks;
+    struct hbm__slab *slabs;  /* where every block object lives (engine.c) */
     hbm_stats stats;
     size_t total_reserved; /* bytes held from the device (total_allocated_memory) */
     size_t device_total;   /* device capacity, read at create */

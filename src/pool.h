@@ -1,10 +1,11 @@
 /*
  * pool.h: the free-block index of a pool (static inline: it is the malloc path).
  *
- * Free blocks sit in an AVL tree ordered by (stream, size, address), the
- * order of PyTorch's BlockComparatorSize: a lower_bound on (stream, size)
+ * Free blocks sit in a red-black tree ordered by (stream, size, address),
+ * the order of PyTorch's BlockComparatorSize: a lower_bound on (stream, size)
  * finds the best fit on that stream, the lowest address among equal sizes.
- * Every operation is O(log n). Owns ordering only: no policy.
+ * Insertion and search are O(log n); removal and stepping to a neighbour
+ * are O(1) amortised (rb.h). Owns ordering only: no policy.
  */
 #ifndef HBM_POOL_H
 #define HBM_POOL_H
@@ -15,34 +16,31 @@
 
 #define HBM__BLOCK_OF(n) ((hbm__block *)((char *)(n) - offsetof(hbm__block, node)))
 
-static inline int hbm__block_cmp(const hbm__avl *x, const hbm__avl *y)
+/* (stream, size, address) order, computed without branches: the descent then
+ * takes one branch per level instead of up to three (rb.h). */
+static inline bool hbm__block_less(const hbm__rb *x, const hbm__rb *y)
 {
     const hbm__block *a = HBM__BLOCK_OF(x), *b = HBM__BLOCK_OF(y);
-    if (a->stream != b->stream)
-        return a->stream < b->stream ? -1 : 1;
-    if (a->size != b->size)
-        return a->size < b->size ? -1 : 1;
-    if (a->addr != b->addr)
-        return a->addr < b->addr ? -1 : 1;
-    return 0;
+    bool size_first = (a->size < b->size) | ((a->size == b->size) & (a->addr < b->addr));
+    return (a->stream < b->stream) | ((a->stream == b->stream) & size_first);
 }
 
 static inline void hbm__pool_insert(hbm__pool *p, hbm__block *b)
 {
     b->gc_base = p->search_count; /* PyTorch stamps gc_count_base in insert_into_blocks */
     b->in_tree = true;
-    hbm__avl_insert(&p->free_tree, &b->node, hbm__block_cmp);
+    hbm__rb_insert(&p->free_tree, &b->node, hbm__block_less);
     p->nfree++;
 }
 
 static inline void hbm__pool_remove(hbm__pool *p, hbm__block *b)
 {
-    hbm__avl_remove(&p->free_tree, &b->node, hbm__block_cmp);
+    hbm__rb_remove(&p->free_tree, &b->node);
     b->in_tree = false;
     p->nfree--;
 }
 
-static inline hbm__block *hbm__pool_node(hbm__avl *n) { return n ? HBM__BLOCK_OF(n) : NULL; }
+static inline hbm__block *hbm__pool_node(hbm__rb *n) { return n ? HBM__BLOCK_OF(n) : NULL; }
 
 /* Smallest free block with (stream, size) >= the key, lowest address among equals, or NULL;
  * the caller checks that its stream matches. */
@@ -52,7 +50,7 @@ static inline hbm__block *hbm__pool_lower_bound(hbm__pool *p, hbm_stream stream,
     key.stream = stream;
     key.size = size;
     key.addr = 0;
-    return hbm__pool_node(hbm__avl_lower_bound(p->free_tree, &key.node, hbm__block_cmp));
+    return hbm__pool_node(hbm__rb_lower_bound(p->free_tree, &key.node, hbm__block_less));
 }
 
 /* Largest block ordered before (stream, size, address 0), or NULL. */
@@ -62,40 +60,40 @@ static inline hbm__block *hbm__pool_before(hbm__pool *p, hbm_stream stream, size
     key.stream = stream;
     key.size = size;
     key.addr = 0;
-    return hbm__pool_node(hbm__avl_before(p->free_tree, &key.node, hbm__block_cmp));
+    return hbm__pool_node(hbm__rb_before(p->free_tree, &key.node, hbm__block_less));
 }
 
 static inline hbm__block *hbm__pool_prev(hbm__pool *p, const hbm__block *b)
 {
-    return hbm__pool_node(hbm__avl_before(p->free_tree, &b->node, hbm__block_cmp));
+    (void)p;
+    return hbm__pool_node(hbm__rb_prev(&b->node));
 }
 
 static inline hbm__block *hbm__pool_next(hbm__pool *p, const hbm__block *b)
 {
-    return hbm__pool_node(hbm__avl_upper_bound(p->free_tree, &b->node, hbm__block_cmp));
+    (void)p;
+    return hbm__pool_node(hbm__rb_next(&b->node));
 }
 
-static inline hbm__block *hbm__pool_first(hbm__pool *p) { return hbm__pool_node(hbm__avl_first(p->free_tree)); }
+static inline hbm__block *hbm__pool_first(hbm__pool *p) { return hbm__pool_node(hbm__rb_first(p->free_tree)); }
 
 /* Unmapped ranges, ordered by (stream, address) as PyTorch's BlockComparatorAddress. */
-static inline int hbm__unmapped_cmp(const hbm__avl *x, const hbm__avl *y)
+static inline bool hbm__unmapped_less(const hbm__rb *x, const hbm__rb *y)
 {
     const hbm__block *a = HBM__BLOCK_OF(x), *b = HBM__BLOCK_OF(y);
-    if (a->stream != b->stream)
-        return a->stream < b->stream ? -1 : 1;
-    return a->addr < b->addr ? -1 : a->addr > b->addr;
+    return (a->stream < b->stream) | ((a->stream == b->stream) & (a->addr < b->addr));
 }
 
 static inline void hbm__unmapped_insert(hbm__pool *p, hbm__block *b)
 {
     b->in_tree = true;
-    hbm__avl_insert(&p->unmapped, &b->node, hbm__unmapped_cmp);
+    hbm__rb_insert(&p->unmapped, &b->node, hbm__unmapped_less);
     p->nunmapped++;
 }
 
 static inline void hbm__unmapped_remove(hbm__pool *p, hbm__block *b)
 {
-    hbm__avl_remove(&p->unmapped, &b->node, hbm__unmapped_cmp);
+    hbm__rb_remove(&p->unmapped, &b->node);
     b->in_tree = false;
     p->nunmapped--;
 }
@@ -106,12 +104,13 @@ static inline hbm__block *hbm__unmapped_lower_bound(hbm__pool *p, hbm_stream str
     hbm__block key;
     key.stream = stream;
     key.addr = addr;
-    return hbm__pool_node(hbm__avl_lower_bound(p->unmapped, &key.node, hbm__unmapped_cmp));
+    return hbm__pool_node(hbm__rb_lower_bound(p->unmapped, &key.node, hbm__unmapped_less));
 }
 
 static inline hbm__block *hbm__unmapped_next(hbm__pool *p, const hbm__block *b)
 {
-    return hbm__pool_node(hbm__avl_upper_bound(p->unmapped, &b->node, hbm__unmapped_cmp));
+    (void)p;
+    return hbm__pool_node(hbm__rb_next(&b->node));
 }
 
 #endif

@@ -5,7 +5,7 @@
 
 #include <stdlib.h>
 
-#define PTRMAP_MIN 64
+#define PTRMAP_MIN 1024 /* 16 KiB: most traces never grow it */
 
 static int alloc_arrays(hbm__ptrmap *m, size_t cap)
 {

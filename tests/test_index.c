@@ -1,4 +1,4 @@
-/* test_index.c: the AVL free index and the pointer map against simple reference models. */
+/* test_index.c: the red-black free index and the pointer map against simple reference models. */
 #include "helpers.h"
 
 #include "pool.h"
@@ -25,18 +25,18 @@ static hbm__block *ref_lower_bound(hbm_stream stream, size_t size)
     for (int i = 0; i < N; i++) {
         if (!in[i] || blk[i].stream < stream || (blk[i].stream == stream && blk[i].size < size))
             continue;
-        if (!best || hbm__block_cmp(&blk[i].node, &best->node) < 0)
+        if (!best || hbm__block_less(&blk[i].node, &best->node))
             best = &blk[i];
     }
     return best;
 }
 
-static int height(hbm__avl *t)
+/* Height of the tree (longest path), for the balance bound. */
+static int height(const hbm__rb *t)
 {
     if (!t)
         return 0;
     int l = height(t->l), r = height(t->r);
-    assert_true(l - r <= 1 && r - l <= 1);
     return 1 + (l > r ? l : r);
 }
 
@@ -62,20 +62,48 @@ static void lower_bound_matches_a_linear_scan(void **st)
         hbm_stream s = (hbm_stream)(rnd() % 3) * 5;
         size_t size = (1 + rnd() % 70) * 512;
         assert_ptr_equal(hbm__pool_lower_bound(&p, s, size), ref_lower_bound(s, size));
+        if (step % 97 == 0)
+            assert_true(hbm__rb_verify(p.free_tree, NULL) >= 0);
     }
+    assert_true(hbm__rb_verify(p.free_tree, NULL) >= 0);
     size_t count = 0;
     hbm__block *prev = NULL;
     for (hbm__block *b = hbm__pool_first(&p); b; b = hbm__pool_next(&p, b)) {
         if (prev) {
-            assert_true(hbm__block_cmp(&prev->node, &b->node) < 0);
+            assert_true(hbm__block_less(&prev->node, &b->node));
+            assert_false(hbm__block_less(&b->node, &prev->node));
             assert_ptr_equal(hbm__pool_prev(&p, b), prev);
         }
         prev = b;
         count++;
     }
     assert_int_equal(count, p.nfree);
-    int h = height(p.free_tree);
-    assert_true(h <= 18); /* 1.44 log2(4000) ~ 17.3 */
+    /* A red-black tree of n nodes is at most 2 log2(n + 1) high: 24 for 4000. */
+    assert_true(height(p.free_tree) <= 24);
+    /* The shape check can fail: a red root, and a red node under a red parent, are both refused. */
+    hbm__rb *root = p.free_tree;
+    root->red = true;
+    assert_true(hbm__rb_verify(root, NULL) < 0);
+    root->red = false;
+    hbm__rb *n = root;
+    while (n->l && n->l->l)
+        n = n->l;
+    bool was_red[2] = {n->red, n->l->red};
+    n->red = n->l->red = true;
+    assert_true(hbm__rb_verify(root, NULL) < 0);
+    n->red = was_red[0];
+    n->l->red = was_red[1];
+    assert_true(hbm__rb_verify(root, NULL) >= 0);
+    /* Empty it again by removing from the middle, the ends and at random, checking as it shrinks. */
+    for (int i = 0; p.nfree > 0; i++) {
+        hbm__block *b = i % 3 == 0 ? hbm__pool_first(&p) : i % 3 == 1 ? hbm__pool_node(hbm__rb_last(p.free_tree))
+                                                                       : hbm__pool_node(p.free_tree);
+        hbm__pool_remove(&p, b);
+        in[b - blk] = false;
+        if (i % 53 == 0)
+            assert_true(hbm__rb_verify(p.free_tree, NULL) >= 0);
+    }
+    assert_null(p.free_tree);
 }
 
 static void pointer_map_matches_a_reference(void **st)
