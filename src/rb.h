@@ -9,9 +9,9 @@
  * searches. With parent pointers a removal needs no descent and no
  * comparison, and rebalancing is O(1) rotations amortised; stepping to the
  * next or previous node is O(1) amortised. Insertion and the searches are
- * one descent, O(log n), with one branch per level: the orderings are
- * written without branches (pool.h), and the descent branches on their
- * result. (A descent with no branch at all, the child indexed by the result,
+ * one descent, O(log n), with one hard-to-predict branch per level: the
+ * orderings are written to need no more (pool.h), and the descent branches
+ * on their result. (A descent with no branch at all, the child indexed by the result,
  * measured 25-30% slower on the replay benchmark: it turns every level into
  * a dependent load, where the predictor usually guesses right.) The
  * functions are static inline so that a constant ordering is inlined at
