@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "hbmalloc.h"
+#include "internal.h"
 #include "pickle.h"
 #include "trace.h"
 #include "bench_util.h"
@@ -25,6 +26,7 @@ static double replay_once(const trace *t, void **slot)
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
+    hbm__set_single_thread(a); /* as hbmalloc replay and sweep do */
     double t0 = bench_now_s();
     bench_replay(a, t, slot, 1);
     double dt = bench_now_s() - t0;

@@ -172,15 +172,17 @@ void hbm_destroy(hbm_allocator *a)
 {
     if (!a)
         return;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm__engine_teardown(a);
     hbm__ptrmap_free(&a->live);
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     pthread_mutex_destroy(&a->lock);
     if (a->owns_backend)
         hbm_backend_close(a->backend);
     free(a);
 }
+
+void hbm__set_single_thread(hbm_allocator *a) { a->single_thread = true; }
 
 const char *hbm_last_error(const hbm_allocator *a) { return a ? a->err : "NULL allocator"; }
 
@@ -190,9 +192,9 @@ size_t hbm_copy_last_error(hbm_allocator *a, char *buf, size_t len)
 {
     if (!a || !buf || !len)
         return 0;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     snprintf(buf, len, "%s", a->err);
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return strlen(buf);
 }
 
@@ -200,10 +202,10 @@ hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
 {
     if (!a || !out)
         return HBM_ERR_INVALID;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     a->stats.num_expandable_segments = (int64_t)a->nexpandable;
     *out = a->stats;
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return HBM_OK;
 }
 
@@ -211,27 +213,27 @@ void hbm_reset_peak_stats(hbm_allocator *a)
 {
     if (!a)
         return;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm__stats_reset_peak(&a->stats);
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
 }
 
 void hbm_reset_accumulated_stats(hbm_allocator *a)
 {
     if (!a)
         return;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm__stats_reset_accumulated(&a->stats);
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
 }
 
 void hbm_get_device_counters(hbm_allocator *a, hbm_device_counters *out)
 {
     if (!a || !out)
         return;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     *out = a->dev;
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
 }
 
 hbm_status hbm_settings_check(const char *settings, hbm_dialect d, char *out, size_t outlen)
@@ -253,7 +255,7 @@ hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen)
 {
     if (!a || !out)
         return HBM_ERR_INVALID;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm__conf_describe(&a->conf, out, outlen);
     hbm__sbuf sb = {out, outlen, strlen(out)};
     if (a->conf.expandable_segments && !a->expandable)
@@ -262,6 +264,6 @@ hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen)
         hbm__sb_printf(&sb, "expandable_segments in force: %s\n", a->expandable ? "True" : "False");
     hbm__sb_printf(&sb, "device: %s %d (%s; virtual memory: %s)\n", a->backend->ops->name, a->device,
                    a->backend->caps.version, a->backend->caps.has_vmm ? "yes" : "no");
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return HBM_OK;
 }

@@ -90,7 +90,7 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
         FAIL(&ck, "NULL allocator");
         return ck.violations;
     }
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     sums s[3];
     memset(s, 0, sizeof s);
     size_t live = 0, reserved = 0, nseg = 0, nexp = 0, events = 0;
@@ -267,7 +267,7 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
              (long long)oversize_seg);
     if (a->fraction_set && a->total_reserved > a->allowed_max)
         FAIL(&ck, "reserved %zu exceeds the memory-fraction limit %zu", a->total_reserved, a->allowed_max);
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     if (ck.violations > 8)
         hbm__sb_printf(&ck.sb, "... %d violations in all\n", ck.violations);
     return ck.violations;

@@ -292,9 +292,9 @@ static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
         /* release_lock_on_cudamalloc: other threads may use the allocator while
          * the device allocates; seg and b are ours alone meanwhile. */
         uint64_t t0;
-        pthread_mutex_unlock(&a->lock);
+        hbm__unlock(a);
         int code = hbm__dev_malloc_raw(a, size, &addr, &t0);
-        pthread_mutex_lock(&a->lock);
+        hbm__lock(a);
         rc = hbm__dev_malloc_done(a, size, code, t0);
     } else {
         rc = hbm__dev_malloc(a, size, &addr);
@@ -584,9 +584,9 @@ hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **o
     *out = NULL;
     if (size == 0)
         return HBM_OK;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm_status rc = engine_malloc(a, size, stream, out);
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return rc;
 }
 
@@ -708,7 +708,7 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
         return HBM_ERR_INVALID;
     if (!ptr)
         return HBM_OK;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm_status rc = HBM_OK;
     hbm__block *b = hbm__ptrmap_del(&a->live, (uintptr_t)ptr);
     if (!b) {
@@ -726,7 +726,7 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
         else
             hbm__free_block(a, b);
     }
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return rc;
 }
 
@@ -734,10 +734,10 @@ size_t hbm_block_size(hbm_allocator *a, const void *ptr)
 {
     if (!a || !ptr)
         return 0;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm__block *b = hbm__ptrmap_get(&a->live, (uintptr_t)ptr);
     size_t n = b ? b->size : 0;
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return n;
 }
 
@@ -747,9 +747,9 @@ hbm_status hbm_empty_cache(hbm_allocator *a)
 {
     if (!a)
         return HBM_ERR_INVALID;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm_status rc = release_cached_blocks(a);
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return rc;
 }
 
@@ -770,9 +770,9 @@ hbm_status hbm_set_memory_fraction(hbm_allocator *a, double fraction)
 {
     if (!a)
         return HBM_ERR_INVALID;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm_status rc = hbm__set_fraction_locked(a, fraction);
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return rc;
 }
 

@@ -115,6 +115,7 @@ typedef struct hbm__event_queue {
  */
 struct hbm_allocator {
     pthread_mutex_t lock;
+    bool single_thread; /* set once at creation by hbm__set_single_thread: no lock is taken */
     hbm_backend *backend;
     bool owns_backend;
     int device;
@@ -153,6 +154,24 @@ struct hbm_allocator {
     char warning[1024];    /* the capability fallback, if any (also printed once at create) */
     char err[1536];
 };
+
+/* Every public entry point brackets its work with these. */
+static inline void hbm__lock(hbm_allocator *a)
+{
+    if (!a->single_thread)
+        pthread_mutex_lock(&a->lock);
+}
+
+static inline void hbm__unlock(hbm_allocator *a)
+{
+    if (!a->single_thread)
+        pthread_mutex_unlock(&a->lock);
+}
+
+/* For the replay tools only, right after hbm_open and before any other call:
+ * the allocator will be used by this one thread, so no call takes the lock
+ * (each replay owns a fresh allocator on the simulated device). */
+void hbm__set_single_thread(hbm_allocator *a);
 
 /* ---- pool.c: the segment index (the free-block index is pool.h) ---- */
 void hbm__segments_insert(hbm_allocator *a, hbm__segment *s);

@@ -39,7 +39,7 @@ hbm_status hbm_history_context(hbm_allocator *a, const char *label)
     if (!a)
         return HBM_ERR_INVALID;
     hbm_status rc = HBM_OK;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     const char *found = NULL;
     for (struct hbm__label *l = a->labels; label && l && !found; l = l->next)
         if (!strcmp(l->text, label))
@@ -58,7 +58,7 @@ hbm_status hbm_history_context(hbm_allocator *a, const char *label)
     }
     if (rc == HBM_OK)
         a->context = found;
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return rc;
 }
 
@@ -79,12 +79,12 @@ hbm_status hbm_history_enable(hbm_allocator *a, size_t max_entries)
     hbm_trace_entry *h = NULL;
     if (max_entries && !(h = calloc(max_entries, sizeof *h)))
         return HBM_ERR_NOMEM;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     free(a->history);
     a->history = h;
     a->history_cap = max_entries;
     a->history_n = a->history_head = 0;
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return HBM_OK;
 }
 
@@ -116,7 +116,7 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
         return HBM_ERR_NOMEM;
     growing segs = {NULL, 0, 0, sizeof(hbm_snap_segment)}, blks = {NULL, 0, 0, sizeof(hbm_snap_block)};
     hbm_status rc = HBM_OK;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     s->device = a->device;
     snprintf(s->settings, sizeof s->settings, "%s", a->conf.text);
     for (hbm__segment *seg = hbm__segments_first(a); seg && rc == HBM_OK; seg = hbm__segments_next(a, seg)) {
@@ -160,7 +160,7 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
             s->trace[i] = a->history[(a->history_head + i) % a->history_cap];
         s->ntrace = s->trace ? a->history_n : 0;
     }
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     s->segments = segs.p;
     s->nsegments = segs.n;
     s->blocks = blks.p;

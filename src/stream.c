@@ -167,7 +167,7 @@ hbm_status hbm_record_stream(hbm_allocator *a, void *ptr, hbm_stream stream)
         return HBM_ERR_INVALID;
     if (!ptr)
         return HBM_OK; /* PyTorch ignores null data pointers */
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm_status rc = HBM_OK;
     hbm__block *b = hbm__ptrmap_get(&a->live, (uintptr_t)ptr);
     if (!b) {
@@ -198,7 +198,7 @@ hbm_status hbm_record_stream(hbm_allocator *a, void *ptr, hbm_stream stream)
                 b->uses[b->nuses++] = stream;
         }
     }
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return rc;
 }
 
@@ -246,7 +246,7 @@ hbm_status hbm_mempool_create(hbm_allocator *a, hbm_mempool *out)
     hbm__mempool *m = calloc(1, sizeof *m);
     if (!m)
         return HBM_ERR_NOMEM;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     m->id = ++a->next_mempool_id;
     m->small.is_small = true;
     m->small.sibling = &m->large;
@@ -256,7 +256,7 @@ hbm_status hbm_mempool_create(hbm_allocator *a, hbm_mempool *out)
     m->next = a->mempools;
     a->mempools = m;
     *out = m->id;
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return HBM_OK;
 }
 
@@ -264,7 +264,7 @@ static hbm_status begin_route(hbm_allocator *a, hbm_mempool id, bool by_thread, 
 {
     if (!a)
         return HBM_ERR_INVALID;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm__mempool *m = mempool_held(a, id);
     hbm_status rc = m ? HBM_OK : HBM_ERR_INVALID;
     for (size_t i = 0; rc == HBM_OK && i < a->nroutes; i++)
@@ -281,7 +281,7 @@ static hbm_status begin_route(hbm_allocator *a, hbm_mempool id, bool by_thread, 
         a->routes[a->nroutes++] = (hbm__route){m, by_thread, stream, pthread_self()};
         m->use_count++;
     }
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return rc;
 }
 
@@ -296,7 +296,7 @@ hbm_status hbm_mempool_end(hbm_allocator *a, hbm_mempool id)
 {
     if (!a)
         return HBM_ERR_INVALID;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm_status rc = HBM_ERR_INVALID;
     for (size_t i = a->nroutes; i-- > 0;)
         if (a->routes[i].mp->id == id) {
@@ -308,7 +308,7 @@ hbm_status hbm_mempool_end(hbm_allocator *a, hbm_mempool id)
         }
     if (rc != HBM_OK)
         hbm__set_error(a, "private pool %llu: not routing allocations to it", (unsigned long long)id);
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return rc;
 }
 
@@ -316,7 +316,7 @@ hbm_status hbm_mempool_release(hbm_allocator *a, hbm_mempool id)
 {
     if (!a)
         return HBM_ERR_INVALID;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     hbm_status rc = HBM_OK;
     hbm__mempool *m = mempool_held(a, id);
     if (!m) {
@@ -332,7 +332,7 @@ hbm_status hbm_mempool_release(hbm_allocator *a, hbm_mempool id)
             rc = HBM_ERR_POOL_BUSY;
         }
     }
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return rc;
 }
 
@@ -340,12 +340,12 @@ size_t hbm_mempool_reserved(hbm_allocator *a, hbm_mempool id)
 {
     if (!a)
         return 0;
-    pthread_mutex_lock(&a->lock);
+    hbm__lock(a);
     size_t live = 0, reserved = 0, segments = 0;
     hbm__mempool *m = mempool_find(a, id);
     if (m)
         mempool_usage(a, m, &live, &reserved, &segments);
-    pthread_mutex_unlock(&a->lock);
+    hbm__unlock(a);
     return reserved;
 }
 

@@ -520,6 +520,36 @@ static void create_rejects_bad_settings_and_devices(void **st)
     hbm_destroy(a);
 }
 
+/* The replay tools' mode: with the lock held elsewhere, calls still go through (a locked allocator would
+ * wait forever here), and the policy is the same as with locking. */
+static void single_thread_mode_takes_no_lock(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", ""), *b = open_sim("sim", "");
+    hbm__set_single_thread(a);
+    pthread_mutex_lock(&a->lock);
+    void *p[4], *q[4];
+    size_t sizes[4] = {1000, 3u << 20, 700, 12u << 20};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(hbm_malloc(a, sizes[i], 0, &p[i]), HBM_OK);
+        assert_int_equal(hbm_malloc(b, sizes[i], 0, &q[i]), HBM_OK);
+        assert_int_equal(hbm_block_size(a, p[i]), hbm_block_size(b, q[i]));
+    }
+    assert_int_equal(hbm_free(a, p[1]), HBM_OK);
+    assert_int_equal(hbm_free(b, q[1]), HBM_OK);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_int_equal(hbm_empty_cache(b), HBM_OK);
+    hbm_stats sa, sb;
+    assert_int_equal(hbm_get_stats(a, &sa), HBM_OK);
+    assert_int_equal(hbm_get_stats(b, &sb), HBM_OK);
+    assert_int_equal(sa.reserved_bytes[HBM_POOL_ALL].current, sb.reserved_bytes[HBM_POOL_ALL].current);
+    assert_int_equal(sa.allocated_bytes[HBM_POOL_ALL].peak, sb.allocated_bytes[HBM_POOL_ALL].peak);
+    assert_valid(a);
+    pthread_mutex_unlock(&a->lock);
+    hbm_destroy(a);
+    hbm_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -549,6 +579,7 @@ int main(void)
         cmocka_unit_test(failing_device_free_keeps_the_segment_cached),
         cmocka_unit_test(destroy_returns_everything_to_the_device),
         cmocka_unit_test(create_rejects_bad_settings_and_devices),
+        cmocka_unit_test(single_thread_mode_takes_no_lock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

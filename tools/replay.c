@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../src/internal.h"
 #include "../src/util.h"
 
 static double now_s(void)
@@ -25,6 +26,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     hbm_status st = hbm_open(&a, o->backend_spec, 0, o->settings, r->message, sizeof r->message);
     if (st != HBM_OK)
         return 2;
+    hbm__set_single_thread(a); /* this thread alone uses it (sweep runs one allocator per thread) */
     if (o->snapshot_path && hbm_history_enable(a, t->n * 3 + 1024) != HBM_OK) {
         snprintf(r->message, sizeof r->message, "out of host memory for the history");
         hbm_destroy(a);
