@@ -5,7 +5,7 @@
 
 #include <stdlib.h>
 
-#define PTRMAP_MIN 1024 /* 16 KiB: most traces never grow it */
+#define PTRMAP_MIN 4096 /* 64 KiB, room for 2048 live blocks before the first growth */
 
 static int alloc_arrays(hbm__ptrmap *m, size_t cap)
 {
