@@ -5,11 +5,15 @@
 # Replays every trace with an event history in ../shared/traces (converted to
 # hbmalloc's format in a scratch folder) and the bundled examples.
 #
-# usage: bench/expandable.sh [HBMALLOC_BINARY] [TRACES_DIR]
+# With BENCH_PAGES (build/bench/bench_pages), also where the free memory sits at peak reserved on the traces
+# still above 1.02 with the best policy.
+#
+# usage: bench/expandable.sh [HBMALLOC_BINARY] [TRACES_DIR] [BENCH_PAGES]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$here/build/hbmalloc}
 shared=${2:-$here/../shared/traces}
+pages=${3:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if [ -d "$shared" ]; then
@@ -36,7 +40,7 @@ ratio() { # trace conf
 }
 printf '| trace | peak allocated | whole segments | expandable | expandable + remap | expandable + remap + 2 MiB pages | expandable: reserved - allocated |\n'
 printf '|---|---|---|---|---|---|---|\n'
-met=0 met_best=0 total=0
+met=0 met_best=0 total=0 over=() tiny=0
 best="expandable_segments:True,hbm_remap_free_pages:True,hbm_expandable_page_mb:2"
 for t in "$tmp"/*.trace; do
     read -r an rn < <(ratio "$t" "")
@@ -48,8 +52,21 @@ for t in "$tmp"/*.trace; do
         'BEGIN { printf "| %s | %.1f MiB | %.4f | %.4f | %.4f | %.4f | %.1f MiB |\n", n, ae / 1048576, rn / an, re / ae, rx / ax, rp / ap, (re - ae) / 1048576 }'
     total=$((total + 1))
     awk -v re="$re" -v ae="$ae" 'BEGIN { exit !(re / ae <= 1.02) }' && met=$((met + 1))
-    awk -v re="$rp" -v ae="$ap" 'BEGIN { exit !(re / ae <= 1.02) }' && met_best=$((met_best + 1))
+    if awk -v re="$rp" -v ae="$ap" 'BEGIN { exit !(re / ae <= 1.02) }'; then
+        met_best=$((met_best + 1))
+    elif [ "$ap" -ge $((8 << 20)) ]; then
+        over+=("$t")
+    else
+        tiny=$((tiny + 1))
+    fi
 done
 echo
 echo "expandable segments (PyTorch's policy): peak reserved / peak allocated <= 1.02 on $met of $total traces"
 echo "with $best: <= 1.02 on $met_best of $total traces"
+if [ -n "$pages" ] && [ ${#over[@]} -gt 0 ]; then
+    echo
+    echo "where the free memory is at peak reserved, with $best, on the traces above 1.02"
+    echo "(the $tiny other traces above 1.02 peak under 8 MiB allocated: one 2 MiB page is a quarter of their peak or more):"
+    echo
+    "$pages" "$best" "${over[@]}"
+fi

@@ -1,0 +1,109 @@
+/*
+ * bench_pages.c: where the reserved-but-unallocated memory of expandable
+ * segments is at the moment of peak reserved. Replays each trace under the
+ * given settings on a 1 TiB simulated device and, each time reserved memory
+ * reaches a new peak, splits every pool's mapped bytes into allocated, free in
+ * whole pages (which hbm_remap_free_pages can move, and empty_cache can return)
+ * and free inside pages that also hold live blocks (which no remapping returns
+ * without moving data). Deterministic.
+ *
+ * usage: bench_pages SETTINGS TRACE...
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "pool.h"
+#include "trace.h"
+
+typedef struct split {
+    size_t mapped, allocated, free_whole, free_partial;
+} split;
+
+/* Bytes of [lo, hi) that whole pages of seg cover. */
+static size_t whole_pages(const hbm__segment *seg, uintptr_t lo, uintptr_t hi)
+{
+    size_t pg = seg->page;
+    uintptr_t first = seg->addr + (lo - seg->addr + pg - 1) / pg * pg, end = seg->addr + (hi - seg->addr) / pg * pg;
+    return end > first ? end - first : 0;
+}
+
+/* [0] small pool, [1] large pool; whole (non-expandable) segments count as one page each. */
+static void measure(hbm_allocator *a, split out[2])
+{
+    memset(out, 0, 2 * sizeof *out);
+    for (hbm__segment *s = hbm__segments_first(a); s; s = hbm__segments_next(a, s)) {
+        split *k = &out[s->pool->is_small ? 0 : 1];
+        for (const hbm__block *b = s->head; b; b = b->next) {
+            if (!b->mapped)
+                continue;
+            k->mapped += b->size;
+            if (b->allocated || b->event_count > 0) {
+                k->allocated += b->size;
+            } else {
+                size_t whole = s->expandable ? whole_pages(s, b->addr, b->addr + b->size)
+                                             : (s->head == b && !b->next ? b->size : 0);
+                k->free_whole += whole;
+                k->free_partial += b->size - whole;
+            }
+        }
+    }
+}
+
+static double mib(size_t v) { return (double)v / 1048576.0; }
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: bench_pages SETTINGS TRACE...\n");
+        return 2;
+    }
+    printf("| trace | peak allocated | peak reserved | ratio | pool | mapped | allocated | free in whole pages | "
+           "free inside pages with live blocks |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int f = 2; f < argc; f++) {
+        trace t;
+        char err[512];
+        if (trace_read_any(argv[f], 0, &t, err, sizeof err)) {
+            fprintf(stderr, "%s\n", err);
+            return 2;
+        }
+        void **slot = calloc(t.nslots + 1, sizeof *slot);
+        hbm_allocator *a;
+        if (!slot || hbm_open(&a, "sim:capacity=1TiB", 0, argv[1], err, sizeof err) != HBM_OK) {
+            fprintf(stderr, "%s\n", slot ? err : "out of memory");
+            return 2;
+        }
+        size_t peak = 0;
+        split at[2] = {{0}};
+        for (size_t i = 0; i < t.n; i++) {
+            const trace_event *e = &t.ev[i];
+            hbm_status rc = e->kind == EV_ALLOC  ? hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot])
+                            : e->kind == EV_FREE ? hbm_free(a, slot[e->slot])
+                                                 : hbm_empty_cache(a);
+            if (rc != HBM_OK) {
+                fprintf(stderr, "%s: event %zu: %s\n", argv[f], i, hbm_last_error(a));
+                return 2;
+            }
+            if (a->total_reserved > peak) {
+                peak = a->total_reserved;
+                measure(a, at);
+            }
+        }
+        const char *name = strrchr(argv[f], '/') ? strrchr(argv[f], '/') + 1 : argv[f];
+        size_t peak_alloc = (size_t)a->stats.allocated_bytes[HBM_POOL_ALL].peak;
+        for (int k = 0; k < 2; k++) {
+            if (k == 0)
+                printf("| %s | %.1f MiB | %.1f MiB | %.4f ", name, mib(peak_alloc), mib(peak),
+                       peak_alloc ? (double)peak / (double)peak_alloc : 0.0);
+            else
+                printf("| | | | ");
+            printf("| %s | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB |\n", k ? "large" : "small", mib(at[k].mapped),
+                   mib(at[k].allocated), mib(at[k].free_whole), mib(at[k].free_partial));
+        }
+        hbm_destroy(a);
+        free(slot);
+        trace_free(&t);
+    }
+    return 0;
+}
