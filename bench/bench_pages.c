@@ -33,7 +33,7 @@ static size_t whole_pages(const hbm__segment *seg, uintptr_t lo, uintptr_t hi)
 static void measure(hbm_allocator *a, split out[2])
 {
     memset(out, 0, 2 * sizeof *out);
-    for (hbm__segment *s = hbm__segments_first(a); s; s = hbm__segments_next(a, s)) {
+    for (hbm__segment *s = hbm__segments_first(a); s; s = hbm__segments_next(s)) {
         split *k = &out[s->pool->is_small ? 0 : 1];
         for (const hbm__block *b = s->head; b; b = b->next) {
             if (!b->mapped)

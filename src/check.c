@@ -96,7 +96,7 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
     size_t live = 0, reserved = 0, nseg = 0, nexp = 0, events = 0;
     int64_t oversize_alloc = 0, oversize_seg = 0;
     uintptr_t prev_end = 0;
-    for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(a, seg)) {
+    for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
         nseg++;
         int k = seg->pool->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE;
         bool known = seg->pool == &a->small || seg->pool == &a->large;

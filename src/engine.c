@@ -176,9 +176,9 @@ static hbm__block *get_free_block(hbm_allocator *a, hbm__pool *p, hbm_stream str
         /* For best fit, a block at the mapped frontier counts as the size it
          * can grow to (its unmapped successor included): prefer a block that
          * fits without growing, as PyTorch does. */
-        for (hbm__block *n = hbm__pool_next(p, b); n && n->stream == stream && n->seg->expandable &&
+        for (hbm__block *n = hbm__tree_next(b); n && n->stream == stream && n->seg->expandable &&
                                                   expandable_size(n) < expandable_size(b);
-             n = hbm__pool_next(p, b))
+             n = hbm__tree_next(b))
             b = n;
     }
     /* Oversize blocks (>= max_split_size) serve only oversize requests, and
@@ -226,7 +226,7 @@ static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block 
         /* The remainder orders before the block it was (same stream, smaller), so
          * it can keep the block's place in the free tree when it still orders
          * after its predecessor: then no descent at all. */
-        hbm__block *pred = rem->in_tree ? hbm__pool_prev(p, rem) : NULL;
+        hbm__block *pred = rem->in_tree ? hbm__tree_prev(rem) : NULL;
         if (rem->in_tree && (!pred || hbm__block_less(&pred->node, &rem->node))) {
             rem->gc_base = p->search_count; /* as a fresh insertion stamps it */
         } else {
@@ -354,7 +354,7 @@ hbm_status hbm__release_pool(hbm_allocator *a, hbm__pool *p)
 {
     hbm_status first_error = HBM_OK;
     for (hbm__block *b = hbm__pool_first(p), *next; b; b = next) {
-        next = hbm__pool_next(p, b);
+        next = hbm__tree_next(b);
         if (whole_segment(b)) {
             hbm_status rc = release_block(a, b);
             if (rc != HBM_OK && first_error == HBM_OK)
@@ -391,7 +391,7 @@ static bool release_available(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
     size_t released = 0;
     hbm__block *cur = hbm__pool_before(p, stream, key);
     while (cur && released < key && cur->size >= ms && cur->stream == stream) {
-        hbm__block *prev = hbm__pool_prev(p, cur);
+        hbm__block *prev = hbm__tree_prev(cur);
         size_t sz = cur->size;
         if (whole_segment(cur) && release_block(a, cur) == HBM_OK)
             released += sz;
@@ -411,7 +411,7 @@ static void garbage_collect(hbm_allocator *a)
     size_t target = a->total_reserved - threshold, reclaimed = 0;
     double total_age = 0;
     size_t count = 0;
-    for (hbm__block *b = hbm__pool_first(p); b; b = hbm__pool_next(p, b))
+    for (hbm__block *b = hbm__pool_first(p); b; b = hbm__tree_next(b))
         if (whole_segment(b)) {
             total_age += (double)(p->search_count - b->gc_base);
             count++;
@@ -423,7 +423,7 @@ static void garbage_collect(hbm_allocator *a)
         /* A pass frees every block at or above the mean age, even past the
          * target: PyTorch does so to keep GC from running too often. */
         for (hbm__block *b = hbm__pool_first(p), *next; b; b = next) {
-            next = hbm__pool_next(p, b);
+            next = hbm__tree_next(b);
             double age = (double)(p->search_count - b->gc_base);
             if (!whole_segment(b) || age < age_threshold)
                 continue;
@@ -445,7 +445,7 @@ static size_t largest_free_block(hbm_allocator *a)
     size_t best = 0;
     hbm__pool *pools[2] = {&a->small, &a->large};
     for (int i = 0; i < 2; i++)
-        for (hbm__block *b = hbm__pool_first(pools[i]); b; b = hbm__pool_next(pools[i], b))
+        for (hbm__block *b = hbm__pool_first(pools[i]); b; b = hbm__tree_next(b))
             if (b->size > best)
                 best = b->size;
     return best;
@@ -650,7 +650,7 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b)
         hbm__try_merge(a, p, b, keep == b->prev ? b->next : b->prev); /* nothing when that one is not free */
         absorb(a, keep, b);
         b = keep;
-        hbm__block *succ = hbm__pool_next(p, b);
+        hbm__block *succ = hbm__tree_next(b);
         if (!succ || hbm__block_less(&b->node, &succ->node)) {
             b->gc_base = p->search_count; /* as a fresh insertion stamps it */
         } else {

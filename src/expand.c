@@ -98,7 +98,7 @@ static hbm_status new_segment(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
 static hbm_status find_expandable(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out)
 {
     for (hbm__block *c = hbm__unmapped_lower_bound(p, stream, 0); c && c->stream == stream;
-         c = hbm__unmapped_next(p, c)) {
+         c = hbm__tree_next(c)) {
         hbm__block *cand = allocatable(c->prev) ? c->prev : c;
         if (has_space(cand, size)) {
             *out = cand;
@@ -336,7 +336,7 @@ static void unmap_free_pages(hbm_allocator *a, hbm__pool *p, size_t *bytes, uint
 {
     hbm__block *b = hbm__pool_node(hbm__rb_last(p->free_tree));
     while (b && *bytes > 0) {
-        hbm__block *prev = hbm__pool_prev(p, b);
+        hbm__block *prev = hbm__tree_prev(b);
         hbm__segment *seg = b->seg;
         if (seg->expandable && (b->addr >= hi || b->addr + b->size <= lo)) {
             uintptr_t first = seg->addr + round_up(b->addr - seg->addr, seg->page);
@@ -434,7 +434,7 @@ hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, 
 hbm_status hbm__expand_release_pool(hbm_allocator *a, hbm__pool *p)
 {
     size_t n = 0;
-    for (hbm__block *b = hbm__pool_first(p); b; b = hbm__pool_next(p, b))
+    for (hbm__block *b = hbm__pool_first(p); b; b = hbm__tree_next(b))
         n += b->seg->expandable;
     if (n == 0)
         return HBM_OK;
@@ -444,7 +444,7 @@ hbm_status hbm__expand_release_pool(hbm_allocator *a, hbm__pool *p)
         return HBM_ERR_NOMEM;
     }
     n = 0;
-    for (hbm__block *b = hbm__pool_first(p); b; b = hbm__pool_next(p, b))
+    for (hbm__block *b = hbm__pool_first(p); b; b = hbm__tree_next(b))
         if (b->seg->expandable)
             todo[n++] = b;
     /* Unmapping merges only unmapped blocks, never the mapped ones gathered here. */

@@ -31,7 +31,7 @@ typedef struct hbm__pool hbm__pool;
 typedef struct hbm__mempool hbm__mempool;
 
 typedef struct hbm__block {
-    hbm__rb node;                  /* in pool->free_tree while free */
+    hbm__rb node;                   /* in pool->free_tree while free */
     struct hbm__block *prev, *next; /* neighbours inside the segment, address order */
     hbm__segment *seg;
     hbm_stream stream; /* the segment's stream, kept here for the comparator */
@@ -70,9 +70,9 @@ struct hbm__segment {
 };
 
 struct hbm__pool {
-    hbm__rb *free_tree;   /* free mapped blocks ordered by (stream, size, address) */
+    hbm__rb *free_tree;    /* free mapped blocks ordered by (stream, size, address) */
     size_t nfree;          /* blocks in free_tree */
-    hbm__rb *unmapped;    /* unmapped ranges of expandable segments, by (stream, address) */
+    hbm__rb *unmapped;     /* unmapped ranges of expandable segments, by (stream, address) */
     size_t nunmapped;
     uint64_t *spare_handles; /* hbm_remap_free_pages: handles unmapped for a request in progress */
     size_t nspare, cap_spare;
@@ -180,7 +180,7 @@ void hbm__segments_remove(hbm_allocator *a, hbm__segment *s);
 hbm__segment *hbm__segment_find(hbm_allocator *a, uintptr_t addr);
 hbm__segment *hbm__segments_first(hbm_allocator *a);
 hbm__segment *hbm__segments_last(hbm_allocator *a);
-hbm__segment *hbm__segments_next(hbm_allocator *a, const hbm__segment *s);
+hbm__segment *hbm__segments_next(const hbm__segment *s);
 
 /* ---- stats.c ---- */
 static inline void hbm__stat_inc(hbm_stat *s, int64_t n)

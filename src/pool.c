@@ -46,9 +46,8 @@ hbm__segment *hbm__segments_last(hbm_allocator *a)
     return n ? SEGMENT_OF(n) : NULL;
 }
 
-hbm__segment *hbm__segments_next(hbm_allocator *a, const hbm__segment *s)
+hbm__segment *hbm__segments_next(const hbm__segment *s)
 {
-    (void)a;
     hbm__rb *n = hbm__rb_next(&s->node);
     return n ? SEGMENT_OF(n) : NULL;
 }

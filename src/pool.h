@@ -66,17 +66,10 @@ static inline hbm__block *hbm__pool_before(hbm__pool *p, hbm_stream stream, size
     return hbm__pool_node(hbm__rb_before(p->free_tree, &key.node, hbm__block_less));
 }
 
-static inline hbm__block *hbm__pool_prev(hbm__pool *p, const hbm__block *b)
-{
-    (void)p;
-    return hbm__pool_node(hbm__rb_prev(&b->node));
-}
+/* A block's neighbours in order in whichever tree holds it (free or unmapped), or NULL. */
+static inline hbm__block *hbm__tree_prev(const hbm__block *b) { return hbm__pool_node(hbm__rb_prev(&b->node)); }
 
-static inline hbm__block *hbm__pool_next(hbm__pool *p, const hbm__block *b)
-{
-    (void)p;
-    return hbm__pool_node(hbm__rb_next(&b->node));
-}
+static inline hbm__block *hbm__tree_next(const hbm__block *b) { return hbm__pool_node(hbm__rb_next(&b->node)); }
 
 static inline hbm__block *hbm__pool_first(hbm__pool *p) { return hbm__pool_node(hbm__rb_first(p->free_tree)); }
 
@@ -110,12 +103,6 @@ static inline hbm__block *hbm__unmapped_lower_bound(hbm__pool *p, hbm_stream str
     key.stream = stream;
     key.addr = addr;
     return hbm__pool_node(hbm__rb_lower_bound(p->unmapped, &key.node, hbm__unmapped_less));
-}
-
-static inline hbm__block *hbm__unmapped_next(hbm__pool *p, const hbm__block *b)
-{
-    (void)p;
-    return hbm__pool_node(hbm__rb_next(&b->node));
 }
 
 #endif

@@ -119,7 +119,7 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
     hbm__lock(a);
     s->device = a->device;
     snprintf(s->settings, sizeof s->settings, "%s", a->conf.text);
-    for (hbm__segment *seg = hbm__segments_first(a); seg && rc == HBM_OK; seg = hbm__segments_next(a, seg)) {
+    for (hbm__segment *seg = hbm__segments_first(a); seg && rc == HBM_OK; seg = hbm__segments_next(seg)) {
         hbm_snap_segment *cur = NULL;
         for (hbm__block *b = seg->head; b; b = b->next) {
             if (!b->mapped) {

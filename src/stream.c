@@ -227,7 +227,7 @@ static hbm__mempool *mempool_held(hbm_allocator *a, hbm_mempool id)
 static void mempool_usage(hbm_allocator *a, const hbm__mempool *m, size_t *live, size_t *reserved, size_t *segments)
 {
     *live = *reserved = *segments = 0;
-    for (hbm__segment *s = hbm__segments_first(a); s; s = hbm__segments_next(a, s)) {
+    for (hbm__segment *s = hbm__segments_first(a); s; s = hbm__segments_next(s)) {
         if (s->pool != &m->small && s->pool != &m->large)
             continue;
         (*segments)++;

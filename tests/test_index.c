@@ -68,11 +68,11 @@ static void lower_bound_matches_a_linear_scan(void **st)
     assert_true(hbm__rb_verify(p.free_tree, NULL) >= 0);
     size_t count = 0;
     hbm__block *prev = NULL;
-    for (hbm__block *b = hbm__pool_first(&p); b; b = hbm__pool_next(&p, b)) {
+    for (hbm__block *b = hbm__pool_first(&p); b; b = hbm__tree_next(b)) {
         if (prev) {
             assert_true(hbm__block_less(&prev->node, &b->node));
             assert_false(hbm__block_less(&b->node, &prev->node));
-            assert_ptr_equal(hbm__pool_prev(&p, b), prev);
+            assert_ptr_equal(hbm__tree_prev(b), prev);
         }
         prev = b;
         count++;
