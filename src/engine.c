@@ -223,17 +223,10 @@ static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block 
         rem->prev = b;
         rem->addr += size;
         rem->size -= size;
-        /* The remainder orders before the block it was (same stream, smaller), so
-         * it can keep the block's place in the free tree when it still orders
-         * after its predecessor: then no descent at all. */
-        hbm__block *pred = rem->in_tree ? hbm__tree_prev(rem) : NULL;
-        if (rem->in_tree && (!pred || hbm__block_less(&pred->node, &rem->node))) {
-            rem->gc_base = p->search_count; /* as a fresh insertion stamps it */
-        } else {
-            if (rem->in_tree)
-                hbm__pool_remove(p, rem);
+        if (rem->in_tree)
+            hbm__pool_rekey(p, rem);
+        else
             hbm__pool_insert(p, rem);
-        }
         /* Expandable segments stay out of inactive_split: their free pages can always be returned. */
         if (b->seg->expandable) {
         } else if (already_split) {
@@ -635,10 +628,8 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b)
     hbm_stats *st = &a->stats;
     size_t size = b->size, requested = b->requested;
     hbm__trace(a, HBM_TRACE_FREE_COMPLETED, b->addr, requested, b->stream);
-    /* Coalesce with the free neighbours (both in the free tree). The larger one
-     * takes in the rest and keeps its place in the tree when its successor
-     * still orders after the merged block (it orders after its predecessor,
-     * being larger): then no descent at all. */
+    /* Coalesce with the free neighbours (both in the free tree): the larger one
+     * takes in the rest, and often keeps its place in the tree. */
     bool mp = can_merge(b, b->prev), mn = can_merge(b, b->next);
     int64_t net_blocks = -(int64_t)mp - (int64_t)mn;
     int64_t net_bytes = -(int64_t)((mp ? b->prev->size : 0) + (mn ? b->next->size : 0));
@@ -650,13 +641,7 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b)
         hbm__try_merge(a, p, b, keep == b->prev ? b->next : b->prev); /* nothing when that one is not free */
         absorb(a, keep, b);
         b = keep;
-        hbm__block *succ = hbm__tree_next(b);
-        if (!succ || hbm__block_less(&b->node, &succ->node)) {
-            b->gc_base = p->search_count; /* as a fresh insertion stamps it */
-        } else {
-            hbm__pool_remove(p, b);
-            hbm__pool_insert(p, b);
-        }
+        hbm__pool_rekey(p, b);
     }
     if (block_is_split(b)) {
         net_blocks += 1;

@@ -71,6 +71,21 @@ static inline hbm__block *hbm__tree_prev(const hbm__block *b) { return hbm__pool
 
 static inline hbm__block *hbm__tree_next(const hbm__block *b) { return hbm__pool_node(hbm__rb_next(&b->node)); }
 
+/* b, in the free tree, has a new size or address (a split's remainder, a
+ * coalesced block): its node stays where it is when it still sorts between
+ * its neighbours, with no descent; otherwise it moves. Either way it counts as
+ * a fresh insertion for the GC age. */
+static inline void hbm__pool_rekey(hbm__pool *p, hbm__block *b)
+{
+    hbm__block *pred = hbm__tree_prev(b), *succ = hbm__tree_next(b);
+    if ((pred && !hbm__block_less(&pred->node, &b->node)) || (succ && !hbm__block_less(&b->node, &succ->node))) {
+        hbm__pool_remove(p, b);
+        hbm__pool_insert(p, b);
+    } else {
+        b->gc_base = p->search_count;
+    }
+}
+
 static inline hbm__block *hbm__pool_first(hbm__pool *p) { return hbm__pool_node(hbm__rb_first(p->free_tree)); }
 
 /* Unmapped ranges, ordered by (stream, address) as PyTorch's BlockComparatorAddress. */
