@@ -369,13 +369,13 @@ static int set_key(hbm__conf *cf, const key_def *k, const lexed *lx, size_t *pi,
     case K_PIN_REGISTER: return get_bool(&c, &cf->pinned_mem_register);
     case K_LAZY_RECLAIM: return get_bool(&c, &cf->multi_stream_lazy_reclaim);
     case K_HBM_REMAP: return get_bool(&c, &cf->remap_free_pages);
-    case K_HBM_PAGE:
-        if (get_mib(&c, 2, 1024, "expected an even whole number of MiB in [2, 1024] (a multiple of the 2 MiB device "
-                                 "granularity)", &cf->expandable_page) ||
-            (cf->expandable_page / HBM__MiB) % 2)
-            return fail(&c, "expected an even whole number of MiB in [2, 1024] (a multiple of the 2 MiB device "
-                            "granularity)");
-        return 0;
+    case K_HBM_PAGE: {
+        const char *allowed = "expected an even whole number of MiB in [2, 1024] (a multiple of the 2 MiB device "
+                              "granularity)";
+        if (get_mib(&c, 2, 1024, allowed, &cf->expandable_page))
+            return -1;
+        return (cf->expandable_page / HBM__MiB) % 2 ? fail(&c, allowed) : 0;
+    }
     case K_PIN_THREADS:
         if (get_u64(&c, &v, "expected a power of two <= 128"))
             return -1;
