@@ -94,7 +94,7 @@ static void lower_bound_matches_a_linear_scan(void **st)
     n->red = was_red[0];
     n->l->red = was_red[1];
     assert_true(hbm__rb_verify(root, NULL) >= 0);
-    /* Empty it again by removing from the middle, the ends and at random, checking as it shrinks. */
+    /* Empty it again, removing the first, the last and the root in turn, checking as it shrinks. */
     for (int i = 0; p.nfree > 0; i++) {
         hbm__block *b = i % 3 == 0 ? hbm__pool_first(&p) : i % 3 == 1 ? hbm__pool_node(hbm__rb_last(p.free_tree))
                                                                        : hbm__pool_node(p.free_tree);
