@@ -224,7 +224,7 @@ static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block 
         rem->addr += size;
         rem->size -= size;
         if (rem->in_tree)
-            hbm__pool_rekey(p, rem);
+            hbm__pool_rekey(p, rem, false);
         else
             hbm__pool_insert(p, rem);
         /* Expandable segments stay out of inactive_split: their free pages can always be returned. */
@@ -641,7 +641,7 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b)
         hbm__try_merge(a, p, b, keep == b->prev ? b->next : b->prev); /* nothing when that one is not free */
         absorb(a, keep, b);
         b = keep;
-        hbm__pool_rekey(p, b);
+        hbm__pool_rekey(p, b, true);
     }
     if (block_is_split(b)) {
         net_blocks += 1;

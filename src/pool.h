@@ -71,14 +71,16 @@ static inline hbm__block *hbm__tree_prev(const hbm__block *b) { return hbm__pool
 
 static inline hbm__block *hbm__tree_next(const hbm__block *b) { return hbm__pool_node(hbm__rb_next(&b->node)); }
 
-/* b, in the free tree, has a new size or address (a split's remainder, a
- * coalesced block): its node stays where it is when it still sorts between
- * its neighbours, with no descent; otherwise it moves. Either way it counts as
- * a fresh insertion for the GC age. */
-static inline void hbm__pool_rekey(hbm__pool *p, hbm__block *b)
+/* b, in the free tree, has a new key: larger (grew: a coalesced block) or
+ * smaller (a split's remainder) than the key it was inserted under. It still
+ * sorts on the side it moved away from, so only the neighbour on the side it
+ * moved towards needs a look: when b still sorts before it (after it), the
+ * node stays where it is, with no descent; otherwise it moves. Either way it
+ * counts as a fresh insertion for the GC age. */
+static inline void hbm__pool_rekey(hbm__pool *p, hbm__block *b, bool grew)
 {
-    hbm__block *pred = hbm__tree_prev(b), *succ = hbm__tree_next(b);
-    if ((pred && !hbm__block_less(&pred->node, &b->node)) || (succ && !hbm__block_less(&b->node, &succ->node))) {
+    hbm__block *n = grew ? hbm__tree_next(b) : hbm__tree_prev(b);
+    if (n && (grew ? !hbm__block_less(&b->node, &n->node) : !hbm__block_less(&n->node, &b->node))) {
         hbm__pool_remove(p, b);
         hbm__pool_insert(p, b);
     } else {
