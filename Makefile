@@ -7,6 +7,6 @@ test:
 bench:
 	./scripts/deps.sh
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build build -j --target bench bench_expandable bench_traces_run
+	cmake --build build -j --target bench bench_expandable bench_traces_run bench_instructions
 fuzz:
 	./scripts/fuzz.sh $${HBM_FUZZ_SECONDS:-600}

@@ -1,0 +1,54 @@
+/*
+ * bench_instr.c: the replay loop for instruction counting. Replays a trace
+ * three times, each on a fresh allocator, with callgrind's instrumentation on
+ * only around the loop (allocator creation and teardown excluded). Run under
+ * bench/instructions.sh, which divides callgrind's total by the events.
+ *
+ * usage: valgrind --tool=callgrind --instr-atstart=no bench_instr TRACE [locked]
+ *   locked: take the allocator's lock on every call, as a program sharing it
+ *   would (default: as hbmalloc replay and sweep run it, single-threaded)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <valgrind/callgrind.h>
+
+#include "bench_util.h"
+#include "hbmalloc.h"
+#include "internal.h"
+#include "trace.h"
+
+#define RUNS 3
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_instr TRACE [locked]\n");
+        return 2;
+    }
+    trace t;
+    char err[512];
+    if (trace_read_any(argv[1], 0, &t, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    int locked = argc > 2 && !strcmp(argv[2], "locked");
+    void **slot = calloc(t.nslots + 1, sizeof *slot);
+    for (int r = 0; r < RUNS; r++) {
+        hbm_allocator *a;
+        if (!slot || hbm_open(&a, "sim:capacity=1TiB", 0, "", err, sizeof err) != HBM_OK) {
+            fprintf(stderr, "%s\n", slot ? err : "out of memory");
+            return 2;
+        }
+        if (!locked)
+            hbm__set_single_thread(a);
+        CALLGRIND_START_INSTRUMENTATION;
+        bench_replay(a, &t, slot, 1);
+        CALLGRIND_STOP_INSTRUMENTATION;
+        hbm_destroy(a);
+    }
+    printf("events %zu\n", t.n * RUNS);
+    free(slot);
+    trace_free(&t);
+    return 0;
+}
