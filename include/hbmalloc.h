@@ -40,7 +40,8 @@ typedef enum hbm_status {
     HBM_ERR_INTERIOR_PTR = 7, /* pointer lies inside a live block, not at its start */
     HBM_ERR_NOMEM = 8,        /* host memory for bookkeeping ran out */
     HBM_ERR_WRONG_DEVICE = 9, /* pointer belongs to another device's allocator */
-    HBM_ERR_POOL_BUSY = 10    /* private pool released while blocks are live: kept until they are freed */
+    HBM_ERR_POOL_BUSY = 10,   /* private pool released while blocks are live: kept until they are freed */
+    HBM_ERR_CAPTURE = 11      /* refused while a graph capture is under way (it would synchronize the device) */
 } hbm_status;
 
 /* Short name of a status ("HBM_ERR_OOM"). */
@@ -103,6 +104,19 @@ HBM_API hbm_status hbm_mempool_end(hbm_allocator *a, hbm_mempool p);
 HBM_API hbm_status hbm_mempool_release(hbm_allocator *a, hbm_mempool p);
 /* Bytes reserved by pool p (0 for an unknown pool). */
 HBM_API size_t hbm_mempool_reserved(hbm_allocator *a, hbm_mempool p);
+
+/* Graph capture (PyTorch's beginAllocateToPool for CUDA and NPU graphs): route every allocation
+ * whose stream `filter` accepts (it returns nonzero) into pool p until hbm_mempool_end(a, p).
+ * Several captures may route to one pool. While any capture routing is in force the allocator
+ * makes no event query or record, no stream or event synchronization and no device free: frees
+ * that wait on other streams are deferred until no capture is under way, cached memory is not
+ * released (empty_cache answers HBM_ERR_CAPTURE) and an allocation that cannot be served from
+ * the device without releasing memory fails as out of memory. filter runs under the allocator's
+ * lock (it must not call into the allocator) and must stay valid until hbm_mempool_end. */
+typedef int (*hbm_stream_filter)(void *ctx, hbm_stream stream);
+HBM_API hbm_status hbm_mempool_begin_capture(hbm_allocator *a, hbm_mempool p, hbm_stream_filter filter, void *ctx);
+/* Number of capture routings in force (0: none). */
+HBM_API int hbm_captures_underway(hbm_allocator *a);
 
 /* ---- Several devices ------------------------------------------------------- */
 /* One allocator per device of a backend, created on first use, addressed by index. */

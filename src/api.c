@@ -24,6 +24,7 @@ const char *hbm_status_name(hbm_status s)
     case HBM_ERR_NOMEM: return "HBM_ERR_NOMEM";
     case HBM_ERR_WRONG_DEVICE: return "HBM_ERR_WRONG_DEVICE";
     case HBM_ERR_POOL_BUSY: return "HBM_ERR_POOL_BUSY";
+    case HBM_ERR_CAPTURE: return "HBM_ERR_CAPTURE";
     }
     return "HBM_ERR_UNKNOWN";
 }

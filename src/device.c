@@ -61,10 +61,35 @@ static hbm_status end(hbm_allocator *a, uint64_t t0, hbm__op op, size_t size, in
     return HBM_ERR_BACKEND;
 }
 
+/* Calls that obtain memory or read capacity run in the relaxed graph-capture mode,
+ * as PyTorch's alloc_block does (CUDAStreamCaptureModeGuard): legal while another
+ * thread captures a graph, which the default (global) mode forbids. Returns the
+ * mode to restore, or -1 when nothing was exchanged. */
+static int relax(hbm_allocator *a, hbm__op op)
+{
+    if (!a->backend->ops->capture_mode)
+        return -1;
+    if (op != HBM__OP_MALLOC && op != HBM__OP_INFO && op != HBM__OP_RESERVE && op != HBM__OP_CREATE &&
+        op != HBM__OP_MAP && op != HBM__OP_ACCESS)
+        return -1;
+    int mode = HBM__CAPTURE_MODE_RELAXED;
+    if (a->backend->ops->capture_mode(a->backend->ctx, a->device, &mode) != 0)
+        return -1;
+    return mode;
+}
+
+static void unrelax(hbm_allocator *a, int mode)
+{
+    if (mode >= 0)
+        a->backend->ops->capture_mode(a->backend->ctx, a->device, &mode);
+}
+
 #define CALL(a, op, size, expr)                   \
     do {                                          \
         uint64_t t0_ = begin((a), (op));          \
+        int mode_ = relax((a), (op));             \
         int rc_ = (expr);                         \
+        unrelax((a), mode_);                      \
         return end((a), t0_, (op), (size), rc_);  \
     } while (0)
 
@@ -82,7 +107,10 @@ hbm_status hbm__dev_malloc(hbm_allocator *a, size_t size, uintptr_t *out)
 int hbm__dev_malloc_raw(hbm_allocator *a, size_t size, uintptr_t *out, uint64_t *t0)
 {
     *t0 = a->backend->caps.modelled_cost ? 0 : now_ns();
-    return BE(a)->ops->mem_alloc(CTX(a), a->device, size, out);
+    int mode = relax(a, HBM__OP_MALLOC);
+    int rc = BE(a)->ops->mem_alloc(CTX(a), a->device, size, out);
+    unrelax(a, mode);
+    return rc;
 }
 
 hbm_status hbm__dev_malloc_done(hbm_allocator *a, size_t size, int rc, uint64_t t0)

@@ -486,7 +486,14 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size)
     }
 
     /* Advice that fits the state, never a setting already in force. */
-    if (a->fraction_set && a->total_reserved + alloc_size > a->allowed_max && dev_free >= alloc_size) {
+    if (a->ncaptures) {
+        hbm__sb_printf(&sb, "A graph capture is under way on this device: cached memory is not returned to the "
+                            "device during capture (that synchronizes the device and would invalidate the "
+                            "capture), so %s of cached memory could not be used. Call empty_cache() "
+                            "(torch.cuda.empty_cache() / torch.npu.empty_cache()) before the capture begins, or "
+                            "capture less at once.",
+                       s_cached);
+    } else if (a->fraction_set && a->total_reserved + alloc_size > a->allowed_max && dev_free >= alloc_size) {
         hbm__sb_printf(&sb, "The memory-fraction limit was reached while the device still has room: raise "
                             "per_process_memory_fraction or reduce memory use.");
     } else if (cached + dev_free >= alloc_size && largest < round_size(&a->conf, orig)) {
@@ -526,7 +533,7 @@ static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream
         hbm__set_error(a, "out of host memory for allocator bookkeeping");
         return HBM_ERR_NOMEM;
     }
-    if (a->pending_events)
+    if ((a->pending_events || a->ndeferred) && !a->ncaptures)
         hbm__process_events(a);
     size_t padded = orig + a->request_pad;
     size_t size = a->roundup ? round_size(&a->conf, padded)
@@ -538,12 +545,14 @@ static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream
     hbm__block *b = get_free_block(a, p, stream, size);
     if (!b) {
         size_t alloc_size = hbm__allocation_size(&a->conf, size);
-        if (gc_active(a))
+        /* During a graph capture nothing is returned to the device (a free synchronizes it). */
+        bool may_release = a->ncaptures == 0;
+        if (gc_active(a) && may_release)
             garbage_collect(a);
         rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
-        if (rc == HBM_ERR_OOM && release_available(a, p, stream, size))
+        if (rc == HBM_ERR_OOM && may_release && release_available(a, p, stream, size))
             rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
-        if (rc == HBM_ERR_OOM) {
+        if (rc == HBM_ERR_OOM && may_release) {
             release_cached_blocks(a);
             rc = alloc_block(a, p, stream, size, alloc_size, true, &b);
         }
@@ -707,7 +716,7 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
         if (b->size >= a->conf.max_split_size)
             hbm__stat_dec(&a->stats.oversize_allocations, 1);
         if (b->nuses)
-            rc = hbm__insert_events(a, b);
+            rc = hbm__free_with_uses(a, b);
         else
             hbm__free_block(a, b);
     }
@@ -733,7 +742,16 @@ hbm_status hbm_empty_cache(hbm_allocator *a)
     if (!a)
         return HBM_ERR_INVALID;
     hbm__lock(a);
-    hbm_status rc = release_cached_blocks(a);
+    hbm_status rc;
+    if (a->ncaptures) {
+        hbm__set_error(a, "empty_cache on %s device %d during a graph capture: nothing was released (returning "
+                          "memory synchronizes the device, which would invalidate the capture); call it before "
+                          "the capture begins or after it ends",
+                       a->backend->ops->name, a->device);
+        rc = HBM_ERR_CAPTURE;
+    } else {
+        rc = release_cached_blocks(a);
+    }
     hbm__unlock(a);
     return rc;
 }

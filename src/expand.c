@@ -378,7 +378,7 @@ hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, 
     hbm_status rc = find_expandable(a, p, stream, size, &c);
     if (rc != HBM_OK)
         return rc;
-    if (a->conf.remap_free_pages) {
+    if (a->conf.remap_free_pages && !a->ncaptures) { /* unmapping is a device free: not during a capture */
         collect_free_pages(a, p, pages_to_map(c, size), c->addr, c->addr + size);
         /* Unmapping elsewhere may merge into the chain found (its unmapped neighbours
          * absorb each other): look it up again rather than hold a stale block. */

@@ -90,12 +90,16 @@ struct hbm__mempool {
     hbm__mempool *next;
 };
 
-/* Allocations made on a stream, or by a thread, go to a private pool. */
+/* Allocations made on a stream, by a thread, or on a stream a capture's filter accepts go to a private pool. */
+typedef enum hbm__route_kind { HBM__ROUTE_STREAM, HBM__ROUTE_THREAD, HBM__ROUTE_CAPTURE } hbm__route_kind;
+
 typedef struct hbm__route {
     hbm__mempool *mp;
-    bool by_thread;
+    hbm__route_kind kind;
     hbm_stream stream;
     pthread_t thread;
+    hbm_stream_filter filter; /* HBM__ROUTE_CAPTURE */
+    void *filter_ctx;
 } hbm__route;
 
 /* Frees waiting on one stream's events, oldest first. */
@@ -141,6 +145,9 @@ struct hbm_allocator {
     hbm_mempool next_mempool_id;
     hbm__route *routes;    /* searched last first, as PyTorch searches captures */
     size_t nroutes, cap_routes;
+    size_t ncaptures;      /* routes of kind HBM__ROUTE_CAPTURE: capture mode while > 0 */
+    hbm__block **deferred; /* freed during a capture with other streams' uses: events recorded after it */
+    size_t ndeferred, cap_deferred;
     hbm__event_queue *queues;
     size_t nqueues, cap_queues;
     size_t pending_events; /* events in all queues */
@@ -257,7 +264,10 @@ static inline void hbm__trace(hbm_allocator *a, hbm_trace_action action, uint64_
 hbm__pool *hbm__route_pool(hbm_allocator *a, size_t size, hbm_stream stream);
 /* Record events for a freed block's other streams; the block is freed when all complete. */
 hbm_status hbm__insert_events(hbm_allocator *a, hbm__block *b);
-/* Free the blocks whose events have completed (start of every malloc). */
+/* Free a block whose other streams' uses need events (hbm_free), or defer it during a capture. */
+hbm_status hbm__free_with_uses(hbm_allocator *a, hbm__block *b);
+/* Record the deferred frees' events, then free the blocks whose events have completed (start of
+ * every malloc that is not in a capture). */
 void hbm__process_events(hbm_allocator *a);
 /* Wait for every pending event and free the blocks (empty_cache, the OOM retry). */
 hbm_status hbm__sync_events(hbm_allocator *a);

@@ -11,6 +11,13 @@
  * pools; a released pool's memory returns on empty_cache once nothing of it
  * is live. Runs with a->lock held (except the public entry points, which
  * take it).
+ *
+ * Graph capture (PyTorch's beginAllocateToPool with a stream filter): while
+ * a capture routing is in force, querying or synchronizing events, recording
+ * one on a capturing stream or freeing device memory would invalidate the
+ * capture, so, as PyTorch does, events are not processed and a freed block
+ * that other streams used waits in `deferred` (its event_count held at 1)
+ * until no capture is under way.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +36,10 @@ hbm__pool *hbm__route_pool(hbm_allocator *a, size_t size, hbm_stream stream)
         pthread_t self = pthread_self();
         for (size_t i = a->nroutes; i-- > 0;) {
             hbm__route *r = &a->routes[i];
-            if (r->by_thread ? pthread_equal(r->thread, self) : r->stream == stream)
+            bool match = r->kind == HBM__ROUTE_THREAD   ? pthread_equal(r->thread, self)
+                         : r->kind == HBM__ROUTE_STREAM ? r->stream == stream
+                                                        : r->filter(r->filter_ctx, stream) != 0;
+            if (match)
                 return small ? &r->mp->small : &r->mp->large;
         }
     }
@@ -134,8 +144,40 @@ static void complete_one(hbm_allocator *a, hbm__event_queue *q)
         hbm__free_block(a, b);
 }
 
+hbm_status hbm__free_with_uses(hbm_allocator *a, hbm__block *b)
+{
+    if (a->ncaptures == 0)
+        return hbm__insert_events(a, b);
+    if (hbm__grow((void **)&a->deferred, &a->cap_deferred, a->ndeferred + 1, sizeof *a->deferred)) {
+        /* Cannot even remember it: keep the block out of use for good rather than risk reuse. */
+        hbm__set_error(a, "out of host memory for allocator bookkeeping: a block freed during graph capture "
+                          "stays unused");
+        b->event_count = 1;
+        return HBM_ERR_NOMEM;
+    }
+    b->event_count = 1; /* stands for the end of the capture */
+    a->deferred[a->ndeferred++] = b;
+    return HBM_OK;
+}
+
+/* insert_events_deferred_until_no_capture */
+static void insert_deferred(hbm_allocator *a)
+{
+    size_t n = a->ndeferred;
+    a->ndeferred = 0;
+    for (size_t i = 0; i < n; i++) {
+        hbm__block *b = a->deferred[i];
+        b->event_count = 0;
+        hbm__insert_events(a, b);
+    }
+}
+
 void hbm__process_events(hbm_allocator *a)
 {
+    if (a->ncaptures)
+        return; /* event queries are illegal during capture */
+    if (a->ndeferred)
+        insert_deferred(a);
     if (a->pending_events == 0)
         return;
     for (size_t i = 0; i < a->nqueues; i++) {
@@ -153,6 +195,8 @@ hbm_status hbm__sync_events(hbm_allocator *a)
 {
     hbm_status rc = HBM_OK;
     a->stats.num_sync_all_streams++;
+    if (a->ndeferred)
+        insert_deferred(a); /* callers run only outside captures */
     for (size_t i = 0; i < a->nqueues && rc == HBM_OK; i++) {
         hbm__event_queue *q = &a->queues[i];
         while (q->n && (rc = hbm__dev_event_sync(a, q->items[q->head].event)) == HBM_OK)
@@ -260,25 +304,29 @@ hbm_status hbm_mempool_create(hbm_allocator *a, hbm_mempool *out)
     return HBM_OK;
 }
 
-static hbm_status begin_route(hbm_allocator *a, hbm_mempool id, bool by_thread, hbm_stream stream)
+static hbm_status begin_route(hbm_allocator *a, hbm_mempool id, hbm__route r)
 {
     if (!a)
         return HBM_ERR_INVALID;
     hbm__lock(a);
     hbm__mempool *m = mempool_held(a, id);
     hbm_status rc = m ? HBM_OK : HBM_ERR_INVALID;
-    for (size_t i = 0; rc == HBM_OK && i < a->nroutes; i++)
+    /* Several captures may share a pool (graphs sharing a memory pool); a stream or thread routing is one. */
+    for (size_t i = 0; rc == HBM_OK && r.kind != HBM__ROUTE_CAPTURE && i < a->nroutes; i++)
         if (a->routes[i].mp == m) {
             hbm__set_error(a, "private pool %llu: already routing allocations to it (end it first)",
                            (unsigned long long)id);
             rc = HBM_ERR_INVALID;
         }
-    if (rc == HBM_OK && !by_thread)
-        rc = hbm__dev_stream_check(a, stream);
+    if (rc == HBM_OK && r.kind == HBM__ROUTE_STREAM)
+        rc = hbm__dev_stream_check(a, r.stream);
     if (rc == HBM_OK && hbm__grow((void **)&a->routes, &a->cap_routes, a->nroutes + 1, sizeof *a->routes))
         rc = HBM_ERR_NOMEM;
     if (rc == HBM_OK) {
-        a->routes[a->nroutes++] = (hbm__route){m, by_thread, stream, pthread_self()};
+        r.mp = m;
+        r.thread = pthread_self();
+        a->routes[a->nroutes++] = r;
+        a->ncaptures += r.kind == HBM__ROUTE_CAPTURE;
         m->use_count++;
     }
     hbm__unlock(a);
@@ -287,10 +335,30 @@ static hbm_status begin_route(hbm_allocator *a, hbm_mempool id, bool by_thread, 
 
 hbm_status hbm_mempool_begin_stream(hbm_allocator *a, hbm_mempool p, hbm_stream stream)
 {
-    return begin_route(a, p, false, stream);
+    return begin_route(a, p, (hbm__route){.kind = HBM__ROUTE_STREAM, .stream = stream});
 }
 
-hbm_status hbm_mempool_begin_thread(hbm_allocator *a, hbm_mempool p) { return begin_route(a, p, true, 0); }
+hbm_status hbm_mempool_begin_thread(hbm_allocator *a, hbm_mempool p)
+{
+    return begin_route(a, p, (hbm__route){.kind = HBM__ROUTE_THREAD});
+}
+
+hbm_status hbm_mempool_begin_capture(hbm_allocator *a, hbm_mempool p, hbm_stream_filter filter, void *ctx)
+{
+    if (!filter)
+        return HBM_ERR_INVALID;
+    return begin_route(a, p, (hbm__route){.kind = HBM__ROUTE_CAPTURE, .filter = filter, .filter_ctx = ctx});
+}
+
+int hbm_captures_underway(hbm_allocator *a)
+{
+    if (!a)
+        return 0;
+    hbm__lock(a);
+    int n = (int)a->ncaptures;
+    hbm__unlock(a);
+    return n;
+}
 
 hbm_status hbm_mempool_end(hbm_allocator *a, hbm_mempool id)
 {
@@ -301,6 +369,7 @@ hbm_status hbm_mempool_end(hbm_allocator *a, hbm_mempool id)
     for (size_t i = a->nroutes; i-- > 0;)
         if (a->routes[i].mp->id == id) {
             a->routes[i].mp->use_count--;
+            a->ncaptures -= a->routes[i].kind == HBM__ROUTE_CAPTURE;
             memmove(&a->routes[i], &a->routes[i + 1], (a->nroutes - i - 1) * sizeof *a->routes);
             a->nroutes--;
             rc = HBM_OK;
@@ -388,6 +457,7 @@ void hbm__stream_teardown(hbm_allocator *a)
         hbm__dev_event_destroy(a, a->spare_events[i]);
     free(a->spare_events);
     free(a->routes);
+    free(a->deferred);
     while (a->mempools) {
         hbm__mempool *m = a->mempools;
         a->mempools = m->next;

@@ -37,11 +37,23 @@ static struct {
     long nevents;
     CUdeviceptr next_va;
     int ctx_current, ctx_retained[8];
+    long allocs_relaxed, allocs_not_relaxed; /* cuMemAlloc / cuMemCreate by the thread's capture mode */
 } F;
+
+static __thread int capture_mode; /* CUstreamCaptureMode of the calling thread; 2 = relaxed */
 
 API void fake_cuda_reset(void);
 API void fake_cuda_set(const char *key, long value);
 API void fake_cuda_outstanding(long out[5]);
+API long fake_cuda_get(const char *key);
+
+API long fake_cuda_get(const char *key)
+{
+    if (!strcmp(key, "allocs_relaxed")) return F.allocs_relaxed;
+    if (!strcmp(key, "allocs_not_relaxed")) return F.allocs_not_relaxed;
+    if (!strcmp(key, "capture_mode")) return capture_mode;
+    return -1;
+}
 
 API void fake_cuda_reset(void)
 {
@@ -137,6 +149,7 @@ API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
 API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size)
 {
     CHECK();
+    *(capture_mode == 2 ? &F.allocs_relaxed : &F.allocs_not_relaxed) += 1;
     if (size == 0)
         return INVALID_VALUE;
     if ((long)size > F.memory - F.used)
@@ -208,9 +221,20 @@ API CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
 
 typedef struct { int type, handles; struct { int type, id; } loc; void *w; unsigned char flags[8]; } prop_t;
 
+API CUresult cuThreadExchangeStreamCaptureMode(int *mode)
+{
+    if (*mode < 0 || *mode > 2)
+        return INVALID_VALUE;
+    int prev = capture_mode;
+    capture_mode = *mode;
+    *mode = prev;
+    return OK;
+}
+
 API CUresult cuMemCreate(unsigned long long *h, size_t size, const prop_t *prop, unsigned long long fl)
 {
     CHECK();
+    *(capture_mode == 2 ? &F.allocs_relaxed : &F.allocs_not_relaxed) += 1;
     if (fl || prop->type != 1 || prop->loc.type != 1 || prop->loc.id < 0 || prop->loc.id >= F.devices ||
         size % (2 << 20))
         return INVALID_VALUE;
@@ -397,6 +421,7 @@ static void *lookup(const char *name, int version)
         {"cuMemUnmap", (void *)cuMemUnmap, 10020}, {"cuMemSetAccess", (void *)cuMemSetAccess, 10020},
         {"cuMemGetAllocationGranularity", (void *)cuMemGetAllocationGranularity, 10020},
         {"cuStreamSynchronize", (void *)cuStreamSynchronize, 2000}, {"cuEventCreate", (void *)cuEventCreate, 2000},
+        {"cuThreadExchangeStreamCaptureMode", (void *)cuThreadExchangeStreamCaptureMode, 10010},
         {"cuEventRecord", (void *)cuEventRecord, 2000}, {"cuEventQuery", (void *)cuEventQuery, 2000},
         {"cuEventSynchronize", (void *)cuEventSynchronize, 2000}, {"cuEventDestroy", (void *)cuEventDestroy_v2, 4000},
         {"cuGetErrorName", (void *)cuGetErrorName, 6000}, {"cuGetErrorString", (void *)cuGetErrorString, 6000},

@@ -7,6 +7,7 @@ static void *lib;
 static void (*fake_reset)(void);
 static void (*fake_set)(const char *, long);
 static void (*fake_outstanding)(long[5]);
+static long (*fake_get)(const char *);
 static char spec[600];
 
 static int setup(void **st)
@@ -18,9 +19,10 @@ static int setup(void **st)
     fake_reset = (void (*)(void))dlsym(lib, "fake_cuda_reset");
     fake_set = (void (*)(const char *, long))dlsym(lib, "fake_cuda_set");
     fake_outstanding = (void (*)(long[5]))dlsym(lib, "fake_cuda_outstanding");
+    fake_get = (long (*)(const char *))dlsym(lib, "fake_cuda_get");
     snprintf(spec, sizeof spec, "cuda:lib=%s", HBM_FAKE_CUDA);
     setenv("HBMALLOC_QUIET", "1", 1);
-    return fake_reset && fake_set && fake_outstanding ? 0 : -1;
+    return fake_reset && fake_set && fake_outstanding && fake_get ? 0 : -1;
 }
 
 static int teardown(void **st)
@@ -53,6 +55,27 @@ static hbm_allocator *open_cuda(const char *settings)
     if (hbm_open(&a, spec, 0, settings, err, sizeof err) != HBM_OK)
         fail_msg("%s", err);
     return a;
+}
+
+/* As PyTorch's alloc_block (CUDAStreamCaptureModeGuard): cuMemAlloc and cuMemCreate run with the thread in
+ * relaxed capture mode, so a graph captured by another thread in global mode is not invalidated; the thread's
+ * mode is restored afterwards. */
+static void device_memory_is_obtained_in_relaxed_capture_mode(void **st)
+{
+    (void)st;
+    const char *confs[] = {"", "expandable_segments:True"};
+    for (int i = 0; i < 2; i++) {
+        fake_reset();
+        hbm_allocator *a = open_cuda(confs[i]);
+        void *p = NULL;
+        assert_int_equal(hbm_malloc(a, 30 << 20, 0, &p), HBM_OK);
+        assert_true(fake_get("allocs_relaxed") >= 1);
+        assert_int_equal(fake_get("allocs_not_relaxed"), 0);
+        assert_int_equal(fake_get("capture_mode"), 0); /* back to global */
+        hbm_free(a, p);
+        hbm_destroy(a);
+        assert_driver_empty();
+    }
 }
 
 static void allocates_through_the_versioned_entry_points(void **st)
@@ -200,6 +223,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(allocates_through_the_versioned_entry_points, reset),
+        cmocka_unit_test_setup(device_memory_is_obtained_in_relaxed_capture_mode, reset),
         cmocka_unit_test_setup(out_of_memory_names_the_cuda_device, reset),
         cmocka_unit_test_setup(expandable_segments_use_the_virtual_memory_api, reset),
         cmocka_unit_test_setup(no_virtual_memory_gives_the_reason_and_whole_segments, reset),

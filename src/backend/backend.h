@@ -84,7 +84,13 @@ typedef struct hbm__backend_ops {
     int (*event_query)(void *ctx, int device, uint64_t event);
     int (*event_sync)(void *ctx, int device, uint64_t event);
     int (*stream_check)(void *ctx, int device, hbm_stream stream);
+    /* Exchange the calling thread's graph-capture mode (CUDA's cuThreadExchangeStreamCaptureMode,
+     * AscendCL's aclmdlRICaptureThreadExchangeMode): *mode in, the previous mode out. May be NULL. */
+    int (*capture_mode)(void *ctx, int device, int *mode);
 } hbm__backend_ops;
+
+/* Capture modes, numbered as CUstreamCaptureMode and aclmdlRICaptureMode number them. */
+enum { HBM__CAPTURE_MODE_GLOBAL = 0, HBM__CAPTURE_MODE_THREAD_LOCAL = 1, HBM__CAPTURE_MODE_RELAXED = 2 };
 
 struct hbm_backend {
     const hbm__backend_ops *ops;

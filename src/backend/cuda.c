@@ -28,6 +28,7 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 enum {
     CUDA_SUCCESS = 0,
     CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
     CUDA_ERROR_NOT_READY = 600,
     CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
     CU_EVENT_DISABLE_TIMING = 2,
@@ -85,6 +86,7 @@ typedef struct cu_fns {
     CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
     CUresult (*MemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
     CUresult (*StreamSynchronize)(CUstream);
+    CUresult (*ThreadExchangeStreamCaptureMode)(int *); /* CUstreamCaptureMode */
     CUresult (*EventCreate)(CUevent *, unsigned);
     CUresult (*EventRecord)(CUevent, CUstream);
     CUresult (*EventQuery)(CUevent);
@@ -126,6 +128,8 @@ static const sym syms[] = {
     {"cuMemSetAccess", 10020, "cuMemSetAccess", F(MemSetAccess), 0},
     {"cuMemGetAllocationGranularity", 10020, "cuMemGetAllocationGranularity", F(MemGetAllocationGranularity), 0},
     {"cuStreamSynchronize", 2000, "cuStreamSynchronize", F(StreamSynchronize), 1},
+    {"cuThreadExchangeStreamCaptureMode", 10010, "cuThreadExchangeStreamCaptureMode",
+     F(ThreadExchangeStreamCaptureMode), 0},
     {"cuEventCreate", 2000, "cuEventCreate", F(EventCreate), 1},
     {"cuEventRecord", 2000, "cuEventRecord", F(EventRecord), 1},
     {"cuEventQuery", 2000, "cuEventQuery", F(EventQuery), 1},
@@ -349,6 +353,16 @@ static int cu_event_sync(void *ctx, int device, uint64_t ev)
     ON_DEVICE(c, device, c->fn.EventSynchronize((CUevent)(uintptr_t)ev));
 }
 
+/* Per thread, no context needed; CUstreamCaptureMode numbers modes as backend.h does. */
+static int cu_capture_mode(void *ctx, int device, int *mode)
+{
+    cuda *c = ctx;
+    (void)device;
+    if (!c->fn.ThreadExchangeStreamCaptureMode)
+        return code(CUDA_ERROR_NOT_SUPPORTED);
+    return code(c->fn.ThreadExchangeStreamCaptureMode(mode));
+}
+
 static void cu_close(void *ctx)
 {
     cuda *c = ctx;
@@ -385,6 +399,7 @@ static const hbm__backend_ops cuda_ops = {
     .event_query = cu_event_query,
     .event_sync = cu_event_sync,
     .stream_check = NULL,
+    .capture_mode = cu_capture_mode,
 };
 
 /* Virtual memory needs the 10.2 driver API, the entry points, and the device's own attribute. */

@@ -64,6 +64,7 @@ typedef struct sim_stream {
     int device;
     uint64_t submitted, completed;
     int held;
+    int capturing; /* a graph capture is under way on it (hbm__sim_stream_capture) */
 } sim_stream;
 
 typedef struct sim_event {
@@ -102,7 +103,39 @@ typedef struct sim {
     size_t nstreams, cap_streams;
     sim_event *events; /* event e lives at events[e - 1] */
     size_t nevents, cap_events;
+    int ncapturing;    /* streams with a capture under way */
 } sim;
+
+/* The calling thread's capture mode (HBM__CAPTURE_MODE_*), as the CUDA driver keeps one per thread. */
+static __thread int sim_thread_mode;
+
+/* CUDA's rules while a stream captures a graph (global mode, PyTorch's default):
+ * calls that obtain memory are allowed only from a thread in relaxed mode;
+ * frees, synchronizations and event queries are never allowed (they would
+ * synchronize with, or observe, work that is only being recorded); recording
+ * an event on the capturing stream records it into the graph, which the
+ * allocator must not mistake for the stream's progress. A violation fails the
+ * call and is counted. */
+static int capture_check(sim *s, hbm__op op, const sim_stream *record_on)
+{
+    if (s->ncapturing == 0)
+        return 0;
+    int ok;
+    switch (op) {
+    case HBM__OP_MALLOC:
+    case HBM__OP_INFO:
+    case HBM__OP_RESERVE:
+    case HBM__OP_CREATE:
+    case HBM__OP_MAP:
+    case HBM__OP_ACCESS: ok = sim_thread_mode == HBM__CAPTURE_MODE_RELAXED; break;
+    case HBM__OP_EVENT: ok = !(record_on && record_on->capturing); break;
+    default: ok = 0; break;
+    }
+    if (ok)
+        return 0;
+    s->counters.capture_violations++;
+    return HBM__SIM_ERR_CAPTURE;
+}
 
 /* ---- address ranges (address-only mode) ---- */
 
@@ -196,6 +229,8 @@ static int sim_alloc_fn(void *ctx, int device, size_t size, uintptr_t *out)
         rc = HBM__SIM_ERR_DEVICE;
         goto done;
     }
+    if ((rc = capture_check(s, HBM__OP_MALLOC, NULL)))
+        goto done;
     if ((rc = fault_check(s, HBM__OP_MALLOC, size)))
         goto done;
     sim_dev *d = &s->dev[device];
@@ -238,6 +273,8 @@ static int sim_free_fn(void *ctx, int device, uintptr_t ptr, size_t size)
     int rc = 0;
     pthread_mutex_lock(&s->lock);
     s->counters.calls[HBM__OP_FREE]++;
+    if ((rc = capture_check(s, HBM__OP_FREE, NULL)))
+        goto done;
     size_t i = live_find(s, ptr);
     if (i == s->nlive || s->live[i].addr != ptr || s->live[i].device != device ||
         s->live[i].size != size) {
@@ -271,7 +308,7 @@ static int sim_info_fn(void *ctx, int device, size_t *free_bytes, size_t *total_
     s->counters.calls[HBM__OP_INFO]++;
     if (device < 0 || device >= s->ndev)
         rc = HBM__SIM_ERR_DEVICE;
-    else if (!(rc = fault_check(s, HBM__OP_INFO, 0))) {
+    else if (!(rc = capture_check(s, HBM__OP_INFO, NULL)) && !(rc = fault_check(s, HBM__OP_INFO, 0))) {
         sim_dev *d = &s->dev[device];
         size_t taken = d->used + d->others;
         *free_bytes = taken > d->capacity ? 0 : d->capacity - taken;
@@ -301,7 +338,8 @@ static int vmm_begin(sim *s, hbm__op op, int device, size_t size)
         return HBM__SIM_ERR_NO_VMM;
     if (device < 0 || device >= s->ndev)
         return HBM__SIM_ERR_DEVICE;
-    return fault_check(s, op, size);
+    int rc = capture_check(s, op, NULL);
+    return rc ? rc : fault_check(s, op, size);
 }
 
 static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *va)
@@ -470,7 +508,7 @@ static sim_stream *stream_get(sim *s, int device, hbm_stream id, int create)
     if (!create || (s->strict_streams && id != 0) ||
         hbm__grow((void **)&s->streams, &s->cap_streams, s->nstreams + 1, sizeof(sim_stream)))
         return NULL;
-    s->streams[s->nstreams] = (sim_stream){id, device, 0, 0, 0};
+    s->streams[s->nstreams] = (sim_stream){id, device, 0, 0, 0, 0};
     return &s->streams[s->nstreams++];
 }
 
@@ -487,6 +525,11 @@ static int ev_begin(sim *s, hbm__op op, int device)
     s->counters.calls[op]++;
     if (device < 0 || device >= s->ndev)
         return HBM__SIM_ERR_DEVICE;
+    if (op != HBM__OP_EVENT) { /* create, record and destroy are checked by their callers */
+        int rc = capture_check(s, op, NULL);
+        if (rc)
+            return rc;
+    }
     return fault_check(s, op, 0);
 }
 
@@ -533,6 +576,8 @@ static int sim_event_record(void *ctx, int device, uint64_t event, hbm_stream st
         rc = HBM__SIM_ERR_BAD_EVENT;
     if (!rc && !st)
         rc = HBM__SIM_ERR_BAD_STREAM;
+    if (!rc)
+        rc = capture_check(s, HBM__OP_EVENT, st);
     if (!rc) {
         e->recorded = 1;
         e->stream = stream;
@@ -584,7 +629,9 @@ static int sim_sync(void *ctx, int device, hbm_stream stream)
     sim *s = ctx;
     pthread_mutex_lock(&s->lock);
     s->counters.calls[HBM__OP_SYNC]++;
-    int rc = device < 0 || device >= s->ndev ? HBM__SIM_ERR_DEVICE : fault_check(s, HBM__OP_SYNC, 0);
+    int rc = device < 0 || device >= s->ndev ? HBM__SIM_ERR_DEVICE : capture_check(s, HBM__OP_SYNC, NULL);
+    if (!rc)
+        rc = fault_check(s, HBM__OP_SYNC, 0);
     sim_stream *st = rc ? NULL : stream_get(s, device, stream, 1);
     if (!rc && !st)
         rc = HBM__SIM_ERR_BAD_STREAM;
@@ -611,8 +658,21 @@ static const char *sim_strerror(void *ctx, int code)
     case HBM__SIM_ERR_STILL_MAPPED: return "range or handle is still mapped";
     case HBM__SIM_ERR_BAD_EVENT: return "no such event (destroyed, or of another device)";
     case HBM__SIM_ERR_BAD_STREAM: return "unknown stream (the sim runs with streams=strict)";
+    case HBM__SIM_ERR_CAPTURE: return "operation not permitted when stream is capturing (graph capture)";
     default: return "unknown sim error";
     }
+}
+
+static int sim_capture_mode(void *ctx, int device, int *mode)
+{
+    (void)ctx;
+    (void)device;
+    if (*mode < HBM__CAPTURE_MODE_GLOBAL || *mode > HBM__CAPTURE_MODE_RELAXED)
+        return HBM__SIM_ERR_INJECTED;
+    int prev = sim_thread_mode;
+    sim_thread_mode = *mode;
+    *mode = prev;
+    return 0;
 }
 
 static uint64_t sim_cost_ns(void *ctx, hbm__op op, size_t size)
@@ -662,6 +722,7 @@ static const hbm__backend_ops sim_ops = {
     .event_query = sim_event_query,
     .event_sync = sim_event_sync,
     .stream_check = sim_stream_check,
+    .capture_mode = sim_capture_mode,
 };
 
 /* ---- spec parsing: "capacity=80GiB,memory=host,devices=2,..." ---- */
@@ -975,6 +1036,19 @@ int hbm__sim_stream_pending(void *ctx, int device, hbm_stream stream)
     int n = st ? (int)(st->submitted - st->completed) : 0;
     pthread_mutex_unlock(&s->lock);
     return n;
+}
+
+int hbm__sim_stream_capture(void *ctx, int device, hbm_stream stream, int capturing)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    sim_stream *st = stream_get(s, device, stream, 1);
+    if (st && st->capturing != !!capturing) {
+        st->capturing = !!capturing;
+        s->ncapturing += capturing ? 1 : -1;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return st ? 0 : -1;
 }
 
 int hbm__sim_is_host_backed(void *ctx)

@@ -32,7 +32,8 @@ enum {
     HBM__SIM_ERR_BAD_HANDLE = 8,
     HBM__SIM_ERR_STILL_MAPPED = 9,
     HBM__SIM_ERR_BAD_EVENT = 10,
-    HBM__SIM_ERR_BAD_STREAM = 11
+    HBM__SIM_ERR_BAD_STREAM = 11,
+    HBM__SIM_ERR_CAPTURE = 12
 };
 
 typedef struct hbm__sim_counters {
@@ -44,6 +45,7 @@ typedef struct hbm__sim_counters {
     uint64_t live_handles;           /* physical handles not yet released */
     uint64_t mapped_pages;           /* granularity pages mapped */
     uint64_t live_events;            /* events not yet destroyed */
+    uint64_t capture_violations;     /* calls a graph capture forbids (CUDA's rules; see sim.c) */
 } hbm__sim_counters;
 
 /* The sim context behind a backend opened with "sim" (NULL for other backends). */
@@ -57,5 +59,8 @@ int hbm__sim_is_host_backed(void *ctx);
 int hbm__sim_stream_create(void *ctx, int device, hbm_stream stream);
 int hbm__sim_stream_hold(void *ctx, int device, hbm_stream stream, int hold);
 int hbm__sim_stream_pending(void *ctx, int device, hbm_stream stream);
+/* Graph capture: mark a stream as capturing (or not); while any stream captures, the sim
+ * enforces CUDA's capture rules and counts violations. */
+int hbm__sim_stream_capture(void *ctx, int device, hbm_stream stream, int capturing);
 
 #endif
