@@ -231,20 +231,32 @@ typedef struct hbm_trace_entry {
     uint64_t size;   /* request for alloc/free, segment or mapped bytes, rounded request for oom */
     hbm_stream stream;
     uint64_t time_us; /* microseconds since the Unix epoch */
-    const char *context; /* the call-site label in force (hbm_history_context), or NULL */
+    const char *context; /* the call-site label, or NULL; points into the snapshot (hbm_snapshot.labels) */
 } hbm_trace_entry;
 
 /* Keep the last max_entries trace entries in a ring buffer (0 turns history off and clears it). */
 HBM_API hbm_status hbm_history_enable(hbm_allocator *a, size_t max_entries);
-/* Optional call-site context: entries recorded from now on carry this label (copied and kept
- * by the allocator; NULL clears it). Snapshots write it as the entry's one frame. */
+
+/* Call-site labels. A label is one frame or several, innermost first, separated by '\n'; a frame
+ * is a name, or "name\tfilename\tline" (snapshots write each as PyTorch's frame dict). */
+typedef uint32_t hbm_label; /* 0: none */
+#define HBM_LABEL_MAX 65536 /* bytes of label text */
+/* The id of a label text (the same text gives the same id; copied and kept until destroy). */
+HBM_API hbm_status hbm_label_intern(hbm_allocator *a, const char *text, hbm_label *out);
+/* Allocator-wide label: entries recorded from now on, by calls that carry none of their own,
+ * carry this one (NULL clears it). */
 HBM_API hbm_status hbm_history_context(hbm_allocator *a, const char *label);
+/* hbm_malloc whose trace entries, and the block's, carry `label` (0: the allocator-wide label).
+ * The frees of the block carry it too, as PyTorch's carry the context of the allocation. */
+HBM_API hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, hbm_label label,
+                                      void **out);
 
 typedef enum hbm_block_state { HBM_BLOCK_INACTIVE = 0, HBM_BLOCK_ALLOCATED = 1, HBM_BLOCK_PENDING_FREE = 2 } hbm_block_state;
 
 typedef struct hbm_snap_block {
     uint64_t addr, size, requested;
     hbm_block_state state;
+    const char *context; /* label of the allocation (live and pending blocks), or NULL */
 } hbm_snap_block;
 
 typedef struct hbm_snap_segment {
@@ -265,6 +277,7 @@ typedef struct hbm_snapshot {
     hbm_trace_entry *trace; /* oldest first */
     size_t ntrace;
     char settings[512];     /* the settings string in force */
+    char *labels;           /* the label texts the snapshot refers to (its own copy) */
 } hbm_snapshot;
 
 HBM_API hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out);

@@ -129,6 +129,7 @@ hbm__block *hbm__block_new(hbm_allocator *a)
     b->mapped = true;
     b->event_count = 0;
     b->nuses = 0; /* a recycled object keeps its uses array for reuse */
+    b->label = 0;
     return b;
 }
 
@@ -245,6 +246,7 @@ static hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block 
     }
     b->allocated = true;
     b->requested = orig;
+    b->label = a->context;
     hbm__trace(a, HBM_TRACE_ALLOC, b->addr, orig, b->stream);
     hbm__ptrmap_put(&a->live, b->addr, b); /* room reserved by the caller */
     hbm__stat_arr_inc(st->allocation, p, 1);
@@ -592,6 +594,29 @@ hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **o
     return rc;
 }
 
+hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, hbm_label label, void **out)
+{
+    if (!a || !out)
+        return HBM_ERR_INVALID;
+    *out = NULL;
+    if (size == 0)
+        return HBM_OK;
+    hbm__lock(a);
+    hbm_status rc;
+    if (label > a->labels.n) {
+        hbm__set_error(a, "hbm_malloc_labeled: label %u was not given by hbm_label_intern", label);
+        rc = HBM_ERR_INVALID;
+    } else {
+        hbm_label saved = a->context;
+        if (label)
+            a->context = label;
+        rc = engine_malloc(a, size, stream, out);
+        a->context = saved;
+    }
+    hbm__unlock(a);
+    return rc;
+}
+
 /* ---- free ---- */
 
 /* Splice src, a neighbour outside every tree, into dst; returns the bytes absorbed. */
@@ -636,7 +661,8 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b)
     hbm__pool *p = b->seg->pool;
     hbm_stats *st = &a->stats;
     size_t size = b->size, requested = b->requested;
-    hbm__trace(a, HBM_TRACE_FREE_COMPLETED, b->addr, requested, b->stream);
+    hbm__trace_block(a, HBM_TRACE_FREE_COMPLETED, b, requested);
+    b->label = 0;
     /* Coalesce with the free neighbours (both in the free tree): the larger one
      * takes in the rest, and often keeps its place in the tree. */
     bool mp = can_merge(b, b->prev), mn = can_merge(b, b->next);
@@ -710,7 +736,7 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
     } else {
         hbm__pool *p = b->seg->pool;
         b->allocated = false;
-        hbm__trace(a, HBM_TRACE_FREE_REQUESTED, b->addr, b->requested, b->stream);
+        hbm__trace_block(a, HBM_TRACE_FREE_REQUESTED, b, b->requested);
         hbm__stat_arr_dec(a->stats.allocation, p, 1);
         hbm__stat_arr_dec(a->stats.allocated_bytes, p, (int64_t)b->size);
         if (b->size >= a->conf.max_split_size)
@@ -797,7 +823,8 @@ void hbm__engine_teardown(hbm_allocator *a)
     hbm__stream_teardown(a);
     free(a->history);
     a->history = NULL;
-    hbm__labels_free(a);
+    hbm__labels_destroy(&a->labels);
+    a->context = 0;
     hbm__expand_teardown_pool(a, &a->small);
     hbm__expand_teardown_pool(a, &a->large);
     for (hbm__block *b = a->spare_blocks; b; b = b->next)

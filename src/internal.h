@@ -45,7 +45,24 @@ typedef struct hbm__block {
     int event_count;  /* events still to complete before a freed block is reusable */
     hbm_stream *uses; /* other streams that used the block (record_stream) */
     uint32_t nuses, cap_uses;
+    hbm_label label;  /* call-site label of the allocation (PyTorch's context_when_allocated) */
 } hbm__block;
+
+/* Interned label texts (labels.c): text[id - 1]; slot is an open-addressing table of ids. */
+typedef struct hbm__labels {
+    char **text;
+    uint32_t n, cap;
+    uint32_t *slot;
+    uint32_t nslot; /* a power of two, or 0 */
+} hbm__labels;
+
+/* One history entry as the ring keeps it: the label as an id (snapshots resolve it). */
+typedef struct hbm__trace_rec {
+    uint64_t addr, size, time_us;
+    hbm_stream stream;
+    hbm_trace_action action;
+    hbm_label label;
+} hbm__trace_rec;
 
 /* One page of an expandable segment: its physical handle (0: none) and whether it is mapped.
  * A handle whose release failed stays here, unmapped, and is reused by the next map. */
@@ -153,10 +170,10 @@ struct hbm_allocator {
     size_t pending_events; /* events in all queues */
     uint64_t *spare_events; /* recorded-and-completed events, for reuse */
     size_t nspare_events, cap_spare_events;
-    hbm_trace_entry *history; /* ring buffer, NULL when off */
+    hbm__trace_rec *history; /* ring buffer, NULL when off */
     size_t history_cap, history_n, history_head;
-    const char *context;      /* label in force, one of labels */
-    struct hbm__label *labels; /* every label ever set, kept until destroy */
+    hbm_label context;        /* the allocator-wide label, or the call's own during hbm_malloc_labeled */
+    hbm__labels labels;       /* every label ever interned, kept until destroy */
     hbm_device_counters dev;
     char warning[1024];    /* the capability fallback, if any (also printed once at create) */
     char err[1536];
@@ -249,15 +266,24 @@ hbm_status hbm__ensure_spares(hbm_allocator *a, int n);
 /* Merge src into dst when src is a free neighbour in the same mapped state; returns bytes absorbed. */
 size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src);
 
-/* ---- snapshot.c: history ---- */
-void hbm__record(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size, hbm_stream stream);
-void hbm__labels_free(hbm_allocator *a);
+/* ---- snapshot.c: history; labels.c: label texts ---- */
+void hbm__record(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size, hbm_stream stream,
+                 hbm_label label);
 static inline void hbm__trace(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size,
                               hbm_stream stream)
 {
     if (a->history)
-        hbm__record(a, action, addr, size, stream);
+        hbm__record(a, action, addr, size, stream, a->context);
 }
+/* An entry about a block carries the label of its allocation. */
+static inline void hbm__trace_block(hbm_allocator *a, hbm_trace_action action, const hbm__block *b, uint64_t size)
+{
+    if (a->history)
+        hbm__record(a, action, b->addr, size, b->stream, b->label);
+}
+hbm_status hbm__label_intern(hbm__labels *l, const char *text, hbm_label *out);
+const char *hbm__label_text(const hbm__labels *l, hbm_label id);
+void hbm__labels_destroy(hbm__labels *l);
 
 /* ---- stream.c: event-deferred frees and private pools ---- */
 /* The pool a request of `size` (rounded) on `stream` goes to. */

@@ -16,7 +16,8 @@
 #include "pickle_out.h"
 #include "util.h"
 
-void hbm__record(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size, hbm_stream stream)
+void hbm__record(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size, hbm_stream stream,
+                 hbm_label label)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -25,58 +26,31 @@ void hbm__record(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint6
         a->history_head = (a->history_head + 1) % a->history_cap; /* overwrite the oldest */
     else
         a->history_n++;
-    a->history[at] = (hbm_trace_entry){action, addr, size, stream,
-                                       (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u, a->context};
+    a->history[at] = (hbm__trace_rec){addr, size, (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u,
+                                      stream, action, label};
 }
-
-struct hbm__label {
-    struct hbm__label *next;
-    char text[];
-};
 
 hbm_status hbm_history_context(hbm_allocator *a, const char *label)
 {
     if (!a)
         return HBM_ERR_INVALID;
-    hbm_status rc = HBM_OK;
     hbm__lock(a);
-    const char *found = NULL;
-    for (struct hbm__label *l = a->labels; label && l && !found; l = l->next)
-        if (!strcmp(l->text, label))
-            found = l->text;
-    if (label && !found) {
-        size_t n = strlen(label) + 1;
-        struct hbm__label *l = malloc(sizeof *l + n);
-        if (!l) {
-            rc = HBM_ERR_NOMEM;
-        } else {
-            memcpy(l->text, label, n);
-            l->next = a->labels;
-            a->labels = l;
-            found = l->text;
-        }
-    }
+    hbm_label id = 0;
+    hbm_status rc = label ? hbm__label_intern(&a->labels, label, &id) : HBM_OK;
     if (rc == HBM_OK)
-        a->context = found;
+        a->context = id;
+    else
+        hbm__set_error(a, rc == HBM_ERR_INVALID ? "label longer than HBM_LABEL_MAX bytes"
+                                                : "out of host memory for allocator bookkeeping");
     hbm__unlock(a);
     return rc;
-}
-
-void hbm__labels_free(hbm_allocator *a)
-{
-    while (a->labels) {
-        struct hbm__label *l = a->labels;
-        a->labels = l->next;
-        free(l);
-    }
-    a->context = NULL;
 }
 
 hbm_status hbm_history_enable(hbm_allocator *a, size_t max_entries)
 {
     if (!a)
         return HBM_ERR_INVALID;
-    hbm_trace_entry *h = NULL;
+    hbm__trace_rec *h = NULL;
     if (max_entries && !(h = calloc(max_entries, sizeof *h)))
         return HBM_ERR_NOMEM;
     hbm__lock(a);
@@ -105,6 +79,35 @@ static void *grow_one(growing *g)
 static hbm_block_state state_of(const hbm__block *b)
 {
     return b->allocated ? HBM_BLOCK_ALLOCATED : b->event_count > 0 ? HBM_BLOCK_PENDING_FREE : HBM_BLOCK_INACTIVE;
+}
+
+/* The snapshot's own copy of the label texts it refers to, so that it outlives the allocator.
+ * ids[k] are the labels of blocks and entries in order (0: none); ctx[k] receives the text. */
+static hbm_status copy_labels(const hbm__labels *l, const hbm_label *ids, size_t n, const char ***ctx,
+                              char **store)
+{
+    size_t *off = calloc((size_t)l->n + 1, sizeof *off); /* offset + 1 of a label in *store, 0: not yet */
+    if (!off)
+        return HBM_ERR_NOMEM;
+    size_t total = 0;
+    for (size_t k = 0; k < n; k++)
+        if (ids[k] && !off[ids[k]]) {
+            off[ids[k]] = total + 1;
+            total += strlen(hbm__label_text(l, ids[k])) + 1;
+        }
+    char *buf = total ? malloc(total) : NULL;
+    if (total && !buf) {
+        free(off);
+        return HBM_ERR_NOMEM;
+    }
+    for (hbm_label id = 1; id <= l->n; id++)
+        if (off[id])
+            strcpy(buf + off[id] - 1, hbm__label_text(l, id));
+    for (size_t k = 0; k < n; k++)
+        *ctx[k] = ids[k] ? buf + off[ids[k]] - 1 : NULL;
+    free(off);
+    *store = buf;
+    return HBM_OK;
 }
 
 hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
@@ -141,7 +144,10 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
                 rc = HBM_ERR_NOMEM;
                 break;
             }
-            *sb = (hbm_snap_block){b->addr, b->size, b->allocated || b->event_count ? b->requested : 0, state_of(b)};
+            hbm_block_state st = state_of(b);
+            /* The label travels through the pointer until copy_labels() gives it its text. */
+            *sb = (hbm_snap_block){b->addr, b->size, st != HBM_BLOCK_INACTIVE ? b->requested : 0, st,
+                                   (const char *)(uintptr_t)(st != HBM_BLOCK_INACTIVE ? b->label : 0)};
             cur->nblocks++;
             cur->total_size += b->size;
             if (b->allocated)
@@ -156,15 +162,39 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
         s->trace = malloc(a->history_n * sizeof *s->trace);
         if (!s->trace)
             rc = HBM_ERR_NOMEM;
-        for (size_t i = 0; s->trace && i < a->history_n; i++)
-            s->trace[i] = a->history[(a->history_head + i) % a->history_cap];
+        for (size_t i = 0; s->trace && i < a->history_n; i++) {
+            const hbm__trace_rec *r = &a->history[(a->history_head + i) % a->history_cap];
+            s->trace[i] = (hbm_trace_entry){r->action, r->addr, r->size, r->stream, r->time_us,
+                                            (const char *)(uintptr_t)r->label};
+        }
         s->ntrace = s->trace ? a->history_n : 0;
     }
-    hbm__unlock(a);
     s->segments = segs.p;
     s->nsegments = segs.n;
     s->blocks = blks.p;
     s->nblocks = blks.n;
+    if (rc == HBM_OK) {
+        size_t n = s->nblocks + s->ntrace;
+        hbm_label *ids = malloc((n ? n : 1) * sizeof *ids);
+        const char ***ctx = malloc((n ? n : 1) * sizeof *ctx);
+        if (!ids || !ctx)
+            rc = HBM_ERR_NOMEM;
+        for (size_t k = 0; rc == HBM_OK && k < n; k++) {
+            ctx[k] = k < s->nblocks ? &s->blocks[k].context : &s->trace[k - s->nblocks].context;
+            ids[k] = (hbm_label)(uintptr_t)*ctx[k];
+        }
+        if (rc == HBM_OK)
+            rc = copy_labels(&a->labels, ids, n, ctx, &s->labels);
+        free(ids);
+        free(ctx);
+    }
+    hbm__unlock(a);
+    if (rc != HBM_OK) { /* the contexts may still hold ids: clear them before anyone reads them */
+        for (size_t k = 0; k < s->nblocks; k++)
+            s->blocks[k].context = NULL;
+        for (size_t k = 0; k < s->ntrace; k++)
+            s->trace[k].context = NULL;
+    }
     if (rc != HBM_OK) {
         hbm_snapshot_free(s);
         return rc;
@@ -180,6 +210,7 @@ void hbm_snapshot_free(hbm_snapshot *s)
     free(s->segments);
     free(s->blocks);
     free(s->trace);
+    free(s->labels);
     free(s);
 }
 
@@ -304,6 +335,33 @@ static void e_kv_str(emit *e, const char *k, const char *v)
     e_str(e, v);
 }
 
+/* "frames": PyTorch's frame dicts (name, filename, line), one per line of a label, innermost first.
+ * A line is a name, or "name<TAB>filename<TAB>line". */
+static void emit_frames(emit *e, const char *label)
+{
+    e_str(e, "frames");
+    e_open(e, 0);
+    for (const char *p = label; p && *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        char line[HBM_LABEL_MAX + 1];
+        memcpy(line, p, len);
+        line[len] = 0;
+        char *file = strchr(line, '\t'), *lineno = file ? strchr(file + 1, '\t') : NULL;
+        if (file)
+            *file++ = 0;
+        if (lineno)
+            *lineno++ = 0;
+        e_open(e, 1);
+        e_kv_str(e, "name", line);
+        e_kv_str(e, "filename", file ? file : "");
+        e_kv_int(e, "line", lineno ? strtoll(lineno, NULL, 10) : 0);
+        e_close(e);
+        p = eol ? eol + 1 : p + len;
+    }
+    e_close(e);
+}
+
 static void emit_snapshot(emit *e, const hbm_snapshot *s)
 {
     e_open(e, 1);
@@ -336,9 +394,7 @@ static void emit_snapshot(emit *e, const hbm_snapshot *s)
             e_kv_int(e, "size", (int64_t)b->size);
             e_kv_int(e, "requested_size", (int64_t)b->requested);
             e_kv_str(e, "state", state_name(b->state));
-            e_str(e, "frames");
-            e_open(e, 0);
-            e_close(e);
+            emit_frames(e, b->context);
             e_close(e);
         }
         e_close(e);
@@ -357,16 +413,7 @@ static void emit_snapshot(emit *e, const hbm_snapshot *s)
             e_kv_int(e, "size", (int64_t)t->size);
             e_kv_int(e, "stream", (int64_t)t->stream);
             e_kv_int(e, "time_us", (int64_t)t->time_us);
-            e_str(e, "frames");
-            e_open(e, 0);
-            if (t->context) { /* PyTorch's frame dicts: name, filename, line */
-                e_open(e, 1);
-                e_kv_str(e, "name", t->context);
-                e_kv_str(e, "filename", "");
-                e_kv_int(e, "line", 0);
-                e_close(e);
-            }
-            e_close(e);
+            emit_frames(e, t->context);
             e_close(e);
         }
         e_close(e);

@@ -1,0 +1,168 @@
+/* test_labels.c: call-site labels (labels.c) and how history entries, blocks and snapshots carry them. */
+#include <unistd.h>
+
+#include "helpers.h"
+
+static void the_same_text_gives_the_same_id_and_many_texts_stay_distinct(void **state)
+{
+    (void)state;
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "");
+    enum { N = 20000 };
+    static hbm_label ids[N];
+    char text[64];
+    for (int i = 0; i < N; i++) {
+        snprintf(text, sizeof text, "step %d", i);
+        assert_int_equal(hbm_label_intern(a, text, &ids[i]), HBM_OK);
+        assert_int_not_equal(ids[i], 0);
+    }
+    for (int i = 0; i < N; i++) { /* again, after every rehash: the same ids */
+        snprintf(text, sizeof text, "step %d", i);
+        hbm_label again;
+        assert_int_equal(hbm_label_intern(a, text, &again), HBM_OK);
+        assert_int_equal(again, ids[i]);
+    }
+    for (int i = 1; i < N; i++)
+        assert_int_not_equal(ids[i], ids[i - 1]);
+    assert_int_equal(a->labels.n, N);
+    assert_true(a->labels.nslot >= N * 4 / 3);
+    hbm_destroy(a);
+}
+
+static void bad_labels_are_refused(void **state)
+{
+    (void)state;
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "");
+    char *big = malloc(HBM_LABEL_MAX + 2);
+    memset(big, 'x', HBM_LABEL_MAX + 1);
+    big[HBM_LABEL_MAX + 1] = 0;
+    hbm_label id = 7;
+    assert_int_equal(hbm_label_intern(a, big, &id), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "at most 65536"));
+    assert_int_equal(hbm_history_context(a, big), HBM_ERR_INVALID);
+    free(big);
+    assert_int_equal(hbm_label_intern(a, NULL, &id), HBM_ERR_INVALID);
+    void *p = (void *)1;
+    assert_int_equal(hbm_malloc_labeled(a, 4096, 0, 99, &p), HBM_ERR_INVALID); /* never interned */
+    assert_null(p);
+    assert_non_null(strstr(hbm_last_error(a), "label 99"));
+    assert_int_equal(stats_of(a).allocation[0].current, 0);
+    hbm_destroy(a);
+}
+
+static void a_call_label_goes_to_its_entries_its_block_and_its_frees(void **state)
+{
+    (void)state;
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "");
+    assert_int_equal(hbm_history_enable(a, 100), HBM_OK);
+    hbm_label fwd, bwd;
+    assert_int_equal(hbm_label_intern(a, "forward\tmodel.py\t10\ntrain\ttrain.py\t3", &fwd), HBM_OK);
+    assert_int_equal(hbm_label_intern(a, "backward", &bwd), HBM_OK);
+    assert_int_equal(hbm_history_context(a, "step"), HBM_OK);
+    void *p, *q, *r;
+    assert_int_equal(hbm_malloc_labeled(a, 30 * MiB, 0, fwd, &p), HBM_OK);
+    assert_int_equal(hbm_malloc_labeled(a, 4096, 0, bwd, &q), HBM_OK);
+    assert_int_equal(hbm_malloc_labeled(a, 8192, 0, 0, &r), HBM_OK); /* none of its own: the allocator's */
+    assert_int_equal(hbm_history_context(a, "later"), HBM_OK);
+    hbm_free(a, q);
+    hbm_snapshot *s;
+    assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
+    /* segment_alloc, alloc (p); segment_alloc, alloc (q); alloc (r); free_requested, free_completed (q) */
+    assert_int_equal(s->ntrace, 7);
+    assert_int_equal(s->trace[0].action, HBM_TRACE_SEGMENT_ALLOC);
+    assert_string_equal(s->trace[0].context, "forward\tmodel.py\t10\ntrain\ttrain.py\t3");
+    assert_string_equal(s->trace[1].context, s->trace[0].context);
+    assert_string_equal(s->trace[3].context, "backward");
+    assert_string_equal(s->trace[4].context, "step");
+    assert_int_equal(s->trace[5].action, HBM_TRACE_FREE_REQUESTED);
+    assert_string_equal(s->trace[5].context, "backward"); /* the allocation's, not "later" */
+    assert_string_equal(s->trace[6].context, "backward");
+    int seen = 0;
+    for (size_t i = 0; i < s->nblocks; i++) {
+        const hbm_snap_block *b = &s->blocks[i];
+        if (b->addr == (uint64_t)(uintptr_t)p)
+            seen += !strcmp(b->context, "forward\tmodel.py\t10\ntrain\ttrain.py\t3");
+        else if (b->addr == (uint64_t)(uintptr_t)r)
+            seen += !strcmp(b->context, "step");
+        else if (b->state == HBM_BLOCK_INACTIVE)
+            seen += b->context == NULL; /* a free block has no allocation */
+    }
+    assert_true(seen >= 3);
+    hbm_snapshot_free(s);
+    hbm_free(a, p);
+    hbm_free(a, r);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+static void a_snapshot_outlives_its_allocator(void **state)
+{
+    (void)state;
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "");
+    assert_int_equal(hbm_history_enable(a, 10), HBM_OK);
+    assert_int_equal(hbm_history_context(a, "optimizer.step"), HBM_OK);
+    void *p = must_malloc(a, 4096, 0);
+    (void)p;
+    hbm_snapshot *s;
+    assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
+    hbm_destroy(a); /* frees the allocator's label texts */
+    assert_string_equal(s->trace[s->ntrace - 1].context, "optimizer.step");
+    char path[] = "/tmp/hbm_labels_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char err[256];
+    assert_int_equal(hbm_snapshot_save(s, path, HBM_SNAPSHOT_JSON, err, sizeof err), HBM_OK);
+    FILE *f = fopen(path, "r");
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    unlink(path);
+    assert_non_null(strstr(buf, "\"frames\":[{\"name\":\"optimizer.step\",\"filename\":\"\",\"line\":0}]"));
+    hbm_snapshot_free(s);
+}
+
+static void frames_are_written_as_pytorch_frame_dicts(void **state)
+{
+    (void)state;
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "");
+    assert_int_equal(hbm_history_enable(a, 10), HBM_OK);
+    hbm_label l;
+    assert_int_equal(hbm_label_intern(a, "matmul\t/src/model.py\t42\n<module>\ttrain.py\t7", &l), HBM_OK);
+    void *p;
+    assert_int_equal(hbm_malloc_labeled(a, 4096, 0, l, &p), HBM_OK);
+    hbm_snapshot *s;
+    assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
+    char path[] = "/tmp/hbm_frames_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    char err[256];
+    assert_int_equal(hbm_snapshot_save(s, path, HBM_SNAPSHOT_JSON, err, sizeof err), HBM_OK);
+    FILE *f = fopen(path, "r");
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    unlink(path);
+    const char *want = "\"frames\":[{\"name\":\"matmul\",\"filename\":\"/src/model.py\",\"line\":42},"
+                       "{\"name\":\"<module>\",\"filename\":\"train.py\",\"line\":7}]";
+    /* Once for the block, once for the alloc entry. */
+    const char *first = strstr(buf, want);
+    assert_non_null(first);
+    assert_non_null(strstr(first + 1, want));
+    hbm_snapshot_free(s);
+    hbm_free(a, p);
+    hbm_destroy(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(the_same_text_gives_the_same_id_and_many_texts_stay_distinct),
+        cmocka_unit_test(bad_labels_are_refused),
+        cmocka_unit_test(a_call_label_goes_to_its_entries_its_block_and_its_frees),
+        cmocka_unit_test(a_snapshot_outlives_its_allocator),
+        cmocka_unit_test(frames_are_written_as_pytorch_frame_dicts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
