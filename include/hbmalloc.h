@@ -80,8 +80,14 @@ HBM_API hbm_status hbm_free(hbm_allocator *a, void *ptr);
 HBM_API hbm_status hbm_empty_cache(hbm_allocator *a);
 /* Limit reserved memory to fraction x device capacity (0..1; 1 removes the limit). */
 HBM_API hbm_status hbm_set_memory_fraction(hbm_allocator *a, double fraction);
+/* The memory fraction in force (1.0 when none is set). */
+HBM_API double hbm_get_memory_fraction(hbm_allocator *a);
 /* Size of the block behind a live pointer (the rounded size), 0 if it is not live. */
 HBM_API size_t hbm_block_size(hbm_allocator *a, const void *ptr);
+/* The device allocation (segment) that holds the live block at ptr, as PyTorch's
+ * getBaseAllocation: its start and size. HBM_ERR_INVALID for a block of an expandable
+ * segment (it has no single device allocation) or a pointer that is not a live block start. */
+HBM_API hbm_status hbm_segment_of(hbm_allocator *a, const void *ptr, void **base, size_t *size);
 
 /* ---- Streams -------------------------------------------------------------- */
 /* Mark a live block as used by another stream: when it is freed, an event is
@@ -127,6 +133,8 @@ HBM_API void hbm_devices_close(hbm_devices *d);
 HBM_API int hbm_devices_count(const hbm_devices *d);
 /* The allocator of a device (NULL for a bad index or a failed create: see hbm_devices_error). */
 HBM_API hbm_allocator *hbm_devices_get(hbm_devices *d, int device);
+/* The allocator of a device if it was created already, else NULL (never creates one). */
+HBM_API hbm_allocator *hbm_devices_existing(hbm_devices *d, int device);
 HBM_API hbm_status hbm_devices_malloc(hbm_devices *d, int device, size_t size, hbm_stream stream, void **out);
 /* Free on a device; a pointer of another device is reported (HBM_ERR_WRONG_DEVICE), nothing changes. */
 HBM_API hbm_status hbm_devices_free(hbm_devices *d, int device, void *ptr);
@@ -138,6 +146,20 @@ HBM_API const char *hbm_devices_error(const hbm_devices *d);
 HBM_API const char *hbm_last_error(const hbm_allocator *a);
 /* Copy the last error text into buf (always NUL-terminated); returns its length. */
 HBM_API size_t hbm_copy_last_error(hbm_allocator *a, char *buf, size_t len);
+
+/* The figures of the last out-of-memory error, as PyTorch's OOM message gives them. */
+typedef struct hbm_oom_info {
+    uint64_t request;      /* the caller's size */
+    uint64_t alloc_size;   /* what could not be obtained: the segment size ("Tried to allocate") */
+    uint64_t device_total, device_free; /* read after every retry */
+    uint64_t allowed;      /* the memory-fraction limit, 0 when none */
+    uint64_t allocated, active, reserved; /* allocated_bytes, active_bytes, reserved_bytes (all, current) */
+    int too_large;         /* the request was 1 EiB or more */
+    int during_capture;    /* a graph capture was under way */
+} hbm_oom_info;
+/* The last OOM's figures and message, copied together under the allocator's lock
+ * (HBM_ERR_INVALID when there was none). msg may be NULL. */
+HBM_API hbm_status hbm_copy_last_oom(hbm_allocator *a, hbm_oom_info *out, char *msg, size_t msglen);
 
 /* ---- Statistics (PyTorch memory_stats() names and meanings) ------------------ */
 typedef struct hbm_stat {

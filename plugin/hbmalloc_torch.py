@@ -1,22 +1,52 @@
-"""hbmalloc for PyTorch: swap the CUDA or NPU caching allocator for hbmalloc, and read its stats.
+"""hbmalloc for PyTorch and torch_npu: swap the CUDA or NPU caching allocator for hbmalloc.
 
     import hbmalloc_torch
-    hbmalloc_torch.use()            # before the first GPU/NPU allocation; "npu" when torch_npu is installed
-    ...
-    hbmalloc_torch.stats()          # {"allocated_bytes.all.peak": ..., ...} like torch.cuda.memory_stats()
-    hbmalloc_torch.snapshot("s.pickle")   # opens in pytorch.org/memory_viz
+    hbmalloc_torch.use()    # before the first GPU/NPU allocation; "npu" when torch_npu is installed
+    ...                     # train as usual: torch.cuda.memory_stats(), empty_cache(), memory_summary(),
+                            # _record_memory_history(), _snapshot(), CUDA graphs and OutOfMemoryError work
+    with hbmalloc_torch.label("optimizer"):   # a category for the allocations made inside
+        opt.step()
+
+What use() does, and why, is in docs/PYTORCH.md: it registers every hook the framework's pluggable-allocator
+class has (init, reset = empty_cache, memory fraction, base allocation, record_stream on CUDA, device stats and
+reset-peak on torch_npu, the graph-pool hooks), routes the Python memory API (torch._C's statistics, history and
+snapshot functions, which raise or are undefined under a pluggable allocator) to hbmalloc, sets
+MULTI_STREAM_MEMORY_REUSE=2 for HCCL on torch_npu, and warns about torch.compile(mode="reduce-overhead").
 
 Settings come from HBMALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF (CUDA) or PYTORCH_NPU_ALLOC_CONF (Ascend). The
-library (libhbmalloc_torch.so for CUDA, libhbmalloc_torch_npu.so for torch_npu) is found next to this file, or at
-HBMALLOC_TORCH_LIB. Only the standard library and torch (and torch_npu) are used; they are imported by use()
-alone, so the stats functions work without them (e.g. with HBMALLOC_BACKEND=sim for a dry run).
+library is found next to this file (or in ../lib for an installed tree), or at HBMALLOC_TORCH_LIB. Only the standard
+library is imported at load; torch and torch_npu only by use(), so the helper's own functions work without them
+(with HBMALLOC_BACKEND=sim for a dry run).
 """
+import contextlib
 import ctypes
 import importlib.util
 import os
+import pickle
+import re
 import sys
+import tempfile
+import warnings
+
+# Oldest releases use() accepts, and why (docs/PYTORCH.md has the table).
+MIN_TORCH = (2, 0)        # torch.cuda.memory.CUDAPluggableAllocator
+MIN_TORCH_NPU = (2, 1)    # torch_npu.npu.memory.NPUPluggableAllocator (v6.0.rc1-pytorch2.1.0)
+# torch_npu releases whose DeviceStats is torch_npu's own struct (NPUCachingAllocator.h), the layout
+# hbm_torch_npu_device_stats returns: every tagged release up to the 2.12 line; 2.13 uses torch's
+# c10::CachingDeviceAllocator::DeviceStats, whose layout depends on the torch version.
+NPU_STATS_V1_BELOW = (2, 13)
 
 _lib = None
+_state = {"device": None, "routed": False, "warned": set()}
+_POOLS = ("all", "small_pool", "large_pool")
+_ARRAYS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes", "active_bytes",
+           "inactive_split_bytes", "requested_bytes")
+
+
+def _version(v):
+    """(major, minor) of a version string: "2.1.0.post8" -> (2, 1), "2.6.0a0+git" -> (2, 6)."""
+    m = re.match(r"(\d+)\.(\d+)", str(v))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
 def device_type():
@@ -31,69 +61,400 @@ def device_type():
     return "npu" if importlib.util.find_spec("torch_npu") is not None else "cuda"
 
 
+def _declare(lib):
+    c = ctypes
+    lib.hbm_torch_raw_alloc.restype = c.c_void_p
+    lib.hbm_torch_raw_alloc.argtypes = [c.c_size_t, c.c_int, c.c_void_p]
+    lib.hbm_torch_free.restype = None
+    lib.hbm_torch_free.argtypes = [c.c_void_p, c.c_size_t, c.c_int, c.c_void_p]
+    lib.hbm_torch_stats.restype = c.c_long
+    lib.hbm_torch_stats.argtypes = [c.c_int, c.c_char_p, c.c_long]
+    lib.hbm_torch_snapshot.argtypes = [c.c_int, c.c_char_p]
+    lib.hbm_torch_record_history.argtypes = [c.c_long, c.c_int]
+    lib.hbm_torch_record_stream.argtypes = [c.c_void_p, c.c_int, c.c_void_p]
+    lib.hbm_torch_set_memory_fraction.argtypes = [c.c_double, c.c_int]
+    lib.hbm_torch_get_memory_fraction.restype = c.c_double
+    lib.hbm_torch_get_memory_fraction.argtypes = [c.c_int]
+    lib.hbm_torch_pool_ids.restype = c.c_long
+    lib.hbm_torch_pool_ids.argtypes = [c.c_int, c.POINTER(c.c_uint64), c.c_long]
+    lib.hbm_torch_set_label.argtypes = [c.c_char_p]
+    lib.hbm_torch_get_label.restype = c.c_char_p
+    lib.hbm_torch_error.restype = c.c_char_p
+    lib.hbm_torch_build.restype = c.c_char_p
+    for hook in ("hbm_torch_init", "hbm_torch_reset", "hbm_torch_memory_fraction", "hbm_torch_cuda_reset",
+                 "hbm_torch_record_stream_fn", "hbm_torch_reset_peak"):
+        getattr(lib, hook).restype = None
+
+
+def _candidates(device):
+    """Library files to try, best first: the build for the imported torch (typed OutOfMemoryError), then the
+    generic one; next to this file, then the installed tree's lib/ (share/hbmalloc -> lib)."""
+    npu = device == "npu"
+    names = ["libhbmalloc_torch_npu.so" if npu else "libhbmalloc_torch.so"]
+    if "torch" in sys.modules:
+        names.insert(0, "libhbmalloc_torch_npu_c10.so" if npu else "libhbmalloc_torch_c10.so")
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [here, os.path.join(here, "..", "..", "lib"), os.path.join(here, "..", "..", "lib64")]
+    return [os.path.normpath(os.path.join(d, n)) for n in names for d in dirs]
+
+
+def _wanted_build():
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return "c10 %s %d" % (torch.__version__, int(torch._C._GLIBCXX_USE_CXX11_ABI))
+
+
 def library(path=None, device=None):
-    """Load (once) and return the plug-in's shared library for `device` ("cuda" or "npu")."""
+    """Load (once) and return the plug-in for `device` ("cuda" or "npu").
+
+    A build against torch's headers (libhbmalloc_torch_c10.so) is used only when it was built for the imported
+    torch (version and C++ ABI); otherwise the generic build, whose OOM is a RuntimeError with PyTorch's text."""
     global _lib
-    if _lib is None:
-        name = "libhbmalloc_torch_npu.so" if (device or device_type()) == "npu" else "libhbmalloc_torch.so"
-        path = path or os.environ.get("HBMALLOC_TORCH_LIB") or os.path.join(
-            os.path.dirname(os.path.abspath(__file__)), name)
-        lib = ctypes.CDLL(path)
-        lib.hbm_torch_alloc.restype = ctypes.c_void_p
-        lib.hbm_torch_alloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-        lib.hbm_torch_free.restype = None
-        lib.hbm_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-        lib.hbm_torch_stats.restype = ctypes.c_long
-        lib.hbm_torch_stats.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_long]
-        lib.hbm_torch_snapshot.argtypes = [ctypes.c_int, ctypes.c_char_p]
-        lib.hbm_torch_record_history.argtypes = [ctypes.c_int, ctypes.c_long]
-        lib.hbm_torch_record_stream.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-        lib.hbm_torch_set_memory_fraction.argtypes = [ctypes.c_double, ctypes.c_int]
-        lib.hbm_torch_error.restype = ctypes.c_char_p
-        for hook in ("hbm_torch_init", "hbm_torch_reset", "hbm_torch_memory_fraction"):
-            getattr(lib, hook).restype = None
+    if _lib is not None:
+        return _lib
+    device = device or device_type()
+    explicit = path or os.environ.get("HBMALLOC_TORCH_LIB")
+    tried = []
+    for p in [explicit] if explicit else _candidates(device):
+        if not os.path.exists(p):
+            tried.append(p + " (missing)")
+            continue
+        try:
+            lib = ctypes.CDLL(p)
+        except OSError as e:
+            tried.append("%s (%s)" % (p, e))
+            continue
+        lib.hbm_torch_build.restype = ctypes.c_char_p
+        build = lib.hbm_torch_build().decode()
+        want = _wanted_build()
+        if build.startswith("c10") and not explicit and build != want:
+            tried.append("%s (built for torch %s, this is %s)" % (p, build[4:], want[4:] if want else "none"))
+            continue
+        _declare(lib)
+        lib.path, lib.build = p, build
         _lib = lib
-        _lib.path = path
-    return _lib
+        return lib
+    raise OSError("hbmalloc: no plug-in library for %s; tried: %s. Build it (cmake --build build) or set "
+                  "HBMALLOC_TORCH_LIB" % (device, "; ".join(tried)))
 
 
 def _address(lib, name):
     return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
 
 
+def _warn_once(key, text):
+    if key not in _state["warned"]:
+        _state["warned"].add(key)
+        warnings.warn("hbmalloc: " + text, RuntimeWarning, stacklevel=3)
+
+
+# ---- use() ----
+
 def use(path=None, device=None):
     """Make hbmalloc the framework's device allocator. Call before anything allocates on the device.
 
-    device: "cuda" (torch.cuda.memory.CUDAPluggableAllocator) or "npu" (torch_npu's NPUPluggableAllocator,
-    with the init, reset = empty_cache and memory-fraction hooks); by default "npu" when torch_npu is installed.
-    """
+    device: "cuda" (torch.cuda.memory.CUDAPluggableAllocator) or "npu" (torch_npu's NPUPluggableAllocator);
+    by default "npu" when torch_npu is installed. Returns the pluggable allocator object."""
     device = device or device_type()
-    lib = library(path, device)
-    if device == "npu":
-        import torch  # noqa: F401  (torch_npu needs torch imported first)
-        import torch_npu
-
-        memory = torch_npu.npu.memory
-        alloc = memory.NPUPluggableAllocator(lib.path, "hbm_torch_alloc", "hbm_torch_free")
-        raw = alloc.allocator()
-        raw.set_init_fn(_address(lib, "hbm_torch_init"))
-        raw.set_reset_fn(_address(lib, "hbm_torch_reset"))
-        raw.set_memory_fraction_fn(_address(lib, "hbm_torch_memory_fraction"))
-        memory.change_current_allocator(alloc)
-        return alloc
     import torch
-
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "hbm_torch_alloc", "hbm_torch_free")
-    torch.cuda.memory.change_current_allocator(alloc)
+    if device == "npu":
+        import torch_npu
+        fw_version = getattr(torch_npu, "__version__", "0")
+        if _version(fw_version) < MIN_TORCH_NPU or not hasattr(torch_npu.npu.memory, "NPUPluggableAllocator"):
+            raise RuntimeError("hbmalloc needs torch_npu >= %d.%d (NPUPluggableAllocator); installed %s"
+                               % (MIN_TORCH_NPU + (fw_version,)))
+        memory = torch_npu.npu.memory
+        lib = library(path, device)
+        alloc = memory.NPUPluggableAllocator(lib.path, "hbm_torch_alloc", "hbm_torch_free")
+    else:
+        if _version(torch.__version__) < MIN_TORCH or not hasattr(torch.cuda.memory, "CUDAPluggableAllocator"):
+            raise RuntimeError("hbmalloc needs torch >= %d.%d (CUDAPluggableAllocator); installed %s"
+                               % (MIN_TORCH + (torch.__version__,)))
+        memory = torch.cuda.memory
+        lib = library(path, device)
+        alloc = memory.CUDAPluggableAllocator(lib.path, "hbm_torch_alloc", "hbm_torch_free")
+    if not lib.build.startswith("c10"):
+        _warn_once("generic", "this plug-in was not built against torch %s's headers: out of memory raises "
+                   "RuntimeError (with PyTorch's \"%s out of memory.\" text), not OutOfMemoryError. Rebuild hbmalloc "
+                   "with this Python's torch installed (cmake -DHBM_PYTHON=%s) for the typed exception"
+                   % (torch.__version__, "NPU" if device == "npu" else "CUDA", sys.executable))
+    raw = alloc.allocator()
+    hooks = _hooks(device, raw, lib, torch)
+    memory.change_current_allocator(alloc)
+    _state.update(device=device, hooks=hooks, alloc=alloc)
+    _route_memory_api(device, torch, lib, hooks)
+    if device == "npu":
+        _hccl_reuse_mode()
+        _route_npu_record_stream(torch, lib)
+    _guard_compile(torch)
     return alloc
 
 
+def _hooks(device, raw, lib, torch):
+    """Set every hook the installed framework has; returns {hook: set or why not}."""
+    a = lambda name: _address(lib, name)  # noqa: E731
+    if device == "npu":
+        import torch_npu
+        plan = [("set_init_fn", "hbm_torch_init"), ("set_reset_fn", "hbm_torch_reset"),
+                ("set_memory_fraction_fn", "hbm_torch_memory_fraction"), ("set_base_alloc_fn", "hbm_torch_base_alloc"),
+                ("set_reset_peak_status_fn", "hbm_torch_reset_peak")]
+        if _version(torch_npu.__version__) < NPU_STATS_V1_BELOW:
+            plan.append(("set_get_device_stats_fn", "hbm_torch_npu_device_stats"))
+        else:
+            _warn_once("npu-stats", "torch_npu %s takes c10::CachingDeviceAllocator::DeviceStats from the device-stats "
+                       "hook, a layout hbmalloc does not know for this torch: the hook is not set (C++ callers of "
+                       "getDeviceStats get torch_npu's warning); torch.npu.memory_stats() and its relatives are "
+                       "answered by hbmalloc" % torch_npu.__version__)
+    else:
+        plan = [("set_init_fn", "hbm_torch_init"), ("set_reset_fn", "hbm_torch_cuda_reset"),
+                ("set_memory_fraction_fn", "hbm_torch_memory_fraction"), ("set_base_alloc_fn", "hbm_torch_base_alloc"),
+                ("set_record_stream_fn", "hbm_torch_record_stream_fn")]
+    plan += [("set_begin_allocate_to_pool", "hbm_torch_begin_allocate_to_pool"),
+             ("set_end_allocate_to_pool_fn", "hbm_torch_end_allocate_to_pool"),
+             ("set_release_pool", "hbm_torch_release_pool")]
+    done = {}
+    for setter, fn in plan:
+        if hasattr(raw, setter):
+            getattr(raw, setter)(a(fn))
+            done[setter] = fn
+        else:
+            done[setter] = None
+    if not done["set_begin_allocate_to_pool"]:
+        _block_graph_capture(device, torch)
+    return done
+
+
+def _block_graph_capture(device, torch):
+    """No pool hooks: memory a graph captures would go back to the general cache and could be handed to eager
+    tensors that replays then overwrite. Refuse the capture, clearly, instead."""
+    if device == "npu":
+        import torch_npu
+        graph_cls = getattr(torch_npu.npu, "NPUGraph", None)
+        need, have = "torch_npu with NPUPluggableAllocator.set_begin_allocate_to_pool (26.0.0 and later)", \
+            torch_npu.__version__
+    else:
+        graph_cls = getattr(torch.cuda, "CUDAGraph", None)
+        need, have = "torch >= 2.3 (CUDAPluggableAllocator.set_begin_allocate_to_pool)", torch.__version__
+    if graph_cls is None or getattr(graph_cls.capture_begin, "_hbmalloc_blocked", False):
+        return
+
+    def capture_begin(self, *args, **kwargs):
+        raise RuntimeError("hbmalloc: graph capture needs the pluggable allocator's graph-pool hooks, which %s has "
+                           "not (it needs %s): without them captured memory could be handed to eager tensors. "
+                           "Upgrade, or capture graphs without hbmalloc" % (have, need))
+    capture_begin._hbmalloc_blocked = True
+    graph_cls.capture_begin = capture_begin
+
+
+def _hccl_reuse_mode():
+    """torch_npu's ProcessGroupHCCL keeps collective inputs alive with recordStream/eraseStream under
+    MULTI_STREAM_MEMORY_REUSE 1 (its default) and 3; hbmalloc cannot receive torch_npu's recordStream (its hook
+    takes an NPUStream by value), so use 2: stash the tensors until the work completes (OptionsManager.cpp)."""
+    mode = os.environ.get("MULTI_STREAM_MEMORY_REUSE")
+    if mode is None:
+        os.environ["MULTI_STREAM_MEMORY_REUSE"] = "2"
+    elif mode.strip() != "2":
+        _warn_once("hccl", "MULTI_STREAM_MEMORY_REUSE=%s makes HCCL collectives rely on recordStream, which "
+                   "torch_npu cannot pass to a pluggable allocator: a collective's input could be reused while HCCL "
+                   "still reads it. Set MULTI_STREAM_MEMORY_REUSE=2 (hbmalloc doctor checks it)" % mode)
+
+
+def _route_npu_record_stream(torch, lib):
+    """Tensor.record_stream on an NPU tensor reaches torch_npu's hook, which hbmalloc cannot take: route the
+    Python call to hbmalloc (C++ callers, HCCL, are covered by MULTI_STREAM_MEMORY_REUSE=2)."""
+    original = torch.Tensor.record_stream
+    if getattr(original, "_hbmalloc", False):
+        return
+
+    def record_stream(self, stream):
+        if self.device.type == "npu":
+            return globals()["record_stream"](self, stream)
+        return original(self, stream)
+    record_stream._hbmalloc = True
+    torch.Tensor.record_stream = record_stream
+
+
+def _guard_compile(torch):
+    """torch.compile(mode="reduce-overhead") records CUDA graphs through CUDA graph trees, which call
+    torch._C._cuda_getCheckpointState: no pluggable allocator has a hook for it, so it fails at the first graph."""
+    text = ("torch.compile with CUDA graphs (mode=\"reduce-overhead\" or \"max-autotune\") needs "
+            "getCheckpointState, which no pluggable allocator supports: it fails at the first recorded graph. Use "
+            "mode=\"default\" or \"max-autotune-no-cudagraphs\" with hbmalloc")
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None and getattr(getattr(inductor, "triton", None), "cudagraphs", False):
+        _warn_once("compile", text)
+    compile_fn = getattr(torch, "compile", None)
+    if compile_fn is None or getattr(compile_fn, "_hbmalloc", False):
+        return
+
+    def compile(*args, **kwargs):
+        mode = kwargs.get("mode")
+        options = kwargs.get("options") or {}
+        if mode in ("reduce-overhead", "max-autotune") or options.get("triton.cudagraphs"):
+            _warn_once("compile", text)
+        return compile_fn(*args, **kwargs)
+    compile._hbmalloc = True
+    compile.__doc__ = compile_fn.__doc__
+    torch.compile = compile
+
+
+# ---- the memory API, routed ----
+
+def _nested_stats(device, extra=()):
+    """torch._C._cuda_memoryStats' dict (torch/csrc/cuda/Module.cpp THCPModule_memoryStats) from hbmalloc's
+    statistics: the stat arrays by pool, the oversize stats, the counters; `extra` names counters this
+    torch has that hbmalloc keeps at 0."""
+    flat = stats(device)
+    stat = lambda pre: {k: flat["%s.%s" % (pre, k)] for k in ("current", "peak", "allocated", "freed")}  # noqa
+    out = {name: {pool: stat("%s.%s" % (name, pool)) for pool in _POOLS} for name in _ARRAYS}
+    out["oversize_allocations"] = stat("oversize_allocations")
+    out["oversize_segments"] = stat("oversize_segments")
+    for k in ("num_alloc_retries", "num_ooms", "max_split_size", "num_sync_all_streams", "num_device_alloc",
+              "num_device_free"):
+        out[k] = flat[k]
+    for k in extra:
+        out[k] = 0
+    return out
+
+
+def _device_index(device):
+    if device is None:
+        return _current_device()
+    return int(getattr(device, "index", device) if getattr(device, "index", device) is not None else 0)
+
+
+def _current_device():
+    torch = sys.modules.get("torch")
+    try:
+        if _state["device"] == "npu":
+            return torch.npu.current_device()
+        return torch.cuda.current_device()
+    except Exception:
+        return 0
+
+
+def _route_memory_api(device, torch, lib, hooks):
+    """Replace the C functions behind torch.cuda.memory's (torch_npu.npu.memory's) statistics, history and
+    snapshot functions: the Python functions above them keep their own semantics (argument checks, flattening,
+    memory_summary's table) and read hbmalloc's figures."""
+    if device == "npu":
+        import torch_npu
+        c, pre = torch_npu._C, "_npu_"
+        doc = getattr(getattr(torch_npu.npu.memory, "memory_stats", None), "__doc__", "") or ""
+        native_stats = bool(hooks.get("set_get_device_stats_fn"))
+    else:
+        c, pre = torch._C, "_cuda_"
+        doc = getattr(getattr(torch.cuda.memory, "memory_stats", None), "__doc__", "") or ""
+        native_stats = False
+    extra = tuple(k for k in ("num_oom_rejections",) if k in doc)
+    routes = {
+        "resetAccumulatedMemoryStats": lambda d=None: reset_accumulated_memory_stats(_device_index(d)),
+        "getMemoryFraction": lambda d=None: lib.hbm_torch_get_memory_fraction(_device_index(d)),
+        "memorySnapshot": lambda *a, **k: _torch_snapshot(*a, **k),
+        "record_memory_history": _record_history_new,
+        "record_memory_history_legacy": _record_history_legacy,
+        "recordMemoryHistory": _record_history_legacy,
+    }
+    if not native_stats:  # torch_npu with the device-stats hook builds the dict natively
+        routes["memoryStats"] = lambda d=None: _nested_stats(_device_index(d), extra)
+        routes["resetPeakMemoryStats"] = lambda d=None: reset_peak_memory_stats(_device_index(d))
+    for name, fn in routes.items():
+        fn.__name__ = pre + name
+        setattr(c, pre + name, fn)
+    accel = getattr(torch._C, "_accelerator_getDeviceStats", None)
+    if accel is not None and not getattr(accel, "_hbmalloc", False):
+        def get_stats(d=None, _orig=accel):
+            return _nested_stats(_device_index(d), extra) if _accelerator_is(device, torch) else _orig(d)
+        get_stats._hbmalloc = True
+        torch._C._accelerator_getDeviceStats = get_stats
+        for name, fn in (("_accelerator_resetPeakStats", reset_peak_memory_stats),
+                         ("_accelerator_resetAccumulatedStats", reset_accumulated_memory_stats)):
+            orig = getattr(torch._C, name, None)
+            if orig is not None:
+                setattr(torch._C, name, lambda d=None, _o=orig, _f=fn: _f(_device_index(d))
+                        if _accelerator_is(device, torch) else _o(d))
+    _state["routed"] = True
+
+
+def _accelerator_is(device, torch):
+    try:
+        return torch.accelerator.current_accelerator().type == device
+    except Exception:
+        return False
+
+
+def _record_history_new(enabled=None, context=None, stacks="all", max_entries=0, *args, **kwargs):
+    """torch._C._cuda_record_memory_history(enabled, context, stacks, max_entries, ...): enabled None (off),
+    "state" (live blocks keep their stacks, no history) or "all"; context None, "state", "alloc" or "all"
+    (hbmalloc labels allocations, and their frees carry the label); stacks "python" or "all" (Python frames)."""
+    if enabled is None:
+        return record_history(0, stacks=False)
+    return record_history(0 if enabled == "state" else max(int(max_entries), 1), stacks=context is not None)
+
+
+def _record_history_legacy(enabled, record_context=True, trace_alloc_max_entries=1, *args, **kwargs):
+    """The bool form (torch._C._cuda_record_memory_history_legacy / 1.13's _cuda_recordMemoryHistory)."""
+    if not enabled:
+        return record_history(0, stacks=False)
+    return record_history(max(int(trace_alloc_max_entries), 1), stacks=bool(record_context))
+
+
+def _torch_snapshot(*args, **kwargs):
+    """torch._C._cuda_memorySnapshot(mempool_id=None): every device's segments and traces in one dict, private
+    pools named by torch's ids; with a mempool id, only that pool's segments."""
+    want = args[0] if args else kwargs.get("mempool_id")
+    want = tuple(want) if want is not None and tuple(want) != (0, 0) else None
+    lib = library()
+    out = {"segments": [], "device_traces": [], "allocator_settings": {}}
+    for d in range(max(lib.hbm_torch_device_count(), 0)):
+        if not lib.hbm_torch_device_used(d):
+            out["device_traces"].append([])
+            continue
+        snap = _snapshot_dict(d)
+        ids = _pool_ids(d)
+        for seg in snap["segments"]:
+            seg["segment_pool_id"] = ids.get(seg["segment_pool_id"][1], (0, 0))
+            if want is None or seg["segment_pool_id"] == want:
+                out["segments"].append(seg)
+        traces = snap["device_traces"]
+        out["device_traces"].append(traces[d] if d < len(traces) else [])
+        out["allocator_settings"] = snap.get("allocator_settings", {})
+    return out
+
+
+def _pool_ids(device):
+    lib = library()
+    n = lib.hbm_torch_pool_ids(device, None, 0)
+    buf = (ctypes.c_uint64 * (3 * max(n, 1)))()
+    n = lib.hbm_torch_pool_ids(device, buf, n)
+    return {buf[3 * i]: (buf[3 * i + 1], buf[3 * i + 2]) for i in range(n)}
+
+
+def _snapshot_dict(device):
+    fd, path = tempfile.mkstemp(suffix=".pickle")
+    os.close(fd)
+    try:
+        if library().hbm_torch_snapshot(device, path.encode()) != 0:
+            raise RuntimeError("hbmalloc: snapshot of device %d: %s" % (device, _error()))
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    finally:
+        os.unlink(path)
+
+
+# ---- the helper's own functions (no torch needed) ----
+
+def _error():
+    return library().hbm_torch_error().decode(errors="replace")
+
+
 def stats(device=0):
-    """hbmalloc's statistics under torch.cuda.memory_stats() names."""
+    """hbmalloc's statistics of a device, under torch.cuda.memory_stats() names (flat)."""
     lib = library()
     n = lib.hbm_torch_stats(device, None, 0)
     if n < 0:
-        raise RuntimeError(lib.hbm_torch_error().decode())
+        raise RuntimeError("hbmalloc: " + _error())
     buf = ctypes.create_string_buffer(n + 1)
     lib.hbm_torch_stats(device, buf, n + 1)
     out = {}
@@ -103,16 +464,39 @@ def stats(device=0):
     return out
 
 
-def record_history(max_entries=100000, device=0):
-    """Keep the newest max_entries trace entries (alloc, free, segment events) for snapshot()."""
-    if library().hbm_torch_record_history(device, max_entries) != 0:
-        raise RuntimeError(library().hbm_torch_error().decode())
+def reset_peak_memory_stats(device=0):
+    library().hbm_torch_reset_peak_stats(device)
+
+
+def reset_accumulated_memory_stats(device=0):
+    library().hbm_torch_reset_accumulated_stats(device)
+
+
+def record_history(max_entries=100000, stacks=True):
+    """Keep the newest max_entries trace entries (0: none) on every device; with stacks, label every allocation
+    with its Python call stack (PyTorch's stacks="python"), which snapshots show as frames."""
+    if library().hbm_torch_record_history(int(max_entries), 1 if stacks else 0) != 0:
+        raise RuntimeError("hbmalloc: " + _error())
 
 
 def snapshot(path, device=0):
-    """Write a PyTorch-format memory snapshot (.pickle, or .json)."""
-    if library().hbm_torch_snapshot(device, path.encode()) != 0:
-        raise RuntimeError("hbmalloc: could not write the snapshot " + path)
+    """Write a PyTorch-format memory snapshot of one device (.pickle opens in pytorch.org/memory_viz; or .json)."""
+    if library().hbm_torch_snapshot(device, os.fsencode(path)) != 0:
+        raise RuntimeError("hbmalloc: could not write the snapshot %s: %s" % (path, _error()))
+
+
+@contextlib.contextmanager
+def label(name):
+    """Allocations made by this thread inside the block carry `name` (a category; the first frame of their stack
+    in snapshots). Nests; cheap (one string per allocation, no stack walk unless history asks for stacks)."""
+    lib = library()
+    prev = lib.hbm_torch_get_label()
+    if lib.hbm_torch_set_label(str(name).encode()) != 0:
+        raise ValueError("hbmalloc: label %r: at most 4096 bytes" % (name,))
+    try:
+        yield
+    finally:
+        lib.hbm_torch_set_label(prev if prev else None)
 
 
 def empty_cache():
@@ -124,8 +508,10 @@ def record_stream(tensor, stream):
     """Like Tensor.record_stream, for hbmalloc: the block waits for `stream` before reuse."""
     ptr = tensor.untyped_storage().data_ptr()
     handle = stream.npu_stream if hasattr(stream, "npu_stream") else stream.cuda_stream
-    return library().hbm_torch_record_stream(ptr, tensor.device.index or 0, handle)
+    if library().hbm_torch_record_stream(ptr, tensor.device.index or 0, handle) != 0:
+        raise RuntimeError("hbmalloc: " + _error())
 
 
 def set_memory_fraction(fraction, device=0):
-    return library().hbm_torch_set_memory_fraction(float(fraction), device)
+    if library().hbm_torch_set_memory_fraction(float(fraction), device) != 0:
+        raise ValueError("hbmalloc: " + _error())

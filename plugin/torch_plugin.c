@@ -1,48 +1,67 @@
 /*
- * torch_plugin.c: the entry points a pluggable allocator exports, built twice:
- * libhbmalloc_torch.so for torch.cuda.memory.CUDAPluggableAllocator (default
- * backend "cuda") and libhbmalloc_torch_npu.so for torch_npu's
- * NPUPluggableAllocator (default backend "acl"). Both frameworks call
- * alloc(ssize_t size, int device, stream) and free(ptr, size, device, stream);
- * torch_npu also takes the C-compatible hooks init(int device),
- * reset(bool check_error) (its empty_cache) and memory_fraction(double, int).
- * Stats, snapshot, history, empty_cache and record_stream are there for the
- * Python helper (hbmalloc_torch.py) to reach by ctypes.
+ * torch_plugin.c: the PyTorch plug-in's device set and its C entry points,
+ * built twice: libhbmalloc_torch.so for torch.cuda.memory.CUDAPluggableAllocator
+ * (default backend "cuda") and libhbmalloc_torch_npu.so for torch_npu's
+ * NPUPluggableAllocator (default backend "acl", HBM_PLUGIN_NPU).
+ *
+ * Two kinds of entry point:
+ *   - hooks, with the exact C types the frameworks call them with (their
+ *     pluggable-allocator classes, read in docs/PYTORCH.md): free, init
+ *     (a device count), reset (empty_cache), memory fraction, record_stream
+ *     (CUDA), device stats and reset-peak (torch_npu). alloc, base_alloc and
+ *     the graph-pool hooks have C++ types or must throw: torch_hooks.cpp;
+ *   - the Python helper's entry points (hbmalloc_torch.py, through ctypes):
+ *     statistics, history, snapshots, labels, the memory-fraction getter.
+ * They never throw and never return NULL into a tensor (that is hbm_torch_alloc's
+ * job, which throws); errors go to the helper as status codes and to stderr
+ * from hooks that have no way to report them.
  *
  * One allocator per device, created on first use, on the backend named by
  * HBMALLOC_BACKEND (else the build's default); settings from HBMALLOC_CONF,
- * else the framework's variable for that backend (PYTORCH_CUDA_ALLOC_CONF or
- * PYTORCH_NPU_ALLOC_CONF). The framework turns a NULL from alloc into its
- * OutOfMemoryError; the allocator's own message (request, capacity, reserved
- * but unallocated, advice) goes to stderr first, so the user sees it.
+ * else the framework's variable (PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF).
  */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
 
-#include "hbmalloc.h"
-
-#define EXPORT __attribute__((visibility("default")))
+#include "torch_plugin.h"
+#include "util.h"
 
 #ifndef HBM_PLUGIN_BACKEND
 #define HBM_PLUGIN_BACKEND "cuda"
 #endif
+#define MAX_DEVICES 64
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static hbm_devices *devices; /* the plug-in's one process-wide state: PyTorch calls plain functions */
+static hbm_devices *devices; /* the plug-in's one process-wide state: the frameworks call plain functions */
 static char open_error[1024];
+
+/* History as the helper asked for it, applied to every device's allocator, also to those created later. */
+static pthread_mutex_t history_lock = PTHREAD_MUTEX_INITIALIZER;
+static long history_entries = -1; /* -1: never asked */
+static bool history_applied[MAX_DEVICES];
 
 static void open_devices(void)
 {
     const char *spec = getenv("HBMALLOC_BACKEND");
-    if (hbm_devices_open(&devices, spec && *spec ? spec : HBM_PLUGIN_BACKEND, NULL, open_error, sizeof open_error) != HBM_OK)
+    if (hbm_devices_open(&devices, spec && *spec ? spec : HBM_PLUGIN_BACKEND, NULL, open_error, sizeof open_error) !=
+        HBM_OK)
         devices = NULL;
 }
 
-static hbm_allocator *allocator(int device)
+static void apply_history(hbm_allocator *a, int device)
+{
+    pthread_mutex_lock(&history_lock);
+    if (history_entries >= 0 && device >= 0 && device < MAX_DEVICES && !history_applied[device]) {
+        if (hbm_history_enable(a, (size_t)history_entries) == HBM_OK)
+            history_applied[device] = true;
+    }
+    pthread_mutex_unlock(&history_lock);
+}
+
+hbm_allocator *hbm_torch__allocator(int device)
 {
     pthread_once(&once, open_devices);
     if (!devices) {
@@ -52,39 +71,253 @@ static hbm_allocator *allocator(int device)
     hbm_allocator *a = hbm_devices_get(devices, device);
     if (!a)
         fprintf(stderr, "hbmalloc: %s\n", hbm_devices_error(devices));
+    else if (history_entries >= 0)
+        apply_history(a, device);
     return a;
 }
 
-EXPORT void *hbm_torch_alloc(ssize_t size, int device, void *stream);
-EXPORT void hbm_torch_free(void *ptr, ssize_t size, int device, void *stream);
-EXPORT int hbm_torch_empty_cache(void);
-EXPORT int hbm_torch_record_stream(void *ptr, int device, void *stream);
-EXPORT int hbm_torch_set_memory_fraction(double fraction, int device);
-EXPORT long hbm_torch_stats(int device, char *buf, long len);
-EXPORT int hbm_torch_record_history(int device, long max_entries);
-EXPORT int hbm_torch_snapshot(int device, const char *path);
-EXPORT const char *hbm_torch_error(void);
-EXPORT void hbm_torch_init(int device);
-EXPORT void hbm_torch_reset(bool check_error);
-EXPORT void hbm_torch_memory_fraction(double fraction, int device);
-
-EXPORT void *hbm_torch_alloc(ssize_t size, int device, void *stream)
+/* An allocator that exists already (statistics must not create one, and with it a device context). */
+static hbm_allocator *existing(int device)
 {
-    hbm_allocator *a = allocator(device);
-    void *p = NULL;
-    if (!a || size < 0)
-        return NULL;
-    hbm_status rc = hbm_malloc(a, (size_t)size, (hbm_stream)(uintptr_t)stream, &p);
-    if (rc != HBM_OK) {
-        char msg[1600];
-        hbm_copy_last_error(a, msg, sizeof msg);
-        fprintf(stderr, "hbmalloc: %s\n", msg);
-        return NULL;
-    }
-    return p;
+    pthread_once(&once, open_devices);
+    return devices ? hbm_devices_existing(devices, device) : NULL;
 }
 
-EXPORT void hbm_torch_free(void *ptr, ssize_t size, int device, void *stream)
+/* ---- the framework's own OOM message, then hbmalloc's diagnosis ---- */
+
+static void framework_oom(hbm_allocator *a, int device, char *msg, size_t len)
+{
+    hbm_oom_info o;
+    char diag[1536];
+    if (hbm_copy_last_oom(a, &o, diag, sizeof diag) != HBM_OK) {
+        snprintf(msg, len, "%s out of memory.\nhbmalloc: %s", HBM_TORCH_DEV, hbm_last_error(a));
+        return;
+    }
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, msg, len);
+    if (o.too_large) {
+        hbm__sb_printf(&sb, "%s out of memory. Tried to allocate more than 1EB memory.", HBM_TORCH_DEV);
+    } else {
+        char s_alloc[32], s_total[32], s_free[32], s_allocated[32], s_unalloc[32], s_allowed[48] = "", s_x[32];
+        hbm__format_size(o.alloc_size, s_alloc, sizeof s_alloc);
+        hbm__format_size(o.device_total, s_total, sizeof s_total);
+        hbm__format_size(o.device_free, s_free, sizeof s_free);
+        hbm__format_size(o.allocated, s_allocated, sizeof s_allocated);
+        hbm__format_size(o.reserved - o.allocated, s_unalloc, sizeof s_unalloc);
+        if (o.allowed) {
+            hbm__format_size(o.allowed, s_x, sizeof s_x);
+            snprintf(s_allowed, sizeof s_allowed, "%s allowed; ", s_x);
+        }
+#ifdef HBM_PLUGIN_NPU
+        /* torch_npu's NPUCachingAllocator.cpp wording, byte for byte (no space after ")."). */
+        char s_active[32], s_reserved[32];
+        hbm__format_size(o.active, s_active, sizeof s_active);
+        hbm__format_size(o.reserved, s_reserved, sizeof s_reserved);
+        hbm__sb_printf(&sb,
+                       "NPU out of memory. Tried to allocate %s (NPU %d; %s total capacity; %s already allocated; %s "
+                       "current active; %s free; %s%s reserved in total by PyTorch).If reserved memory is >> "
+                       "allocated memory try setting max_split_size_mb to avoid fragmentation.",
+                       s_alloc, device, s_total, s_allocated, s_active, s_free, s_allowed, s_reserved);
+#else
+        /* c10/cuda/CUDACachingAllocator.cpp's wording (two spaces after "fragmentation." and before "("). */
+        hbm__sb_printf(&sb,
+                       "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
+                       "free. %sOf the allocated memory %s is allocated by PyTorch, and %s is reserved by PyTorch "
+                       "but unallocated. If reserved but unallocated memory is large try setting "
+                       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation "
+                       "for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html"
+                       "#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)",
+                       s_alloc, device, s_total, s_free, s_allowed, s_allocated, s_unalloc);
+#endif
+    }
+    hbm__sb_printf(&sb, "\nhbmalloc: %s", diag);
+}
+
+int hbm_torch__malloc(size_t size, int device, void *stream, void **out, char *msg, size_t msglen)
+{
+    *out = NULL;
+    hbm_allocator *a = hbm_torch__allocator(device);
+    if (!a) {
+        snprintf(msg, msglen, "hbmalloc: %s", devices ? hbm_devices_error(devices) : open_error);
+        return 2;
+    }
+    hbm_label label = hbm_torch__call_label(a, device);
+    hbm_status rc = hbm_malloc_labeled(a, size, (hbm_stream)(uintptr_t)stream, label, out);
+    if (rc == HBM_OK)
+        return 0;
+    if (rc == HBM_ERR_OOM) {
+        framework_oom(a, device, msg, msglen);
+        return 1;
+    }
+    char e[1536];
+    hbm_copy_last_error(a, e, sizeof e);
+    snprintf(msg, msglen, "hbmalloc: %s", e);
+    return 2;
+}
+
+/* The allocator whose live block starts at ptr, or NULL. */
+static hbm_allocator *owner_of(const void *ptr, int *device)
+{
+    pthread_once(&once, open_devices);
+    for (int d = 0; devices && d < hbm_devices_count(devices); d++) {
+        hbm_allocator *a = hbm_devices_existing(devices, d);
+        if (a && hbm_block_size(a, ptr)) {
+            *device = d;
+            return a;
+        }
+    }
+    return NULL;
+}
+
+int hbm_torch__base(void *ptr, void **base, size_t *size, char *msg, size_t msglen)
+{
+    int device;
+    hbm_allocator *a = owner_of(ptr, &device);
+    if (!a) {
+        snprintf(msg, msglen, "hbmalloc: getBaseAllocation(%p): not a live block of this allocator", ptr);
+        return -1;
+    }
+    if (hbm_segment_of(a, ptr, base, size) != HBM_OK) {
+        hbm_copy_last_error(a, msg, msglen);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- graph pools: torch's pool ids -> hbmalloc's private pools ---- */
+
+typedef struct pool_map {
+    int device;
+    uint64_t id0, id1;
+    hbm_mempool pool;
+    int uses;     /* torch's use_count: begin increments, release decrements */
+    void **ctxs;  /* the filter contexts of its capture routings, oldest first (hbm_mempool_end ends the newest) */
+    size_t nctx, cap_ctx;
+} pool_map;
+
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static pool_map *pools;
+static size_t npools, cap_pools;
+
+static pool_map *pool_find(int device, uint64_t id0, uint64_t id1)
+{
+    for (size_t i = 0; i < npools; i++)
+        if (pools[i].device == device && pools[i].id0 == id0 && pools[i].id1 == id1)
+            return &pools[i];
+    return NULL;
+}
+
+int hbm_torch__pool_begin(int device, uint64_t id0, uint64_t id1, hbm_stream_filter filter, void *ctx, char *msg,
+                          size_t msglen)
+{
+    hbm_allocator *a = hbm_torch__allocator(device);
+    if (!a) {
+        snprintf(msg, msglen, "hbmalloc: beginAllocateToPool: device %d has no allocator", device);
+        return -1;
+    }
+    pthread_mutex_lock(&pools_lock);
+    int rc = 0;
+    pool_map *m = pool_find(device, id0, id1);
+    bool created = false;
+    if (!m) {
+        hbm_mempool id;
+        if (hbm__grow((void **)&pools, &cap_pools, npools + 1, sizeof *pools) || hbm_mempool_create(a, &id) != HBM_OK) {
+            snprintf(msg, msglen, "hbmalloc: beginAllocateToPool: out of host memory");
+            rc = -1;
+        } else {
+            m = &pools[npools++];
+            *m = (pool_map){device, id0, id1, id, 0, NULL, 0, 0};
+            created = true;
+        }
+    }
+    if (rc == 0 && hbm__grow((void **)&m->ctxs, &m->cap_ctx, m->nctx + 1, sizeof *m->ctxs)) {
+        snprintf(msg, msglen, "hbmalloc: beginAllocateToPool: out of host memory");
+        rc = -1;
+    } else if (rc == 0 && hbm_mempool_begin_capture(a, m->pool, filter, ctx) != HBM_OK) {
+        snprintf(msg, msglen, "hbmalloc: beginAllocateToPool(%llu, %llu): %s", (unsigned long long)id0,
+                 (unsigned long long)id1, hbm_last_error(a));
+        rc = -1;
+    } else if (rc == 0) {
+        m->ctxs[m->nctx++] = ctx;
+        m->uses++;
+    }
+    if (rc != 0 && created) {
+        hbm_mempool_release(a, m->pool);
+        free(m->ctxs);
+        npools--;
+    }
+    pthread_mutex_unlock(&pools_lock);
+    return rc;
+}
+
+/* Torch's last use of a pool is gone and no capture routes into it: drop the creator's hold. Live
+ * blocks keep the pool (HBM_ERR_POOL_BUSY) until they are freed, as PyTorch's graph_pools_freeable. */
+static int pool_drop(hbm_allocator *a, pool_map *m, char *msg, size_t msglen)
+{
+    int rc = 0;
+    hbm_status st = hbm_mempool_release(a, m->pool);
+    if (st != HBM_OK && st != HBM_ERR_POOL_BUSY) {
+        snprintf(msg, msglen, "hbmalloc: releasePool: %s", hbm_last_error(a));
+        rc = -1;
+    }
+    free(m->ctxs);
+    *m = pools[--npools];
+    return rc;
+}
+
+int hbm_torch__pool_end(int device, uint64_t id0, uint64_t id1, void **ctx, char *msg, size_t msglen)
+{
+    *ctx = NULL;
+    hbm_allocator *a = hbm_torch__allocator(device);
+    pthread_mutex_lock(&pools_lock);
+    pool_map *m = pool_find(device, id0, id1);
+    int rc = -1;
+    if (!a || !m || m->nctx == 0) {
+        snprintf(msg, msglen, "hbmalloc: endAllocateToPool: not currently recording to mempool (%llu, %llu)",
+                 (unsigned long long)id0, (unsigned long long)id1);
+    } else if (hbm_mempool_end(a, m->pool) == HBM_OK) {
+        *ctx = m->ctxs[--m->nctx]; /* hbm_mempool_end ended the newest routing into the pool */
+        rc = m->uses == 0 && m->nctx == 0 ? pool_drop(a, m, msg, msglen) : 0;
+    } else {
+        snprintf(msg, msglen, "hbmalloc: endAllocateToPool: %s", hbm_last_error(a));
+    }
+    pthread_mutex_unlock(&pools_lock);
+    return rc;
+}
+
+int hbm_torch__pool_release(int device, uint64_t id0, uint64_t id1, char *msg, size_t msglen)
+{
+    hbm_allocator *a = hbm_torch__allocator(device);
+    pthread_mutex_lock(&pools_lock);
+    pool_map *m = pool_find(device, id0, id1);
+    int rc = 0;
+    if (!a || !m) {
+        snprintf(msg, msglen, "hbmalloc: releasePool: unknown mempool (%llu, %llu)", (unsigned long long)id0,
+                 (unsigned long long)id1);
+        rc = -1;
+    } else if (m->uses <= 0) {
+        snprintf(msg, msglen, "hbmalloc: releasePool: mempool (%llu, %llu) was released already",
+                 (unsigned long long)id0, (unsigned long long)id1);
+        rc = -1;
+    } else if (--m->uses == 0 && m->nctx == 0) {
+        rc = pool_drop(a, m, msg, msglen); /* else the end of the last capture into it drops it */
+    }
+    pthread_mutex_unlock(&pools_lock);
+    return rc;
+}
+
+/* ---- hooks with C types ---- */
+
+HBM_TORCH_EXPORT void hbm_torch_free(void *ptr, size_t size, int device, void *stream);
+HBM_TORCH_EXPORT void hbm_torch_init(int device_count);
+HBM_TORCH_EXPORT void hbm_torch_reset(bool check_error);
+HBM_TORCH_EXPORT void hbm_torch_cuda_reset(void);
+HBM_TORCH_EXPORT void hbm_torch_memory_fraction(double fraction, int device);
+HBM_TORCH_EXPORT void hbm_torch_record_stream_fn(void *ptr, void *stream);
+HBM_TORCH_EXPORT void hbm_torch_reset_peak(int device);
+
+/* alloc's partner: size and stream as the framework recorded them at alloc (unused: hbmalloc knows). */
+HBM_TORCH_EXPORT void hbm_torch_free(void *ptr, size_t size, int device, void *stream)
 {
     (void)size;
     (void)stream;
@@ -93,38 +326,221 @@ EXPORT void hbm_torch_free(void *ptr, ssize_t size, int device, void *stream)
         fprintf(stderr, "hbmalloc: %s\n", hbm_devices_error(devices));
 }
 
-EXPORT int hbm_torch_empty_cache(void)
+/* set_init_fn: both frameworks pass the number of devices (CUDACachingAllocator::init(device_count);
+ * torch_npu NpuSysCtrl::Initialize -> init(aclrtGetDeviceCount)). Allocators stay lazy: creating
+ * one would create a context on every device. */
+HBM_TORCH_EXPORT void hbm_torch_init(int device_count)
+{
+    pthread_once(&once, open_devices);
+    if (!devices) {
+        fprintf(stderr, "hbmalloc: %s\n", open_error);
+        return;
+    }
+    int have = hbm_devices_count(devices);
+    if (device_count > have)
+        fprintf(stderr, "hbmalloc: warning: the framework sees %d devices, the %s backend %d: devices %d to %d "
+                        "cannot allocate\n",
+                device_count, HBM_PLUGIN_BACKEND, have, have, device_count - 1);
+}
+
+static void empty_all(bool report)
+{
+    pthread_once(&once, open_devices);
+    for (int d = 0; devices && d < hbm_devices_count(devices); d++) {
+        hbm_allocator *a = hbm_devices_existing(devices, d);
+        if (a && hbm_empty_cache(a) != HBM_OK && report)
+            fprintf(stderr, "hbmalloc: empty_cache: %s\n", hbm_last_error(a));
+    }
+}
+
+/* torch_npu's set_reset_fn: emptyCache(check_error). */
+HBM_TORCH_EXPORT void hbm_torch_reset(bool check_error) { empty_all(check_error); }
+
+/* CUDA's set_reset_fn (void()): torch.cuda.empty_cache(). */
+HBM_TORCH_EXPORT void hbm_torch_cuda_reset(void) { empty_all(true); }
+
+/* set_memory_fraction_fn: no status to return, so a refusal is said on stderr. */
+HBM_TORCH_EXPORT void hbm_torch_memory_fraction(double fraction, int device)
+{
+    hbm_allocator *a = hbm_torch__allocator(device);
+    if (a && hbm_set_memory_fraction(a, fraction) != HBM_OK)
+        fprintf(stderr, "hbmalloc: %s\n", hbm_last_error(a));
+}
+
+/* CUDA's set_record_stream_fn: void(void *ptr, cudaStream_t), no device: the owning allocator is found. */
+HBM_TORCH_EXPORT void hbm_torch_record_stream_fn(void *ptr, void *stream)
+{
+    if (!ptr)
+        return; /* PyTorch ignores null data pointers */
+    int device;
+    hbm_allocator *a = owner_of(ptr, &device);
+    if (!a) {
+        fprintf(stderr, "hbmalloc: record_stream(%p): not a live block of this allocator; nothing was changed\n",
+                ptr);
+        return;
+    }
+    if (hbm_record_stream(a, ptr, (hbm_stream)(uintptr_t)stream) != HBM_OK)
+        fprintf(stderr, "hbmalloc: %s\n", hbm_last_error(a));
+}
+
+/* torch_npu's set_reset_peak_status_fn: void(int) up to 2.12, void(c10::DeviceIndex) (int8) in newer
+ * releases: only the low byte is read, which both agree on. */
+HBM_TORCH_EXPORT void hbm_torch_reset_peak(int device)
+{
+    hbm_allocator *a = existing((int8_t)device);
+    if (a)
+        hbm_reset_peak_stats(a);
+}
+
+/* torch_npu's set_get_device_stats_fn: DeviceStats(int), returned by value. The layout of
+ * torch_npu/csrc/core/npu/NPUCachingAllocator.h `struct DeviceStats`, the same in every release
+ * from v6.0.rc1 (2.1.0 line) to v26.2.0 (2.12.0 line) that has the hook (92 tags compared);
+ * newer releases use c10::CachingDeviceAllocator::DeviceStats, whose layout depends on the torch
+ * version, and get no hook (hbmalloc_torch.use() says so). */
+typedef struct hbm_torch_stat {
+    int64_t current, peak, allocated, freed;
+} hbm_torch_stat;
+
+typedef struct hbm_torch_npu_stats_v1 {
+    hbm_torch_stat allocation[3], segment[3], active[3], inactive_split[3];
+    hbm_torch_stat allocated_bytes[3], reserved_bytes[3], active_bytes[3], inactive_split_bytes[3];
+    hbm_torch_stat requested_bytes[3];
+    int64_t num_alloc_retries, num_ooms;
+    hbm_torch_stat oversize_allocations, oversize_segments;
+    int64_t max_split_size;
+} hbm_torch_npu_stats_v1;
+
+_Static_assert(sizeof(hbm_torch_npu_stats_v1) == 27 * 32 + 2 * 8 + 2 * 32 + 8, "torch_npu DeviceStats layout");
+_Static_assert(offsetof(hbm_torch_npu_stats_v1, num_alloc_retries) == 864, "torch_npu DeviceStats layout");
+
+HBM_TORCH_EXPORT hbm_torch_npu_stats_v1 hbm_torch_npu_device_stats(int device);
+
+static void put_stat(hbm_torch_stat *d, const hbm_stat *s)
+{
+    *d = (hbm_torch_stat){s->current, s->peak, s->allocated, s->freed};
+}
+
+HBM_TORCH_EXPORT hbm_torch_npu_stats_v1 hbm_torch_npu_device_stats(int device)
+{
+    hbm_torch_npu_stats_v1 out;
+    memset(&out, 0, sizeof out);
+    hbm_stats s;
+    hbm_allocator *a = existing((int8_t)device);
+    if (!a || hbm_get_stats(a, &s) != HBM_OK) {
+        out.max_split_size = -1; /* a device never used: PyTorch's zeros, max_split_size unlimited */
+        return out;
+    }
+    for (int k = 0; k < 3; k++) {
+        put_stat(&out.allocation[k], &s.allocation[k]);
+        put_stat(&out.segment[k], &s.segment[k]);
+        put_stat(&out.active[k], &s.active[k]);
+        put_stat(&out.inactive_split[k], &s.inactive_split[k]);
+        put_stat(&out.allocated_bytes[k], &s.allocated_bytes[k]);
+        put_stat(&out.reserved_bytes[k], &s.reserved_bytes[k]);
+        put_stat(&out.active_bytes[k], &s.active_bytes[k]);
+        put_stat(&out.inactive_split_bytes[k], &s.inactive_split_bytes[k]);
+        put_stat(&out.requested_bytes[k], &s.requested_bytes[k]);
+    }
+    out.num_alloc_retries = s.num_alloc_retries;
+    out.num_ooms = s.num_ooms;
+    put_stat(&out.oversize_allocations, &s.oversize_allocations);
+    put_stat(&out.oversize_segments, &s.oversize_segments);
+    out.max_split_size = s.max_split_size;
+    return out;
+}
+
+/* ---- the Python helper's entry points (ctypes; status codes, never an exception) ---- */
+
+HBM_TORCH_EXPORT void *hbm_torch_raw_alloc(size_t size, int device, void *stream);
+HBM_TORCH_EXPORT int hbm_torch_empty_cache(void);
+HBM_TORCH_EXPORT int hbm_torch_record_stream(void *ptr, int device, void *stream);
+HBM_TORCH_EXPORT int hbm_torch_set_memory_fraction(double fraction, int device);
+HBM_TORCH_EXPORT double hbm_torch_get_memory_fraction(int device);
+HBM_TORCH_EXPORT long hbm_torch_stats(int device, char *buf, long len);
+HBM_TORCH_EXPORT int hbm_torch_reset_peak_stats(int device);
+HBM_TORCH_EXPORT int hbm_torch_reset_accumulated_stats(int device);
+HBM_TORCH_EXPORT int hbm_torch_record_history(long max_entries, int stacks);
+HBM_TORCH_EXPORT int hbm_torch_snapshot(int device, const char *path);
+HBM_TORCH_EXPORT int hbm_torch_device_count(void);
+HBM_TORCH_EXPORT int hbm_torch_device_used(int device);
+HBM_TORCH_EXPORT long hbm_torch_pool_ids(int device, uint64_t *out, long cap);
+HBM_TORCH_EXPORT int hbm_torch_captures_underway(int device);
+HBM_TORCH_EXPORT const char *hbm_torch_error(void);
+
+static __thread char helper_error[1600]; /* the helper's calls, per thread */
+
+/* alloc without the exception (tests, benchmarks, the helper): NULL and hbm_torch_error() on failure. */
+HBM_TORCH_EXPORT void *hbm_torch_raw_alloc(size_t size, int device, void *stream)
+{
+    void *p;
+    if (hbm_torch__malloc(size, device, stream, &p, helper_error, sizeof helper_error) != 0)
+        return NULL;
+    return p;
+}
+
+HBM_TORCH_EXPORT int hbm_torch_empty_cache(void)
 {
     pthread_once(&once, open_devices);
     int rc = 0;
     for (int d = 0; devices && d < hbm_devices_count(devices); d++) {
-        hbm_allocator *a = hbm_devices_get(devices, d);
-        if (a && hbm_empty_cache(a) != HBM_OK)
+        hbm_allocator *a = hbm_devices_existing(devices, d);
+        if (a && hbm_empty_cache(a) != HBM_OK) {
+            hbm_copy_last_error(a, helper_error, sizeof helper_error);
             rc = -1;
+        }
     }
     return rc;
 }
 
-EXPORT int hbm_torch_record_stream(void *ptr, int device, void *stream)
+HBM_TORCH_EXPORT int hbm_torch_record_stream(void *ptr, int device, void *stream)
 {
-    hbm_allocator *a = allocator(device);
-    return a ? (int)hbm_record_stream(a, ptr, (hbm_stream)(uintptr_t)stream) : -1;
-}
-
-EXPORT int hbm_torch_set_memory_fraction(double fraction, int device)
-{
-    hbm_allocator *a = allocator(device);
-    return a ? (int)hbm_set_memory_fraction(a, fraction) : -1;
-}
-
-/* "name value" lines under memory_stats() names; returns the length (or the length needed). */
-EXPORT long hbm_torch_stats(int device, char *buf, long len)
-{
-    hbm_allocator *a = allocator(device);
+    hbm_allocator *a = hbm_torch__allocator(device);
     if (!a)
         return -1;
+    if (hbm_record_stream(a, ptr, (hbm_stream)(uintptr_t)stream) != HBM_OK) {
+        hbm_copy_last_error(a, helper_error, sizeof helper_error);
+        return -1;
+    }
+    return 0;
+}
+
+HBM_TORCH_EXPORT int hbm_torch_set_memory_fraction(double fraction, int device)
+{
+    hbm_allocator *a = hbm_torch__allocator(device);
+    if (!a)
+        return -1;
+    if (hbm_set_memory_fraction(a, fraction) != HBM_OK) {
+        hbm_copy_last_error(a, helper_error, sizeof helper_error);
+        return -1;
+    }
+    return 0;
+}
+
+/* A device never used has no allocator yet: its fraction is the one its settings will give. */
+HBM_TORCH_EXPORT double hbm_torch_get_memory_fraction(int device)
+{
+    hbm_allocator *a = existing(device);
+    if (!a && !(a = hbm_torch__allocator(device)))
+        return -1.0;
+    return hbm_get_memory_fraction(a);
+}
+
+/* "name value" lines under memory_stats() names; returns the length (or the length needed).
+ * A device that has not allocated yet answers zeros, as PyTorch's does, without creating anything. */
+HBM_TORCH_EXPORT long hbm_torch_stats(int device, char *buf, long len)
+{
+    pthread_once(&once, open_devices);
+    if (!devices || device < 0 || device >= hbm_devices_count(devices)) {
+        snprintf(helper_error, sizeof helper_error, "device %d does not exist (%d devices)", device,
+                 hbm_devices_count(devices));
+        return -1;
+    }
     hbm_stats s;
-    hbm_get_stats(a, &s);
+    memset(&s, 0, sizeof s);
+    s.max_split_size = -1;
+    hbm_allocator *a = existing(device);
+    if (a)
+        hbm_get_stats(a, &s);
     hbm_stat_entry e[HBM_STAT_ENTRIES];
     int n = hbm_stats_flatten(&s, e, HBM_STAT_ENTRIES);
     long need = 0;
@@ -136,51 +552,101 @@ EXPORT long hbm_torch_stats(int device, char *buf, long len)
     return need;
 }
 
-EXPORT int hbm_torch_record_history(int device, long max_entries)
+HBM_TORCH_EXPORT int hbm_torch_reset_peak_stats(int device)
 {
-    hbm_allocator *a = allocator(device);
-    return a && max_entries >= 0 ? (int)hbm_history_enable(a, (size_t)max_entries) : -1;
+    hbm_allocator *a = existing(device);
+    if (a)
+        hbm_reset_peak_stats(a);
+    return 0;
 }
 
-EXPORT int hbm_torch_snapshot(int device, const char *path)
+HBM_TORCH_EXPORT int hbm_torch_reset_accumulated_stats(int device)
 {
-    hbm_allocator *a = allocator(device);
-    if (!a || !path)
+    hbm_allocator *a = existing(device);
+    if (a)
+        hbm_reset_accumulated_stats(a);
+    return 0;
+}
+
+/* _record_memory_history: max_entries 0 turns the ring off (and clears it); stacks: 1 labels every
+ * allocation with its Python stack, 0 with the helper's label() alone. Every device, now and later. */
+HBM_TORCH_EXPORT int hbm_torch_record_history(long max_entries, int stacks)
+{
+    if (max_entries < 0)
+        return -1;
+    pthread_once(&once, open_devices);
+    pthread_mutex_lock(&history_lock);
+    history_entries = max_entries;
+    memset(history_applied, 0, sizeof history_applied);
+    pthread_mutex_unlock(&history_lock);
+    int rc = 0;
+    for (int d = 0; devices && d < hbm_devices_count(devices) && d < MAX_DEVICES; d++) {
+        hbm_allocator *a = hbm_devices_existing(devices, d);
+        if (a) {
+            apply_history(a, d);
+            rc |= history_applied[d] ? 0 : -1;
+        }
+    }
+    hbm_torch__stacks_enable(stacks);
+    return rc;
+}
+
+HBM_TORCH_EXPORT int hbm_torch_snapshot(int device, const char *path)
+{
+    hbm_allocator *a = existing(device);
+    if (!a && !(a = hbm_torch__allocator(device)))
+        return -1;
+    if (!path)
         return -1;
     hbm_snapshot *s;
-    char err[512];
-    if (hbm_snapshot_take(a, &s) != HBM_OK)
+    if (hbm_snapshot_take(a, &s) != HBM_OK) {
+        snprintf(helper_error, sizeof helper_error, "out of host memory taking a snapshot");
         return -1;
+    }
     size_t n = strlen(path);
     hbm_status rc = hbm_snapshot_save(s, path, n > 5 && !strcmp(path + n - 5, ".json") ? HBM_SNAPSHOT_JSON
                                                                                        : HBM_SNAPSHOT_PICKLE,
-                                      err, sizeof err);
+                                      helper_error, sizeof helper_error);
     hbm_snapshot_free(s);
-    if (rc != HBM_OK)
-        fprintf(stderr, "hbmalloc: %s\n", err);
     return rc == HBM_OK ? 0 : -1;
 }
 
-EXPORT const char *hbm_torch_error(void)
+HBM_TORCH_EXPORT int hbm_torch_device_count(void)
 {
     pthread_once(&once, open_devices);
+    return devices ? hbm_devices_count(devices) : -1;
+}
+
+HBM_TORCH_EXPORT int hbm_torch_device_used(int device) { return existing(device) != NULL; }
+
+/* Torch's ids of the device's graph pools: (hbmalloc id, id0, id1) triples; returns how many. */
+HBM_TORCH_EXPORT long hbm_torch_pool_ids(int device, uint64_t *out, long cap)
+{
+    pthread_mutex_lock(&pools_lock);
+    long n = 0;
+    for (size_t i = 0; i < npools; i++)
+        if (pools[i].device == device) {
+            if (out && n < cap) {
+                out[3 * n] = pools[i].pool;
+                out[3 * n + 1] = pools[i].id0;
+                out[3 * n + 2] = pools[i].id1;
+            }
+            n++;
+        }
+    pthread_mutex_unlock(&pools_lock);
+    return n;
+}
+
+HBM_TORCH_EXPORT int hbm_torch_captures_underway(int device)
+{
+    hbm_allocator *a = existing(device);
+    return a ? hbm_captures_underway(a) : 0;
+}
+
+HBM_TORCH_EXPORT const char *hbm_torch_error(void)
+{
+    pthread_once(&once, open_devices);
+    if (helper_error[0])
+        return helper_error;
     return devices ? hbm_devices_error(devices) : open_error;
-}
-
-/* torch_npu's set_init_fn: called once per device before its first allocation. */
-EXPORT void hbm_torch_init(int device) { (void)allocator(device); }
-
-/* torch_npu's set_reset_fn: its empty_cache(check_error). */
-EXPORT void hbm_torch_reset(bool check_error)
-{
-    if (hbm_torch_empty_cache() != 0 && check_error)
-        fprintf(stderr, "hbmalloc: empty_cache failed: %s\n", hbm_torch_error());
-}
-
-/* torch_npu's set_memory_fraction_fn: no status to return, so a refusal is said on stderr. */
-EXPORT void hbm_torch_memory_fraction(double fraction, int device)
-{
-    hbm_allocator *a = allocator(device);
-    if (a && hbm_set_memory_fraction(a, fraction) != HBM_OK)
-        fprintf(stderr, "hbmalloc: %s\n", hbm_last_error(a));
 }

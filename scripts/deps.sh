@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Install the Debian packages the build and the tests need, if any is missing.
+# Install the Debian packages a job needs, if any is missing.
+# usage: scripts/deps.sh build   what building hbmalloc needs (the main job: scripts/demo.sh)
+#        scripts/deps.sh test    that, and what the tests need (scripts/test.sh): cmocka, librsvg, clang and
+#                                its sanitizer runtimes, valgrind, and Debian's torch (python3-torch, libtorch-dev:
+#                                the plug-in built against torch's headers, and tests inside a real torch)
 set -euo pipefail
-pkgs=(gcc make cmake pkg-config libcmocka-dev python3 librsvg2-bin clang libclang-rt-14-dev valgrind)
+pkgs=(gcc g++ make cmake pkg-config python3)
+if [ "${1:-test}" = test ]; then
+    pkgs+=(libcmocka-dev librsvg2-bin clang libclang-rt-14-dev valgrind python3-torch libtorch-dev)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,4 +22,4 @@ sudo=""
 [ "$(id -u)" -ne 0 ] && sudo=sudo
 echo "deps.sh: installing ${missing[*]}" >&2
 $sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 declare -A ci_runs=([conf]=2000000 [trace]=500000 [ops]=2500 [doctor]=1500000)
-CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_FUZZ=ON -DHBM_TESTS=OFF -DHBM_BENCH=OFF \
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_FUZZ=ON -DHBM_TESTS=OFF -DHBM_BENCH=OFF \
     -DHBM_SANITIZE=address,undefined >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_conf fuzz_trace fuzz_ops fuzz_doctor
 work=$(mktemp -d)

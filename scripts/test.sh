@@ -2,12 +2,15 @@
 # Build and run every test: once in a normal build, once under AddressSanitizer + UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+scripts/deps.sh test
 jobs=$(nproc)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# Debian's python3 (its torch): the plug-ins are also built against torch's headers and tested inside torch.
+py=/usr/bin/python3
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_TESTS=ON -DHBM_PYTHON=$py -DHBM_TORCH_C10=ON >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=address,undefined -DHBM_BENCH=OFF >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=address,undefined -DHBM_BENCH=OFF -DHBM_TESTS=ON \
+    -DHBM_PYTHON=$py -DHBM_TORCH_C10=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs"
@@ -32,6 +35,6 @@ echo "valgrind clean: hbmalloc doctor (recorded npu-smi, version files, logs)"
 # Each fuzz target for a bounded, repeatable run of about a minute (make fuzz runs them long, at random).
 scripts/fuzz.sh "${HBM_FUZZ_SECONDS:-ci}"
 # Last, so that ctest's summary closes the output: the thread stress and the stream tests under ThreadSanitizer.
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=thread -DHBM_BENCH=OFF >/dev/null
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=thread -DHBM_BENCH=OFF -DHBM_TORCH_C10=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_threads test_streams
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R 'test_threads|test_streams'

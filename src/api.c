@@ -199,6 +199,21 @@ size_t hbm_copy_last_error(hbm_allocator *a, char *buf, size_t len)
     return strlen(buf);
 }
 
+hbm_status hbm_copy_last_oom(hbm_allocator *a, hbm_oom_info *out, char *msg, size_t msglen)
+{
+    if (!a || !out)
+        return HBM_ERR_INVALID;
+    hbm__lock(a);
+    hbm_status rc = a->has_oom ? HBM_OK : HBM_ERR_INVALID;
+    if (rc == HBM_OK) {
+        *out = a->last_oom;
+        if (msg && msglen)
+            snprintf(msg, msglen, "%s", a->oom_msg);
+    }
+    hbm__unlock(a);
+    return rc;
+}
+
 hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
 {
     if (!a || !out)

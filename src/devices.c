@@ -77,6 +77,16 @@ hbm_allocator *hbm_devices_get(hbm_devices *d, int device)
     return a;
 }
 
+hbm_allocator *hbm_devices_existing(hbm_devices *d, int device)
+{
+    if (!d || device < 0 || device >= d->count)
+        return NULL;
+    pthread_mutex_lock(&d->lock);
+    hbm_allocator *a = d->dev[device];
+    pthread_mutex_unlock(&d->lock);
+    return a;
+}
+
 hbm_status hbm_devices_malloc(hbm_devices *d, int device, size_t size, hbm_stream stream, void **out)
 {
     if (out)

@@ -456,6 +456,12 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size)
     hbm__trace(a, HBM_TRACE_OOM, dev_free, alloc_size, 0);
     int64_t allocated = a->stats.allocated_bytes[HBM_POOL_ALL].current;
     int64_t reserved = a->stats.reserved_bytes[HBM_POOL_ALL].current;
+    a->last_oom = (hbm_oom_info){.request = orig, .alloc_size = alloc_size, .device_total = dev_total,
+                                 .device_free = dev_free, .allowed = a->fraction_set ? a->allowed_max : 0,
+                                 .allocated = (uint64_t)allocated,
+                                 .active = (uint64_t)a->stats.active_bytes[HBM_POOL_ALL].current,
+                                 .reserved = (uint64_t)reserved, .during_capture = a->ncaptures > 0};
+    a->has_oom = true;
     size_t cached = (size_t)(reserved - allocated);
     size_t largest = largest_free_block(a);
     size_t outside = dev_total > dev_free + (size_t)reserved ? dev_total - dev_free - (size_t)reserved : 0;
@@ -524,8 +530,11 @@ static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream
 {
     if (orig >= HBM__MAX_REQUEST - a->request_pad) {
         a->stats.num_ooms++;
+        a->last_oom = (hbm_oom_info){.request = orig, .too_large = 1};
+        a->has_oom = true;
         hbm__set_error(a, "out of memory on %s device %d. Tried to allocate more than 1EB memory.",
                        a->backend->ops->name, a->device);
+        memcpy(a->oom_msg, a->err, sizeof a->oom_msg);
         return HBM_ERR_OOM;
     }
     hbm_status rc;
@@ -562,6 +571,7 @@ static hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream
             if (rc == HBM_ERR_OOM) {
                 a->stats.num_ooms++;
                 oom_message(a, orig, alloc_size);
+                memcpy(a->oom_msg, a->err, sizeof a->oom_msg);
             }
             return rc;
         }
@@ -745,6 +755,41 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
             rc = hbm__free_with_uses(a, b);
         else
             hbm__free_block(a, b);
+    }
+    hbm__unlock(a);
+    return rc;
+}
+
+double hbm_get_memory_fraction(hbm_allocator *a)
+{
+    if (!a)
+        return 1.0;
+    hbm__lock(a);
+    double f = a->fraction_set ? a->fraction : 1.0;
+    hbm__unlock(a);
+    return f;
+}
+
+hbm_status hbm_segment_of(hbm_allocator *a, const void *ptr, void **base, size_t *size)
+{
+    if (!a || !base || !size)
+        return HBM_ERR_INVALID;
+    hbm__lock(a);
+    hbm_status rc = HBM_OK;
+    hbm__block *b = ptr ? hbm__ptrmap_get(&a->live, (uintptr_t)ptr) : NULL;
+    if (!b) {
+        hbm__set_error(a, "getBaseAllocation(%p): not the start of a live block of %s device %d", ptr,
+                       a->backend->ops->name, a->device);
+        rc = HBM_ERR_INVALID;
+    } else if (b->seg->expandable) {
+        /* PyTorch's own refusal (getBaseAllocation in CUDACachingAllocator.cpp), in its words. */
+        hbm__set_error(a, "Tensors allocated with expandable_segments=True cannot be shared between processes. "
+                          "Consider using expandable_segments=False in data loading workers via "
+                          "torch.cuda.memory._set_allocator_settings('expandable_segments:False')");
+        rc = HBM_ERR_INVALID;
+    } else {
+        *base = (void *)b->seg->addr;
+        *size = b->seg->size;
     }
     hbm__unlock(a);
     return rc;

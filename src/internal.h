@@ -175,6 +175,9 @@ struct hbm_allocator {
     hbm_label context;        /* the allocator-wide label, or the call's own during hbm_malloc_labeled */
     hbm__labels labels;       /* every label ever interned, kept until destroy */
     hbm_device_counters dev;
+    hbm_oom_info last_oom; /* valid when has_oom */
+    bool has_oom;
+    char oom_msg[1536];    /* the last OOM's message (err may be overwritten since) */
     char warning[1024];    /* the capability fallback, if any (also printed once at create) */
     char err[1536];
 };
