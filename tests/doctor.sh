@@ -30,6 +30,18 @@ expect 0 "$T/out" "driver (HDK)             24.1.rc3" "firmware                 
   "gpu                      7 NVIDIA H100 80GB HBM3, 0 / 81559 MiB used" "No problems found."
 [ "$(grep -c '^    npu  ' "$T/out")" -eq 8 ] || fail "$case: not 8 NPUs (the process table must not count)"
 
+# HCCL with a pluggable allocator: a reuse mode that relies on recordStream, and one torch_npu refuses.
+case=hccl-reuse-mode
+doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt MULTI_STREAM_MEMORY_REUSE=1 "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "[warning] MULTI_STREAM_MEMORY_REUSE=1: HCCL collectives rely on recordStream" \
+  "export MULTI_STREAM_MEMORY_REUSE=2 (hbmalloc_torch.use() sets it when it is unset)"
+doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt MULTI_STREAM_MEMORY_REUSE=7 "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "[error] MULTI_STREAM_MEMORY_REUSE='7' is refused"
+doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt MULTI_STREAM_MEMORY_REUSE=2 "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?
+expect 0 "$T/out" "MULTI_STREAM_MEMORY_REUSE 2" "No problems found."
+doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?
+expect 0 "$T/out" "unset: torch_npu's default 1 (HCCL relies on recordStream); hbmalloc_torch.use() sets 2"
+
 case=inference-310p
 doc NPU_SMI_INFO=$D/npu-smi/310p3.txt "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
 expect 0 "$T/out" "npu-smi driver           23.0.rc3" "npu                      0 310P3, health OK, memory 3841 / 21527 MB used" \

@@ -388,6 +388,45 @@ static void check_settings(doctor *d, int ascend)
 
 /* ---- backends ---- */
 
+/* torch_npu's ProcessGroupHCCL keeps collective inputs alive through recordStream under
+ * MULTI_STREAM_MEMORY_REUSE 0, 1 (its default) and 3, and stashes them under 2 (OptionsManager.cpp
+ * GetMultiStreamMemoryReuse reads it with strtol; ProcessGroupHCCL.cpp). A pluggable allocator never
+ * receives torch_npu's recordStream (its hook takes an NPUStream by value), so with hbmalloc only 2 is safe. */
+static void check_reuse_mode(doctor *d, int ascend)
+{
+    const char *v = getenv("MULTI_STREAM_MEMORY_REUSE");
+    if (!v) {
+        if (ascend)
+            doctor_fact(d, "variables", "MULTI_STREAM_MEMORY_REUSE", "unset: torch_npu's default 1 (HCCL relies on "
+                        "recordStream); hbmalloc_torch.use() sets 2");
+        return;
+    }
+    doctor_fact(d, "variables", "MULTI_STREAM_MEMORY_REUSE", "%.380s", v);
+    char *end;
+    long mode = strtol(v, &end, 10);
+    if (end == v || mode < 0 || mode > 3) {
+        finding *f = doctor_add(d, SEV_ERROR, "multi-stream-reuse-invalid");
+        snprintf(f->title, sizeof f->title, "MULTI_STREAM_MEMORY_REUSE='%.60s' is refused: torch_npu stops at the "
+                 "first collective", v);
+        snprintf(f->evidence, sizeof f->evidence, "environment: MULTI_STREAM_MEMORY_REUSE=%.200s", v);
+        snprintf(f->why, sizeof f->why, "torch_npu accepts 0, 1 or 2 (and 3 in releases from 2025): \"MULTI_STREAM_"
+                 "MEMORY_REUSE should be 0, 1, 2 or 3\".");
+        doctor_next(f, "export MULTI_STREAM_MEMORY_REUSE=2");
+    } else if (mode != 2) {
+        finding *f = doctor_add(d, SEV_WARNING, "multi-stream-reuse-record-stream");
+        snprintf(f->title, sizeof f->title, "MULTI_STREAM_MEMORY_REUSE=%ld: HCCL collectives rely on recordStream, "
+                 "which hbmalloc's torch_npu plug-in cannot receive", mode);
+        snprintf(f->evidence, sizeof f->evidence, "environment: MULTI_STREAM_MEMORY_REUSE=%.200s", v);
+        snprintf(f->why, sizeof f->why, "With this mode torch_npu's ProcessGroupHCCL marks a collective's inputs with "
+                 "recordStream so that the allocator keeps them until HCCL is done. torch_npu passes recordStream to a "
+                 "pluggable allocator as an NPUStream by value, which no C allocator can take, so under hbmalloc the "
+                 "input can be reused while HCCL still reads it. Mode 2 keeps the tensors alive until the work "
+                 "completes instead (batch_isend_irecv and coalesced collectives still use recordStream: keep their "
+                 "tensors until work.wait()). Only matters with hbmalloc (or another pluggable allocator) in the job.");
+        doctor_next(f, "export MULTI_STREAM_MEMORY_REUSE=2 (hbmalloc_torch.use() sets it when it is unset)");
+    }
+}
+
 static void probe_backend(doctor *d, const char *spec, int *vmm, char *why, size_t whylen)
 {
     hbm_backend *b;
@@ -627,5 +666,6 @@ void doctor_env(doctor *d, const char *root)
                         "outside the caching allocator", mb, 2 * mb);
         }
     }
+    check_reuse_mode(d, present);
     check_settings(d, present || d->npu_vmm >= 0);
 }
