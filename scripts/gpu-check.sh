@@ -3,7 +3,10 @@
 #   1. build hbmalloc;
 #   2. replay the bundled traces on the real driver (cuda backend), whole and expandable segments, the
 #      validator at the end of each (the unit tests need cmocka; they run too where it is installed);
-#   3. train ResNet-50 and a GPT-2-sized transformer (random weights, variable sequence lengths) under
+#   3. the PyTorch door (scripts/gpu_door.py): OOM as torch.cuda.OutOfMemoryError and training goes on,
+#      memory_stats() against PyTorch's key set and hbmalloc's figures, empty_cache, record_stream, a CUDA graph,
+#      torch.compile, Python frames in a snapshot;
+#   4. train ResNet-50 and a GPT-2-sized transformer (random weights, variable sequence lengths) under
 #      PyTorch's allocator, hbmalloc, and hbmalloc with expandable segments; a table of peak reserved,
 #      step time relative to PyTorch's allocator, and device allocation calls, plus their memory snapshots.
 # Output goes to $OUT (or ./gpu-check-out): gpu-check.md, results.jsonl, *.pickle snapshots, logs.
@@ -17,7 +20,8 @@ status=0
 log "build"
 have_cmocka=OFF
 pkg-config --exists cmocka 2>/dev/null && have_cmocka=ON
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_TESTS=$have_cmocka -DHBM_BENCH=OFF \
+py=$(command -v python3)
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_TESTS=$have_cmocka -DHBM_BENCH=OFF -DHBM_PYTHON="$py" \
     >>"$out/gpu-check.log" 2>&1 && cmake --build build-gpu -j"$(nproc)" >>"$out/gpu-check.log" 2>&1 || {
     log "build failed"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1 || true
@@ -41,8 +45,23 @@ else
     log "cmocka is not installed: unit tests not run here (they run in CI against the fake driver)"
 fi
 
-log "training loops"
+# The plug-in built against this torch when CMake found it (typed OutOfMemoryError), else the generic one.
 export HBMALLOC_TORCH_LIB=$PWD/build-gpu/libhbmalloc_torch.so
+[ -f build-gpu/libhbmalloc_torch_c10.so ] && export HBMALLOC_TORCH_LIB=$PWD/build-gpu/libhbmalloc_torch_c10.so
+log "plug-in: $HBMALLOC_TORCH_LIB"
+
+log "the PyTorch door"
+: >"$out/door.jsonl"
+if timeout 60 python3 scripts/gpu_door.py native "$out" >>"$out/door.jsonl" 2>"$out/door-native.log" &&
+    timeout 240 python3 scripts/gpu_door.py hbmalloc "$out" >>"$out/door.jsonl" 2>"$out/door-hbmalloc.log"; then
+    :
+else
+    log "door script FAILED: $(tail -n3 "$out/door-hbmalloc.log" | tr '\n' ' ')"; status=1
+fi
+grep -q '"ok": false' "$out/door.jsonl" && status=1
+cat "$out/door.jsonl" | tee -a "$out/gpu-check.log"
+
+log "training loops"
 : >"$out/results.jsonl"
 for model in resnet50 gpt2; do
     for alloc in native hbmalloc hbmalloc-expandable; do
@@ -66,6 +85,9 @@ for r in rows:
     ratio = r["median_step_s"] / b["median_step_s"] if b else float("nan")
     lines.append(f"| {r['model']} | {r['allocator']} | {r['peak_reserved'] / 2**20:.0f} | {r['peak_allocated'] / 2**20:.0f} | "
                  f"{r['peak_reserved'] / max(r['peak_allocated'], 1):.3f} | {ratio:.3f} | {r['device_allocs']} |")
+door = [json.loads(l) for l in open(f"{out}/door.jsonl") if l.strip()]
+lines += ["", "| door check | ok | detail |", "|---|---|---|"]
+lines += [f"| {d['check']} | {'yes' if d['ok'] else 'NO'} | {d['detail'].replace('|', '/')} |" for d in door]
 open(f"{out}/gpu-check.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -32,10 +32,8 @@ def main():
     torch.manual_seed(0)
     random.seed(0)
     dev = torch.device("cuda")
-    if allocator == "native":
-        torch.cuda.memory._record_memory_history(max_entries=200000)
-    else:
-        hbmalloc_torch.record_history(200000)
+    # The same torch calls under either allocator: under hbmalloc they are routed to it (docs/PYTORCH.md).
+    torch.cuda.memory._record_memory_history(max_entries=200000)
 
     if model_name == "resnet50":
         import torchvision
@@ -81,16 +79,10 @@ def main():
         del x, y, loss
 
     snap = os.path.join(outdir, f"{model_name}-{allocator}.pickle")
-    if allocator == "native":
-        s = torch.cuda.memory_stats()
-        peak_reserved, peak_alloc = s["reserved_bytes.all.peak"], s["allocated_bytes.all.peak"]
-        dev_allocs = s.get("num_device_alloc", -1)
-        torch.cuda.memory._dump_snapshot(snap)
-    else:
-        s = hbmalloc_torch.stats()
-        peak_reserved, peak_alloc = s["reserved_bytes.all.peak"], s["allocated_bytes.all.peak"]
-        dev_allocs = s["num_device_alloc"]
-        hbmalloc_torch.snapshot(snap)
+    s = torch.cuda.memory_stats()
+    peak_reserved, peak_alloc = s["reserved_bytes.all.peak"], s["allocated_bytes.all.peak"]
+    dev_allocs = s.get("num_device_alloc", -1)
+    torch.cuda.memory._dump_snapshot(snap)
     print(json.dumps({"model": model_name, "allocator": allocator, "median_step_s": statistics.median(times),
                       "peak_reserved": peak_reserved, "peak_allocated": peak_alloc, "device_allocs": dev_allocs,
                       "snapshot": snap}))
