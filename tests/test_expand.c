@@ -429,10 +429,37 @@ static void a_smaller_large_page_maps_only_what_the_request_needs(void **st)
     hbm_destroy(a);
 }
 
+/* getBaseAllocation: a plain segment has one device allocation to name; an expandable one has none, and
+ * PyTorch refuses with this text (CUDACachingAllocator.cpp getBaseAllocation). */
+static void the_base_of_a_block_is_its_segment_and_expandable_ones_refuse(void **state)
+{
+    (void)state;
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "");
+    void *p = must_malloc(a, 3 * MiB, 0), *q = must_malloc(a, 5 * MiB, 0);
+    void *base = NULL;
+    size_t size = 0;
+    assert_int_equal(hbm_segment_of(a, q, &base, &size), HBM_OK);
+    assert_ptr_equal(base, p); /* both from one 20 MiB segment, p at its start */
+    assert_int_equal(size, 20 * MiB);
+    assert_int_equal(hbm_segment_of(a, (char *)q + 512, &base, &size), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "not the start of a live block"));
+    hbm_free(a, p);
+    hbm_free(a, q);
+    hbm_destroy(a);
+    a = open_sim("sim:capacity=1GiB", "expandable_segments:True");
+    p = must_malloc(a, 3 * MiB, 0);
+    assert_int_equal(hbm_segment_of(a, p, &base, &size), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "Tensors allocated with expandable_segments=True cannot be shared "
+                                              "between processes"));
+    hbm_free(a, p);
+    hbm_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_smaller_large_page_maps_only_what_the_request_needs),
+        cmocka_unit_test(the_base_of_a_block_is_its_segment_and_expandable_ones_refuse),
         cmocka_unit_test(a_large_request_maps_one_20mib_page_of_a_reservation),
         cmocka_unit_test(small_pool_pages_are_2mib),
         cmocka_unit_test(expandable_segments_reuse_freed_memory_across_sizes),

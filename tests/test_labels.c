@@ -3,6 +3,22 @@
 
 #include "helpers.h"
 
+/* A snapshot as hbm_snapshot_save writes its JSON. */
+static void as_json(const hbm_snapshot *s, char *buf, size_t len)
+{
+    char path[] = "/tmp/hbm_labels_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char err[256];
+    assert_int_equal(hbm_snapshot_save(s, path, HBM_SNAPSHOT_JSON, err, sizeof err), HBM_OK);
+    FILE *f = fopen(path, "r");
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    unlink(path);
+}
+
 static void the_same_text_gives_the_same_id_and_many_texts_stay_distinct(void **state)
 {
     (void)state;
@@ -106,18 +122,8 @@ static void a_snapshot_outlives_its_allocator(void **state)
     assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
     hbm_destroy(a); /* frees the allocator's label texts */
     assert_string_equal(s->trace[s->ntrace - 1].context, "optimizer.step");
-    char path[] = "/tmp/hbm_labels_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    char err[256];
-    assert_int_equal(hbm_snapshot_save(s, path, HBM_SNAPSHOT_JSON, err, sizeof err), HBM_OK);
-    FILE *f = fopen(path, "r");
     char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    unlink(path);
+    as_json(s, buf, sizeof buf);
     assert_non_null(strstr(buf, "\"frames\":[{\"name\":\"optimizer.step\",\"filename\":\"\",\"line\":0}]"));
     hbm_snapshot_free(s);
 }
@@ -133,17 +139,8 @@ static void frames_are_written_as_pytorch_frame_dicts(void **state)
     assert_int_equal(hbm_malloc_labeled(a, 4096, 0, l, &p), HBM_OK);
     hbm_snapshot *s;
     assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
-    char path[] = "/tmp/hbm_frames_XXXXXX";
-    int fd = mkstemp(path);
-    close(fd);
-    char err[256];
-    assert_int_equal(hbm_snapshot_save(s, path, HBM_SNAPSHOT_JSON, err, sizeof err), HBM_OK);
-    FILE *f = fopen(path, "r");
     char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    unlink(path);
+    as_json(s, buf, sizeof buf);
     const char *want = "\"frames\":[{\"name\":\"matmul\",\"filename\":\"/src/model.py\",\"line\":42},"
                        "{\"name\":\"<module>\",\"filename\":\"train.py\",\"line\":7}]";
     /* Once for the block, once for the alloc entry. */
