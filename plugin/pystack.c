@@ -32,6 +32,7 @@ typedef struct py_api {
     int (*IsInitialized)(void);
     int (*IsFinalizing)(void);
     int (*GILState_Ensure)(void);
+    void *(*GILState_GetThisThreadState)(void);
     void (*GILState_Release)(int);
     void *(*Eval_GetFrame)(void);           /* borrowed */
     void *(*Frame_GetBack)(void *);         /* new reference (3.9+) */
@@ -57,6 +58,7 @@ static void py_load(void)
     if (!py.IsFinalizing)
         GET(IsFinalizing, "_Py_IsFinalizing"); /* before 3.13 */
     GET(GILState_Ensure, "PyGILState_Ensure");
+    GET(GILState_GetThisThreadState, "PyGILState_GetThisThreadState");
     GET(GILState_Release, "PyGILState_Release");
     GET(Eval_GetFrame, "PyEval_GetFrame");
     GET(Frame_GetBack, "PyFrame_GetBack");
@@ -68,7 +70,7 @@ static void py_load(void)
     GET(DecRef, "Py_DecRef");
     GET(Err_Clear, "PyErr_Clear");
 #undef GET
-    py_ok = py.IsInitialized && py.GILState_Ensure && py.GILState_Release && py.Eval_GetFrame && py.Frame_GetBack &&
+    py_ok = py.IsInitialized && py.GILState_Ensure && py.GILState_GetThisThreadState && py.GILState_Release && py.Eval_GetFrame && py.Frame_GetBack &&
             py.Frame_GetCode && py.Frame_GetLineNumber && py.Object_GetAttrString && py.Unicode_AsUTF8 &&
             py.IncRef && py.DecRef && py.Err_Clear;
 }
@@ -259,16 +261,21 @@ static hbm_label label_of(hbm_allocator *a, int device, void *const *code, const
     return id;
 }
 
+/* The thread's category alone (stacks off, or no Python on this thread). */
+static hbm_label category_label(hbm_allocator *a)
+{
+    hbm_label id = 0;
+    if (thread_label && hbm_label_intern(a, thread_label, &id) != HBM_OK)
+        id = 0;
+    return id;
+}
+
 hbm_label hbm_torch__call_label(hbm_allocator *a, int device)
 {
-    if (!stacks_on) {
-        hbm_label id = 0;
-        if (thread_label && hbm_label_intern(a, thread_label, &id) != HBM_OK)
-            id = 0;
-        return id;
-    }
-    if (!py.IsInitialized() || (py.IsFinalizing && py.IsFinalizing()))
-        return 0;
+    /* A thread Python never ran on (torch's autograd and NCCL threads) has no frames: no GIL for it. */
+    if (!stacks_on || !py.IsInitialized() || (py.IsFinalizing && py.IsFinalizing()) ||
+        !py.GILState_GetThisThreadState())
+        return category_label(a);
     int gil = py.GILState_Ensure();
     void *code[MAX_FRAMES];
     int line[MAX_FRAMES], n = 0;
