@@ -7,6 +7,6 @@ test:
 bench:
 	./scripts/deps.sh
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build build -j --target bench bench_expandable bench_traces_run bench_instructions
+	cmake --build build -j --target bench bench_expandable bench_traces_run bench_instructions bench_stacks
 fuzz:
 	./scripts/fuzz.sh $${HBM_FUZZ_SECONDS:-600}

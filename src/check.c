@@ -229,9 +229,9 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
             FAIL(&ck, "block %p deferred until the capture ends has %d events, %u stream uses and is %s",
                  (void *)a->deferred[i]->addr, a->deferred[i]->event_count, a->deferred[i]->nuses,
                  a->deferred[i]->allocated ? "allocated" : "free");
-    if (events != a->pending_events + a->ndeferred || queued != a->pending_events)
-        FAIL(&ck, "blocks wait on %zu events, the queues hold %zu, the count says %zu (+ %zu deferred)", events,
-             queued, a->pending_events, a->ndeferred);
+    if (events != a->pending_events + a->nstuck || queued + a->ndeferred != a->pending_events)
+        FAIL(&ck, "blocks wait on %zu events, the queues hold %zu and %zu frees are deferred, the count says %zu",
+             events, queued, a->ndeferred, a->pending_events);
 
 
     /* Every pool's trees, default and private; counts add up per pool kind. */

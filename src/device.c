@@ -63,11 +63,15 @@ static hbm_status end(hbm_allocator *a, uint64_t t0, hbm__op op, size_t size, in
 
 /* Calls that obtain memory or read capacity run in the relaxed graph-capture mode,
  * as PyTorch's alloc_block does (CUDAStreamCaptureModeGuard): legal while another
- * thread captures a graph, which the default (global) mode forbids. Returns the
- * mode to restore, or -1 when nothing was exchanged. */
-static int relax(hbm_allocator *a, hbm__op op)
+ * thread captures a graph, which the default (global) mode forbids. A real device
+ * always gets the exchange (a capture may be under way in code hbmalloc does not
+ * see); the simulated one only while this allocator captures (the exchange would
+ * be ~10% of a replayed event's instructions). Returns the mode to restore, or -1
+ * when nothing was exchanged. Called with the lock held, or (dev_malloc_raw) by a
+ * caller that released it outside any capture. */
+static inline __attribute__((always_inline)) int relax(hbm_allocator *a, hbm__op op)
 {
-    if (!a->backend->ops->capture_mode)
+    if (!a->backend->ops->capture_mode || (a->backend->caps.modelled_cost && !a->ncaptures))
         return -1;
     if (op != HBM__OP_MALLOC && op != HBM__OP_INFO && op != HBM__OP_RESERVE && op != HBM__OP_CREATE &&
         op != HBM__OP_MAP && op != HBM__OP_ACCESS)
@@ -78,7 +82,7 @@ static int relax(hbm_allocator *a, hbm__op op)
     return mode;
 }
 
-static void unrelax(hbm_allocator *a, int mode)
+static inline __attribute__((always_inline)) void unrelax(hbm_allocator *a, int mode)
 {
     if (mode >= 0)
         a->backend->ops->capture_mode(a->backend->ctx, a->device, &mode);

@@ -45,7 +45,8 @@ typedef struct hbm__block {
     int event_count;  /* events still to complete before a freed block is reusable */
     hbm_stream *uses; /* other streams that used the block (record_stream) */
     uint32_t nuses, cap_uses;
-    hbm_label label;  /* call-site label of the allocation (PyTorch's context_when_allocated) */
+    hbm_label label;  /* call-site label of the allocation (context_when_allocated); read only while the
+                         block is allocated or pending, so never reset */
 } hbm__block;
 
 /* Interned label texts (labels.c): text[id - 1]; slot is an open-addressing table of ids. */
@@ -165,9 +166,10 @@ struct hbm_allocator {
     size_t ncaptures;      /* routes of kind HBM__ROUTE_CAPTURE: capture mode while > 0 */
     hbm__block **deferred; /* freed during a capture with other streams' uses: events recorded after it */
     size_t ndeferred, cap_deferred;
+    size_t nstuck;         /* freed during a capture when even `deferred` could not grow: never reused */
     hbm__event_queue *queues;
     size_t nqueues, cap_queues;
-    size_t pending_events; /* events in all queues */
+    size_t pending_events; /* events in all queues, and the deferred frees (one each) */
     uint64_t *spare_events; /* recorded-and-completed events, for reuse */
     size_t nspare_events, cap_spare_events;
     hbm__trace_rec *history; /* ring buffer, NULL when off */

@@ -153,9 +153,11 @@ hbm_status hbm__free_with_uses(hbm_allocator *a, hbm__block *b)
         hbm__set_error(a, "out of host memory for allocator bookkeeping: a block freed during graph capture "
                           "stays unused");
         b->event_count = 1;
+        a->nstuck++;
         return HBM_ERR_NOMEM;
     }
     b->event_count = 1; /* stands for the end of the capture */
+    a->pending_events++;
     a->deferred[a->ndeferred++] = b;
     return HBM_OK;
 }
@@ -165,6 +167,7 @@ static void insert_deferred(hbm_allocator *a)
 {
     size_t n = a->ndeferred;
     a->ndeferred = 0;
+    a->pending_events -= n;
     for (size_t i = 0; i < n; i++) {
         hbm__block *b = a->deferred[i];
         b->event_count = 0;

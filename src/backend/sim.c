@@ -116,7 +116,7 @@ static __thread int sim_thread_mode;
  * an event on the capturing stream records it into the graph, which the
  * allocator must not mistake for the stream's progress. A violation fails the
  * call and is counted. */
-static int capture_check(sim *s, hbm__op op, const sim_stream *record_on)
+static inline int capture_check(sim *s, hbm__op op, const sim_stream *record_on)
 {
     if (s->ncapturing == 0)
         return 0;
