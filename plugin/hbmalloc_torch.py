@@ -20,6 +20,7 @@ library is imported at load; torch and torch_npu only by use(), so the helper's 
 """
 import contextlib
 import ctypes
+import glob
 import importlib.util
 import os
 import pickle
@@ -94,7 +95,8 @@ def _candidates(device):
     if "torch" in sys.modules:
         names.insert(0, "libhbmalloc_torch_npu_c10.so" if npu else "libhbmalloc_torch_c10.so")
     here = os.path.dirname(os.path.abspath(__file__))
-    dirs = [here, os.path.join(here, "..", "..", "lib"), os.path.join(here, "..", "..", "lib64")]
+    dirs = [here] + sorted(glob.glob(os.path.join(here, "..", "..", "lib*"))) + \
+        sorted(glob.glob(os.path.join(here, "..", "..", "lib", "*-linux-gnu")))  # CMAKE_INSTALL_LIBDIR
     return [os.path.normpath(os.path.join(d, n)) for n in names for d in dirs]
 
 

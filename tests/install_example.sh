@@ -16,4 +16,12 @@ flags=$(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs hbmalloc)
 "$cc" "$src/examples/embed/main.c" $flags -o "$tmp/embed_pc"
 LD_LIBRARY_PATH="$(dirname "$libdir"):${LD_LIBRARY_PATH:-}" "$tmp/embed_pc" | grep -q "double free reported" ||
     { echo "FAIL: pkg-config build"; exit 1; }
+# The installed Python helper finds the installed plug-in by itself (share/hbmalloc -> lib).
+HBMALLOC_BACKEND=sim:capacity=1GiB HBMALLOC_TORCH_LIB= python3 -c "
+import sys; sys.path.insert(0, '$tmp/prefix/share/hbmalloc')
+import hbmalloc_torch as h
+lib = h.library(device='cuda')
+assert lib.path.startswith('$tmp/prefix/lib'), lib.path
+p = lib.hbm_torch_raw_alloc(4096, 0, None); assert p; lib.hbm_torch_free(p, 0, 0, None)
+print('helper found', lib.path)" || { echo "FAIL: the installed helper and plug-in"; exit 1; }
 echo "install_and_example: ok"
