@@ -6,14 +6,23 @@ scripts/deps.sh test
 jobs=$(nproc)
 # Debian's python3 (its torch): the plug-ins are also built against torch's headers and tested inside torch.
 py=/usr/bin/python3
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_TESTS=ON -DHBM_PYTHON=$py -DHBM_TORCH_C10=ON >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_TESTS=ON -DHBM_WERROR=ON -DHBM_PYTHON=$py -DHBM_TORCH_C10=ON >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=address,undefined -DHBM_BENCH=OFF -DHBM_TESTS=ON \
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=address,undefined -DHBM_BENCH=OFF -DHBM_TESTS=ON -DHBM_WERROR=ON \
     -DHBM_PYTHON=$py -DHBM_TORCH_C10=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs"
+# Release builds with gcc and clang, warnings as errors (users' builds have them non-fatal: HBM_WERROR is off by
+# default), the library, the tool and the plug-ins.
+for cc in "gcc g++" "clang clang++"; do
+    set -- $cc
+    CC=$1 CXX=$2 cmake -S . -B "build-release-$1" -DCMAKE_BUILD_TYPE=Release -DHBM_TESTS=OFF -DHBM_BENCH=OFF \
+        -DHBM_WERROR=ON -DHBM_PYTHON=$py >/dev/null
+    cmake --build "build-release-$1" -j"$jobs" >/dev/null
+    echo "release build clean: $1"
+done
 # valgrind memcheck of the command-line tool on real traces.
 for args in "replay tests/data/linear-10k-50k-grad.pickle --snapshot build/vg.pickle" \
             "replay examples/cs336-lm-ctx512-forward.trace --conf expandable_segments:True" \
@@ -35,6 +44,6 @@ echo "valgrind clean: hbmalloc doctor (recorded npu-smi, version files, logs)"
 # Each fuzz target for a bounded, repeatable run of about a minute (make fuzz runs them long, at random).
 scripts/fuzz.sh "${HBM_FUZZ_SECONDS:-ci}"
 # Last, so that ctest's summary closes the output: the thread stress and the stream tests under ThreadSanitizer.
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=thread -DHBM_BENCH=OFF -DHBM_TORCH_C10=OFF >/dev/null
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=thread -DHBM_BENCH=OFF -DHBM_WERROR=ON -DHBM_TORCH_C10=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_threads test_streams
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R 'test_threads|test_streams'
