@@ -229,6 +229,10 @@ typedef enum hbm_dialect {
 /* Parse a settings string and write the effective settings, one "key: value" per line,
  * into out; on error returns HBM_ERR_CONF and writes the message into out. */
 HBM_API hbm_status hbm_settings_check(const char *settings, hbm_dialect d, char *out, size_t outlen);
+/* The same for the value of an environment variable: PYTORCH_CUDA_ALLOC_CONF, PYTORCH_NPU_ALLOC_CONF and
+ * PYTORCH_ALLOC_CONF are read by the framework too, which refuses hbmalloc's own (hbm_*) keys there. */
+HBM_API hbm_status hbm_settings_check_var(const char *var, const char *settings, hbm_dialect d, char *out,
+                                          size_t outlen);
 /* Effective settings of a live allocator, in the same form, with any capability fallback. */
 HBM_API hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen);
 /* The capability warning given at create ("" if none), e.g. expandable segments unsupported. */

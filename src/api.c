@@ -267,6 +267,22 @@ hbm_status hbm_settings_check(const char *settings, hbm_dialect d, char *out, si
     return rc;
 }
 
+hbm_status hbm_settings_check_var(const char *var, const char *settings, hbm_dialect d, char *out, size_t outlen)
+{
+    if (!var || !settings)
+        return HBM_ERR_INVALID;
+    hbm__conf *c = malloc(sizeof *c);
+    if (!c)
+        return HBM_ERR_NOMEM;
+    hbm__conf_defaults(c, d);
+    snprintf(c->source, sizeof c->source, "%s", var);
+    hbm_status rc = hbm__conf_parse(c, settings, d, out, outlen);
+    if (rc == HBM_OK)
+        hbm__conf_describe(c, out, outlen);
+    free(c);
+    return rc;
+}
+
 hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen)
 {
     if (!a || !out)

@@ -480,6 +480,14 @@ hbm_status hbm__conf_parse(hbm__conf *cf, const char *s, hbm_dialect d, char *er
             rc = HBM_ERR_CONF;
             break;
         }
+        if ((k->id == K_HBM_REMAP || k->id == K_HBM_PAGE) && !strncmp(cf->source, "PYTORCH_", 8)) {
+            /* The framework parses its variable itself and stops at keys it does not know. */
+            snprintf(err, errlen, "'%s' is an hbmalloc key: %s refuses it in %s (\"Unrecognized CachingAllocator "
+                                  "option: %s\"); put hbmalloc's keys in HBMALLOC_CONF (character %zu)",
+                     key->s, d == HBM_DIALECT_NPU ? "torch_npu" : "PyTorch", cf->source, key->s, key->pos);
+            rc = HBM_ERR_CONF;
+            break;
+        }
         i += 2;
         if (set_key(cf, k, lx, &i, &max_split_set, err, errlen)) {
             rc = HBM_ERR_CONF;

@@ -124,3 +124,13 @@ void hbm__sb_printf(hbm__sbuf *sb, const char *fmt, ...)
     if (sb->len > sb->cap - 1)
         sb->len = sb->cap - 1;
 }
+
+void hbm__shell_quote(const char *s, char *out, size_t len)
+{
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, out, len);
+    hbm__sb_printf(&sb, "'");
+    for (const char *p = s; *p; p++)
+        hbm__sb_printf(&sb, *p == '\'' ? "'\\''" : "%c", *p);
+    hbm__sb_printf(&sb, "'");
+}

@@ -24,6 +24,10 @@ void hbm__format_size(uint64_t n, char *buf, size_t len);
  * 0, or -1 with *p and *cap unchanged when host memory runs out. */
 int hbm__grow(void **p, size_t *cap, size_t need, size_t elem);
 
+/* s as one POSIX shell word, single-quoted ('...', with ' written '\\''), so that a printed
+ * `export VAR=...` pastes as it reads: [, ], > and spaces stay in the value. Truncates to fit len. */
+void hbm__shell_quote(const char *s, char *out, size_t len);
+
 /* Bounded appender: writes at most cap-1 bytes and keeps buf NUL-terminated. */
 typedef struct hbm__sbuf {
     char *buf;

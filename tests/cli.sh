@@ -83,8 +83,18 @@ print('ok')" "$tmp/s.pickle"
 else
     echo "FAIL snapshot_loads_in_python: python3 missing (scripts/deps.sh installs it)"; fails=$((fails + 1))
 fi
+# conf on a backend: the simulated device takes --dialect (npu keys are checked as torch_npu's), a real one must agree.
+check conf_backend_npu 0 "page_size: 1g" "$bin" conf page_size:1g --dialect npu --backend sim:capacity=8GiB
+check conf_backend_contradiction 2 "contradicts --backend 'cuda'" "$bin" conf expandable_segments:True --dialect npu \
+    --backend cuda
+# hbmalloc's keys: fine in HBMALLOC_CONF, refused in the frameworks' variables (they stop on unknown keys).
+check conf_hbm_key_in_pytorch_var 2 "is an hbmalloc key: PyTorch refuses it in PYTORCH_CUDA_ALLOC_CONF" \
+    env -u HBMALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=hbm_remap_free_pages:True "$bin" conf
+check conf_hbm_key_in_hbmalloc_conf 0 "hbm_remap_free_pages: True" \
+    env HBMALLOC_CONF=hbm_remap_free_pages:True "$bin" conf
+check conf_hbm_key_note 0 "belong in HBMALLOC_CONF only" "$bin" conf hbm_remap_free_pages:True
 # sweep: ranks, recommends, respects what the device supports.
-check sweep_recommends 0 "^export PYTORCH_CUDA_ALLOC_CONF=" "$bin" sweep "$ex" --capacity 60GiB --no-progress
+check sweep_recommends 0 "^export PYTORCH_CUDA_ALLOC_CONF='" "$bin" sweep "$ex" --capacity 60GiB --no-progress
 check sweep_json 0 '"settings_run":48' "$bin" sweep "$ex" --capacity 60GiB --json
 check sweep_old_firmware 0 "24 with expandable segments left out (firmware 22.0.3" "$bin" sweep "$ex" --capacity 60GiB \
     --backend "sim:firmware=22.0.3" --no-progress

@@ -63,7 +63,12 @@ doc PYTORCH_NPU_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:[25
     "$BIN" doctor --root "$D/root-old" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "[info] Ascend driver (HDK) 22.0.3 is older than 23.0.0: no expandable segments" \
   "[error] PYTORCH_NPU_ALLOC_CONF asks for expandable_segments:True" \
-  "use instead: export PYTORCH_NPU_ALLOC_CONF=roundup_power2_divisions:[256:1,512:2,>:4]"
+  "use instead: export PYTORCH_NPU_ALLOC_CONF='roundup_power2_divisions:[256:1,512:2,>:4]'"
+# Pasted into a shell, the printed line sets exactly that value and creates no file (an unquoted > would).
+line=$(grep -o "export PYTORCH_NPU_ALLOC_CONF=.*" "$T/out" | head -n1)
+(cd "$T" && mkdir paste && cd paste && sh -c "$line; printf '%s' \"\$PYTORCH_NPU_ALLOC_CONF\"" >../pasted &&
+    [ -z "$(ls)" ]) || fail "$case: the export line does not paste cleanly"
+[ "$(cat "$T/pasted")" = "roundup_power2_divisions:[256:1,512:2,>:4]" ] || fail "$case: pasted value '$(cat "$T/pasted")'"
 
 # The runtime itself, loaded: the fake CANN answers the virtual-memory probe with 207000.
 case=runtime-probe

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../src/backend/backend.h"
+#include "../src/util.h"
 #include "doctor.h"
 #include "hbmalloc.h"
 
@@ -340,7 +341,8 @@ static void check_settings(doctor *d, int ascend)
         int npu = vars[i].npu < 0 ? ascend : vars[i].npu;
         doctor_fact(d, "settings", vars[i].var, "%.380s", s);
         char out[4096];
-        if (hbm_settings_check(s, npu ? HBM_DIALECT_NPU : HBM_DIALECT_CUDA, out, sizeof out) != HBM_OK) {
+        if (hbm_settings_check_var(vars[i].var, s, npu ? HBM_DIALECT_NPU : HBM_DIALECT_CUDA, out, sizeof out) !=
+            HBM_OK) {
             finding *f = doctor_add(d, SEV_ERROR, "settings-invalid");
             snprintf(f->title, sizeof f->title, "%s is refused: the framework stops at start-up", vars[i].var);
             snprintf(f->evidence, sizeof f->evidence, "environment: %s=%.500s", vars[i].var, s);
@@ -365,8 +367,10 @@ static void check_settings(doctor *d, int ascend)
                            "inside the driver's compatible range."
                          : "On CUDA that is a driver from 10.2 on and a device reporting "
                            "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED.");
+            char quoted[700];
+            hbm__shell_quote(rest, quoted, sizeof quoted);
             if (rest[0])
-                doctor_next(f, "use instead: export %s=%s", vars[i].var, rest);
+                doctor_next(f, "use instead: export %s=%s", vars[i].var, quoted);
             else
                 doctor_next(f, "use instead: unset %s (the defaults)", vars[i].var);
             doctor_next(f, "to choose max_split_size_mb / garbage_collection_threshold for your job, record a memory "

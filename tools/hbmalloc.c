@@ -100,10 +100,19 @@ static int conf_on_backend(const char *s, const char *spec)
     return 0;
 }
 
+/* hbmalloc's own keys are valid in HBMALLOC_CONF only: the frameworks stop on them in their variables. */
+static void note_hbm_keys(const char *s)
+{
+    if (s && (strstr(s, "hbm_remap_free_pages") || strstr(s, "hbm_expandable_page_mb")))
+        printf("note: hbm_* keys belong in HBMALLOC_CONF only: PyTorch and torch_npu refuse them in "
+               "PYTORCH_*_ALLOC_CONF (\"Unrecognized CachingAllocator option\")\n");
+}
+
 static int cmd_conf(int argc, char **argv)
 {
     const char *s = NULL, *backend = NULL;
     hbm_dialect d = HBM_DIALECT_CUDA;
+    int dialect_given = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
             backend = argv[++i];
@@ -117,6 +126,7 @@ static int cmd_conf(int argc, char **argv)
                 fprintf(stderr, "hbmalloc conf: --dialect must be cuda or npu, not '%s'\n", v);
                 return 2;
             }
+            dialect_given = 1;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             fprintf(stderr, "hbmalloc conf: unknown option '%s'\n", argv[i]);
             return 2;
@@ -127,8 +137,28 @@ static int cmd_conf(int argc, char **argv)
             s = argv[i];
         }
     }
-    if (backend)
-        return conf_on_backend(s, backend);
+    if (backend) {
+        /* A device's dialect is its own: the simulated one takes --dialect, a real one must agree with it. */
+        char spec[600];
+        const char *want = d == HBM_DIALECT_NPU ? "npu" : "cuda";
+        if (dialect_given && !strncmp(backend, "sim", 3) && (backend[3] == 0 || backend[3] == ':') &&
+            !strstr(backend, "dialect=")) {
+            snprintf(spec, sizeof spec, "%s%sdialect=%s", backend, backend[3] ? "," : ":", want);
+            backend = spec;
+        } else if (dialect_given) {
+            int npu_backend = !strncmp(backend, "acl", 3) || !strncmp(backend, "npu", 3) ||
+                              strstr(backend, "dialect=npu") != NULL;
+            if (npu_backend != (d == HBM_DIALECT_NPU)) {
+                fprintf(stderr, "hbmalloc conf: --dialect %s contradicts --backend '%s', which follows the %s "
+                                "dialect\n", want, backend, npu_backend ? "npu" : "cuda");
+                return 2;
+            }
+        }
+        int rc = conf_on_backend(s, backend);
+        if (rc == 0)
+            note_hbm_keys(s);
+        return rc;
+    }
     char out[4096];
     hbm_status st = hbm_settings_check(s, d, out, sizeof out);
     if (st != HBM_OK) {
@@ -136,6 +166,7 @@ static int cmd_conf(int argc, char **argv)
         return 2;
     }
     fputs(out, stdout);
+    note_hbm_keys(s);
     return 0;
 }
 

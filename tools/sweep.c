@@ -237,8 +237,10 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
                                                : 0.0,
                     (long long)s->num_device_alloc, (long long)s->num_device_free, (double)j->r.dev.device_ns / 1e6);
         }
+        char quoted[700];
+        hbm__shell_quote(best->conf, quoted, sizeof quoted);
         fprintf(out, "],\"recommended\":%s%s%s,\"export\":\"export %s=%s\"}\n", best->rc ? "null" : "\"",
-                best->rc ? "" : best->conf, best->rc ? "" : "\"", var, best->conf);
+                best->rc ? "" : best->conf, best->rc ? "" : "\"", var, quoted);
     } else {
         fprintf(out, "sweep of %s on %s: %d settings", o->name, o->backend_spec, njobs);
         if (rejected)
@@ -268,7 +270,11 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
         else if (!best->conf[0])
             fprintf(out, "recommended: the defaults (no %s needed)\n", var);
         else
-            fprintf(out, "recommended:\nexport %s=%s\n", var, best->conf);
+        {
+            char quoted[700];
+            hbm__shell_quote(best->conf, quoted, sizeof quoted);
+            fprintf(out, "recommended:\nexport %s=%s\n", var, quoted);
+        }
     }
     int rc = best->rc ? 1 : 0;
     free(jobs);
