@@ -42,6 +42,17 @@ expect 0 "$T/out" "MULTI_STREAM_MEMORY_REUSE 2" "No problems found."
 doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?
 expect 0 "$T/out" "unset: torch_npu's default 1 (HCCL relies on recordStream); hbmalloc_torch.use() sets 2"
 
+# An OOM message the log wrapped (cut mid-word at 100 columns, then at word boundaries at 90) reads as the one-line
+# original; one whose end never comes is said to be unreadable, with no conclusion drawn.
+case=oom-wrapped
+doc "$BIN" doctor --no-env --log "$D/logs/npu_oom_wrapped_constructed.log" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "NPU out of memory with 419.84 MiB reserved but unallocated: fragmentation (a 22.00 MiB request failed)" \
+  "seen 2 times, first at $D/logs/npu_oom_wrapped_constructed.log:2:" "10.24 GiB in live tensors"
+grep -q "the live tensors do not fit" "$T/out" && fail "$case: a wrapped message read as a capacity problem"
+doc "$BIN" doctor --no-env --log "$D/logs/npu_oom_cut_constructed.log" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "[warning] NPU out of memory, but the message is cut in the log: its figures cannot all be read"
+grep -qE "fragmentation \(|do not fit" "$T/out" && fail "$case: concluded from a cut message"
+
 case=inference-310p
 doc NPU_SMI_INFO=$D/npu-smi/310p3.txt "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
 expect 0 "$T/out" "npu-smi driver           23.0.rc3" "npu                      0 310P3, health OK, memory 3841 / 21527 MB used" \

@@ -116,7 +116,46 @@ static finding *seen(doctor *d, const where *w, int severity, const char *id, co
     return f;
 }
 
+static int has(const char *line, const char *s) { return strstr(line, s) != NULL; }
+
 /* ---- out of memory ---- */
+
+/* The last part of every OOM message the doctor reads: once it is there, the figures are all there. */
+static int oom_complete(const char *text)
+{
+    return strstr(text, "reserved in total by PyTorch") || strstr(text, "is reserved by PyTorch but unallocated") ||
+           strstr(text, "is reserved but unallocated") || strstr(text, "more than 1EB");
+}
+
+static int oom_start(const char *line) { return has(line, "out of memory") && has(line, "Tried to allocate"); }
+
+/* How many of the message's figures can be read from text (the request, capacity, free, allocated, reserved). */
+static int oom_figures(const char *text)
+{
+    return (size_after(text, "Tried to allocate ") >= 0) +
+           (size_after(text, "total capacity of ") >= 0 || size_before(text, " total capacity") >= 0) +
+           (size_after(text, "of which ") >= 0 || size_before(text, " free;") >= 0) +
+           (size_before(text, " is allocated by") >= 0 || size_before(text, " already allocated") >= 0) +
+           (size_before(text, " reserved in total by PyTorch") >= 0 ||
+            size_before(text, " is reserved by PyTorch but unallocated") >= 0 ||
+            size_before(text, " is reserved but unallocated") >= 0);
+}
+
+/* A message the log cut (wrapped, or lost its end): no conclusion from half the figures. */
+static void oom_unreadable(doctor *d, const where *w, const char *line)
+{
+    int npu = strstr(line, "NPU out of memory") != NULL;
+    finding *f = seen(d, w, SEV_WARNING, "oom-unreadable",
+                      npu ? "NPU out of memory, but the message is cut in the log: its figures cannot all be read"
+                          : "GPU out of memory, but the message is cut in the log: its figures cannot all be read");
+    if (!f)
+        return;
+    snprintf(f->why, sizeof f->why, "The out-of-memory message starts here but its end (the reserved memory) is "
+             "neither on this line nor on the next few: the log wrapped or truncated it. Without the reserved and "
+             "allocated figures, fragmentation cannot be told from a device that is too small, so the doctor draws "
+             "no conclusion.");
+    doctor_next(f, "give the doctor the whole message: the process's own stderr, or the log without line wrapping");
+}
 
 static void oom(doctor *d, const where *w, const char *line)
 {
@@ -293,8 +332,6 @@ static void hccl(doctor *d, const where *w, const char *func, int code)
 
 /* ---- one line ---- */
 
-static int has(const char *line, const char *s) { return strstr(line, s) != NULL; }
-
 static void acl_code(doctor *d, const where *w, const char *func, int code)
 {
     const char *name = hbm__acl_error_name(code);
@@ -449,8 +486,11 @@ static int nccl(doctor *d, const where *w, const char *line)
 
 static void one_line(doctor *d, const where *w, const char *line)
 {
-    if (has(line, "out of memory") && has(line, "Tried to allocate")) {
-        oom(d, w, line);
+    if (oom_start(line)) {
+        if (oom_complete(line))
+            oom(d, w, line);
+        else
+            oom_unreadable(d, w, line);
         return;
     }
     if (known_match(d, w, line, 1))
@@ -477,21 +517,109 @@ static void one_line(doctor *d, const where *w, const char *line)
     known_match(d, w, line, 0);
 }
 
+/* The lines after an OOM message's first one, read ahead to find its end; lines not part of it are then
+ * read as any other. */
+#define OOM_LOOKAHEAD 8
+
+typedef struct ahead {
+    char *line[OOM_LOOKAHEAD];
+    size_t len[OOM_LOOKAHEAD];
+    int n;
+} ahead;
+
+/* An OOM message wrapped over lines: the first k lines after `first` that complete it, joined in buf (with a
+ * space where the log broke at a word boundary, without one where it cut a word: whichever reads more figures). */
+static int join_oom(const char *first, const ahead *a, char *buf, size_t cap)
+{
+    for (int k = 1; k <= a->n; k++) {
+        char *with = malloc(cap), *without = malloc(cap);
+        if (!with || !without) {
+            free(with);
+            free(without);
+            return 0;
+        }
+        hbm__sbuf s1, s2;
+        hbm__sb_init(&s1, with, cap);
+        hbm__sb_init(&s2, without, cap);
+        size_t fl = strcspn(first, "\r\n");
+        hbm__sb_printf(&s1, "%.*s", (int)fl, first);
+        hbm__sb_printf(&s2, "%.*s", (int)fl, first);
+        for (int i = 0; i < k; i++) {
+            size_t l = strcspn(a->line[i], "\r\n");
+            hbm__sb_printf(&s1, " %.*s", (int)l, a->line[i]);
+            hbm__sb_printf(&s2, "%.*s", (int)l, a->line[i]);
+        }
+        int done = oom_complete(with) || oom_complete(without);
+        if (done)
+            snprintf(buf, cap, "%s", oom_figures(without) > oom_figures(with) ? without : with);
+        free(with);
+        free(without);
+        if (done)
+            return k;
+    }
+    return 0;
+}
+
 int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t errlen)
 {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
     where w = {name, 0, NULL};
-    while ((n = getline(&line, &cap, fp)) >= 0) {
+    ahead a = {{NULL}, {0}, 0};
+    int bad = 0;
+    for (;;) {
+        if (a.n) { /* lines read ahead and not part of an OOM message */
+            free(line);
+            line = a.line[0];
+            n = (ssize_t)a.len[0];
+            cap = n + 1;
+            memmove(a.line, a.line + 1, (size_t)(a.n - 1) * sizeof *a.line);
+            memmove(a.len, a.len + 1, (size_t)(a.n - 1) * sizeof *a.len);
+            a.n--;
+        } else if ((n = getline(&line, &cap, fp)) < 0) {
+            break;
+        }
         w.line++;
         if (memchr(line, 0, (size_t)n)) /* binary: a line with a NUL is not text */
             continue;
         w.text = line;
+        if (oom_start(line) && !oom_complete(line)) {
+            while (a.n < OOM_LOOKAHEAD) {
+                char *more = NULL;
+                size_t mcap = 0;
+                ssize_t m = getline(&more, &mcap, fp);
+                if (m < 0) {
+                    free(more);
+                    break;
+                }
+                a.line[a.n] = more;
+                a.len[a.n++] = (size_t)m;
+            }
+            size_t jcap = (size_t)n + 16;
+            for (int i = 0; i < a.n; i++)
+                jcap += a.len[i] + 1;
+            char *joined = malloc(jcap);
+            int k = joined ? join_oom(line, &a, joined, jcap) : 0;
+            if (k) {
+                oom(d, &w, joined);
+                for (int i = 0; i < k; i++) /* the continuation lines are the message, not findings of their own */
+                    free(a.line[i]);
+                memmove(a.line, a.line + k, (size_t)(a.n - k) * sizeof *a.line);
+                memmove(a.len, a.len + k, (size_t)(a.n - k) * sizeof *a.len);
+                a.n -= k;
+                w.line += k;
+                free(joined);
+                continue;
+            }
+            free(joined);
+        }
         one_line(d, &w, line);
     }
-    int bad = ferror(fp);
+    bad = ferror(fp);
     free(line);
+    for (int i = 0; i < a.n; i++)
+        free(a.line[i]);
     if (bad) {
         snprintf(err, errlen, "error reading log %.300s at line %ld", name, w.line + 1);
         return -1;
