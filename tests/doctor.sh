@@ -64,7 +64,7 @@ case=field-report
 doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt PYTORCH_NPU_ALLOC_CONF=expandable_segments:True \
     "$BIN" doctor --root "$D/root-mismatch" --log "$D/logs/field_report_constructed.log" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "1. [error] firmware 7.3.0.1.231 is outside the range driver 24.1.rc2 accepts ([7.0.0,7.2.99])" \
-  "PYTORCH_NPU_ALLOC_CONF asks for expandable_segments:True, which this NPU cannot do: it is ignored" \
+  "   explains 2, 3 and 4" "PYTORCH_NPU_ALLOC_CONF asks for expandable_segments:True, which this NPU cannot do: it is ignored" \
   "use instead: unset PYTORCH_NPU_ALLOC_CONF (the defaults)" \
   "torch_npu turned expandable segments off" "HCCL error: HcclGetRootInfo returned 2 (HCCL_E_PTR)" \
   "field_report_constructed.log:2:"
@@ -72,8 +72,8 @@ expect 1 "$T/out" "1. [error] firmware 7.3.0.1.231 is outside the range driver 2
 case=old-hdk
 doc PYTORCH_NPU_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:[256:1,512:2,\>:4] \
     "$BIN" doctor --root "$D/root-old" >"$T/out" 2>&1; rc=$?
-expect 1 "$T/out" "[info] Ascend driver (HDK) 22.0.3 is older than 23.0.0: no expandable segments" \
-  "[error] PYTORCH_NPU_ALLOC_CONF asks for expandable_segments:True" \
+expect 1 "$T/out" "1. [error] Ascend driver (HDK) 22.0.3 is older than 23.0.0: no expandable segments" \
+  "   explains 2" "2. [error] PYTORCH_NPU_ALLOC_CONF asks for expandable_segments:True" \
   "use instead: export PYTORCH_NPU_ALLOC_CONF='roundup_power2_divisions:[256:1,512:2,>:4]'"
 # Pasted into a shell, the printed line sets exactly that value and creates no file (an unquoted > would).
 line=$(grep -o "export PYTORCH_NPU_ALLOC_CONF=.*" "$T/out" | head -n1)
@@ -124,6 +124,7 @@ d = json.load(open(sys.argv[1]))
 ids = [f["id"] for f in d["findings"]]
 assert ids[0] == "ascend-driver-firmware-mismatch" and "hccl-error" in ids, ids
 assert d["findings"][0]["severity"] == "error" and d["findings"][0]["next"], d["findings"][0]
+assert d["findings"][0]["explains"] == str(ids.index("hccl-error") + 1), d["findings"][0]
 assert any(e["section"] == "ascend" and e["key"] == "npu" for e in d["environment"])
 PY
 

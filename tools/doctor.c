@@ -69,9 +69,65 @@ void doctor_fact(doctor *d, const char *section, const char *key, const char *fm
 static int by_importance(const void *pa, const void *pb)
 {
     const finding *a = pa, *b = pb;
+    if (a->cause != b->cause)
+        return b->cause - a->cause; /* what explains the rest comes first */
     if (a->severity != b->severity)
         return b->severity - a->severity;
     return a->order < b->order ? -1 : a->order > b->order;
+}
+
+/* What a root cause explains: a driver/firmware pair that refuses virtual memory turns expandable segments off
+ * (the settings finding, torch_npu's warning), which leaves an NPU's fragmentation uncured; a mismatched pair also
+ * fails the device calls HCCL's set-up makes (DOCTOR.md). */
+static const struct {
+    const char *cause;
+    const char *effects[6];
+} causal[] = {
+    {"ascend-driver-firmware-mismatch",
+     {"expandable-unsupported", "expandable-ignored", "npu:oom-fragmentation", "hccl-error", "acl-error", NULL}},
+    {"ascend-hdk-too-old", {"expandable-unsupported", "expandable-ignored", "npu:oom-fragmentation", NULL}},
+};
+
+static int explained(const finding *cause, const finding *e)
+{
+    for (size_t i = 0; i < sizeof causal / sizeof causal[0]; i++) {
+        if (strcmp(causal[i].cause, cause->id))
+            continue;
+        for (int k = 0; causal[i].effects[k]; k++) {
+            const char *id = causal[i].effects[k];
+            int npu_only = !strncmp(id, "npu:", 4);
+            if (!strcmp(npu_only ? id + 4 : id, e->id) && (!npu_only || !strncmp(e->title, "NPU ", 4)))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* Causes first, each naming the numbers of what it explains; a cause of an error is an error. */
+static void rank_by_cause(doctor *d)
+{
+    for (size_t i = 0; i < d->n; i++)
+        for (size_t j = 0; j < d->n; j++)
+            if (i != j && explained(&d->f[i], &d->f[j])) {
+                d->f[i].cause = 1;
+                if (d->f[j].severity > d->f[i].severity)
+                    d->f[i].severity = d->f[j].severity;
+            }
+    qsort(d->f, d->n, sizeof *d->f, by_importance);
+    for (size_t i = 0; i < d->n; i++) {
+        if (!d->f[i].cause)
+            continue;
+        hbm__sbuf sb;
+        hbm__sb_init(&sb, d->f[i].explains, sizeof d->f[i].explains);
+        size_t total = 0, done = 0;
+        for (size_t j = 0; j < d->n; j++)
+            total += j != i && explained(&d->f[i], &d->f[j]);
+        for (size_t j = 0; j < d->n; j++)
+            if (j != i && explained(&d->f[i], &d->f[j])) {
+                done++;
+                hbm__sb_printf(&sb, "%s%zu", done == 1 ? "" : done == total ? " and " : ", ", j + 1);
+            }
+    }
 }
 
 /* Findings that ask for action (warnings and errors): these make the exit status 1. */
@@ -107,6 +163,8 @@ static void print_text(const doctor *d, FILE *out, int env)
     for (size_t i = 0; i < d->n; i++) {
         const finding *f = &d->f[i];
         fprintf(out, "\n%zu. [%s] %s\n", i + 1, sev_name(f->severity), f->title);
+        if (f->explains[0])
+            fprintf(out, "   explains %s\n", f->explains);
         if (f->count > 1)
             fprintf(out, "   seen %d times, first at %s\n", f->count, f->evidence);
         else
@@ -162,7 +220,9 @@ static void print_json(const doctor *d, FILE *out)
         json_str(out, f->title);
         fputs(",\"evidence\":", out);
         json_str(out, f->evidence);
-        fprintf(out, ",\"count\":%d,\"why\":", f->count);
+        fprintf(out, ",\"count\":%d,\"explains\":", f->count);
+        json_str(out, f->explains);
+        fputs(",\"why\":", out);
         json_str(out, f->why);
         fputs(",\"next\":[", out);
         for (int k = 0; k < f->nnext; k++) {
@@ -211,7 +271,7 @@ int doctor_main(int argc, char **argv)
         }
     }
     if (d.n)
-        qsort(d.f, d.n, sizeof *d.f, by_importance);
+        rank_by_cause(&d);
     if (json)
         print_json(&d, stdout);
     else

@@ -25,6 +25,8 @@ typedef struct finding {
     char next[DOC_MAX_NEXT][520];
     int nnext;
     long order;          /* position for a stable sort within a severity */
+    int cause;           /* explains other findings: ranked before them */
+    char explains[80];   /* their numbers once ordered: "2 and 3" */
 } finding;
 
 typedef struct fact {
