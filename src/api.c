@@ -105,6 +105,13 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         return HBM_ERR_NOMEM;
     }
     hbm_status rc = hbm__conf_load(&a->conf, settings, b->caps.dialect, local, sizeof local);
+    if (rc == HBM_OK && a->conf.combo_needs_no_vmm && b->caps.has_vmm) {
+        /* The torch_npu release named refuses this string on a device that has virtual memory. */
+        snprintf(local, sizeof local, "invalid settings: `max_split_size_mb` or `garbage_collection_threshold`, "
+                 "cannot be enabled with `expandable_segments`, please set `expandable_segments` to `False`. (%s "
+                 "refuses it on this device, which has virtual memory; from %s)", a->conf.release, a->conf.source);
+        rc = HBM_ERR_CONF;
+    }
     if (rc != HBM_OK) {
         put_err(err, errlen, local);
         hbm__ptrmap_free(&a->live);

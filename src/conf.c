@@ -2,28 +2,33 @@
  * conf.c: parses PyTorch allocator settings strings.
  *
  * Owns the grammar (key:value[,key:value]*, list values [a:b,c:d,>:e]), the
- * key sets of the two dialects (CUDA: PYTORCH_CUDA_ALLOC_CONF; NPU:
+ * keys of the two dialects (CUDA: PYTORCH_CUDA_ALLOC_CONF; NPU:
  * PYTORCH_NPU_ALLOC_CONF), value ranges, cross-key rules and where a string
  * comes from. Must not touch devices or allocator state.
  *
- * Accept/reject decisions follow PyTorch (2.8+ parser) and torch_npu key by
- * key. Where PyTorch's tokenizer is lenient by accident we reject, because a
- * setting silently read as something else is the bug users chase: a number
- * with trailing garbage ("12abc", which std::stoull reads as 12), a missing
- * ':' separator, an empty entry. Whitespace around tokens is dropped, as
- * PyTorch's ConfigTokenizer does; whitespace inside a word separates tokens
- * (PyTorch would glue "1 28" into 128, or a value to the next key when a
- * comma is missing) and so leads to an error.
+ * A string in a PYTORCH_* variable is read as the framework release reads it
+ * (releases.h): the strict lexArgs/consumeToken parsers of PyTorch <= 2.9 and
+ * torch_npu <= 2.12, or c10's ConfigTokenizer after them, with their
+ * leniency: std::stoi/stoull/stod read a number's prefix ("12abc" is 12, "-5"
+ * wraps), spaces inside a word are dropped ("1 28" is 128), and the tokenizer
+ * does not check separators. Each lenient reading is accepted, as the
+ * framework accepts it, and named in the warnings, because a setting read as
+ * something else is the bug users chase. HBMALLOC_CONF and explicit strings
+ * are hbmalloc's own and read strictly: a whole number, a ':' after each key,
+ * a ',' between entries, no word split by spaces. docs/SETTINGS.md gives the
+ * cases and the source lines.
  */
 #include "conf.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "releases.h"
 #include "util.h"
 
 #define MAX_TOKENS 256
@@ -31,7 +36,8 @@
 
 typedef struct tok {
     char s[MAX_TOKEN_LEN];
-    size_t pos; /* offset of the token's first character in the original string */
+    size_t pos;  /* offset of the token's first character in the original string */
+    bool glued;  /* spaces inside the word were dropped */
 } tok;
 
 typedef struct lexed {
@@ -39,14 +45,30 @@ typedef struct lexed {
     size_t n;
 } lexed;
 
+/* How a string is read. */
+typedef struct rules {
+    const hbm__release *rel;
+    bool strict;    /* hbmalloc's own rules (HBMALLOC_CONF, explicit strings) */
+    bool tokenizer; /* c10 ConfigTokenizer */
+    int vmm;        /* the device's virtual memory: 1, 0, -1 unknown */
+} rules;
+
 static int is_sep(char c) { return c == ',' || c == ':' || c == '[' || c == ']'; }
 
-static hbm_status lex(const char *s, lexed *lx, char *err, size_t errlen)
+/* Whitespace the framework drops: ConfigTokenizer every isspace, lexArgs only ' '. */
+static bool dropped(const rules *r, char c)
+{
+    if (r->strict)
+        return false;
+    return r->tokenizer ? isspace((unsigned char)c) : c == ' ';
+}
+
+static hbm_status lex(const char *s, const rules *r, lexed *lx, char *err, size_t errlen)
 {
     lx->n = 0;
     size_t i = 0;
     while (s[i]) {
-        if (isspace((unsigned char)s[i])) {
+        if (isspace((unsigned char)s[i]) && (r->strict || dropped(r, s[i]))) {
             i++;
             continue;
         }
@@ -56,23 +78,39 @@ static hbm_status lex(const char *s, lexed *lx, char *err, size_t errlen)
         }
         tok *t = &lx->t[lx->n++];
         t->pos = i;
+        t->glued = false;
         size_t len = 0;
         if (is_sep(s[i])) {
             t->s[len++] = s[i++];
-        } else {
-            while (s[i] && !is_sep(s[i]) && !isspace((unsigned char)s[i])) {
-                if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] >= 0x7f) {
-                    snprintf(err, errlen, "settings string has a non-printable byte 0x%02x at character %zu",
-                             (unsigned char)s[i], i);
-                    return HBM_ERR_CONF;
+            t->s[len] = 0;
+            continue;
+        }
+        for (;;) {
+            if (!s[i] || is_sep(s[i]))
+                break;
+            if (isspace((unsigned char)s[i]) && (r->strict || dropped(r, s[i]))) {
+                size_t j = i;
+                while (s[j] && isspace((unsigned char)s[j]) && (r->strict || dropped(r, s[j])))
+                    j++;
+                if (r->strict || !s[j] || is_sep(s[j])) {
+                    i = j;
+                    break;
                 }
-                if (len == MAX_TOKEN_LEN - 1) {
-                    snprintf(err, errlen, "settings string has a word longer than %d characters at character %zu",
-                             MAX_TOKEN_LEN - 1, t->pos);
-                    return HBM_ERR_CONF;
-                }
-                t->s[len++] = s[i++];
+                t->glued = true; /* the framework joins "1 28" into "128" */
+                i = j;
+                continue;
             }
+            unsigned char c = (unsigned char)s[i];
+            if ((c < 0x20 && !isspace(c)) || c >= 0x7f) {
+                snprintf(err, errlen, "settings string has a non-printable byte 0x%02x at character %zu", c, i);
+                return HBM_ERR_CONF;
+            }
+            if (len == MAX_TOKEN_LEN - 1) {
+                snprintf(err, errlen, "settings string has a word longer than %d characters at character %zu",
+                         MAX_TOKEN_LEN - 1, t->pos);
+                return HBM_ERR_CONF;
+            }
+            t->s[len++] = s[i++];
         }
         t->s[len] = 0;
     }
@@ -88,7 +126,8 @@ typedef enum key_id {
     K_RELEASE_LOCK_CUDA, K_RELEASE_LOCK_HIP, K_RELEASE_LOCK_NPU, K_PIN_HOST_REG, K_PIN_HIP_HOST_REG,
     K_PIN_THREADS, K_PIN_BG, K_PIN_RESERVE, K_PIN_ROUND, K_PIN_CACHED, K_GRAPH_REUSE, K_FRACTION,
     K_PIN_CATCH_ALL, K_THROW_CUDA, K_THROW_NPU, K_PIN_EXPANDABLE, K_PIN_REGISTER, K_BASE_ALIGN,
-    K_PAGE_SIZE, K_SEGMENT_SIZE, K_LAZY_RECLAIM, K_HBM_REMAP, K_HBM_PAGE
+    K_PAGE_SIZE, K_SEGMENT_SIZE, K_LAZY_RECLAIM, K_ALIGN_HUGEPAGES, K_ES_RESERVE, K_ES_RESERVE_CLASS,
+    K_HBM_REMAP, K_HBM_PAGE
 } key_id;
 
 typedef struct key_def {
@@ -126,6 +165,9 @@ static const key_def keys[] = {
     {"page_size", K_PAGE_SIZE, D_NPU},
     {"segment_size_mb", K_SEGMENT_SIZE, D_NPU},
     {"multi_stream_lazy_reclaim", K_LAZY_RECLAIM, D_NPU},
+    {"align_hugepages", K_ALIGN_HUGEPAGES, D_NPU},
+    {"expandable_segments_reserve", K_ES_RESERVE, D_CUDA},
+    {"expandable_segments_reserve_by_class", K_ES_RESERVE_CLASS, D_CUDA},
     /* hbmalloc's own policies (hbm_ prefix): not PyTorch keys. */
     {"hbm_remap_free_pages", K_HBM_REMAP, D_BOTH},
     {"hbm_expandable_page_mb", K_HBM_PAGE, D_BOTH},
@@ -139,11 +181,15 @@ static const key_def *find_key(const char *name)
     return NULL;
 }
 
+static bool is_hbm_key(const key_def *k) { return k->id == K_HBM_REMAP || k->id == K_HBM_PAGE; }
+
 /* ---- value parsers: each returns 0, or -1 after writing err ---- */
 
 typedef struct ctx {
     const char *key;
     const tok *val;
+    const rules *r;
+    hbm__conf *cf;
     char *err;
     size_t errlen;
 } ctx;
@@ -155,9 +201,23 @@ static int fail(const ctx *c, const char *allowed)
     return -1;
 }
 
+static void warn(hbm__conf *cf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(hbm__conf *cf, const char *fmt, ...)
+{
+    hbm__sbuf sb = {cf->warnings, sizeof cf->warnings, strlen(cf->warnings)};
+    va_list ap;
+    va_start(ap, fmt);
+    char line[400];
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    hbm__sb_printf(&sb, "%s\n", line);
+}
+
+static const char *who(const ctx *c) { return c->r->rel->dialect == HBM_DIALECT_NPU ? "torch_npu" : "PyTorch"; }
+
 static int get_bool(const ctx *c, bool *out)
 {
-    /* PyTorch accepts exactly "True" and "False" (case-sensitive). */
+    /* Every release accepts exactly "True" and "False" (case-sensitive). */
     if (!strcmp(c->val->s, "True"))
         *out = true;
     else if (!strcmp(c->val->s, "False"))
@@ -167,10 +227,55 @@ static int get_bool(const ctx *c, bool *out)
     return 0;
 }
 
-static int get_u64(const ctx *c, uint64_t *out, const char *allowed)
+static bool all_digits(const char *s)
 {
-    if (hbm__parse_u64(c->val->s, out))
-        return fail(c, allowed);
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s))
+            return false;
+    return true;
+}
+
+/* What a lenient framework made of a word that is not a plain number. */
+static void lenient_note(const ctx *c, const char *num, const char *stop, bool wrapped, bool glued)
+{
+    const char *s = c->val->s;
+    warn(c->cf, "%s reads '%s:%s' as %s%s%s%s%s%s", who(c), c->key, s, num, stop ? " (the number stops before '" : "",
+         stop ? stop : "", stop ? "')" : "", wrapped ? " (wrapped)" : "",
+         glued ? " (spaces inside the word dropped)" : "");
+}
+
+/* An unsigned integer as the release reads it: strictly (the whole word, digits only), with std::stoull
+ * (ConfigTokenizer: a prefix, '-' wraps modulo 2^64) or std::stoi (lexArgs parsers: a prefix within int,
+ * a negative value cast to size_t). Where the framework read something other than the word, a warning. */
+static int get_uint(const ctx *c, uint64_t *out, const char *allowed)
+{
+    const char *s = c->val->s;
+    if (c->r->strict) {
+        if (hbm__parse_u64(s, out))
+            return fail(c, allowed);
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    if (c->r->tokenizer) {
+        unsigned long long v = strtoull(s, &end, 10);
+        if (end == s || errno == ERANGE)
+            return fail(c, errno == ERANGE ? "out of range (std::stoull throws)" : "not a number (std::stoull throws)");
+        *out = v;
+    } else {
+        long v = strtol(s, &end, 10);
+        if (end == s || errno == ERANGE || v > INT32_MAX || v < INT32_MIN)
+            return fail(c, end == s ? "not a number (std::stoi throws)" : "out of int range (std::stoi throws)");
+        *out = (uint64_t)(int64_t)v; /* (size_t) of a negative int */
+    }
+    if (*end || !all_digits(s) || c->val->glued)
+    {
+        char num[32];
+        snprintf(num, sizeof num, "%llu", (unsigned long long)*out);
+        lenient_note(c, num, *end ? end : NULL, s[0] == '-', c->val->glued);
+    }
     return 0;
 }
 
@@ -178,27 +283,59 @@ static int get_double(const ctx *c, double *out, const char *allowed)
 {
     const char *s = c->val->s;
     char *end;
-    if (!*s || !(isdigit((unsigned char)s[0]) || s[0] == '.'))
-        return fail(c, allowed);
     errno = 0;
-    double v = strtod(s, &end);
-    if (*end || errno || !isfinite(v))
-        return fail(c, allowed);
+    if (c->r->strict) {
+        if (!*s || !(isdigit((unsigned char)s[0]) || s[0] == '.'))
+            return fail(c, allowed);
+        double v = strtod(s, &end);
+        if (*end || errno || !isfinite(v))
+            return fail(c, allowed);
+        *out = v;
+        return 0;
+    }
+    double v = strtod(s, &end); /* std::stod is strtod: a prefix, hex, inf and nan included; ERANGE throws */
+    if (end == s || errno == ERANGE)
+        return fail(c, end == s ? "not a number (std::stod throws)" : "out of range (std::stod throws)");
     *out = v;
+    bool plain = (isdigit((unsigned char)s[0]) || s[0] == '.') && !strpbrk(s, "xXpPnN");
+    if (*end || !plain || c->val->glued)
+    {
+        char num[32];
+        snprintf(num, sizeof num, "%g", v);
+        lenient_note(c, num, *end ? end : NULL, false, c->val->glued);
+    }
     return 0;
 }
 
-/* An integer count of MiB stored as bytes; PyTorch clamps to SIZE_MAX / MiB. */
-static int get_mib(const ctx *c, uint64_t min, uint64_t max, const char *allowed, size_t *bytes)
+/* A count of MiB stored as bytes, clamped to SIZE_MAX / MiB as PyTorch does. */
+static void store_mib(uint64_t v, size_t *bytes)
 {
-    uint64_t v;
-    if (get_u64(c, &v, allowed))
-        return -1;
-    if (v < min || v > max)
-        return fail(c, allowed);
     if (v > SIZE_MAX / HBM__MiB)
         v = SIZE_MAX / HBM__MiB;
     *bytes = (size_t)v * HBM__MiB;
+}
+
+/* max_split_size_mb and max_non_split_rounding_mb: > 20 in the lexArgs releases, >= 20 after, >= the large
+ * segment once large_segment_size_mb exists; torch_npu's digits-only check where it has one. */
+static int get_split(const ctx *c, size_t *bytes)
+{
+    char allowed[200];
+    size_t min_mb = c->r->rel->large_segment_first ? c->cf->large_segment_size / HBM__MiB : 20;
+    bool gt = !c->r->strict && c->r->rel->split_gt20;
+    snprintf(allowed, sizeof allowed, "expected a whole number of MiB %s %zu (%s: \"CachingAllocator option %s too "
+             "small, must be %s %zu\")", gt ? ">" : ">=", gt ? (size_t)20 : min_mb, who(c), c->key, gt ? ">" : ">=",
+             gt ? (size_t)20 : min_mb);
+    if (!c->r->strict && c->r->rel->split_digits && !all_digits(c->val->s)) {
+        char m[120];
+        snprintf(m, sizeof m, "not all digits (torch_npu: \"CachingAllocator option %s is invalid.\")", c->key);
+        return fail(c, m);
+    }
+    uint64_t v;
+    if (get_uint(c, &v, allowed))
+        return -1;
+    if (gt ? v <= 20 : v < min_mb)
+        return fail(c, allowed);
+    store_mib(v, bytes);
     return 0;
 }
 
@@ -214,53 +351,76 @@ static int log2_floor(uint64_t v)
     return r;
 }
 
-/* roundup_power2_divisions: "N" or "[B1:v1,B2:v2,...,>:vk]"; lx/i point at the value. */
-static int parse_roundup(hbm__conf *cf, const lexed *lx, size_t *pi, char *err, size_t errlen)
+static int list_error(const ctx *c, size_t pos, const char *what)
 {
+    snprintf(c->err, c->errlen, "invalid setting %s: %s (character %zu)", c->key, what, pos);
+    return -1;
+}
+
+/* roundup_power2_divisions: "N" or "[B1:v1,B2:v2,...,>:vk]"; *pi points at the value.
+ * PyTorch's loop (c10/core/AllocatorConfig.cpp parseRoundUpPower2Divisions): an entry B:v sets interval
+ * log2(B) (clamped to 0..15); the first B:v entry also fills every lower interval; '>':v fills the intervals
+ * after the last B:v entry (last_index starts at 0, so a leading '>' leaves interval 0), and in the lexArgs
+ * releases from the last entry itself; "[]" changes nothing; a ',' before ']' is accepted. */
+static int parse_roundup(const ctx *c0, const lexed *lx, size_t *pi)
+{
+    hbm__conf *cf = c0->cf;
     size_t i = *pi;
-    ctx c = {"roundup_power2_divisions", &lx->t[i], err, errlen};
-    uint32_t *div = cf->roundup_divisions;
+    ctx c = *c0;
+    c.val = &lx->t[i];
+    uint64_t *div = cf->roundup_divisions;
     if (strcmp(lx->t[i].s, "[") != 0) {
         uint64_t v;
-        if (get_u64(&c, &v, "expected a power of two (1, 2, 4, ...) or a list [MiB:divisions,...,>:divisions]"))
+        if (get_uint(&c, &v, "expected a power of two (1, 2, 4, ...) or a list [MiB:divisions,...,>:divisions]"))
             return -1;
-        if (!is_pow2(v) || v > (1u << 30))
+        if (!is_pow2(v))
             return fail(&c, "the divisions must be a power of two (PyTorch: \"For roundups, the divisions has to be "
                             "power of 2\")");
         for (int k = 0; k < HBM__ROUNDUP_INTERVALS; k++)
-            div[k] = (uint32_t)v;
-        *pi = i;
+            div[k] = v;
         return 0;
     }
-    int last_index = -1;
+    size_t open = lx->t[i].pos;
+    int last_index = 0;
     bool first = true;
     i++;
     for (;;) {
-        if (i + 2 >= lx->n) {
-            snprintf(err, errlen, "invalid setting roundup_power2_divisions: the list starting at character %zu "
-                                  "is not closed with ']'", lx->t[*pi].pos);
-            return -1;
-        }
+        if (i >= lx->n)
+            return list_error(&c, open, "the list is not closed with ']'");
+        if (!strcmp(lx->t[i].s, "]"))
+            break;
+        if (c.r->strict && !strcmp(lx->t[i].s, ",") )
+            return list_error(&c, lx->t[i].pos, "an empty entry in the list");
+        if (i + 2 >= lx->n)
+            return list_error(&c, open, "the list is not closed with ']'");
         const tok *bound = &lx->t[i], *colon = &lx->t[i + 1], *val = &lx->t[i + 2];
         if (strcmp(colon->s, ":") != 0) {
-            snprintf(err, errlen, "invalid setting roundup_power2_divisions: expected ':' after '%s' at character %zu "
-                                  "(entries are MiB:divisions)", bound->s, colon->pos);
-            return -1;
+            if (c.r->strict || !c.r->tokenizer) {
+                char m[160];
+                snprintf(m, sizeof m, "expected ':' after '%s', found '%s' (entries are MiB:divisions)", bound->s,
+                         colon->s);
+                return list_error(&c, colon->pos, m);
+            }
+            warn(cf, "PyTorch does not check the separator after '%s' in roundup_power2_divisions: '%s' is taken "
+                 "for ':'", bound->s, colon->s);
         }
-        ctx cv = {"roundup_power2_divisions", val, err, errlen};
+        ctx cv = c;
+        cv.val = val;
         uint64_t v;
-        if (get_u64(&cv, &v, "divisions must be 0 or a power of two") || (v && !is_pow2(v)) || v > (1u << 30))
+        if (get_uint(&cv, &v, "divisions must be 0 or a power of two"))
+            return -1;
+        if (v && !is_pow2(v))
             return fail(&cv, "divisions must be 0 or a power of two (PyTorch: \"For roundups, the divisions has to be "
                              "power of 2 or 0 to disable roundup\")");
         if (!strcmp(bound->s, ">")) {
-            /* PyTorch 2.8+: fills the intervals after the last explicit one
-             * (older releases started at the last one, overwriting it). */
-            for (int k = last_index + 1; k < HBM__ROUNDUP_INTERVALS; k++)
-                div[k] = (uint32_t)v;
+            int from = c.r->rel->roundup_gt_bug && !c.r->strict ? last_index : last_index + 1;
+            for (int k = from; k < HBM__ROUNDUP_INTERVALS; k++)
+                div[k] = v;
         } else {
-            ctx cb = {"roundup_power2_divisions", bound, err, errlen};
+            ctx cb = c;
+            cb.val = bound;
             uint64_t b;
-            if (get_u64(&cb, &b, "interval bounds are MiB, a power of two") || !is_pow2(b))
+            if (get_uint(&cb, &b, "interval bounds are MiB, a power of two") || !is_pow2(b))
                 return fail(&cb, "interval bounds must be a power of two in MiB (PyTorch: \"For roundups, the "
                                  "intervals have to be power of 2\")");
             int index = log2_floor(b);
@@ -268,34 +428,93 @@ static int parse_roundup(hbm__conf *cf, const lexed *lx, size_t *pi, char *err, 
                 index = HBM__ROUNDUP_INTERVALS - 1;
             if (first)
                 for (int k = 0; k < index; k++)
-                    div[k] = (uint32_t)v;
-            div[index] = (uint32_t)v;
+                    div[k] = v;
+            first = false;
+            div[index] = v;
             last_index = index;
         }
-        first = false;
         i += 3;
-        if (i >= lx->n) {
-            snprintf(err, errlen, "invalid setting roundup_power2_divisions: the list starting at character %zu "
-                                  "is not closed with ']'", lx->t[*pi].pos);
-            return -1;
-        }
+        if (i >= lx->n)
+            return list_error(&c, open, "the list is not closed with ']'");
         if (!strcmp(lx->t[i].s, "]"))
             break;
         if (strcmp(lx->t[i].s, ",") != 0) {
-            snprintf(err, errlen, "invalid setting roundup_power2_divisions: expected ',' or ']' at character %zu, "
-                                  "found '%s'", lx->t[i].pos, lx->t[i].s);
-            return -1;
+            char m[160];
+            snprintf(m, sizeof m, "expected ',' or ']', found '%s'", lx->t[i].s);
+            if (c.r->strict || !c.r->tokenizer)
+                return list_error(&c, lx->t[i].pos, m);
+            warn(cf, "PyTorch does not check the separator in roundup_power2_divisions: '%s' is taken for ','",
+                 lx->t[i].s);
         }
         i++;
+        if (c.r->strict && i < lx->n && !strcmp(lx->t[i].s, "]"))
+            return list_error(&c, lx->t[i].pos, "a ',' before ']'");
     }
     *pi = i;
     return 0;
 }
 
-static int set_key(hbm__conf *cf, const key_def *k, const lexed *lx, size_t *pi, bool *max_split_set,
+/* expandable_segments_reserve value (PyTorch main CUDAAllocatorConfig::parseReserveSpec): a positive finite
+ * fraction of the device, or GiB with a trailing G/g. A bad value is not an error there: PyTorch warns and
+ * keeps its default; so does hbmalloc, except in its own strict strings. */
+static int reserve_spec(const ctx *c, double *value, bool *gib)
+{
+    const char *s = c->val->s;
+    size_t n = strlen(s);
+    *gib = n && (s[n - 1] == 'G' || s[n - 1] == 'g');
+    char num[MAX_TOKEN_LEN];
+    snprintf(num, sizeof num, "%.*s", (int)(n - *gib), s);
+    char *end;
+    errno = 0;
+    double v = strtod(num, &end);
+    bool ok = num[0] && !*end && !errno && isfinite(v) && v > 0.0 && !isspace((unsigned char)num[0]);
+    if (!ok) {
+        if (c->r->strict)
+            return fail(c, "expected a positive fraction of the device (0.5) or GiB (40G)");
+        warn(c->cf, "PyTorch ignores the invalid expandable-segment reserve '%s' (\"Ignoring invalid "
+             "expandable-segment reserve value\") and keeps its default", s);
+        return 1;
+    }
+    *value = v;
+    return 0;
+}
+
+static int parse_reserve_classes(const ctx *c0, const lexed *lx, size_t *pi)
+{
+    size_t i = *pi;
+    ctx c = *c0;
+    c.val = &lx->t[i];
+    if (strcmp(lx->t[i].s, "[") != 0)
+        return fail(&c, "expected a list [class:reserve,...] (PyTorch: expandable_segments_reserve_by_class:"
+                        "[name:val,name:val,...])");
+    int n = 0;
+    i++;
+    while (i < lx->n && strcmp(lx->t[i].s, "]") != 0) {
+        if (i + 2 >= lx->n)
+            break;
+        ctx cv = c;
+        cv.val = &lx->t[i + 2];
+        double v;
+        bool gib;
+        int rc = reserve_spec(&cv, &v, &gib);
+        if (rc < 0)
+            return -1;
+        n += rc == 0;
+        i += 3;
+        if (i < lx->n && !strcmp(lx->t[i].s, ","))
+            i++;
+    }
+    if (i >= lx->n)
+        return list_error(&c, lx->t[*pi].pos, "the list is not closed with ']'");
+    c0->cf->es_reserve_classes = n;
+    *pi = i;
+    return 0;
+}
+
+static int set_key(hbm__conf *cf, const key_def *k, const rules *r, const lexed *lx, size_t *pi, bool *max_split_set,
                    char *err, size_t errlen)
 {
-    ctx c = {k->name, &lx->t[*pi], err, errlen};
+    ctx c = {k->name, &lx->t[*pi], r, cf, err, errlen};
     bool npu = cf->dialect == HBM_DIALECT_NPU;
     uint64_t v;
     switch (k->id) {
@@ -310,26 +529,36 @@ static int set_key(hbm__conf *cf, const key_def *k, const lexed *lx, size_t *pi,
         return 0;
     case K_MAX_SPLIT:
         *max_split_set = true;
-        return get_mib(&c, 20, UINT64_MAX, "expected a whole number of MiB >= 20 (PyTorch: \"CachingAllocator option "
-                                           "max_split_size_mb too small, must be >= 20\")", &cf->max_split_size);
+        return get_split(&c, &cf->max_split_size);
     case K_MAX_NON_SPLIT:
-        return get_mib(&c, 20, UINT64_MAX, "expected a whole number of MiB >= 20 (PyTorch: \"CachingAllocator option "
-                                           "max_non_split_rounding_mb too small, must be >= 20\")",
-                       &cf->max_non_split_rounding);
-    case K_LARGE_SEGMENT:
-        if (npu)
-            return get_mib(&c, 20, 512, "expected a whole number of MiB in [20, 512] (torch_npu: \"must be [20, 512], "
-                                        "dtype is int\")", &cf->large_segment_size);
-        return get_mib(&c, 11, UINT64_MAX, "expected a whole number of MiB > 10 (PyTorch: \"CachingAllocator option "
-                                           "large_segment_size_mb must be > 10 MB\")", &cf->large_segment_size);
-    case K_SEGMENT_SIZE: {
-        size_t bytes;
-        if (get_mib(&c, 20, 512, "expected a whole number of MiB in [20, 512] (torch_npu: \"CachingAllocator option "
-                                 "segment_size_mb error, must be [20, 512], dtype is int\")", &bytes))
+        return get_split(&c, &cf->max_non_split_rounding);
+    case K_LARGE_SEGMENT: {
+        /* > 10 MiB, no upper bound (c10 parseLargeSegmentSize; torch_npu 2.11+ also digits only). */
+        const char *allowed = "expected a whole number of MiB > 10 (\"CachingAllocator option large_segment_size_mb "
+                              "must be > 10 MB\")";
+        if (!r->strict && r->rel->split_digits && !all_digits(c.val->s))
+            return fail(&c, "not all digits (torch_npu: \"CachingAllocator option large_segment_size_mb is "
+                            "invalid.\")");
+        if (get_uint(&c, &v, allowed))
             return -1;
-        cf->large_segment_size = bytes; /* large_segment_size_mb wins: applied after the loop */
-        hbm__sbuf sb = {cf->warnings, sizeof cf->warnings, strlen(cf->warnings)};
-        hbm__sb_printf(&sb, "segment_size_mb is deprecated, use large_segment_size_mb (torch_npu warns the same)\n");
+        if (v <= 10)
+            return fail(&c, allowed);
+        store_mib(v, &cf->large_segment_size);
+        return 0;
+    }
+    case K_SEGMENT_SIZE: {
+        /* torch_npu: isDigit, then std::stoi, [20, 512]; deprecated; large_segment_size_mb wins. */
+        const char *allowed = "expected a whole number of MiB in [20, 512] (torch_npu: \"CachingAllocator option "
+                              "segment_size_mb error, must be [20, 512], dtype is int\")";
+        if (!all_digits(c.val->s))
+            return fail(&c, "not all digits (torch_npu: \"CachingAllocator option segment_size_mb is invalid.\")");
+        if (get_uint(&c, &v, allowed))
+            return -1;
+        if (v < 20 || v > 512)
+            return fail(&c, allowed);
+        if (cf->large_segment_size == 20 * HBM__MiB)
+            cf->large_segment_size = (size_t)v * HBM__MiB;
+        warn(cf, "segment_size_mb is deprecated, use large_segment_size_mb (torch_npu warns the same)");
         return 0;
     }
     case K_GC: {
@@ -353,7 +582,22 @@ static int set_key(hbm__conf *cf, const key_def *k, const lexed *lx, size_t *pi,
         return 0;
     }
     case K_ROUNDUP:
-        return parse_roundup(cf, lx, pi, err, errlen);
+        return parse_roundup(&c, lx, pi);
+    case K_ES_RESERVE: {
+        double d;
+        bool gib;
+        int rc = reserve_spec(&c, &d, &gib);
+        if (rc < 0)
+            return -1;
+        if (rc == 0) {
+            cf->es_reserve = d;
+            cf->es_reserve_gib = gib;
+            cf->es_reserve_set = true;
+        }
+        return 0;
+    }
+    case K_ES_RESERVE_CLASS:
+        return parse_reserve_classes(&c, lx, pi);
     case K_EXPANDABLE: return get_bool(&c, &cf->expandable_segments);
     case K_RELEASE_LOCK_CUDA:
     case K_RELEASE_LOCK_HIP:
@@ -368,16 +612,18 @@ static int set_key(hbm__conf *cf, const key_def *k, const lexed *lx, size_t *pi,
     case K_PIN_EXPANDABLE: return get_bool(&c, &cf->pin_memory_expandable_segments);
     case K_PIN_REGISTER: return get_bool(&c, &cf->pinned_mem_register);
     case K_LAZY_RECLAIM: return get_bool(&c, &cf->multi_stream_lazy_reclaim);
+    case K_ALIGN_HUGEPAGES: return get_bool(&c, &cf->align_hugepages);
     case K_HBM_REMAP: return get_bool(&c, &cf->remap_free_pages);
     case K_HBM_PAGE: {
         const char *allowed = "expected an even whole number of MiB in [2, 1024] (a multiple of the 2 MiB device "
                               "granularity)";
-        if (get_mib(&c, 2, 1024, allowed, &cf->expandable_page))
-            return -1;
-        return (cf->expandable_page / HBM__MiB) % 2 ? fail(&c, allowed) : 0;
+        if (get_uint(&c, &v, allowed) || v < 2 || v > 1024 || v % 2)
+            return fail(&c, allowed);
+        cf->expandable_page = (size_t)v * HBM__MiB;
+        return 0;
     }
     case K_PIN_THREADS:
-        if (get_u64(&c, &v, "expected a power of two <= 128"))
+        if (get_uint(&c, &v, "expected a power of two <= 128"))
             return -1;
         if (!is_pow2(v))
             return fail(&c, "expected a power of two <= 128 (PyTorch: \"Number of register threads has to be power "
@@ -388,22 +634,28 @@ static int set_key(hbm__conf *cf, const key_def *k, const lexed *lx, size_t *pi,
         cf->pinned_num_register_threads = (unsigned)v;
         return 0;
     case K_PIN_RESERVE:
-        if (get_u64(&c, &v, "expected a whole number of MiB > 0") || v == 0)
+        /* PyTorch: > 0; torch_npu reads it with toSizeT and no check (0 accepted). */
+        if (get_uint(&c, &v, "expected a whole number of MiB"))
+            return -1;
+        if (v == 0 && !npu)
             return fail(&c, "expected a whole number of MiB > 0 (PyTorch: \"Pinned reserve segment size has to be "
                             "greater than 0\")");
         cf->pinned_reserve_segment_size_mb = v;
         return 0;
-    case K_PIN_ROUND: return get_u64(&c, &cf->pinned_max_round_threshold_mb, "expected a whole number of MiB");
-    case K_PIN_CACHED: return get_u64(&c, &cf->pinned_max_cached_size_mb, "expected a whole number of MiB");
-    case K_BASE_ALIGN:
-        if (get_u64(&c, &v, "expected a whole number of KiB in [0, 16] (torch_npu: \"CachingAllocator option "
-                            "base_addr_aligned_kb is invalid.\")"))
-            return -1;
-        if (v > 16)
+    case K_PIN_ROUND: return get_uint(&c, &cf->pinned_max_round_threshold_mb, "expected a whole number of MiB");
+    case K_PIN_CACHED: return get_uint(&c, &cf->pinned_max_cached_size_mb, "expected a whole number of MiB");
+    case K_BASE_ALIGN: {
+        /* torch_npu: isDigit, std::stoi, no leading zeros (the length must equal to_string's), [0, 16]. */
+        const char *s = c.val->s;
+        if (!all_digits(s))
             return fail(&c, "expected a whole number of KiB in [0, 16] (torch_npu: \"CachingAllocator option "
-                            "base_addr_aligned_kb error, must be [0~16], dtype is int\")");
-        cf->base_addr_aligned_kb = (unsigned)v;
+                            "base_addr_aligned_kb is invalid.\")");
+        if ((s[0] == '0' && s[1]) || strlen(s) > 2 || atoi(s) > 16)
+            return fail(&c, "expected a whole number of KiB in [0, 16] without leading zeros (torch_npu: "
+                            "\"CachingAllocator option base_addr_aligned_kb error, must be [0~16], dtype is int\")");
+        cf->base_addr_aligned_kb = (unsigned)atoi(s);
         return 0;
+    }
     case K_PAGE_SIZE:
         if (strcmp(c.val->s, "1g") != 0)
             return fail(&c, "the only page size is 1g (torch_npu: \"Unsupported page_size value\")");
@@ -431,7 +683,160 @@ static const char *dialect_var(hbm_dialect d)
     return d == HBM_DIALECT_NPU ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
 }
 
-hbm_status hbm__conf_parse(hbm__conf *cf, const char *s, hbm_dialect d, char *err, size_t errlen)
+/* The framework's words for a key it does not know, and when it would. */
+static void unknown_key(const rules *r, const tok *key, const key_def *k, char *err, size_t errlen)
+{
+    hbm_dialect d = r->rel->dialect;
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, err, errlen);
+    if (r->strict || r->tokenizer) {
+        if (d == HBM_DIALECT_NPU)
+            hbm__sb_printf(&sb, k && (k->dialects & D_CUDA) && !(k->dialects & D_NPU)
+                                    ? "torch_npu not support key '%s' in NPU allocator config (character %zu)"
+                                    : "Unrecognized key '%s' in NPU allocator config (character %zu)",
+                           key->s, key->pos);
+        else
+            hbm__sb_printf(&sb, "Unrecognized key '%s' in CUDA allocator config (character %zu)", key->s, key->pos);
+    } else {
+        hbm__sb_printf(&sb, "Unrecognized CachingAllocator option: %s (character %zu)", key->s, key->pos);
+    }
+    char since[200];
+    if (k && hbm__release_key_since(d, key->s, since, sizeof since))
+        hbm__sb_printf(&sb, "; %s is known from %s on, not to %s", key->s, since, r->rel->name);
+    else if (k && d == HBM_DIALECT_CUDA && (k->dialects & D_NPU))
+        hbm__sb_printf(&sb, "; it is a torch_npu key: use the npu dialect (PYTORCH_NPU_ALLOC_CONF)");
+    else if (k && d == HBM_DIALECT_NPU && (k->dialects & D_CUDA))
+        hbm__sb_printf(&sb, "; it is a PyTorch CUDA key");
+}
+
+static bool key_known(const rules *r, const key_def *k, hbm_dialect d)
+{
+    if (!k || !(k->dialects & (d == HBM_DIALECT_NPU ? D_NPU : D_CUDA)))
+        return false;
+    if (is_hbm_key(k))
+        return true; /* refused outside HBMALLOC_CONF with its own message */
+    return hbm__release_has_key(r->rel, k->name);
+}
+
+static hbm_status parse_tokens(hbm__conf *cf, const lexed *lx, const rules *r, char *err, size_t errlen)
+{
+    hbm_dialect d = cf->dialect;
+    bool max_split_set = false;
+    bool framework = !strncmp(cf->source, "PYTORCH_", 8);
+    /* large_segment_size_mb first where the release reads it first: it bounds max_split_size_mb. */
+    for (int pass = r->rel->large_segment_first ? 0 : 1; pass < 2; pass++) {
+        for (size_t i = 0; i < lx->n; i++) {
+            const tok *key = &lx->t[i];
+            if (is_sep(key->s[0])) {
+                if (r->strict) {
+                    snprintf(err, errlen, "settings: expected a key at character %zu, found '%s' (the form is "
+                             "key:value,key:value)", key->pos, key->s);
+                    return HBM_ERR_CONF;
+                }
+                unknown_key(r, key, NULL, err, errlen);
+                return HBM_ERR_CONF;
+            }
+            const key_def *k = find_key(key->s);
+            if (!key_known(r, k, d)) {
+                unknown_key(r, key, k, err, errlen);
+                return HBM_ERR_CONF;
+            }
+            if (is_hbm_key(k) && framework) {
+                snprintf(err, errlen, "'%s' is an hbmalloc key: %s refuses it in %s (\"Unrecognized CachingAllocator "
+                         "option: %s\"); put hbmalloc's keys in HBMALLOC_CONF (character %zu)", key->s,
+                         d == HBM_DIALECT_NPU ? "torch_npu" : "PyTorch", cf->source, key->s, key->pos);
+                return HBM_ERR_CONF;
+            }
+            bool colon = i + 1 < lx->n && !strcmp(lx->t[i + 1].s, ":");
+            if (i + 2 >= lx->n || (!colon && (r->strict || !r->tokenizer))) {
+                if (r->strict || i + 2 >= lx->n)
+                    snprintf(err, errlen, "settings: key '%s' at character %zu needs a value: write %s:VALUE%s",
+                             key->s, key->pos, key->s, r->strict ? "" : r->tokenizer ? " (PyTorch: \"Index out of "
+                             "bounds in ConfigTokenizer\")" : " (\"Error, expecting a value\")");
+                else
+                    snprintf(err, errlen, "settings: expected ':' after '%s' at character %zu, found '%s' "
+                             "(\"Error parsing CachingAllocator settings, expected :\")", key->s,
+                             lx->t[i + 1].pos, lx->t[i + 1].s);
+                return HBM_ERR_CONF;
+            }
+            if (r->strict && is_sep(lx->t[i + 2].s[0]) && lx->t[i + 2].s[0] != '[') {
+                snprintf(err, errlen, "settings: key '%s' at character %zu needs a value: write %s:VALUE", key->s,
+                         key->pos, key->s);
+                return HBM_ERR_CONF;
+            }
+            if (!colon && pass == 1)
+                warn(cf, "PyTorch does not check the separator after '%s': '%s' is taken for ':'", key->s,
+                     lx->t[i + 1].s);
+            i += 2;
+            bool is_large = k->id == K_LARGE_SEGMENT;
+            if (pass == 0 && !is_large) {
+                /* skip the value (a word or a list) */
+                if (!strcmp(lx->t[i].s, "["))
+                    while (i < lx->n && strcmp(lx->t[i].s, "]"))
+                        i++;
+            } else if (pass == 0 || !is_large || !r->rel->large_segment_first) {
+                if (set_key(cf, k, r, lx, &i, &max_split_set, err, errlen))
+                    return HBM_ERR_CONF;
+                if (is_large && pass == 0)
+                    cf->max_non_split_rounding = cf->large_segment_size; /* its default follows */
+            }
+            if (i + 1 < lx->n) {
+                if (strcmp(lx->t[i + 1].s, ",") != 0) {
+                    if (r->strict || !r->tokenizer) {
+                        snprintf(err, errlen, "settings: expected ',' after the value of '%s' at character %zu, "
+                                 "found '%s'", k->name, lx->t[i + 1].pos, lx->t[i + 1].s);
+                        return HBM_ERR_CONF;
+                    }
+                    if (pass == 1)
+                        warn(cf, "PyTorch does not check the separator after '%s:%s': '%s' is taken for ','",
+                             k->name, lx->t[i].s, lx->t[i + 1].s);
+                }
+                i++; /* a trailing comma is accepted */
+            }
+        }
+    }
+    if (d == HBM_DIALECT_NPU && cf->expandable_segments && (max_split_set || cf->gc_threshold > 0)) {
+        static const char msg[] = "`max_split_size_mb` or `garbage_collection_threshold`, cannot be enabled with "
+                                  "`expandable_segments`, please set `expandable_segments` to `False`.";
+        int combo = r->strict ? HBM__COMBO_BEFORE_PROBE : r->rel->combo;
+        if (combo == HBM__COMBO_BEFORE_PROBE || (combo == HBM__COMBO_AFTER_PROBE && r->vmm == 1)) {
+            snprintf(err, errlen, "invalid settings: %s (%s refuses this combination%s)", msg, r->rel->name,
+                     combo == HBM__COMBO_AFTER_PROBE ? " on a device with virtual memory" : "");
+            return HBM_ERR_CONF;
+        }
+        if (combo == HBM__COMBO_AFTER_PROBE && r->vmm == 0) {
+            cf->expandable_segments = false;
+            warn(cf, "%s turns expandable segments off on this device (no virtual memory: \"expandable_segments "
+                 "setting failure, now change to `False`.\"), so max_split_size_mb and garbage_collection_threshold "
+                 "apply; on a device with virtual memory it refuses the string", r->rel->name);
+        } else if (combo == HBM__COMBO_AFTER_PROBE) {
+            cf->combo_needs_no_vmm = true;
+            warn(cf, "%s accepts max_split_size_mb / garbage_collection_threshold with expandable_segments:True only "
+                 "where the device has no virtual memory (expandable segments then turn off); torch_npu 2.13 and "
+                 "later refuse it everywhere", r->rel->name);
+        }
+    }
+    if (cf->backend_async)
+        warn(cf, "backend:cudaMallocAsync hands memory to CUDA's stream-ordered allocator in PyTorch; hbmalloc is a "
+                 "native caching allocator and applies the native policy");
+    return HBM_OK;
+}
+
+/* The release a PYTORCH_* variable is read as: named by the plug-in (which knows torch.__version__ and
+ * torch_npu.__version__) through HBMALLOC_TORCH_VERSION / HBMALLOC_TORCH_NPU_VERSION, else the newest. */
+static hbm_status default_release(hbm__release *rel, hbm_dialect d, char *err, size_t errlen)
+{
+    const char *v = getenv(d == HBM_DIALECT_NPU ? "HBMALLOC_TORCH_NPU_VERSION" : "HBMALLOC_TORCH_VERSION");
+    char inner[300];
+    if (hbm__release_find(rel, d, v, inner, sizeof inner) == HBM_OK)
+        return HBM_OK;
+    snprintf(err, errlen, "%s (from %s)", inner, d == HBM_DIALECT_NPU ? "HBMALLOC_TORCH_NPU_VERSION"
+                                                                       : "HBMALLOC_TORCH_VERSION");
+    return HBM_ERR_CONF;
+}
+
+hbm_status hbm__conf_parse_release(hbm__conf *cf, const char *s, hbm_dialect d, const hbm__release *given, int vmm,
+                                   char *err, size_t errlen)
 {
     char src[sizeof cf->source];
     memcpy(src, cf->source, sizeof src);
@@ -443,87 +848,33 @@ hbm_status hbm__conf_parse(hbm__conf *cf, const char *s, hbm_dialect d, char *er
     cf->text_truncated = slen >= sizeof cf->text;
     snprintf(cf->text, sizeof cf->text, "%s", s);
 
-    lexed *lx = malloc(sizeof *lx); /* 33 KiB: too large for the stack of a caller's thread */
+    hbm__release rel;
+    if (given)
+        rel = *given;
+    else if (default_release(&rel, d, err, errlen) != HBM_OK)
+        return HBM_ERR_CONF;
+    bool framework = !strncmp(cf->source, "PYTORCH_", 8);
+    rules r = {&rel, !framework && !given, rel.tokenizer, vmm};
+    if (r.strict)
+        snprintf(cf->release, sizeof cf->release, "hbmalloc (strict; keys of %s)", rel.name);
+    else
+        snprintf(cf->release, sizeof cf->release, "%s", rel.name);
+
+    lexed *lx = malloc(sizeof *lx); /* 35 KiB: too large for the stack of a caller's thread */
     if (!lx) {
         snprintf(err, errlen, "out of host memory parsing settings");
         return HBM_ERR_NOMEM;
     }
-    hbm_status rc = lex(s, lx, err, errlen);
-    bool max_split_set = false, large_segment_set = false;
-    size_t large_segment = 0;
-    for (size_t i = 0; rc == HBM_OK && i < lx->n; i++) {
-        const tok *key = &lx->t[i];
-        if (is_sep(key->s[0])) {
-            snprintf(err, errlen, "settings: expected a key at character %zu, found '%s' (the form is key:value,key:value)",
-                     key->pos, key->s);
-            rc = HBM_ERR_CONF;
-            break;
-        }
-        const key_def *k = find_key(key->s);
-        if (!k || !(k->dialects & (d == HBM_DIALECT_NPU ? D_NPU : D_CUDA))) {
-            if (d == HBM_DIALECT_NPU)
-                snprintf(err, errlen, k ? "torch_npu not support key '%s' in NPU allocator config (character %zu)"
-                                        : "Unrecognized key '%s' in NPU allocator config (character %zu)",
-                         key->s, key->pos);
-            else
-                snprintf(err, errlen, k ? "Unrecognized key '%s' in CUDA allocator config (character %zu); it is a "
-                                          "torch_npu key: use the npu dialect (PYTORCH_NPU_ALLOC_CONF)"
-                                        : "Unrecognized key '%s' in CUDA allocator config (character %zu)",
-                         key->s, key->pos);
-            rc = HBM_ERR_CONF;
-            break;
-        }
-        if (i + 2 >= lx->n || strcmp(lx->t[i + 1].s, ":") != 0 ||
-            (is_sep(lx->t[i + 2].s[0]) && lx->t[i + 2].s[0] != '[')) {
-            snprintf(err, errlen, "settings: key '%s' at character %zu needs a value: write %s:VALUE", key->s,
-                     key->pos, key->s);
-            rc = HBM_ERR_CONF;
-            break;
-        }
-        if ((k->id == K_HBM_REMAP || k->id == K_HBM_PAGE) && !strncmp(cf->source, "PYTORCH_", 8)) {
-            /* The framework parses its variable itself and stops at keys it does not know. */
-            snprintf(err, errlen, "'%s' is an hbmalloc key: %s refuses it in %s (\"Unrecognized CachingAllocator "
-                                  "option: %s\"); put hbmalloc's keys in HBMALLOC_CONF (character %zu)",
-                     key->s, d == HBM_DIALECT_NPU ? "torch_npu" : "PyTorch", cf->source, key->s, key->pos);
-            rc = HBM_ERR_CONF;
-            break;
-        }
-        i += 2;
-        if (set_key(cf, k, lx, &i, &max_split_set, err, errlen)) {
-            rc = HBM_ERR_CONF;
-            break;
-        }
-        if (k->id == K_LARGE_SEGMENT) {
-            large_segment_set = true;
-            large_segment = cf->large_segment_size;
-        }
-        if (i + 1 < lx->n) {
-            if (strcmp(lx->t[i + 1].s, ",") != 0) {
-                snprintf(err, errlen, "settings: expected ',' after the value of '%s' at character %zu, found '%s'",
-                         k->name, lx->t[i + 1].pos, lx->t[i + 1].s);
-                rc = HBM_ERR_CONF;
-                break;
-            }
-            i++; /* a trailing comma is accepted */
-        }
-    }
+    hbm_status rc = lex(s, &r, lx, err, errlen);
+    if (rc == HBM_OK)
+        rc = parse_tokens(cf, lx, &r, err, errlen);
     free(lx);
-    if (rc != HBM_OK)
-        return rc;
-    if (large_segment_set)
-        cf->large_segment_size = large_segment; /* torch_npu: large_segment_size_mb wins over segment_size_mb */
-    if (d == HBM_DIALECT_NPU && cf->expandable_segments && (max_split_set || cf->gc_threshold > 0)) {
-        snprintf(err, errlen, "invalid settings: `max_split_size_mb` or `garbage_collection_threshold`, cannot be "
-                              "enabled with `expandable_segments`, please set `expandable_segments` to `False`. "
-                              "(torch_npu rejects this combination)");
-        return HBM_ERR_CONF;
-    }
-    if (cf->backend_async) {
-        hbm__sbuf sb = {cf->warnings, sizeof cf->warnings, strlen(cf->warnings)};
-        hbm__sb_printf(&sb, "backend:cudaMallocAsync hands memory to CUDA's stream-ordered allocator in PyTorch; "
-                            "hbmalloc is a native caching allocator and applies the native policy\n");
-    }
-    return HBM_OK;
+    return rc;
+}
+
+hbm_status hbm__conf_parse(hbm__conf *cf, const char *s, hbm_dialect d, char *err, size_t errlen)
+{
+    return hbm__conf_parse_release(cf, s, d, NULL, -1, err, errlen);
 }
 
 hbm_status hbm__conf_load(hbm__conf *c, const char *explicit_settings, hbm_dialect d, char *err, size_t errlen)
@@ -568,6 +919,7 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
     bool npu = c->dialect == HBM_DIALECT_NPU;
     hbm__sb_printf(&sb, "dialect: %s (%s)\n", npu ? "npu" : "cuda", dialect_var(c->dialect));
     hbm__sb_printf(&sb, "source: %s\n", c->source);
+    hbm__sb_printf(&sb, "read as: %s\n", c->release);
     hbm__sb_printf(&sb, "string: \"%s\"%s\n", c->text, c->text_truncated ? " (truncated)" : "");
     if (c->max_split_size == SIZE_MAX)
         hbm__sb_printf(&sb, "max_split_size_mb: unlimited\n");
@@ -584,7 +936,7 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
     hbm__sb_printf(&sb, "roundup_power2_divisions: [");
     bool any = false;
     for (int k = 0; k < HBM__ROUNDUP_INTERVALS; k++) {
-        hbm__sb_printf(&sb, "%s%u:%u", k ? "," : "", 1u << k, c->roundup_divisions[k]);
+        hbm__sb_printf(&sb, "%s%u:%llu", k ? "," : "", 1u << k, (unsigned long long)c->roundup_divisions[k]);
         any |= c->roundup_divisions[k] > 1;
     }
     hbm__sb_printf(&sb, "]%s\n", any ? "" : " (off)");
@@ -600,6 +952,14 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
                    b2s(c->release_lock_on_malloc));
     hbm__sb_printf(&sb, "%s: %s\n", npu ? "throw_on_npumalloc_oom" : "throw_on_cudamalloc_oom",
                    b2s(c->throw_on_malloc_oom));
+    if (!npu && c->es_reserve_set)
+        hbm__sb_printf(&sb, "expandable_segments_reserve: %g%s (virtual address space per expandable segment; the "
+                            "sim reserves without limit)\n", c->es_reserve, c->es_reserve_gib ? " GiB" : " of the device");
+    if (!npu && c->es_reserve_classes)
+        hbm__sb_printf(&sb, "expandable_segments_reserve_by_class: %d class%s (per-stream tags; hbmalloc does not "
+                            "tag streams)\n", c->es_reserve_classes, c->es_reserve_classes == 1 ? "" : "es");
+    if (npu && c->align_hugepages)
+        hbm__sb_printf(&sb, "align_hugepages: True (torch_npu v6.0.rc2; no effect on the model)\n");
     if (npu) {
         hbm__sb_printf(&sb, "multi_stream_lazy_reclaim: %s\n", b2s(c->multi_stream_lazy_reclaim));
         hbm__sb_printf(&sb, "page_size: %s\n", c->page_size_1g ? "1g" : "default");

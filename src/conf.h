@@ -22,7 +22,7 @@ typedef struct hbm__conf {
     size_t large_segment_size;     /* segment for 1..10 MiB requests and large page, 20 MiB */
     double gc_threshold;           /* 0: off */
     double memory_fraction;        /* per_process_memory_fraction, 1.0 */
-    uint32_t roundup_divisions[HBM__ROUNDUP_INTERVALS];
+    uint64_t roundup_divisions[HBM__ROUNDUP_INTERVALS]; /* any power of two, as PyTorch's size_t */
     bool expandable_segments;
     bool release_lock_on_malloc;     /* release_lock_on_cudamalloc / release_lock_on_npumalloc */
     bool throw_on_malloc_oom;        /* throw_on_cudamalloc_oom / throw_on_npumalloc_oom */
@@ -38,17 +38,37 @@ typedef struct hbm__conf {
     bool graph_capture_record_stream_reuse, pin_memory_expandable_segments, pinned_mem_register;
     unsigned pinned_num_register_threads;
     uint64_t pinned_reserve_segment_size_mb, pinned_max_round_threshold_mb, pinned_max_cached_size_mb;
+    bool align_hugepages;            /* torch_npu v6.0.rc2 only */
+    /* expandable_segments_reserve (PyTorch main): virtual address space per segment, a fraction of the
+     * device or GiB; it sizes reservations, not memory. by_class entries are only counted. */
+    double es_reserve;
+    bool es_reserve_set, es_reserve_gib;
+    int es_reserve_classes;
+    /* torch_npu: max_split_size_mb / garbage_collection_threshold with expandable_segments:True, which the
+     * release refuses only where the device has virtual memory (HBM__COMBO_AFTER_PROBE): the allocator,
+     * which knows the device, decides. */
+    bool combo_needs_no_vmm;
     /* Where the string came from and what it was. */
     char source[32];
     char text[512];
     bool text_truncated;
-    char warnings[512]; /* parse-time warnings (deprecated keys, ignored options) */
+    char release[128];   /* the parser reproduced: "hbmalloc (strict)", "PyTorch 2.6", "torch_npu 2.1.0.post6 (...)" */
+    char warnings[1024]; /* parse-time warnings: deprecated keys, what a lenient parser read, ignored options */
 } hbm__conf;
 
 /* Defaults, as PyTorch has them. */
 void hbm__conf_defaults(hbm__conf *c, hbm_dialect d);
-/* Parse s (a complete settings string) over defaults. Returns HBM_OK or HBM_ERR_CONF with err set. */
+struct hbm__release;
+/* Parse s (a complete settings string) over defaults. Returns HBM_OK or HBM_ERR_CONF with err set.
+ * c->source says whose string it is: a PYTORCH_* variable is read as the framework reads it (the
+ * release named by HBMALLOC_TORCH_VERSION / HBMALLOC_TORCH_NPU_VERSION, else the newest known, with
+ * its leniency, each lenient reading noted in c->warnings); anything else (HBMALLOC_CONF, explicit)
+ * strictly, with the newest release's keys and hbmalloc's own hbm_* keys. */
 hbm_status hbm__conf_parse(hbm__conf *c, const char *s, hbm_dialect d, char *err, size_t errlen);
+/* The same with the release given (NULL: as hbm__conf_parse chooses) and what is known of the device's
+ * virtual memory (vmm: 1 yes, 0 no, -1 unknown), which decides torch_npu's expandable combination rule. */
+hbm_status hbm__conf_parse_release(hbm__conf *c, const char *s, hbm_dialect d, const struct hbm__release *rel,
+                                   int vmm, char *err, size_t errlen);
 /* Settings from: explicit (if non-NULL), else HBMALLOC_CONF, else the dialect's PyTorch variables. */
 hbm_status hbm__conf_load(hbm__conf *c, const char *explicit_settings, hbm_dialect d, char *err, size_t errlen);
 /* Effective settings, one "key: value" per line. */

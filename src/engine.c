@@ -26,7 +26,7 @@ static int floor_log2(size_t v)
 }
 
 /* roundup_power2_divisions interval of a size: floor(log2 s) - 20, clamped to 0..15. */
-static uint32_t divisions_for(const hbm__conf *c, size_t size)
+static uint64_t divisions_for(const hbm__conf *c, size_t size)
 {
     int idx = floor_log2(size) - 20;
     if (idx < 0)
@@ -36,7 +36,7 @@ static uint32_t divisions_for(const hbm__conf *c, size_t size)
     return c->roundup_divisions[idx];
 }
 
-static size_t next_division(size_t size, uint32_t divisions)
+static size_t next_division(size_t size, uint64_t divisions)
 {
     if ((size & (size - 1)) == 0)
         return size;
@@ -52,8 +52,9 @@ static inline size_t round_size(const hbm__conf *c, size_t size)
 {
     if (size < HBM__MIN_BLOCK)
         return HBM__MIN_BLOCK;
-    uint32_t div = divisions_for(c, size);
-    if (div > 1 && size > HBM__MIN_BLOCK * div)
+    uint64_t div = divisions_for(c, size);
+    /* size_t arithmetic as PyTorch's: 512 x divisions wraps for divisions >= 2^55 (then every size rounds). */
+    if (div > 1 && size > (size_t)(HBM__MIN_BLOCK * div))
         return next_division(size, div);
     return (size + HBM__MIN_BLOCK - 1) / HBM__MIN_BLOCK * HBM__MIN_BLOCK;
 }

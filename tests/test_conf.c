@@ -190,7 +190,11 @@ static void npu_keys_and_cross_rules(void **st)
     reject("base_addr_aligned_kb:17", HBM_DIALECT_NPU, "[0, 16]");
     reject("page_size:2m", HBM_DIALECT_NPU, "1g");
     reject("segment_size_mb:600", HBM_DIALECT_NPU, "[20, 512]");
-    reject("large_segment_size_mb:600", HBM_DIALECT_NPU, "[20, 512]");
+    /* large_segment_size_mb has no upper bound on NPU either (torch_npu 2.12 NPUAllocatorConfig.cpp
+     * parseLargeSegmentSize: "must be > 10 MB"); [20, 512] is segment_size_mb's range. */
+    assert_int_equal(parse("large_segment_size_mb:600", HBM_DIALECT_NPU), HBM_OK);
+    assert_int_equal(conf.large_segment_size, 600 * MiB);
+    reject("large_segment_size_mb:10", HBM_DIALECT_NPU, "> 10");
     /* torch_npu refuses expandable segments together with max_split or GC. */
     reject("expandable_segments:True,max_split_size_mb:128", HBM_DIALECT_NPU, "cannot be enabled with");
     reject("garbage_collection_threshold:0.5,expandable_segments:True", HBM_DIALECT_NPU, "cannot be enabled with");

@@ -1,0 +1,54 @@
+/*
+ * releases.h: which framework release reads a settings string, and how.
+ *
+ * A settings variable is parsed by the framework the user runs, not by
+ * hbmalloc: PYTORCH_CUDA_ALLOC_CONF by PyTorch, PYTORCH_NPU_ALLOC_CONF by
+ * torch_npu. Their parsers changed from release to release (keys added, a
+ * tolerant tokenizer replacing a strict one, bounds moved). A release
+ * describes one parser: which keys it knows and which of those behaviours it
+ * has. Owns the release tables; knows nothing of parsing itself.
+ */
+#ifndef HBM_RELEASES_H
+#define HBM_RELEASES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "hbmalloc.h"
+
+/* How torch_npu treats max_split_size_mb / garbage_collection_threshold with expandable_segments:True. */
+enum {
+    HBM__COMBO_NONE = 0,        /* no check: accepted */
+    HBM__COMBO_AFTER_PROBE = 1, /* checked after the virtual-memory probe turned expandable segments off
+                                   where the device cannot: refused only on a device that can */
+    HBM__COMBO_BEFORE_PROBE = 2 /* refused on every device */
+};
+
+typedef struct hbm__release {
+    hbm_dialect dialect;  /* CUDA: PyTorch; NPU: torch_npu */
+    char name[96];        /* "PyTorch 2.6", "torch_npu 2.1.0.post6 (v6.0.rc2-pytorch2.1.0)" */
+    bool newest;          /* no version given: the newest release known */
+    int torch_minor;      /* the PyTorch 2.x minor this release is (CUDA) or builds on (NPU) */
+    bool tokenizer;       /* c10 ConfigTokenizer: every isspace dropped, separators not checked, std::stoull */
+    bool split_gt20;      /* max_split_size_mb / max_non_split_rounding_mb must be > 20 (else >= the large segment) */
+    bool split_digits;    /* torch_npu: max_split_size_mb and large_segment_size_mb must be all digits */
+    bool roundup_gt_bug;  /* '>' in a roundup_power2_divisions list also overwrites the last entry */
+    bool large_segment_first; /* large_segment_size_mb read before the other keys, sets max_non_split's default */
+    int combo;            /* HBM__COMBO_*: NPU only */
+    bool alloc_conf;      /* PYTORCH_ALLOC_CONF is read as well */
+    bool warn_probe;      /* torch_npu prints "expandable_segments feature is not supportted" at start-up */
+    const char *keys;     /* NPU: the keys its parser names, space-separated; NULL for CUDA (see has_key) */
+} hbm__release;
+
+/* The release a version names ("2.6", "2.6.0", "2.1.0.post6"); NULL or "" for the newest. A version
+ * between two known ones reads as the older; one before the oldest known, or not a version, is an error. */
+hbm_status hbm__release_find(hbm__release *r, hbm_dialect d, const char *version, char *err, size_t errlen);
+/* Whether the release's parser knows the key. */
+bool hbm__release_has_key(const hbm__release *r, const char *key);
+/* The first release that knows the key, as text ("PyTorch 2.9", "torch_npu v26.1.0 (2.10.0.post4, ...)"), or
+ * NULL when no release of the dialect does. */
+const char *hbm__release_key_since(hbm_dialect d, const char *key, char *buf, size_t len);
+/* One line per known release of the dialect, newest last, for `hbmalloc conf --releases`. */
+void hbm__release_list(hbm_dialect d, char *out, size_t len);
+
+#endif
