@@ -233,6 +233,14 @@ HBM_API hbm_status hbm_settings_check(const char *settings, hbm_dialect d, char 
  * PYTORCH_ALLOC_CONF are read by the framework too, which refuses hbmalloc's own (hbm_*) keys there. */
 HBM_API hbm_status hbm_settings_check_var(const char *var, const char *settings, hbm_dialect d, char *out,
                                           size_t outlen);
+/* The same as one framework release decides it. var: the variable the string is set in (PYTORCH_* is read as
+ * the framework reads it, leniency included, each lenient reading listed under "warnings:"; NULL or
+ * HBMALLOC_CONF strictly, with hbmalloc's keys too); version: the PyTorch (CUDA dialect) or torch_npu (NPU
+ * dialect) release, "2.6", "2.1.0.post6"; NULL or "" for the newest known; vmm: whether the device has
+ * virtual memory (1, 0, -1 unknown), which decides torch_npu's rule on expandable segments with
+ * max_split_size_mb or garbage_collection_threshold. docs/SETTINGS.md lists the releases and the cases. */
+HBM_API hbm_status hbm_settings_check_release(const char *var, const char *settings, hbm_dialect d,
+                                              const char *version, int vmm, char *out, size_t outlen);
 /* Effective settings of a live allocator, in the same form, with any capability fallback. */
 HBM_API hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen);
 /* The capability warning given at create ("" if none), e.g. expandable segments unsupported. */

@@ -167,6 +167,8 @@ def use(path=None, device=None):
             raise RuntimeError("hbmalloc needs torch_npu >= %d.%d (NPUPluggableAllocator); installed %s"
                                % (MIN_TORCH_NPU + (fw_version,)))
         memory = torch_npu.npu.memory
+        # PYTORCH_NPU_ALLOC_CONF is read as this torch_npu release reads it (docs/SETTINGS.md).
+        os.environ.setdefault("HBMALLOC_TORCH_NPU_VERSION", fw_version)
         lib = library(path, device)
         alloc = memory.NPUPluggableAllocator(lib.path, "hbm_torch_alloc", "hbm_torch_free")
     else:
@@ -174,6 +176,7 @@ def use(path=None, device=None):
             raise RuntimeError("hbmalloc needs torch >= %d.%d (CUDAPluggableAllocator); installed %s"
                                % (MIN_TORCH + (torch.__version__,)))
         memory = torch.cuda.memory
+        os.environ.setdefault("HBMALLOC_TORCH_VERSION", torch.__version__)
         lib = library(path, device)
         alloc = memory.CUDAPluggableAllocator(lib.path, "hbm_torch_alloc", "hbm_torch_free")
     if not lib.build.startswith("c10"):

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "releases.h"
 #include "util.h"
 
 const char *hbm_status_name(hbm_status s)
@@ -278,12 +279,26 @@ hbm_status hbm_settings_check_var(const char *var, const char *settings, hbm_dia
 {
     if (!var || !settings)
         return HBM_ERR_INVALID;
+    return hbm_settings_check_release(var, settings, d, NULL, -1, out, outlen);
+}
+
+hbm_status hbm_settings_check_release(const char *var, const char *settings, hbm_dialect d, const char *version,
+                                      int vmm, char *out, size_t outlen)
+{
+    if (!settings || !out || outlen == 0)
+        return HBM_ERR_INVALID;
     hbm__conf *c = malloc(sizeof *c);
     if (!c)
         return HBM_ERR_NOMEM;
     hbm__conf_defaults(c, d);
-    snprintf(c->source, sizeof c->source, "%s", var);
-    hbm_status rc = hbm__conf_parse(c, settings, d, out, outlen);
+    snprintf(c->source, sizeof c->source, "%s", var ? var : "explicit");
+    hbm__release rel;
+    hbm_status rc = HBM_OK;
+    bool framework = var && !strncmp(var, "PYTORCH_", 8);
+    if (framework && version && *version)
+        rc = hbm__release_find(&rel, d, version, out, outlen);
+    if (rc == HBM_OK)
+        rc = hbm__conf_parse_release(c, settings, d, framework && version && *version ? &rel : NULL, vmm, out, outlen);
     if (rc == HBM_OK)
         hbm__conf_describe(c, out, outlen);
     free(c);

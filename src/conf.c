@@ -830,6 +830,11 @@ static hbm_status default_release(hbm__release *rel, hbm_dialect d, char *err, s
     char inner[300];
     if (hbm__release_find(rel, d, v, inner, sizeof inner) == HBM_OK)
         return HBM_OK;
+    if (strstr(inner, "older than")) {
+        /* A framework older than any release known still started with its string: read it as the oldest. */
+        hbm__release_oldest(rel, d);
+        return HBM_OK;
+    }
     snprintf(err, errlen, "%s (from %s)", inner, d == HBM_DIALECT_NPU ? "HBMALLOC_TORCH_NPU_VERSION"
                                                                        : "HBMALLOC_TORCH_VERSION");
     return HBM_ERR_CONF;

@@ -219,6 +219,14 @@ hbm_status hbm__release_find(hbm__release *r, hbm_dialect d, const char *version
     return HBM_OK;
 }
 
+void hbm__release_oldest(hbm__release *r, hbm_dialect d)
+{
+    if (d == HBM_DIALECT_CUDA)
+        torch_release(r, TORCH_OLDEST, false);
+    else
+        npu_release(r, &npu_rows[0], false);
+}
+
 static bool word_in(const char *list, const char *word)
 {
     size_t n = strlen(word);

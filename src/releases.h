@@ -43,6 +43,8 @@ typedef struct hbm__release {
 /* The release a version names ("2.6", "2.6.0", "2.1.0.post6"); NULL or "" for the newest. A version
  * between two known ones reads as the older; one before the oldest known, or not a version, is an error. */
 hbm_status hbm__release_find(hbm__release *r, hbm_dialect d, const char *version, char *err, size_t errlen);
+/* The oldest release known for the dialect. */
+void hbm__release_oldest(hbm__release *r, hbm_dialect d);
 /* Whether the release's parser knows the key. */
 bool hbm__release_has_key(const hbm__release *r, const char *key);
 /* The first release that knows the key, as text ("PyTorch 2.9", "torch_npu v26.1.0 (2.10.0.post4, ...)"), or

@@ -92,7 +92,21 @@ check conf_hbm_key_in_pytorch_var 2 "is an hbmalloc key: PyTorch refuses it in P
     env -u HBMALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=hbm_remap_free_pages:True "$bin" conf
 check conf_hbm_key_in_hbmalloc_conf 0 "hbm_remap_free_pages: True" \
     env HBMALLOC_CONF=hbm_remap_free_pages:True "$bin" conf
-check conf_hbm_key_note 0 "belong in HBMALLOC_CONF only" "$bin" conf hbm_remap_free_pages:True
+check conf_hbm_key_refused 2 "is an hbmalloc key" "$bin" conf hbm_remap_free_pages:True
+check conf_hbm_key_note 0 "belong in HBMALLOC_CONF only" "$bin" conf hbm_remap_free_pages:True --strict
+# A string is checked as the framework release reads it (docs/SETTINGS.md).
+check conf_lenient_reading 0 "PyTorch reads 'max_split_size_mb:64abc' as 64" "$bin" conf max_split_size_mb:64abc
+check conf_strict_refuses 2 "64abc" "$bin" conf max_split_size_mb:64abc --strict
+check conf_key_too_new 2 "per_process_memory_fraction is known from PyTorch 2.9 on, not to PyTorch 2.6" \
+    "$bin" conf per_process_memory_fraction:0.9 --torch 2.6
+check conf_release_named 0 "read as: PyTorch 2.6" "$bin" conf max_split_size_mb:64 --torch 2.6.0+cu124
+check conf_npu_field_report_old_release 0 "expandable_segments: False" "$bin" conf \
+    max_split_size_mb:32,garbage_collection_threshold:0.6,expandable_segments:True --torch-npu 2.1.0.post6 --vmm no
+check conf_npu_field_report_newest 2 "cannot be enabled with" "$bin" conf \
+    max_split_size_mb:32,garbage_collection_threshold:0.6,expandable_segments:True --dialect npu --vmm no
+check conf_releases 0 "torch_npu 2.1.0.post6 .*v6.0.rc2-pytorch2.1.0" "$bin" conf --releases --dialect npu
+check conf_bad_version 2 "not a version" "$bin" conf expandable_segments:True --torch-npu latest
+check conf_help 0 "usage: hbmalloc conf" "$bin" conf --help
 # sweep: ranks, recommends, respects what the device supports.
 check sweep_recommends 0 "^export PYTORCH_CUDA_ALLOC_CONF='" "$bin" sweep "$ex" --capacity 60GiB --no-progress
 check sweep_json 0 '"settings_run":48' "$bin" sweep "$ex" --capacity 60GiB --json

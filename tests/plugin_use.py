@@ -127,6 +127,11 @@ with warnings.catch_warnings(record=True) as caught:
     alloc = h.use(lib_path, device="npu" if npu else "cuda")
 said = [str(w.message) for w in caught]
 assert calls["current"] is alloc
+# The framework's variable is read as this release reads it (src/conf.c default_release).
+if npu:
+    assert os.environ["HBMALLOC_TORCH_NPU_VERSION"] == torch_npu.__version__, os.environ
+else:
+    assert os.environ["HBMALLOC_TORCH_VERSION"] == torch.__version__, os.environ
 path, alloc_name, free_name = calls["ctor"]
 assert path == lib_path and (alloc_name, free_name) == ("hbm_torch_alloc", "hbm_torch_free"), calls["ctor"]
 assert any("out of memory raises RuntimeError" in s for s in said), said  # a generic build: said once

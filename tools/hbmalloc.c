@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/releases.h"
 #include "../src/util.h"
 #include "doctor.h"
 #include "hbmalloc.h"
@@ -110,13 +111,15 @@ static void note_hbm_keys(const char *s)
 
 static int cmd_conf(int argc, char **argv)
 {
-    const char *s = NULL, *backend = NULL;
+    const char *s = NULL, *backend = NULL, *version = NULL, *var = NULL;
     hbm_dialect d = HBM_DIALECT_CUDA;
-    int dialect_given = 0;
+    int dialect_given = 0, strict = 0, releases = 0, vmm = -1;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (!strcmp(a, "--backend") && has_value) {
             backend = argv[++i];
-        } else if (!strcmp(argv[i], "--dialect") && i + 1 < argc) {
+        } else if (!strcmp(a, "--dialect") && has_value) {
             const char *v = argv[++i];
             if (!strcmp(v, "cuda"))
                 d = HBM_DIALECT_CUDA;
@@ -127,15 +130,55 @@ static int cmd_conf(int argc, char **argv)
                 return 2;
             }
             dialect_given = 1;
-        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            fprintf(stderr, "hbmalloc conf: unknown option '%s'\n", argv[i]);
+        } else if ((!strcmp(a, "--torch") || !strcmp(a, "--torch-npu")) && has_value) {
+            hbm_dialect want = a[7] ? HBM_DIALECT_NPU : HBM_DIALECT_CUDA;
+            if (dialect_given && want != d) {
+                fprintf(stderr, "hbmalloc conf: %s contradicts --dialect %s\n", a, d == HBM_DIALECT_NPU ? "npu" : "cuda");
+                return 2;
+            }
+            d = want;
+            dialect_given = 1;
+            version = argv[++i];
+        } else if (!strcmp(a, "--vmm") && has_value) {
+            const char *v = argv[++i];
+            if (strcmp(v, "yes") && strcmp(v, "no")) {
+                fprintf(stderr, "hbmalloc conf: --vmm takes yes or no, not '%s'\n", v);
+                return 2;
+            }
+            vmm = !strcmp(v, "yes");
+        } else if (!strcmp(a, "--strict")) {
+            strict = 1;
+        } else if (!strcmp(a, "--releases")) {
+            releases = 1;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: hbmalloc conf [SETTINGS] [--dialect cuda|npu] [--torch VERSION | --torch-npu VERSION]\n"
+                   "                     [--vmm yes|no] [--strict] [--backend SPEC] [--releases]\n\n"
+                   "Checks a settings string as the framework reads it from PYTORCH_CUDA_ALLOC_CONF (PyTorch) or\n"
+                   "PYTORCH_NPU_ALLOC_CONF (torch_npu): the release given, else the newest known, with its leniency\n"
+                   "(each lenient reading is listed under warnings). Without SETTINGS: the environment, as hbmalloc\n"
+                   "reads it (HBMALLOC_CONF, else the framework's variables). --strict checks it as HBMALLOC_CONF.\n"
+                   "--vmm says whether the device has virtual memory (torch_npu's expandable rule depends on it).\n"
+                   "--backend: the settings as an allocator on that device runs them. --releases lists the releases.\n"
+                   "exit status: 0 accepted, 2 refused or bad usage\n");
+            return 0;
+        } else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "hbmalloc conf: unknown option or missing value: '%s' (see hbmalloc conf --help)\n", a);
             return 2;
         } else if (s) {
             fprintf(stderr, "hbmalloc conf: one settings string only (quote it)\n");
             return 2;
         } else {
-            s = argv[i];
+            s = a;
         }
+    }
+    if (releases) {
+        char *out = malloc(64 * 1024);
+        if (!out)
+            return 2;
+        hbm__release_list(d, out, 64 * 1024);
+        fputs(out, stdout);
+        free(out);
+        return 0;
     }
     if (backend) {
         /* A device's dialect is its own: the simulated one takes --dialect, a real one must agree with it. */
@@ -159,14 +202,21 @@ static int cmd_conf(int argc, char **argv)
             note_hbm_keys(s);
         return rc;
     }
-    char out[4096];
-    hbm_status st = hbm_settings_check(s, d, out, sizeof out);
+    char out[8192];
+    hbm_status st;
+    if (!s) {
+        st = hbm_settings_check(NULL, d, out, sizeof out);
+    } else {
+        var = strict ? "HBMALLOC_CONF" : d == HBM_DIALECT_NPU ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
+        st = hbm_settings_check_release(var, s, d, version, vmm, out, sizeof out);
+    }
     if (st != HBM_OK) {
         fprintf(stderr, "hbmalloc conf: %s\n", out);
         return 2;
     }
     fputs(out, stdout);
-    note_hbm_keys(s);
+    if (strict)
+        note_hbm_keys(s);
     return 0;
 }
 
