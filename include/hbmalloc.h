@@ -241,6 +241,12 @@ HBM_API hbm_status hbm_settings_check_var(const char *var, const char *settings,
  * max_split_size_mb or garbage_collection_threshold. docs/SETTINGS.md lists the releases and the cases. */
 HBM_API hbm_status hbm_settings_check_release(const char *var, const char *settings, hbm_dialect d,
                                               const char *version, int vmm, char *out, size_t outlen);
+/* What that release runs, on that device, as a strict settings string of the device-memory keys that differ
+ * from the defaults ("" for the defaults): lenient readings resolved, torch_npu's expandable fallback applied,
+ * host-allocator keys left out. Pass it to hbm_create or a replay to model what the framework runs. On error,
+ * HBM_ERR_CONF and the message in out. */
+HBM_API hbm_status hbm_settings_effective(const char *var, const char *settings, hbm_dialect d, const char *version,
+                                          int vmm, char *out, size_t outlen);
 /* Effective settings of a live allocator, in the same form, with any capability fallback. */
 HBM_API hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen);
 /* The capability warning given at create ("" if none), e.g. expandable segments unsupported. */

@@ -282,8 +282,9 @@ hbm_status hbm_settings_check_var(const char *var, const char *settings, hbm_dia
     return hbm_settings_check_release(var, settings, d, NULL, -1, out, outlen);
 }
 
-hbm_status hbm_settings_check_release(const char *var, const char *settings, hbm_dialect d, const char *version,
-                                      int vmm, char *out, size_t outlen)
+/* Parse as hbm_settings_check_release does; then describe (what 0) or the policy string (what 1). */
+static hbm_status check_release(const char *var, const char *settings, hbm_dialect d, const char *version, int vmm,
+                                int what, char *out, size_t outlen)
 {
     if (!settings || !out || outlen == 0)
         return HBM_ERR_INVALID;
@@ -299,10 +300,27 @@ hbm_status hbm_settings_check_release(const char *var, const char *settings, hbm
         rc = hbm__release_find(&rel, d, version, out, outlen);
     if (rc == HBM_OK)
         rc = hbm__conf_parse_release(c, settings, d, framework && version && *version ? &rel : NULL, vmm, out, outlen);
-    if (rc == HBM_OK)
+    if (rc == HBM_OK && what == 0)
         hbm__conf_describe(c, out, outlen);
+    else if (rc == HBM_OK) {
+        if (vmm == 0)
+            c->expandable_segments = false; /* what every release runs on a device without virtual memory */
+        hbm__conf_policy_string(c, out, outlen);
+    }
     free(c);
     return rc;
+}
+
+hbm_status hbm_settings_check_release(const char *var, const char *settings, hbm_dialect d, const char *version,
+                                      int vmm, char *out, size_t outlen)
+{
+    return check_release(var, settings, d, version, vmm, 0, out, outlen);
+}
+
+hbm_status hbm_settings_effective(const char *var, const char *settings, hbm_dialect d, const char *version, int vmm,
+                                  char *out, size_t outlen)
+{
+    return check_release(var, settings, d, version, vmm, 1, out, outlen);
 }
 
 hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen)

@@ -798,7 +798,15 @@ static hbm_status parse_tokens(hbm__conf *cf, const lexed *lx, const rules *r, c
     if (d == HBM_DIALECT_NPU && cf->expandable_segments && (max_split_set || cf->gc_threshold > 0)) {
         static const char msg[] = "`max_split_size_mb` or `garbage_collection_threshold`, cannot be enabled with "
                                   "`expandable_segments`, please set `expandable_segments` to `False`.";
-        int combo = r->strict ? HBM__COMBO_BEFORE_PROBE : r->rel->combo;
+        if (r->strict) {
+            /* hbmalloc's own string: the engine runs both, as PyTorch does on CUDA (max_split applies to whole
+             * segments and to the pages of expandable ones). */
+            warn(cf, "torch_npu 2.13 and later refuse max_split_size_mb / garbage_collection_threshold with "
+                     "expandable_segments:True in PYTORCH_NPU_ALLOC_CONF; hbmalloc runs them together, as PyTorch "
+                     "does on CUDA");
+            goto done;
+        }
+        int combo = r->rel->combo;
         if (combo == HBM__COMBO_BEFORE_PROBE || (combo == HBM__COMBO_AFTER_PROBE && r->vmm == 1)) {
             snprintf(err, errlen, "invalid settings: %s (%s refuses this combination%s)", msg, r->rel->name,
                      combo == HBM__COMBO_AFTER_PROBE ? " on a device with virtual memory" : "");
@@ -816,6 +824,7 @@ static hbm_status parse_tokens(hbm__conf *cf, const lexed *lx, const rules *r, c
                  "later refuse it everywhere", r->rel->name);
         }
     }
+done:
     if (cf->backend_async)
         warn(cf, "backend:cudaMallocAsync hands memory to CUDA's stream-ordered allocator in PyTorch; hbmalloc is a "
                  "native caching allocator and applies the native policy");
@@ -989,4 +998,46 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
                    (unsigned long long)c->pinned_max_cached_size_mb);
     if (c->warnings[0])
         hbm__sb_printf(&sb, "warnings:\n%s", c->warnings);
+}
+
+void hbm__conf_policy_string(const hbm__conf *c, char *out, size_t outlen)
+{
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, out, outlen);
+    bool npu = c->dialect == HBM_DIALECT_NPU;
+#define SEP (sb.len ? "," : "")
+    if (c->large_segment_size != 20 * HBM__MiB)
+        hbm__sb_printf(&sb, "%slarge_segment_size_mb:%zu", SEP, c->large_segment_size / HBM__MiB);
+    if (c->max_split_size != SIZE_MAX)
+        hbm__sb_printf(&sb, "%smax_split_size_mb:%zu", SEP, c->max_split_size / HBM__MiB);
+    if (c->max_non_split_rounding != (c->large_segment_size > 20 * HBM__MiB ? c->large_segment_size : 20 * HBM__MiB))
+        hbm__sb_printf(&sb, "%smax_non_split_rounding_mb:%zu", SEP, c->max_non_split_rounding / HBM__MiB);
+    if (c->gc_threshold > 0)
+        hbm__sb_printf(&sb, "%sgarbage_collection_threshold:%.17g", SEP, c->gc_threshold);
+    if (c->memory_fraction < 1.0)
+        hbm__sb_printf(&sb, "%sper_process_memory_fraction:%.17g", SEP, c->memory_fraction);
+    bool any = false, uniform = true;
+    for (int k = 0; k < HBM__ROUNDUP_INTERVALS; k++) {
+        any |= c->roundup_divisions[k] != 0;
+        uniform &= c->roundup_divisions[k] == c->roundup_divisions[0];
+    }
+    if (any && uniform && c->roundup_divisions[0])
+        hbm__sb_printf(&sb, "%sroundup_power2_divisions:%llu", SEP, (unsigned long long)c->roundup_divisions[0]);
+    else if (any) {
+        hbm__sb_printf(&sb, "%sroundup_power2_divisions:[", SEP);
+        for (int k = 0; k < HBM__ROUNDUP_INTERVALS; k++)
+            hbm__sb_printf(&sb, "%s%u:%llu", k ? "," : "", 1u << k, (unsigned long long)c->roundup_divisions[k]);
+        hbm__sb_printf(&sb, "]");
+    }
+    if (c->expandable_segments)
+        hbm__sb_printf(&sb, "%sexpandable_segments:True", SEP);
+    if (npu && c->page_size_1g)
+        hbm__sb_printf(&sb, "%spage_size:1g", SEP);
+    if (npu && c->base_addr_aligned_kb != 16)
+        hbm__sb_printf(&sb, "%sbase_addr_aligned_kb:%u", SEP, c->base_addr_aligned_kb);
+    if (c->remap_free_pages)
+        hbm__sb_printf(&sb, "%shbm_remap_free_pages:True", SEP);
+    if (c->expandable_page)
+        hbm__sb_printf(&sb, "%shbm_expandable_page_mb:%zu", SEP, c->expandable_page / HBM__MiB);
+#undef SEP
 }

@@ -71,6 +71,9 @@ hbm_status hbm__conf_parse_release(hbm__conf *c, const char *s, hbm_dialect d, c
                                    int vmm, char *err, size_t errlen);
 /* Settings from: explicit (if non-NULL), else HBMALLOC_CONF, else the dialect's PyTorch variables. */
 hbm_status hbm__conf_load(hbm__conf *c, const char *explicit_settings, hbm_dialect d, char *err, size_t errlen);
+/* The device-memory policy of c as a string hbmalloc reads strictly and the newest releases accept: the keys
+ * that differ from the defaults (host-allocator keys left out). Parsing it gives the same policy. */
+void hbm__conf_policy_string(const hbm__conf *c, char *out, size_t outlen);
 /* Effective settings, one "key: value" per line. */
 void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen);
 

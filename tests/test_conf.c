@@ -195,9 +195,11 @@ static void npu_keys_and_cross_rules(void **st)
     assert_int_equal(parse("large_segment_size_mb:600", HBM_DIALECT_NPU), HBM_OK);
     assert_int_equal(conf.large_segment_size, 600 * MiB);
     reject("large_segment_size_mb:10", HBM_DIALECT_NPU, "> 10");
-    /* torch_npu refuses expandable segments together with max_split or GC. */
+    /* The newest torch_npu refuses expandable segments together with max_split or GC in its variable. */
+    strcpy(conf.source, "PYTORCH_NPU_ALLOC_CONF");
     reject("expandable_segments:True,max_split_size_mb:128", HBM_DIALECT_NPU, "cannot be enabled with");
     reject("garbage_collection_threshold:0.5,expandable_segments:True", HBM_DIALECT_NPU, "cannot be enabled with");
+    strcpy(conf.source, "");
     assert_int_equal(parse("expandable_segments:True", HBM_DIALECT_NPU), HBM_OK);
     /* segment_size_mb is deprecated; large_segment_size_mb wins when both are given. */
     assert_int_equal(parse("large_segment_size_mb:64,segment_size_mb:128", HBM_DIALECT_NPU), HBM_OK);

@@ -166,8 +166,8 @@ static const conf_case cases[] = {
      "cannot be enabled with", NULL, 0},
     {"torch_npu 2.0.1.post1 has no check", N, "2.0.1.post1", 1, "max_split_size_mb:32,expandable_segments:True", 1,
      NULL, "expandable", 1},
-    {"hbmalloc strict refuses the combination", N, "strict", 0, "max_split_size_mb:32,expandable_segments:True", 0,
-     "cannot be enabled with", NULL, 0},
+    {"hbmalloc strict runs the combination, as PyTorch on CUDA", N, "strict", 1,
+     "max_split_size_mb:32,expandable_segments:True", 1, "hbmalloc runs them together", "expandable", 1},
 };
 
 static double field(const hbm__conf *c, const char *f)
@@ -262,6 +262,40 @@ static void releases_are_found_by_version(void **st)
     assert_null(hbm__release_key_since(N, "frobnicate", since, sizeof since));
 }
 
+/* The policy string of every accepted case, read strictly, is the same device-memory policy. */
+static void policy_strings_round_trip(void **st)
+{
+    (void)st;
+    static hbm__conf a, b;
+    char err[700], pol[1024];
+    int checked = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const conf_case *k = &cases[i];
+        if (!k->ok)
+            continue;
+        hbm__release rel;
+        bool strict = !strcmp(k->release, "strict");
+        assert_int_equal(hbm__release_find(&rel, k->d, strict ? NULL : k->release, err, sizeof err), HBM_OK);
+        hbm__conf_defaults(&a, k->d);
+        strcpy(a.source, strict ? "HBMALLOC_CONF" : "PYTORCH_ALLOC_CONF");
+        assert_int_equal(hbm__conf_parse_release(&a, k->s, k->d, strict ? NULL : &rel, k->vmm, err, sizeof err),
+                         HBM_OK);
+        hbm__conf_policy_string(&a, pol, sizeof pol);
+        hbm__conf_defaults(&b, k->d);
+        strcpy(b.source, "HBMALLOC_CONF");
+        if (hbm__conf_parse(&b, pol, k->d, err, sizeof err) != HBM_OK)
+            fail_msg("case %zu '%s': policy '%s' refused: %s", i, k->s, pol, err);
+        if (a.max_split_size != b.max_split_size || a.max_non_split_rounding != b.max_non_split_rounding ||
+            a.large_segment_size != b.large_segment_size || a.gc_threshold != b.gc_threshold ||
+            a.memory_fraction != b.memory_fraction || a.expandable_segments != b.expandable_segments ||
+            memcmp(a.roundup_divisions, b.roundup_divisions, sizeof a.roundup_divisions) ||
+            a.page_size_1g != b.page_size_1g || a.base_addr_aligned_kb != b.base_addr_aligned_kb)
+            fail_msg("case %zu '%s': policy '%s' reads back differently", i, k->s, pol);
+        checked++;
+    }
+    assert_true(checked > 30);
+}
+
 /* A PYTORCH_* variable is read as the release the plug-in names. */
 static void the_plugin_names_the_release(void **st)
 {
@@ -290,6 +324,7 @@ int main(void)
         cmocka_unit_test(every_case_decides_as_its_source),
         cmocka_unit_test(releases_are_found_by_version),
         cmocka_unit_test(the_plugin_names_the_release),
+        cmocka_unit_test(policy_strings_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
