@@ -114,10 +114,30 @@ check sweep_old_firmware 0 "24 with expandable segments left out (firmware 22.0.
     --backend "sim:firmware=22.0.3" --no-progress
 check sweep_npu 0 "export PYTORCH_NPU_ALLOC_CONF=" "$bin" sweep "$ex" --capacity 60GiB --backend "sim:dialect=npu" \
     --no-progress
-check sweep_npu_rules 0 "left out (invalid in this dialect)" "$bin" sweep "$ex" --capacity 60GiB \
+check sweep_npu_rules 0 "left out (refused by torch_npu" "$bin" sweep "$ex" --capacity 60GiB \
     --backend "sim:dialect=npu" --no-progress
 check sweep_grid 0 "sweep of .*: 3 settings" "$bin" sweep "$ex" --grid "max_split_size_mb=-,128,512" --no-progress
 check sweep_bad_grid 2 "expected key=v1,v2" "$bin" sweep "$ex" --grid "nonsense"
+# The user's setting is a row of its own, identical results are one row, GC without a fraction is left out,
+# and the fraction goes into code unless the release reads it from the variable.
+check sweep_baseline 0 "same result: max_split_size_mb:256 (yours)" env PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:256 \
+    "$bin" sweep "$ex" --capacity 60GiB --no-progress --grid "max_split_size_mb=-,64"
+check sweep_keep_yours 0 "recommended: keep yours" env PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:256 \
+    "$bin" sweep "$ex" --capacity 60GiB --no-progress --grid "max_split_size_mb=-,64"
+check sweep_baseline_lenient 0 "which runs as 'max_split_size_mb:256'" env PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb: 2 56" \
+    "$bin" sweep "$ex" --capacity 60GiB --no-progress --grid "max_split_size_mb=-,64"
+check sweep_same_result 0 "same result: " "$bin" sweep "$ex" --capacity 60GiB --no-progress \
+    --grid "max_split_size_mb=-,256,1024"
+check sweep_grid_fraction 0 "^ *1  garbage_collection_threshold:0.6,per_process_memory_fraction:0.9 " "$bin" sweep "$ex" \
+    --capacity 60GiB --no-progress --grid "garbage_collection_threshold=0.6;per_process_memory_fraction=-,0.9"
+check sweep_grid_inactive 0 "1 left out (garbage_collection_threshold without a memory fraction" "$bin" sweep "$ex" \
+    --capacity 60GiB --no-progress --grid "garbage_collection_threshold=0.6;per_process_memory_fraction=-,0.9"
+check sweep_fraction_in_code 0 "and in your code: torch.cuda.set_per_process_memory_fraction(0.99)" "$bin" sweep "$ex" \
+    --capacity 60GiB --no-progress --torch 2.6
+check sweep_fraction_in_var 0 "^export PYTORCH_CUDA_ALLOC_CONF='garbage_collection_threshold:0.6,per_process_memory_fraction:0.99'" \
+    "$bin" sweep "$ex" --capacity 60GiB --no-progress --torch 2.9
+check sweep_key_too_new 0 "left out (refused by PyTorch 2.1)" "$bin" sweep "$ex" --capacity 60GiB --no-progress \
+    --grid "large_segment_size_mb=-,64" --torch 2.1
 check sweep_all_oom 1 "no setting runs this trace without OOM" "$bin" sweep "$ex" --capacity 20GiB --no-progress
 # view: a real renderer draws it, not blank, with the peak on the axis.
 check view_svg 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.svg"

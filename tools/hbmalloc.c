@@ -338,6 +338,10 @@ static int cmd_sweep(int argc, char **argv)
             o.json = 1;
         else if (!strcmp(a, "--no-progress"))
             o.progress = 0;
+        else if (!strcmp(a, "--baseline") && i + 1 < argc)
+            o.baseline = argv[++i];
+        else if ((!strcmp(a, "--torch") || !strcmp(a, "--torch-npu")) && i + 1 < argc)
+            o.version = argv[++i];
         else if (shared_arg(&c, argc, argv, &i) < 0)
             return 2;
     }

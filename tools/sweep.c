@@ -1,17 +1,22 @@
 /*
  * sweep.c: replay one trace under a grid of settings, in parallel, rank the
- * results and recommend a setting the target device supports.
+ * results and recommend a setting the target device and the user's framework
+ * release accept.
  *
  * Default grid (48 settings in the CUDA dialect): expandable_segments
  * {False, True} x max_split_size_mb {unset, 64, 256, 1024} x
  * roundup_power2_divisions {unset, 4} x garbage_collection_threshold
  * {unset, 0.6, 0.8}. PyTorch runs garbage collection only under a memory
- * fraction below 1, so GC entries carry per_process_memory_fraction:0.99.
- * Combinations the dialect rejects (torch_npu: expandable segments with
- * max_split or GC) and expandable segments on a device without virtual
- * memory are left out, and the output says how many.
- * Ranking: runs without OOM first, then lower peak reserved, then less
- * modelled device time.
+ * fraction below 1, so GC entries carry per_process_memory_fraction:0.99
+ * unless the grid has a fraction axis; a GC entry whose fraction is unset or
+ * 1 never collects and is left out. Strings the release refuses
+ * (torch_npu: expandable segments with max_split or GC; keys newer than the
+ * release) and expandable segments on a device without virtual memory are
+ * left out, and the output says how many. The user's own setting (the
+ * dialect's PYTORCH_* variable, or --baseline) is replayed as the release
+ * runs it and shown as a row of its own. Rows with identical results are
+ * listed once. Ranking: runs without OOM first, then lower peak reserved,
+ * then less modelled device time, then the shorter string.
  */
 #include "sweep.h"
 
@@ -23,7 +28,6 @@
 
 #include "../src/internal.h"
 #include "../src/util.h"
-#include "replay.h"
 
 #define MAX_VALUES 8
 #define MAX_KEYS 6
@@ -35,17 +39,11 @@ typedef struct axis {
     int n;
 } axis;
 
-typedef struct job {
-    char conf[256];
-    replay_result r;
-    int rc;
-} job;
-
 typedef struct pool {
     const trace *t;
     const char *spec;
-    job *jobs;
-    int njobs, next, done;
+    sweep_row *rows;
+    int nrows, next, done;
     int progress;
     pthread_mutex_t lock;
 } pool;
@@ -54,10 +52,10 @@ static void progress(pool *p)
 {
     if (!p->progress)
         return;
-    int width = 40, filled = p->done * width / p->njobs;
+    int width = 40, filled = p->done * width / p->nrows;
     fprintf(stderr, "\rsweep [%.*s%*s] %d/%d", filled, "########################################", width - filled, "",
-            p->done, p->njobs);
-    if (p->done == p->njobs)
+            p->done, p->nrows);
+    if (p->done == p->nrows)
         fputc('\n', stderr);
     fflush(stderr);
 }
@@ -67,12 +65,12 @@ static void *worker(void *arg)
     pool *p = arg;
     for (;;) {
         pthread_mutex_lock(&p->lock);
-        int i = p->next < p->njobs ? p->next++ : -1;
+        int i = p->next < p->nrows ? p->next++ : -1;
         pthread_mutex_unlock(&p->lock);
         if (i < 0)
             return NULL;
-        replay_opts o = {.backend_spec = p->spec, .settings = p->jobs[i].conf, .quiet = 1};
-        p->jobs[i].rc = replay_run(p->t, &o, &p->jobs[i].r);
+        replay_opts o = {.backend_spec = p->spec, .settings = p->rows[i].conf, .quiet = 1};
+        p->rows[i].rc = replay_run(p->t, &o, &p->rows[i].r);
         pthread_mutex_lock(&p->lock);
         p->done++;
         progress(p);
@@ -96,6 +94,11 @@ static int parse_grid(const char *g, axis *ax, int *nax, char *err, size_t errle
         *eq = 0;
         axis *a = &ax[(*nax)++];
         snprintf(a->key, sizeof a->key, "%s", part);
+        for (int k = 0; k < *nax - 1; k++)
+            if (!strcmp(ax[k].key, a->key)) {
+                snprintf(err, errlen, "--grid: %.47s is given twice", a->key);
+                return -1;
+            }
         a->n = 0;
         char *s2 = NULL;
         for (char *v = strtok_r(eq + 1, ",", &s2); v; v = strtok_r(NULL, ",", &s2)) {
@@ -113,62 +116,149 @@ static int parse_grid(const char *g, axis *ax, int *nax, char *err, size_t errle
     return 0;
 }
 
-static int job_cmp(const void *x, const void *y)
+static int64_t peak_reserved(const sweep_row *r) { return r->r.stats.reserved_bytes[HBM_POOL_ALL].peak; }
+
+static int row_cmp(const void *x, const void *y)
 {
-    const job *a = x, *b = y;
+    const sweep_row *a = x, *b = y;
     int oa = a->rc != 0, ob = b->rc != 0;
     if (oa != ob)
         return oa - ob;
-    int64_t ra = a->r.stats.reserved_bytes[HBM_POOL_ALL].peak, rb = b->r.stats.reserved_bytes[HBM_POOL_ALL].peak;
-    if (oa && ra == rb)
-        return a->r.events_done > b->r.events_done ? -1 : a->r.events_done < b->r.events_done;
+    int64_t ra = peak_reserved(a), rb = peak_reserved(b);
+    if (oa && ra == rb && a->r.events_done != b->r.events_done)
+        return a->r.events_done > b->r.events_done ? -1 : 1;
     if (ra != rb)
         return ra < rb ? -1 : 1;
-    return a->r.dev.device_ns < b->r.dev.device_ns ? -1 : a->r.dev.device_ns > b->r.dev.device_ns;
+    if (a->r.dev.device_ns != b->r.dev.device_ns)
+        return a->r.dev.device_ns < b->r.dev.device_ns ? -1 : 1;
+    size_t la = strlen(a->conf), lb = strlen(b->conf);
+    if (la != lb)
+        return la < lb ? -1 : 1;
+    return strcmp(a->conf, b->conf);
 }
 
-int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
+static int same_result(const sweep_row *a, const sweep_row *b)
 {
-    char err[512];
+    const hbm_stats *s = &a->r.stats, *t = &b->r.stats;
+    return a->rc == b->rc && (!a->rc || a->r.oom_event == b->r.oom_event) &&
+           s->allocated_bytes[0].peak == t->allocated_bytes[0].peak && peak_reserved(a) == peak_reserved(b) &&
+           s->num_device_alloc == t->num_device_alloc && s->num_device_free == t->num_device_free &&
+           a->r.dev.device_ns == b->r.dev.device_ns;
+}
+
+static const char *dialect_var(hbm_dialect d)
+{
+    return d == HBM_DIALECT_NPU ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
+}
+
+/* s without its per_process_memory_fraction entry. */
+static void without_fraction(const char *s, char *out, size_t len)
+{
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, out, len);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    char *save = NULL;
+    for (char *e = strtok_r(buf, ",", &save); e; e = strtok_r(NULL, ",", &save))
+        if (strncmp(e, "per_process_memory_fraction:", 28))
+            hbm__sb_printf(&sb, "%s%s", sb.len ? "," : "", e);
+}
+
+/* Does the release read per_process_memory_fraction from its variable? Unknown release: assume not. */
+static int release_reads_fraction(hbm_dialect d, const char *version)
+{
+    char out[4096];
+    return version && *version &&
+           hbm_settings_check_release(dialect_var(d), "per_process_memory_fraction:0.99", d, version, -1, out,
+                                      sizeof out) == HBM_OK;
+}
+
+/* The string as the user sets it: the fraction moves into code where the release cannot read it. */
+static void user_string(const char *conf, hbm_dialect d, const char *version, char *out, size_t len)
+{
+    if (strstr(conf, "per_process_memory_fraction:") && !release_reads_fraction(d, version))
+        without_fraction(conf, out, len);
+    else
+        snprintf(out, len, "%s", conf);
+}
+
+static sweep_row *add_row(sweep_outcome *o, int cap, const char *conf)
+{
+    size_t len = strlen(conf);
+    if (o->n == cap || len >= sizeof o->rows[0].conf)
+        return NULL;
+    sweep_row *r = &o->rows[o->n++];
+    memset(r, 0, sizeof *r);
+    memcpy(r->conf, conf, len + 1);
+    r->same_as = -1;
+    return r;
+}
+
+static void release_name(hbm_dialect d, const char *version, char *out, size_t len)
+{
+    char desc[4096];
+    snprintf(out, len, "?");
+    if (hbm_settings_check_release(dialect_var(d), "", d, version, -1, desc, sizeof desc) != HBM_OK)
+        return;
+    const char *p = strstr(desc, "read as: ");
+    if (p)
+        snprintf(out, len, "%.*s", (int)strcspn(p + 9, "\n"), p + 9);
+}
+
+int sweep_compute(const trace *t, const sweep_opts *o, sweep_outcome *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
     axis ax[MAX_KEYS];
     int nax = 0;
     const char *def = "expandable_segments=False,True;max_split_size_mb=-,64,256,1024;roundup_power2_divisions=-,4;"
                       "garbage_collection_threshold=-,0.6,0.8";
-    if (parse_grid(o->grid ? o->grid : def, ax, &nax, err, sizeof err)) {
-        fprintf(stderr, "hbmalloc sweep: %s\n", err);
+    if (parse_grid(o->grid ? o->grid : def, ax, &nax, err, errlen))
         return 2;
-    }
     /* What the target device can do. */
     hbm_backend *b;
-    if (hbm_backend_open(&b, o->backend_spec, err, sizeof err) != HBM_OK) {
-        fprintf(stderr, "hbmalloc sweep: %s\n", err);
+    if (hbm_backend_open(&b, o->backend_spec, err, errlen) != HBM_OK)
         return 2;
-    }
-    hbm_dialect dialect = b->caps.dialect;
-    int vmm = b->caps.has_vmm && !o->no_expandable;
-    char why[256];
-    snprintf(why, sizeof why, "%s", o->no_expandable ? "--no-expandable" : b->caps.vmm_why_not);
+    out->dialect = b->caps.dialect;
+    out->vmm = b->caps.has_vmm && !o->no_expandable;
+    snprintf(out->why, sizeof out->why, "%s", o->no_expandable ? "--no-expandable" : b->caps.vmm_why_not);
     hbm_backend_close(b);
-
-    int total = 1;
-    for (int k = 0; k < nax; k++)
-        total *= ax[k].n;
-    if (total > MAX_SETTINGS) {
-        fprintf(stderr, "hbmalloc sweep: the grid has %d settings, at most %d\n", total, MAX_SETTINGS);
+    hbm_dialect d = out->dialect;
+    const char *var = dialect_var(d);
+    char probe[4096];
+    if (o->version && *o->version &&
+        hbm_settings_check_release(var, "", d, o->version, -1, probe, sizeof probe) != HBM_OK) {
+        snprintf(err, errlen, "%s", probe);
         return 2;
     }
-    job *jobs = calloc((size_t)total, sizeof *jobs);
-    if (!jobs)
+    release_name(d, o->version, out->release, sizeof out->release);
+
+    int total = 1, frac_axis = -1;
+    for (int k = 0; k < nax; k++) {
+        total *= ax[k].n;
+        if (!strcmp(ax[k].key, "per_process_memory_fraction"))
+            frac_axis = k;
+    }
+    if (total > MAX_SETTINGS) {
+        snprintf(err, errlen, "the grid has %d settings, at most %d", total, MAX_SETTINGS);
         return 2;
-    int njobs = 0, rejected = 0, unsupported = 0;
+    }
+    int cap = total + 1;
+    out->rows = calloc((size_t)cap, sizeof *out->rows);
+    if (!out->rows) {
+        snprintf(err, errlen, "out of host memory");
+        return 2;
+    }
     for (int i = 0; i < total; i++) {
         char conf[256] = "";
         hbm__sbuf sb;
         hbm__sb_init(&sb, conf, sizeof conf);
         int idx = i, gc = 0, exp = 0;
+        const char *fraction = "";
         for (int k = 0; k < nax; k++) {
             const char *v = ax[k].values[idx % ax[k].n];
             idx /= ax[k].n;
+            if (k == frac_axis)
+                fraction = v;
             if (!*v)
                 continue;
             if (!strcmp(ax[k].key, "garbage_collection_threshold"))
@@ -179,104 +269,277 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
                 continue; /* the default: leave it out of the string */
             hbm__sb_printf(&sb, "%s%s:%s", sb.len ? "," : "", ax[k].key, v);
         }
-        if (gc)
+        if (gc && frac_axis < 0)
             hbm__sb_printf(&sb, "%sper_process_memory_fraction:0.99", sb.len ? "," : "");
-        if (exp && !vmm) {
-            unsupported++;
+        else if (gc && (!*fraction || atof(fraction) >= 1.0)) {
+            out->inactive++; /* garbage collection runs only under a fraction below 1 */
             continue;
         }
-        char out_desc[4096];
-        if (hbm_settings_check(conf, dialect, out_desc, sizeof out_desc) != HBM_OK) {
-            rejected++;
+        if (exp && !out->vmm) {
+            out->unsupported++;
             continue;
         }
-        snprintf(jobs[njobs++].conf, sizeof jobs[0].conf, "%s", conf);
+        /* As the user would set it: the release must accept that string. */
+        char mine[256];
+        user_string(conf, d, o->version, mine, sizeof mine);
+        if (hbm_settings_check_release(var, mine, d, o->version, out->vmm, probe, sizeof probe) != HBM_OK ||
+            hbm_settings_check(conf, d, probe, sizeof probe) != HBM_OK) {
+            out->rejected++;
+            continue;
+        }
+        add_row(out, cap, conf);
     }
-    if (njobs == 0) {
-        fprintf(stderr, "hbmalloc sweep: no setting of the grid is valid for this device\n");
-        free(jobs);
+    /* The user's own setting, as the release runs it on this device. */
+    const char *from = o->baseline ? "--baseline" : var;
+    const char *mine = o->baseline ? o->baseline : getenv(var);
+    if (!mine && d == HBM_DIALECT_NPU && (mine = getenv("PYTORCH_ALLOC_CONF")))
+        from = "PYTORCH_ALLOC_CONF";
+    char eff[1024];
+    if (!mine) {
+        snprintf(out->baseline_note, sizeof out->baseline_note, "yours: the defaults (%s is not set)", var);
+        mine = "";
+    }
+    if (hbm_settings_effective(var, mine, d, o->version, out->vmm, eff, sizeof eff) != HBM_OK) {
+        snprintf(out->baseline_note, sizeof out->baseline_note, "yours: %s='%.200s' is refused by %s: %.300s", from,
+                 mine, out->release, eff);
+    } else {
+        if (!out->baseline_note[0])
+            snprintf(out->baseline_note, sizeof out->baseline_note, "yours: %s='%.200s'%s%.250s%s", from, mine,
+                     strcmp(eff, mine) ? ", which runs as '" : "", strcmp(eff, mine) ? eff : "",
+                     strcmp(eff, mine) ? "'" : "");
+        int found = 0;
+        for (int i = 0; i < out->n; i++)
+            if (!strcmp(out->rows[i].conf, eff)) {
+                out->rows[i].baseline = 1;
+                found = 1;
+            }
+        if (!found && hbm_settings_check(eff, d, probe, sizeof probe) == HBM_OK) {
+            sweep_row *r = add_row(out, cap, eff);
+            if (r)
+                r->baseline = 1;
+        }
+    }
+    if (out->n == 0) {
+        snprintf(err, errlen, "no setting of the grid is valid for this device and %s", out->release);
         return 2;
     }
     int nthreads = o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (nthreads < 1)
         nthreads = 1;
-    if (nthreads > njobs)
-        nthreads = njobs;
-    pool p = {t, o->backend_spec, jobs, njobs, 0, 0, o->progress, PTHREAD_MUTEX_INITIALIZER};
-    pthread_t th[256];
+    if (nthreads > out->n)
+        nthreads = out->n;
     if (nthreads > 256)
         nthreads = 256;
+    pool p = {t, o->backend_spec, out->rows, out->n, 0, 0, o->progress, PTHREAD_MUTEX_INITIALIZER};
+    pthread_t th[256];
     setenv("HBMALLOC_QUIET", "1", 1);
     for (int i = 0; i < nthreads; i++)
         pthread_create(&th[i], NULL, worker, &p);
     for (int i = 0; i < nthreads; i++)
         pthread_join(th[i], NULL);
-    for (int i = 0; i < njobs; i++)
-        if (jobs[i].rc == 2) {
-            fprintf(stderr, "hbmalloc sweep: setting '%s': %s\n", jobs[i].conf, jobs[i].r.message);
-            free(jobs);
+    for (int i = 0; i < out->n; i++)
+        if (out->rows[i].rc == 2) {
+            snprintf(err, errlen, "setting '%s': %s", out->rows[i].conf, out->rows[i].r.message);
             return 2;
         }
-    qsort(jobs, (size_t)njobs, sizeof *jobs, job_cmp);
-    const char *var = dialect == HBM_DIALECT_NPU ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
-    const job *best = &jobs[0];
+    qsort(out->rows, (size_t)out->n, sizeof *out->rows, row_cmp);
+    for (int i = 0; i < out->n; i++)
+        for (int j = 0; j < i; j++)
+            if (out->rows[j].same_as < 0 && same_result(&out->rows[i], &out->rows[j])) {
+                out->rows[i].same_as = j;
+                break;
+            }
+    return 0;
+}
+
+void sweep_outcome_free(sweep_outcome *out)
+{
+    free(out->rows);
+    out->rows = NULL;
+}
+
+const sweep_row *sweep_best(const sweep_outcome *out)
+{
+    if (!out->n || out->rows[0].rc)
+        return NULL;
+    const sweep_row *best = &out->rows[0];
+    for (int i = 0; i < out->n; i++)
+        if (out->rows[i].baseline && !out->rows[i].rc && peak_reserved(&out->rows[i]) <= peak_reserved(best))
+            return &out->rows[i];
+    return best;
+}
+
+void sweep_advice(const sweep_outcome *out, const sweep_row *row, const char *version, char *exp, size_t explen,
+                  char *code, size_t codelen)
+{
+    hbm_dialect d = out->dialect;
+    const char *var = dialect_var(d);
+    char mine[256], quoted[700];
+    user_string(row->conf, d, version, mine, sizeof mine);
+    if (!mine[0])
+        snprintf(exp, explen, "unset %s", var);
+    else {
+        hbm__shell_quote(mine, quoted, sizeof quoted);
+        snprintf(exp, explen, "export %s=%s", var, quoted);
+    }
+    code[0] = 0;
+    const char *f = strstr(row->conf, "per_process_memory_fraction:");
+    if (!f || strstr(mine, "per_process_memory_fraction:"))
+        return;
+    const char *mod = d == HBM_DIALECT_NPU ? "torch.npu" : "torch.cuda";
+    int flen = (int)strcspn(f + 28, ",");
+    if (version && *version)
+        snprintf(code, codelen, "%s.set_per_process_memory_fraction(%.*s) for each device, before the first "
+                 "allocation (garbage_collection_threshold acts only under a memory fraction, and %s cannot read it "
+                 "from %s)", mod, flen, f + 28, out->release, var);
+    else
+        snprintf(code, codelen, "%s.set_per_process_memory_fraction(%.*s) for each device, before the first "
+                 "allocation (garbage_collection_threshold acts only under a memory fraction; releases before %s "
+                 "cannot read it from %s: give --%s VERSION if yours is newer)", mod, flen, f + 28,
+                 d == HBM_DIALECT_NPU ? "torch_npu v26.1.0" : "PyTorch 2.9", var,
+                 d == HBM_DIALECT_NPU ? "torch-npu" : "torch");
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", (unsigned char)*s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
+{
+    char err[768];
+    sweep_outcome so;
+    if (sweep_compute(t, o, &so, err, sizeof err)) {
+        fprintf(stderr, "hbmalloc sweep: %s\n", err);
+        sweep_outcome_free(&so);
+        return 2;
+    }
+    const sweep_row *best = sweep_best(&so);
+    const sweep_row *base = NULL;
+    for (int i = 0; i < so.n; i++)
+        if (so.rows[i].baseline)
+            base = &so.rows[i];
+    char exp[800] = "", code[600] = "";
+    if (best)
+        sweep_advice(&so, best, o->version, exp, sizeof exp, code, sizeof code);
     if (o->json) {
-        fprintf(out, "{\"trace\":\"%s\",\"device\":\"%s\",\"settings_run\":%d,\"left_out_invalid\":%d,"
-                     "\"left_out_unsupported\":%d,\"results\":[",
-                o->name, o->backend_spec, njobs, rejected, unsupported);
-        for (int i = 0; i < njobs; i++) {
-            const job *j = &jobs[i];
+        fprintf(out, "{\"trace\":");
+        json_string(out, o->name);
+        fprintf(out, ",\"device\":");
+        json_string(out, o->backend_spec);
+        fprintf(out, ",\"release\":");
+        json_string(out, so.release);
+        fprintf(out, ",\"settings_run\":%d,\"left_out_invalid\":%d,\"left_out_unsupported\":%d,"
+                     "\"left_out_inactive\":%d,\"baseline\":", so.n, so.rejected, so.unsupported, so.inactive);
+        json_string(out, so.baseline_note);
+        fprintf(out, ",\"results\":[");
+        for (int i = 0; i < so.n; i++) {
+            const sweep_row *j = &so.rows[i];
             const hbm_stats *s = &j->r.stats;
             fprintf(out,
-                    "%s{\"rank\":%d,\"settings\":\"%s\",\"oom\":%s,\"oom_event\":%lld,\"peak_allocated\":%lld,"
-                    "\"peak_reserved\":%lld,\"reserved_over_allocated\":%.6f,\"device_allocs\":%lld,"
-                    "\"device_frees\":%lld,\"device_time_ms\":%.3f}",
-                    i ? "," : "", i + 1, j->conf, j->rc ? "true" : "false", j->rc ? (long long)j->r.oom_event : -1LL,
+                    "%s{\"rank\":%d,\"settings\":\"%s\",\"yours\":%s,\"same_as_rank\":%d,\"oom\":%s,\"oom_event\":%lld,"
+                    "\"peak_allocated\":%lld,\"peak_reserved\":%lld,\"reserved_over_allocated\":%.6f,"
+                    "\"device_allocs\":%lld,\"device_frees\":%lld,\"device_time_ms\":%.3f}",
+                    i ? "," : "", i + 1, j->conf, j->baseline ? "true" : "false", j->same_as < 0 ? 0 : j->same_as + 1,
+                    j->rc ? "true" : "false", j->rc ? (long long)j->r.oom_event : -1LL,
                     (long long)s->allocated_bytes[0].peak, (long long)s->reserved_bytes[0].peak,
                     s->allocated_bytes[0].peak ? (double)s->reserved_bytes[0].peak / (double)s->allocated_bytes[0].peak
                                                : 0.0,
                     (long long)s->num_device_alloc, (long long)s->num_device_free, (double)j->r.dev.device_ns / 1e6);
         }
-        char quoted[700];
-        hbm__shell_quote(best->conf, quoted, sizeof quoted);
-        fprintf(out, "],\"recommended\":%s%s%s,\"export\":\"export %s=%s\"}\n", best->rc ? "null" : "\"",
-                best->rc ? "" : best->conf, best->rc ? "" : "\"", var, quoted);
+        fprintf(out, "],\"recommended\":");
+        if (best)
+            json_string(out, best->conf);
+        else
+            fputs("null", out);
+        fprintf(out, ",\"recommended_is_yours\":%s,\"export\":", best && best->baseline ? "true" : "false");
+        json_string(out, exp);
+        fprintf(out, ",\"code\":");
+        json_string(out, code);
+        fprintf(out, "}\n");
     } else {
-        fprintf(out, "sweep of %s on %s: %d settings", o->name, o->backend_spec, njobs);
-        if (rejected)
-            fprintf(out, ", %d left out (invalid in this dialect)", rejected);
-        if (unsupported)
-            fprintf(out, ", %d with expandable segments left out (%s)", unsupported, why);
-        fprintf(out, "\n\n%4s  %-78s %12s %12s %7s %9s %10s  %s\n", "rank", "settings", "peak alloc", "peak reserv",
+        fprintf(out, "sweep of %s on %s: %d settings", o->name, o->backend_spec, so.n);
+        if (so.rejected)
+            fprintf(out, ", %d left out (refused by %s)", so.rejected, so.release);
+        if (so.unsupported)
+            fprintf(out, ", %d with expandable segments left out (%s)", so.unsupported, so.why);
+        if (so.inactive)
+            fprintf(out, ", %d left out (garbage_collection_threshold without a memory fraction < 1 never runs)",
+                    so.inactive);
+        fprintf(out, "\nchecked against: %s%s\n%s\n", so.release,
+                o->version && *o->version ? "" : " (the newest known; give --torch / --torch-npu VERSION for yours)",
+                so.baseline_note);
+        fprintf(out, "\n%4s  %-78s %12s %12s %7s %9s %10s  %s\n", "rank", "settings", "peak alloc", "peak reserv",
                 "ratio", "dev calls", "dev ms", "OOM");
-        for (int i = 0; i < njobs; i++) {
-            const job *j = &jobs[i];
+        for (int i = 0; i < so.n; i++) {
+            const sweep_row *j = &so.rows[i];
+            if (j->same_as >= 0)
+                continue;
             const hbm_stats *s = &j->r.stats;
-            char pa[32], pr[32];
+            char pa[32], pr[32], label[300];
             hbm__format_size((uint64_t)s->allocated_bytes[0].peak, pa, sizeof pa);
             hbm__format_size((uint64_t)s->reserved_bytes[0].peak, pr, sizeof pr);
             char oom[48] = "-";
             if (j->rc)
                 snprintf(oom, sizeof oom, "at event %zu", j->r.oom_event);
-            fprintf(out, "%4d  %-78s %12s %12s %7.4f %9lld %10.3f  %s\n", i + 1, j->conf[0] ? j->conf : "(defaults)",
-                    pa, pr,
+            snprintf(label, sizeof label, "%s%s", j->conf[0] ? j->conf : "(defaults)", j->baseline ? " (yours)" : "");
+            fprintf(out, "%4d  %-78s %12s %12s %7.4f %9lld %10.3f  %s\n", i + 1, label, pa, pr,
                     s->allocated_bytes[0].peak ? (double)s->reserved_bytes[0].peak / (double)s->allocated_bytes[0].peak
                                                : 0.0,
                     (long long)(s->num_device_alloc + s->num_device_free), (double)j->r.dev.device_ns / 1e6, oom);
+            /* The rows with the same result, on one line of about 160 characters. */
+            int shown = 0, more = 0;
+            size_t width = 0;
+            for (int k = i + 1; k < so.n; k++) {
+                if (so.rows[k].same_as != i)
+                    continue;
+                const char *c = so.rows[k].conf[0] ? so.rows[k].conf : "(defaults)";
+                if (shown && width + strlen(c) > 160) {
+                    more++;
+                    continue;
+                }
+                width += (size_t)fprintf(out, "%s%s%s", shown ? "; " : "      same result: ", c,
+                                         so.rows[k].baseline ? " (yours)" : "");
+                shown++;
+            }
+            if (more)
+                fprintf(out, "; and %d more", more);
+            if (shown)
+                fputc('\n', out);
         }
         fputc('\n', out);
-        if (best->rc)
+        if (!best)
             fprintf(out, "no setting runs this trace without OOM at this capacity; the closest is ranked first\n");
-        else if (!best->conf[0])
-            fprintf(out, "recommended: the defaults (no %s needed)\n", var);
-        else
-        {
-            char quoted[700];
-            hbm__shell_quote(best->conf, quoted, sizeof quoted);
-            fprintf(out, "recommended:\nexport %s=%s\n", var, quoted);
+        else if (best->baseline)
+            fprintf(out, "recommended: keep yours (no setting of the grid lowers peak reserved)\n");
+        else {
+            char pr[32], pb[32];
+            hbm__format_size((uint64_t)peak_reserved(best), pr, sizeof pr);
+            if (base && !base->rc) {
+                hbm__format_size((uint64_t)peak_reserved(base), pb, sizeof pb);
+                fprintf(out, "recommended (peak reserved %s, yours %s: %.1f%% less):\n", pr, pb,
+                        100.0 * (double)(peak_reserved(base) - peak_reserved(best)) / (double)peak_reserved(base));
+            } else if (base) {
+                fprintf(out, "recommended (peak reserved %s; yours runs out of memory at event %zu):\n", pr,
+                        base->r.oom_event);
+            } else {
+                fprintf(out, "recommended (peak reserved %s):\n", pr);
+            }
+            fprintf(out, "%s\n", exp);
+            if (code[0])
+                fprintf(out, "and in your code: %s\n", code);
         }
     }
-    int rc = best->rc ? 1 : 0;
-    free(jobs);
+    int rc = best ? 0 : 1;
+    sweep_outcome_free(&so);
     return rc;
 }

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include "replay.h"
 #include "trace.h"
 
 typedef struct sweep_opts {
@@ -14,7 +15,40 @@ typedef struct sweep_opts {
     int jobs;                 /* threads; 0: all cores */
     int json;
     int progress;             /* draw a progress bar on stderr */
+    const char *baseline;     /* the user's setting, a row of its own; NULL: the dialect's PYTORCH_* variable */
+    const char *version;      /* the user's PyTorch / torch_npu release; NULL: unknown */
 } sweep_opts;
+
+typedef struct sweep_row {
+    char conf[256];     /* what was replayed (strict) */
+    replay_result r;
+    int rc;
+    int baseline;       /* the user's setting */
+    int same_as;        /* index of an earlier row with identical results, or -1 */
+} sweep_row;
+
+typedef struct sweep_outcome {
+    sweep_row *rows;    /* ranked: clean runs first, then lower peak reserved, less device time, shorter string */
+    int n;
+    int rejected;       /* left out: the release refuses them */
+    int unsupported;    /* left out: expandable segments on a device without virtual memory */
+    int inactive;       /* left out: garbage collection without a memory fraction (it never runs) */
+    hbm_dialect dialect;
+    int vmm;            /* the device's virtual memory, as the sweep used it */
+    char why[256];      /* why not, when vmm is 0 */
+    char baseline_note[600]; /* the user's setting: what it is, what the release makes of it, or why no row */
+    char release[128];  /* the release the strings are checked against */
+} sweep_outcome;
+
+/* Replay the grid (and the baseline); 0, or 2 with err set. */
+int sweep_compute(const trace *t, const sweep_opts *o, sweep_outcome *out, char *err, size_t errlen);
+void sweep_outcome_free(sweep_outcome *out);
+/* The row to recommend: the best clean run, or the user's own when it is as good; NULL if every row hit OOM. */
+const sweep_row *sweep_best(const sweep_outcome *out);
+/* The advice for a row, safe to paste: "export VAR='...'" (or "unset VAR"), and, where the string needs a memory
+ * fraction the release cannot read from the variable, the call to make in code. */
+void sweep_advice(const sweep_outcome *out, const sweep_row *row, const char *version, char *exp, size_t explen,
+                  char *code, size_t codelen);
 
 /* 0: the best setting runs clean; 1: every setting hits OOM; 2: bad input. */
 int sweep_run(const trace *t, const sweep_opts *o, FILE *out);
