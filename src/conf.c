@@ -1000,8 +1000,19 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
         hbm__sb_printf(&sb, "warnings:\n%s", c->warnings);
 }
 
+/* The shortest decimal that reads back as v ("0.6", not "0.59999999999999998"). */
+static void shortest(double v, char *buf, size_t len)
+{
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, len, "%.*g", p, v);
+        if (strtod(buf, NULL) == v)
+            return;
+    }
+}
+
 void hbm__conf_policy_string(const hbm__conf *c, char *out, size_t outlen)
 {
+    char num[40];
     hbm__sbuf sb;
     hbm__sb_init(&sb, out, outlen);
     bool npu = c->dialect == HBM_DIALECT_NPU;
@@ -1012,10 +1023,14 @@ void hbm__conf_policy_string(const hbm__conf *c, char *out, size_t outlen)
         hbm__sb_printf(&sb, "%smax_split_size_mb:%zu", SEP, c->max_split_size / HBM__MiB);
     if (c->max_non_split_rounding != (c->large_segment_size > 20 * HBM__MiB ? c->large_segment_size : 20 * HBM__MiB))
         hbm__sb_printf(&sb, "%smax_non_split_rounding_mb:%zu", SEP, c->max_non_split_rounding / HBM__MiB);
-    if (c->gc_threshold > 0)
-        hbm__sb_printf(&sb, "%sgarbage_collection_threshold:%.17g", SEP, c->gc_threshold);
-    if (c->memory_fraction < 1.0)
-        hbm__sb_printf(&sb, "%sper_process_memory_fraction:%.17g", SEP, c->memory_fraction);
+    if (c->gc_threshold > 0) {
+        shortest(c->gc_threshold, num, sizeof num);
+        hbm__sb_printf(&sb, "%sgarbage_collection_threshold:%s", SEP, num);
+    }
+    if (c->memory_fraction < 1.0) {
+        shortest(c->memory_fraction, num, sizeof num);
+        hbm__sb_printf(&sb, "%sper_process_memory_fraction:%s", SEP, num);
+    }
     bool any = false, uniform = true;
     for (int k = 0; k < HBM__ROUNDUP_INTERVALS; k++) {
         any |= c->roundup_divisions[k] != 0;

@@ -27,7 +27,9 @@ expect 0 "$T/out" "driver (HDK)             24.1.rc3" "firmware                 
   "npu                      7 910B3, health OK, memory 3350 / 65536 MB used" \
   "NPU 3: software (driver) 23.0.5, firmware 7.1.0.7.220, compatibility OK" \
   "driver                   535.183.01" "CUDA (driver API)        12.2" \
-  "gpu                      7 NVIDIA H100 80GB HBM3, 0 / 81559 MiB used" "No problems found."
+  "gpu                      7 NVIDIA H100 80GB HBM3, 0 / 81559 MiB used" "Nothing to act on." \
+  "[info] garbage_collection_threshold in PYTORCH_NPU_ALLOC_CONF acts only under a memory fraction below 1" \
+  "torch.npu.set_per_process_memory_fraction(0.99)"
 [ "$(grep -c '^    npu  ' "$T/out")" -eq 8 ] || fail "$case: not 8 NPUs (the process table must not count)"
 
 # HCCL with a pluggable allocator: a reuse mode that relies on recordStream, and one torch_npu refuses.
@@ -65,7 +67,7 @@ doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt PYTORCH_NPU_ALLOC_CONF=expandable_segmen
     "$BIN" doctor --root "$D/root-mismatch" --log "$D/logs/field_report_constructed.log" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "1. [error] firmware 7.3.0.1.231 is outside the range driver 24.1.rc2 accepts ([7.0.0,7.2.99])" \
   "   explains 2, 3 and 4" "PYTORCH_NPU_ALLOC_CONF asks for expandable_segments:True, which this NPU cannot do: it is ignored" \
-  "use instead: unset PYTORCH_NPU_ALLOC_CONF (the defaults)" \
+  "without the part the device ignores): unset PYTORCH_NPU_ALLOC_CONF (the defaults)" \
   "torch_npu turned expandable segments off" "HCCL error: HcclGetRootInfo returned 2 (HCCL_E_PTR)" \
   "field_report_constructed.log:2:"
 
@@ -74,7 +76,7 @@ doc PYTORCH_NPU_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:[25
     "$BIN" doctor --root "$D/root-old" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "1. [error] Ascend driver (HDK) 22.0.3 is older than 23.0.0: no expandable segments" \
   "   explains 2" "2. [error] PYTORCH_NPU_ALLOC_CONF asks for expandable_segments:True" \
-  "use instead: export PYTORCH_NPU_ALLOC_CONF='roundup_power2_divisions:[256:1,512:2,>:4]'"
+  "without the part the device ignores): export PYTORCH_NPU_ALLOC_CONF='roundup_power2_divisions:[256:1,512:2,>:4]'"
 # Pasted into a shell, the printed line sets exactly that value and creates no file (an unquoted > would).
 line=$(grep -o "export PYTORCH_NPU_ALLOC_CONF=.*" "$T/out" | head -n1)
 (cd "$T" && mkdir paste && cd paste && sh -c "$line; printf '%s' \"\$PYTORCH_NPU_ALLOC_CONF\"" >../pasted &&

@@ -237,38 +237,87 @@ static void print_json(const doctor *d, FILE *out)
 
 int doctor_main(int argc, char **argv)
 {
-    const char *logs[64], *root = "/";
+    const char *logs[64], *root = "/", *trace_path = NULL, *capacity = NULL, *torch = NULL, *torch_npu = NULL;
     int nlogs = 0, json = 0, env = 1;
+    static const char usage[] = "usage: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR] [--torch VERSION] "
+                                "[--torch-npu VERSION] [--trace SNAPSHOT [--capacity SIZE]]\n";
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--log") && i + 1 < argc) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (!strcmp(a, "--log") && has_value) {
             if (nlogs == 64) {
                 fprintf(stderr, "hbmalloc doctor: at most 64 --log files\n");
                 return 2;
             }
             logs[nlogs++] = argv[++i];
-        } else if (!strcmp(argv[i], "--json")) {
+        } else if (!strcmp(a, "--json")) {
             json = 1;
-        } else if (!strcmp(argv[i], "--no-env")) {
+        } else if (!strcmp(a, "--no-env")) {
             env = 0;
-        } else if (!strcmp(argv[i], "--root") && i + 1 < argc) {
+        } else if (!strcmp(a, "--root") && has_value) {
             root = argv[++i];
+        } else if (!strcmp(a, "--trace") && has_value) {
+            trace_path = argv[++i];
+        } else if (!strcmp(a, "--capacity") && has_value) {
+            capacity = argv[++i];
+        } else if (!strcmp(a, "--torch") && has_value) {
+            torch = argv[++i];
+        } else if (!strcmp(a, "--torch-npu") && has_value) {
+            torch_npu = argv[++i];
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            printf("\nWhat is wrong with this machine's device memory or communication setup, or with a training log,\n"
+                   "why, and what to do next (docs/DOCTOR.md). --torch / --torch-npu: your framework release (else\n"
+                   "read from the logs), against which settings are checked. --trace: a memory snapshot of the job,\n"
+                   "replayed under the sweep's grid on this device to prove the advice (--capacity when no\n"
+                   "out-of-memory message gives it).\nexit status: 0 nothing to act on, 1 findings to act on, 2 bad usage\n");
+            return 0;
         } else {
-            fprintf(stderr, "hbmalloc doctor: unknown option or missing value: '%s'\n"
-                            "usage: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR]\n", argv[i]);
+            fprintf(stderr, "hbmalloc doctor: unknown option or missing value: '%s'\n%s", a, usage);
             return 2;
         }
     }
+    char err[1024];
+    if (torch && hbm_settings_check_release("PYTORCH_CUDA_ALLOC_CONF", "", HBM_DIALECT_CUDA, torch, -1, err,
+                                            sizeof err) != HBM_OK) {
+        fprintf(stderr, "hbmalloc doctor: --torch: %s\n", err);
+        return 2;
+    }
+    if (torch_npu && hbm_settings_check_release("PYTORCH_NPU_ALLOC_CONF", "", HBM_DIALECT_NPU, torch_npu, -1, err,
+                                                sizeof err) != HBM_OK) {
+        fprintf(stderr, "hbmalloc doctor: --torch-npu: %s\n", err);
+        return 2;
+    }
     doctor d;
     doctor_init(&d);
+    if (torch) {
+        snprintf(d.torch_version, sizeof d.torch_version, "%s", torch);
+        snprintf(d.torch_from, sizeof d.torch_from, "--torch");
+    }
+    if (torch_npu) {
+        snprintf(d.torch_npu_version, sizeof d.torch_npu_version, "%s", torch_npu);
+        snprintf(d.torch_npu_from, sizeof d.torch_npu_from, "--torch-npu");
+    }
     if (env)
         doctor_env(&d, root);
     for (int i = 0; i < nlogs; i++) {
-        char err[512];
         if (doctor_log(&d, logs[i], err, sizeof err)) {
             fprintf(stderr, "hbmalloc doctor: %s\n", err);
             doctor_free(&d);
             return 2;
         }
+    }
+    if (env)
+        doctor_settings(&d);
+    if (d.torch_version[0])
+        doctor_fact(&d, "framework", "PyTorch", "%s (%.300s)", d.torch_version, d.torch_from);
+    if (d.torch_npu_version[0])
+        doctor_fact(&d, "framework", "torch_npu", "%s%s (%.300s)", d.torch_npu_version,
+                    d.npu_version_inferred ? " or another v6.0.rc2 release, inferred" : "", d.torch_npu_from);
+    if (trace_path && doctor_prove(&d, trace_path, capacity, err, sizeof err)) {
+        fprintf(stderr, "hbmalloc doctor: %s\n", err);
+        doctor_free(&d);
+        return 2;
     }
     if (d.n)
         rank_by_cause(&d);

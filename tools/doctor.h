@@ -18,7 +18,7 @@ enum { SEV_INFO = 0, SEV_WARNING = 1, SEV_ERROR = 2 };
 typedef struct finding {
     int severity;
     char id[40];         /* stable identifier for machines: "npu-oom-fragmentation", "hccl-error", ... */
-    char title[320];
+    char title[480];
     char evidence[640];  /* FILE:LINE: the line, or where in the environment */
     int count;           /* times seen (logs) */
     char why[1400];
@@ -45,6 +45,15 @@ typedef struct doctor {
     char npu_vmm_why[300];
     int cuda_vmm;        /* 1 yes, 0 no, -1 unknown */
     char driver[64];     /* Ascend driver (HDK) version, if known */
+    int ascend;          /* an Ascend machine: version files or a runtime seen */
+    /* What the logs (or --torch / --torch-npu) say about the framework. */
+    char torch_version[40], torch_npu_version[40];
+    char torch_from[300], torch_npu_from[300]; /* where each came from */
+    int npu_version_inferred;                  /* from a warning only one release line prints */
+    int probe_failed;                          /* a log shows torch_npu's virtual-memory probe failing */
+    char probe_failed_at[300];
+    int oom_npu;                               /* an NPU out-of-memory message was seen */
+    double oom_capacity;                       /* its device's total capacity, bytes (0: unknown) */
 } doctor;
 
 void doctor_init(doctor *d);
@@ -54,7 +63,8 @@ void doctor_next(finding *f, const char *fmt, ...) __attribute__((format(printf,
 void doctor_fact(doctor *d, const char *section, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* The command: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR]. Exit status 0, 1 or 2. */
+/* The command: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR] [--torch V] [--torch-npu V]
+ * [--trace FILE [--capacity SIZE]]. Exit status 0, 1 or 2. */
 int doctor_main(int argc, char **argv);
 
 /* The environment under root ("/" normally; a test tree in tests). */
@@ -63,6 +73,17 @@ void doctor_env(doctor *d, const char *root);
 int doctor_log(doctor *d, const char *path, char *err, size_t errlen);
 /* The same from an open stream; name is what the findings cite. */
 int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t errlen);
+
+/* A PyTorch or torch_npu version, or the probe warning only some releases print, in one log line. */
+void doctor_log_versions(doctor *d, const char *path, long lineno, const char *line);
+/* The settings variables set here, checked as the user's release reads them on this device: refusals, what a
+ * lenient parser made of them, expandable segments the device cannot do, garbage collection that never runs.
+ * Runs after the environment and the logs. */
+void doctor_settings(doctor *d);
+/* Replay a snapshot or trace under the sweep's grid on the device the findings describe (dialect, virtual
+ * memory, capacity: the OOM message's, else `capacity`), the user's setting as the baseline: a finding with the
+ * proven setting. 0, or -1 with err set. */
+int doctor_prove(doctor *d, const char *trace_path, const char *capacity, char *err, size_t errlen);
 
 /* Versions: -1, 0, 1 as a <, ==, > b, by torch_npu's grammar (24.1.rc2, 23.0.RC3, 7.3.0.1.231). */
 int doctor_vercmp(const char *a, const char *b);

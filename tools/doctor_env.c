@@ -301,95 +301,6 @@ static int parse_npu_smi(const char *text, char *version, size_t vlen, npu_dev *
 /* ---- the settings in the environment ---- */
 
 /* The settings string without its expandable_segments entry (brackets kept whole). */
-static void without_expandable(const char *s, char *out, size_t outlen)
-{
-    size_t o = 0;
-    out[0] = 0;
-    for (const char *p = s; *p;) {
-        const char *q = p;
-        int depth = 0;
-        while (*q && (depth || *q != ',')) {
-            depth += *q == '[' ? 1 : *q == ']' ? -1 : 0;
-            q++;
-        }
-        const char *k = p;
-        while (*k == ' ')
-            k++;
-        if (strncmp(k, "expandable_segments", 19) != 0 && q > p && o + (size_t)(q - p) + 2 < outlen)
-            o += (size_t)snprintf(out + o, outlen - o, "%s%.*s", o ? "," : "", (int)(q - p), p);
-        p = *q ? q + 1 : q;
-    }
-}
-
-static int wants_expandable(const char *described)
-{
-    const char *e = strstr(described, "\nexpandable_segments: ");
-    return e && !strncmp(e + 22, "True", 4);
-}
-
-static void check_settings(doctor *d, int ascend)
-{
-    static const struct {
-        const char *var;
-        int npu; /* 1 NPU, 0 CUDA, -1 whichever device this machine has */
-    } vars[] = {{"HBMALLOC_CONF", -1}, {"PYTORCH_CUDA_ALLOC_CONF", 0}, {"PYTORCH_NPU_ALLOC_CONF", 1},
-                {"PYTORCH_ALLOC_CONF", -1}};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *s = getenv(vars[i].var);
-        if (!s)
-            continue;
-        int npu = vars[i].npu < 0 ? ascend : vars[i].npu;
-        doctor_fact(d, "settings", vars[i].var, "%.380s", s);
-        char out[4096];
-        if (hbm_settings_check_var(vars[i].var, s, npu ? HBM_DIALECT_NPU : HBM_DIALECT_CUDA, out, sizeof out) !=
-            HBM_OK) {
-            finding *f = doctor_add(d, SEV_ERROR, "settings-invalid");
-            snprintf(f->title, sizeof f->title, "%s is refused: the framework stops at start-up", vars[i].var);
-            snprintf(f->evidence, sizeof f->evidence, "environment: %s=%.500s", vars[i].var, s);
-            snprintf(f->why, sizeof f->why, "%.1300s", out);
-            doctor_next(f, "correct the value; check it with: hbmalloc conf '%.300s' --dialect %s", s, npu ? "npu" : "cuda");
-            continue;
-        }
-        int vmm = npu ? d->npu_vmm : d->cuda_vmm;
-        if (wants_expandable(out) && vmm == 0) {
-            char rest[600];
-            without_expandable(s, rest, sizeof rest);
-            finding *f = doctor_add(d, npu ? SEV_ERROR : SEV_WARNING, "expandable-unsupported");
-            snprintf(f->title, sizeof f->title, "%s asks for expandable_segments:True, which this %s cannot do: it is "
-                     "ignored", vars[i].var, npu ? "NPU" : "GPU");
-            snprintf(f->evidence, sizeof f->evidence, "environment: %s=%.300s; device: %.300s", vars[i].var, s,
-                     npu ? d->npu_vmm_why : "no CUDA virtual memory management");
-            snprintf(f->why, sizeof f->why,
-                     "Expandable segments need the device's virtual-memory API. %s Without it the allocator runs with "
-                     "whole segments (expandable_segments:False) and fragmentation is not cured; torch_npu only prints "
-                     "'expandable_segments feature is not supportted'.",
-                     npu ? "On Ascend that is CANN 7.0.0 or later with Ascend HDK 23.0.0 or later, and a firmware "
-                           "inside the driver's compatible range."
-                         : "On CUDA that is a driver from 10.2 on and a device reporting "
-                           "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED.");
-            char quoted[700];
-            hbm__shell_quote(rest, quoted, sizeof quoted);
-            if (rest[0])
-                doctor_next(f, "use instead: export %s=%s", vars[i].var, quoted);
-            else
-                doctor_next(f, "use instead: unset %s (the defaults)", vars[i].var);
-            doctor_next(f, "to choose max_split_size_mb / garbage_collection_threshold for your job, record a memory "
-                           "snapshot and run: hbmalloc sweep SNAPSHOT.pickle --capacity SIZE --no-expandable");
-            if (npu)
-                doctor_next(f, "to get expandable segments: install a matching driver and firmware pair, Ascend HDK "
-                               ">= 23.0.0 (npu-smi info -t board -i 0 must say Compatibility : OK)");
-        }
-    }
-    if (getenv("PYTORCH_NPU_ALLOC_CONF") && getenv("PYTORCH_ALLOC_CONF") && ascend) {
-        finding *f = doctor_add(d, SEV_ERROR, "settings-both-set");
-        snprintf(f->title, sizeof f->title, "both PYTORCH_NPU_ALLOC_CONF and PYTORCH_ALLOC_CONF are set");
-        snprintf(f->evidence, sizeof f->evidence, "environment");
-        snprintf(f->why, sizeof f->why, "Recent torch_npu refuses to start when both are set (\"please set only one "
-                 "of them\").");
-        doctor_next(f, "unset one of them");
-    }
-}
-
 /* ---- backends ---- */
 
 /* torch_npu's ProcessGroupHCCL keeps collective inputs alive through recordStream under
@@ -555,15 +466,16 @@ static void ascend(doctor *d, const char *root, int *present)
         }
     }
     if (d->driver[0] && doctor_vercmp(d->driver, "23.0.0") < 0) {
-        /* Information: it matters when expandable segments are asked for, which check_settings says as an error. */
+        /* Information: it matters when expandable segments are asked for, which doctor_settings says as an error. */
         finding *f = doctor_add(d, SEV_INFO, "ascend-hdk-too-old");
         snprintf(f->title, sizeof f->title, "Ascend driver (HDK) %s is older than 23.0.0: no expandable segments", d->driver);
         snprintf(f->evidence, sizeof f->evidence, "driver version %s", d->driver);
         snprintf(f->why, sizeof f->why, "Huawei documents Ascend HDK 23.0.0 or later for expandable_segments; older "
                  "drivers answer the virtual-memory probe with 207000 and torch_npu silently falls back.");
         doctor_next(f, "upgrade the driver and firmware together to HDK >= 23.0.0");
-        doctor_next(f, "until then: no expandable_segments in PYTORCH_NPU_ALLOC_CONF; pick max_split_size_mb with "
-                       "hbmalloc sweep SNAPSHOT --no-expandable");
+        doctor_next(f, "until then: no expandable_segments in PYTORCH_NPU_ALLOC_CONF; to choose max_split_size_mb / "
+                       "garbage_collection_threshold, replay a snapshot of the job on this device: hbmalloc doctor "
+                       "--trace SNAPSHOT.pickle");
     }
     if (fw[0] && fw_range[0] && doctor_in_ranges(fw, fw_range) == 0) {
         finding *f = doctor_add(d, SEV_ERROR, "ascend-driver-firmware-mismatch");
@@ -671,5 +583,5 @@ void doctor_env(doctor *d, const char *root)
         }
     }
     check_reuse_mode(d, present);
-    check_settings(d, present || d->npu_vmm >= 0);
+    d->ascend = present;
 }

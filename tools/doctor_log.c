@@ -230,20 +230,26 @@ static void oom(doctor *d, const where *w, const char *line)
                           "communicator)"
                         : "other processes, the CUDA context and NCCL's buffers");
     }
+    if (is_npu)
+        d->oom_npu = 1;
+    if (total > 0 && d->oom_capacity <= 0)
+        d->oom_capacity = total;
+    int no_vmm = is_npu ? (d->npu_vmm == 0 || d->probe_failed) : d->cuda_vmm == 0;
     if (frag) {
-        if (is_npu && d->npu_vmm == 0) {
-            doctor_next(f, "expandable segments would cure this but do not work on this NPU (%s): set instead "
-                           "export PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:%d,garbage_collection_threshold:0.8",
-                        d->npu_vmm_why, req > 512.0 * HBM__MiB ? 1024 : 256);
+        if (no_vmm) {
+            doctor_next(f, "expandable segments would cure this but this %s cannot do them (%s); which "
+                           "max_split_size_mb / garbage_collection_threshold values help this job cannot be read from "
+                           "a log: replay a snapshot of it (below), or give it to the doctor: hbmalloc doctor --trace "
+                           "oom.pickle", is_npu ? "NPU" : "GPU",
+                        is_npu ? (d->npu_vmm_why[0] ? d->npu_vmm_why : "the log shows the virtual-memory probe failing")
+                               : "no CUDA virtual memory management");
         } else {
-            doctor_next(f, "export %s=expandable_segments:True (grows segments in place: reserved stays close to "
-                           "allocated)%s", var,
-                        is_npu ? "; torch_npu refuses it together with max_split_size_mb or "
+            doctor_next(f, "export %s='expandable_segments:True' (grows segments in place: reserved stays close to "
+                           "allocated; what %s's own out-of-memory message advises)%s", var, who,
+                        is_npu ? "; torch_npu 2.13 and later refuse it together with max_split_size_mb or "
                                  "garbage_collection_threshold, and it needs Ascend HDK >= 23.0.0 (run hbmalloc doctor "
                                  "on the machine)"
                                : "");
-            doctor_next(f, "where expandable segments are not available: export %s=max_split_size_mb:%d,"
-                           "garbage_collection_threshold:0.8", var, req > 512.0 * HBM__MiB ? 1024 : 256);
         }
     } else {
         doctor_next(f, "make the live data smaller: smaller micro-batch or sequence length, activation checkpointing, "
@@ -260,14 +266,14 @@ static void oom(doctor *d, const where *w, const char *line)
         snprintf(s_cap, sizeof s_cap, "%.*s%s", (int)(sp - s_total), s_total, sp + 1);
     else
         snprintf(s_cap, sizeof s_cap, "%.0f", total);
+    const char *ver = is_npu ? d->torch_npu_version : d->torch_version;
     doctor_next(f, "measure instead of guessing: record a snapshot (%s.memory._record_memory_history(max_entries="
                    "100000) ... %s.memory._dump_snapshot(\"oom.pickle\")), then hbmalloc sweep oom.pickle --capacity "
-                   "%s%s ranks the settings, and hbmalloc replay oom.pickle --min-capacity says what capacity the job "
-                   "needs",
+                   "%s --backend sim:dialect=%s%s%s%s ranks the settings against yours, and hbmalloc replay oom.pickle "
+                   "--min-capacity says what capacity the job needs",
                 is_npu ? "torch_npu.npu" : "torch.cuda", is_npu ? "torch_npu.npu" : "torch.cuda",
-                total > 0 ? s_cap : "SIZE",
-                is_npu ? (d->npu_vmm == 0 ? " --backend sim:dialect=npu --no-expandable" : " --backend sim:dialect=npu")
-                       : "");
+                total > 0 ? s_cap : "SIZE", is_npu ? "npu" : "cuda", no_vmm ? ",vmm=off" : "",
+                ver[0] ? (is_npu ? " --torch-npu " : " --torch ") : "", ver[0] ? ver : "");
 }
 
 /* ---- HCCL ---- */
@@ -396,8 +402,9 @@ static const known_line known[] = {
       "says which",
       "upgrade to a matching driver and firmware pair, Ascend HDK >= 23.0.0; npu-smi info -t board -i 0 must say "
       "Compatibility : OK",
-      "meanwhile remove expandable_segments from PYTORCH_NPU_ALLOC_CONF and pick max_split_size_mb with: hbmalloc "
-      "sweep SNAPSHOT.pickle --backend sim:dialect=npu --no-expandable"}},
+      "meanwhile remove expandable_segments from PYTORCH_NPU_ALLOC_CONF (it is off anyway), and to choose "
+      "max_split_size_mb / garbage_collection_threshold replay a snapshot of the job on this device: hbmalloc doctor "
+      "--trace SNAPSHOT.pickle"}},
     {1, SEV_ERROR,
      {"driver and firmware packages do not match", "get device uuid failed"},
      "ascend-driver-firmware-mismatch", "the runtime reports that the driver and firmware packages do not match",
@@ -486,6 +493,7 @@ static int nccl(doctor *d, const where *w, const char *line)
 
 static void one_line(doctor *d, const where *w, const char *line)
 {
+    doctor_log_versions(d, w->path, w->line, line);
     if (oom_start(line)) {
         if (oom_complete(line))
             oom(d, w, line);
