@@ -67,16 +67,65 @@ doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt PYTORCH_NPU_ALLOC_CONF=expandable_segmen
     "$BIN" doctor --root "$D/root-mismatch" --log "$D/logs/field_report_constructed.log" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "1. [error] firmware 7.3.0.1.231 is outside the range driver 24.1.rc2 accepts ([7.0.0,7.2.99])" \
   "   explains 2, 3 and 4" "PYTORCH_NPU_ALLOC_CONF asks for expandable_segments:True, which this NPU cannot do: it is ignored" \
-  "without the part the device ignores): unset PYTORCH_NPU_ALLOC_CONF (the defaults)" \
+  "the same memory use as today: unset PYTORCH_NPU_ALLOC_CONF (the defaults)" \
   "torch_npu turned expandable segments off" "HCCL error: HcclGetRootInfo returned 2 (HCCL_E_PTR)" \
   "field_report_constructed.log:2:"
+
+# The field report end to end (docs/DOCTOR.md): torch_npu v6.0.rc2's warnings, a wrapped fragmentation OOM and HCCL
+# error 2 in the log, the user's string, HDK 22.0.3, and the bundled real trace to prove the advice on. The root
+# cause comes first and names what it explains; the release is inferred from the warning only v6.0.rc2 prints, so
+# the string is not called refused; every printed export pastes into sh; replayed on an NPU sim without virtual
+# memory as torch_npu 2.1.0.post6 reads the variable, the proven string lowers peak reserved against the defaults
+# and against the user's setting, and the string that only drops expandable segments runs as the user's does.
+case=field-report-full
+TRACE="$SRC/examples/cs336-lm-ctx128-fullstep.trace"
+MINE='max_split_size_mb:32,garbage_collection_threshold:0.6,expandable_segments:True'
+doc PYTORCH_NPU_ALLOC_CONF="$MINE" "$BIN" doctor --root "$D/root-old" --log "$D/logs/field_report_full_constructed.log" \
+    --trace "$TRACE" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "1. [error] Ascend driver (HDK) 22.0.3 is older than 23.0.0" "   explains 2, 3 and 5" \
+  "torch_npu                2.1.0.post6 or another v6.0.rc2 release, inferred" \
+  "NPU out of memory with 6.40 GiB reserved but unallocated: fragmentation" \
+  "HCCL error: HcclGetRootInfo returned 2 (HCCL_E_PTR)" \
+  "on a simulated NPU of 60.97 GiB without virtual memory: " "from 58.71 GiB with yours" \
+  "and in your code: torch.npu.set_per_process_memory_fraction(0.99)"
+grep -q "is refused" "$T/out" && fail "$case: the string is called refused, but torch_npu 2.1.0.post6 ran it"
+grep -q "max_split_size_mb:1024,garbage_collection_threshold:0.8" "$T/out" && fail "$case: typed advice"
+peak() { # peak reserved bytes of a replay of TRACE under PYTORCH_NPU_ALLOC_CONF as torch_npu 2.1.0.post6 reads it
+  "$@" HBMALLOC_TORCH_NPU_VERSION=2.1.0.post6 "$BIN" replay "$TRACE" --backend sim:dialect=npu,vmm=off \
+    --capacity 60.97GiB | sed -n 's/^peak reserved: .*(\([0-9]*\) bytes).*/\1/p'
+}
+defaults=$(peak env -u PYTORCH_NPU_ALLOC_CONF)
+mine=$(peak env PYTORCH_NPU_ALLOC_CONF="$MINE")
+[ -n "$defaults" ] && [ -n "$mine" ] || fail "$case: no peak from the replays"
+grep -n "export PYTORCH_NPU_ALLOC_CONF=" "$T/out" >"$T/exports"
+: >"$T/pasted-values"
+while IFS= read -r hit; do
+  lineno=${hit%%:*}
+  line=$(printf '%s' "$hit" | grep -o "export PYTORCH_NPU_ALLOC_CONF=.*")
+  mkdir -p "$T/paste$lineno"
+  value=$(cd "$T/paste$lineno" && sh -c "$line; printf '%s' \"\$PYTORCH_NPU_ALLOC_CONF\"")
+  [ -z "$(ls "$T/paste$lineno")" ] || fail "$case: pasting line $lineno created files"
+  code=$(sed -n "$((lineno + 1))p" "$T/out" | grep -o "set_per_process_memory_fraction([0-9.]*)" | grep -o "[0-9.]*")
+  if [ -n "$code" ]; then # the proven string, with the fraction the doctor says to set in code (the release reads
+    # no fraction from its variable: the string and the call together are hbmalloc's own string)
+    got=$("$BIN" replay "$TRACE" --backend sim:dialect=npu,vmm=off --capacity 60.97GiB \
+      --conf "$value,per_process_memory_fraction:$code" | sed -n 's/^peak reserved: .*(\([0-9]*\) bytes).*/\1/p')
+    [ "$got" -lt "$defaults" ] && [ "$got" -lt "$mine" ] ||
+      fail "$case: '$value' + fraction $code: peak $got, defaults $defaults, yours $mine"
+  else # the string without what the device ignores: what runs today
+    got=$(peak env PYTORCH_NPU_ALLOC_CONF="$value")
+    [ "$got" -eq "$mine" ] || fail "$case: '$value': peak $got, not yours $mine"
+  fi
+  echo "$value" >>"$T/pasted-values"
+done <"$T/exports"
+[ "$(wc -l <"$T/pasted-values")" -ge 2 ] || fail "$case: fewer than two export lines"
 
 case=old-hdk
 doc PYTORCH_NPU_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:[256:1,512:2,\>:4] \
     "$BIN" doctor --root "$D/root-old" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "1. [error] Ascend driver (HDK) 22.0.3 is older than 23.0.0: no expandable segments" \
   "   explains 2" "2. [error] PYTORCH_NPU_ALLOC_CONF asks for expandable_segments:True" \
-  "without the part the device ignores): export PYTORCH_NPU_ALLOC_CONF='roundup_power2_divisions:[256:1,512:2,>:4]'"
+  "the same memory use as today: export PYTORCH_NPU_ALLOC_CONF='roundup_power2_divisions:[256:1,512:2,>:4]'"
 # Pasted into a shell, the printed line sets exactly that value and creates no file (an unquoted > would).
 line=$(grep -o "export PYTORCH_NPU_ALLOC_CONF=.*" "$T/out" | head -n1)
 (cd "$T" && mkdir paste && cd paste && sh -c "$line; printf '%s' \"\$PYTORCH_NPU_ALLOC_CONF\"" >../pasted &&

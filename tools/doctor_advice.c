@@ -293,7 +293,7 @@ static void expandable_unsupported(var_check *c, const char *rest, int release_a
              release_accepts ? ", the string runs here as what follows without expandable segments." : "");
     char line[900];
     export_line(c->var, rest, line, sizeof line);
-    doctor_next(f, "use instead (what runs today, without the part the device ignores): %s", line);
+    doctor_next(f, "to drop only the part the device ignores, with the same memory use as today: %s", line);
     doctor_next(f, "to choose max_split_size_mb / garbage_collection_threshold for your job, record a memory "
                    "snapshot and replay it: hbmalloc doctor --trace SNAPSHOT.pickle (this machine's device and your "
                    "setting as the baseline), or hbmalloc sweep SNAPSHOT.pickle --capacity SIZE --backend "
