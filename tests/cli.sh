@@ -67,6 +67,11 @@ check replay_truncated 2 "offset .*truncated" "$bin" replay "$tmp/cut.pickle"
 minc=$("$bin" replay "$ex" --conf "" --min-capacity | sed -n 's/^minimum capacity: .*(\([0-9]*\) bytes.*/\1/p')
 check min_capacity_runs 0 "OOMs: *0" "$bin" replay "$ex" --conf "" --capacity "$minc"
 check min_capacity_is_minimal 1 "OOM at event" "$bin" replay "$ex" --conf "" --capacity "$((minc - 1048576))"
+# With expandable segments too: no probe device whose address space two reservations cannot fit.
+minx=$("$bin" replay "$ex" --conf expandable_segments:True --min-capacity | sed -n 's/^minimum capacity: .*(\([0-9]*\) bytes.*/\1/p')
+check min_capacity_expandable_runs 0 "OOMs: *0" "$bin" replay "$ex" --conf expandable_segments:True --capacity "$minx"
+check min_capacity_expandable_minimal 1 "OOM at event" "$bin" replay "$ex" --conf expandable_segments:True \
+    --capacity "$((minx - 1048576))"
 # Snapshots written by replay load in Python's pickle with PyTorch's structure, and replay back to the same peak.
 check replay_snapshot 0 "peak reserved" "$bin" replay "$ex" --conf "expandable_segments:True" --snapshot "$tmp/s.pickle"
 check snapshot_replays_back 0 "hbmalloc +0.00%" "$bin" replay "$tmp/s.pickle"

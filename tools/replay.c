@@ -153,25 +153,62 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
         fprintf(out, "error: %s\n", r->message);
 }
 
+/* The most bytes the trace holds live at once, as requested. */
+static uint64_t peak_live(const trace *t)
+{
+    uint64_t *size = calloc(t->nslots ? t->nslots : 1, sizeof *size), live = 0, peak = 0;
+    if (!size)
+        return 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const trace_event *e = &t->ev[i];
+        if (e->kind == EV_ALLOC) {
+            size[e->slot] = e->size;
+            live += e->size;
+            if (live > peak)
+                peak = live;
+        } else if (e->kind == EV_FREE) {
+            live -= size[e->slot];
+            size[e->slot] = 0;
+        }
+    }
+    free(size);
+    return peak;
+}
+
 int replay_min_capacity(const trace *t, const replay_opts *o, const char *backend, FILE *out)
 {
-    /* Upper bound: what a replay on a huge device reserves; lower: its peak allocated. */
+    /* Bisect between a capacity below the trace's peak live bytes (which no setting runs in) and one that runs,
+     * found by doubling from peak live. No huge probe device: expandable segments reserve 9/8 of the capacity of
+     * address space per pool and stream, which an 8 TiB device cannot give twice. */
     char spec[1024];
     replay_opts q = *o;
     replay_result r;
-    snprintf(spec, sizeof spec, "%s%scapacity=8TiB", backend, backend[3] ? "," : ":");
     q.backend_spec = spec;
-    int rc = replay_run(t, &q, &r);
-    if (rc != 0) {
-        fprintf(stderr, "hbmalloc replay: %s\n", r.message[0] ? r.message : "the trace does not run even on 8 TiB");
-        return 2;
+    const uint64_t step = 1 << 20, limit = (uint64_t)4 << 40;
+    uint64_t live = peak_live(t);
+    uint64_t lo = live / step * step, hi = (live + live / 4 + step - 1) / step * step;
+    lo = lo >= step ? lo - step : 0; /* strictly below peak live: cannot run */
+    if (hi < 64 * step)
+        hi = 64 * step;
+    int runs = 0;
+    for (;;) {
+        snprintf(spec, sizeof spec, "%s%scapacity=%llu", backend, backend[3] ? "," : ":", (unsigned long long)hi);
+        int res = replay_run(t, &q, &r);
+        runs++;
+        if (res == 2) {
+            fprintf(stderr, "hbmalloc replay: %s\n", r.message);
+            return 2;
+        }
+        if (res == 0)
+            break;
+        lo = hi;
+        if (hi >= limit) {
+            fprintf(stderr, "hbmalloc replay: the trace does not run on any capacity up to 4 TiB: %s\n", r.message);
+            return 2;
+        }
+        hi *= 2;
     }
-    uint64_t lo = (uint64_t)r.stats.allocated_bytes[HBM_POOL_ALL].peak, hi = (uint64_t)r.stats.reserved_bytes[HBM_POOL_ALL].peak;
-    const uint64_t step = 1 << 20;
-    lo = lo / step * step;
-    hi = (hi + step - 1) / step * step;
-    int runs = 1;
-    /* Invariant: hi runs clean; lo - anything below peak allocated cannot. */
+    /* Invariant: hi runs clean; lo does not. */
     while (hi - lo > step) {
         uint64_t mid = (lo + (hi - lo) / 2) / step * step;
         snprintf(spec, sizeof spec, "%s%scapacity=%llu", backend, backend[3] ? "," : ":", (unsigned long long)mid);
