@@ -1,4 +1,4 @@
-/* fuzz_trace.c: the trace readers (text, RMM CSV, PyTorch pickle); what parses is replayed. */
+/* fuzz_trace.c: the trace readers (text, RMM CSV, lifetime CSV, PyTorch pickle); what parses is replayed. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +16,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Exact-size copies, so a read one byte past the input is caught. */
     char *text = malloc(size ? size : 1);
     memcpy(text, data, size);
-    for (int format = 0; format < 3; format++) {
+    for (int format = 0; format < 4; format++) {
         int rc = format == 0   ? trace_read_text_mem("f", text, size, &t, err, sizeof err)
                  : format == 1 ? trace_read_rmm_mem("f", text, size, &t, err, sizeof err)
+                 : format == 2 ? trace_read_lifetimes_mem("f", text, size, &t, err, sizeof err)
                                : trace_read_pickle_mem("f", (const unsigned char *)text, size, 0, &t, err, sizeof err);
         if (rc) {
             if (!err[0])

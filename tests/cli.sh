@@ -143,10 +143,35 @@ check sweep_fraction_in_var 0 "^export PYTORCH_CUDA_ALLOC_CONF='garbage_collecti
     "$bin" sweep "$ex" --capacity 60GiB --no-progress --torch 2.9
 check sweep_key_too_new 0 "left out (refused by PyTorch 2.1)" "$bin" sweep "$ex" --capacity 60GiB --no-progress \
     --grid "large_segment_size_mb=-,64" --torch 2.1
+# Files that are no trace say what they are; lifetime CSVs are read directly, as scripts/lifetimes2trace.py reads them.
+: >"$tmp/empty.trace"
+check input_empty 2 "is empty: no events to replay" "$bin" replay "$tmp/empty.trace"
+printf '{"segments": []}\n' >"$tmp/snap.json"
+check input_json 2 "is JSON: .*pickle.dump(json.load" "$bin" replay "$tmp/snap.json"
+printf 'a 1 1024\n' | gzip >"$tmp/t.gz"
+check input_gzip 2 "is gzip-compressed: decompress it first" "$bin" replay "$tmp/t.gz"
+printf 'a 1 \001\002\000\n' >"$tmp/bin.dat"
+check input_binary 2 "is binary and not a snapshot pickle" "$bin" replay "$tmp/bin.dat"
+printf 'id,size,start,end\n1,1024,0,5\n' >"$tmp/other.csv"
+check input_other_csv 2 "is a CSV whose header 'id,size,start,end' is not one hbmalloc reads" "$bin" replay "$tmp/other.csv"
+life="$src/tests/data/iree-mobilebert-lifetimes.csv"
+python3 "$src/scripts/lifetimes2trace.py" "$life" -o "$tmp/life.trace"
+want=$("$bin" replay "$tmp/life.trace" --conf "" | grep "^peak reserved")
+check input_lifetimes 0 "^$want\$" "$bin" replay "$life" --conf ""
+check input_lifetimes_format 0 "632 events: 316 alloc, 316 free" "$bin" replay "$life" --conf ""
+printf 'id,lower,upper,size\n1,0,x,5\n' >"$tmp/bad-life.csv"
+check input_lifetimes_bad 2 "bad-life.csv:2:5: 'x' is not a whole number (column upper)" "$bin" replay "$tmp/bad-life.csv"
 check sweep_all_oom 1 "no setting runs this trace without OOM" "$bin" sweep "$ex" --capacity 20GiB --no-progress
 # view: a real renderer draws it, not blank, with the peak on the axis.
 check view_svg 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.svg"
 check view_html 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.html"
+check view_oom_exit_1 1 "out of memory at event" "$bin" view "$ex" --conf "" --capacity 40GiB -o "$tmp/oom.svg"
+grep -q 'id="oom"' "$tmp/oom.svg" && grep -q "OUT OF MEMORY at event" "$tmp/oom.svg" || { echo "FAIL view_oom_marked"; fails=$((fails + 1)); }
+check replay_settings_source 0 "settings: *'max_split_size_mb:64abc' (from PYTORCH_CUDA_ALLOC_CONF, read as PyTorch" \
+    env -u HBMALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64abc "$bin" replay "$ex"
+check replay_settings_note 0 "note: PyTorch reads 'max_split_size_mb:64abc' as 64" \
+    env -u HBMALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64abc "$bin" replay "$ex"
+check replay_capacity_gib 0 "device: *sim:capacity=85899345920 (capacity 80.00 GiB)" "$bin" replay "$ex" --conf ""
 check view_axis_total 0 '>56.91 GiB</text>' cat "$tmp/v.svg"
 check view_peak_attr 0 'data-peak-reserved="61111009280"' cat "$tmp/v.svg"
 check view_html_page 0 '<!DOCTYPE html>' cat "$tmp/v.html"

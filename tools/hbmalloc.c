@@ -375,10 +375,10 @@ static int cmd_view(int argc, char **argv)
         o.settings = c.t.rec.settings;
     char err[512];
     int rc = view_write(&c.t, &o, c.path, outp, err, sizeof err);
+    if (rc != 2)
+        printf("wrote %s\n", outp);
     if (rc)
         fprintf(stderr, "hbmalloc view: %s\n", err);
-    else
-        printf("wrote %s\n", outp);
     trace_free(&c.t);
     return rc;
 }

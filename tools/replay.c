@@ -19,6 +19,64 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static void describe_field(const char *desc, const char *key, char *out, size_t len)
+{
+    const char *p = strstr(desc, key);
+    out[0] = 0;
+    if (p) {
+        p += strlen(key);
+        snprintf(out, len, "%.*s", (int)strcspn(p, "\n"), p);
+    }
+}
+
+void replay_settings_line(hbm_allocator *a, char *out, size_t len)
+{
+    char *desc = malloc(8192);
+    if (!desc) {
+        snprintf(out, len, "?");
+        return;
+    }
+    hbm_settings_describe(a, desc, 8192);
+    char src[64], str[560], rel[160];
+    describe_field(desc, "\nsource: ", src, sizeof src);
+    describe_field(desc, "\nstring: ", str, sizeof str);
+    describe_field(desc, "\nread as: ", rel, sizeof rel);
+    size_t n = strlen(str);
+    if (n >= 2 && str[0] == '"' && str[n - 1] == '"') { /* describe quotes it */
+        memmove(str, str + 1, n - 2);
+        str[n - 2] = 0;
+    }
+    if (!strcmp(src, "explicit"))
+        snprintf(src, sizeof src, "--conf");
+    int n0;
+    if (!str[0])
+        n0 = snprintf(out, len, "the defaults (%s)", !src[0] || !strcmp(src, "default") ? "no settings given" : src);
+    else
+        n0 = snprintf(out, len, "'%s' (from %s, read as %s)", str, src, rel);
+    /* What a lenient parser made of it, one line each. */
+    const char *w = strstr(desc, "\nwarnings:\n");
+    for (const char *p = w ? w + 11 : NULL; p && *p && n0 >= 0 && (size_t)n0 < len;) {
+        size_t k = strcspn(p, "\n");
+        n0 += snprintf(out + n0, len - (size_t)n0, "\n                    note: %.*s", (int)k, p);
+        p += k + (p[k] == '\n');
+    }
+    free(desc);
+}
+
+void replay_device_line(const char *spec, char *out, size_t len)
+{
+    const char *c = strstr(spec, "capacity=");
+    char *end;
+    unsigned long long cap = c ? strtoull(c + 9, &end, 10) : 0;
+    if (!c || (*end && *end != ',')) {
+        snprintf(out, len, "%s", spec);
+        return;
+    }
+    char h[32];
+    hbm__format_size(cap, h, sizeof h);
+    snprintf(out, len, "%s (capacity %s)", spec, h);
+}
+
 int replay_run(const trace *t, const replay_opts *o, replay_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -27,6 +85,8 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     if (st != HBM_OK)
         return 2;
     hbm__set_single_thread(a); /* this thread alone uses it (sweep runs one allocator per thread) */
+    if (!o->quiet)
+        replay_settings_line(a, r->settings, sizeof r->settings);
     if (o->snapshot_path && hbm_history_enable(a, t->n * 3 + 1024) != HBM_OK) {
         snprintf(r->message, sizeof r->message, "out of host memory for the history");
         hbm_destroy(a);
@@ -113,8 +173,10 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
                        : 0.0;
     fprintf(out, "trace:              %s (%zu events: %llu alloc, %llu free; %zu stream%s)\n", name, t->n,
             (unsigned long long)t->allocs, (unsigned long long)t->frees, t->nstreams, t->nstreams == 1 ? "" : "s");
-    fprintf(out, "device:             %s\n", o->backend_spec);
-    fprintf(out, "settings:           %s%s\n", o->settings ? (o->settings[0] ? o->settings : "(defaults)") : "(environment)",
+    char dev[300];
+    replay_device_line(o->backend_spec, dev, sizeof dev);
+    fprintf(out, "device:             %s\n", dev);
+    fprintf(out, "settings:           %s%s\n", r->settings[0] ? r->settings : "?",
             o->settings_from_trace ? " (recorded in the snapshot)" : "");
     if (t->rec.preexisting || t->rec.skipped_frees)
         fprintf(out, "recording:          %llu blocks live before recording began (allocated first), %llu frees of "

@@ -28,8 +28,13 @@ typedef struct replay_result {
     char message[2048];       /* OOM or error text */
     int check_failures;
     double wall_s;
+    char settings[700];       /* 'STRING' (SOURCE; read as RELEASE): what the allocator ran */
 } replay_result;
 
+/* What an allocator runs: "'STRING' (from SOURCE, read as RELEASE)", or "the defaults (...)". */
+void replay_settings_line(hbm_allocator *a, char *out, size_t len);
+/* A backend spec for people: "sim, 80.00 GiB" for "sim:capacity=85899345920". */
+void replay_device_line(const char *spec, char *out, size_t len);
 /* 0: ran clean; 1: OOM; 2: bad input or setup error (message says why). */
 int replay_run(const trace *t, const replay_opts *o, replay_result *r);
 void replay_print(FILE *out, const char *name, const trace *t, const replay_opts *o, const replay_result *r);

@@ -395,6 +395,32 @@ int trace_read_text(const char *path, trace *t, char *err, size_t errlen)
     return rc;
 }
 
+/* What a file that is no trace is, by its content, and what to do with it; NULL for a file to parse. */
+static const char *not_a_trace(const unsigned char *d, size_t len)
+{
+    if (len == 0)
+        return "is empty: no events to replay";
+    if (len >= 2 && d[0] == 0x1f && d[1] == 0x8b)
+        return "is gzip-compressed: decompress it first (gzip -dc FILE > FILE.pickle), then pass the result";
+    if (len >= 4 && !memcmp(d, "PK\3\4", 4))
+        return "is a zip archive: extract the snapshot or trace from it first";
+    size_t i = 0;
+    while (i < len && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r'))
+        i++;
+    if (i < len && (d[i] == '{' || d[i] == '['))
+        return "is JSON: hbmalloc reads PyTorch snapshots as the pickle torch.cuda.memory._dump_snapshot writes; "
+               "from a JSON dump of torch.cuda.memory._snapshot(): python3 -c \"import json,pickle,sys; "
+               "pickle.dump(json.load(open(sys.argv[1])), open(sys.argv[2],'wb'))\" FILE.json FILE.pickle";
+    size_t sample = len < 4096 ? len : 4096, odd = 0;
+    for (size_t k = 0; k < sample; k++)
+        odd += d[k] == 0 || (d[k] < 0x20 && d[k] != '\t' && d[k] != '\n' && d[k] != '\r');
+    if (odd)
+        return "is binary and not a snapshot pickle: hbmalloc reads hbmtrace text (docs/TRACE_FORMAT.md), PyTorch / "
+               "torch_npu memory snapshot pickles, RMM logging_resource_adaptor CSVs and tensor-lifetime CSVs "
+               "(id,lower,upper,size)";
+    return NULL;
+}
+
 int trace_read_any(const char *path, int device, trace *t, char *err, size_t errlen)
 {
     unsigned char *data;
@@ -402,11 +428,23 @@ int trace_read_any(const char *path, int device, trace *t, char *err, size_t err
     if (trace_slurp(path, &data, &len, err, errlen))
         return -1;
     int rc;
-    if (len > 0 && data[0] == 0x80)
+    const char *what = len > 0 && data[0] == 0x80 ? NULL : not_a_trace(data, len);
+    if (what) {
+        snprintf(err, errlen, "%s %s", path, what);
+        rc = -1;
+    } else if (len > 0 && data[0] == 0x80)
         rc = trace_read_pickle_mem(path, data, len, device, t, err, errlen);
     else if (len >= 12 && !memcmp(data, "Thread,Time,", 12))
         rc = trace_read_rmm_mem(path, (const char *)data, len, t, err, errlen);
-    else
+    else if (trace_is_lifetimes((const char *)data, len))
+        rc = trace_read_lifetimes_mem(path, (const char *)data, len, t, err, errlen);
+    else if (memchr(data, ',', strcspn((const char *)data, "\n")) && !memchr(data, ' ', strcspn((const char *)data, "\n")) &&
+             ((data[0] >= 'a' && data[0] <= 'z') || (data[0] >= 'A' && data[0] <= 'Z'))) {
+        snprintf(err, errlen, "%s is a CSV whose header '%.*s' is not one hbmalloc reads: RMM logs "
+                 "(Thread,Time,Action,Pointer,Size[,Stream]) and tensor lifetimes (id,lower,upper,size[,...])", path,
+                 (int)(strcspn((const char *)data, "\r\n") > 80 ? 80 : strcspn((const char *)data, "\r\n")), data);
+        rc = -1;
+    } else
         rc = trace_read_text_mem(path, (const char *)data, len, t, err, errlen);
     free(data);
     return rc;

@@ -66,7 +66,11 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
                           size_t errlen);
 /* RMM logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream). */
 int trace_read_rmm_mem(const char *name, const char *data, size_t len, trace *t, char *err, size_t errlen);
-/* Any supported format, told apart by content. */
+/* Tensor-lifetime CSV (id,lower,upper,size[,...]): allocation at lower, free at upper. */
+int trace_is_lifetimes(const char *data, size_t len);
+int trace_read_lifetimes_mem(const char *name, const char *data, size_t len, trace *t, char *err, size_t errlen);
+/* Any supported format, told apart by content; an empty, compressed, JSON or binary file is refused with what
+ * it is and what to do. */
 int trace_read_any(const char *path, int device, trace *t, char *err, size_t errlen);
 /* Read a whole file (bounded); 0 or -1 with a message. */
 int trace_slurp(const char *path, unsigned char **data, size_t *len, char *err, size_t errlen);

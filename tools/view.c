@@ -125,9 +125,13 @@ static void draw(FILE *f, const series *sr, const hbm_snapshot *peak, const hbm_
     fputs("<text x=\"20\" y=\"28\" font-size=\"16\" font-weight=\"bold\">", f);
     xml_text(f, name);
     fputs("</text>\n<text x=\"20\" y=\"48\">settings: ", f);
-    xml_text(f, o->settings ? (o->settings[0] ? o->settings : "(defaults)") : "(environment)");
-    fprintf(f, "; device %s; peak allocated %s, peak reserved %s%s</text>\n", o->backend_spec, s_pa, s_pr,
-            r->oom ? "; OUT OF MEMORY" : "");
+    char line[700], dev[300];
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(r->settings, "\n"), r->settings);
+    xml_text(f, line);
+    replay_device_line(o->backend_spec, dev, sizeof dev);
+    fputs("; device ", f);
+    xml_text(f, dev);
+    fprintf(f, "; peak allocated %s, peak reserved %s%s</text>\n", s_pa, s_pr, r->oom ? "; OUT OF MEMORY" : "");
     /* axes */
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", PLOT_X, PLOT_Y, PLOT_X,
             PLOT_Y + PLOT_H);
@@ -150,6 +154,13 @@ static void draw(FILE *f, const series *sr, const hbm_snapshot *peak, const hbm_
             PLOT_Y + PLOT_H + 36);
     polyline(f, sr->resv, sr->n, ymax, "#e4572e", "reserved");
     polyline(f, sr->alloc, sr->n, ymax, "#3b6fd4", "allocated");
+    if (r->oom) { /* the failed request ends the curves: a red line there, and what failed */
+        int x = PLOT_X + PLOT_W;
+        fprintf(f, "<line id=\"oom\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00000\" stroke-width=\"3\" "
+                   "stroke-dasharray=\"6,3\"/>\n", x, PLOT_Y, x, PLOT_Y + PLOT_H);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#c00000\" font-weight=\"bold\">OUT OF MEMORY at "
+                   "event %zu</text>\n", x - 6, PLOT_Y + PLOT_H - 10, r->oom_event);
+    }
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e4572e\"/><text x=\"%d\" y=\"%d\">reserved "
                "(peak %s)</text>\n",
             PLOT_X + 20, PLOT_Y + 8, PLOT_X + 38, PLOT_Y + 18, s_pr);
@@ -187,6 +198,7 @@ int view_write(const trace *t, const replay_opts *o, const char *name, const cha
     hbm_snapshot *peak = NULL;
     replay_result r;
     memset(&r, 0, sizeof r);
+    replay_settings_line(a, r.settings, sizeof r.settings);
     int rc = 0;
     if (!sr.alloc || !sr.resv || !slot) {
         snprintf(err, errlen, "out of host memory");
@@ -241,6 +253,11 @@ int view_write(const trace *t, const replay_opts *o, const char *name, const cha
                 rc = 2;
             }
         }
+    }
+    if (rc == 0 && r.oom) {
+        snprintf(err, errlen, "out of memory at event %zu (trace line %u): %s; the picture stops there, marked",
+                 r.oom_event, t->ev[r.oom_event].line, hbm_last_error(a));
+        rc = 1;
     }
     hbm_snapshot_free(peak);
     free(sr.alloc);

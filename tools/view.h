@@ -6,7 +6,8 @@
 #include "trace.h"
 
 /* Replay t and write the picture to path (".html" gives a page, else SVG).
- * 0 ok (an OOM is drawn, not an error), 2 error. */
+ * 0 ok; 1 the replay ran out of memory (the picture is written, ending at the failed request, marked; err
+ * says where); 2 error. */
 int view_write(const trace *t, const replay_opts *o, const char *name, const char *path, char *err, size_t errlen);
 
 #endif
