@@ -397,7 +397,7 @@ static int parse_roundup(const ctx *c0, const lexed *lx, size_t *pi)
         if (strcmp(colon->s, ":") != 0) {
             if (c.r->strict || !c.r->tokenizer) {
                 char m[160];
-                snprintf(m, sizeof m, "expected ':' after '%s', found '%s' (entries are MiB:divisions)", bound->s,
+                snprintf(m, sizeof m, "expected ':' after '%.40s', found '%.40s' (entries are MiB:divisions)", bound->s,
                          colon->s);
                 return list_error(&c, colon->pos, m);
             }
