@@ -161,6 +161,11 @@ check input_lifetimes 0 "^$want\$" "$bin" replay "$life" --conf ""
 check input_lifetimes_format 0 "632 events: 316 alloc, 316 free" "$bin" replay "$life" --conf ""
 printf 'id,lower,upper,size\n1,0,x,5\n' >"$tmp/bad-life.csv"
 check input_lifetimes_bad 2 "bad-life.csv:2:5: 'x' is not a whole number (column upper)" "$bin" replay "$tmp/bad-life.csv"
+for c in replay sweep view conf doctor; do
+    check "help_$c" 0 "^usage:\|^usage: hbmalloc $c" "$bin" "$c" --help
+done
+check unknown_option_named 2 "unknown option or missing value: '--frobnicate'" "$bin" replay "$ex" --frobnicate
+check missing_value_named 2 "unknown option or missing value: '--capacity'" "$bin" replay "$ex" --capacity
 check sweep_all_oom 1 "no setting runs this trace without OOM" "$bin" sweep "$ex" --capacity 20GiB --no-progress
 # view: a real renderer draws it, not blank, with the peak on the axis.
 check view_svg 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.svg"

@@ -1,9 +1,6 @@
 /*
  * hbmalloc.c: the command-line tool's dispatch and argument handling.
- *   hbmalloc replay TRACE [--conf S] [--capacity SIZE] [--backend SPEC] [--stats] [--check]
- *   hbmalloc conf [STRING] [--dialect cuda|npu] [--backend SPEC]
- *   hbmalloc doctor [--log FILE]... [--json]
- *   hbmalloc version
+ *   hbmalloc replay | sweep | view | conf | doctor | version [options]  (hbmalloc CMD --help)
  * Exit status: 0 success, 1 OOM during replay, 2 bad input or usage.
  */
 #include <stdio.h>
@@ -20,46 +17,82 @@
 #include "view.h"
 #include "trace.h"
 
+/* One block per command: `hbmalloc CMD --help` prints its own, `hbmalloc help` all of them. */
+static const struct {
+    const char *name, *text;
+} help[] = {
+    {"replay",
+     "  replay TRACE   replay an allocation trace on the simulated device and summarise it\n"
+     "      --conf STRING      allocator settings (HBMALLOC_CONF rules); default: the environment (HBMALLOC_CONF,\n"
+     "                         else PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF as the framework reads them)\n"
+     "      --capacity SIZE    device capacity, e.g. 80GiB (default 80GiB)\n"
+     "      --backend SPEC     backend spec (default sim; see docs/SIM.md); --capacity is appended\n"
+     "      --stats            print every statistic under memory_stats() names\n"
+     "      --check            run the validator after every event (slow)\n"
+     "      --device N         which device's history of a PyTorch snapshot (default 0)\n"
+     "      --min-capacity     find the smallest capacity that runs the trace without OOM\n"
+     "      --snapshot FILE    write the allocator's memory snapshot with its history at the end\n"
+     "                         (or at the OOM): FILE.json as JSON, else a PyTorch snapshot pickle\n"
+     "                         that torch.cuda._memory_viz and pytorch.org/memory_viz open\n"
+     "    TRACE: hbmalloc text, a PyTorch / torch_npu snapshot pickle, an RMM CSV log or a tensor-lifetime CSV\n"
+     "    (id,lower,upper,size), told apart by content; a snapshot's recorded settings are used unless --conf\n"
+     "    exit status: 0 ran clean, 1 out of memory, 2 bad input\n"},
+    {"sweep",
+     "  sweep TRACE    replay under a grid of settings on all cores, rank them against yours, recommend one\n"
+     "      --capacity SIZE, --backend SPEC (the target device: its dialect and capabilities),\n"
+     "      --grid 'key=v1,v2;key2=...' ('-' = unset), --no-expandable (old firmware),\n"
+     "      --baseline SETTINGS (yours; default the dialect's PYTORCH_* variable),\n"
+     "      --torch VERSION | --torch-npu VERSION (your release: what it refuses is left out),\n"
+     "      --jobs N, --json, --no-progress\n"
+     "    exit status: 0 the best runs clean, 1 every setting runs out of memory, 2 bad input\n"},
+    {"view",
+     "  view TRACE -o OUT.svg|OUT.html   draw allocated/reserved over time and the segments at the peak\n"
+     "      --conf STRING, --capacity SIZE, --backend SPEC, --device N\n"
+     "    exit status: 0 drawn, 1 drawn up to an out-of-memory (marked), 2 bad input\n"},
+    {"conf",
+     "  conf [STRING]  the effective settings of STRING as the framework reads it (default: the environment)\n"
+     "      --dialect cuda|npu  PYTORCH_CUDA_ALLOC_CONF (PyTorch) or PYTORCH_NPU_ALLOC_CONF (torch_npu)\n"
+     "      --torch VERSION | --torch-npu VERSION   that release's parser (default the newest known)\n"
+     "      --vmm yes|no        whether the device has virtual memory (torch_npu's expandable rule)\n"
+     "      --strict            as HBMALLOC_CONF: hbmalloc's strict rules and its own hbm_* keys\n"
+     "      --releases          list the releases known, their parsers and keys\n"
+     "      --backend SPEC      as an allocator on that backend runs them (dialect and capability\n"
+     "                          fallbacks included), e.g. --backend sim:firmware=22.0.3,dialect=npu\n"
+     "    exit status: 0 accepted, 2 refused or bad usage\n"},
+    {"doctor",
+     "  doctor         what is wrong with device memory or communication here, why, what to do next:\n"
+     "                 backends, driver/firmware/CANN versions, npu-smi, nvidia-smi, virtual memory,\n"
+     "                 visible devices, the allocator settings in the environment (as your release reads them)\n"
+     "      --log FILE         also read a training log (repeatable): out-of-memory messages (numbers\n"
+     "                         parsed), expandable-segments warnings, HCCL/NCCL errors, framework versions\n"
+     "      --torch VERSION | --torch-npu VERSION   your release (else read from the logs)\n"
+     "      --trace SNAPSHOT   replay it under the sweep's grid on this device to prove the advice\n"
+     "                         (--capacity SIZE when no out-of-memory message gives it)\n"
+     "      --json             for machines; --no-env: the logs only; --root DIR: read /usr/local/Ascend\n"
+     "                         under DIR\n"
+     "    exit status: 0 nothing to act on, 1 findings to act on, 2 bad usage\n"},
+    {"version", "  version        print the version\n"},
+};
+
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: hbmalloc <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  replay TRACE   replay an allocation trace on the simulated device and summarise it\n"
-            "      --conf STRING      allocator settings (PYTORCH_CUDA_ALLOC_CONF syntax); default: environment\n"
-            "      --capacity SIZE    device capacity, e.g. 80GiB (default 80GiB)\n"
-            "      --backend SPEC     backend spec (default sim; see docs/SIM.md); --capacity is appended\n"
-            "      --stats            print every statistic under memory_stats() names\n"
-            "      --check            run the validator after every event (slow)\n"
-            "      --device N         which device's history of a PyTorch snapshot (default 0)\n"
-            "      --min-capacity     find the smallest capacity that runs the trace without OOM\n"
-            "      --snapshot FILE    write the allocator's memory snapshot with its history at the end\n"
-            "                         (or at the OOM): FILE.json as JSON, else a PyTorch snapshot pickle\n"
-            "                         that torch.cuda._memory_viz and pytorch.org/memory_viz open\n"
-            "    TRACE: hbmalloc text, a PyTorch snapshot pickle, or an RMM CSV log (told apart by content);\n"
-            "    a snapshot's recorded allocator settings are used unless --conf is given\n"
-            "  sweep TRACE    replay under a grid of settings on all cores, rank them, recommend one\n"
-            "      --capacity SIZE, --backend SPEC (the target device: its dialect and capabilities),\n"
-            "      --grid 'key=v1,v2;key2=...' ('-' = unset), --no-expandable (old firmware),\n"
-            "      --jobs N, --json, --no-progress\n"
-            "  view TRACE -o OUT.svg|OUT.html   draw allocated/reserved over time and the segments at the peak\n"
-            "      --conf STRING, --capacity SIZE, --backend SPEC\n"
-            "  conf [STRING]  print the effective settings of STRING (default: the environment)\n"
-            "      --dialect cuda|npu  whose rules to apply (default cuda)\n"
-            "      --backend SPEC      as an allocator on that backend runs them (dialect and capability\n"
-            "                          fallbacks included), e.g. --backend sim:firmware=22.0.3,dialect=npu\n"
-            "  doctor         what is wrong with device memory or communication here, why, what to do next:\n"
-            "                 backends, driver/firmware/CANN versions, npu-smi, nvidia-smi, virtual memory,\n"
-            "                 visible devices, the allocator settings in the environment\n"
-            "      --log FILE         also read a training log (repeatable): out-of-memory messages (numbers\n"
-            "                         parsed), expandable-segments warnings, HCCL/NCCL errors, version mismatches\n"
-            "      --json             for machines; --no-env: the logs only; --root DIR: read /usr/local/Ascend\n"
-            "                         under DIR\n"
-            "                 exit status: 0 nothing to act on, 1 findings to act on, 2 bad usage\n"
-            "  version        print the version\n"
-            "\n"
-            "exit status: 0 ok, 1 out of memory during replay, 2 bad input\n");
+    fprintf(f, "usage: hbmalloc <command> [options]   (hbmalloc <command> --help: that command's options)\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < sizeof help / sizeof help[0]; i++)
+        fputs(help[i].text, f);
+}
+
+/* `hbmalloc CMD --help`: 1 when printed. */
+static int command_help(const char *cmd, int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            for (size_t k = 0; k < sizeof help / sizeof help[0]; k++)
+                if (!strcmp(help[k].name, cmd))
+                    printf("usage:\n%s", help[k].text);
+            return 1;
+        }
+    return 0;
 }
 
 static int sim_spec(char *spec, size_t n, const char *backend, const char *capacity)
@@ -390,6 +423,8 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
+    if (strcmp(cmd, "doctor") && strcmp(cmd, "conf") && command_help(cmd, argc - 2, argv + 2))
+        return 0;
     if (!strcmp(cmd, "replay"))
         return cmd_replay(argc - 2, argv + 2);
     if (!strcmp(cmd, "conf"))

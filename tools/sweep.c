@@ -467,7 +467,9 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
         json_string(out, code);
         fprintf(out, "}\n");
     } else {
-        fprintf(out, "sweep of %s on %s: %d settings", o->name, o->backend_spec, so.n);
+        char dev[300];
+        replay_device_line(o->backend_spec, dev, sizeof dev);
+        fprintf(out, "sweep of %s on %s: %d settings", o->name, dev, so.n);
         if (so.rejected)
             fprintf(out, ", %d left out (refused by %s)", so.rejected, so.release);
         if (so.unsupported)
