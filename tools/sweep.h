@@ -36,7 +36,7 @@ typedef struct sweep_outcome {
     hbm_dialect dialect;
     int vmm;            /* the device's virtual memory, as the sweep used it */
     char why[256];      /* why not, when vmm is 0 */
-    char baseline_note[600]; /* the user's setting: what it is, what the release makes of it, or why no row */
+    char baseline_note[1200]; /* the user's setting: what it is, what the release makes of it, or why no row */
     char release[128];  /* the release the strings are checked against */
 } sweep_outcome;
 
