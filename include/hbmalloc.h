@@ -247,6 +247,13 @@ HBM_API hbm_status hbm_settings_check_release(const char *var, const char *setti
  * HBM_ERR_CONF and the message in out. */
 HBM_API hbm_status hbm_settings_effective(const char *var, const char *settings, hbm_dialect d, const char *version,
                                           int vmm, char *out, size_t outlen);
+/* Rebuild a recorded state (a replay of a snapshot whose recording began mid-run): a whole segment of `size`
+ * bytes on `stream`, in the small pool when `small`, with n blocks allocated at `offsets` (increasing, non-
+ * overlapping, inside the segment, all in 512-byte units) of `sizes` bytes for requests of `requested` bytes;
+ * the rest of the segment is cached free memory. The blocks' pointers go to ptrs; hbm_free frees them. */
+HBM_API hbm_status hbm_seed_segment(hbm_allocator *a, size_t size, hbm_stream stream, int small, size_t n,
+                                   const size_t *offsets, const size_t *sizes, const size_t *requested,
+                                   void **ptrs);
 /* Effective settings of a live allocator, in the same form, with any capability fallback. */
 HBM_API hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen);
 /* The capability warning given at create ("" if none), e.g. expandable segments unsupported. */

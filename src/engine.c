@@ -263,19 +263,10 @@ HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__blo
 
 /* ---- segments ---- */
 
-/* A new segment of `size` bytes for a rounded request of `request` bytes
- * (with expandable segments: pages mapped to cover the request). */
-static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t request, size_t size,
-                              bool is_retry, hbm__block **out)
+/* A new whole segment of `size` bytes: one free block, outside every tree. */
+hbm_status hbm__segment_new(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out)
 {
     hbm_stats *st = &a->stats;
-    if (is_retry)
-        st->num_alloc_retries++;
-    /* The fraction limit counts as a device OOM, before any device call. */
-    if (a->fraction_set && a->total_reserved + size > a->allowed_max)
-        return HBM_ERR_OOM;
-    if (a->expandable)
-        return hbm__expand_alloc(a, p, stream, request, out);
     hbm__segment *seg = malloc(sizeof *seg);
     hbm__block *b = seg ? hbm__block_new(a) : NULL;
     if (!b) {
@@ -321,6 +312,21 @@ static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
     hbm__trace(a, HBM_TRACE_SEGMENT_ALLOC, addr, size, stream);
     *out = b;
     return HBM_OK;
+}
+
+/* A new segment of `size` bytes for a rounded request of `request` bytes
+ * (with expandable segments: pages mapped to cover the request). */
+static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t request, size_t size,
+                              bool is_retry, hbm__block **out)
+{
+    if (is_retry)
+        a->stats.num_alloc_retries++;
+    /* The fraction limit counts as a device OOM, before any device call. */
+    if (a->fraction_set && a->total_reserved + size > a->allowed_max)
+        return HBM_ERR_OOM;
+    if (a->expandable)
+        return hbm__expand_alloc(a, p, stream, request, out);
+    return hbm__segment_new(a, p, stream, size, out);
 }
 
 /* Return a whole-segment free block to the device. On a device error the

@@ -263,7 +263,9 @@ hbm_status hbm__dev_event_sync(hbm_allocator *a, uint64_t ev);
 int hbm__dev_event_done(hbm_allocator *a, uint64_t ev);
 hbm_status hbm__dev_stream_check(hbm_allocator *a, hbm_stream stream);
 
-/* ---- shared by engine.c and expand.c ---- */
+/* ---- shared by engine.c, expand.c and seed.c ---- */
+/* A new whole segment of `size` bytes on the device: one free block, in no tree. */
+hbm_status hbm__segment_new(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out);
 hbm__block *hbm__block_new(hbm_allocator *a);
 void hbm__block_recycle(hbm_allocator *a, hbm__block *b);
 /* Keep n block objects in hand so a split cannot fail half-way. */

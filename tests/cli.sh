@@ -176,6 +176,12 @@ check replay_settings_source 0 "settings: *'max_split_size_mb:64abc' (from PYTOR
     env -u HBMALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64abc "$bin" replay "$ex"
 check replay_settings_note 0 "note: PyTorch reads 'max_split_size_mb:64abc' as 64" \
     env -u HBMALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64abc "$bin" replay "$ex"
+check replay_env_overridden 0 "note: PYTORCH_CUDA_ALLOC_CONF='max_split_size_mb:64' from the environment is not used" \
+    env -u HBMALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64 "$bin" replay "$src/tests/data/linear-10k-50k-grad.pickle"
+check replay_recorded_settings 0 "settings: *the defaults (what the snapshot's allocator ran" \
+    "$bin" replay "$src/tests/data/linear-10k-50k-grad.pickle"
+check replay_blind_start 0 "the segments then are unknown (its history records allocations but no segment events" \
+    "$bin" replay "$src/tests/data/flexgen-oom.pickle"
 check replay_capacity_gib 0 "device: *sim:capacity=85899345920 (capacity 80.00 GiB)" "$bin" replay "$ex" --conf ""
 check view_axis_total 0 '>56.91 GiB</text>' cat "$tmp/v.svg"
 check view_peak_attr 0 'data-peak-reserved="61111009280"' cat "$tmp/v.svg"

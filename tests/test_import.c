@@ -4,6 +4,7 @@
 
 #include "pickle.h"
 #include "pickle_out.h"
+#include "replay.h"
 #include "trace.h"
 
 #ifndef HBM_TEST_DATA
@@ -174,13 +175,202 @@ static void negative_sizes_and_unknown_frees_in_snapshots(void **st)
     assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), -1);
     assert_non_null(strstr(err, "negative size"));
     free(d);
-    /* A free of a block allocated before recording began is not replayable: skipped and counted. */
+    /* A free of a block allocated before recording began: the block was live at the start, so it is allocated
+     * first and freed where the history frees it. The history records no segment events, so the segments then
+     * are unknown. */
     d = snapshot_with_event("free_completed", 4096, 512, &len);
     assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), 0);
-    assert_int_equal(t.rec.skipped_frees, 1);
-    assert_int_equal(t.n, 0);
+    assert_int_equal(t.rec.skipped_frees, 0);
+    assert_int_equal(t.rec.preexisting, 1);
+    assert_int_equal(t.rec.freed_preexisting, 1);
+    assert_int_equal(t.n, 2);
+    assert_int_equal(t.ev[0].kind, EV_ALLOC);
+    assert_int_equal(t.ev[1].kind, EV_FREE);
+    assert_true(t.rec.blind);
+    assert_false(t.rec.seedable);
     trace_free(&t);
     free(d);
+}
+
+/* ---- a recording that began mid-run ---- */
+
+#define MB (1ll << 20)
+#define S1 0x10000000ll
+#define S2 0x20000000ll
+#define S3 0x30000000ll
+#define S4 0x40000000ll
+
+static void seg_block(hbm__pickle_out *w, int64_t size, int64_t requested, const char *state)
+{
+    hbm__pw_dict(w);
+    hbm__pw_str(w, "size");
+    hbm__pw_int(w, size);
+    hbm__pw_str(w, "requested_size");
+    hbm__pw_int(w, requested);
+    hbm__pw_str(w, "state");
+    hbm__pw_str(w, state);
+    hbm__pw_end(w);
+}
+
+static void segment(hbm__pickle_out *w, int64_t addr, int64_t size)
+{
+    hbm__pw_dict(w);
+    hbm__pw_str(w, "device");
+    hbm__pw_int(w, 0);
+    hbm__pw_str(w, "address");
+    hbm__pw_int(w, addr);
+    hbm__pw_str(w, "total_size");
+    hbm__pw_int(w, size);
+    hbm__pw_str(w, "stream");
+    hbm__pw_int(w, 0);
+    hbm__pw_str(w, "segment_type");
+    hbm__pw_str(w, "large");
+    hbm__pw_str(w, "is_expandable");
+    hbm__pw_bool(w, 0);
+    hbm__pw_str(w, "blocks");
+    hbm__pw_list(w);
+}
+
+static void event(hbm__pickle_out *w, const char *action, int64_t addr, int64_t size)
+{
+    hbm__pw_dict(w);
+    hbm__pw_str(w, "action");
+    hbm__pw_str(w, action);
+    hbm__pw_str(w, "addr");
+    hbm__pw_int(w, addr);
+    hbm__pw_str(w, "size");
+    hbm__pw_int(w, size);
+    hbm__pw_str(w, "stream");
+    hbm__pw_int(w, 0);
+    hbm__pw_end(w);
+}
+
+/* Before recording: S1 (20 MiB) holds P1 (4 MiB at 0) and P2 (2 MiB at 8 MiB), S2 (64 MiB) and S3 (40 MiB) are
+ * cached and free. The history: an empty_cache frees S2 and S3; P2 is freed; X (6 MiB) goes into S1 at 4 MiB; Y
+ * (30 MiB) needs a new segment S4. At the end: S1 with P1 and X, S4 with Y. PyTorch reserved 124 MiB at the start
+ * (its peak) and 50 MiB at the end. */
+static unsigned char *midrun_snapshot(size_t *len)
+{
+    hbm__pickle_out *w = hbm__pw_new();
+    hbm__pw_dict(w);
+    hbm__pw_str(w, "segments");
+    hbm__pw_list(w);
+    segment(w, S1, 20 * MB);
+    seg_block(w, 4 * MB, 4 * MB, "active_allocated");
+    seg_block(w, 6 * MB, 6 * MB, "active_allocated");
+    seg_block(w, 10 * MB, 0, "inactive");
+    hbm__pw_end(w);
+    hbm__pw_end(w);
+    segment(w, S4, 30 * MB);
+    seg_block(w, 30 * MB, 30 * MB, "active_allocated");
+    hbm__pw_end(w);
+    hbm__pw_end(w);
+    hbm__pw_end(w);
+    hbm__pw_str(w, "device_traces");
+    hbm__pw_list(w);
+    hbm__pw_list(w);
+    event(w, "segment_free", S2, 64 * MB);
+    event(w, "segment_free", S3, 40 * MB);
+    event(w, "free_requested", S1 + 8 * MB, 2 * MB);
+    event(w, "free_completed", S1 + 8 * MB, 2 * MB);
+    event(w, "alloc", S1 + 4 * MB, 6 * MB);
+    event(w, "segment_alloc", S4, 30 * MB);
+    event(w, "alloc", S4, 30 * MB);
+    hbm__pw_end(w);
+    hbm__pw_end(w);
+    hbm__pw_end(w);
+    unsigned char *data;
+    assert_int_equal(hbm__pw_finish(w, &data, len), 0);
+    return data;
+}
+
+static int64_t replay_peak(int seed, int64_t *end_reserved)
+{
+    replay_opts o = {.backend_spec = "sim:capacity=1GiB", .settings = "", .quiet = 1, .seed = seed};
+    replay_result r;
+    assert_int_equal(replay_run(&t, &o, &r), 0);
+    assert_int_equal(r.events_done, t.n);
+    assert_int_equal(r.seeded, seed);
+    *end_reserved = r.stats.reserved_bytes[0].current;
+    return r.stats.reserved_bytes[0].peak;
+}
+
+static void a_recording_that_began_mid_run_is_replayed_from_its_start(void **st)
+{
+    (void)st;
+    size_t len;
+    unsigned char *d = midrun_snapshot(&len);
+    assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), 0);
+    free(d);
+    /* The start, worked back from the end through the history. */
+    assert_int_equal(t.rec.start_reserved, 124 * MB);
+    assert_int_equal(t.rec.end_reserved, 50 * MB);
+    assert_int_equal(t.rec.peak_reserved, 124 * MB);
+    assert_true(t.rec.seedable);
+    assert_int_equal(t.rec.nseed_segments, 3);
+    assert_int_equal(t.rec.nseed_blocks, 2);
+    assert_int_equal(t.rec.seed_blocks[1].offset, 8 * MB);
+    assert_int_equal(t.rec.preexisting, 2);
+    assert_int_equal(t.rec.freed_preexisting, 1);
+    assert_int_equal(t.rec.skipped_frees, 0);
+    /* The run of segment frees left no cached segment: an empty_cache in the events. */
+    assert_int_equal(t.rec.releases, 1);
+    int empties = 0;
+    for (size_t i = 0; i < t.n; i++)
+        empties += t.ev[i].kind == EV_EMPTY_CACHE;
+    assert_int_equal(empties, 1);
+    /* From the recorded start the replay reproduces the recording: 124 MiB at the peak, 50 MiB at the end. From
+     * an empty device it cannot: the cached segments S2 and S3 never exist. */
+    int64_t end;
+    assert_int_equal(replay_peak(1, &end), 124 * MB);
+    assert_int_equal(end, 50 * MB);
+    assert_true(replay_peak(0, &end) < 124 * MB);
+    trace_free(&t);
+}
+
+/* The settings a snapshot's allocator ran with come from its parsed fields: the raw string is empty when they
+ * were set with torch.cuda.memory._set_allocator_settings. */
+static void recorded_settings_come_from_the_parsed_fields(void **st)
+{
+    (void)st;
+    hbm__pickle_out *w = hbm__pw_new();
+    hbm__pw_dict(w);
+    hbm__pw_str(w, "segments");
+    hbm__pw_list(w);
+    hbm__pw_end(w);
+    hbm__pw_str(w, "allocator_settings");
+    hbm__pw_dict(w);
+    hbm__pw_str(w, "PYTORCH_CUDA_ALLOC_CONF");
+    hbm__pw_str(w, "");
+    hbm__pw_str(w, "max_split_size");
+    hbm__pw_int(w, 256 * MB);
+    hbm__pw_str(w, "garbage_collection_threshold");
+    hbm__pw_float(w, 0.6);
+    hbm__pw_str(w, "expandable_segments");
+    hbm__pw_bool(w, 1);
+    hbm__pw_str(w, "roundup_power2_divisions");
+    hbm__pw_dict(w);
+    for (int k = 0; k < 16; k++) {
+        char key[8];
+        snprintf(key, sizeof key, "%d", 1 << k);
+        hbm__pw_str(w, key);
+        hbm__pw_int(w, k < 9 ? 1 : 4);
+    }
+    hbm__pw_end(w);
+    hbm__pw_end(w);
+    hbm__pw_end(w);
+    unsigned char *d;
+    size_t len;
+    assert_int_equal(hbm__pw_finish(w, &d, &len), 0);
+    assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), 0);
+    free(d);
+    assert_true(t.rec.has_settings);
+    assert_string_equal(t.rec.settings, "max_split_size_mb:256,garbage_collection_threshold:0.6,expandable_segments:"
+                                        "True,roundup_power2_divisions:[1:1,2:1,4:1,8:1,16:1,32:1,64:1,128:1,256:1,"
+                                        "512:4,1024:4,2048:4,4096:4,8192:4,16384:4,32768:4]");
+    char out[4096];
+    assert_int_equal(hbm_settings_check(t.rec.settings, HBM_DIALECT_CUDA, out, sizeof out), HBM_OK);
+    trace_free(&t);
 }
 
 static int read_rmm(const char *s) { return trace_read_rmm_mem("log.csv", s, strlen(s), &t, err, sizeof err); }
@@ -288,6 +478,8 @@ int main(void)
         cmocka_unit_test(random_corruption_never_crashes),
         cmocka_unit_test(hostile_pickles_are_refused_with_the_opcode_and_offset),
         cmocka_unit_test(negative_sizes_and_unknown_frees_in_snapshots),
+        cmocka_unit_test(a_recording_that_began_mid_run_is_replayed_from_its_start),
+        cmocka_unit_test(recorded_settings_come_from_the_parsed_fields),
         cmocka_unit_test(rmm_logs_keep_their_streams),
         cmocka_unit_test(snapshots_round_trip_through_the_reader),
     };

@@ -31,6 +31,8 @@ static const struct {
      "      --check            run the validator after every event (slow)\n"
      "      --device N         which device's history of a PyTorch snapshot (default 0)\n"
      "      --min-capacity     find the smallest capacity that runs the trace without OOM\n"
+     "      --fresh-start      a snapshot whose recording began mid-run: begin from an empty device (with the\n"
+     "                         blocks live at its start allocated first) rather than from its recorded state\n"
      "      --snapshot FILE    write the allocator's memory snapshot with its history at the end\n"
      "                         (or at the OOM): FILE.json as JSON, else a PyTorch snapshot pickle\n"
      "                         that torch.cuda._memory_viz and pytorch.org/memory_viz open\n"
@@ -306,10 +308,24 @@ static int open_trace(trace_cmd *c)
 
 #define TRACE_CMD(n) {.name = (n), .capacity = "80GiB", .backend = "sim"}
 
+/* The settings variables a snapshot's recorded settings replace in a replay, named for the report. */
+static void recorded_overrides(char *out, size_t len)
+{
+    static const char *const vars[] = {"HBMALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF",
+                                       "PYTORCH_ALLOC_CONF"};
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, out, len);
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v)
+            hbm__sb_printf(&sb, "%s%s='%.100s'", sb.len ? ", " : "", vars[i], v);
+    }
+}
+
 static int cmd_replay(int argc, char **argv)
 {
     trace_cmd c = TRACE_CMD("replay");
-    int stats = 0, min_capacity = 0;
+    int stats = 0, min_capacity = 0, fresh_start = 0;
     replay_opts o = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -321,6 +337,8 @@ static int cmd_replay(int argc, char **argv)
             stats = 1;
         else if (!strcmp(a, "--check"))
             o.check_every = 1;
+        else if (!strcmp(a, "--fresh-start"))
+            fresh_start = 1;
         else if (shared_arg(&c, argc, argv, &i) < 0)
             return 2;
     }
@@ -331,7 +349,9 @@ static int cmd_replay(int argc, char **argv)
     if (!c.conf_given && c.t.rec.has_settings) {
         o.settings = c.t.rec.settings; /* replay as the recording ran */
         o.settings_from_trace = 1;
+        recorded_overrides(o.env_overridden, sizeof o.env_overridden);
     }
+    o.seed = !c.conf_given && !fresh_start; /* the recording's own settings: begin where it began */
     int rc;
     if (min_capacity) {
         rc = replay_min_capacity(&c.t, &o, c.backend, stdout);
@@ -403,9 +423,11 @@ static int cmd_view(int argc, char **argv)
     }
     if (open_trace(&c))
         return 2;
-    replay_opts o = {.backend_spec = c.spec, .settings = c.settings};
-    if (!c.conf_given && c.t.rec.has_settings)
+    replay_opts o = {.backend_spec = c.spec, .settings = c.settings, .seed = !c.conf_given};
+    if (!c.conf_given && c.t.rec.has_settings) {
         o.settings = c.t.rec.settings;
+        o.settings_from_trace = 1;
+    }
     char err[512];
     int rc = view_write(&c.t, &o, c.path, outp, err, sizeof err);
     if (rc != 2)

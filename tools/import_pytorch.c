@@ -1,15 +1,22 @@
 /*
  * import_pytorch.c: PyTorch memory snapshots (torch.cuda.memory._dump_snapshot)
  * into the event list. Owns the snapshot's meaning: which events to replay,
- * which blocks were live before recording began, and what the recording
- * allocator itself reserved.
+ * what the allocator ran with, the state the recording began in, and what
+ * the recording allocator itself reserved.
  *
  * Replayed: `alloc` (size = the caller's request) and `free_completed`.
- * Blocks live at the end in the snapshot's segments but never allocated in the
- * history were allocated before recording began: they come first. A free of a
- * block allocated before recording (and freed during it) cannot be replayed
- * and is counted. PyTorch's own reserved memory follows from the segment
- * events and the segments at the end.
+ * The state at the start is worked back from the snapshot's segments at the
+ * end through the history: a `segment_free` means the segment existed
+ * before it, a `segment_alloc` that it did not, a `free_completed` that the
+ * block was live before it, an `alloc` that it was not. The blocks live at
+ * the start (also those the recording saw freed) are the first events, in
+ * address order; when the start state is complete (every live block inside
+ * a segment, no expandable segment, the segments summing to the reserved
+ * memory the segment events imply) it is kept so that a replay can begin
+ * from it (hbm_seed_segment), and otherwise the reason is noted.
+ * Settings: the parsed fields the snapshot holds (max_split_size,
+ * garbage_collection_threshold, expandable_segments, roundup_power2_divisions),
+ * which say what ran even when the raw PYTORCH_CUDA_ALLOC_CONF string is empty.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +24,10 @@
 
 #include "pickle.h"
 #include "trace.h"
+#include "../src/ptrmap.h"
 #include "../src/util.h"
+
+#define SMALL_SEGMENT (2ull << 20) /* kSmallBuffer: the small pool's segments */
 
 static int fail(char *err, size_t errlen, const char *name, const char *msg)
 {
@@ -45,11 +55,162 @@ static void event_fields(const pv *e, const pv **action, int64_t *addr, int64_t 
     pv_int(pv_get(e, "stream"), stream);
 }
 
-/* Sum of segment sizes on the device, and the pre-existing blocks (addr, size, stream). */
-typedef struct pre {
+/* The settings the snapshot's allocator ran with, from its parsed fields. 0 when there are none. */
+static int recorded_settings(const pv *settings, char *out, size_t len)
+{
+    int64_t max_split = -1;
+    double gc = 0;
+    const pv *v;
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, out, len);
+    int any = 0;
+    if ((v = pv_get(settings, "max_split_size")) && !pv_int(v, &max_split)) {
+        any = 1;
+        if (max_split > 0 && max_split != INT64_MAX)
+            hbm__sb_printf(&sb, "%smax_split_size_mb:%lld", sb.len ? "," : "", (long long)(max_split >> 20));
+    }
+    if ((v = pv_get(settings, "garbage_collection_threshold")) && v->type == PV_FLOAT) {
+        any = 1;
+        gc = v->u.f;
+        if (gc > 0)
+            hbm__sb_printf(&sb, "%sgarbage_collection_threshold:%g", sb.len ? "," : "", gc);
+    }
+    int64_t e = 0;
+    if ((v = pv_get(settings, "expandable_segments")) && !pv_int(v, &e)) {
+        any = 1;
+        if (e)
+            hbm__sb_printf(&sb, "%sexpandable_segments:True", sb.len ? "," : "");
+    }
+    if ((v = pv_get(settings, "roundup_power2_divisions")) && v->type == PV_DICT) {
+        /* {"1": d0, "2": d1, ..., "32768": d15}: interval start in MiB -> divisions */
+        any = 1;
+        char list[400];
+        hbm__sbuf lb;
+        hbm__sb_init(&lb, list, sizeof list);
+        int nonzero = 0;
+        for (int k = 0; k < 16; k++) {
+            char key[8];
+            snprintf(key, sizeof key, "%u", 1u << k);
+            int64_t d = 0;
+            pv_int(pv_get(v, key), &d);
+            nonzero |= d != 0;
+            hbm__sb_printf(&lb, "%s%u:%lld", k ? "," : "", 1u << k, (long long)d);
+        }
+        if (nonzero)
+            hbm__sb_printf(&sb, "%sroundup_power2_divisions:[%s]", sb.len ? "," : "", list);
+    }
+    return any;
+}
+
+typedef struct seg_rec {
     uint64_t addr, size;
-    hbm_stream stream;
-} pre;
+    int64_t stream;
+    int small, alive;
+} seg_rec;
+
+typedef struct blk_rec {
+    uint64_t addr, size, requested; /* size 0: not known (a block the recording saw freed) */
+    int64_t stream;
+    int alive, freed_in_recording;
+} blk_rec;
+
+/* Arrays of records found by address (index + 1 in a ptrmap). */
+typedef struct recs {
+    void *v;
+    size_t n, cap, each;
+    hbm__ptrmap map;
+} recs;
+
+static void *rec_find(recs *r, uint64_t addr)
+{
+    uintptr_t i = (uintptr_t)hbm__ptrmap_get(&r->map, (uintptr_t)addr);
+    return i ? (char *)r->v + (i - 1) * r->each : NULL;
+}
+
+static void *rec_add(recs *r, uint64_t addr)
+{
+    void *old = rec_find(r, addr);
+    if (old)
+        return old;
+    if (hbm__grow(&r->v, &r->cap, r->n + 1, r->each) || hbm__ptrmap_put(&r->map, (uintptr_t)addr, (void *)(r->n + 1)))
+        return NULL;
+    void *e = (char *)r->v + r->n++ * r->each;
+    memset(e, 0, r->each);
+    return e;
+}
+
+static int by_addr_seg(const void *x, const void *y)
+{
+    const seg_rec *a = x, *b = y;
+    return a->addr < b->addr ? -1 : a->addr > b->addr;
+}
+
+static int by_addr_blk(const void *x, const void *y)
+{
+    const blk_rec *a = x, *b = y;
+    return a->addr < b->addr ? -1 : a->addr > b->addr;
+}
+
+/* The recording's segments while the history runs, by address, with how many live blocks each holds: a run of
+ * segment frees that leaves no segment without a live block released every cached segment, which a replay does
+ * with an empty_cache (the program's own call, or PyTorch's release before an out-of-memory retry). */
+typedef struct occ {
+    uint64_t addr, size;
+    int64_t live;
+} occ;
+
+typedef struct occupancy {
+    occ *v;
+    size_t n, cap;
+    size_t empty; /* segments with no live block */
+} occupancy;
+
+static size_t occ_find(const occupancy *o, uint64_t addr) /* the last segment starting at or before addr */
+{
+    size_t lo = 0, hi = o->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (o->v[mid].addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo; /* index + 1, 0: none */
+}
+
+static int occ_insert(occupancy *o, uint64_t addr, uint64_t size)
+{
+    if (hbm__grow((void **)&o->v, &o->cap, o->n + 1, sizeof *o->v))
+        return -1;
+    size_t at = occ_find(o, addr);
+    memmove(o->v + at + 1, o->v + at, (o->n - at) * sizeof *o->v);
+    o->v[at] = (occ){addr, size, 0};
+    o->n++;
+    o->empty++;
+    return 0;
+}
+
+static void occ_remove(occupancy *o, uint64_t addr)
+{
+    size_t at = occ_find(o, addr);
+    if (!at || o->v[at - 1].addr != addr)
+        return;
+    at--;
+    o->empty -= o->v[at].live == 0;
+    memmove(o->v + at, o->v + at + 1, (o->n - at - 1) * sizeof *o->v);
+    o->n--;
+}
+
+static void occ_block(occupancy *o, uint64_t addr, int delta)
+{
+    size_t at = occ_find(o, addr);
+    if (!at || addr >= o->v[at - 1].addr + o->v[at - 1].size)
+        return;
+    occ *g = &o->v[at - 1];
+    o->empty -= g->live == 0;
+    g->live += delta;
+    o->empty += g->live == 0;
+}
 
 int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t len, int device, trace *t, char *err,
                           size_t errlen)
@@ -62,9 +223,14 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     if (!root)
         return fail(err, errlen, name, perr_msg);
     int rc = -1;
-    pre *pres = NULL;
     trace_builder *b = NULL;
+    recs segs = {NULL, 0, 0, sizeof(seg_rec), {0}}, blks = {NULL, 0, 0, sizeof(blk_rec), {0}};
+    seg_rec *start_segs = NULL;
+    blk_rec *start_blks = NULL;
+    occupancy oc = {NULL, 0, 0, 0};
     const pv *segments = root, *traces = NULL, *settings = NULL;
+    if (hbm__ptrmap_init(&segs.map) || hbm__ptrmap_init(&blks.map))
+        goto nomem;
     if (root->type == PV_DICT) { /* PyTorch 2.x; 1.x dumped a bare list of segments */
         segments = pv_get(root, "segments");
         traces = pv_get(root, "device_traces");
@@ -79,58 +245,45 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
         fail(err, errlen, name, "device_traces is not a list");
         goto done;
     }
-    if (settings) {
-        const pv *s = pv_get(settings, "PYTORCH_CUDA_ALLOC_CONF");
-        if (s && s->type == PV_STR) {
+    if (settings && settings->type == PV_DICT) {
+        copy_str(pv_get(settings, "PYTORCH_CUDA_ALLOC_CONF"), t->rec.settings_raw, sizeof t->rec.settings_raw);
+        t->rec.has_settings = recorded_settings(settings, t->rec.settings, sizeof t->rec.settings);
+        if (!t->rec.has_settings && t->rec.settings_raw[0]) { /* only the string: use it */
+            snprintf(t->rec.settings, sizeof t->rec.settings, "%s", t->rec.settings_raw);
             t->rec.has_settings = 1;
-            copy_str(s, t->rec.settings, sizeof t->rec.settings);
         }
     }
     if (!(b = tb_new(t)))
         goto nomem;
 
-    /* Which addresses the history leaves live at the end. */
-    trace scratch;
-    trace_init(&scratch);
-    trace_builder *live = tb_new(&scratch);
-    if (!live)
-        goto nomem;
-    uint32_t nev = pv_len(events);
-    for (uint32_t i = 0; i < nev; i++) {
-        const pv *e = pv_at(events, i), *act = pv_get(e, "action");
-        int64_t addr;
-        if (pv_int(pv_get(e, "addr"), &addr))
-            continue;
-        if (pv_is_str(act, "alloc")) {
-            tb_free(live, (uint64_t)addr, 0);
-            tb_alloc(live, (uint64_t)addr, 0, 0, 0, NULL);
-        } else if (pv_is_str(act, "free_completed")) {
-            tb_free(live, (uint64_t)addr, 0);
-        }
-    }
-
-    /* Segments at the end: reserved bytes, and blocks live since before recording. */
-    size_t npre = 0, cap_pre = 0;
+    /* The end: segments and the blocks live in them. */
     int64_t end_reserved = 0;
     uint32_t nseg = pv_len(segments);
     uint64_t devices_seen = 0;
+    int expandable = 0;
     for (uint32_t i = 0; i < nseg; i++) {
         const pv *seg = pv_at(segments, i);
-        int64_t dev = 0, addr, total, stream = 0;
+        int64_t dev = 0, addr, total, stream = 0, e = 0;
         pv_int(pv_get(seg, "device"), &dev);
         if (dev >= 0 && dev < 64)
             devices_seen |= 1ull << dev;
         if (dev != device)
             continue;
-        if (pv_int(pv_get(seg, "address"), &addr) || pv_int(pv_get(seg, "total_size"), &total)) {
-            tb_finish(live);
-            trace_free(&scratch);
+        if (pv_int(pv_get(seg, "address"), &addr) || pv_int(pv_get(seg, "total_size"), &total) || total < 0) {
             fail(err, errlen, name, "a segment lacks address or total_size");
             goto done;
         }
         pv_int(pv_get(seg, "stream"), &stream);
+        if (!pv_int(pv_get(seg, "is_expandable"), &e) && e)
+            expandable = 1;
         end_reserved += total;
         t->rec.segments_end++;
+        seg_rec *sr = rec_add(&segs, (uint64_t)addr);
+        if (!sr)
+            goto nomem;
+        const pv *type = pv_get(seg, "segment_type");
+        *sr = (seg_rec){(uint64_t)addr, (uint64_t)total, stream,
+                        type ? pv_is_str(type, "small") : (uint64_t)total == SMALL_SEGMENT, 1};
         const pv *blocks = pv_get(seg, "blocks");
         int64_t at = addr;
         for (uint32_t k = 0; k < pv_len(blocks); k++) {
@@ -139,22 +292,19 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
             pv_int(pv_get(blk, "size"), &size);
             if (pv_int(pv_get(blk, "requested_size"), &req) || req <= 0)
                 req = size;
-            if (pv_is_str(pv_get(blk, "state"), "active_allocated") && !tb_is_live(live, (uint64_t)at)) {
-                if (hbm__grow((void **)&pres, &cap_pre, npre + 1, sizeof *pres)) {
-                    tb_finish(live);
-                    trace_free(&scratch);
+            if (pv_is_str(pv_get(blk, "state"), "active_allocated")) {
+                blk_rec *br = rec_add(&blks, (uint64_t)at);
+                if (!br)
                     goto nomem;
-                }
-                pres[npre++] = (pre){(uint64_t)at, (uint64_t)req, (hbm_stream)stream};
+                *br = (blk_rec){(uint64_t)at, (uint64_t)size, (uint64_t)req, stream, 1, 0};
             }
             at += size;
         }
     }
-    tb_finish(live);
-    trace_free(&scratch);
     for (uint32_t d = 0; traces && d < pv_len(traces) && d < 64; d++)
         if (pv_len(pv_at(traces, d)))
             devices_seen |= 1ull << d;
+    uint32_t nev = pv_len(events);
     if (!(devices_seen >> device & 1) && nev == 0 && devices_seen) {
         char list[200] = "";
         for (int d = 0; d < 64; d++)
@@ -165,25 +315,154 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
         fail(err, errlen, name, perr_msg);
         goto done;
     }
-    t->rec.end_reserved = end_reserved;
-    t->rec.preexisting = npre;
-    for (size_t i = 0; i < npre; i++)
-        if (tb_alloc(b, pres[i].addr, pres[i].size, pres[i].stream, 0, NULL) == -2)
-            goto nomem;
 
-    /* The history, and the recording allocator's reserved memory along it. */
-    int64_t seg_delta = 0, cur = 0, peak = 0;
-    for (uint32_t i = 0; i < nev; i++) {
+    /* Back through the history to the start. */
+    uint64_t lost = 0;
+    int64_t seg_delta = 0;
+    for (uint32_t i = nev; i-- > 0;) {
         const pv *act;
         int64_t addr, size, stream;
         event_fields(pv_at(events, i), &act, &addr, &size, &stream);
-        if (pv_is_str(act, "segment_alloc") || pv_is_str(act, "segment_map"))
+        if (pv_is_str(act, "alloc")) {
+            blk_rec *br = rec_find(&blks, (uint64_t)addr);
+            if (br && br->alive)
+                br->alive = 0;
+            else
+                lost++; /* allocated and never freed nor live at the end: the history lost its free */
+        } else if (pv_is_str(act, "free_completed")) {
+            blk_rec *br = rec_add(&blks, (uint64_t)addr);
+            if (!br)
+                goto nomem;
+            if (br->alive)
+                lost++;
+            *br = (blk_rec){(uint64_t)addr, 0, size > 0 ? (uint64_t)size : 0, stream, 1, 1};
+        } else if (pv_is_str(act, "segment_alloc")) {
             seg_delta += size;
-        else if (pv_is_str(act, "segment_free") || pv_is_str(act, "segment_unmap"))
+            seg_rec *sr = rec_find(&segs, (uint64_t)addr);
+            if (sr && sr->alive)
+                sr->alive = 0;
+            else
+                lost++;
+        } else if (pv_is_str(act, "segment_free")) {
             seg_delta -= size;
+            seg_rec *sr = rec_add(&segs, (uint64_t)addr);
+            if (!sr)
+                goto nomem;
+            if (sr->alive)
+                lost++;
+            *sr = (seg_rec){(uint64_t)addr, (uint64_t)size, stream, (uint64_t)size == SMALL_SEGMENT, 1};
+        } else if (pv_is_str(act, "segment_map") || pv_is_str(act, "segment_unmap")) {
+            seg_delta += pv_is_str(act, "segment_map") ? size : -size;
+            expandable = 1;
+        }
     }
     int64_t start = end_reserved - seg_delta;
-    cur = peak = start;
+    t->rec.end_reserved = end_reserved;
+    t->rec.start_reserved = start;
+
+    /* The start state, in address order. */
+    size_t ns = 0, nb = 0;
+    start_segs = malloc((segs.n ? segs.n : 1) * sizeof *start_segs);
+    start_blks = malloc((blks.n ? blks.n : 1) * sizeof *start_blks);
+    if (!start_segs || !start_blks)
+        goto nomem;
+    int64_t seeded_bytes = 0;
+    for (size_t i = 0; i < segs.n; i++)
+        if (((seg_rec *)segs.v)[i].alive) {
+            start_segs[ns++] = ((seg_rec *)segs.v)[i];
+            seeded_bytes += (int64_t)((seg_rec *)segs.v)[i].size;
+        }
+    for (size_t i = 0; i < blks.n; i++)
+        if (((blk_rec *)blks.v)[i].alive)
+            start_blks[nb++] = ((blk_rec *)blks.v)[i];
+    qsort(start_segs, ns, sizeof *start_segs, by_addr_seg);
+    qsort(start_blks, nb, sizeof *start_blks, by_addr_blk);
+
+    /* Each live block in a segment; its size where the end does not give it: the request in 512-byte units,
+     * up to the next block or the segment's end. */
+    int segment_events = 0;
+    for (uint32_t i = 0; i < nev && !segment_events; i++) {
+        const pv *act = pv_get(pv_at(events, i), "action");
+        segment_events = pv_is_str(act, "segment_alloc") || pv_is_str(act, "segment_free") ||
+                         pv_is_str(act, "segment_map") || pv_is_str(act, "segment_unmap");
+    }
+    int blind = nev > 0 && !segment_events; /* allocations recorded, segments not: the start is unknown */
+    int seedable = !blind && !expandable && !lost && seeded_bytes == start;
+    t->rec.blind = blind;
+    size_t outside = 0;
+    t->rec.seed_segments = calloc(ns ? ns : 1, sizeof *t->rec.seed_segments);
+    t->rec.seed_blocks = calloc(nb ? nb : 1, sizeof *t->rec.seed_blocks);
+    if (!t->rec.seed_segments || !t->rec.seed_blocks)
+        goto nomem;
+    size_t si = 0;
+    for (size_t k = 0; k < nb; k++) {
+        blk_rec *br = &start_blks[k];
+        while (si < ns && start_segs[si].addr + start_segs[si].size <= br->addr)
+            si++;
+        if (si == ns || br->addr < start_segs[si].addr) {
+            outside++;
+            continue;
+        }
+        uint64_t seg_end = start_segs[si].addr + start_segs[si].size;
+        uint64_t limit = k + 1 < nb && start_blks[k + 1].addr < seg_end ? start_blks[k + 1].addr : seg_end;
+        if (!br->size)
+            br->size = (br->requested + 511) / 512 * 512;
+        if (!br->size)
+            br->size = 512;
+        if (br->addr + br->size > limit)
+            br->size = limit - br->addr;
+        if (br->requested > br->size)
+            br->requested = br->size;
+        if (!br->size || br->size % 512 || br->addr % 512)
+            outside++;
+    }
+    if (outside)
+        seedable = 0;
+    if (blind)
+        snprintf(t->rec.start_note, sizeof t->rec.start_note, "its history records allocations but no segment events");
+    else if (expandable)
+        snprintf(t->rec.start_note, sizeof t->rec.start_note, "the recording's expandable segments cannot be rebuilt");
+    else if (lost)
+        snprintf(t->rec.start_note, sizeof t->rec.start_note, "the history lost %llu events (an alloc without its free "
+                 "or a segment freed twice): its start cannot be worked out", (unsigned long long)lost);
+    else if (seeded_bytes != start)
+        snprintf(t->rec.start_note, sizeof t->rec.start_note, "the segments worked back (%lld bytes) do not sum to the "
+                 "reserved memory the segment events imply (%lld bytes)", (long long)seeded_bytes, (long long)start);
+    else if (outside)
+        snprintf(t->rec.start_note, sizeof t->rec.start_note, "%zu blocks live at the start lie in no segment", outside);
+
+    /* The blocks live at the start come first (address order); their slots go to the seed. */
+    for (size_t k = 0; k < nb; k++) {
+        if (tb_alloc(b, start_blks[k].addr, start_blks[k].requested ? start_blks[k].requested : start_blks[k].size,
+                     (hbm_stream)start_blks[k].stream, 0, NULL) == -2)
+            goto nomem;
+        t->rec.preexisting++;
+        t->rec.freed_preexisting += start_blks[k].freed_in_recording;
+    }
+    if (seedable) {
+        size_t bi = 0;
+        for (size_t s = 0; s < ns; s++) {
+            trace_seed_segment *ss = &t->rec.seed_segments[t->rec.nseed_segments++];
+            *ss = (trace_seed_segment){start_segs[s].size, (hbm_stream)start_segs[s].stream, start_segs[s].small,
+                                       (uint32_t)t->rec.nseed_blocks, 0};
+            for (; bi < nb && start_blks[bi].addr < start_segs[s].addr + start_segs[s].size; bi++) {
+                trace_seed_block *sb = &t->rec.seed_blocks[t->rec.nseed_blocks++];
+                *sb = (trace_seed_block){start_blks[bi].addr - start_segs[s].addr, start_blks[bi].size,
+                                         start_blks[bi].requested, t->ev[bi].slot};
+                ss->n++;
+            }
+        }
+        t->rec.seedable = 1;
+    }
+
+    /* The history, and the recording allocator's reserved memory along it. */
+    int64_t cur = start, peak = start;
+    int track = t->rec.seedable; /* the full releases can be told only from a known start */
+    for (size_t k = 0; track && k < ns; k++)
+        if (occ_insert(&oc, start_segs[k].addr, start_segs[k].size))
+            goto nomem;
+    for (size_t k = 0; track && k < nb; k++)
+        occ_block(&oc, start_blks[k].addr, +1);
     for (uint32_t i = 0; i < nev; i++) {
         const pv *act;
         int64_t addr, size, stream;
@@ -202,20 +481,34 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
                 goto done;
             }
             res = tb_alloc(b, (uint64_t)addr, (uint64_t)size, (hbm_stream)stream, i + 1, NULL);
+            if (track)
+                occ_block(&oc, (uint64_t)addr, +1);
         } else if (pv_is_str(act, "free_completed")) {
             res = tb_free(b, (uint64_t)addr, i + 1);
             if (res == -1) {
                 t->rec.skipped_frees++;
                 res = 0;
+            } else if (track) {
+                occ_block(&oc, (uint64_t)addr, -1);
             }
         } else if (pv_is_str(act, "segment_alloc") || pv_is_str(act, "segment_map")) {
             t->rec.present = 1;
             cur += size;
             if (cur > peak)
                 peak = cur;
+            if (track && occ_insert(&oc, (uint64_t)addr, (uint64_t)size))
+                goto nomem;
         } else if (pv_is_str(act, "segment_free") || pv_is_str(act, "segment_unmap")) {
             t->rec.present = 1;
             cur -= size;
+            if (track && pv_is_str(act, "segment_free")) {
+                occ_remove(&oc, (uint64_t)addr);
+                const pv *next = i + 1 < nev ? pv_get(pv_at(events, i + 1), "action") : NULL;
+                if (oc.empty == 0 && !pv_is_str(next, "segment_free")) {
+                    res = tb_empty_cache(b, i + 1);
+                    t->rec.releases++;
+                }
+            }
         } else if (pv_is_str(act, "oom")) {
             t->rec.oom_events++;
         }
@@ -230,7 +523,13 @@ nomem:
 done:
     if (b)
         tb_finish(b);
-    free(pres);
+    free(segs.v);
+    free(blks.v);
+    hbm__ptrmap_free(&segs.map);
+    hbm__ptrmap_free(&blks.map);
+    free(start_segs);
+    free(start_blks);
+    free(oc.v);
     pickle_free(doc);
     if (rc)
         trace_free(t);

@@ -77,6 +77,44 @@ void replay_device_line(const char *spec, char *out, size_t len)
     snprintf(out, len, "%s (capacity %s)", spec, h);
 }
 
+int replay_seed(hbm_allocator *a, const trace *t, void **slot, replay_result *r)
+{
+    size_t most = 0;
+    for (size_t s = 0; s < t->rec.nseed_segments; s++)
+        if (t->rec.seed_segments[s].n > most)
+            most = t->rec.seed_segments[s].n;
+    size_t *buf = malloc((3 * most + 1) * sizeof *buf);
+    void **ptrs = malloc((most + 1) * sizeof *ptrs);
+    int rc = 0;
+    if (!buf || !ptrs) {
+        snprintf(r->message, sizeof r->message, "out of host memory");
+        rc = 2;
+    }
+    for (size_t s = 0; !rc && s < t->rec.nseed_segments; s++) {
+        const trace_seed_segment *ss = &t->rec.seed_segments[s];
+        size_t *off = buf, *size = buf + most, *req = buf + 2 * most;
+        for (uint32_t k = 0; k < ss->n; k++) {
+            const trace_seed_block *sb = &t->rec.seed_blocks[ss->first + k];
+            off[k] = sb->offset;
+            size[k] = sb->size;
+            req[k] = sb->requested;
+        }
+        hbm_status st = hbm_seed_segment(a, ss->size, ss->stream, ss->small, ss->n, off, size, req, ptrs);
+        if (st != HBM_OK) {
+            snprintf(r->message, sizeof r->message, "rebuilding the recorded start (segment %zu of %zu): %s", s + 1,
+                     t->rec.nseed_segments, hbm_last_error(a));
+            rc = st == HBM_ERR_OOM ? 1 : 2;
+            r->oom = st == HBM_ERR_OOM;
+            break;
+        }
+        for (uint32_t k = 0; k < ss->n; k++)
+            slot[t->rec.seed_blocks[ss->first + k].slot] = ptrs[k];
+    }
+    free(buf);
+    free(ptrs);
+    return rc;
+}
+
 int replay_run(const trace *t, const replay_opts *o, replay_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -100,7 +138,20 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     }
     int rc = 0;
     double t0 = now_s();
-    for (size_t i = 0; i < t->n; i++) {
+    size_t first = 0;
+    if (o->seed && t->rec.seedable) {
+        /* Begin where the recording began: its segments, with the blocks live in them. */
+        rc = replay_seed(a, t, slot, r);
+        if (rc) {
+            free(slot);
+            hbm_destroy(a);
+            return rc;
+        }
+        first = t->rec.preexisting;
+        r->seeded = 1;
+        r->events_done = first;
+    }
+    for (size_t i = first; i < t->n; i++) {
         const trace_event *e = &t->ev[i];
         if (e->kind == EV_ALLOC)
             st = hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot]);
@@ -176,12 +227,41 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
     char dev[300];
     replay_device_line(o->backend_spec, dev, sizeof dev);
     fprintf(out, "device:             %s\n", dev);
-    fprintf(out, "settings:           %s%s\n", r->settings[0] ? r->settings : "?",
-            o->settings_from_trace ? " (recorded in the snapshot)" : "");
-    if (t->rec.preexisting || t->rec.skipped_frees)
-        fprintf(out, "recording:          %llu blocks live before recording began (allocated first), %llu frees of "
-                     "such blocks skipped\n",
-                (unsigned long long)t->rec.preexisting, (unsigned long long)t->rec.skipped_frees);
+    if (o->settings_from_trace)
+        fprintf(out, "settings:           %s%s%s (what the snapshot's allocator ran, from its recorded settings)\n",
+                o->settings && o->settings[0] ? "'" : "", o->settings && o->settings[0] ? o->settings : "the defaults",
+                o->settings && o->settings[0] ? "'" : "");
+    else
+        fprintf(out, "settings:           %s\n", r->settings[0] ? r->settings : "?");
+    if (o->settings_from_trace && o->env_overridden[0])
+        fprintf(out, "                    note: %s from the environment is not used (--conf chooses)\n",
+                o->env_overridden);
+    if (t->rec.blind && t->rec.preexisting) {
+        char er[32];
+        hbm__format_size((uint64_t)t->rec.end_reserved, er, sizeof er);
+        fprintf(out, "recording:          began with %llu blocks live (%llu of them freed during it); the segments then "
+                     "are unknown (its history records allocations but no segment events; %s reserved at its end): "
+                     "the replay begins from an empty device with those blocks allocated first\n",
+                (unsigned long long)t->rec.preexisting, (unsigned long long)t->rec.freed_preexisting, er);
+    } else if (t->rec.preexisting || t->rec.start_reserved) {
+        char sr[32];
+        hbm__format_size((uint64_t)(t->rec.start_reserved > 0 ? t->rec.start_reserved : 0), sr, sizeof sr);
+        fprintf(out, "recording:          began with %s reserved and %llu blocks live (%llu of them freed during it)",
+                sr, (unsigned long long)t->rec.preexisting, (unsigned long long)t->rec.freed_preexisting);
+        if (r->seeded)
+            fprintf(out, "; the replay begins from that state (%zu segments rebuilt)\n", t->rec.nseed_segments);
+        else if (t->rec.seedable)
+            fprintf(out, "; the replay begins from an empty device with those blocks allocated first (%s)\n",
+                    o->settings_from_trace ? "--fresh-start" : "other settings than the recording's: its cached "
+                    "segments followed its own");
+        else
+            fprintf(out, "; that state cannot be rebuilt: %s; the replay begins from an empty device with the blocks "
+                         "allocated first, so peak reserved can differ from the recording's by up to %s\n",
+                    t->rec.start_note, sr);
+    }
+    if (t->rec.skipped_frees)
+        fprintf(out, "                    %llu frees of blocks the history cannot place were skipped\n",
+                (unsigned long long)t->rec.skipped_frees);
     fprintf(out, "events replayed:    %zu of %zu\n", r->events_done, t->n);
     fprintf(out, "peak requested:     %s (%lld bytes)\n", preq, (long long)s->requested_bytes[HBM_POOL_ALL].peak);
     fprintf(out, "peak allocated:     %s (%lld bytes)\n", pa, (long long)s->allocated_bytes[HBM_POOL_ALL].peak);

@@ -16,6 +16,8 @@ typedef struct replay_opts {
     int settings_from_trace;  /* settings are the recording's */
     int quiet;                /* no capability warnings on stderr */
     const char *snapshot_path; /* write the allocator's snapshot (with history) at the end or at OOM */
+    int seed;                 /* begin from the recorded start state where the trace has one (its own settings) */
+    char env_overridden[400]; /* a settings variable the recorded settings replace, for the report */
 } replay_opts;
 
 typedef struct replay_result {
@@ -29,12 +31,16 @@ typedef struct replay_result {
     int check_failures;
     double wall_s;
     char settings[700];       /* 'STRING' (SOURCE; read as RELEASE): what the allocator ran */
+    int seeded;               /* began from the recorded start state */
 } replay_result;
 
 /* What an allocator runs: "'STRING' (from SOURCE, read as RELEASE)", or "the defaults (...)". */
 void replay_settings_line(hbm_allocator *a, char *out, size_t len);
 /* A backend spec for people: "sim, 80.00 GiB" for "sim:capacity=85899345920". */
 void replay_device_line(const char *spec, char *out, size_t len);
+/* The trace's recorded start state (t->rec.seedable) into a, each seeded block's pointer into its slot; the
+ * first t->rec.preexisting events are then done. 0, or 1 (OOM) / 2 with r->message set. */
+int replay_seed(hbm_allocator *a, const trace *t, void **slot, replay_result *r);
 /* 0: ran clean; 1: OOM; 2: bad input or setup error (message says why). */
 int replay_run(const trace *t, const replay_opts *o, replay_result *r);
 void replay_print(FILE *out, const char *name, const trace *t, const replay_opts *o, const replay_result *r);

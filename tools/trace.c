@@ -28,6 +28,8 @@ void trace_init(trace *t) { memset(t, 0, sizeof *t); }
 void trace_free(trace *t)
 {
     free(t->ev);
+    free(t->rec.seed_segments);
+    free(t->rec.seed_blocks);
     memset(t, 0, sizeof *t);
 }
 

@@ -21,17 +21,45 @@ typedef struct trace_event {
     uint32_t line;     /* source line, for messages */
 } trace_event;
 
+/* The state a recording began in (PyTorch snapshots whose history starts mid-run), worked back from the
+ * snapshot's segments at the end through the history: the segments reserved and the blocks live then. */
+typedef struct trace_seed_block {
+    uint64_t offset;    /* from its segment's start */
+    uint64_t size;      /* the block (rounded) */
+    uint64_t requested;
+    uint32_t slot;      /* its slot in the events */
+} trace_seed_block;
+
+typedef struct trace_seed_segment {
+    uint64_t size;
+    hbm_stream stream;
+    int small;          /* the small pool's (2 MiB) */
+    uint32_t first, n;  /* its blocks in seed_blocks, by offset */
+} trace_seed_segment;
+
 /* What the recording allocator itself did, when the trace says (PyTorch snapshots). */
 typedef struct trace_recorded {
     int present;             /* segment events were in the trace */
     int64_t peak_reserved;   /* its peak reserved bytes over the trace */
     int64_t end_reserved;    /* reserved at the end (sum of the snapshot's segments) */
+    int64_t start_reserved;  /* reserved when the recording began (end minus the segment events) */
     uint64_t segments_end;
     int has_settings;
-    char settings[256];      /* allocator_settings.PYTORCH_CUDA_ALLOC_CONF */
-    uint64_t preexisting;    /* blocks live before recording began, allocated first */
-    uint64_t skipped_frees;  /* frees of blocks allocated before recording (not replayable) */
+    char settings[400];      /* what it ran: from the snapshot's parsed allocator_settings fields */
+    char settings_raw[256];  /* the PYTORCH_CUDA_ALLOC_CONF string it recorded */
+    uint64_t preexisting;    /* blocks live when recording began: the first `preexisting` events allocate them */
+    uint64_t freed_preexisting; /* of those, freed during the recording */
+    uint64_t skipped_frees;  /* frees of blocks the history cannot place (not replayable) */
     uint64_t oom_events;
+    uint64_t releases;       /* runs of segment frees that released every cached segment: replayed as empty_cache */
+    /* The start state, when it could be worked out (nseed_segments > 0 or start_reserved == 0). */
+    trace_seed_segment *seed_segments;
+    size_t nseed_segments;
+    trace_seed_block *seed_blocks;
+    size_t nseed_blocks;
+    int seedable;            /* the start state is complete: a replay can begin from it */
+    int blind;               /* the history records allocations but no segment events: the start is unknown */
+    char start_note[300];    /* why not, when not */
 } trace_recorded;
 
 typedef struct trace {

@@ -198,14 +198,29 @@ int view_write(const trace *t, const replay_opts *o, const char *name, const cha
     hbm_snapshot *peak = NULL;
     replay_result r;
     memset(&r, 0, sizeof r);
-    replay_settings_line(a, r.settings, sizeof r.settings);
+    if (o->settings_from_trace)
+        snprintf(r.settings, sizeof r.settings, "%s%.600s%s (what the snapshot's allocator ran)",
+                 o->settings[0] ? "'" : "", o->settings[0] ? o->settings : "the defaults", o->settings[0] ? "'" : "");
+    else
+        replay_settings_line(a, r.settings, sizeof r.settings);
     int rc = 0;
     if (!sr.alloc || !sr.resv || !slot) {
         snprintf(err, errlen, "out of host memory");
         rc = 2;
     }
     int64_t best = -1;
-    for (size_t i = 0; rc == 0 && i < t->n; i++) {
+    size_t first = 0;
+    if (rc == 0 && o->seed && t->rec.seedable) { /* begin where the recording began, as replay does */
+        rc = replay_seed(a, t, slot, &r);
+        if (rc)
+            snprintf(err, errlen, "%s", r.message);
+        first = t->rec.preexisting;
+        hbm_stats s; /* the state the recording began in is the curves' first point */
+        hbm_get_stats(a, &s);
+        sr.alloc[sr.n] = s.allocated_bytes[0].current;
+        sr.resv[sr.n++] = s.reserved_bytes[0].current;
+    }
+    for (size_t i = first; rc == 0 && i < t->n; i++) {
         const trace_event *e = &t->ev[i];
         hbm_status st = e->kind == EV_ALLOC ? hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot])
                         : e->kind == EV_FREE ? hbm_free(a, slot[e->slot])
