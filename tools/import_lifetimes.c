@@ -142,7 +142,8 @@ int trace_read_lifetimes_mem(const char *name, const char *data, size_t len, tra
         ev[n++] = (life_ev){v[1], row, 1, line, (uint64_t)v[3]};
         ev[n++] = (life_ev){v[2], row, 0, line, 0};
     }
-    qsort(ev, n, sizeof *ev, ev_cmp);
+    if (n)
+        qsort(ev, n, sizeof *ev, ev_cmp);
     trace_builder *b = tb_new(t);
     if (!b) {
         snprintf(err, errlen, "%s: out of host memory", name);
