@@ -105,7 +105,8 @@ while IFS= read -r hit; do
   mkdir -p "$T/paste$lineno"
   value=$(cd "$T/paste$lineno" && sh -c "$line; printf '%s' \"\$PYTORCH_NPU_ALLOC_CONF\"")
   [ -z "$(ls "$T/paste$lineno")" ] || fail "$case: pasting line $lineno created files"
-  code=$(sed -n "$((lineno + 1))p" "$T/out" | grep -o "set_per_process_memory_fraction([0-9.]*)" | grep -o "[0-9.]*")
+  code=$(sed -n "$((lineno + 1))p" "$T/out" | grep "and in your code: " |
+    grep -o "set_per_process_memory_fraction([0-9.]*)" | grep -o "[0-9.]*")
   if [ -n "$code" ]; then # the proven string, with the fraction the doctor says to set in code (the release reads
     # no fraction from its variable: the string and the call together are hbmalloc's own string)
     got=$("$BIN" replay "$TRACE" --backend sim:dialect=npu,vmm=off --capacity 60.97GiB \
@@ -119,6 +120,8 @@ while IFS= read -r hit; do
   echo "$value" >>"$T/pasted-values"
 done <"$T/exports"
 [ "$(wc -l <"$T/pasted-values")" -ge 2 ] || fail "$case: fewer than two export lines"
+grep -q "garbage_collection_threshold is left out of that string" "$T/out" ||
+  fail "$case: the cleanup string should drop the inactive garbage_collection_threshold and say so"
 
 case=old-hdk
 doc PYTORCH_NPU_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:[256:1,512:2,\>:4] \

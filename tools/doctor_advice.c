@@ -196,6 +196,25 @@ static const char *fraction_call(hbm_dialect dl)
                                  : "torch.cuda.set_per_process_memory_fraction(0.99)";
 }
 
+/* s without a garbage_collection_threshold that would never act there (no memory fraction below 1 in the
+ * string): a printed string carries no inactive setting. 1 when one was dropped. */
+static int drop_inactive_gc(const char *var, char *s, size_t len, hbm_dialect dl, const char *ver, int vmm)
+{
+    char out[8192];
+    if (hbm_settings_check_release(var, s, dl, ver, vmm, out, sizeof out) != HBM_OK || !strstr(out, "(inactive"))
+        return 0;
+    char ent[32][200];
+    int n = entries(s, ent, 32);
+    join_except(ent, n, -1, "garbage_collection_threshold", s, len);
+    return 1;
+}
+
+static void gc_dropped_note(finding *f, hbm_dialect dl)
+{
+    doctor_next(f, "garbage_collection_threshold is left out of that string: it acts only under a memory fraction "
+                   "below 1, which it does not set (if your program calls %s, keep it)", fraction_call(dl));
+}
+
 typedef struct var_check {
     doctor *d;
     const char *var, *s, *ver, *fw, *vmm_why;
@@ -230,10 +249,13 @@ static void refused(var_check *c, const char *why)
     if (strstr(why, "cannot be enabled with")) {
         /* torch_npu: keep what runs, drop expandable segments (where it refuses them, it would not have them) */
         join_except(ent, n, -1, "expandable_segments", alt, sizeof alt);
+        int dropped = drop_inactive_gc(c->var, alt, sizeof alt, c->dl, c->ver, c->vmm);
         if (accepted(c->var, alt, c->dl, c->ver, c->vmm)) {
             export_line(c->var, alt, line, sizeof line);
-            doctor_next(f, "use instead (max_split_size_mb / garbage_collection_threshold run on every release; "
-                           "expandable segments cannot be combined with them): %s", line);
+            doctor_next(f, "use instead (expandable segments cannot be combined with max_split_size_mb or "
+                           "garbage_collection_threshold; these run on every release): %s", line);
+            if (dropped)
+                gc_dropped_note(f, c->dl);
             fixed = 1;
         }
     }
@@ -241,8 +263,11 @@ static void refused(var_check *c, const char *why)
         join_except(ent, n, i, NULL, alt, sizeof alt);
         if (!accepted(c->var, alt, c->dl, c->ver, c->vmm))
             continue;
+        int dropped = drop_inactive_gc(c->var, alt, sizeof alt, c->dl, c->ver, c->vmm);
         export_line(c->var, alt, line, sizeof line);
         doctor_next(f, "use instead (without '%s', which %s refuses): %s", ent[i], c->release, line);
+        if (dropped)
+            gc_dropped_note(f, c->dl);
         if (!strncmp(ent[i], "per_process_memory_fraction", 27))
             doctor_next(f, "and set the fraction in code: %s.set_per_process_memory_fraction(%s)",
                         c->npu ? "torch.npu" : "torch.cuda", strchr(ent[i], ':') ? strchr(ent[i], ':') + 1 : "F");
@@ -255,8 +280,11 @@ static void refused(var_check *c, const char *why)
 }
 
 /* torch_npu, release unknown, a device without virtual memory: older releases accept the combination. */
-static void combination(var_check *c, const char *rest)
+static void combination(var_check *c, const char *rest_in)
 {
+    char rest[800];
+    snprintf(rest, sizeof rest, "%s", rest_in);
+    int dropped = drop_inactive_gc(c->var, rest, sizeof rest, c->dl, NULL, c->vmm);
     finding *f = doctor_add(c->d, SEV_WARNING, "settings-combination");
     snprintf(f->title, sizeof f->title, "%s combines expandable_segments:True with max_split_size_mb or "
              "garbage_collection_threshold: torch_npu 2.13 and later stop at start-up on it", c->var);
@@ -269,12 +297,17 @@ static void combination(var_check *c, const char *rest)
     char line[900];
     export_line(c->var, rest, line, sizeof line);
     doctor_next(f, "use instead, the same on every release: %s", line);
+    if (dropped)
+        gc_dropped_note(f, c->dl);
     doctor_next(f, "tell the doctor your release to decide it exactly: hbmalloc doctor --torch-npu VERSION "
                    "(python -c 'import torch_npu; print(torch_npu.__version__)')");
 }
 
-static void expandable_unsupported(var_check *c, const char *rest, int release_accepts)
+static void expandable_unsupported(var_check *c, const char *rest_in, int release_accepts)
 {
+    char rest[800];
+    snprintf(rest, sizeof rest, "%s", rest_in);
+    int dropped = drop_inactive_gc(c->var, rest, sizeof rest, c->dl, c->ver, 0);
     finding *f = doctor_add(c->d, c->npu ? SEV_ERROR : SEV_WARNING, "expandable-unsupported");
     snprintf(f->title, sizeof f->title, "%s asks for expandable_segments:True, which this %s cannot do: it is "
              "ignored", c->var, c->npu ? "NPU" : "GPU");
@@ -294,6 +327,8 @@ static void expandable_unsupported(var_check *c, const char *rest, int release_a
     char line[900];
     export_line(c->var, rest, line, sizeof line);
     doctor_next(f, "to drop only the part the device ignores, with the same memory use as today: %s", line);
+    if (dropped)
+        gc_dropped_note(f, c->dl);
     doctor_next(f, "to choose max_split_size_mb / garbage_collection_threshold for your job, record a memory "
                    "snapshot and replay it: hbmalloc doctor --trace SNAPSHOT.pickle (this machine's device and your "
                    "setting as the baseline), or hbmalloc sweep SNAPSHOT.pickle --capacity SIZE --backend "
