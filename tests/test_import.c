@@ -138,6 +138,30 @@ static void hostile_pickles_are_refused_with_the_opcode_and_offset(void **st)
     reject(deep, n, "nesting deeper than 512 levels");
 }
 
+static void event(hbm__pickle_out *w, const char *action, int64_t addr, int64_t size)
+{
+    hbm__pw_dict(w);
+    hbm__pw_str(w, "action");
+    hbm__pw_str(w, action);
+    hbm__pw_str(w, "addr");
+    hbm__pw_int(w, addr);
+    hbm__pw_str(w, "size");
+    hbm__pw_int(w, size);
+    hbm__pw_str(w, "stream");
+    hbm__pw_int(w, 0);
+    hbm__pw_end(w);
+}
+
+/* Close the n open containers and take the bytes. */
+static unsigned char *finish(hbm__pickle_out *w, int n, size_t *len)
+{
+    while (n--)
+        hbm__pw_end(w);
+    unsigned char *data;
+    assert_int_equal(hbm__pw_finish(w, &data, len), 0);
+    return data;
+}
+
 /* A snapshot whose one event is an alloc of `size` bytes at addr. */
 static unsigned char *snapshot_with_event(const char *action, int64_t addr, int64_t size, size_t *len)
 {
@@ -149,22 +173,8 @@ static unsigned char *snapshot_with_event(const char *action, int64_t addr, int6
     hbm__pw_str(w, "device_traces");
     hbm__pw_list(w);
     hbm__pw_list(w);
-    hbm__pw_dict(w);
-    hbm__pw_str(w, "action");
-    hbm__pw_str(w, action);
-    hbm__pw_str(w, "addr");
-    hbm__pw_int(w, addr);
-    hbm__pw_str(w, "size");
-    hbm__pw_int(w, size);
-    hbm__pw_str(w, "stream");
-    hbm__pw_int(w, 0);
-    hbm__pw_end(w);
-    hbm__pw_end(w);
-    hbm__pw_end(w);
-    hbm__pw_end(w);
-    unsigned char *data;
-    assert_int_equal(hbm__pw_finish(w, &data, len), 0);
-    return data;
+    event(w, action, addr, size);
+    return finish(w, 3, len);
 }
 
 static void negative_sizes_and_unknown_frees_in_snapshots(void **st)
@@ -231,20 +241,6 @@ static void segment(hbm__pickle_out *w, int64_t addr, int64_t size)
     hbm__pw_list(w);
 }
 
-static void event(hbm__pickle_out *w, const char *action, int64_t addr, int64_t size)
-{
-    hbm__pw_dict(w);
-    hbm__pw_str(w, "action");
-    hbm__pw_str(w, action);
-    hbm__pw_str(w, "addr");
-    hbm__pw_int(w, addr);
-    hbm__pw_str(w, "size");
-    hbm__pw_int(w, size);
-    hbm__pw_str(w, "stream");
-    hbm__pw_int(w, 0);
-    hbm__pw_end(w);
-}
-
 /* Before recording: S1 (20 MiB) holds P1 (4 MiB at 0) and P2 (2 MiB at 8 MiB), S2 (64 MiB) and S3 (40 MiB) are
  * cached and free. The history: an empty_cache frees S2 and S3; P2 is freed; X (6 MiB) goes into S1 at 4 MiB; Y
  * (30 MiB) needs a new segment S4. At the end: S1 with P1 and X, S4 with Y. PyTorch reserved 124 MiB at the start
@@ -276,12 +272,7 @@ static unsigned char *midrun_snapshot(size_t *len)
     event(w, "alloc", S1 + 4 * MB, 6 * MB);
     event(w, "segment_alloc", S4, 30 * MB);
     event(w, "alloc", S4, 30 * MB);
-    hbm__pw_end(w);
-    hbm__pw_end(w);
-    hbm__pw_end(w);
-    unsigned char *data;
-    assert_int_equal(hbm__pw_finish(w, &data, len), 0);
-    return data;
+    return finish(w, 3, len);
 }
 
 static int64_t replay_peak(int seed, int64_t *end_reserved)

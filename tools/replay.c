@@ -317,6 +317,17 @@ static uint64_t peak_live(const trace *t)
     return peak;
 }
 
+/* One replay of t on `backend` with capacity cap: 0 clean, 1 OOM, 2 error (printed). */
+static int try_capacity(const trace *t, replay_opts *q, char *spec, size_t speclen, const char *backend, uint64_t cap,
+                        replay_result *r)
+{
+    snprintf(spec, speclen, "%s%scapacity=%llu", backend, backend[3] ? "," : ":", (unsigned long long)cap);
+    int res = replay_run(t, q, r);
+    if (res == 2)
+        fprintf(stderr, "hbmalloc replay: %s\n", r->message);
+    return res;
+}
+
 int replay_min_capacity(const trace *t, const replay_opts *o, const char *backend, FILE *out)
 {
     /* Bisect between a capacity below the trace's peak live bytes (which no setting runs in) and one that runs,
@@ -334,13 +345,10 @@ int replay_min_capacity(const trace *t, const replay_opts *o, const char *backen
         hi = 64 * step;
     int runs = 0;
     for (;;) {
-        snprintf(spec, sizeof spec, "%s%scapacity=%llu", backend, backend[3] ? "," : ":", (unsigned long long)hi);
-        int res = replay_run(t, &q, &r);
+        int res = try_capacity(t, &q, spec, sizeof spec, backend, hi, &r);
         runs++;
-        if (res == 2) {
-            fprintf(stderr, "hbmalloc replay: %s\n", r.message);
+        if (res == 2)
             return 2;
-        }
         if (res == 0)
             break;
         lo = hi;
@@ -353,13 +361,10 @@ int replay_min_capacity(const trace *t, const replay_opts *o, const char *backen
     /* Invariant: hi runs clean; lo does not. */
     while (hi - lo > step) {
         uint64_t mid = (lo + (hi - lo) / 2) / step * step;
-        snprintf(spec, sizeof spec, "%s%scapacity=%llu", backend, backend[3] ? "," : ":", (unsigned long long)mid);
-        int res = replay_run(t, &q, &r);
+        int res = try_capacity(t, &q, spec, sizeof spec, backend, mid, &r);
         runs++;
-        if (res == 2) {
-            fprintf(stderr, "hbmalloc replay: %s\n", r.message);
+        if (res == 2)
             return 2;
-        }
         if (res == 0)
             hi = mid;
         else
