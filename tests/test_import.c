@@ -185,6 +185,11 @@ static void negative_sizes_and_unknown_frees_in_snapshots(void **st)
     assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), -1);
     assert_non_null(strstr(err, "negative size"));
     free(d);
+    /* Sizes no device has are refused before any arithmetic on them (no signed overflow). */
+    d = snapshot_with_event("segment_alloc", 4096, (int64_t)1 << 62, &len);
+    assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), -1);
+    assert_non_null(strstr(err, "sizes are 0 to 2^48"));
+    free(d);
     /* A free of a block allocated before recording began: the block was live at the start, so it is allocated
      * first and freed where the history frees it. The history records no segment events, so the segments then
      * are unknown. */

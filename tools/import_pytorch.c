@@ -28,6 +28,10 @@
 #include "../src/util.h"
 
 #define SMALL_SEGMENT (2ull << 20) /* kSmallBuffer: the small pool's segments */
+#define MAX_BYTES (1ll << 48)      /* no device has more: a larger size in a file is refused */
+
+/* acc += v, or -1 when the sum leaves int64 (sizes from a file are checked, never trusted). */
+static int add_checked(int64_t *acc, int64_t v) { return __builtin_add_overflow(*acc, v, acc) ? -1 : 0; }
 
 static int fail(char *err, size_t errlen, const char *name, const char *msg)
 {
@@ -273,10 +277,15 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
             fail(err, errlen, name, "a segment lacks address or total_size");
             goto done;
         }
+        if (total > MAX_BYTES || addr < 0) {
+            fail(err, errlen, name, "a segment's size or address is out of range (sizes up to 2^48 bytes)");
+            goto done;
+        }
         pv_int(pv_get(seg, "stream"), &stream);
         if (!pv_int(pv_get(seg, "is_expandable"), &e) && e)
             expandable = 1;
-        end_reserved += total;
+        if (add_checked(&end_reserved, total))
+            goto overflow;
         t->rec.segments_end++;
         seg_rec *sr = rec_add(&segs, (uint64_t)addr);
         if (!sr)
@@ -290,6 +299,10 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
             const pv *blk = pv_at(blocks, k);
             int64_t size = 0, req = 0;
             pv_int(pv_get(blk, "size"), &size);
+            if (size < 0 || size > MAX_BYTES) {
+                fail(err, errlen, name, "a block's size is out of range (0 to 2^48 bytes)");
+                goto done;
+            }
             if (pv_int(pv_get(blk, "requested_size"), &req) || req <= 0)
                 req = size;
             if (pv_is_str(pv_get(blk, "state"), "active_allocated")) {
@@ -298,7 +311,8 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
                     goto nomem;
                 *br = (blk_rec){(uint64_t)at, (uint64_t)size, (uint64_t)req, stream, 1, 0};
             }
-            at += size;
+            if (add_checked(&at, size))
+                goto overflow;
         }
     }
     for (uint32_t d = 0; traces && d < pv_len(traces) && d < 64; d++)
@@ -323,6 +337,12 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
         const pv *act;
         int64_t addr, size, stream;
         event_fields(pv_at(events, i), &act, &addr, &size, &stream);
+        if (size > MAX_BYTES || size < 0) {
+            snprintf(perr_msg, sizeof perr_msg, "event %u: %s of %lld bytes (sizes are 0 to 2^48)", i,
+                     size < 0 ? "a negative size" : "a size", (long long)size);
+            fail(err, errlen, name, perr_msg);
+            goto done;
+        }
         if (pv_is_str(act, "alloc")) {
             blk_rec *br = rec_find(&blks, (uint64_t)addr);
             if (br && br->alive)
@@ -337,14 +357,16 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
                 lost++;
             *br = (blk_rec){(uint64_t)addr, 0, size > 0 ? (uint64_t)size : 0, stream, 1, 1};
         } else if (pv_is_str(act, "segment_alloc")) {
-            seg_delta += size;
+            if (add_checked(&seg_delta, size))
+                goto overflow;
             seg_rec *sr = rec_find(&segs, (uint64_t)addr);
             if (sr && sr->alive)
                 sr->alive = 0;
             else
                 lost++;
         } else if (pv_is_str(act, "segment_free")) {
-            seg_delta -= size;
+            if (add_checked(&seg_delta, -size))
+                goto overflow;
             seg_rec *sr = rec_add(&segs, (uint64_t)addr);
             if (!sr)
                 goto nomem;
@@ -352,11 +374,14 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
                 lost++;
             *sr = (seg_rec){(uint64_t)addr, (uint64_t)size, stream, (uint64_t)size == SMALL_SEGMENT, 1};
         } else if (pv_is_str(act, "segment_map") || pv_is_str(act, "segment_unmap")) {
-            seg_delta += pv_is_str(act, "segment_map") ? size : -size;
+            if (add_checked(&seg_delta, pv_is_str(act, "segment_map") ? size : -size))
+                goto overflow;
             expandable = 1;
         }
     }
-    int64_t start = end_reserved - seg_delta;
+    int64_t start;
+    if (__builtin_sub_overflow(end_reserved, seg_delta, &start))
+        goto overflow;
     t->rec.end_reserved = end_reserved;
     t->rec.start_reserved = start;
 
@@ -370,7 +395,8 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     for (size_t i = 0; i < segs.n; i++)
         if (((seg_rec *)segs.v)[i].alive) {
             start_segs[ns++] = ((seg_rec *)segs.v)[i];
-            seeded_bytes += (int64_t)((seg_rec *)segs.v)[i].size;
+            if (add_checked(&seeded_bytes, (int64_t)((seg_rec *)segs.v)[i].size))
+                goto overflow;
         }
     for (size_t i = 0; i < blks.n; i++)
         if (((blk_rec *)blks.v)[i].alive)
@@ -493,14 +519,16 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
             }
         } else if (pv_is_str(act, "segment_alloc") || pv_is_str(act, "segment_map")) {
             t->rec.present = 1;
-            cur += size;
+            if (add_checked(&cur, size))
+                goto overflow;
             if (cur > peak)
                 peak = cur;
             if (track && occ_insert(&oc, (uint64_t)addr, (uint64_t)size))
                 goto nomem;
         } else if (pv_is_str(act, "segment_free") || pv_is_str(act, "segment_unmap")) {
             t->rec.present = 1;
-            cur -= size;
+            if (add_checked(&cur, -size))
+                goto overflow;
             if (track && pv_is_str(act, "segment_free")) {
                 occ_remove(&oc, (uint64_t)addr);
                 const pv *next = i + 1 < nev ? pv_get(pv_at(events, i + 1), "action") : NULL;
@@ -517,6 +545,9 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     }
     t->rec.peak_reserved = peak;
     rc = 0;
+    goto done;
+overflow:
+    fail(err, errlen, name, "the sizes in the snapshot sum past 2^63 bytes");
     goto done;
 nomem:
     fail(err, errlen, name, "out of host memory");
