@@ -166,6 +166,11 @@ for c in replay sweep view conf doctor; do
 done
 check unknown_option_named 2 "unknown option or missing value: '--frobnicate'" "$bin" replay "$ex" --frobnicate
 check missing_value_named 2 "unknown option or missing value: '--capacity'" "$bin" replay "$ex" --capacity
+check input_device_file 2 "/dev/zero is not a regular file (a device)" "$bin" replay /dev/zero
+check input_directory 2 "is not a regular file (a directory)" "$bin" replay "$tmp"
+check input_pipe 0 "2 events: 1 alloc, 1 free" sh -c "printf 'a 1 1024\nf 1\n' | '$bin' replay /dev/stdin --conf ''"
+check device_range 2 "--device takes a device index 0-63, not '64'" "$bin" replay "$src/tests/data/linear-10k-50k-grad.pickle" \
+    --device 64
 check sweep_all_oom 1 "no setting runs this trace without OOM" "$bin" sweep "$ex" --capacity 20GiB --no-progress
 # view: a real renderer draws it, not blank, with the peak on the axis.
 check view_svg 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.svg"

@@ -182,6 +182,18 @@ assert d["findings"][0]["explains"] == str(ids.index("hccl-error") + 1), d["find
 assert any(e["section"] == "ascend" and e["key"] == "npu" for e in d["environment"])
 PY
 
+# npu-smi hangs (a wedged driver): the doctor kills it after HBMALLOC_DOCTOR_TIMEOUT and says so, and goes on.
+case=tool-hung
+start=$(date +%s)
+doc NPU_SMI_HANG="$T/hung.pid" HBMALLOC_DOCTOR_TIMEOUT=1 "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?
+took=$(( $(date +%s) - start ))
+expect 1 "$T/out" "npu-smi                  did not answer within 1 s (killed)" \
+  "[error] npu-smi did not answer within 1 s: the driver may be wedged" "driver (HDK)             24.1.rc3"
+[ "$took" -lt 20 ] || fail "$case: took $took s"
+if kill -0 "$(cat "$T/hung.pid")" 2>/dev/null; then
+  kill "$(cat "$T/hung.pid")"; fail "$case: the hung tool was left running"
+fi
+
 case=usage
 doc "$BIN" doctor --bogus >"$T/out" 2>&1; rc=$?
 expect 2 "$T/out" "unknown option"

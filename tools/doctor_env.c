@@ -9,10 +9,15 @@
  */
 #define _GNU_SOURCE /* memmem */
 #include <ctype.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../src/backend/backend.h"
@@ -161,25 +166,119 @@ static int on_path(const char *prog)
     return 0;
 }
 
-/* Run a fixed command line (no user text in it); its stdout, at most 1 MiB. NULL when it did not run. */
-static char *run(const char *cmdline)
+/* How long an external command may take: npu-smi and nvidia-smi hang when the driver is wedged, which is when the
+ * doctor is needed. HBMALLOC_DOCTOR_TIMEOUT (seconds) overrides the 10 s. */
+static int cmd_timeout_ms(void)
 {
-    FILE *f = popen(cmdline, "r");
-    if (!f)
+    const char *v = getenv("HBMALLOC_DOCTOR_TIMEOUT");
+    double s = v ? atof(v) : 10.0;
+    return s > 0 && s < 3600 ? (int)(s * 1000) : 10000;
+}
+
+/* Run a fixed command line (no user text in it) with a time limit; its stdout, at most 1 MiB. NULL when it did not
+ * run or did not finish in time (*timed_out then 1: its process group was killed). */
+static char *run_limited(const char *cmdline, int *timed_out)
+{
+    *timed_out = 0;
+    int fd[2];
+    if (pipe(fd))
         return NULL;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return NULL;
+    }
+    if (pid == 0) {
+        setpgid(0, 0); /* its own group: a timeout kills what it started too */
+        dup2(fd[1], 1);
+        close(fd[0]);
+        close(fd[1]);
+        execl("/bin/sh", "sh", "-c", cmdline, (char *)NULL);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    close(fd[1]);
     size_t cap = 1 << 20, n = 0;
     char *buf = malloc(cap + 1);
-    if (buf)
-        n = fread(buf, 1, cap, f);
-    int st = pclose(f);
-    if (!buf)
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int limit = cmd_timeout_ms();
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long left = limit - ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
+        if (left <= 0) {
+            *timed_out = 1;
+            break;
+        }
+        struct pollfd p = {fd[0], POLLIN, 0};
+        int r = poll(&p, 1, (int)left);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            *timed_out = r == 0;
+            break;
+        }
+        char scratch[4096];
+        ssize_t got = buf && n < cap ? read(fd[0], buf + n, cap - n) : read(fd[0], scratch, sizeof scratch);
+        if (got <= 0)
+            break;
+        if (buf && n < cap)
+            n += (size_t)got;
+    }
+    close(fd[0]);
+    if (*timed_out)
+        kill(-pid, SIGKILL);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (!buf || *timed_out) {
+        free(buf);
         return NULL;
+    }
     buf[n] = 0;
-    if (st != 0 && n == 0) {
+    if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && n == 0) {
         free(buf);
         return NULL;
     }
     return buf;
+}
+
+static int count_hung(const doctor *d)
+{
+    int n = 0;
+    for (size_t i = 0; i < d->nfacts; i++)
+        n += strstr(d->facts[i].value, "did not answer within") != NULL;
+    return n;
+}
+
+/* A command that did not answer in time: a fact, and once per tool a finding (a wedged driver). */
+static void hung(doctor *d, const char *section, const char *tool, const char *cmdline)
+{
+    double s = cmd_timeout_ms() / 1000.0;
+    doctor_fact(d, section, tool, "did not answer within %g s (killed)", s);
+    for (size_t i = 0; i < d->n; i++)
+        if (!strcmp(d->f[i].id, "tool-hung") && strstr(d->f[i].title, tool))
+            return;
+    finding *f = doctor_add(d, SEV_ERROR, "tool-hung");
+    snprintf(f->title, sizeof f->title, "%s did not answer within %g s: the driver may be wedged", tool, s);
+    snprintf(f->evidence, sizeof f->evidence, "%s (killed after %g s)", cmdline, s);
+    snprintf(f->why, sizeof f->why, "%s asks the kernel driver; it hangs when the driver or a device is stuck, which "
+             "also stalls every program that opens the device (allocations, collectives).", tool);
+    doctor_next(f, "dmesg | tail -50 for driver errors (%s)", !strcmp(tool, "npu-smi") ? "davinci, npu, hdc" : "Xid");
+    doctor_next(f, "look for processes stuck on the device (ps -eo pid,stat,cmd | grep ' D'); a reboot or a driver "
+                   "reload clears a wedged driver");
+    doctor_next(f, "HBMALLOC_DOCTOR_TIMEOUT=SECONDS waits longer");
+}
+
+/* run_limited for the doctor's tools: NULL when it failed or hung (the hang recorded). */
+static char *run(doctor *d, const char *section, const char *tool, const char *cmdline)
+{
+    int timed_out;
+    char *out = run_limited(cmdline, &timed_out);
+    if (timed_out)
+        hung(d, section, tool, cmdline);
+    return out;
 }
 
 /* ---- table cells ---- */
@@ -399,7 +498,8 @@ static void ascend(doctor *d, const char *root, int *present)
     }
 
     /* npu-smi: what the driver itself says. */
-    char *t = on_path("npu-smi") ? run("npu-smi info 2>/dev/null") : NULL;
+    int hung_before = count_hung(d);
+    char *t = on_path("npu-smi") ? run(d, "ascend", "npu-smi", "npu-smi info 2>/dev/null") : NULL;
     npu_dev devs[64];
     int n = 0;
     if (t) {
@@ -432,14 +532,14 @@ static void ascend(doctor *d, const char *root, int *present)
         free(t);
         if (n == 0)
             doctor_fact(d, "ascend", "npu-smi", "ran, but no NPU rows were recognised");
-    } else {
+    } else if (count_hung(d) == hung_before) {
         doctor_fact(d, "ascend", "npu-smi", on_path("npu-smi") ? "failed to run" : "not on PATH");
     }
     /* Per board: the driver's and the firmware's own versions, and whether the driver accepts the pair. */
-    for (int i = 0; i < n && i < 16; i++) {
+    for (int i = 0; i < n && i < 16 && count_hung(d) == hung_before; i++) {
         char cmd[64], sw[64] = "", fwv[64] = "", compat[64] = "";
         snprintf(cmd, sizeof cmd, "npu-smi info -t board -i %d 2>/dev/null", devs[i].id);
-        char *b = run(cmd);
+        char *b = run(d, "ascend", "npu-smi", cmd);
         if (!b)
             continue;
         get_key(b, "Software Version", ':', sw, sizeof sw);
@@ -498,9 +598,11 @@ static void ascend(doctor *d, const char *root, int *present)
 
 static void nvidia(doctor *d)
 {
-    char *t = on_path("nvidia-smi") ? run("nvidia-smi 2>/dev/null") : NULL;
+    int hung_before = count_hung(d);
+    char *t = on_path("nvidia-smi") ? run(d, "nvidia", "nvidia-smi", "nvidia-smi 2>/dev/null") : NULL;
     if (!t) {
-        doctor_fact(d, "nvidia", "nvidia-smi", on_path("nvidia-smi") ? "failed to run" : "not on PATH");
+        if (count_hung(d) == hung_before)
+            doctor_fact(d, "nvidia", "nvidia-smi", on_path("nvidia-smi") ? "failed to run" : "not on PATH");
         return;
     }
     char v[64];

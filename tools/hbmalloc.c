@@ -276,7 +276,14 @@ static int shared_arg(trace_cmd *c, int argc, char **argv, int *i)
     } else if (!strcmp(a, "--backend") && has_value) {
         c->backend = argv[++*i];
     } else if (!strcmp(a, "--device") && has_value) {
-        c->device = atoi(argv[++*i]);
+        char *end;
+        const char *v = argv[++*i];
+        long dev = strtol(v, &end, 10);
+        if (end == v || *end || dev < 0 || dev > 63) {
+            fprintf(stderr, "hbmalloc %s: --device takes a device index 0-63, not '%s'\n", c->name, v);
+            return -1;
+        }
+        c->device = (int)dev;
     } else if (a[0] == '-' && a[1] == '-') {
         fprintf(stderr, "hbmalloc %s: unknown option or missing value: '%s'\n", c->name, a);
         return -1;

@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -346,6 +347,15 @@ int trace_slurp(const char *path, unsigned char **data, size_t *len, char *err, 
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISFIFO(sb.st_mode)) {
+        /* A device (/dev/zero would be read up to the size limit), a directory or a socket: refused before reading. */
+        snprintf(err, errlen, "%s is not a regular file (%s): give a trace file (a pipe is read too)", path,
+                 S_ISDIR(sb.st_mode) ? "a directory" : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+                                                                                                 : "a socket");
+        fclose(f);
         return -1;
     }
     unsigned char *buf = NULL;
