@@ -55,8 +55,58 @@ static void malformed_lines_name_line_and_column(void **st)
     bad("f 3\n", "t:1:3:", "not live");
     bad("a 1 10\nf 1\nf 1\n", "t:3:3:", "not live");
     bad("hbmtrace 2\n", "t:1:1:", "unsupported hbmtrace version");
-    bad("a 18446744073709551615 1\n", "t:1:3:", "reserved");
     bad("alloc 1 2\n", "t:1:1:", "unknown event");
+}
+
+/* Every 64-bit id is a key: 0 and UINT64_MAX too (the map once kept id + 1, so UINT64_MAX looked empty). */
+static void every_id_is_a_key(void **st)
+{
+    (void)st;
+    trace_init(&t);
+    trace_builder *b = tb_new(&t);
+    assert_non_null(b);
+    assert_int_equal(tb_alloc(b, UINT64_MAX, 512, 0, 1, NULL), 0);
+    assert_int_equal(tb_alloc(b, 0, 1024, 0, 2, NULL), 0);
+    assert_true(tb_is_live(b, UINT64_MAX));
+    uint32_t at = 0;
+    assert_int_equal(tb_alloc(b, UINT64_MAX, 512, 0, 3, &at), -1); /* already live, since line 1 */
+    assert_int_equal(at, 1);
+    assert_int_equal(tb_free(b, UINT64_MAX, 4), 0);
+    assert_false(tb_is_live(b, UINT64_MAX));
+    assert_int_equal(tb_free(b, 0, 5), 0);
+    tb_finish(b);
+    assert_int_equal(t.n, 4);
+    trace_free(&t);
+    /* In the text format as well. */
+    const char *text = "a 18446744073709551615 512\nf 18446744073709551615\n";
+    assert_int_equal(trace_read_text_mem("t", text, strlen(text), &t, err, sizeof err), 0);
+    assert_int_equal(t.n, 2);
+    trace_free(&t);
+}
+
+/* Work per operation stays small whatever the ids: addresses that differ only in high bits (multiples of 2^47,
+ * which the old hash sent to one cell) cost no more probes than dense ids. A count, not a time. */
+static void lookups_stay_constant_whatever_the_ids(void **st)
+{
+    (void)st;
+    const size_t n = 100000;
+    for (int kind = 0; kind < 3; kind++) {
+        trace_init(&t);
+        trace_builder *b = tb_new(&t);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t key = kind == 0 ? i : kind == 1 ? (uint64_t)i << 47 : 0x7f0000000000ull + ((uint64_t)i << 21);
+            assert_int_equal(tb_alloc(b, key, 512, 0, (uint32_t)i, NULL), 0);
+        }
+        for (size_t i = 0; i < n; i += 2) {
+            uint64_t key = kind == 0 ? i : kind == 1 ? (uint64_t)i << 47 : 0x7f0000000000ull + ((uint64_t)i << 21);
+            assert_int_equal(tb_free(b, key, (uint32_t)i), 0);
+        }
+        size_t probes = tb_probes(b);
+        tb_finish(b);
+        trace_free(&t);
+        if (probes > 4 * (n + n / 2))
+            fail_msg("ids of kind %d: %zu probes for %zu operations", kind, probes, n + n / 2);
+    }
 }
 
 static void missing_file_is_an_error(void **st)
@@ -71,6 +121,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reads_events_and_resolves_ids_to_reused_slots),
         cmocka_unit_test(malformed_lines_name_line_and_column),
+        cmocka_unit_test(every_id_is_a_key),
+        cmocka_unit_test(lookups_stay_constant_whatever_the_ids),
         cmocka_unit_test(missing_file_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -34,70 +34,87 @@ void trace_free(trace *t)
     memset(t, 0, sizeof *t);
 }
 
-/* id -> slot map, open addressing; key stored as id + 1 so that 0 is empty
- * (an id of UINT64_MAX is rejected by the reader). */
+/* id -> slot map, open addressing with a used flag per cell (every 64-bit id is a valid key, UINT64_MAX and 0
+ * included) and a well-mixing hash (splitmix64's finalizer), so ids that differ only in high bits (addresses,
+ * multiples of 2^47) do not pile into one probe run. */
 typedef struct idmap {
     uint64_t *keys;
     uint32_t *slots;
     uint32_t *lines;
+    uint8_t *used;
     size_t mask, n;
+    size_t probes; /* cells looked at, for the resource test */
 } idmap;
 
-static size_t id_hash(uint64_t k, size_t mask) { return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 17) & mask; }
+static size_t id_hash(uint64_t k, size_t mask)
+{
+    k ^= k >> 30;
+    k *= 0xbf58476d1ce4e5b9ull;
+    k ^= k >> 27;
+    k *= 0x94d049bb133111ebull;
+    k ^= k >> 31;
+    return (size_t)k & mask;
+}
 
 static int idmap_grow(idmap *m)
 {
     size_t cap = m->mask ? (m->mask + 1) * 2 : 1024;
-    idmap nm = {calloc(cap, 8), calloc(cap, 4), calloc(cap, 4), cap - 1, 0};
-    if (!nm.keys || !nm.slots || !nm.lines) {
+    idmap nm = {calloc(cap, 8), calloc(cap, 4), calloc(cap, 4), calloc(cap, 1), cap - 1, 0, m->probes};
+    if (!nm.keys || !nm.slots || !nm.lines || !nm.used) {
         free(nm.keys);
         free(nm.slots);
         free(nm.lines);
+        free(nm.used);
         return -1;
     }
     for (size_t i = 0; m->mask && i <= m->mask; i++)
-        if (m->keys[i]) {
+        if (m->used[i]) {
             size_t j = id_hash(m->keys[i], nm.mask);
-            while (nm.keys[j])
+            while (nm.used[j])
                 j = (j + 1) & nm.mask;
             nm.keys[j] = m->keys[i];
             nm.slots[j] = m->slots[i];
             nm.lines[j] = m->lines[i];
+            nm.used[j] = 1;
             nm.n++;
         }
     free(m->keys);
     free(m->slots);
     free(m->lines);
+    free(m->used);
     *m = nm;
     return 0;
 }
 
-static size_t idmap_find(const idmap *m, uint64_t key)
+static size_t idmap_find(idmap *m, uint64_t key)
 {
     size_t i = id_hash(key, m->mask);
-    while (m->keys[i] && m->keys[i] != key)
+    m->probes++;
+    while (m->used[i] && m->keys[i] != key) {
         i = (i + 1) & m->mask;
+        m->probes++;
+    }
     return i;
 }
 
 static void idmap_del(idmap *m, size_t i)
 {
     size_t hole = i;
-    m->keys[hole] = 0;
+    m->used[hole] = 0;
     m->n--;
-    for (size_t j = (i + 1) & m->mask; m->keys[j]; j = (j + 1) & m->mask) {
+    for (size_t j = (i + 1) & m->mask; m->used[j]; j = (j + 1) & m->mask) {
         size_t home = id_hash(m->keys[j], m->mask);
         int in_range = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
         if (!in_range) {
             m->keys[hole] = m->keys[j];
             m->slots[hole] = m->slots[j];
             m->lines[hole] = m->lines[j];
-            m->keys[j] = 0;
+            m->used[hole] = 1;
+            m->used[j] = 0;
             hole = j;
         }
     }
 }
-
 
 /* ---- the builder ---- */
 
@@ -132,12 +149,14 @@ trace_builder *tb_new(trace *t)
     return b;
 }
 
-int tb_is_live(trace_builder *b, uint64_t key) { return b->ids.keys[idmap_find(&b->ids, key + 1)] != 0; }
+int tb_is_live(trace_builder *b, uint64_t key) { return b->ids.used[idmap_find(&b->ids, key)]; }
+
+size_t tb_probes(const trace_builder *b) { return b->ids.probes; }
 
 int tb_alloc(trace_builder *b, uint64_t key, uint64_t size, hbm_stream stream, uint32_t line, uint32_t *line_of_live)
 {
-    size_t i = idmap_find(&b->ids, key + 1);
-    if (b->ids.keys[i]) {
+    size_t i = idmap_find(&b->ids, key);
+    if (b->ids.used[i]) {
         if (line_of_live)
             *line_of_live = b->ids.lines[i];
         return -1;
@@ -146,7 +165,8 @@ int tb_alloc(trace_builder *b, uint64_t key, uint64_t size, hbm_stream stream, u
     e.slot = b->nfree ? b->free_slots[--b->nfree] : b->next_slot++;
     if (push(b->t, e))
         return -2;
-    b->ids.keys[i] = key + 1;
+    b->ids.keys[i] = key;
+    b->ids.used[i] = 1;
     b->ids.slots[i] = e.slot;
     b->ids.lines[i] = line;
     if (++b->ids.n * 2 > b->ids.mask + 1 && idmap_grow(&b->ids))
@@ -162,8 +182,8 @@ int tb_alloc(trace_builder *b, uint64_t key, uint64_t size, hbm_stream stream, u
 
 int tb_free(trace_builder *b, uint64_t key, uint32_t line)
 {
-    size_t i = idmap_find(&b->ids, key + 1);
-    if (!b->ids.keys[i])
+    size_t i = idmap_find(&b->ids, key);
+    if (!b->ids.used[i])
         return -1;
     trace_event e = {.kind = EV_FREE, .slot = b->ids.slots[i], .line = line};
     if (hbm__grow((void **)&b->free_slots, &b->cap_free, b->nfree + 1, sizeof *b->free_slots))
@@ -189,6 +209,7 @@ void tb_finish(trace_builder *b)
     free(b->ids.keys);
     free(b->ids.slots);
     free(b->ids.lines);
+    free(b->ids.used);
     free(b->free_slots);
     free(b);
 }
@@ -286,10 +307,6 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                 const char *id_at = (skip_blank(&r), r.p);
                 if (read_u64(&r, &id, "a block id"))
                     goto out;
-                if (id == UINT64_MAX) {
-                    rfail(&r, id_at, "block id 18446744073709551615 is reserved");
-                    goto out;
-                }
                 char msg[160];
                 if (*op == 'a') {
                     if (read_u64(&r, &size, "a size in bytes"))

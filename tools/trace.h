@@ -80,6 +80,8 @@ int tb_alloc(trace_builder *b, uint64_t key, uint64_t size, hbm_stream stream, u
 /* 0, or -1 (key not live) or -2 (out of memory). */
 int tb_free(trace_builder *b, uint64_t key, uint32_t line);
 int tb_is_live(trace_builder *b, uint64_t key);
+/* Hash cells looked at so far (the resource test: a small multiple of the operations, whatever the keys). */
+size_t tb_probes(const trace_builder *b);
 int tb_empty_cache(trace_builder *b, uint32_t line);
 void tb_finish(trace_builder *b); /* frees the builder; the trace keeps the events */
 
