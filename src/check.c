@@ -272,8 +272,11 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
     if (st->oversize_segments.current != oversize_seg)
         FAIL(&ck, "oversize_segments.current is %lld, the segments say %lld", (long long)st->oversize_segments.current,
              (long long)oversize_seg);
-    if (a->fraction_set && a->total_reserved > a->allowed_max)
-        FAIL(&ck, "reserved %zu exceeds the memory-fraction limit %zu", a->total_reserved, a->allowed_max);
+    /* A fraction lowered below what is reserved is allowed (PyTorch: the limit applies to new segments); reserved
+     * memory above the limit can only be what was there when it was set. */
+    if (a->fraction_set && a->total_reserved > a->allowed_max && a->total_reserved > a->reserved_when_limited)
+        FAIL(&ck, "reserved %zu exceeds the memory-fraction limit %zu and what was reserved when it was set (%zu)",
+             a->total_reserved, a->allowed_max, a->reserved_when_limited);
     hbm__unlock(a);
     if (ck.violations > 8)
         hbm__sb_printf(&ck.sb, "... %d violations in all\n", ck.violations);

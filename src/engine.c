@@ -847,6 +847,7 @@ hbm_status hbm__set_fraction_locked(hbm_allocator *a, double fraction)
     /* PyTorch 2.8+: a fraction of 1 removes the limit (and with it GC). */
     a->fraction_set = fraction < 1.0;
     a->allowed_max = a->fraction_set ? (size_t)(fraction * (double)a->device_total) : SIZE_MAX;
+    a->reserved_when_limited = a->total_reserved;
     return HBM_OK;
 }
 

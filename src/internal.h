@@ -154,6 +154,8 @@ struct hbm_allocator {
     size_t device_total;   /* device capacity, read at create */
     bool fraction_set;     /* a fraction < 1 is in force */
     size_t allowed_max;    /* allowed_memory_maximum when fraction_set */
+    size_t reserved_when_limited; /* reserved when the fraction was last set: it may stay above a lowered limit
+                                     (as in PyTorch), and cannot grow while above it */
     double fraction;
     size_t request_pad;    /* the backend's pad, copied here for the malloc path */
     bool roundup;          /* some roundup_power2_divisions entry is > 1 */

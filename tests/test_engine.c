@@ -325,6 +325,31 @@ static void memory_fraction_caps_reserved_memory(void **st)
     hbm_destroy(a);
 }
 
+/* Lowering the fraction below what is reserved is allowed (as in PyTorch): the validator accepts that state, also
+ * after empty_cache with blocks still live, and no new segment goes above the limit. */
+static void a_fraction_below_reserved_memory_is_a_legal_state(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:capacity=100MiB", "");
+    void *x = must_malloc(a, 30 * MiB, 0), *y = must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(hbm_set_memory_fraction(a, 0.2), HBM_OK); /* 20 MiB allowed, 60 reserved */
+    assert_valid(a);
+    assert_int_equal(hbm_free(a, y), HBM_OK);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK); /* 30 MiB stay, with x live */
+    assert_valid(a);
+    void *p;
+    assert_int_equal(hbm_malloc(a, 20 * MiB, 0, &p), HBM_ERR_OOM);
+    assert_valid(a);
+    /* What the check still catches: reserved memory that grew past the limit after it was set. */
+    a->total_reserved += 64 * MiB;
+    char rep[512];
+    assert_int_not_equal(hbm_check(a, rep, sizeof rep), 0);
+    assert_non_null(strstr(rep, "memory-fraction limit"));
+    a->total_reserved -= 64 * MiB;
+    assert_int_equal(hbm_free(a, x), HBM_OK);
+    hbm_destroy(a);
+}
+
 static void memory_fraction_from_settings_applies_at_create(void **st)
 {
     (void)st;
@@ -569,6 +594,7 @@ int main(void)
         cmocka_unit_test(oom_advice_blames_fragmentation_only_when_it_is_the_cause),
         cmocka_unit_test(oom_advice_never_suggests_a_setting_in_force),
         cmocka_unit_test(memory_fraction_caps_reserved_memory),
+        cmocka_unit_test(a_fraction_below_reserved_memory_is_a_legal_state),
         cmocka_unit_test(memory_fraction_from_settings_applies_at_create),
         cmocka_unit_test(gc_frees_cached_segments_older_than_the_mean_age),
         cmocka_unit_test(gc_does_nothing_without_a_fraction_limit),
