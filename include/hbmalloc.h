@@ -138,6 +138,8 @@ HBM_API hbm_allocator *hbm_devices_existing(hbm_devices *d, int device);
 HBM_API hbm_status hbm_devices_malloc(hbm_devices *d, int device, size_t size, hbm_stream stream, void **out);
 /* Free on a device; a pointer of another device is reported (HBM_ERR_WRONG_DEVICE), nothing changes. */
 HBM_API hbm_status hbm_devices_free(hbm_devices *d, int device, void *ptr);
+/* The calling thread's last error from a device set (per thread, as errno: failures on other threads do not
+ * overwrite it). */
 HBM_API const char *hbm_devices_error(const hbm_devices *d);
 
 /* ---- Errors -------------------------------------------------------------- */

@@ -18,8 +18,11 @@ struct hbm_devices {
     bool settings_from_env;
     hbm_allocator *dev[MAX_DEVICES];
     int count;
-    char err[1024];
 };
+
+/* The calling thread's last error on any device set (as errno is per thread): frees that fail at once on several
+ * threads, the plug-in's free path, do not write one buffer together. */
+static __thread char last_err[1024];
 
 hbm_status hbm_devices_open(hbm_devices **out, const char *spec, const char *settings, char *err, size_t errlen)
 {
@@ -55,7 +58,7 @@ void hbm_devices_close(hbm_devices *d)
 
 int hbm_devices_count(const hbm_devices *d) { return d ? d->count : 0; }
 
-const char *hbm_devices_error(const hbm_devices *d) { return d ? d->err : "NULL device set"; }
+const char *hbm_devices_error(const hbm_devices *d) { return d ? last_err : "NULL device set"; }
 
 hbm_allocator *hbm_devices_get(hbm_devices *d, int device)
 {
@@ -64,14 +67,14 @@ hbm_allocator *hbm_devices_get(hbm_devices *d, int device)
     pthread_mutex_lock(&d->lock);
     hbm_allocator *a = NULL;
     if (device < 0 || device >= d->count) {
-        snprintf(d->err, sizeof d->err, "device %d does not exist on backend %s (it has %d device%s)", device,
+        snprintf(last_err, sizeof last_err, "device %d does not exist on backend %s (it has %d device%s)", device,
                  d->backend->ops->name, d->count, d->count == 1 ? "" : "s");
     } else if (!(a = d->dev[device])) {
         char e[900];
         if (hbm_create(&a, d->backend, device, d->settings_from_env ? NULL : d->settings, e, sizeof e) == HBM_OK)
             d->dev[device] = a;
         else
-            snprintf(d->err, sizeof d->err, "device %d: %s", device, e);
+            snprintf(last_err, sizeof last_err, "device %d: %s", device, e);
     }
     pthread_mutex_unlock(&d->lock);
     return a;
@@ -94,9 +97,10 @@ hbm_status hbm_devices_malloc(hbm_devices *d, int device, size_t size, hbm_strea
     hbm_allocator *a = hbm_devices_get(d, device);
     if (!a)
         return HBM_ERR_INVALID;
+    hbm__err_sink = last_err;
+    hbm__err_sink_len = sizeof last_err;
     hbm_status rc = hbm_malloc(a, size, stream, out);
-    if (rc != HBM_OK)
-        hbm_copy_last_error(a, d->err, sizeof d->err);
+    hbm__err_sink = NULL;
     return rc;
 }
 
@@ -105,7 +109,10 @@ hbm_status hbm_devices_free(hbm_devices *d, int device, void *ptr)
     hbm_allocator *a = hbm_devices_get(d, device);
     if (!a)
         return HBM_ERR_INVALID;
+    hbm__err_sink = last_err;
+    hbm__err_sink_len = sizeof last_err;
     hbm_status rc = hbm_free(a, ptr);
+    hbm__err_sink = NULL;
     if (rc == HBM_ERR_FOREIGN_PTR) {
         /* Not this device's: say whose it is, if it is anyone's. */
         for (int i = 0; i < d->count; i++) {
@@ -113,14 +120,12 @@ hbm_status hbm_devices_free(hbm_devices *d, int device, void *ptr)
             hbm_allocator *other = i == device ? NULL : d->dev[i];
             pthread_mutex_unlock(&d->lock);
             if (other && hbm_block_size(other, ptr)) {
-                snprintf(d->err, sizeof d->err,
+                snprintf(last_err, sizeof last_err,
                          "free(%p) on device %d: the pointer belongs to device %d; nothing was changed", ptr, device,
                          i);
                 return HBM_ERR_WRONG_DEVICE;
             }
         }
     }
-    if (rc != HBM_OK)
-        hbm_copy_last_error(a, d->err, sizeof d->err);
     return rc;
 }

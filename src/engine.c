@@ -76,6 +76,17 @@ size_t hbm__allocation_size(const hbm__conf *c, size_t size)
 
 /* ---- errors ---- */
 
+__thread char *hbm__err_sink;
+__thread size_t hbm__err_sink_len;
+
+/* A failed call's message to the calling thread's sink, if it set one (hbm_devices), while the lock is held: the
+ * allocator's own buffer is shared, and another thread's failure may overwrite it the moment the lock is dropped. */
+static inline void to_sink(const hbm_allocator *a, hbm_status rc)
+{
+    if (rc != HBM_OK && hbm__err_sink)
+        snprintf(hbm__err_sink, hbm__err_sink_len, "%s", a->err);
+}
+
 void hbm__set_error(hbm_allocator *a, const char *fmt, ...)
 {
     va_list ap;
@@ -611,6 +622,7 @@ hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **o
         return HBM_OK;
     hbm__lock(a);
     hbm_status rc = engine_malloc(a, size, stream, out);
+    to_sink(a, rc);
     hbm__unlock(a);
     return rc;
 }
@@ -634,6 +646,7 @@ hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, 
         rc = engine_malloc(a, size, stream, out);
         a->context = saved;
     }
+    to_sink(a, rc);
     hbm__unlock(a);
     return rc;
 }
@@ -766,6 +779,7 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
         else
             hbm__free_block(a, b);
     }
+    to_sink(a, rc);
     hbm__unlock(a);
     return rc;
 }

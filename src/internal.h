@@ -265,6 +265,11 @@ hbm_status hbm__dev_event_sync(hbm_allocator *a, uint64_t ev);
 int hbm__dev_event_done(hbm_allocator *a, uint64_t ev);
 hbm_status hbm__dev_stream_check(hbm_allocator *a, hbm_stream stream);
 
+/* Where hbm_malloc / hbm_free copy a failure's message for the calling thread, under the allocator's lock
+ * (devices.c sets it around its calls); NULL: nowhere. */
+extern __thread char *hbm__err_sink;
+extern __thread size_t hbm__err_sink_len;
+
 /* ---- shared by engine.c, expand.c and seed.c ---- */
 /* A new whole segment of `size` bytes on the device: one free block, in no tree. */
 hbm_status hbm__segment_new(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out);
