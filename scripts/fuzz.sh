@@ -7,14 +7,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
-declare -A ci_runs=([conf]=2000000 [trace]=500000 [ops]=2500 [doctor]=1500000)
+declare -A ci_runs=([conf]=2000000 [trace]=500000 [pickle]=40000 [ops]=2500 [doctor]=1500000)
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_FUZZ=ON -DHBM_TESTS=OFF -DHBM_BENCH=OFF \
     -DHBM_SANITIZE=address,undefined >/dev/null
-cmake --build build-fuzz -j"$(nproc)" --target fuzz_conf fuzz_trace fuzz_ops fuzz_doctor
+cmake --build build-fuzz -j"$(nproc)" --target fuzz_conf fuzz_trace fuzz_pickle fuzz_ops fuzz_doctor
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
-for t in conf trace ops doctor; do
+for t in conf trace pickle ops doctor; do
     mkdir -p "$work/$t" "$work/$t-crash"
     cp -r fuzz/corpus/$t/. "$work/$t/"
     if [ "$secs" = ci ]; then
@@ -25,7 +25,9 @@ for t in conf trace ops doctor; do
         echo "fuzz_$t: ${secs}s from $(ls fuzz/corpus/$t | wc -l) seeds"
     fi
     # shellcheck disable=SC2086
-    if ! HBMALLOC_QUIET=1 ASAN_OPTIONS=detect_leaks=1 "build-fuzz/fuzz/fuzz_$t" "$work/$t" $limit \
+    dict=""
+    [ -f "fuzz/$t.dict" ] && dict="-dict=fuzz/$t.dict"
+    if ! HBMALLOC_QUIET=1 ASAN_OPTIONS=detect_leaks=1 "build-fuzz/fuzz/fuzz_$t" "$work/$t" $limit $dict \
         -max_len=65536 -rss_limit_mb=2048 -timeout=30 -artifact_prefix="$work/$t-crash/" -print_final_stats=1 \
         >"$work/$t.log" 2>&1; then
         echo "fuzz_$t FAILED:"; tail -40 "$work/$t.log"

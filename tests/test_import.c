@@ -163,6 +163,147 @@ static unsigned char *finish(hbm__pickle_out *w, int n, size_t *len)
 }
 
 /* A snapshot whose one event is an alloc of `size` bytes at addr. */
+/* Raw pickle bytes, for what pickle_out never writes (memo references, duplicate keys). */
+typedef struct raw {
+    unsigned char b[1 << 16];
+    size_t n;
+} raw;
+
+static void op(raw *r, unsigned char c)
+{
+    assert_true(r->n < sizeof r->b);
+    r->b[r->n++] = c;
+}
+
+static void op_u32(raw *r, unsigned char c, uint32_t v) /* an opcode with a 4-byte little-endian argument */
+{
+    op(r, c);
+    for (int i = 0; i < 4; i++)
+        op(r, (unsigned char)(v >> 8 * i));
+}
+
+static void raw_str(raw *r, const char *s)
+{
+    op(r, 0x8c); /* SHORT_BINUNICODE */
+    op(r, (unsigned char)strlen(s));
+    for (; *s; s++)
+        op(r, (unsigned char)*s);
+}
+
+static void raw_key_int(raw *r, const char *key, int32_t v)
+{
+    raw_str(r, key);
+    op_u32(r, 'J', (uint32_t)v);
+}
+
+static void memo_references_do_not_multiply_the_work(void **st)
+{
+    (void)st;
+    /* {'segments': [seg] * 200, 'device_traces': [[]]} where seg's blocks are [blk] * 200: 2 KB
+     * of file, 40,000 blocks if every reference were walked as a copy (issue #15 item 2: a 20 KB
+     * file made the importer build 588 MB). */
+    static raw r;
+    r.n = 0;
+    op(&r, 0x80), op(&r, 4), op(&r, '}'), op(&r, '('), raw_str(&r, "segments"), op(&r, ']'), op(&r, '(');
+    op(&r, '}'), op_u32(&r, 'r', 1), op(&r, '(');
+    raw_key_int(&r, "device", 0), raw_key_int(&r, "address", 1 << 20), raw_key_int(&r, "total_size", 512 * 200);
+    raw_str(&r, "blocks"), op(&r, ']'), op(&r, '(');
+    op(&r, '}'), op_u32(&r, 'r', 2), op(&r, '('), raw_key_int(&r, "size", 512);
+    raw_str(&r, "state"), raw_str(&r, "active_allocated"), op(&r, 'u');
+    for (int k = 1; k < 200; k++)
+        op_u32(&r, 'j', 2);
+    op(&r, 'e'), op(&r, 'u');
+    for (int k = 1; k < 200; k++)
+        op_u32(&r, 'j', 1);
+    op(&r, 'e'), raw_str(&r, "device_traces"), op(&r, ']'), op(&r, ']'), op(&r, 'a'), op(&r, 'u'), op(&r, '.');
+    /* The parse itself keeps one node per value, however often it is referenced. */
+    pickle_doc *doc;
+    pv *root = pickle_parse(r.b, r.n, &doc, err, sizeof err);
+    assert_non_null(root);
+    const pv *segs = pv_get(root, "segments");
+    assert_int_equal(pv_len(segs), 200);
+    assert_ptr_equal(pv_at(segs, 0), pv_at(segs, 199));
+    pickle_free(doc);
+    assert_int_equal(trace_read_pickle_mem("x", r.b, r.n, 0, &t, err, sizeof err), -1);
+    assert_non_null(strstr(err, "more blocks than a file of"));
+    assert_non_null(strstr(err, "memo references"));
+    /* With fewer references (200 blocks in all) the same shape is read: the bound is on repeats, not on memo use. */
+    r.n = 0;
+    op(&r, 0x80), op(&r, 4), op(&r, '}'), op(&r, '('), raw_str(&r, "segments"), op(&r, ']'), op(&r, '(');
+    op(&r, '}'), op(&r, '('), raw_key_int(&r, "device", 0), raw_key_int(&r, "address", 1 << 20);
+    raw_key_int(&r, "total_size", 512 * 200), raw_str(&r, "blocks"), op(&r, ']'), op(&r, '(');
+    op(&r, '}'), op_u32(&r, 'r', 2), op(&r, '('), raw_key_int(&r, "size", 512);
+    raw_str(&r, "state"), raw_str(&r, "inactive"), op(&r, 'u');
+    for (int k = 1; k < 200; k++)
+        op_u32(&r, 'j', 2);
+    op(&r, 'e'), op(&r, 'u'), op(&r, 'e');
+    raw_str(&r, "device_traces"), op(&r, ']'), op(&r, ']'), op(&r, 'a'), op(&r, 'u'), op(&r, '.');
+    assert_int_equal(trace_read_pickle_mem("x", r.b, r.n, 0, &t, err, sizeof err), 0);
+    assert_int_equal(t.rec.segments_end, 1);
+    trace_free(&t);
+}
+
+static void dict_lookups_find_the_last_value_of_a_key_in_dicts_of_any_size(void **st)
+{
+    (void)st;
+    /* Issue #15 item 3: one big dict shared by every event was scanned per lookup. Dicts of
+     * more than 16 pairs are looked up through a sorted index; both paths keep Python's rule
+     * that the last SETITEM of a key wins. */
+    static raw r;
+    for (int pairs = 3; pairs <= 3000; pairs *= 10) {
+        r.n = 0;
+        op(&r, 0x80), op(&r, 4), op(&r, '}'), op(&r, '(');
+        char key[16];
+        for (int i = 0; i < pairs; i++) {
+            snprintf(key, sizeof key, "k%d", i);
+            raw_key_int(&r, key, i);
+            if (i % 100 == 50) /* a non-string key among them */
+                op_u32(&r, 'J', (uint32_t)i), op_u32(&r, 'J', -i);
+        }
+        raw_key_int(&r, "k1", 1000000); /* a second value for k1: Python keeps this one */
+        op(&r, 'u'), op(&r, '.');
+        pickle_doc *doc;
+        pv *d = pickle_parse(r.b, r.n, &doc, err, sizeof err);
+        assert_non_null(d);
+        assert_int_equal(d->indexed, pairs > 16);
+        int64_t v;
+        for (int i = 0; i < pairs; i++) {
+            snprintf(key, sizeof key, "k%d", i);
+            assert_int_equal(pv_int(pv_get(d, key), &v), 0);
+            assert_int_equal(v, i == 1 ? 1000000 : i);
+        }
+        assert_null(pv_get(d, "k"));
+        assert_null(pv_get(d, ""));
+        snprintf(key, sizeof key, "k%d", pairs);
+        assert_null(pv_get(d, key));
+        assert_null(pv_get(d, "k99999999"));
+        pickle_free(doc);
+    }
+    /* Small integers, None and booleans share nodes; their values stay right. */
+    r.n = 0;
+    op(&r, 0x80), op(&r, 4), op(&r, ']'), op(&r, '(');
+    const int32_t ints[] = {-2, -1, 0, 1, 255, 256, -1, 255, INT32_MIN};
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
+        op_u32(&r, 'J', (uint32_t)ints[i]);
+    op(&r, 'K'), op(&r, 255), op(&r, 'N'), op(&r, 0x88), op(&r, 0x89), op(&r, 0x88), op(&r, 'e'), op(&r, '.');
+    pickle_doc *doc;
+    pv *l = pickle_parse(r.b, r.n, &doc, err, sizeof err);
+    assert_non_null(l);
+    int64_t v;
+    for (uint32_t i = 0; i < sizeof ints / sizeof *ints; i++) {
+        assert_int_equal(pv_int(pv_at(l, i), &v), 0);
+        assert_int_equal(v, ints[i]);
+    }
+    assert_int_equal(pv_int(pv_at(l, 9), &v), 0);
+    assert_int_equal(v, 255);
+    assert_int_equal(pv_at(l, 10)->type, PV_NONE);
+    assert_int_equal(pv_at(l, 11)->type, PV_BOOL);
+    assert_int_equal(pv_at(l, 11)->u.i, 1);
+    assert_int_equal(pv_at(l, 12)->u.i, 0);
+    assert_int_equal(pv_at(l, 13)->u.i, 1);
+    pickle_free(doc);
+}
+
 static unsigned char *snapshot_with_event(const char *action, int64_t addr, int64_t size, size_t *len)
 {
     hbm__pickle_out *w = hbm__pw_new();
@@ -473,6 +614,8 @@ int main(void)
         cmocka_unit_test(every_truncation_is_rejected_with_an_offset),
         cmocka_unit_test(random_corruption_never_crashes),
         cmocka_unit_test(hostile_pickles_are_refused_with_the_opcode_and_offset),
+        cmocka_unit_test(memo_references_do_not_multiply_the_work),
+        cmocka_unit_test(dict_lookups_find_the_last_value_of_a_key_in_dicts_of_any_size),
         cmocka_unit_test(negative_sizes_and_unknown_frees_in_snapshots),
         cmocka_unit_test(a_recording_that_began_mid_run_is_replayed_from_its_start),
         cmocka_unit_test(recorded_settings_come_from_the_parsed_fields),

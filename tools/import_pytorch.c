@@ -263,7 +263,7 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     /* The end: segments and the blocks live in them. */
     int64_t end_reserved = 0;
     uint32_t nseg = pv_len(segments);
-    uint64_t devices_seen = 0;
+    uint64_t devices_seen = 0, blocks_walked = 0;
     int expandable = 0;
     for (uint32_t i = 0; i < nseg; i++) {
         const pv *seg = pv_at(segments, i);
@@ -295,6 +295,15 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
                         type ? pv_is_str(type, "small") : (uint64_t)total == SMALL_SEGMENT, 1};
         const pv *blocks = pv_get(seg, "blocks");
         int64_t at = addr;
+        /* The walk's work is bounded by the file: a list is as long as its bytes allow, but
+         * memo references can repeat a segment, each repeat bringing its blocks again. */
+        blocks_walked += pv_len(blocks);
+        if (blocks_walked > len) {
+            snprintf(perr_msg, sizeof perr_msg, "the segments hold more blocks than a file of %zu bytes can describe "
+                     "(memo references repeat them); refusing at over one block per byte", len);
+            fail(err, errlen, name, perr_msg);
+            goto done;
+        }
         for (uint32_t k = 0; k < pv_len(blocks); k++) {
             const pv *blk = pv_at(blocks, k);
             int64_t size = 0, req = 0;

@@ -9,6 +9,9 @@
 #include <string.h>
 
 #define MAX_DEPTH 512 /* containers open at once (MARK nesting and dict/list building) */
+#define INDEX_MIN 16  /* dicts of more pairs get a sorted index of their keys */
+#define SMALL_MIN (-1)
+#define SMALL_MAX 255 /* integers shared as one node each (BININT1 and -1) */
 
 typedef struct chunk {
     struct chunk *next;
@@ -22,7 +25,7 @@ struct pickle_doc {
 
 static void *arena(pickle_doc *d, size_t n)
 {
-    n = (n + 15) & ~(size_t)15;
+    n = (n + 7) & ~(size_t)7; /* pointers, int64 and double need no more */
     if (!d->chunks || d->chunks->used + n > d->chunks->cap) {
         size_t cap = n > (1 << 20) ? n : (1 << 20);
         chunk *c = malloc(sizeof *c + cap);
@@ -58,6 +61,9 @@ typedef struct parser {
     size_t nmarks;
     pv **memo;
     size_t nmemo, cap_memo;
+    pv **big;          /* dicts that passed INDEX_MIN pairs: indexed at STOP */
+    size_t nbig, cap_big;
+    pv *shared[SMALL_MAX - SMALL_MIN + 1 + 3]; /* small ints, then None, False, True */
     char *err;
     size_t errlen;
     int failed;
@@ -82,6 +88,16 @@ static pv *node(parser *ps, pv_type t)
     memset(v, 0, sizeof *v);
     v->type = (uint8_t)t;
     return v;
+}
+
+/* Immutable values that recur (None, booleans, small integers) are one node each. */
+static pv *shared(parser *ps, pv_type t, int64_t i)
+{
+    size_t k = t == PV_NONE ? SMALL_MAX - SMALL_MIN + 1 : t == PV_BOOL ? SMALL_MAX - SMALL_MIN + 2 + (size_t)i
+                                                                        : (size_t)(i - SMALL_MIN);
+    if (!ps->shared[k] && (ps->shared[k] = node(ps, t)))
+        ps->shared[k]->u.i = i;
+    return ps->shared[k];
 }
 
 static int push(parser *ps, pv *v)
@@ -119,27 +135,105 @@ static uint64_t le(const unsigned char *p, int n)
     return v;
 }
 
-/* Item arrays live in the arena too: growing copies into a new array twice the
- * size (at most twice the final size is wasted, nothing needs freeing). */
+/* Item arrays live in the arena too: a batch (APPENDS, SETITEMS, TUPLE) sizes the
+ * array exactly; growing past it copies into a new array at least twice the size
+ * (at most twice the final size is wasted, nothing needs freeing). */
+static int seq_reserve(parser *ps, pv *seq, size_t extra, size_t at)
+{
+    size_t need = (size_t)seq->u.seq.n + extra;
+    if (need <= seq->u.seq.cap)
+        return 0;
+    size_t cap = seq->u.seq.cap ? (size_t)seq->u.seq.cap * 2 : 4;
+    if (cap < need)
+        cap = need;
+    if (cap > (size_t)(ps->end - ps->start) * 2 + 8 || cap > UINT32_MAX - 1) {
+        perr(ps, at, "%s", "container larger than the file can describe");
+        return -1;
+    }
+    pv **items = arena(ps->doc, cap * sizeof *items);
+    if (!items) {
+        perr(ps, at, "%s", "out of host memory");
+        return -1;
+    }
+    if (seq->u.seq.n)
+        memcpy(items, seq->u.seq.items, seq->u.seq.n * sizeof *items);
+    seq->u.seq.items = items;
+    seq->u.seq.cap = (uint32_t)cap;
+    return 0;
+}
+
 static int seq_add(parser *ps, pv *seq, pv *item, size_t at)
 {
-    if (seq->u.seq.n == seq->u.seq.cap) {
-        uint32_t cap = seq->u.seq.cap ? seq->u.seq.cap * 2 : 4;
-        if ((uint64_t)cap > (uint64_t)(ps->end - ps->start) * 2 + 8) {
-            perr(ps, at, "%s", "container larger than the file can describe");
-            return -1;
-        }
-        pv **items = arena(ps->doc, cap * sizeof *items);
-        if (!items) {
-            perr(ps, at, "%s", "out of host memory");
-            return -1;
-        }
-        if (seq->u.seq.n)
-            memcpy(items, seq->u.seq.items, seq->u.seq.n * sizeof *items);
-        seq->u.seq.items = items;
-        seq->u.seq.cap = cap;
-    }
+    if (seq_reserve(ps, seq, 1, at))
+        return -1;
     seq->u.seq.items[seq->u.seq.n++] = item;
+    if (seq->type == PV_DICT && seq->u.seq.n == 2 * INDEX_MIN + 1) { /* passed INDEX_MIN pairs, once */
+        if (ps->nbig == ps->cap_big) {
+            size_t cap = ps->cap_big ? ps->cap_big * 2 : 64;
+            pv **big = realloc(ps->big, cap * sizeof *big);
+            if (!big) {
+                perr(ps, at, "%s", "out of host memory");
+                return -1;
+            }
+            ps->big = big;
+            ps->cap_big = cap;
+        }
+        ps->big[ps->nbig++] = seq;
+    }
+    return 0;
+}
+
+/* Adds stack[from..sp) to seq in order. */
+static void seq_add_all(parser *ps, pv *seq, size_t from, size_t at)
+{
+    if (seq_reserve(ps, seq, ps->sp - from, at))
+        return;
+    for (size_t i = from; i < ps->sp && !ps->failed; i++)
+        seq_add(ps, seq, ps->stack[i], at);
+}
+
+/* Key order of the index: string keys by (length, bytes), then pair position (so the
+ * last of equal keys, the one Python keeps, sorts last); other keys after all strings. */
+typedef struct sort_key {
+    const char *s;
+    uint32_t len, pos, str;
+} sort_key;
+
+static int key_cmp(const void *a, const void *b)
+{
+    const sort_key *x = a, *y = b;
+    if (x->str != y->str)
+        return x->str ? -1 : 1;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    int c = x->str ? memcmp(x->s, y->s, x->len) : 0;
+    return c ? c : (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* Gives a big dict a sorted index of its pairs, stored after its items. */
+static int index_dict(parser *ps, pv *d)
+{
+    uint32_t pairs = d->u.seq.n / 2;
+    size_t bytes = (size_t)d->u.seq.n * sizeof(pv *) + (size_t)pairs * sizeof(uint32_t);
+    pv **items = arena(ps->doc, bytes);
+    if (!items)
+        return -1;
+    memcpy(items, d->u.seq.items, d->u.seq.n * sizeof *items);
+    uint32_t *order = (uint32_t *)(items + d->u.seq.n);
+    sort_key *keys = malloc((size_t)pairs * sizeof *keys);
+    if (!keys)
+        return -1;
+    for (uint32_t i = 0; i < pairs; i++) {
+        const pv *k = items[2 * i];
+        keys[i] = k->type == PV_STR ? (sort_key){k->u.str.s, k->u.str.len, i, 1} : (sort_key){NULL, 0, i, 0};
+    }
+    qsort(keys, pairs, sizeof *keys, key_cmp);
+    for (uint32_t i = 0; i < pairs; i++)
+        order[i] = keys[i].pos;
+    free(keys);
+    d->u.seq.items = items;
+    d->u.seq.cap = d->u.seq.n;
+    d->indexed = 1;
     return 0;
 }
 
@@ -213,15 +307,9 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
         case '}': push(&ps, node(&ps, PV_DICT)); break;
         case ']': push(&ps, node(&ps, PV_LIST)); break;
         case ')': push(&ps, node(&ps, PV_TUPLE)); break;
-        case 'N': push(&ps, node(&ps, PV_NONE)); break;
+        case 'N': push(&ps, shared(&ps, PV_NONE, 0)); break;
         case 0x88:
-        case 0x89: {
-            pv *v = node(&ps, PV_BOOL);
-            if (v)
-                v->u.i = op == 0x88;
-            push(&ps, v);
-            break;
-        }
+        case 0x89: push(&ps, shared(&ps, PV_BOOL, op == 0x88)); break;
         case '(': /* MARK */
             if (ps.nmarks == MAX_DEPTH)
                 perr(&ps, at, "%s", "nesting deeper than 512 levels");
@@ -234,10 +322,11 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
             int n = op == 'J' ? 4 : op == 'K' ? 1 : 2;
             if (need(&ps, (size_t)n, at, "an integer"))
                 break;
-            pv *v = node(&ps, PV_INT);
-            if (v)
-                v->u.i = op == 'J' ? (int64_t)(int32_t)(uint32_t)le(ps.p, 4) : (int64_t)le(ps.p, n);
+            int64_t i = op == 'J' ? (int64_t)(int32_t)(uint32_t)le(ps.p, 4) : (int64_t)le(ps.p, n);
             ps.p += n;
+            pv *v = i >= SMALL_MIN && i <= SMALL_MAX ? shared(&ps, PV_INT, i) : node(&ps, PV_INT);
+            if (v)
+                v->u.i = i;
             push(&ps, v);
             break;
         }
@@ -367,8 +456,8 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
                 break;
             if (op == 't') {
                 pv *v = node(&ps, PV_TUPLE);
-                for (size_t i = m; v && i < ps.sp && !ps.failed; i++)
-                    seq_add(&ps, v, ps.stack[i], at);
+                if (v)
+                    seq_add_all(&ps, v, m, at);
                 ps.sp = m;
                 push(&ps, v);
                 break;
@@ -378,8 +467,7 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
                 perr(&ps, at, "%s", op == 'e' ? "APPENDS without a list" : "SETITEMS without a dict or pairs");
                 break;
             }
-            for (size_t i = m; i < ps.sp && !ps.failed; i++)
-                seq_add(&ps, target, ps.stack[i], at);
+            seq_add_all(&ps, target, m, at);
             ps.sp = m;
             break;
         }
@@ -401,8 +489,8 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
                 break;
             }
             pv *v = node(&ps, PV_TUPLE);
-            for (size_t i = ps.sp - n; v && i < ps.sp; i++)
-                seq_add(&ps, v, ps.stack[i], at);
+            if (v)
+                seq_add_all(&ps, v, ps.sp - n, at);
             ps.sp -= n;
             push(&ps, v);
             break;
@@ -412,6 +500,9 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
                 perr(&ps, at, "%s", "STOP with other than one value on the stack");
             else
                 result = ps.stack[0];
+            for (size_t i = 0; result && i < ps.nbig; i++)
+                if (index_dict(&ps, ps.big[i]))
+                    result = perr(&ps, at, "%s", "out of host memory");
             goto done;
         default: {
             const char *name = opname(op);
@@ -426,6 +517,7 @@ done:
     free(ps.stack);
     free(ps.marks);
     free(ps.memo);
+    free(ps.big);
     if (!result) {
         pickle_free(ps.doc);
         return NULL;
@@ -438,10 +530,27 @@ const pv *pv_get(const pv *d, const char *key)
 {
     if (!d || d->type != PV_DICT)
         return NULL;
-    for (uint32_t i = 0; i + 1 < d->u.seq.n; i += 2)
-        if (pv_is_str(d->u.seq.items[i], key))
-            return d->u.seq.items[i + 1];
-    return NULL;
+    if (!d->indexed) {
+        for (uint32_t i = d->u.seq.n / 2; i-- > 0;)
+            if (pv_is_str(d->u.seq.items[2 * i], key))
+                return d->u.seq.items[2 * i + 1];
+        return NULL;
+    }
+    /* Binary search for the last pair whose key equals `key` (string keys sort by length, bytes). */
+    const uint32_t *order = (const uint32_t *)(d->u.seq.items + d->u.seq.n);
+    size_t len = strlen(key);
+    uint32_t lo = 0, hi = d->u.seq.n / 2; /* first position whose key is greater than `key` */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        const pv *k = d->u.seq.items[2 * order[mid]];
+        int c = k->type != PV_STR ? 1 : k->u.str.len != len ? (k->u.str.len < len ? -1 : 1)
+                                                           : memcmp(k->u.str.s, key, len);
+        if (c <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo && pv_is_str(d->u.seq.items[2 * order[lo - 1]], key) ? d->u.seq.items[2 * order[lo - 1] + 1] : NULL;
 }
 
 int pv_is_str(const pv *v, const char *s)

@@ -5,6 +5,13 @@
  * an opcode outside the subset (GLOBAL, REDUCE, ...) is rejected with its
  * name and byte offset, and so is a truncated or malformed file. Nesting,
  * element counts and lengths are bounded by the file itself.
+ *
+ * Costs are bounded by the file: every value takes a node of 24 bytes and a
+ * slot in its container (None, booleans and small integers share nodes), so
+ * memory stays a small multiple of the input; a value reached through memo
+ * references is one node however often it is referenced (callers that walk
+ * nested references must bound their own work, see import_pytorch.c), and a
+ * dict lookup is O(log n) however many pairs the dict has.
  */
 #ifndef HBM_TOOLS_PICKLE_H
 #define HBM_TOOLS_PICKLE_H
@@ -16,6 +23,7 @@ typedef enum pv_type { PV_NONE, PV_BOOL, PV_INT, PV_FLOAT, PV_STR, PV_LIST, PV_T
 
 typedef struct pv {
     uint8_t type;
+    uint8_t indexed; /* PV_DICT of more than INDEX_MIN pairs: items[2n..] hold its keys' sorted order */
     union {
         int64_t i;   /* PV_BOOL, PV_INT */
         double f;    /* PV_FLOAT */
@@ -38,7 +46,7 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **doc, char *
 void pickle_free(pickle_doc *doc);
 
 /* Helpers */
-const pv *pv_get(const pv *dict, const char *key); /* NULL if absent or not a dict */
+const pv *pv_get(const pv *dict, const char *key); /* the last value set for key (as Python); NULL if absent */
 int pv_is_str(const pv *v, const char *s);
 int pv_int(const pv *v, int64_t *out); /* 0 if v is an int or bool */
 uint32_t pv_len(const pv *v);          /* items of a list/tuple, pairs of a dict, 0 otherwise */
