@@ -290,7 +290,13 @@ HBM_API hbm_status hbm_history_enable(hbm_allocator *a, size_t max_entries);
  * is a name, or "name\tfilename\tline" (snapshots write each as PyTorch's frame dict). */
 typedef uint32_t hbm_label; /* 0: none */
 #define HBM_LABEL_MAX 65536 /* bytes of label text */
-/* The id of a label text (the same text gives the same id; copied and kept until destroy). */
+#define HBM_LABELS_MAX 1048576 /* distinct labels an allocator keeps */
+#define HBM_LABELS_MAX_BYTES (64u << 20) /* bytes of distinct label text an allocator keeps */
+/* The id of a label text (the same text gives the same id; copied and kept until destroy). Texts
+ * are kept for the allocator's life (blocks and the history refer to them), so their number is
+ * bounded: past HBM_LABELS_MAX texts or HBM_LABELS_MAX_BYTES of text, a new text is refused
+ * (HBM_ERR_NOMEM, "label table full") while texts already kept still answer. Label what repeats
+ * (a call site, a phase: "forward", "optimizer.step"), not what grows ("step 18231"). */
 HBM_API hbm_status hbm_label_intern(hbm_allocator *a, const char *text, hbm_label *out);
 /* Allocator-wide label: entries recorded from now on, by calls that carry none of their own,
  * carry this one (NULL clears it). */

@@ -55,6 +55,8 @@ typedef struct hbm__labels {
     uint32_t n, cap;
     uint32_t *slot;
     uint32_t nslot; /* a power of two, or 0 */
+    size_t bytes;   /* of text kept, bounded by HBM_LABELS_MAX_BYTES */
+    int full;       /* the last refusal was the bound, not host memory */
 } hbm__labels;
 
 /* One history entry as the ring keeps it: the label as an id (snapshots resolve it). */
@@ -296,6 +298,8 @@ static inline void hbm__trace_block(hbm_allocator *a, hbm_trace_action action, c
         hbm__record(a, action, b->addr, size, b->stream, b->label);
 }
 hbm_status hbm__label_intern(hbm__labels *l, const char *text, hbm_label *out);
+/* The same for a's table, with a's error message set when refused (a->lock held). */
+hbm_status hbm__label_intern_a(hbm_allocator *a, const char *text, hbm_label *out);
 const char *hbm__label_text(const hbm__labels *l, hbm_label id);
 void hbm__labels_destroy(hbm__labels *l);
 

@@ -3,7 +3,8 @@
  * PyTorch keeps a context per block). Owns interning: one id per distinct
  * text, found in O(1) by a hash of the text, and the texts, kept until the
  * allocator is destroyed (ids in the history ring and in blocks refer to
- * them). Knows nothing of blocks or the ring. Runs with a->lock held.
+ * them), at most HBM_LABELS_MAX texts and HBM_LABELS_MAX_BYTES bytes of
+ * them. Knows nothing of blocks or the ring. Runs with a->lock held.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ static int rehash(hbm__labels *l)
 hbm_status hbm__label_intern(hbm__labels *l, const char *text, uint32_t *out)
 {
     size_t len = strlen(text);
+    l->full = 0;
     if (len > HBM_LABEL_MAX)
         return HBM_ERR_INVALID;
     if ((l->n + 1) * 4 > (uint64_t)l->nslot * 3 && rehash(l)) /* load factor <= 3/4 */
@@ -51,7 +53,8 @@ hbm_status hbm__label_intern(hbm__labels *l, const char *text, uint32_t *out)
             *out = l->slot[i];
             return HBM_OK;
         }
-    if (l->n == UINT32_MAX - 1)
+    l->full = l->n >= HBM_LABELS_MAX || l->bytes + len + 1 > HBM_LABELS_MAX_BYTES;
+    if (l->full)
         return HBM_ERR_NOMEM;
     size_t cap = l->cap;
     if (hbm__grow((void **)&l->text, &cap, (size_t)l->n + 1, sizeof *l->text))
@@ -62,6 +65,7 @@ hbm_status hbm__label_intern(hbm__labels *l, const char *text, uint32_t *out)
         return HBM_ERR_NOMEM;
     memcpy(copy, text, len + 1);
     l->text[l->n++] = copy;
+    l->bytes += len + 1;
     l->slot[i] = l->n;
     *out = l->n;
     return HBM_OK;
@@ -81,16 +85,26 @@ void hbm__labels_destroy(hbm__labels *l)
     memset(l, 0, sizeof *l);
 }
 
+hbm_status hbm__label_intern_a(hbm_allocator *a, const char *text, hbm_label *out)
+{
+    hbm_status rc = hbm__label_intern(&a->labels, text, out);
+    if (rc == HBM_ERR_INVALID)
+        hbm__set_error(a, "label of %zu bytes: at most %d are kept", strlen(text), HBM_LABEL_MAX);
+    else if (rc != HBM_OK && a->labels.full)
+        hbm__set_error(a, "label table full: %u labels, %zu bytes of text, kept until hbm_destroy (at most %d and "
+                          "%u): label what repeats (a call site, a phase), not what grows (a step number)",
+                       a->labels.n, a->labels.bytes, HBM_LABELS_MAX, HBM_LABELS_MAX_BYTES);
+    else if (rc != HBM_OK)
+        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+    return rc;
+}
+
 hbm_status hbm_label_intern(hbm_allocator *a, const char *text, hbm_label *out)
 {
     if (!a || !text || !out)
         return HBM_ERR_INVALID;
     hbm__lock(a);
-    hbm_status rc = hbm__label_intern(&a->labels, text, out);
-    if (rc == HBM_ERR_INVALID)
-        hbm__set_error(a, "label of %zu bytes: at most %d are kept", strlen(text), HBM_LABEL_MAX);
-    else if (rc != HBM_OK)
-        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+    hbm_status rc = hbm__label_intern_a(a, text, out);
     hbm__unlock(a);
     return rc;
 }

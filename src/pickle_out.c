@@ -5,6 +5,7 @@
  * the memory_viz page read it. Owns byte encoding only.
  */
 #include "pickle_out.h"
+#include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -78,9 +79,15 @@ void hbm__pw_end(hbm__pickle_out *w)
     wop(w, w->close[w->depth]);
 }
 
+/* Python reads these as str: bytes that are not well-formed UTF-8 are written as U+FFFD, so
+ * that any label or message loads (pickle.load raises on invalid UTF-8). */
 void hbm__pw_str(hbm__pickle_out *w, const char *s)
 {
-    size_t n = strlen(s);
+    static const unsigned char replacement[3] = {0xef, 0xbf, 0xbd};
+    const unsigned char *p = (const unsigned char *)s;
+    size_t len = strlen(s), n = 0;
+    for (size_t i = 0, k; i < len; i += k ? k : 1)
+        n += (k = hbm__utf8_char(p + i, len - i)) ? k : sizeof replacement;
     if (n < 256) {
         unsigned char b = (unsigned char)n;
         wop(w, 0x8c);
@@ -91,7 +98,17 @@ void hbm__pw_str(hbm__pickle_out *w, const char *s)
         wop(w, 'X');
         wbytes(w, b, 4);
     }
-    wbytes(w, s, n);
+    size_t run = 0; /* well-formed bytes not yet written */
+    for (size_t i = 0, k; i < len; i += k ? k : 1) {
+        if ((k = hbm__utf8_char(p + i, len - i))) {
+            run += k;
+            continue;
+        }
+        wbytes(w, p + i - run, run);
+        wbytes(w, replacement, sizeof replacement);
+        run = 0;
+    }
+    wbytes(w, p + len - run, run);
 }
 
 void hbm__pw_int(hbm__pickle_out *w, int64_t v)

@@ -36,12 +36,9 @@ hbm_status hbm_history_context(hbm_allocator *a, const char *label)
         return HBM_ERR_INVALID;
     hbm__lock(a);
     hbm_label id = 0;
-    hbm_status rc = label ? hbm__label_intern(&a->labels, label, &id) : HBM_OK;
+    hbm_status rc = label ? hbm__label_intern_a(a, label, &id) : HBM_OK;
     if (rc == HBM_OK)
-        a->context = id;
-    else
-        hbm__set_error(a, rc == HBM_ERR_INVALID ? "label longer than HBM_LABEL_MAX bytes"
-                                                : "out of host memory for allocator bookkeeping");
+        a->context = id; /* refused: the previous label stays */
     hbm__unlock(a);
     return rc;
 }
@@ -281,16 +278,7 @@ static void e_str(emit *e, const char *s)
         return;
     }
     j_sep(e);
-    fputc('"', e->js);
-    for (const char *p = s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(e->js, "\\%c", *p);
-        else if ((unsigned char)*p < 0x20)
-            fprintf(e->js, "\\u%04x", *p);
-        else
-            fputc(*p, e->js);
-    }
-    fputc('"', e->js);
+    hbm__json_str(e->js, s);
 }
 
 static void e_int(emit *e, int64_t v)

@@ -121,8 +121,40 @@ void hbm__sb_printf(hbm__sbuf *sb, const char *fmt, ...)
     if (n < 0)
         return;
     sb->len += (size_t)n;
-    if (sb->len > sb->cap - 1)
-        sb->len = sb->cap - 1;
+    if (sb->len > sb->cap - 1) {
+        sb->len = hbm__utf8_cut(sb->buf, sb->cap - 1);
+        sb->buf[sb->len] = 0;
+    }
+}
+
+size_t hbm__utf8_char(const unsigned char *s, size_t n)
+{
+    if (!n)
+        return 0;
+    unsigned c = s[0];
+    size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (!len || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || /* overlong; surrogates */
+        (c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f))   /* overlong; above U+10FFFF */
+        return 0;
+    return len;
+}
+
+size_t hbm__utf8_cut(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t m = n;
+    /* Back over at most three continuation bytes to the character's lead byte. */
+    while (m > 0 && n - m < 3 && (u[m - 1] & 0xc0) == 0x80)
+        m--;
+    if (m == 0 || u[m - 1] < 0xc0)
+        return n; /* ends on ASCII or on stray continuation bytes: nothing is split */
+    size_t want = u[m - 1] >= 0xf0 ? 4 : u[m - 1] >= 0xe0 ? 3 : 2;
+    return n - (m - 1) >= want ? n : m - 1; /* the lead's character is whole, or it is cut: drop it */
 }
 
 void hbm__shell_quote(const char *s, char *out, size_t len)
@@ -133,4 +165,32 @@ void hbm__shell_quote(const char *s, char *out, size_t len)
     for (const char *p = s; *p; p++)
         hbm__sb_printf(&sb, *p == '\'' ? "'\\''" : "%c", *p);
     hbm__sb_printf(&sb, "'");
+}
+
+void hbm__json_str(FILE *out, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    fputc('"', out);
+    for (size_t i = 0; i < n;) {
+        size_t k = hbm__utf8_char(p + i, n - i);
+        if (!k) {
+            fputs("\\ufffd", out);
+            i++;
+            continue;
+        }
+        unsigned char c = p[i];
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", out);
+        else if (c == '\t')
+            fputs("\\t", out);
+        else if (c < 0x20)
+            fprintf(out, "\\u%04x", c);
+        else
+            fwrite(p + i, 1, k, out);
+        i += k;
+    }
+    fputc('"', out);
 }

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define HBM__KiB ((size_t)1024)
 #define HBM__MiB ((size_t)1024 * 1024)
@@ -28,7 +29,18 @@ int hbm__grow(void **p, size_t *cap, size_t need, size_t elem);
  * `export VAR=...` pastes as it reads: [, ], > and spaces stay in the value. Truncates to fit len. */
 void hbm__shell_quote(const char *s, char *out, size_t len);
 
-/* Bounded appender: writes at most cap-1 bytes and keeps buf NUL-terminated. */
+/* UTF-8 (RFC 3629). hbm__utf8_char: the length (1-4) of the well-formed character at s[0..n), or 0
+ * (a stray continuation byte, an overlong form, a surrogate, above U+10FFFF, or cut short by n).
+ * hbm__utf8_cut: the largest m <= n such that s[0..m) does not end inside a character (a cut
+ * there never splits one; bytes before it are not judged). */
+size_t hbm__utf8_char(const unsigned char *s, size_t n);
+size_t hbm__utf8_cut(const char *s, size_t n);
+/* s as a JSON string, quotes included: always valid JSON whatever the bytes (controls escaped,
+ * a byte that is not part of a well-formed UTF-8 character written as U+FFFD). */
+void hbm__json_str(FILE *out, const char *s);
+
+/* Bounded appender: writes at most cap-1 bytes and keeps buf NUL-terminated; a cut falls between
+ * UTF-8 characters. */
 typedef struct hbm__sbuf {
     char *buf;
     size_t cap, len;

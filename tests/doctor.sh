@@ -182,6 +182,25 @@ assert d["findings"][0]["explains"] == str(ids.index("hccl-error") + 1), d["find
 assert any(e["section"] == "ascend" and e["key"] == "npu" for e in d["environment"])
 PY
 
+# Chinese log text cut at the evidence limit, and a byte that is not UTF-8: --json stays valid UTF-8 JSON (issue
+# #15 item 5: the cut split a character, and raw bytes were copied through). Without the fix Python's strict
+# UTF-8 decoding fails here.
+case=json-utf8
+printf '%s HCCL function error: HcclGetRootInfo(&hcclID), error code is 2\n' \
+    "$(python3 -c "print('RuntimeError: 初始化通信域失败' * 40)")" >"$T/zh.log"
+printf 'RuntimeError: \377\376 HcclCommInitRootInfo fail, error:7\n' >>"$T/zh.log"
+doc "$BIN" doctor --json --no-env --log "$T/zh.log" >"$T/out" 2>&1; rc=$?
+[ "$rc" -eq 1 ] || fail "$case: exit status $rc"
+python3 - "$T/out" <<'PY' || fail "$case: not valid UTF-8 JSON with whole characters"
+import json, sys
+d = json.loads(open(sys.argv[1], "rb").read().decode("utf-8", errors="strict"))
+ev = [f["evidence"] for f in d["findings"] if f["id"] == "hccl-error"]
+assert len(ev) == 2, ev
+long = [e for e in ev if "初始化" in e][0]
+assert long.endswith("初始化通信域失败 ...") or long.endswith(" ...") and "\ufffd" not in long, long
+assert "\ufffd\ufffd HcclCommInitRootInfo" in [e for e in ev if "Init" in e and "初始化" not in e][0], ev
+PY
+
 # npu-smi hangs (a wedged driver): the doctor kills it after HBMALLOC_DOCTOR_TIMEOUT and says so, and goes on.
 case=tool-hung
 start=$(date +%s)

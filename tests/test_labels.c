@@ -1,7 +1,9 @@
 /* test_labels.c: call-site labels (labels.c) and how history entries, blocks and snapshots carry them. */
+#define _GNU_SOURCE /* memmem */
 #include <unistd.h>
 
 #include "helpers.h"
+#include "util.h"
 
 /* A snapshot as hbm_snapshot_save writes its JSON. */
 static void as_json(const hbm_snapshot *s, char *buf, size_t len)
@@ -152,11 +154,122 @@ static void frames_are_written_as_pytorch_frame_dicts(void **state)
     hbm_destroy(a);
 }
 
+static void the_label_table_is_bounded_and_kept_labels_still_answer(void **state)
+{
+    (void)state;
+    /* Issue #15 item 9: a label per training step grew the table without bound. */
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "");
+    assert_int_equal(hbm_history_enable(a, 10), HBM_OK);
+    char text[64];
+    hbm_label first = 0, id;
+    for (int i = 0; i < HBM_LABELS_MAX; i++) {
+        snprintf(text, sizeof text, "step %d", i);
+        assert_int_equal(hbm_label_intern(a, text, &id), HBM_OK);
+        if (i == 0)
+            first = id;
+    }
+    assert_int_equal(hbm_label_intern(a, "step -1", &id), HBM_ERR_NOMEM);
+    assert_non_null(strstr(hbm_last_error(a), "label table full: 1048576 labels"));
+    assert_non_null(strstr(hbm_last_error(a), "label what repeats"));
+    assert_int_equal(hbm_label_intern(a, "step 0", &id), HBM_OK); /* kept texts still answer */
+    assert_int_equal(id, first);
+    /* A refused allocator-wide label leaves the previous one in force. */
+    assert_int_equal(hbm_history_context(a, "step 7"), HBM_OK);
+    assert_int_equal(hbm_history_context(a, "a new phase"), HBM_ERR_NOMEM);
+    void *p = must_malloc(a, 4096, 0);
+    hbm_snapshot *s;
+    assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
+    assert_string_equal(s->trace[s->ntrace - 1].context, "step 7");
+    hbm_snapshot_free(s);
+    hbm_free(a, p);
+    hbm_destroy(a);
+    /* The text bound: 1023 labels of 64 KiB fit in 64 MiB, the next does not. */
+    a = open_sim("sim:capacity=1GiB", "");
+    char *big = malloc(HBM_LABEL_MAX + 1);
+    memset(big, 'x', HBM_LABEL_MAX);
+    big[HBM_LABEL_MAX] = 0;
+    for (int i = 0; i < 1023; i++) {
+        snprintf(big, 16, "%015d", i); /* distinct texts of HBM_LABEL_MAX bytes */
+        big[15] = 'x';
+        assert_int_equal(hbm_label_intern(a, big, &id), HBM_OK);
+    }
+    snprintf(big, 16, "%015d", 1023);
+    big[15] = 'x';
+    assert_int_equal(hbm_label_intern(a, big, &id), HBM_ERR_NOMEM);
+    assert_non_null(strstr(hbm_last_error(a), "bytes of text"));
+    assert_int_equal(hbm_label_intern(a, "short", &id), HBM_OK); /* what still fits is kept */
+    free(big);
+    hbm_destroy(a);
+}
+
+static void labels_that_are_not_utf8_still_give_loadable_snapshots(void **state)
+{
+    (void)state;
+    /* Issue #15 item 5: raw bytes made the pickle unloadable (Python decodes strings as strict UTF-8)
+     * and the JSON invalid. They are written as U+FFFD; well-formed characters pass through. */
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "");
+    assert_int_equal(hbm_history_enable(a, 10), HBM_OK);
+    assert_int_equal(hbm_history_context(a, "step\xff\xfe \xe6\xad\xa5 \xe6\xad"), HBM_OK); /* ..., 步, a cut 步 */
+    void *p = must_malloc(a, 4096, 0);
+    hbm_snapshot *s;
+    assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
+    char buf[8192];
+    as_json(s, buf, sizeof buf);
+    assert_non_null(strstr(buf, "\"name\":\"step\\ufffd\\ufffd \xe6\xad\xa5 \\ufffd\\ufffd\""));
+    char path[] = "/tmp/hbm_labels_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char err[256];
+    assert_int_equal(hbm_snapshot_save(s, path, HBM_SNAPSHOT_PICKLE, err, sizeof err), HBM_OK);
+    FILE *f = fopen(path, "rb");
+    static unsigned char pk[1 << 16];
+    size_t n = fread(pk, 1, sizeof pk, f);
+    fclose(f);
+    unlink(path);
+    /* SHORT_BINUNICODE, its length, then the text with each bad byte replaced. */
+    const unsigned char want[] = {0x8c, 21, 's', 't', 'e', 'p', 0xef, 0xbf, 0xbd, 0xef, 0xbf, 0xbd, ' ', 0xe6, 0xad, 0xa5,
+                                  ' ', 0xef, 0xbf, 0xbd, 0xef, 0xbf, 0xbd};
+    assert_non_null(memmem(pk, n, want, sizeof want));
+    assert_null(memmem(pk, n, "step\xff", 5));
+    hbm_snapshot_free(s);
+    hbm_free(a, p);
+    hbm_destroy(a);
+}
+
+static void utf8_cuts_fall_between_characters(void **state)
+{
+    (void)state;
+    const char *zh = "\xe6\xad\xa5\xe9\xaa\xa4"; /* 步骤: two 3-byte characters */
+    for (size_t n = 0; n <= 6; n++)
+        assert_int_equal(hbm__utf8_cut(zh, n), n / 3 * 3);
+    assert_int_equal(hbm__utf8_cut("ab\xf0\x9f\x98\x80", 5), 2); /* a 4-byte emoji cut after 3 */
+    assert_int_equal(hbm__utf8_cut("ab\xf0\x9f\x98\x80", 6), 6);
+    assert_int_equal(hbm__utf8_cut("\x80\x80\x80\x80", 4), 4); /* stray continuations split nothing */
+    assert_int_equal(hbm__utf8_char((const unsigned char *)"\xc0\xaf", 2), 0);     /* overlong '/' */
+    assert_int_equal(hbm__utf8_char((const unsigned char *)"\xed\xa0\x80", 3), 0); /* a surrogate */
+    assert_int_equal(hbm__utf8_char((const unsigned char *)"\xf4\x90\x80\x80", 4), 0); /* above U+10FFFF */
+    assert_int_equal(hbm__utf8_char((const unsigned char *)"\xe6\xad\xa5", 2), 0); /* cut by n */
+    assert_int_equal(hbm__utf8_char((const unsigned char *)"\xe6\xad\xa5", 3), 3);
+    /* The bounded appender cuts between characters too. */
+    char out[8];
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, out, sizeof out);
+    hbm__sb_printf(&sb, "a%s", zh); /* 7 bytes into room for 7: fits */
+    assert_string_equal(out, "a\xe6\xad\xa5\xe9\xaa\xa4");
+    hbm__sb_init(&sb, out, sizeof out);
+    hbm__sb_printf(&sb, "ab%s", zh); /* 8 bytes: the second character would be cut, so it goes */
+    assert_string_equal(out, "ab\xe6\xad\xa5");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(the_same_text_gives_the_same_id_and_many_texts_stay_distinct),
         cmocka_unit_test(bad_labels_are_refused),
+        cmocka_unit_test(the_label_table_is_bounded_and_kept_labels_still_answer),
+        cmocka_unit_test(labels_that_are_not_utf8_still_give_loadable_snapshots),
+        cmocka_unit_test(utf8_cuts_fall_between_characters),
         cmocka_unit_test(a_call_label_goes_to_its_entries_its_block_and_its_frees),
         cmocka_unit_test(a_snapshot_outlives_its_allocator),
         cmocka_unit_test(frames_are_written_as_pytorch_frame_dicts),

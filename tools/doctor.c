@@ -181,54 +181,36 @@ static void print_text(const doctor *d, FILE *out, int env)
         fprintf(out, "\nNothing to act on.\n");
 }
 
-static void json_str(FILE *out, const char *s)
-{
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(out, "\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", out);
-        else if (*p == '\t')
-            fputs("\\t", out);
-        else if (*p < 0x20)
-            fprintf(out, "\\u%04x", *p);
-        else
-            fputc(*p, out);
-    }
-    fputc('"', out);
-}
-
 static void print_json(const doctor *d, FILE *out)
 {
     fprintf(out, "{\"tool\":\"hbmalloc doctor\",\"version\":\"%s\",\"environment\":[", HBM_VERSION_STRING);
     for (size_t i = 0; i < d->nfacts; i++) {
         fputs(i ? ",{\"section\":" : "{\"section\":", out);
-        json_str(out, d->facts[i].section);
+        hbm__json_str(out, d->facts[i].section);
         fputs(",\"key\":", out);
-        json_str(out, d->facts[i].key);
+        hbm__json_str(out, d->facts[i].key);
         fputs(",\"value\":", out);
-        json_str(out, d->facts[i].value);
+        hbm__json_str(out, d->facts[i].value);
         fputc('}', out);
     }
     fputs("],\"findings\":[", out);
     for (size_t i = 0; i < d->n; i++) {
         const finding *f = &d->f[i];
         fprintf(out, "%s{\"severity\":\"%s\",\"id\":", i ? "," : "", sev_name(f->severity));
-        json_str(out, f->id);
+        hbm__json_str(out, f->id);
         fputs(",\"title\":", out);
-        json_str(out, f->title);
+        hbm__json_str(out, f->title);
         fputs(",\"evidence\":", out);
-        json_str(out, f->evidence);
+        hbm__json_str(out, f->evidence);
         fprintf(out, ",\"count\":%d,\"explains\":", f->count);
-        json_str(out, f->explains);
+        hbm__json_str(out, f->explains);
         fputs(",\"why\":", out);
-        json_str(out, f->why);
+        hbm__json_str(out, f->why);
         fputs(",\"next\":[", out);
         for (int k = 0; k < f->nnext; k++) {
             if (k)
                 fputc(',', out);
-            json_str(out, f->next[k]);
+            hbm__json_str(out, f->next[k]);
         }
         fputs("]}", out);
     }

@@ -110,8 +110,10 @@ static finding *seen(doctor *d, const where *w, int severity, const char *id, co
     const char *t = w->text;
     while (*t == ' ' || *t == '\t')
         t++, n--;
-    snprintf(f->evidence, sizeof f->evidence, "%.200s:%ld: %.*s%s", w->path, w->line, (int)(n > 400 ? 400 : n), t,
-             n > 400 ? " ..." : "");
+    size_t plen = strlen(w->path);
+    plen = hbm__utf8_cut(w->path, plen > 200 ? 200 : plen); /* cuts between characters: logs are often Chinese */
+    snprintf(f->evidence, sizeof f->evidence, "%.*s:%ld: %.*s%s", (int)plen, w->path, w->line,
+             (int)hbm__utf8_cut(t, n > 400 ? 400 : n), t, n > 400 ? " ..." : "");
     f->count = 1;
     return f;
 }
@@ -375,7 +377,7 @@ static int function_error(const char *line, const char *tag, const char *stop, c
     const char *p = after_spaces(t + strlen(tag));
     size_t n = strcspn(p, stop);
     const char *c = strstr(p, "error code is ");
-    snprintf(func, len, "%.*s", (int)(n < 70 ? n : 70), p);
+    snprintf(func, len, "%.*s", (int)hbm__utf8_cut(p, n < 70 ? n : 70), p);
     *code = c ? atoi(c + 14) : -1;
     return 1;
 }
@@ -512,7 +514,7 @@ static void one_line(doctor *d, const where *w, const char *line)
     }
     const char *hf = strstr(line, "Hccl");
     if (hf && (h = strstr(hf, " fail, error:"))) { /* "HcclCommInitRootInfo fail, error:2" */
-        snprintf(func, sizeof func, "%.*s", (int)((h - hf) < 70 ? (h - hf) : 70), hf);
+        snprintf(func, sizeof func, "%.*s", (int)hbm__utf8_cut(hf, (size_t)(h - hf) < 70 ? (size_t)(h - hf) : 70), hf);
         hccl(d, w, func, atoi(h + 13));
         return;
     }
