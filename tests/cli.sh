@@ -188,6 +188,14 @@ check replay_recorded_settings 0 "settings: *the defaults (what the snapshot's a
 check replay_blind_start 0 "the segments then are unknown (its history records allocations but no segment events" \
     "$bin" replay "$src/tests/data/flexgen-oom.pickle"
 check replay_capacity_gib 0 "device: *sim:capacity=85899345920 (capacity 80.00 GiB)" "$bin" replay "$ex" --conf ""
+# A file name with a control byte, a byte that is not UTF-8 and Chinese: the SVG still parses as XML, the
+# Chinese kept (issue #15 item 5: the name was copied through raw and the picture did not parse).
+odd="$tmp/bad$(printf '\001\377')名字.trace"
+cp "$src/examples/cs336-lm-ctx512-forward.trace" "$odd"
+check view_odd_name 0 "wrote" "$bin" view "$odd" --conf "" -o "$tmp/odd.svg"
+check view_odd_name_is_xml 0 "^title ok$" python3 -c "import sys, xml.dom.minidom as m
+t = m.parse(sys.argv[1]).getElementsByTagName('text')[0].firstChild.data
+print('title ok' if t.endswith('bad\ufffd\ufffd\u540d\u5b57.trace') else ascii(t))" "$tmp/odd.svg"
 check view_axis_total 0 '>56.91 GiB</text>' cat "$tmp/v.svg"
 check view_peak_attr 0 'data-peak-reserved="61111009280"' cat "$tmp/v.svg"
 check view_html_page 0 '<!DOCTYPE html>' cat "$tmp/v.html"

@@ -400,20 +400,6 @@ void sweep_advice(const sweep_outcome *out, const sweep_row *row, const char *ve
                  d == HBM_DIALECT_NPU ? "torch-npu" : "torch");
 }
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", (unsigned char)*s);
-        else
-            fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
 {
     char err[768];
@@ -433,14 +419,14 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
         sweep_advice(&so, best, o->version, exp, sizeof exp, code, sizeof code);
     if (o->json) {
         fprintf(out, "{\"trace\":");
-        json_string(out, o->name);
+        hbm__json_str(out, o->name);
         fprintf(out, ",\"device\":");
-        json_string(out, o->backend_spec);
+        hbm__json_str(out, o->backend_spec);
         fprintf(out, ",\"release\":");
-        json_string(out, so.release);
+        hbm__json_str(out, so.release);
         fprintf(out, ",\"settings_run\":%d,\"left_out_invalid\":%d,\"left_out_unsupported\":%d,"
                      "\"left_out_inactive\":%d,\"baseline\":", so.n, so.rejected, so.unsupported, so.inactive);
-        json_string(out, so.baseline_note);
+        hbm__json_str(out, so.baseline_note);
         fprintf(out, ",\"results\":[");
         for (int i = 0; i < so.n; i++) {
             const sweep_row *j = &so.rows[i];
@@ -458,13 +444,13 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
         }
         fprintf(out, "],\"recommended\":");
         if (best)
-            json_string(out, best->conf);
+            hbm__json_str(out, best->conf);
         else
             fputs("null", out);
         fprintf(out, ",\"recommended_is_yours\":%s,\"export\":", best && best->baseline ? "true" : "false");
-        json_string(out, exp);
+        hbm__json_str(out, exp);
         fprintf(out, ",\"code\":");
-        json_string(out, code);
+        hbm__json_str(out, code);
         fprintf(out, "}\n");
     } else {
         char dev[300];

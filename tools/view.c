@@ -28,19 +28,26 @@ typedef struct series {
     size_t n;
 } series;
 
+/* Text in an SVG (XML 1.0): markup escaped; controls and bytes that are not well-formed UTF-8 (a
+ * file name can hold any) written as U+FFFD, so that the picture always parses. */
 static void xml_text(FILE *f, const char *s)
 {
-    for (; *s; s++) {
-        if (*s == '<')
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0, k; i < n; i += k ? k : 1) {
+        k = hbm__utf8_char(p + i, n - i);
+        if (!k || (p[i] < 0x20 && p[i] != '\t'))
+            fputs("\xef\xbf\xbd", f);
+        else if (p[i] == '<')
             fputs("&lt;", f);
-        else if (*s == '>')
+        else if (p[i] == '>')
             fputs("&gt;", f);
-        else if (*s == '&')
+        else if (p[i] == '&')
             fputs("&amp;", f);
-        else if (*s == '"')
+        else if (p[i] == '"')
             fputs("&quot;", f);
         else
-            fputc(*s, f);
+            fwrite(p + i, 1, k, f);
     }
 }
 
