@@ -185,6 +185,55 @@ static void bad_specs_name_the_option(void **st)
     }
 }
 
+static void physical_handle_slots_are_reused_and_stale_handles_still_caught(void **st)
+{
+    (void)st;
+    /* Issue #15 item 10: the handle table never shrank (a long expandable replay grew 1.9 -> 55 MB). */
+    hbm_backend *b = open_backend("sim:capacity=1GiB");
+    const hbm__backend_ops *o = b->ops;
+    uint64_t h1, h2, h3;
+    uintptr_t va;
+    assert_int_equal(o->vmm_reserve(b->ctx, 0, 8 * MiB, &va), 0);
+    assert_int_equal(o->vmm_create(b->ctx, 0, 2 * MiB, &h1), 0);
+    assert_int_equal(o->vmm_release(b->ctx, 0, h1), 0);
+    assert_int_equal(o->vmm_create(b->ctx, 0, 2 * MiB, &h2), 0);
+    assert_int_equal(h2 & 0xffffffffu, h1 & 0xffffffffu); /* the same slot */
+    assert_int_not_equal(h2, h1);                         /* a new generation */
+    assert_int_equal(o->vmm_release(b->ctx, 0, h1), HBM__SIM_ERR_BAD_HANDLE);
+    assert_int_equal(o->vmm_map(b->ctx, 0, va, 2 * MiB, h1), HBM__SIM_ERR_BAD_HANDLE);
+    assert_int_equal(o->vmm_map(b->ctx, 0, va, 2 * MiB, h2), 0);
+    assert_int_equal(o->vmm_create(b->ctx, 0, 2 * MiB, &h3), 0);
+    assert_int_equal(o->vmm_release(b->ctx, 0, h2), HBM__SIM_ERR_STILL_MAPPED);
+    assert_int_equal(o->vmm_unmap(b->ctx, 0, va, 2 * MiB), 0);
+    assert_int_equal(o->vmm_release(b->ctx, 0, h2), 0);
+    assert_int_equal(o->vmm_release(b->ctx, 0, h3), 0);
+    for (int i = 0; i < 100000; i++) { /* a long run of grow and release */
+        assert_int_equal(o->vmm_create(b->ctx, 0, 2 * MiB, &h1), 0);
+        assert_int_equal(o->vmm_create(b->ctx, 0, 4 * MiB, &h2), 0);
+        assert_int_equal(o->vmm_map(b->ctx, 0, va, 2 * MiB, h1), 0);
+        assert_int_equal(o->vmm_unmap(b->ctx, 0, va, 2 * MiB), 0);
+        assert_int_equal(o->vmm_release(b->ctx, 0, h2), 0);
+        assert_int_equal(o->vmm_release(b->ctx, 0, h1), 0);
+    }
+    hbm__sim_counters c;
+    hbm__sim_get_counters(b->ctx, &c);
+    assert_int_equal(c.handle_slots, 2); /* the most live at once, not 200,002 */
+    assert_int_equal(c.live_handles, 0);
+    assert_int_equal(o->vmm_unreserve(b->ctx, 0, va, 8 * MiB), 0);
+    hbm_backend_close(b);
+    /* Through the allocator: expandable growth and empty_cache over many steps. */
+    hbm_allocator *a = open_sim("sim:capacity=4GiB", "expandable_segments:True");
+    for (int step = 0; step < 2000; step++) {
+        void *p = must_malloc(a, (size_t)(step % 7 + 1) * 100 * MiB, 0);
+        hbm_free(a, p);
+        assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    }
+    hbm__sim_get_counters(hbm__sim_ctx(a->backend), &c);
+    assert_true(c.handle_slots > 0 && c.handle_slots <= 7 * 100 / 2 + 1); /* 2 MiB pages of the largest request */
+    assert_true(c.calls[HBM__OP_CREATE] > 100 * c.handle_slots);
+    hbm_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -198,6 +247,7 @@ int main(void)
         cmocka_unit_test(host_mode_gives_writable_memory_and_others_reduce_free),
         cmocka_unit_test(multiple_devices_have_separate_capacity),
         cmocka_unit_test(bad_specs_name_the_option),
+        cmocka_unit_test(physical_handle_slots_are_reused_and_stale_handles_still_caught),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

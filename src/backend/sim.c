@@ -50,12 +50,19 @@ typedef struct sim_resv {
     size_t npages;
 } sim_resv;
 
+/* Physical handles: a slot is reused once released, so the table is as large as the most handles
+ * live at once; the handle's value carries the slot's generation (high 32 bits) beside its index + 1
+ * (low 32 bits), so a stale handle, released and its slot reused, is still caught. */
 typedef struct sim_handle {
     size_t size;
     int device;
     int live;
-    int mapped; /* pages of reservations that point at it */
+    int mapped;         /* pages of reservations that point at it */
+    uint32_t gen;       /* bumped at each release */
+    uint32_t next_free; /* index + 1 of the next released slot, while this one is released */
 } sim_handle;
+
+#define HANDLE_SLOT(h) ((size_t)((h)&0xffffffffu) - 1)
 
 /* A stream's clock: work recorded on it completes when the test lets it (held
  * streams), or at once (the default: an idle device). */
@@ -95,8 +102,9 @@ typedef struct sim {
     size_t granularity;
     sim_resv *resv;
     size_t nresv, cap_resv;
-    sim_handle *handles; /* handle h lives at handles[h - 1] */
+    sim_handle *handles; /* handle h lives at handles[HANDLE_SLOT(h)] */
     size_t nhandles, cap_handles;
+    uint32_t free_handle; /* index + 1 of the first released slot, 0: none */
     /* streams and events */
     int strict_streams; /* streams=strict: only stream 0 and created streams exist */
     sim_stream *streams;
@@ -396,12 +404,16 @@ static int sim_create(void *ctx, int device, size_t size, uint64_t *handle)
     sim_dev *d = rc ? NULL : &s->dev[device];
     if (!rc && (size > d->capacity - d->used - d->others || d->used + d->others > d->capacity))
         rc = HBM__BE_OOM;
-    if (!rc && hbm__grow((void **)&s->handles, &s->cap_handles, s->nhandles + 1, sizeof(sim_handle)))
+    if (!rc && !s->free_handle && (s->nhandles >= UINT32_MAX ||
+                                    hbm__grow((void **)&s->handles, &s->cap_handles, s->nhandles + 1, sizeof(sim_handle))))
         rc = HBM__SIM_ERR_HOST;
     if (!rc) {
-        /* Handles are never reused, so a stale one is always caught. */
-        s->handles[s->nhandles] = (sim_handle){size, device, 1, 0};
-        *handle = ++s->nhandles;
+        size_t slot = s->free_handle ? s->free_handle - 1 : s->nhandles++;
+        sim_handle *x = &s->handles[slot];
+        uint32_t gen = s->free_handle ? x->gen : 0;
+        s->free_handle = s->free_handle ? x->next_free : 0;
+        *x = (sim_handle){size, device, 1, 0, gen, 0};
+        *handle = (uint64_t)gen << 32 | (slot + 1);
         d->used += size;
         s->counters.live_handles++;
         s->counters.live_bytes += size;
@@ -412,10 +424,10 @@ static int sim_create(void *ctx, int device, size_t size, uint64_t *handle)
 
 static sim_handle *handle_get(sim *s, int device, uint64_t h)
 {
-    if (h == 0 || h > s->nhandles)
+    if ((h & 0xffffffffu) == 0 || HANDLE_SLOT(h) >= s->nhandles)
         return NULL;
-    sim_handle *x = &s->handles[h - 1];
-    return x->live && x->device == device ? x : NULL;
+    sim_handle *x = &s->handles[HANDLE_SLOT(h)];
+    return x->live && x->gen == (uint32_t)(h >> 32) && x->device == device ? x : NULL;
 }
 
 static int sim_release(void *ctx, int device, uint64_t handle)
@@ -430,6 +442,9 @@ static int sim_release(void *ctx, int device, uint64_t handle)
         rc = HBM__SIM_ERR_STILL_MAPPED;
     if (!rc) {
         h->live = 0;
+        h->gen++;
+        h->next_free = s->free_handle;
+        s->free_handle = (uint32_t)(h - s->handles) + 1;
         s->dev[device].used -= h->size;
         s->counters.live_handles--;
         s->counters.live_bytes -= h->size;
@@ -476,7 +491,7 @@ static int sim_unmap(void *ctx, int device, uintptr_t va, size_t size)
         if (!r->pages[first + i])
             rc = HBM__SIM_ERR_BAD_RANGE; /* not mapped */
     for (size_t i = 0; !rc && i < n; i++) {
-        s->handles[r->pages[first + i] - 1].mapped--;
+        s->handles[HANDLE_SLOT(r->pages[first + i])].mapped--;
         r->pages[first + i] = 0;
     }
     if (!rc)
@@ -999,6 +1014,7 @@ void hbm__sim_get_counters(void *ctx, hbm__sim_counters *out)
     sim *s = ctx;
     pthread_mutex_lock(&s->lock);
     *out = s->counters;
+    out->handle_slots = s->nhandles;
     pthread_mutex_unlock(&s->lock);
 }
 
