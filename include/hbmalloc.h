@@ -68,8 +68,14 @@ HBM_API hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device,
 /* Open a private backend from spec and create an allocator on it; hbm_destroy closes both. */
 HBM_API hbm_status hbm_open(hbm_allocator **out, const char *backend_spec, int device,
                             const char *settings, char *err, size_t errlen);
-/* Return all cached and live memory to the device and free the allocator. */
-HBM_API void hbm_destroy(hbm_allocator *a);
+/* Return all cached and live memory to the device and free the allocator (gone either way).
+ * HBM_OK, or HBM_ERR_BACKEND when a device call failed while giving memory back (a free, unmap,
+ * release, unreserve or event destroy): the device may still hold what that call held. The
+ * message then says how many calls failed, how many bytes they held and the first driver error;
+ * hbm_destroy_report writes it into msg (may be NULL), hbm_destroy to stderr (unless
+ * HBMALLOC_QUIET is set), as no allocator is left to ask. */
+HBM_API hbm_status hbm_destroy(hbm_allocator *a);
+HBM_API hbm_status hbm_destroy_report(hbm_allocator *a, char *msg, size_t msglen);
 
 /* ---- Allocation ---------------------------------------------------------- */
 /* Allocate size bytes for use on stream. size 0 gives *out = NULL and HBM_OK. */
@@ -129,7 +135,9 @@ HBM_API int hbm_captures_underway(hbm_allocator *a);
 typedef struct hbm_devices hbm_devices;
 HBM_API hbm_status hbm_devices_open(hbm_devices **out, const char *backend_spec, const char *settings, char *err,
                                     size_t errlen);
-HBM_API void hbm_devices_close(hbm_devices *d);
+/* Destroys every device's allocator (each failure said on stderr, as hbm_destroy) and closes the backend:
+ * HBM_OK, or HBM_ERR_BACKEND when a device call failed while giving memory back. */
+HBM_API hbm_status hbm_devices_close(hbm_devices *d);
 HBM_API int hbm_devices_count(const hbm_devices *d);
 /* The allocator of a device (NULL for a bad index or a failed create: see hbm_devices_error). */
 HBM_API hbm_allocator *hbm_devices_get(hbm_devices *d, int device);

@@ -177,18 +177,40 @@ hbm_status hbm_open(hbm_allocator **out, const char *backend_spec, int device, c
     return HBM_OK;
 }
 
-void hbm_destroy(hbm_allocator *a)
+hbm_status hbm_destroy_report(hbm_allocator *a, char *msg, size_t msglen)
 {
+    if (msg && msglen)
+        msg[0] = 0;
     if (!a)
-        return;
+        return HBM_OK;
     hbm__lock(a);
+    a->tearing_down = true;
     hbm__engine_teardown(a);
     hbm__ptrmap_free(&a->live);
     hbm__unlock(a);
+    hbm_status rc = a->teardown_failed ? HBM_ERR_BACKEND : HBM_OK;
+    if (rc != HBM_OK && msg && msglen) {
+        char size[32];
+        hbm__format_size(a->teardown_bytes, size, sizeof size);
+        snprintf(msg, msglen, "hbm_destroy: %llu device call%s failed while giving memory back (%s held by them may "
+                              "remain on device %d until the process exits); first: %s",
+                 (unsigned long long)a->teardown_failed, a->teardown_failed == 1 ? "" : "s", size, a->device,
+                 a->teardown_first);
+    }
     pthread_mutex_destroy(&a->lock);
     if (a->owns_backend)
         hbm_backend_close(a->backend);
     free(a);
+    return rc;
+}
+
+hbm_status hbm_destroy(hbm_allocator *a)
+{
+    char msg[768];
+    hbm_status rc = hbm_destroy_report(a, msg, sizeof msg);
+    if (rc != HBM_OK && !getenv("HBMALLOC_QUIET"))
+        fprintf(stderr, "hbmalloc: warning: %s\n", msg);
+    return rc;
 }
 
 void hbm__set_single_thread(hbm_allocator *a) { a->single_thread = true; }

@@ -4,9 +4,11 @@
  * time of a real device) and turns backend codes into hbm_status values and
  * messages. Must not make policy decisions.
  */
+#include <string.h>
 #include <time.h>
 
 #include "internal.h"
+#include "util.h"
 
 static uint64_t now_ns(void)
 {
@@ -58,6 +60,15 @@ static hbm_status end(hbm_allocator *a, uint64_t t0, hbm__op op, size_t size, in
         return HBM_ERR_OOM;
     hbm__set_error(a, "%s device %d: %s of %zu bytes failed: %s (backend code %d)", b->ops->name, a->device,
                    op_name(op), size, b->ops->strerror(b->ctx, rc), rc);
+    if (a->tearing_down) { /* hbm_destroy reports these: the device may keep what the call held */
+        if (!a->teardown_failed++) {
+            size_t n = strlen(a->err);
+            n = hbm__utf8_cut(a->err, n < sizeof a->teardown_first - 1 ? n : sizeof a->teardown_first - 1);
+            memcpy(a->teardown_first, a->err, n);
+            a->teardown_first[n] = 0;
+        }
+        a->teardown_bytes += size;
+    }
     return HBM_ERR_BACKEND;
 }
 

@@ -45,15 +45,18 @@ hbm_status hbm_devices_open(hbm_devices **out, const char *spec, const char *set
     return HBM_OK;
 }
 
-void hbm_devices_close(hbm_devices *d)
+hbm_status hbm_devices_close(hbm_devices *d)
 {
     if (!d)
-        return;
+        return HBM_OK;
+    hbm_status rc = HBM_OK;
     for (int i = 0; i < d->count; i++)
-        hbm_destroy(d->dev[i]);
+        if (hbm_destroy(d->dev[i]) != HBM_OK) /* says what stayed behind on stderr */
+            rc = HBM_ERR_BACKEND;
     hbm_backend_close(d->backend);
     pthread_mutex_destroy(&d->lock);
     free(d);
+    return rc;
 }
 
 int hbm_devices_count(const hbm_devices *d) { return d ? d->count : 0; }

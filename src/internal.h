@@ -186,6 +186,10 @@ struct hbm_allocator {
     char oom_msg[1536];    /* the last OOM's message (err may be overwritten since) */
     char warning[1024];    /* the capability fallback, if any (also printed once at create) */
     char err[1536];
+    /* hbm_destroy: device calls that failed while giving memory back, the bytes they held, the first error. */
+    bool tearing_down;
+    uint64_t teardown_failed, teardown_bytes;
+    char teardown_first[512];
 };
 
 /* Every public entry point brackets its work with these. */
