@@ -120,6 +120,13 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         return rc;
     }
     pthread_mutex_init(&a->lock, NULL);
+    if (hbm__fork_track(&a->lock, HBM__FORK_ALLOCATOR)) {
+        put_err(err, errlen, "out of host memory");
+        pthread_mutex_destroy(&a->lock);
+        hbm__ptrmap_free(&a->live);
+        free(a);
+        return HBM_ERR_NOMEM;
+    }
     a->backend = b;
     a->device = device;
     a->request_pad = b->caps.request_pad;
@@ -135,6 +142,7 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         rc = hbm__set_fraction_locked(a, a->conf.memory_fraction);
     if (rc != HBM_OK) {
         put_err(err, errlen, a->err);
+        hbm__fork_untrack(&a->lock);
         pthread_mutex_destroy(&a->lock);
         hbm__ptrmap_free(&a->live);
         free(a);
@@ -188,6 +196,7 @@ hbm_status hbm_destroy_report(hbm_allocator *a, char *msg, size_t msglen)
     hbm__engine_teardown(a);
     hbm__ptrmap_free(&a->live);
     hbm__unlock(a);
+    hbm__fork_untrack(&a->lock);
     hbm_status rc = a->teardown_failed ? HBM_ERR_BACKEND : HBM_OK;
     if (rc != HBM_OK && msg && msglen) {
         char size[32];

@@ -41,6 +41,13 @@ hbm_status hbm_devices_open(hbm_devices **out, const char *spec, const char *set
     d->settings_from_env = settings == NULL;
     snprintf(d->settings, sizeof d->settings, "%s", settings ? settings : "");
     pthread_mutex_init(&d->lock, NULL);
+    if (hbm__fork_track(&d->lock, HBM__FORK_SET)) {
+        pthread_mutex_destroy(&d->lock);
+        hbm_backend_close(d->backend);
+        free(d);
+        snprintf(err, errlen, "out of host memory");
+        return HBM_ERR_NOMEM;
+    }
     *out = d;
     return HBM_OK;
 }
@@ -54,6 +61,7 @@ hbm_status hbm_devices_close(hbm_devices *d)
         if (hbm_destroy(d->dev[i]) != HBM_OK) /* says what stayed behind on stderr */
             rc = HBM_ERR_BACKEND;
     hbm_backend_close(d->backend);
+    hbm__fork_untrack(&d->lock);
     pthread_mutex_destroy(&d->lock);
     free(d);
     return rc;
@@ -67,20 +75,29 @@ hbm_allocator *hbm_devices_get(hbm_devices *d, int device)
 {
     if (!d)
         return NULL;
-    pthread_mutex_lock(&d->lock);
-    hbm_allocator *a = NULL;
     if (device < 0 || device >= d->count) {
         snprintf(last_err, sizeof last_err, "device %d does not exist on backend %s (it has %d device%s)", device,
                  d->backend->ops->name, d->count, d->count == 1 ? "" : "s");
-    } else if (!(a = d->dev[device])) {
-        char e[900];
-        if (hbm_create(&a, d->backend, device, d->settings_from_env ? NULL : d->settings, e, sizeof e) == HBM_OK)
-            d->dev[device] = a;
-        else
-            snprintf(last_err, sizeof last_err, "device %d: %s", device, e);
+        return NULL;
     }
+    pthread_mutex_lock(&d->lock);
+    hbm_allocator *a = d->dev[device];
     pthread_mutex_unlock(&d->lock);
-    return a;
+    if (a)
+        return a;
+    /* Created without the set's lock, which is never held around another (fork.c takes them in order);
+     * two threads may race here: the first to publish wins and the other's is destroyed. */
+    char e[900];
+    if (hbm_create(&a, d->backend, device, d->settings_from_env ? NULL : d->settings, e, sizeof e) != HBM_OK) {
+        snprintf(last_err, sizeof last_err, "device %d: %s", device, e);
+        return NULL;
+    }
+    pthread_mutex_lock(&d->lock);
+    hbm_allocator *won = d->dev[device] ? d->dev[device] : (d->dev[device] = a);
+    pthread_mutex_unlock(&d->lock);
+    if (won != a)
+        hbm_destroy(a);
+    return won;
 }
 
 hbm_allocator *hbm_devices_existing(hbm_devices *d, int device)

@@ -14,6 +14,7 @@
 #include "rb.h"
 #include "backend/backend.h"
 #include "conf.h"
+#include "fork.h"
 #include "hbmalloc.h"
 #include "ptrmap.h"
 

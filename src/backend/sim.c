@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../fork.h"
 #include "../util.h"
 #include "backend.h"
 #include "sim.h"
@@ -711,6 +712,7 @@ static void sim_close(void *ctx)
     free(s->streams);
     free(s->events);
     free(s->live);
+    hbm__fork_untrack(&s->lock);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -906,6 +908,12 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
         return HBM_ERR_NOMEM;
     }
     pthread_mutex_init(&s->lock, NULL);
+    if (hbm__fork_track(&s->lock, HBM__FORK_BACKEND)) {
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+        snprintf(err, errlen, "sim: out of host memory");
+        return HBM_ERR_NOMEM;
+    }
     s->ndev = 1;
     /* Cost model defaults: placeholders of the right order for a driver
      * allocation and free; set them from measurements of your device. */
