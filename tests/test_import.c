@@ -243,6 +243,42 @@ static void memo_references_do_not_multiply_the_work(void **st)
     trace_free(&t);
 }
 
+static void sizes_near_2_63_in_segment_lists_are_refused_not_overflowed(void **st)
+{
+    (void)st;
+    /* Issue #15 item 4: the segment and block walk summed sizes read from the file in int64_t (UBSan aborted on
+     * sizes near 2^62). Sizes past 2^48 are refused; addresses whose block sums pass 2^63 are refused. */
+    static raw r;
+    const int64_t cases[][3] = {/* address, total_size, block size */
+                                {1 << 20, (int64_t)1 << 62, 512},
+                                {1 << 20, 1 << 20, (int64_t)1 << 62},
+                                {INT64_MAX - 4096, (int64_t)1 << 40, (int64_t)1 << 40}};
+    const char *want[] = {"sizes up to 2^48", "a block's size is out of range", "sum past 2^63"};
+    for (int c = 0; c < 3; c++) {
+        r.n = 0;
+        op(&r, 0x80), op(&r, 4), op(&r, '}'), op(&r, '('), raw_str(&r, "segments"), op(&r, ']'), op(&r, '(');
+        op(&r, '}'), op(&r, '('), raw_str(&r, "device"), op(&r, 'K'), op(&r, 0);
+        raw_str(&r, "address"), op(&r, 0x8a), op(&r, 8);
+        for (int i = 0; i < 8; i++)
+            op(&r, (unsigned char)((uint64_t)cases[c][0] >> 8 * i));
+        raw_str(&r, "total_size"), op(&r, 0x8a), op(&r, 8);
+        for (int i = 0; i < 8; i++)
+            op(&r, (unsigned char)((uint64_t)cases[c][1] >> 8 * i));
+        raw_str(&r, "blocks"), op(&r, ']'), op(&r, '(');
+        for (int k = 0; k < 2; k++) {
+            op(&r, '}'), op(&r, '('), raw_str(&r, "size"), op(&r, 0x8a), op(&r, 8);
+            for (int i = 0; i < 8; i++)
+                op(&r, (unsigned char)((uint64_t)cases[c][2] >> 8 * i));
+            raw_str(&r, "state"), raw_str(&r, "active_allocated"), op(&r, 'u');
+        }
+        op(&r, 'e'), op(&r, 'u'), op(&r, 'e');
+        raw_str(&r, "device_traces"), op(&r, ']'), op(&r, ']'), op(&r, 'a'), op(&r, 'u'), op(&r, '.');
+        assert_int_equal(trace_read_pickle_mem("x", r.b, r.n, 0, &t, err, sizeof err), -1);
+        if (!strstr(err, want[c]))
+            fail_msg("case %d: '%s' lacks '%s'", c, err, want[c]);
+    }
+}
+
 static void dict_lookups_find_the_last_value_of_a_key_in_dicts_of_any_size(void **st)
 {
     (void)st;
@@ -615,6 +651,7 @@ int main(void)
         cmocka_unit_test(random_corruption_never_crashes),
         cmocka_unit_test(hostile_pickles_are_refused_with_the_opcode_and_offset),
         cmocka_unit_test(memo_references_do_not_multiply_the_work),
+        cmocka_unit_test(sizes_near_2_63_in_segment_lists_are_refused_not_overflowed),
         cmocka_unit_test(dict_lookups_find_the_last_value_of_a_key_in_dicts_of_any_size),
         cmocka_unit_test(negative_sizes_and_unknown_frees_in_snapshots),
         cmocka_unit_test(a_recording_that_began_mid_run_is_replayed_from_its_start),
