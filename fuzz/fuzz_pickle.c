@@ -8,8 +8,7 @@
 #include <string.h>
 
 #include "pickle.h"
-#include "replay.h"
-#include "trace.h"
+#include "fuzz_replay.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -50,13 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (t.n + t.rec.nseed_blocks + t.rec.nseed_segments > 2 * size + 16)
             abort(); /* the work was not bounded by the input */
-        if (t.n < 20000) {
-            replay_opts o = {.backend_spec = "sim:capacity=4GiB", .settings = "", .quiet = 1};
-            replay_result r;
-            if (replay_run(&t, &o, &r) == 2 && r.check_failures)
-                abort(); /* the validator failed */
-        }
-        trace_free(&t);
+        fuzz_replay_and_free(&t);
     }
     free(copy);
     return 0;

@@ -4,8 +4,7 @@
 #include <string.h>
 
 #include "hbmalloc.h"
-#include "replay.h"
-#include "trace.h"
+#include "fuzz_replay.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -26,13 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort(); /* a rejection always says why */
             continue;
         }
-        if (t.n < 20000) {
-            replay_opts o = {.backend_spec = "sim:capacity=4GiB", .settings = "", .quiet = 1};
-            replay_result r;
-            if (replay_run(&t, &o, &r) == 2 && r.check_failures)
-                abort(); /* the validator failed */
-        }
-        trace_free(&t);
+        fuzz_replay_and_free(&t);
     }
     free(text);
     return 0;
