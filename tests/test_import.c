@@ -162,7 +162,6 @@ static unsigned char *finish(hbm__pickle_out *w, int n, size_t *len)
     return data;
 }
 
-/* A snapshot whose one event is an alloc of `size` bytes at addr. */
 /* Raw pickle bytes, for what pickle_out never writes (memo references, duplicate keys). */
 typedef struct raw {
     unsigned char b[1 << 16];
@@ -340,6 +339,7 @@ static void dict_lookups_find_the_last_value_of_a_key_in_dicts_of_any_size(void 
     pickle_free(doc);
 }
 
+/* A snapshot whose one event is an alloc of `size` bytes at addr. */
 static unsigned char *snapshot_with_event(const char *action, int64_t addr, int64_t size, size_t *len)
 {
     hbm__pickle_out *w = hbm__pw_new();
@@ -503,6 +503,47 @@ static void a_recording_that_began_mid_run_is_replayed_from_its_start(void **st)
 
 /* The settings a snapshot's allocator ran with come from its parsed fields: the raw string is empty when they
  * were set with torch.cuda.memory._set_allocator_settings. */
+static void segment_addresses_a_file_chooses_are_all_keys(void **st)
+{
+    (void)st;
+    /* Issue #15 items 3 and 10: the importer's address maps took 0 as the empty key and hashed addresses that
+     * differ only in high bits into one probe run. Segments at 0 and at multiples of 2^47, each with a block live
+     * at the end but the first two: every one is read (the maps are u64map, whose probe count test_trace bounds). */
+    enum { N = 3000 };
+    hbm__pickle_out *w = hbm__pw_new();
+    hbm__pw_dict(w);
+    hbm__pw_str(w, "segments");
+    hbm__pw_list(w);
+    for (int64_t k = 0; k < N; k++) {
+        segment(w, k << 47, 2 * MB);
+        seg_block(w, 2 * MB, 2 * MB, k < 2 ? "inactive" : "active_allocated");
+        hbm__pw_end(w);
+        hbm__pw_end(w);
+    }
+    hbm__pw_end(w);
+    hbm__pw_str(w, "device_traces");
+    hbm__pw_list(w);
+    hbm__pw_list(w);
+    /* The history allocates blocks at 0 and at 2^47, then frees both: found by address, told apart. */
+    for (int64_t k = 0; k < 2; k++)
+        event(w, "alloc", k << 47, 2 * MB);
+    for (int64_t k = 2; k-- > 0;) { /* 2^47 first: worked backwards, 0 is met first */
+        event(w, "free_requested", k << 47, 2 * MB);
+        event(w, "free_completed", k << 47, 2 * MB);
+    }
+    size_t len;
+    unsigned char *d = finish(w, 3, &len);
+    assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), 0);
+    assert_int_equal(t.rec.segments_end, N);
+    assert_int_equal(t.rec.preexisting, N - 2);
+    assert_int_equal(t.rec.freed_preexisting, 0);
+    assert_int_equal(t.rec.skipped_frees, 0);
+    assert_int_equal(t.allocs, N - 2 + 2);
+    assert_int_equal(t.frees, 2);
+    trace_free(&t);
+    free(d);
+}
+
 static void recorded_settings_come_from_the_parsed_fields(void **st)
 {
     (void)st;
@@ -655,6 +696,7 @@ int main(void)
         cmocka_unit_test(dict_lookups_find_the_last_value_of_a_key_in_dicts_of_any_size),
         cmocka_unit_test(negative_sizes_and_unknown_frees_in_snapshots),
         cmocka_unit_test(a_recording_that_began_mid_run_is_replayed_from_its_start),
+        cmocka_unit_test(segment_addresses_a_file_chooses_are_all_keys),
         cmocka_unit_test(recorded_settings_come_from_the_parsed_fields),
         cmocka_unit_test(rmm_logs_keep_their_streams),
         cmocka_unit_test(snapshots_round_trip_through_the_reader),

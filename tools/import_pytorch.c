@@ -24,7 +24,7 @@
 
 #include "pickle.h"
 #include "trace.h"
-#include "../src/ptrmap.h"
+#include "u64map.h"
 #include "../src/util.h"
 
 #define SMALL_SEGMENT (2ull << 20) /* kSmallBuffer: the small pool's segments */
@@ -118,25 +118,25 @@ typedef struct blk_rec {
     int alive, freed_in_recording;
 } blk_rec;
 
-/* Arrays of records found by address (index + 1 in a ptrmap). */
+/* Arrays of records found by address (an index in a u64map: addresses come from the file, any 64-bit value). */
 typedef struct recs {
     void *v;
     size_t n, cap, each;
-    hbm__ptrmap map;
+    u64map map;
 } recs;
 
 static void *rec_find(recs *r, uint64_t addr)
 {
-    uintptr_t i = (uintptr_t)hbm__ptrmap_get(&r->map, (uintptr_t)addr);
-    return i ? (char *)r->v + (i - 1) * r->each : NULL;
+    size_t i = u64map_find(&r->map, addr);
+    return r->map.used[i] ? (char *)r->v + r->map.vals[i] * r->each : NULL;
 }
 
 static void *rec_add(recs *r, uint64_t addr)
 {
-    void *old = rec_find(r, addr);
-    if (old)
-        return old;
-    if (hbm__grow(&r->v, &r->cap, r->n + 1, r->each) || hbm__ptrmap_put(&r->map, (uintptr_t)addr, (void *)(r->n + 1)))
+    size_t i = u64map_find(&r->map, addr);
+    if (r->map.used[i])
+        return (char *)r->v + r->map.vals[i] * r->each;
+    if (hbm__grow(&r->v, &r->cap, r->n + 1, r->each) || u64map_put_at(&r->map, i, addr, r->n))
         return NULL;
     void *e = (char *)r->v + r->n++ * r->each;
     memset(e, 0, r->each);
@@ -233,7 +233,7 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     blk_rec *start_blks = NULL;
     occupancy oc = {NULL, 0, 0, 0};
     const pv *segments = root, *traces = NULL, *settings = NULL;
-    if (hbm__ptrmap_init(&segs.map) || hbm__ptrmap_init(&blks.map))
+    if (u64map_init(&segs.map) || u64map_init(&blks.map))
         goto nomem;
     if (root->type == PV_DICT) { /* PyTorch 2.x; 1.x dumped a bare list of segments */
         segments = pv_get(root, "segments");
@@ -565,8 +565,8 @@ done:
         tb_finish(b);
     free(segs.v);
     free(blks.v);
-    hbm__ptrmap_free(&segs.map);
-    hbm__ptrmap_free(&blks.map);
+    u64map_free(&segs.map);
+    u64map_free(&blks.map);
     free(start_segs);
     free(start_blks);
     free(oc.v);

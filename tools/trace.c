@@ -13,6 +13,7 @@
  * and id -> slot resolution only.
  */
 #include "trace.h"
+#include "u64map.h"
 
 #include "../src/util.h"
 
@@ -34,93 +35,11 @@ void trace_free(trace *t)
     memset(t, 0, sizeof *t);
 }
 
-/* id -> slot map, open addressing with a used flag per cell (every 64-bit id is a valid key, UINT64_MAX and 0
- * included) and a well-mixing hash (splitmix64's finalizer), so ids that differ only in high bits (addresses,
- * multiples of 2^47) do not pile into one probe run. */
-typedef struct idmap {
-    uint64_t *keys;
-    uint32_t *slots;
-    uint32_t *lines;
-    uint8_t *used;
-    size_t mask, n;
-    size_t probes; /* cells looked at, for the resource test */
-} idmap;
-
-static size_t id_hash(uint64_t k, size_t mask)
-{
-    k ^= k >> 30;
-    k *= 0xbf58476d1ce4e5b9ull;
-    k ^= k >> 27;
-    k *= 0x94d049bb133111ebull;
-    k ^= k >> 31;
-    return (size_t)k & mask;
-}
-
-static int idmap_grow(idmap *m)
-{
-    size_t cap = m->mask ? (m->mask + 1) * 2 : 1024;
-    idmap nm = {calloc(cap, 8), calloc(cap, 4), calloc(cap, 4), calloc(cap, 1), cap - 1, 0, m->probes};
-    if (!nm.keys || !nm.slots || !nm.lines || !nm.used) {
-        free(nm.keys);
-        free(nm.slots);
-        free(nm.lines);
-        free(nm.used);
-        return -1;
-    }
-    for (size_t i = 0; m->mask && i <= m->mask; i++)
-        if (m->used[i]) {
-            size_t j = id_hash(m->keys[i], nm.mask);
-            while (nm.used[j])
-                j = (j + 1) & nm.mask;
-            nm.keys[j] = m->keys[i];
-            nm.slots[j] = m->slots[i];
-            nm.lines[j] = m->lines[i];
-            nm.used[j] = 1;
-            nm.n++;
-        }
-    free(m->keys);
-    free(m->slots);
-    free(m->lines);
-    free(m->used);
-    *m = nm;
-    return 0;
-}
-
-static size_t idmap_find(idmap *m, uint64_t key)
-{
-    size_t i = id_hash(key, m->mask);
-    m->probes++;
-    while (m->used[i] && m->keys[i] != key) {
-        i = (i + 1) & m->mask;
-        m->probes++;
-    }
-    return i;
-}
-
-static void idmap_del(idmap *m, size_t i)
-{
-    size_t hole = i;
-    m->used[hole] = 0;
-    m->n--;
-    for (size_t j = (i + 1) & m->mask; m->used[j]; j = (j + 1) & m->mask) {
-        size_t home = id_hash(m->keys[j], m->mask);
-        int in_range = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
-        if (!in_range) {
-            m->keys[hole] = m->keys[j];
-            m->slots[hole] = m->slots[j];
-            m->lines[hole] = m->lines[j];
-            m->used[hole] = 1;
-            m->used[j] = 0;
-            hole = j;
-        }
-    }
-}
-
 /* ---- the builder ---- */
 
 struct trace_builder {
     trace *t;
-    idmap ids;
+    u64map ids; /* id -> slot | line << 32 */
     uint32_t *free_slots;
     size_t nfree, cap_free;
     uint32_t next_slot;
@@ -142,34 +61,30 @@ trace_builder *tb_new(trace *t)
     if (!b)
         return NULL;
     b->t = t;
-    if (idmap_grow(&b->ids)) {
+    if (u64map_init(&b->ids)) {
         free(b);
         return NULL;
     }
     return b;
 }
 
-int tb_is_live(trace_builder *b, uint64_t key) { return b->ids.used[idmap_find(&b->ids, key)]; }
+int tb_is_live(trace_builder *b, uint64_t key) { return b->ids.used[u64map_find(&b->ids, key)]; }
 
 size_t tb_probes(const trace_builder *b) { return b->ids.probes; }
 
 int tb_alloc(trace_builder *b, uint64_t key, uint64_t size, hbm_stream stream, uint32_t line, uint32_t *line_of_live)
 {
-    size_t i = idmap_find(&b->ids, key);
+    size_t i = u64map_find(&b->ids, key);
     if (b->ids.used[i]) {
         if (line_of_live)
-            *line_of_live = b->ids.lines[i];
+            *line_of_live = (uint32_t)(b->ids.vals[i] >> 32);
         return -1;
     }
     trace_event e = {.size = size, .stream = stream, .kind = EV_ALLOC, .line = line};
     e.slot = b->nfree ? b->free_slots[--b->nfree] : b->next_slot++;
     if (push(b->t, e))
         return -2;
-    b->ids.keys[i] = key;
-    b->ids.used[i] = 1;
-    b->ids.slots[i] = e.slot;
-    b->ids.lines[i] = line;
-    if (++b->ids.n * 2 > b->ids.mask + 1 && idmap_grow(&b->ids))
+    if (u64map_put_at(&b->ids, i, key, e.slot | (uint64_t)line << 32))
         return -2;
     size_t s = 0;
     while (s < b->nstreams && b->streams[s] != stream)
@@ -182,15 +97,15 @@ int tb_alloc(trace_builder *b, uint64_t key, uint64_t size, hbm_stream stream, u
 
 int tb_free(trace_builder *b, uint64_t key, uint32_t line)
 {
-    size_t i = idmap_find(&b->ids, key);
+    size_t i = u64map_find(&b->ids, key);
     if (!b->ids.used[i])
         return -1;
-    trace_event e = {.kind = EV_FREE, .slot = b->ids.slots[i], .line = line};
+    trace_event e = {.kind = EV_FREE, .slot = (uint32_t)b->ids.vals[i], .line = line};
     if (hbm__grow((void **)&b->free_slots, &b->cap_free, b->nfree + 1, sizeof *b->free_slots))
         return -2;
     if (push(b->t, e))
         return -2;
-    idmap_del(&b->ids, i);
+    u64map_del_at(&b->ids, i);
     b->free_slots[b->nfree++] = e.slot;
     b->t->frees++;
     return 0;
@@ -206,10 +121,7 @@ void tb_finish(trace_builder *b)
 {
     b->t->nslots = b->next_slot;
     b->t->nstreams = b->nstreams;
-    free(b->ids.keys);
-    free(b->ids.slots);
-    free(b->ids.lines);
-    free(b->ids.used);
+    u64map_free(&b->ids);
     free(b->free_slots);
     free(b);
 }
