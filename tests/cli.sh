@@ -161,7 +161,7 @@ check input_lifetimes 0 "^$want\$" "$bin" replay "$life" --conf ""
 check input_lifetimes_format 0 "632 events: 316 alloc, 316 free" "$bin" replay "$life" --conf ""
 printf 'id,lower,upper,size\n1,0,x,5\n' >"$tmp/bad-life.csv"
 check input_lifetimes_bad 2 "bad-life.csv:2:5: 'x' is not a whole number (column upper)" "$bin" replay "$tmp/bad-life.csv"
-for c in replay sweep view conf doctor; do
+for c in replay sweep plan view conf doctor; do
     check "help_$c" 0 "^usage:\|^usage: hbmalloc $c" "$bin" "$c" --help
 done
 check unknown_option_named 2 "unknown option or missing value: '--frobnicate'" "$bin" replay "$ex" --frobnicate
@@ -172,6 +172,14 @@ check input_pipe 0 "2 events: 1 alloc, 1 free" sh -c "printf 'a 1 1024\nf 1\n' |
 check device_range 2 "--device takes a device index 0-63, not '64'" "$bin" replay "$src/tests/data/linear-10k-50k-grad.pickle" \
     --device 64
 check sweep_all_oom 1 "no setting runs this trace without OOM" "$bin" sweep "$ex" --capacity 20GiB --no-progress
+# plan: a placement of every allocation, checked, written; what does not apply is refused.
+check plan_forward 0 "plan height: .*1.000[0-9] x peak live" "$bin" plan "$src/examples/cs336-lm-ctx512-forward.trace" \
+    -o "$tmp/p.plan"
+check plan_file 0 "^height [0-9]" cat "$tmp/p.plan"
+[ "$(grep -c '^[0-9]' "$tmp/p.plan")" -eq 2382 ] && echo "ok   plan_file_rows" || { echo "FAIL plan_file_rows"; fails=$((fails + 1)); }
+check plan_json 0 '"allocations":2382,' "$bin" plan "$src/examples/cs336-lm-ctx512-forward.trace" --json --budget 0
+check plan_conf_refused 2 "does not apply: a plan depends on the trace alone" "$bin" plan "$ex" --conf ""
+check plan_bad_seed 2 "takes a whole number above 0" "$bin" plan "$ex" --seed 0
 # view: a real renderer draws it, not blank, with the peak on the axis.
 check view_svg 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.svg"
 check view_html 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.html"

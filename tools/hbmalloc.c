@@ -1,6 +1,6 @@
 /*
  * hbmalloc.c: the command-line tool's dispatch and argument handling.
- *   hbmalloc replay | sweep | view | conf | doctor | version [options]  (hbmalloc CMD --help)
+ *   hbmalloc replay | sweep | plan | view | conf | doctor | version [options]  (hbmalloc CMD --help)
  * Exit status: 0 success, 1 OOM during replay, 2 bad input or usage.
  */
 #include <stdio.h>
@@ -12,6 +12,7 @@
 #include "../src/util.h"
 #include "doctor.h"
 #include "hbmalloc.h"
+#include "plan.h"
 #include "replay.h"
 #include "sweep.h"
 #include "view.h"
@@ -73,6 +74,14 @@ static const struct {
      "      --json             for machines; --no-env: the logs only; --root DIR: read /usr/local/Ascend\n"
      "                         under DIR\n"
      "    exit status: 0 nothing to act on, 1 findings to act on, 2 bad usage\n"},
+    {"plan",
+     "  plan TRACE     place every allocation of a recorded trace at an offset in one region, as low as possible\n"
+     "                 (the memory a job needs with a plan and no virtual memory); compares it with peak live\n"
+     "      -o FILE            write the plan (docs/TRACE_FORMAT.md, plan files)\n"
+     "      --budget N         greedy evaluations of the improvement search (default: from the trace's size)\n"
+     "      --seed N           of the search's random moves (default 1: the same plan every run)\n"
+     "      --device N, --json\n"
+     "    exit status: 0 planned (and checked: no two live allocations overlap), 2 bad input\n"},
     {"version", "  version        print the version\n"},
 };
 
@@ -445,6 +454,82 @@ static int cmd_view(int argc, char **argv)
     return rc;
 }
 
+static int cmd_plan(int argc, char **argv)
+{
+    trace_cmd c = TRACE_CMD("plan");
+    const char *outp = NULL;
+    int json = 0;
+    plan_opts po = {0};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-o") && i + 1 < argc) {
+            outp = argv[++i];
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if ((!strcmp(a, "--budget") || !strcmp(a, "--seed")) && i + 1 < argc) {
+            uint64_t v;
+            if (hbm__parse_u64(argv[++i], &v) || (!v && !strcmp(a, "--seed"))) {
+                fprintf(stderr, "hbmalloc plan: %s takes a whole number%s, not '%s'\n", a,
+                        strcmp(a, "--seed") ? "" : " above 0", argv[i]);
+                return 2;
+            }
+            *(strcmp(a, "--budget") ? &po.seed : &po.budget) = v;
+        } else if (!strcmp(a, "--conf") || !strcmp(a, "--capacity") || !strcmp(a, "--backend")) {
+            fprintf(stderr, "hbmalloc plan: %s does not apply: a plan depends on the trace alone\n", a);
+            return 2;
+        } else if (shared_arg(&c, argc, argv, &i) < 0) {
+            return 2;
+        }
+    }
+    if (open_trace(&c))
+        return 2;
+    char err[512];
+    plan p;
+    int rc = plan_build(&c.t, &po, &p, err, sizeof err);
+    if (!rc && p.n <= 50000 && plan_check(&p, err, sizeof err)) /* the search's own result, verified */
+        rc = -1;
+    if (rc) {
+        fprintf(stderr, "hbmalloc plan: %s\n", err);
+        trace_free(&c.t);
+        return 2;
+    }
+    double ratio = p.peak_live ? (double)p.height / (double)p.peak_live : 1.0;
+    double greedy = p.peak_live ? (double)p.greedy_height / (double)p.peak_live : 1.0;
+    char h[32], live[32];
+    hbm__format_size(p.height, h, sizeof h);
+    hbm__format_size(p.peak_live, live, sizeof live);
+    if (json) {
+        printf("{\"trace\":");
+        hbm__json_str(stdout, c.path);
+        printf(",\"allocations\":%zu,\"peak_live\":%llu,\"peak_live_rounded\":%llu,\"height\":%llu,"
+               "\"ratio\":%.6f,\"greedy_height\":%llu,\"greedy_order\":\"%s\",\"evaluations\":%llu}\n",
+               p.n, (unsigned long long)p.peak_live, (unsigned long long)p.peak_live_rounded,
+               (unsigned long long)p.height, ratio, (unsigned long long)p.greedy_height, p.greedy_order,
+               (unsigned long long)p.evaluations);
+    } else {
+        printf("allocations:        %zu over %zu events (%s)\n", p.n, c.t.n, c.t.format);
+        printf("peak live:          %s (%llu bytes): no placement is lower\n", live, (unsigned long long)p.peak_live);
+        printf("plan height:        %s (%llu bytes): %.4f x peak live\n", h, (unsigned long long)p.height, ratio);
+        printf("greedy alone:       %.4f x (%s); %llu evaluations in all\n", greedy, p.greedy_order,
+               (unsigned long long)p.evaluations);
+    }
+    if (outp) {
+        FILE *f = fopen(outp, "w");
+        int bad = !f || plan_write(&p, c.path, f);
+        if (f && fclose(f))
+            bad = 1;
+        if (bad) {
+            fprintf(stderr, "hbmalloc plan: cannot write %s\n", outp);
+            rc = 2;
+        } else if (!json) {
+            printf("wrote %s\n", outp);
+        }
+    }
+    plan_free(&p);
+    trace_free(&c.t);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -460,6 +545,8 @@ int main(int argc, char **argv)
         return cmd_conf(argc - 2, argv + 2);
     if (!strcmp(cmd, "sweep"))
         return cmd_sweep(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan"))
+        return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "view"))
         return cmd_view(argc - 2, argv + 2);
     if (!strcmp(cmd, "doctor"))
