@@ -7,6 +7,7 @@
  * usage: valgrind --tool=callgrind --instr-atstart=no bench_instr TRACE [locked]
  *   locked: take the allocator's lock on every call, as a program sharing it
  *   would (default: as hbmalloc replay and sweep run it, single-threaded)
+ *   HBM_BENCH_CONF: the settings (default: none), e.g. hbm_arena_mb:65536
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,10 +34,11 @@ int main(int argc, char **argv)
         return 2;
     }
     int locked = argc > 2 && !strcmp(argv[2], "locked");
+    const char *settings = getenv("HBM_BENCH_CONF") ? getenv("HBM_BENCH_CONF") : "";
     void **slot = calloc(t.nslots + 1, sizeof *slot);
     for (int r = 0; r < RUNS; r++) {
         hbm_allocator *a;
-        if (!slot || hbm_open(&a, "sim:capacity=1TiB", 0, "", err, sizeof err) != HBM_OK) {
+        if (!slot || hbm_open(&a, "sim:capacity=1TiB", 0, settings, err, sizeof err) != HBM_OK) {
             fprintf(stderr, "%s\n", slot ? err : "out of memory");
             return 2;
         }

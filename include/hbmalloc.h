@@ -199,6 +199,7 @@ typedef struct hbm_stats {
     /* hbmalloc extensions (not in PyTorch's memory_stats): */
     int64_t expandable_segments;     /* 1 when expandable segments are in force, else 0 */
     int64_t num_expandable_segments; /* expandable segments (virtual reservations) held now */
+    int64_t arena_bytes;             /* the hbm_arena region held (0: none); in reserved_bytes too */
 } hbm_stats;
 
 /* Copy the allocator's statistics. */
@@ -214,7 +215,7 @@ typedef struct hbm_stat_entry {
     char name[48];
     int64_t value;
 } hbm_stat_entry;
-#define HBM_STAT_ENTRIES 124
+#define HBM_STAT_ENTRIES 125
 /* Fill out[0..HBM_STAT_ENTRIES) in sorted order (as memory_stats() sorts); returns the count written. */
 HBM_API int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap);
 

@@ -135,6 +135,7 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
     a->small.is_small = true;
     a->small.sibling = &a->large;
     a->large.sibling = &a->small;
+    a->arena.is_arena = true;
     a->stats.max_split_size = a->conf.max_split_size == SIZE_MAX ? -1 : (int64_t)a->conf.max_split_size;
     size_t dev_free;
     rc = hbm__dev_info(a, &dev_free, &a->device_total);
@@ -162,6 +163,15 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
                      b->spec);
             if (!getenv("HBMALLOC_QUIET"))
                 fprintf(stderr, "hbmalloc: warning: %s\n", a->warning);
+        }
+    }
+    if (a->conf.arena_bytes || a->conf.arena_fraction > 0) {
+        a->arena_wanted = !a->expandable;
+        if (a->expandable) {
+            size_t n = strlen(a->warning);
+            snprintf(a->warning + n, sizeof a->warning - n, "%shbm_arena is not used: expandable segments are in "
+                     "force (virtual memory does what the arena does without the up-front reservation)",
+                     n ? "; " : "");
         }
     }
     a->stats.expandable_segments = a->expandable;
@@ -259,6 +269,7 @@ hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
         return HBM_ERR_INVALID;
     hbm__lock(a);
     a->stats.num_expandable_segments = (int64_t)a->nexpandable;
+    a->stats.arena_bytes = (int64_t)a->arena_size;
     *out = a->stats;
     hbm__unlock(a);
     return HBM_OK;

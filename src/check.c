@@ -99,7 +99,7 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
     for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
         nseg++;
         int k = seg->pool->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE;
-        bool known = seg->pool == &a->small || seg->pool == &a->large;
+        bool known = seg->pool == &a->small || seg->pool == &a->large || seg->pool == &a->arena;
         for (hbm__mempool *m = a->mempools; m && !known; m = m->next)
             known = seg->pool == &m->small || seg->pool == &m->large;
         if (!known)
@@ -238,6 +238,7 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
     size_t count[3] = {0}, ucount[3] = {0};
     check_pool(&ck, &a->small, count, ucount);
     check_pool(&ck, &a->large, count, ucount);
+    check_pool(&ck, &a->arena, count, ucount);
     for (hbm__mempool *m = a->mempools; m; m = m->next) {
         check_pool(&ck, &m->small, count, ucount);
         check_pool(&ck, &m->large, count, ucount);

@@ -127,7 +127,7 @@ typedef enum key_id {
     K_PIN_THREADS, K_PIN_BG, K_PIN_RESERVE, K_PIN_ROUND, K_PIN_CACHED, K_GRAPH_REUSE, K_FRACTION,
     K_PIN_CATCH_ALL, K_THROW_CUDA, K_THROW_NPU, K_PIN_EXPANDABLE, K_PIN_REGISTER, K_BASE_ALIGN,
     K_PAGE_SIZE, K_SEGMENT_SIZE, K_LAZY_RECLAIM, K_ALIGN_HUGEPAGES, K_ES_RESERVE, K_ES_RESERVE_CLASS,
-    K_HBM_REMAP, K_HBM_PAGE
+    K_HBM_REMAP, K_HBM_PAGE, K_HBM_ARENA, K_HBM_ARENA_FRACTION
 } key_id;
 
 typedef struct key_def {
@@ -171,6 +171,8 @@ static const key_def keys[] = {
     /* hbmalloc's own policies (hbm_ prefix): not PyTorch keys. */
     {"hbm_remap_free_pages", K_HBM_REMAP, D_BOTH},
     {"hbm_expandable_page_mb", K_HBM_PAGE, D_BOTH},
+    {"hbm_arena_mb", K_HBM_ARENA, D_BOTH},
+    {"hbm_arena_fraction", K_HBM_ARENA_FRACTION, D_BOTH},
 };
 
 static const key_def *find_key(const char *name)
@@ -181,7 +183,7 @@ static const key_def *find_key(const char *name)
     return NULL;
 }
 
-static bool is_hbm_key(const key_def *k) { return k->id == K_HBM_REMAP || k->id == K_HBM_PAGE; }
+static bool is_hbm_key(const key_def *k) { return k->id >= K_HBM_REMAP; }
 
 /* ---- value parsers: each returns 0, or -1 after writing err ---- */
 
@@ -622,6 +624,23 @@ static int set_key(hbm__conf *cf, const key_def *k, const rules *r, const lexed 
         cf->expandable_page = (size_t)v * HBM__MiB;
         return 0;
     }
+    case K_HBM_ARENA: { /* the last of the two arena keys wins, as repeated keys do */
+        const char *allowed = "expected a whole number of MiB in [2, 16777216] (the arena's size), or 0 for none";
+        if (get_uint(&c, &v, allowed) || (v && v < 2) || v > 16777216)
+            return fail(&c, allowed);
+        cf->arena_bytes = (size_t)v * HBM__MiB;
+        cf->arena_fraction = 0;
+        return 0;
+    }
+    case K_HBM_ARENA_FRACTION: {
+        double d;
+        const char *allowed = "expected a share of the device's free memory in (0, 1], or 0 for none";
+        if (get_double(&c, &d, allowed) || !(d >= 0 && d <= 1))
+            return fail(&c, allowed);
+        cf->arena_fraction = d;
+        cf->arena_bytes = 0;
+        return 0;
+    }
     case K_PIN_THREADS:
         if (get_uint(&c, &v, "expected a power of two <= 128"))
             return -1;
@@ -957,6 +976,16 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
     hbm__sb_printf(&sb, "expandable_segments: %s\n", b2s(c->expandable_segments));
     hbm__sb_printf(&sb, "hbm_remap_free_pages: %s (hbmalloc policy%s)\n", b2s(c->remap_free_pages),
                    c->remap_free_pages && !c->expandable_segments ? "; needs expandable_segments:True" : "");
+    if (c->arena_bytes || c->arena_fraction > 0) {
+        char what[64];
+        if (c->arena_bytes)
+            snprintf(what, sizeof what, "hbm_arena_mb: %zu", c->arena_bytes / HBM__MiB);
+        else
+            snprintf(what, sizeof what, "hbm_arena_fraction: %g", c->arena_fraction);
+        hbm__sb_printf(&sb, "%s (hbmalloc policy: one region reserved at the first allocation and sub-allocated best "
+                            "fit; segments beyond it%s)\n",
+                       what, c->expandable_segments ? "; not used while expandable_segments is in force" : "");
+    }
     if (c->expandable_page)
         hbm__sb_printf(&sb, "hbm_expandable_page_mb: %zu (hbmalloc policy: large-pool page of expandable segments%s)\n",
                        c->expandable_page / HBM__MiB, !c->expandable_segments ? "; needs expandable_segments:True" : "");
@@ -1054,5 +1083,9 @@ void hbm__conf_policy_string(const hbm__conf *c, char *out, size_t outlen)
         hbm__sb_printf(&sb, "%shbm_remap_free_pages:True", SEP);
     if (c->expandable_page)
         hbm__sb_printf(&sb, "%shbm_expandable_page_mb:%zu", SEP, c->expandable_page / HBM__MiB);
+    if (c->arena_bytes)
+        hbm__sb_printf(&sb, "%shbm_arena_mb:%zu", SEP, c->arena_bytes / HBM__MiB);
+    else if (c->arena_fraction > 0)
+        hbm__sb_printf(&sb, "%shbm_arena_fraction:%g", SEP, c->arena_fraction);
 #undef SEP
 }

@@ -167,7 +167,11 @@ static bool gc_active(const hbm_allocator *a)
 static bool block_is_split(const hbm__block *b) { return b->prev || b->next; }
 
 /* A whole non-expandable segment: what cudaFree can return. */
-static bool whole_segment(const hbm__block *b) { return !b->prev && !b->next && !b->seg->expandable; }
+/* A free block that is its whole segment, which can go back to the device (the arena never does). */
+static bool whole_segment(const hbm__block *b)
+{
+    return !b->prev && !b->next && !b->seg->expandable && !b->seg->pool->is_arena;
+}
 
 static size_t expandable_size(const hbm__block *b)
 {
@@ -208,7 +212,7 @@ HBM__FAST hbm__block *get_free_block(hbm_allocator *a, hbm__pool *p, hbm_stream 
 static bool should_split(const hbm_allocator *a, const hbm__pool *p, const hbm__block *b, size_t size)
 {
     size_t remaining = b->size - size;
-    if (p->is_small || b->seg->expandable)
+    if (p->is_small || p->is_arena || b->seg->expandable)
         return remaining >= HBM__MIN_BLOCK;
     /* Large pool: keep up to 1 MiB of slack inside the block rather than
      * leave a sliver, and never split an oversize block. */
@@ -270,6 +274,14 @@ HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__blo
     if (b->size >= a->conf.max_split_size)
         hbm__stat_inc(&st->oversize_allocations, 1);
     return b;
+}
+
+/* The arena's best fit: any free block of the arena large enough (none of the oversize rules: the arena is one
+ * region split down to 512 bytes). */
+static hbm__block *arena_free_block(hbm_allocator *a, hbm_stream stream, size_t size)
+{
+    hbm__block *b = hbm__pool_lower_bound(&a->arena, stream, size);
+    return b && b->stream == stream ? b : NULL;
 }
 
 /* ---- segments ---- */
@@ -457,8 +469,8 @@ static void garbage_collect(hbm_allocator *a)
 static size_t largest_free_block(hbm_allocator *a)
 {
     size_t best = 0;
-    hbm__pool *pools[2] = {&a->small, &a->large};
-    for (int i = 0; i < 2; i++)
+    hbm__pool *pools[3] = {&a->small, &a->large, &a->arena};
+    for (int i = 0; i < 3; i++)
         for (hbm__block *b = hbm__pool_first(pools[i]); b; b = hbm__tree_next(b))
             if (b->size > best)
                 best = b->size;
@@ -572,7 +584,15 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
     hbm__pool *p = a->nroutes ? hbm__route_pool(a, size, stream)
                    : size <= HBM__SMALL_SIZE ? &a->small
                                              : &a->large;
-    hbm__block *b = get_free_block(a, p, stream, size);
+    hbm__block *b = NULL;
+    if (__builtin_expect(a->arena_wanted || a->arena_on, 0) && !p->owner) {
+        if (a->arena_wanted)
+            hbm__arena_create(a, stream);
+        if (a->arena_on && stream == a->arena_stream && (b = arena_free_block(a, stream, size)))
+            p = &a->arena;
+    }
+    if (!b)
+        b = get_free_block(a, p, stream, size);
     if (!b) {
         size_t alloc_size = hbm__allocation_size(&a->conf, size);
         /* During a graph capture nothing is returned to the device (a free synchronizes it). */

@@ -99,6 +99,7 @@ struct hbm__pool {
     size_t nspare, cap_spare;
     uint64_t search_count; /* get_free_blocks_call_count: the GC age clock */
     bool is_small;
+    bool is_arena;         /* the arena's pool (arena.c): counted as large, split to 512 bytes, never released */
     hbm__pool *sibling;    /* the other pool (small <-> large) of the same owner */
     hbm__mempool *owner;   /* NULL for the default pools */
 };
@@ -164,6 +165,13 @@ struct hbm_allocator {
     bool roundup;          /* some roundup_power2_divisions entry is > 1 */
     bool expandable;       /* expandable segments in force (asked for, and the device can) */
     size_t nexpandable;    /* expandable segments (reservations) held */
+    /* hbm_arena_mb / hbm_arena_fraction (arena.c): one region reserved at the first allocation, its stream's
+     * requests of every size served from it best fit before segments are made. */
+    hbm__pool arena;
+    bool arena_wanted;     /* asked for, expandable segments not in force, not yet reserved or refused */
+    bool arena_on;         /* reserved: arena_stream's requests look in it first */
+    hbm_stream arena_stream;
+    size_t arena_size;
     hbm__mempool *mempools;
     hbm_mempool next_mempool_id;
     hbm__route *routes;    /* searched last first, as PyTorch searches captures */
@@ -302,6 +310,9 @@ static inline void hbm__trace_block(hbm_allocator *a, hbm_trace_action action, c
     if (a->history)
         hbm__record(a, action, b->addr, size, b->stream, b->label);
 }
+/* ---- arena.c: the hbm_arena policy ---- */
+/* Reserves the arena for `stream` at the first allocation; when it cannot, says why in hbm_warning and gives up. */
+void hbm__arena_create(hbm_allocator *a, hbm_stream stream);
 hbm_status hbm__label_intern(hbm__labels *l, const char *text, hbm_label *out);
 /* The same for a's table, with a's error message set when refused (a->lock held). */
 hbm_status hbm__label_intern_a(hbm_allocator *a, const char *text, hbm_label *out);

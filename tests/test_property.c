@@ -151,7 +151,10 @@ static void run_ex2(const char *spec, const char *settings, uint64_t seed, int f
     assert_int_equal(s.active[HBM_POOL_ALL].current, 0);
     assert_int_equal(s.num_ooms, (int64_t)ooms);
     assert_int_equal(hbm_empty_cache(a), HBM_OK);
-    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_ALL].current, 0);
+    s = stats_of(a);
+    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current, s.arena_bytes); /* an arena is kept, nothing else */
+    if (strstr(settings, "hbm_arena") && !faults)
+        assert_true(s.arena_bytes > 0);
     print_message("  %s / \"%s\" seed %llu: %d ops, %zu OOMs, %zu injected failures, peak reserved %lld MiB\n",
                   spec, settings, (unsigned long long)seed, OPS, ooms, injected_failures,
                   (long long)(s.reserved_bytes[0].peak >> 20));
@@ -234,10 +237,23 @@ static void streams_events_and_private_pools(void **st)
     run_ex2("sim:capacity=256MiB,memory=host", "", 15, 1, 1.0, 0, 1);
 }
 
+/* hbm_arena (arena.c): one region first, segments beyond it, under pressure, faults, streams, pools, GC. */
+static void the_arena_policy(void **st)
+{
+    (void)st;
+    run("sim:capacity=1GiB", "hbm_arena_mb:256", 17, 0, 1.0);                      /* segments beyond the arena */
+    run("sim:capacity=512MiB,memory=host", "hbm_arena_mb:128", 18, 1, 1.0);        /* blocks never overlap */
+    run("sim:capacity=2GiB", "garbage_collection_threshold:0.6,hbm_arena_mb:256", 19, 0, 0.7);
+    run_ex("sim:capacity=1GiB", "hbm_arena_fraction:0.5", 20, 0, 1.0, 1);          /* device faults */
+    run_ex2("sim:capacity=1GiB", "hbm_arena_mb:512", 21, 0, 1.0, 0, 1);            /* streams, events, pools */
+    run_ex2("sim:capacity=256MiB,memory=host", "hbm_arena_fraction:0.9", 22, 1, 1.0, 0, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(default_settings_two_seeds),
+        cmocka_unit_test(the_arena_policy),
         cmocka_unit_test(max_split_size_with_memory_pressure),
         cmocka_unit_test(roundup_divisions),
         cmocka_unit_test(gc_under_a_memory_fraction),
