@@ -34,6 +34,6 @@ for t in conf trace pickle ops doctor; do
         mkdir -p fuzz/findings && cp "$work/$t-crash/"* fuzz/findings/ 2>/dev/null || true
         status=1
     fi
-    grep -E "stat::number_of_executed_units|stat::peak_rss_mb|^Done" "$work/$t.log" | sed "s/^/  /" || true
+    grep -E "INFO: Seed:|stat::number_of_executed_units|stat::peak_rss_mb|^Done" "$work/$t.log" | sed "s/^/  /" || true
 done
 exit $status
