@@ -117,6 +117,20 @@ check sweep_recommends 0 "^export PYTORCH_CUDA_ALLOC_CONF='" "$bin" sweep "$ex" 
 check sweep_json 0 '"settings_run":48' "$bin" sweep "$ex" --capacity 60GiB --json
 check sweep_old_firmware 0 "24 with expandable segments left out (firmware 22.0.3" "$bin" sweep "$ex" --capacity 60GiB \
     --backend "sim:firmware=22.0.3" --no-progress
+# Without virtual memory the sweep also sizes hbmalloc's arena: the smallest that runs the trace alone, proven by
+# its replay: it runs in one device allocation, and 1 MiB less does not.
+fw="$src/examples/cs336-lm-ctx512-forward.trace"
+check sweep_arena 0 "^export HBMALLOC_CONF='hbm_arena_mb:" "$bin" sweep "$fw" --capacity 40.8GiB \
+    --backend "sim:firmware=22.0.3" --no-progress
+check sweep_arena_only 0 "no setting of PYTORCH_CUDA_ALLOC_CONF runs this trace" "$bin" sweep "$fw" --capacity 40.8GiB \
+    --backend "sim:firmware=22.0.3" --no-progress
+mb=$("$bin" sweep "$fw" --capacity 40.8GiB --backend "sim:firmware=22.0.3" --json | grep -o '"plugin_export":"[^"]*"' |
+    grep -o 'hbm_arena_mb:[0-9]*' | cut -d: -f2)
+check sweep_arena_runs_alone 0 "device calls: *1 malloc, 0 free" "$bin" replay "$fw" --capacity 40.8GiB \
+    --backend "sim:firmware=22.0.3" --conf "hbm_arena_mb:$mb"
+less=$("$bin" replay "$fw" --capacity 40.8GiB --backend "sim:firmware=22.0.3" --conf "hbm_arena_mb:$((mb - 1))" 2>&1 |
+    grep -c "device calls: *1 malloc, 0 free")
+[ "$less" -eq 0 ] && echo "ok   sweep_arena_smallest" || { echo "FAIL sweep_arena_smallest: $((mb - 1)) MiB also runs alone"; fails=$((fails + 1)); }
 check sweep_npu 0 "export PYTORCH_NPU_ALLOC_CONF=" "$bin" sweep "$ex" --capacity 60GiB --backend "sim:dialect=npu" \
     --no-progress
 check sweep_npu_rules 0 "left out (refused by torch_npu" "$bin" sweep "$ex" --capacity 60GiB \

@@ -89,6 +89,12 @@ expect 1 "$T/out" "1. [error] Ascend driver (HDK) 22.0.3 is older than 23.0.0" "
   "on a simulated NPU of 60.97 GiB without virtual memory: " "from 58.71 GiB with yours" \
   "and in your code: torch.npu.set_per_process_memory_fraction(0.99)"
 grep -q "is refused" "$T/out" && fail "$case: the string is called refused, but torch_npu 2.1.0.post6 ran it"
+# Without virtual memory the same sweep sizes hbmalloc's arena; its line runs the trace alone in one device allocation.
+arena=$(grep -o "export HBMALLOC_CONF='hbm_arena_mb:[0-9]*'" "$T/out" | grep -o "hbm_arena_mb:[0-9]*")
+[ -n "$arena" ] || fail "$case: no proven arena line"
+"$BIN" replay "$TRACE" --backend sim:dialect=npu,vmm=off --capacity 60.97GiB --conf "$arena" >"$T/arena" 2>&1 ||
+  fail "$case: $arena does not run the trace"
+grep -q "device calls: *1 malloc, 0 free" "$T/arena" || fail "$case: $arena needed more than the arena"
 grep -q "max_split_size_mb:1024,garbage_collection_threshold:0.8" "$T/out" && fail "$case: typed advice"
 peak() { # peak reserved bytes of a replay of TRACE under PYTORCH_NPU_ALLOC_CONF as torch_npu 2.1.0.post6 reads it
   "$@" HBMALLOC_TORCH_NPU_VERSION=2.1.0.post6 "$BIN" replay "$TRACE" --backend sim:dialect=npu,vmm=off \

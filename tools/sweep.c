@@ -17,6 +17,13 @@
  * runs it and shown as a row of its own. Rows with identical results are
  * listed once. Ranking: runs without OOM first, then lower peak reserved,
  * then less modelled device time, then the shorter string.
+ *
+ * On a device without virtual memory the default grid also runs hbmalloc's
+ * arena policy (docs/POLICY.md) as a row marked for the plug-ins: the smallest
+ * arena (hbm_arena_mb, to 1 MiB) with which the trace runs on this capacity,
+ * found by bisection and proven by its own replay, so that the rest of the
+ * device stays free for HCCL/NCCL buffers. PyTorch's own allocator cannot
+ * read it: its HBMALLOC_CONF line is printed beside the framework's.
  */
 #include "sweep.h"
 
@@ -32,6 +39,7 @@
 #define MAX_VALUES 8
 #define MAX_KEYS 6
 #define MAX_SETTINGS 4096
+
 
 typedef struct axis {
     char key[48];
@@ -194,6 +202,43 @@ static sweep_row *add_row(sweep_outcome *o, int cap, const char *conf)
     return r;
 }
 
+/* The arena row: the smallest hbm_arena_mb (to 1 MiB) in which the trace runs on this device with no other
+ * device allocation, by bisection (a smaller arena plus segments is the caching policy again); the row holds
+ * that size's own replay (or, when even an arena of the whole device is not enough, that one). 0, or -1 when
+ * the device's capacity cannot be read. */
+static int arena_row(const trace *t, const char *spec, sweep_row *row)
+{
+    hbm_backend *b;
+    char err[256];
+    size_t free_bytes = 0, total = 0;
+    if (hbm_backend_open(&b, spec, err, sizeof err) != HBM_OK)
+        return -1;
+    int rc = b->ops->mem_info(b->ctx, 0, &free_bytes, &total);
+    hbm_backend_close(b);
+    if (rc || free_bytes < 4 * HBM__MiB)
+        return -1;
+    row->hbm = 1;
+    sweep_row probe = *row;
+    uint64_t lo = 1, hi = free_bytes / HBM__MiB; /* in MiB: hi is tried first; lo never runs */
+    for (int first = 1;; first = 0) {
+        uint64_t mid = first ? hi : lo + (hi - lo) / 2;
+        snprintf(probe.conf, sizeof probe.conf, "hbm_arena_mb:%llu", (unsigned long long)mid);
+        replay_opts o = {.backend_spec = spec, .settings = probe.conf, .quiet = 1};
+        probe.rc = replay_run(t, &o, &probe.r);
+        int alone = probe.rc == 0 && probe.r.stats.num_device_alloc == 1;
+        if (first || alone)
+            *row = probe;
+        if (probe.rc == 2 || (first && !alone))
+            return 0; /* the whole device is not enough for the arena alone: that row, as it ran */
+        if (!first && alone)
+            hi = mid;
+        else if (!first)
+            lo = mid;
+        if (hi - lo <= 1)
+            return 0;
+    }
+}
+
 static void release_name(hbm_dialect d, const char *version, char *out, size_t len)
 {
     char desc[4096];
@@ -242,7 +287,7 @@ int sweep_compute(const trace *t, const sweep_opts *o, sweep_outcome *out, char 
         snprintf(err, errlen, "the grid has %d settings, at most %d", total, MAX_SETTINGS);
         return 2;
     }
-    int cap = total + 1;
+    int cap = total + 2; /* the grid, the user's setting, the arena */
     out->rows = calloc((size_t)cap, sizeof *out->rows);
     if (!out->rows) {
         snprintf(err, errlen, "out of host memory");
@@ -342,6 +387,11 @@ int sweep_compute(const trace *t, const sweep_opts *o, sweep_outcome *out, char 
             snprintf(err, errlen, "setting '%s': %s", out->rows[i].conf, out->rows[i].r.message);
             return 2;
         }
+    if (!out->vmm && !o->grid) {
+        sweep_row *r = add_row(out, cap, "");
+        if (r && arena_row(t, o->backend_spec, r))
+            out->n--; /* the device's capacity could not be read: no row */
+    }
     qsort(out->rows, (size_t)out->n, sizeof *out->rows, row_cmp);
     for (int i = 0; i < out->n; i++)
         for (int j = 0; j < i; j++)
@@ -360,13 +410,24 @@ void sweep_outcome_free(sweep_outcome *out)
 
 const sweep_row *sweep_best(const sweep_outcome *out)
 {
-    if (!out->n || out->rows[0].rc)
+    const sweep_row *best = NULL;
+    for (int i = 0; i < out->n && !best; i++)
+        if (!out->rows[i].hbm)
+            best = &out->rows[i];
+    if (!best || best->rc)
         return NULL;
-    const sweep_row *best = &out->rows[0];
     for (int i = 0; i < out->n; i++)
         if (out->rows[i].baseline && !out->rows[i].rc && peak_reserved(&out->rows[i]) <= peak_reserved(best))
             return &out->rows[i];
     return best;
+}
+
+const sweep_row *sweep_best_hbm(const sweep_outcome *out)
+{
+    for (int i = 0; i < out->n; i++)
+        if (out->rows[i].hbm && !out->rows[i].rc)
+            return &out->rows[i];
+    return NULL;
 }
 
 void sweep_advice(const sweep_outcome *out, const sweep_row *row, const char *version, char *exp, size_t explen,
@@ -410,6 +471,7 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
         return 2;
     }
     const sweep_row *best = sweep_best(&so);
+    const sweep_row *hbm_best = sweep_best_hbm(&so);
     const sweep_row *base = NULL;
     for (int i = 0; i < so.n; i++)
         if (so.rows[i].baseline)
@@ -432,10 +494,12 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
             const sweep_row *j = &so.rows[i];
             const hbm_stats *s = &j->r.stats;
             fprintf(out,
-                    "%s{\"rank\":%d,\"settings\":\"%s\",\"yours\":%s,\"same_as_rank\":%d,\"oom\":%s,\"oom_event\":%lld,"
+                    "%s{\"rank\":%d,\"settings\":\"%s\",\"policy\":\"%s\",\"yours\":%s,\"same_as_rank\":%d,\"oom\":%s,"
+                    "\"oom_event\":%lld,"
                     "\"peak_allocated\":%lld,\"peak_reserved\":%lld,\"reserved_over_allocated\":%.6f,"
                     "\"device_allocs\":%lld,\"device_frees\":%lld,\"device_time_ms\":%.3f}",
-                    i ? "," : "", i + 1, j->conf, j->baseline ? "true" : "false", j->same_as < 0 ? 0 : j->same_as + 1,
+                    i ? "," : "", i + 1, j->conf, j->hbm ? "hbmalloc" : "framework", j->baseline ? "true" : "false",
+                    j->same_as < 0 ? 0 : j->same_as + 1,
                     j->rc ? "true" : "false", j->rc ? (long long)j->r.oom_event : -1LL,
                     (long long)s->allocated_bytes[0].peak, (long long)s->reserved_bytes[0].peak,
                     s->allocated_bytes[0].peak ? (double)s->reserved_bytes[0].peak / (double)s->allocated_bytes[0].peak
@@ -451,6 +515,11 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
         hbm__json_str(out, exp);
         fprintf(out, ",\"code\":");
         hbm__json_str(out, code);
+        fprintf(out, ",\"plugin_export\":");
+        if (hbm_best)
+            fprintf(out, "\"export HBMALLOC_CONF='%s'\"", hbm_best->conf);
+        else
+            fputs("null", out);
         fprintf(out, "}\n");
     } else {
         char dev[300];
@@ -479,7 +548,8 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
             char oom[48] = "-";
             if (j->rc)
                 snprintf(oom, sizeof oom, "at event %zu", j->r.oom_event);
-            snprintf(label, sizeof label, "%s%s", j->conf[0] ? j->conf : "(defaults)", j->baseline ? " (yours)" : "");
+            snprintf(label, sizeof label, "%s%s", j->conf[0] ? j->conf : "(defaults)",
+                     j->baseline ? " (yours)" : j->hbm ? " (hbmalloc plug-in)" : "");
             fprintf(out, "%4d  %-78s %12s %12s %7.4f %9lld %10.3f  %s\n", i + 1, label, pa, pr,
                     s->allocated_bytes[0].peak ? (double)s->reserved_bytes[0].peak / (double)s->allocated_bytes[0].peak
                                                : 0.0,
@@ -505,7 +575,9 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
                 fputc('\n', out);
         }
         fputc('\n', out);
-        if (!best)
+        if (!best && hbm_best)
+            fprintf(out, "no setting of %s runs this trace without OOM at this capacity.\n", dialect_var(so.dialect));
+        else if (!best)
             fprintf(out, "no setting runs this trace without OOM at this capacity; the closest is ranked first\n");
         else if (best->baseline)
             fprintf(out, "recommended: keep yours (no setting of the grid lowers peak reserved)\n");
@@ -527,7 +599,14 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
                 fprintf(out, "and in your code: %s\n", code);
         }
     }
-    int rc = best ? 0 : 1;
+    if (!o->json && hbm_best) {
+        char pr[32];
+        hbm__format_size((uint64_t)peak_reserved(hbm_best), pr, sizeof pr);
+        fprintf(out, "with the hbmalloc plug-in (hbmalloc_torch.use(); PyTorch's own allocator does not read it), the "
+                     "arena policy (peak reserved %s, the rest of the device left free):\nexport HBMALLOC_CONF='%s'\n",
+                pr, hbm_best->conf);
+    }
+    int rc = best || hbm_best ? 0 : 1;
     sweep_outcome_free(&so);
     return rc;
 }

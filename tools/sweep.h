@@ -24,6 +24,7 @@ typedef struct sweep_row {
     replay_result r;
     int rc;
     int baseline;       /* the user's setting */
+    int hbm;            /* an hbmalloc policy (HBMALLOC_CONF, the plug-ins only): not a framework setting */
     int same_as;        /* index of an earlier row with identical results, or -1 */
 } sweep_row;
 
@@ -43,8 +44,12 @@ typedef struct sweep_outcome {
 /* Replay the grid (and the baseline); 0, or 2 with err set. */
 int sweep_compute(const trace *t, const sweep_opts *o, sweep_outcome *out, char *err, size_t errlen);
 void sweep_outcome_free(sweep_outcome *out);
-/* The row to recommend: the best clean run, or the user's own when it is as good; NULL if every row hit OOM. */
+/* The row to recommend: the best clean run of the framework's settings, or the user's own when it is as good;
+ * NULL if every such row hit OOM. */
 const sweep_row *sweep_best(const sweep_outcome *out);
+/* On a device without virtual memory the sweep also runs hbmalloc's arena policy (HBMALLOC_CONF, the plug-ins),
+ * the smallest arena that runs the trace: that row when it runs clean, else NULL. */
+const sweep_row *sweep_best_hbm(const sweep_outcome *out);
 /* The advice for a row, safe to paste: "export VAR='...'" (or "unset VAR"), and, where the string needs a memory
  * fraction the release cannot read from the variable, the call to make in code. */
 void sweep_advice(const sweep_outcome *out, const sweep_row *row, const char *version, char *exp, size_t explen,
