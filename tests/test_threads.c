@@ -84,7 +84,7 @@ static void stress(const char *settings)
     hbm_stats s = stats_of(a);
     assert_int_equal(s.allocated_bytes[HBM_POOL_ALL].current, 0);
     assert_int_equal(s.active_bytes[HBM_POOL_ALL].current, 0);
-    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current, 0);
+    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current, s.arena_bytes); /* an arena stays */
     assert_valid(a);
     hbm_destroy(a);
 }
@@ -105,6 +105,12 @@ static void eight_threads_with_expandable_segments(void **st)
 {
     (void)st;
     stress("expandable_segments:True");
+}
+
+static void eight_threads_with_an_arena_and_the_lock_released(void **st)
+{
+    (void)st;
+    stress("hbm_arena_mb:1024,release_lock_on_cudamalloc:True"); /* the arena made while others run */
 }
 
 /* Frees that fail on several threads at once each keep their own message (the device set's error is per thread;
@@ -157,6 +163,7 @@ int main(void)
         cmocka_unit_test(eight_threads_mixed_operations),
         cmocka_unit_test(eight_threads_with_the_lock_released_around_device_malloc),
         cmocka_unit_test(eight_threads_with_expandable_segments),
+        cmocka_unit_test(eight_threads_with_an_arena_and_the_lock_released),
         cmocka_unit_test(failing_frees_on_many_threads_keep_their_own_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
