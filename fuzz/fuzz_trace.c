@@ -1,10 +1,12 @@
-/* fuzz_trace.c: the trace readers (text, RMM CSV, lifetime CSV, PyTorch pickle); what parses is replayed. */
+/* fuzz_trace.c: the trace readers (text, RMM CSV, lifetime CSV, PyTorch pickle); what parses is planned (the plan
+ * checked) and replayed. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hbmalloc.h"
 #include "fuzz_replay.h"
+#include "plan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -24,6 +26,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!err[0])
                 abort(); /* a rejection always says why */
             continue;
+        }
+        if (t.allocs <= 300) { /* the planner: what it returns is a valid placement, never below peak live */
+            plan p;
+            plan_opts po = {.budget = 4, .seed = 1};
+            if (plan_build(&t, &po, &p, err, sizeof err) == 0) {
+                if (plan_check(&p, err, sizeof err) || p.height < p.peak_live_rounded || p.peak_live_rounded < p.peak_live)
+                    abort();
+                plan_free(&p);
+            } else if (!strstr(err, "2^62")) {
+                abort(); /* the only refusal: sizes no device holds */
+            }
         }
         fuzz_replay_and_free(&t);
     }

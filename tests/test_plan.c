@@ -72,6 +72,12 @@ static void plans_are_repeatable_and_budgets_bound_the_work(void **st)
     plan_free(&a);
     plan_free(&b);
     trace_free(&t);
+    /* Sizes whose sum no device holds are refused, not wrapped around (a plan of 512 bytes for 2^64). */
+    const char huge[] = "hbmtrace 1\na 1 18446744073709551615 0\na 2 4611686018427387904 0\nf 1\n";
+    assert_int_equal(trace_read_text_mem("h", huge, strlen(huge), &t, err, sizeof err), 0);
+    assert_int_equal(plan_build(&t, NULL, &a, err, sizeof err), -1);
+    assert_non_null(strstr(err, "sum past 2^62 bytes"));
+    trace_free(&t);
     /* No allocations: an empty plan. */
     const char empty[] = "hbmtrace 1\n";
     assert_int_equal(trace_read_text_mem("e", empty, strlen(empty), &t, err, sizeof err), 0);

@@ -131,6 +131,8 @@ static void move_earlier(uint32_t *order, size_t from, size_t to)
     order[to] = k;
 }
 
+/* 0; -1 out of host memory; -2 sizes no plan can hold (their sum passes 2^62: every offset and height is at most
+ * that sum, so nothing after this check can overflow). */
 static int build_buffers(const trace *t, plan *p)
 {
     uint32_t *of_slot = malloc((t->nslots ? t->nslots : 1) * sizeof *of_slot);
@@ -139,10 +141,15 @@ static int build_buffers(const trace *t, plan *p)
         free(of_slot);
         return -1;
     }
-    uint64_t live = 0, live_rounded = 0;
+    uint64_t live = 0, live_rounded = 0, total = 0;
+    const uint64_t limit = (uint64_t)1 << 62;
     for (size_t e = 0; e < t->n; e++) {
         const trace_event *ev = &t->ev[e];
         if (ev->kind == EV_ALLOC) {
+            if (ev->size > limit || (total += (ev->size + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN) > limit) {
+                free(of_slot);
+                return -2;
+            }
             plan_buf *x = &p->b[p->n];
             x->requested = ev->size;
             x->size = (ev->size + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
@@ -175,7 +182,13 @@ int plan_build(const trace *t, const plan_opts *o, plan *out, char *err, size_t 
     search s = {0};
     uint32_t *order = NULL, *work = NULL;
     order_key *keys = NULL;
-    if (build_buffers(t, out))
+    int built = build_buffers(t, out);
+    if (built == -2) {
+        plan_free(out);
+        snprintf(err, errlen, "the allocations' sizes sum past 2^62 bytes: no device holds that, nothing to plan");
+        return -1;
+    }
+    if (built)
         goto nomem;
     s.b = out->b;
     s.n = out->n;
