@@ -477,7 +477,7 @@ static size_t largest_free_block(hbm_allocator *a)
     return best;
 }
 
-static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size)
+static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_stream stream)
 {
     size_t dev_free = 0, dev_total = a->device_total;
     if (hbm__dev_info(a, &dev_free, &dev_total) != HBM_OK) {
@@ -522,6 +522,20 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size)
     if (outside > 0) {
         hbm__format_size(outside, s_x, sizeof s_x);
         hbm__sb_printf(&sb, "%s of the device is in use outside this allocator. ", s_x);
+    }
+    if (a->arena_on) { /* the arena's share of what is reserved, and how it is cut up */
+        size_t arena_free = 0, arena_largest = 0;
+        for (hbm__block *b = hbm__pool_first(&a->arena); b; b = hbm__tree_next(b)) {
+            arena_free += b->size;
+            if (b->size > arena_largest)
+                arena_largest = b->size;
+        }
+        char s_arena[32], s_afree[32];
+        hbm__format_size(a->arena_size, s_arena, sizeof s_arena);
+        hbm__format_size(arena_free, s_afree, sizeof s_afree);
+        hbm__format_size(arena_largest, s_x, sizeof s_x);
+        hbm__sb_printf(&sb, "The hbm_arena of %s holds %s free, the largest piece %s%s. ", s_arena, s_afree, s_x,
+                       stream == a->arena_stream ? "" : " (it serves only the stream of the first allocation)");
     }
 
     /* Advice that fits the state, never a setting already in force. */
@@ -609,7 +623,7 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         if (rc != HBM_OK) {
             if (rc == HBM_ERR_OOM) {
                 a->stats.num_ooms++;
-                oom_message(a, orig, alloc_size);
+                oom_message(a, orig, alloc_size, stream);
                 memcpy(a->oom_msg, a->err, sizeof a->oom_msg);
             }
             return rc;

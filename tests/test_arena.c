@@ -60,6 +60,14 @@ static void what_does_not_fit_goes_to_segments_which_are_released(void **st)
     hbm_free(a, p);
     hbm_free(a, r);
     assert_valid(a);
+    /* An out-of-memory message says what the arena holds. */
+    void *in = must_malloc(a, 50 * MiB, 0), *out = NULL;
+    assert_int_equal(hbm_malloc(a, 4 * GiB, 0, &out), HBM_ERR_OOM);
+    assert_non_null(strstr(hbm_last_error(a), "The hbm_arena of 64.00 MiB holds 14.00 MiB free, the largest piece "
+                                              "14.00 MiB."));
+    assert_int_equal(hbm_malloc(a, 4 * GiB, 3, &out), HBM_ERR_OOM);
+    assert_non_null(strstr(hbm_last_error(a), "(it serves only the stream of the first allocation)"));
+    hbm_free(a, in);
     /* Under pressure the OOM retry frees segments, never the arena: 4 GiB - 64 MiB is what a segment can have. */
     void *huge = must_malloc(a, 4 * GiB - 64 * MiB, 0);
     hbm_free(a, huge);
