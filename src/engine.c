@@ -166,8 +166,7 @@ static bool gc_active(const hbm_allocator *a)
 
 static bool block_is_split(const hbm__block *b) { return b->prev || b->next; }
 
-/* A whole non-expandable segment: what cudaFree can return. */
-/* A free block that is its whole segment, which can go back to the device (the arena never does). */
+/* A free block that is its whole (non-expandable) segment: what cudaFree can return (the arena never is). */
 static bool whole_segment(const hbm__block *b)
 {
     return !b->prev && !b->next && !b->seg->expandable && !b->seg->pool->is_arena;
