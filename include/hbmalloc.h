@@ -200,6 +200,8 @@ typedef struct hbm_stats {
     int64_t expandable_segments;     /* 1 when expandable segments are in force, else 0 */
     int64_t num_expandable_segments; /* expandable segments (virtual reservations) held now */
     int64_t arena_bytes;             /* the hbm_arena region held (0: none); in reserved_bytes too */
+    int64_t plan_height;             /* hbm_plan_file: the plan's region (0: no plan) */
+    int64_t plan_hits, plan_misses;  /* allocations served at their planned offset, and not */
 } hbm_stats;
 
 /* Copy the allocator's statistics. */
@@ -215,7 +217,7 @@ typedef struct hbm_stat_entry {
     char name[48];
     int64_t value;
 } hbm_stat_entry;
-#define HBM_STAT_ENTRIES 125
+#define HBM_STAT_ENTRIES 128
 /* Fill out[0..HBM_STAT_ENTRIES) in sorted order (as memory_stats() sorts); returns the count written. */
 HBM_API int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap);
 

@@ -165,7 +165,15 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
                 fprintf(stderr, "hbmalloc: warning: %s\n", a->warning);
         }
     }
-    if (a->conf.arena_bytes || a->conf.arena_fraction > 0) {
+    if (a->conf.plan_file[0] && !a->expandable && (rc = hbm__plan_load(a, local, sizeof local)) != HBM_OK) {
+        put_err(err, errlen, local);
+        hbm__fork_untrack(&a->lock);
+        pthread_mutex_destroy(&a->lock);
+        hbm__ptrmap_free(&a->live);
+        free(a);
+        return rc;
+    }
+    if (a->conf.arena_bytes || a->conf.arena_fraction > 0 || a->conf.plan_file[0]) {
         a->arena_wanted = !a->expandable;
         if (a->expandable) {
             size_t n = strlen(a->warning);
@@ -270,6 +278,7 @@ hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
     hbm__lock(a);
     a->stats.num_expandable_segments = (int64_t)a->nexpandable;
     a->stats.arena_bytes = (int64_t)a->arena_size;
+    a->stats.plan_height = (int64_t)a->plan_height;
     *out = a->stats;
     hbm__unlock(a);
     return HBM_OK;

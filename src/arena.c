@@ -18,7 +18,9 @@
  * across streams only through events (record_stream).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "internal.h"
 #include "pool.h"
@@ -37,7 +39,7 @@ void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
 {
     a->arena_wanted = false;
     size_t size = a->conf.arena_bytes;
-    if (!size) {
+    if (!size && a->conf.arena_fraction > 0) {
         size_t dev_free = 0, total = 0;
         if (hbm__dev_info(a, &dev_free, &total) != HBM_OK) {
             give_up(a, "hbm_arena_fraction: the device's free memory could not be read");
@@ -45,10 +47,12 @@ void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
         }
         size = (size_t)((double)dev_free * a->conf.arena_fraction) / ARENA_UNIT * ARENA_UNIT;
     }
+    if (size < a->plan_height) /* a plan: the arena is at least its height */
+        size = (size_t)a->plan_height;
     char s_size[32];
     hbm__format_size(size, s_size, sizeof s_size);
     char why[200];
-    if (size < ARENA_UNIT) {
+    if (size < ARENA_UNIT && !a->plan_height) {
         snprintf(why, sizeof why, "hbm_arena: an arena of %s is too small", s_size);
         give_up(a, why);
         return;
@@ -69,6 +73,136 @@ void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
     }
     hbm__pool_insert(&a->arena, b);
     a->arena_on = true;
+    a->arena_seg = b->seg;
     a->arena_stream = stream;
     a->arena_size = size;
+}
+
+/* ---- hbm_plan_file: a plan (hbmalloc plan -o) served from the arena ---- */
+
+hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
+{
+    const char *path = a->conf.plan_file;
+    FILE *f = fopen(path, "r");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) { /* a device or a pipe could block or never end */
+        snprintf(err, errlen, "hbm_plan_file: cannot open %.200s%s", path, f ? " (not a regular file)" : "");
+        if (f)
+            fclose(f);
+        return HBM_ERR_CONF;
+    }
+    char line[256];
+    size_t lineno = 0, cap = 0;
+    int header = 0;
+    hbm_status rc = HBM_OK;
+    const char *why = NULL;
+    while (!why && fgets(line, sizeof line, f)) {
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            why = "line too long";
+            break;
+        }
+        if (line[0] == '#' || line[0] == '\n')
+            continue;
+        unsigned long long k, off, size, start, end;
+        char extra;
+        if (!header) {
+            if (strcmp(line, "hbmplan 1\n") && strcmp(line, "hbmplan 1"))
+                why = "not a plan file (its first line must be 'hbmplan 1')";
+            header = 1;
+        } else if (!a->plan_height) {
+            if (sscanf(line, "height %llu %c", &size, &extra) != 1 || !size || size > (1ull << 56))
+                why = "expected 'height BYTES' (1 to 2^56)";
+            else
+                a->plan_height = size;
+        } else if (sscanf(line, "%llu %llu %llu %llu %llu %c", &k, &off, &size, &start, &end, &extra) != 5) {
+            why = "expected 'alloc offset size start end'";
+        } else if (k != a->plan_n) {
+            why = "allocations must be numbered 0, 1, 2, ... in order";
+        } else if (!size || size % 512 || off % 512 || off > a->plan_height || size > a->plan_height - off) {
+            why = "offset and size must be multiples of 512 inside the height";
+        } else {
+            if (a->plan_n == cap) {
+                size_t ncap = cap ? cap * 2 : 1024;
+                uint64_t *o = realloc(a->plan_off, ncap * sizeof *o), *s = o ? realloc(a->plan_size, ncap * sizeof *s)
+                                                                              : NULL;
+                if (o)
+                    a->plan_off = o;
+                if (!o || !s) {
+                    rc = HBM_ERR_NOMEM;
+                    why = "out of host memory";
+                    break;
+                }
+                a->plan_size = s;
+                cap = ncap;
+            }
+            a->plan_off[a->plan_n] = off;
+            a->plan_size[a->plan_n++] = size;
+        }
+    }
+    if (!why && ferror(f))
+        why = "read error";
+    if (!why && !a->plan_height)
+        why = "no height line";
+    fclose(f);
+    if (why) {
+        snprintf(err, errlen, "hbm_plan_file: %.200s:%zu: %s", path, lineno, why);
+        free(a->plan_off);
+        free(a->plan_size);
+        a->plan_off = a->plan_size = NULL;
+        a->plan_n = 0;
+        a->plan_height = 0;
+        return rc != HBM_OK ? rc : HBM_ERR_CONF;
+    }
+    return HBM_OK;
+}
+
+hbm__block *hbm__plan_block(hbm_allocator *a, size_t size)
+{
+    size_t k = a->plan_next++;
+    if (k >= a->plan_n || size > a->plan_size[k] || hbm__ensure_spares(a, 2) != HBM_OK) {
+        a->stats.plan_misses++;
+        return NULL;
+    }
+    uintptr_t at = a->arena_seg->addr + a->plan_off[k];
+    /* The block the range begins in: a walk along the arena's blocks, from the last planned allocation when it is
+     * still live (planned neighbours in time are often neighbours in address), else from the arena's start. */
+    hbm__block *b = a->plan_cursor ? hbm__ptrmap_get(&a->live, a->plan_cursor) : NULL;
+    if (!b || b->seg != a->arena_seg)
+        b = a->arena_seg->head;
+    while (b && b->addr > at)
+        b = b->prev;
+    while (b && b->addr + b->size <= at)
+        b = b->next;
+    if (!b || b->allocated || !b->in_tree || b->event_count || at + size > b->addr + b->size) {
+        a->stats.plan_misses++; /* that range is taken: a late free, another stream's use, a changed step */
+        return NULL;
+    }
+    if (at > b->addr) { /* split the free front off, in the tree as a free block of its own */
+        hbm__block *front = hbm__block_new(a);
+        bool was_split = b->prev || b->next;
+        front->seg = b->seg;
+        front->stream = b->stream;
+        front->addr = b->addr;
+        front->size = at - b->addr;
+        front->prev = b->prev;
+        if (front->prev)
+            front->prev->next = front;
+        else
+            b->seg->head = front;
+        front->next = b;
+        b->prev = front;
+        hbm__pool_remove(&a->arena, b);
+        b->addr = at;
+        b->size -= front->size;
+        hbm__pool_insert(&a->arena, b);
+        hbm__pool_insert(&a->arena, front);
+        /* Two free blocks of a split segment where there was one (counted already if it was split). */
+        hbm__stat_arr_inc(a->stats.inactive_split, &a->arena, was_split ? 1 : 2);
+        if (!was_split)
+            hbm__stat_arr_inc(a->stats.inactive_split_bytes, &a->arena, (int64_t)(front->size + b->size));
+    }
+    a->stats.plan_hits++;
+    a->plan_cursor = at;
+    return b;
 }

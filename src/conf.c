@@ -127,7 +127,7 @@ typedef enum key_id {
     K_PIN_THREADS, K_PIN_BG, K_PIN_RESERVE, K_PIN_ROUND, K_PIN_CACHED, K_GRAPH_REUSE, K_FRACTION,
     K_PIN_CATCH_ALL, K_THROW_CUDA, K_THROW_NPU, K_PIN_EXPANDABLE, K_PIN_REGISTER, K_BASE_ALIGN,
     K_PAGE_SIZE, K_SEGMENT_SIZE, K_LAZY_RECLAIM, K_ALIGN_HUGEPAGES, K_ES_RESERVE, K_ES_RESERVE_CLASS,
-    K_HBM_REMAP, K_HBM_PAGE, K_HBM_ARENA, K_HBM_ARENA_FRACTION
+    K_HBM_REMAP, K_HBM_PAGE, K_HBM_ARENA, K_HBM_ARENA_FRACTION, K_HBM_PLAN_FILE
 } key_id;
 
 typedef struct key_def {
@@ -173,6 +173,7 @@ static const key_def keys[] = {
     {"hbm_expandable_page_mb", K_HBM_PAGE, D_BOTH},
     {"hbm_arena_mb", K_HBM_ARENA, D_BOTH},
     {"hbm_arena_fraction", K_HBM_ARENA_FRACTION, D_BOTH},
+    {"hbm_plan_file", K_HBM_PLAN_FILE, D_BOTH},
 };
 
 static const key_def *find_key(const char *name)
@@ -641,6 +642,9 @@ static int set_key(hbm__conf *cf, const key_def *k, const rules *r, const lexed 
         cf->arena_bytes = 0;
         return 0;
     }
+    case K_HBM_PLAN_FILE: /* read at create (arena.c): here only the path */
+        snprintf(cf->plan_file, sizeof cf->plan_file, "%s", c.val->s);
+        return 0;
     case K_PIN_THREADS:
         if (get_uint(&c, &v, "expected a power of two <= 128"))
             return -1;
@@ -986,6 +990,9 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
                             "fit; segments beyond it%s)\n",
                        what, c->expandable_segments ? "; not used while expandable_segments is in force" : "");
     }
+    if (c->plan_file[0])
+        hbm__sb_printf(&sb, "hbm_plan_file: %s (hbmalloc policy: allocation k served at the plan's offset in the arena, "
+                            "when it fits and that range is free)\n", c->plan_file);
     if (c->expandable_page)
         hbm__sb_printf(&sb, "hbm_expandable_page_mb: %zu (hbmalloc policy: large-pool page of expandable segments%s)\n",
                        c->expandable_page / HBM__MiB, !c->expandable_segments ? "; needs expandable_segments:True" : "");
@@ -1083,6 +1090,8 @@ void hbm__conf_policy_string(const hbm__conf *c, char *out, size_t outlen)
         hbm__sb_printf(&sb, "%shbm_remap_free_pages:True", SEP);
     if (c->expandable_page)
         hbm__sb_printf(&sb, "%shbm_expandable_page_mb:%zu", SEP, c->expandable_page / HBM__MiB);
+    if (c->plan_file[0])
+        hbm__sb_printf(&sb, "%shbm_plan_file:%s", SEP, c->plan_file);
     if (c->arena_bytes)
         hbm__sb_printf(&sb, "%shbm_arena_mb:%zu", SEP, c->arena_bytes / HBM__MiB);
     else if (c->arena_fraction > 0)

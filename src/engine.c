@@ -601,7 +601,8 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
     if (__builtin_expect(a->arena_wanted || a->arena_on, 0) && !p->owner) {
         if (a->arena_wanted)
             hbm__arena_create(a, stream);
-        if (a->arena_on && stream == a->arena_stream && (b = arena_free_block(a, stream, size)))
+        if (a->arena_on && stream == a->arena_stream &&
+            ((a->plan_n && (b = hbm__plan_block(a, size))) || (b = arena_free_block(a, stream, size))))
             p = &a->arena;
     }
     if (!b)
@@ -923,6 +924,10 @@ void hbm__engine_teardown(hbm_allocator *a)
         free(s);
     }
     a->segments = NULL;
+    free(a->plan_off);
+    free(a->plan_size);
+    a->plan_off = a->plan_size = NULL;
+    a->plan_n = 0;
     hbm__stream_teardown(a);
     free(a->history);
     a->history = NULL;

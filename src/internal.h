@@ -172,6 +172,13 @@ struct hbm_allocator {
     bool arena_on;         /* reserved: arena_stream's requests look in it first */
     hbm_stream arena_stream;
     size_t arena_size;
+    hbm__segment *arena_seg;
+    /* hbm_plan_file (arena.c): allocation k of the arena's stream goes to plan_off[k] in the arena when it fits
+     * in plan_size[k] and that range is free; else the arena's best fit. */
+    uint64_t *plan_off, *plan_size;
+    size_t plan_n, plan_next;
+    uint64_t plan_height;
+    uintptr_t plan_cursor; /* where the last planned allocation went: the walk to the next starts there if live */
     hbm__mempool *mempools;
     hbm_mempool next_mempool_id;
     hbm__route *routes;    /* searched last first, as PyTorch searches captures */
@@ -313,6 +320,11 @@ static inline void hbm__trace_block(hbm_allocator *a, hbm_trace_action action, c
 /* ---- arena.c: the hbm_arena policy ---- */
 /* Reserves the arena for `stream` at the first allocation; when it cannot, says why in hbm_warning and gives up. */
 void hbm__arena_create(hbm_allocator *a, hbm_stream stream);
+/* Reads conf.plan_file (a->lock not needed: at create). HBM_OK, or HBM_ERR_CONF with "FILE:LINE: what" in err. */
+hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen);
+/* The free arena block that allocation plan_next's range lies in, cut to begin at that range (a block split off in
+ * front when needed), for a rounded request of size; NULL (a miss, counted) when the plan cannot serve it. */
+hbm__block *hbm__plan_block(hbm_allocator *a, size_t size);
 hbm_status hbm__label_intern(hbm__labels *l, const char *text, hbm_label *out);
 /* The same for a's table, with a's error message set when refused (a->lock held). */
 hbm_status hbm__label_intern_a(hbm_allocator *a, const char *text, hbm_label *out);

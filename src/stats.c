@@ -97,7 +97,8 @@ int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap)
         {"num_device_free", s->num_device_free}, {"max_split_size", s->max_split_size},
         /* hbmalloc extensions */
         {"expandable_segments", s->expandable_segments}, {"num_expandable_segments", s->num_expandable_segments},
-        {"arena_bytes", s->arena_bytes},
+        {"arena_bytes", s->arena_bytes}, {"plan_height", s->plan_height}, {"plan_hits", s->plan_hits},
+        {"plan_misses", s->plan_misses},
     };
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++, n++)
         if (n < cap) {

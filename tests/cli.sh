@@ -191,6 +191,13 @@ check plan_forward 0 "plan height: .*1.000[0-9] x peak live" "$bin" plan "$src/e
     -o "$tmp/p.plan"
 check plan_file 0 "^height [0-9]" cat "$tmp/p.plan"
 [ "$(grep -c '^[0-9]' "$tmp/p.plan")" -eq 2382 ] && echo "ok   plan_file_rows" || { echo "FAIL plan_file_rows"; fails=$((fails + 1)); }
+# The allocator serves the plan file (hbm_plan_file): the replay reserves the plan's height in one device call,
+# the validator after every event.
+h=$(sed -n 's/^height //p' "$tmp/p.plan")
+check plan_served 0 "peak reserved: .*($h bytes)" "$bin" replay "$src/examples/cs336-lm-ctx512-forward.trace" --check \
+    --conf "hbm_plan_file:$tmp/p.plan"
+check plan_served_hits 0 "plan_hits 2382" "$bin" replay "$src/examples/cs336-lm-ctx512-forward.trace" --stats \
+    --conf "hbm_plan_file:$tmp/p.plan"
 check plan_json 0 '"allocations":2382,' "$bin" plan "$src/examples/cs336-lm-ctx512-forward.trace" --json --budget 0
 check plan_conf_refused 2 "does not apply: a plan depends on the trace alone" "$bin" plan "$ex" --conf ""
 check plan_bad_seed 2 "takes a whole number above 0" "$bin" plan "$ex" --seed 0

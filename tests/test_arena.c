@@ -1,7 +1,12 @@
 /* test_arena.c: the hbm_arena policy (src/arena.c): one region, every size of its stream best fit in it down to
  * 512 bytes, coalesced across it, kept by empty_cache; segments beyond it; other streams, private pools,
  * expandable segments and a device that cannot give it handled and said. */
+#include <unistd.h>
+
 #include "helpers.h"
+#include "plan.h"
+#include "trace.h"
+#include "util.h"
 
 static size_t device_mallocs(hbm_allocator *a)
 {
@@ -131,6 +136,157 @@ static void an_arena_the_device_cannot_give_is_said_and_segments_serve(void **st
     hbm_destroy(a);
 }
 
+/* ---- hbm_plan_file: a plan from an earlier run served from the arena ---- */
+
+static char plan_path[] = "/tmp/hbm_plan_XXXXXX";
+
+static void write_file(const char *text)
+{
+    int fd = mkstemp(plan_path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+/* Replays t on a; sizes scaled by `grow` for every `every`-th allocation (0: none); the validator after each op. */
+static void replay_checked(hbm_allocator *a, const trace *t, int every)
+{
+    void **slot = calloc(t->nslots + 1, sizeof *slot);
+    size_t nalloc = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const trace_event *e = &t->ev[i];
+        if (e->kind == EV_ALLOC) {
+            size_t size = (size_t)e->size * (every && ++nalloc % (size_t)every == 0 ? 2 : 1);
+            slot[e->slot] = must_malloc(a, size, e->stream);
+        } else if (e->kind == EV_FREE) {
+            assert_int_equal(hbm_free(a, slot[e->slot]), HBM_OK);
+            slot[e->slot] = NULL;
+        }
+        assert_valid(a);
+    }
+    for (size_t i = 0; i < t->nslots; i++)
+        if (slot[i])
+            hbm_free(a, slot[i]);
+    free(slot);
+}
+
+/* A random trace of n allocations: sizes 1 KiB to 64 MiB, up to 40 live. */
+static void random_trace(trace *t, int n, uint64_t seed)
+{
+    static char text[1 << 20];
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, text, sizeof text);
+    hbm__sb_printf(&sb, "hbmtrace 1\n");
+    int live[40] = {0}, nlive = 0, next = 1;
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        if (nlive == 40 || (nlive && (seed >> 33) % 3 == 0)) {
+            int k = (int)((seed >> 40) % (uint64_t)nlive);
+            hbm__sb_printf(&sb, "f %d\n", live[k]);
+            live[k] = live[--nlive];
+        }
+        hbm__sb_printf(&sb, "a %d %llu 0\n", next, (unsigned long long)(1024 + (seed >> 20) % (64 * MiB)));
+        live[nlive++] = next++;
+    }
+    char err[256];
+    assert_int_equal(trace_read_text_mem("random", text, sb.len, t, err, sizeof err), 0);
+}
+
+static void a_plan_from_an_earlier_run_is_served_at_its_offsets(void **st)
+{
+    (void)st;
+    trace t;
+    random_trace(&t, 3000, 42);
+    plan p;
+    char err[256];
+    assert_int_equal(plan_build(&t, NULL, &p, err, sizeof err), 0);
+    FILE *f = fdopen(mkstemp(plan_path), "w");
+    assert_non_null(f);
+    assert_int_equal(plan_write(&p, "random", f), 0);
+    fclose(f);
+    char settings[200];
+    snprintf(settings, sizeof settings, "hbm_plan_file:%s", plan_path);
+    /* The same run: every allocation at its offset, one device allocation of the plan's height. */
+    hbm_allocator *a = open_sim("sim:capacity=64GiB", settings);
+    replay_checked(a, &t, 0);
+    hbm_stats s = stats_of(a);
+    assert_int_equal(s.plan_hits, 3000);
+    assert_int_equal(s.plan_misses, 0);
+    assert_int_equal(s.plan_height, (int64_t)p.height);
+    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].peak, (int64_t)p.height);
+    assert_int_equal(device_mallocs(a), 1);
+    hbm_destroy(a);
+    /* A run that differs (every 5th allocation twice the size): those miss and are served by best fit in the arena
+     * or segments; the rest still hit when their range is free; the validator holds throughout. */
+    a = open_sim("sim:capacity=64GiB", settings);
+    replay_checked(a, &t, 5);
+    s = stats_of(a);
+    assert_int_equal(s.plan_hits + s.plan_misses, 3000);
+    assert_true(s.plan_misses >= 600);
+    assert_true(s.plan_hits > 0);
+    hbm_destroy(a);
+    unlink(plan_path);
+    plan_free(&p);
+    trace_free(&t);
+}
+
+static void a_taken_range_is_a_miss_not_an_overlap(void **st)
+{
+    (void)st;
+    /* Allocations 0 and 1 planned at the same offset (1 was to come after 0's free): 0 stays live, so 1 misses and
+     * goes elsewhere in the arena. */
+    strcpy(plan_path, "/tmp/hbm_plan_XXXXXX");
+    write_file("hbmplan 1\nheight 8192\n# alloc offset size start end\n0 0 4096 0 1\n1 0 4096 1 2\n");
+    char settings[200];
+    snprintf(settings, sizeof settings, "hbm_plan_file:%s", plan_path);
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", settings);
+    char *p0 = must_malloc(a, 4096, 0), *p1 = must_malloc(a, 4096, 0);
+    assert_ptr_equal(p1, p0 + 4096);
+    hbm_stats s = stats_of(a);
+    assert_int_equal(s.plan_hits, 1);
+    assert_int_equal(s.plan_misses, 1);
+    assert_int_equal(s.arena_bytes, 8192);
+    hbm_free(a, p0);
+    hbm_free(a, p1);
+    assert_valid(a);
+    hbm_destroy(a);
+    unlink(plan_path);
+}
+
+static void bad_plan_files_are_refused_with_file_and_line(void **st)
+{
+    (void)st;
+    const struct {
+        const char *text, *want;
+    } cases[] = {
+        {"hbmplan 2\n", ":1: not a plan file"},
+        {"hbmplan 1\nheight 0\n", ":2: expected 'height BYTES'"},
+        {"hbmplan 1\nheight 4096\n0 0 4096 0 1\n2 0 512 0 1\n", ":4: allocations must be numbered"},
+        {"hbmplan 1\nheight 4096\n0 512 4096 0 1\n", ":3: offset and size must be multiples of 512 inside the height"},
+        {"hbmplan 1\nheight 4096\n0 0 100 0 1\n", ":3: offset and size must be multiples"},
+        {"hbmplan 1\nheight 4096\n0 0\n", ":3: expected 'alloc offset size start end'"},
+        {"hbmplan 1\n", "no height line"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        strcpy(plan_path, "/tmp/hbm_plan_XXXXXX");
+        write_file(cases[i].text);
+        char settings[200], err[512];
+        snprintf(settings, sizeof settings, "hbm_plan_file:%s", plan_path);
+        hbm_allocator *a;
+        assert_int_equal(hbm_open(&a, "sim:capacity=1GiB", 0, settings, err, sizeof err), HBM_ERR_CONF);
+        if (!strstr(err, cases[i].want) || !strstr(err, plan_path))
+            fail_msg("case %zu: '%s' lacks '%s'", i, err, cases[i].want);
+        unlink(plan_path);
+    }
+    char err[512];
+    hbm_allocator *a;
+    assert_int_equal(hbm_open(&a, "sim:capacity=1GiB", 0, "hbm_plan_file:/nonexistent/p.plan", err, sizeof err),
+                     HBM_ERR_CONF);
+    assert_non_null(strstr(err, "cannot open /nonexistent/p.plan"));
+    assert_int_equal(hbm_open(&a, "sim:capacity=1GiB", 0, "hbm_plan_file:/dev/zero", err, sizeof err), HBM_ERR_CONF);
+    assert_non_null(strstr(err, "(not a regular file)"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -138,6 +294,9 @@ int main(void)
         cmocka_unit_test(what_does_not_fit_goes_to_segments_which_are_released),
         cmocka_unit_test(other_streams_and_private_pools_use_segments),
         cmocka_unit_test(an_arena_the_device_cannot_give_is_said_and_segments_serve),
+        cmocka_unit_test(a_plan_from_an_earlier_run_is_served_at_its_offsets),
+        cmocka_unit_test(a_taken_range_is_a_miss_not_an_overlap),
+        cmocka_unit_test(bad_plan_files_are_refused_with_file_and_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
