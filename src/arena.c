@@ -80,6 +80,59 @@ void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
 
 /* ---- hbm_plan_file: a plan (hbmalloc plan -o) served from the arena ---- */
 
+static int grow_array(void *pp, size_t n, size_t elem)
+{
+    void **p = pp, *q = realloc(*p, n * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    return 0;
+}
+
+typedef struct plan_end {
+    uint64_t end; /* offset + size */
+    uint32_t start, k;
+} plan_end;
+
+static int by_end(const void *x, const void *y)
+{
+    const plan_end *a = x, *b = y;
+    return a->end != b->end ? (a->end < b->end ? -1 : 1) : (a->start > b->start) - (a->start < b->start);
+}
+
+/* For each allocation, the one planned right below it (its range ends where k's begins) that is live when k is
+ * allocated, the latest such: when that one is live at serving time, k's range lies in the block after it, found
+ * in O(1) through the live map instead of a walk. At most 64 candidates are looked at per allocation. */
+static int plan_neighbours(hbm_allocator *a, const uint32_t *start, const uint32_t *end)
+{
+    size_t n = a->plan_n;
+    plan_end *e = malloc((n ? n : 1) * sizeof *e);
+    a->plan_below = malloc((n ? n : 1) * sizeof *a->plan_below);
+    if (!e || !a->plan_below) {
+        free(e);
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++)
+        e[k] = (plan_end){a->plan_off[k] + a->plan_size[k], start[k], (uint32_t)k};
+    qsort(e, n, sizeof *e, by_end);
+    for (size_t k = 0; k < n; k++) {
+        a->plan_below[k] = UINT32_MAX;
+        size_t lo = 0, hi = n; /* first entry ending at or above off[k] */
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (e[mid].end < a->plan_off[k])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (size_t i = lo, seen = 0; i < n && e[i].end == a->plan_off[k] && seen < 64; i++, seen++)
+            if (e[i].start <= start[k] && start[k] < end[e[i].k])
+                a->plan_below[k] = e[i].k; /* sorted by start: the last one found is the latest */
+    }
+    free(e);
+    return 0;
+}
+
 hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
 {
     const char *path = a->conf.plan_file;
@@ -93,6 +146,7 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
     }
     char line[256];
     size_t lineno = 0, cap = 0;
+    uint32_t *start_at = NULL, *end_at = NULL; /* lifetimes, for plan_neighbours */
     int header = 0;
     hbm_status rc = HBM_OK;
     const char *why = NULL;
@@ -121,22 +175,23 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
             why = "allocations must be numbered 0, 1, 2, ... in order";
         } else if (!size || size % 512 || off % 512 || off > a->plan_height || size > a->plan_height - off) {
             why = "offset and size must be multiples of 512 inside the height";
+        } else if (start >= end || end > UINT32_MAX) {
+            why = "the lifetime [start, end) must be a non-empty range of event numbers";
         } else {
             if (a->plan_n == cap) {
                 size_t ncap = cap ? cap * 2 : 1024;
-                uint64_t *o = realloc(a->plan_off, ncap * sizeof *o), *s = o ? realloc(a->plan_size, ncap * sizeof *s)
-                                                                              : NULL;
-                if (o)
-                    a->plan_off = o;
-                if (!o || !s) {
+                if (grow_array(&a->plan_off, ncap, sizeof *a->plan_off) ||
+                    grow_array(&a->plan_size, ncap, sizeof *a->plan_size) ||
+                    grow_array(&start_at, ncap, sizeof *start_at) || grow_array(&end_at, ncap, sizeof *end_at)) {
                     rc = HBM_ERR_NOMEM;
                     why = "out of host memory";
                     break;
                 }
-                a->plan_size = s;
                 cap = ncap;
             }
             a->plan_off[a->plan_n] = off;
+            start_at[a->plan_n] = (uint32_t)start;
+            end_at[a->plan_n] = (uint32_t)end;
             a->plan_size[a->plan_n++] = size;
         }
     }
@@ -145,10 +200,18 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
     if (!why && !a->plan_height)
         why = "no height line";
     fclose(f);
+    if (!why && plan_neighbours(a, start_at, end_at)) {
+        rc = HBM_ERR_NOMEM;
+        why = "out of host memory";
+    }
+    free(start_at);
+    free(end_at);
     if (why) {
         snprintf(err, errlen, "hbm_plan_file: %.200s:%zu: %s", path, lineno, why);
         free(a->plan_off);
         free(a->plan_size);
+        free(a->plan_below);
+        a->plan_below = NULL;
         a->plan_off = a->plan_size = NULL;
         a->plan_n = 0;
         a->plan_height = 0;
@@ -165,15 +228,20 @@ hbm__block *hbm__plan_block(hbm_allocator *a, size_t size)
         return NULL;
     }
     uintptr_t at = a->arena_seg->addr + a->plan_off[k];
-    /* The block the range begins in: a walk along the arena's blocks, from the last planned allocation when it is
-     * still live (planned neighbours in time are often neighbours in address), else from the arena's start. */
-    hbm__block *b = a->plan_cursor ? hbm__ptrmap_get(&a->live, a->plan_cursor) : NULL;
-    if (!b || b->seg != a->arena_seg)
-        b = a->arena_seg->head;
-    while (b && b->addr > at)
-        b = b->prev;
-    while (b && b->addr + b->size <= at)
-        b = b->next;
+    /* The block the range begins in: the one after the allocation planned right below it when that is live (O(1)),
+     * else a walk along the arena's blocks from the last planned allocation, or from the arena's start. */
+    uint32_t j = a->plan_below[k];
+    hbm__block *b = j != UINT32_MAX ? hbm__ptrmap_get(&a->live, a->arena_seg->addr + a->plan_off[j]) : NULL;
+    b = b && b->seg == a->arena_seg ? b->next : NULL;
+    if (!b || b->addr > at || b->addr + b->size <= at) {
+        b = a->plan_cursor ? hbm__ptrmap_get(&a->live, a->plan_cursor) : NULL;
+        if (!b || b->seg != a->arena_seg)
+            b = a->arena_seg->head;
+        while (b && b->addr > at)
+            b = b->prev;
+        while (b && b->addr + b->size <= at)
+            b = b->next;
+    }
     if (!b || b->allocated || !b->in_tree || b->event_count || at + size > b->addr + b->size) {
         a->stats.plan_misses++; /* that range is taken: a late free, another stream's use, a changed step */
         return NULL;

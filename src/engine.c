@@ -926,6 +926,8 @@ void hbm__engine_teardown(hbm_allocator *a)
     a->segments = NULL;
     free(a->plan_off);
     free(a->plan_size);
+    free(a->plan_below);
+    a->plan_below = NULL;
     a->plan_off = a->plan_size = NULL;
     a->plan_n = 0;
     hbm__stream_teardown(a);

@@ -176,6 +176,7 @@ struct hbm_allocator {
     /* hbm_plan_file (arena.c): allocation k of the arena's stream goes to plan_off[k] in the arena when it fits
      * in plan_size[k] and that range is free; else the arena's best fit. */
     uint64_t *plan_off, *plan_size;
+    uint32_t *plan_below; /* the allocation planned right below k and live when k comes (UINT32_MAX: none) */
     size_t plan_n, plan_next;
     uint64_t plan_height;
     uintptr_t plan_cursor; /* where the last planned allocation went: the walk to the next starts there if live */
