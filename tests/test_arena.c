@@ -265,6 +265,7 @@ static void bad_plan_files_are_refused_with_file_and_line(void **st)
         {"hbmplan 1\nheight 4096\n0 512 4096 0 1\n", ":3: offset and size must be multiples of 512 inside the height"},
         {"hbmplan 1\nheight 4096\n0 0 100 0 1\n", ":3: offset and size must be multiples"},
         {"hbmplan 1\nheight 4096\n0 0\n", ":3: expected 'alloc offset size start end'"},
+        {"hbmplan 1\nheight 4096\n0 0 4096 5 5\n", ":3: the lifetime [start, end) must be a non-empty range"},
         {"hbmplan 1\n", "no height line"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
