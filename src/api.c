@@ -277,7 +277,7 @@ hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
         return HBM_ERR_INVALID;
     hbm__lock(a);
     a->stats.num_expandable_segments = (int64_t)a->nexpandable;
-    a->stats.arena_bytes = (int64_t)a->arena_size;
+    a->stats.arena_bytes = a->arena_seg ? (int64_t)a->arena_seg->size : 0;
     a->stats.plan_height = (int64_t)a->plan_height;
     *out = a->stats;
     hbm__unlock(a);

@@ -72,10 +72,8 @@ void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
         return;
     }
     hbm__pool_insert(&a->arena, b);
-    a->arena_on = true;
     a->arena_seg = b->seg;
     a->arena_stream = stream;
-    a->arena_size = size;
 }
 
 /* ---- hbm_plan_file: a plan (hbmalloc plan -o) served from the arena ---- */
@@ -247,23 +245,9 @@ hbm__block *hbm__plan_block(hbm_allocator *a, size_t size)
         return NULL;
     }
     if (at > b->addr) { /* split the free front off, in the tree as a free block of its own */
-        hbm__block *front = hbm__block_new(a);
         bool was_split = b->prev || b->next;
-        front->seg = b->seg;
-        front->stream = b->stream;
-        front->addr = b->addr;
-        front->size = at - b->addr;
-        front->prev = b->prev;
-        if (front->prev)
-            front->prev->next = front;
-        else
-            b->seg->head = front;
-        front->next = b;
-        b->prev = front;
-        hbm__pool_remove(&a->arena, b);
-        b->addr = at;
-        b->size -= front->size;
-        hbm__pool_insert(&a->arena, b);
+        hbm__block *front = hbm__split_front(a, b, at - b->addr);
+        hbm__pool_rekey(&a->arena, b, false); /* smaller now */
         hbm__pool_insert(&a->arena, front);
         /* Two free blocks of a split segment where there was one (counted already if it was split). */
         hbm__stat_arr_inc(a->stats.inactive_split, &a->arena, was_split ? 1 : 2);

@@ -226,20 +226,7 @@ HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__blo
     if (should_split(a, p, b, size)) {
         /* The front becomes the caller's block; the old object keeps the remainder. */
         hbm__block *rem = b;
-        b = hbm__block_new(a); /* hbm__ensure_spares() guaranteed one */
-        b->seg = rem->seg;
-        b->stream = rem->stream;
-        b->addr = rem->addr;
-        b->size = size;
-        b->prev = rem->prev;
-        if (b->prev)
-            b->prev->next = b;
-        else
-            rem->seg->head = b;
-        b->next = rem;
-        rem->prev = b;
-        rem->addr += size;
-        rem->size -= size;
+        b = hbm__split_front(a, rem, size); /* hbm__ensure_spares() guaranteed a block object */
         if (rem->in_tree)
             hbm__pool_rekey(p, rem, false);
         else
@@ -522,7 +509,7 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
         hbm__format_size(outside, s_x, sizeof s_x);
         hbm__sb_printf(&sb, "%s of the device is in use outside this allocator. ", s_x);
     }
-    if (a->arena_on) { /* the arena's share of what is reserved, and how it is cut up */
+    if (a->arena_seg) { /* the arena's share of what is reserved, and how it is cut up */
         size_t arena_free = 0, arena_largest = 0;
         for (hbm__block *b = hbm__pool_first(&a->arena); b; b = hbm__tree_next(b)) {
             arena_free += b->size;
@@ -530,7 +517,7 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
                 arena_largest = b->size;
         }
         char s_arena[32], s_afree[32];
-        hbm__format_size(a->arena_size, s_arena, sizeof s_arena);
+        hbm__format_size(a->arena_seg->size, s_arena, sizeof s_arena);
         hbm__format_size(arena_free, s_afree, sizeof s_afree);
         hbm__format_size(arena_largest, s_x, sizeof s_x);
         hbm__sb_printf(&sb, "The hbm_arena of %s holds %s free, the largest piece %s%s. ", s_arena, s_afree, s_x,
@@ -598,10 +585,10 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
                    : size <= HBM__SMALL_SIZE ? &a->small
                                              : &a->large;
     hbm__block *b = NULL;
-    if (__builtin_expect(a->arena_wanted || a->arena_on, 0) && !p->owner) {
+    if (__builtin_expect(a->arena_wanted || a->arena_seg, 0) && !p->owner) {
         if (a->arena_wanted)
             hbm__arena_create(a, stream);
-        if (a->arena_on && stream == a->arena_stream &&
+        if (a->arena_seg && stream == a->arena_stream &&
             ((a->plan_n && (b = hbm__plan_block(a, size))) || (b = arena_free_block(a, stream, size))))
             p = &a->arena;
     }

@@ -169,10 +169,8 @@ struct hbm_allocator {
      * requests of every size served from it best fit before segments are made. */
     hbm__pool arena;
     bool arena_wanted;     /* asked for, expandable segments not in force, not yet reserved or refused */
-    bool arena_on;         /* reserved: arena_stream's requests look in it first */
     hbm_stream arena_stream;
-    size_t arena_size;
-    hbm__segment *arena_seg;
+    hbm__segment *arena_seg; /* the arena, once reserved: arena_stream's requests look in it first */
     /* hbm_plan_file (arena.c): allocation k of the arena's stream goes to plan_off[k] in the arena when it fits
      * in plan_size[k] and that range is free; else the arena's best fit. */
     uint64_t *plan_off, *plan_size;
@@ -298,6 +296,26 @@ extern __thread size_t hbm__err_sink_len;
 hbm_status hbm__segment_new(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out);
 hbm__block *hbm__block_new(hbm_allocator *a);
 void hbm__block_recycle(hbm_allocator *a, hbm__block *b);
+/* Cuts the first `size` bytes of b into a new block, linked in before it; b keeps the rest. Trees and statistics
+ * are the caller's; a spare block object must be in hand (hbm__ensure_spares). */
+static inline hbm__block *hbm__split_front(hbm_allocator *a, hbm__block *b, size_t size)
+{
+    hbm__block *f = hbm__block_new(a);
+    f->seg = b->seg;
+    f->stream = b->stream;
+    f->addr = b->addr;
+    f->size = size;
+    f->prev = b->prev;
+    if (f->prev)
+        f->prev->next = f;
+    else
+        b->seg->head = f;
+    f->next = b;
+    b->prev = f;
+    b->addr += size;
+    b->size -= size;
+    return f;
+}
 /* Keep n block objects in hand so a split cannot fail half-way. */
 hbm_status hbm__ensure_spares(hbm_allocator *a, int n);
 /* Merge src into dst when src is a free neighbour in the same mapped state; returns bytes absorbed. */

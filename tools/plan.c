@@ -182,6 +182,7 @@ int plan_build(const trace *t, const plan_opts *o, plan *out, char *err, size_t 
     search s = {0};
     uint32_t *order = NULL, *work = NULL;
     order_key *keys = NULL;
+    int rc = -1;
     int built = build_buffers(t, out);
     if (built == -2) {
         plan_free(out);
@@ -189,7 +190,7 @@ int plan_build(const trace *t, const plan_opts *o, plan *out, char *err, size_t 
         return -1;
     }
     if (built)
-        goto nomem;
+        goto done;
     s.b = out->b;
     s.n = out->n;
     s.height = UINT64_MAX;
@@ -201,7 +202,7 @@ int plan_build(const trace *t, const plan_opts *o, plan *out, char *err, size_t 
     work = malloc(n * sizeof *work);
     keys = malloc(n * sizeof *keys);
     if (!s.byoff || !s.off || !s.best || !order || !work || !keys)
-        goto nomem;
+        goto done;
     /* The eight greedy orders; the best one seeds the search. */
     int best_fit = BEST_FIT;
     for (int key = 0; key < 4; key++)
@@ -251,23 +252,19 @@ int plan_build(const trace *t, const plan_opts *o, plan *out, char *err, size_t 
     out->height = s.n ? s.height : 0;
     for (size_t i = 0; i < s.n; i++)
         out->b[i].offset = s.best[i];
+    rc = 0;
+done:
     free(s.byoff);
     free(s.off);
     free(s.best);
     free(order);
     free(work);
     free(keys);
-    return 0;
-nomem:
-    free(s.byoff);
-    free(s.off);
-    free(s.best);
-    free(order);
-    free(work);
-    free(keys);
-    plan_free(out);
-    snprintf(err, errlen, "out of host memory planning %llu allocations", (unsigned long long)t->allocs);
-    return -1;
+    if (rc) {
+        plan_free(out);
+        snprintf(err, errlen, "out of host memory planning %llu allocations", (unsigned long long)t->allocs);
+    }
+    return rc;
 }
 
 void plan_free(plan *p)
