@@ -218,6 +218,26 @@ static void an_old_cann_runtime_works_without_virtual_memory(void **st)
     assert_int_equal(OLD.finalize(), 0);
 }
 
+/* The field report's device: CANN 6 (no virtual memory). hbm_arena runs on the AscendCL backend as on the sim: one
+ * aclrtMalloc for the arena, every size of its stream inside it, and nothing left in the runtime after destroy. */
+static void the_arena_runs_on_a_runtime_without_virtual_memory(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_acl(&OLD, "hbm_arena_mb:256");
+    void *p = must_malloc(a, 4096, 0), *q = must_malloc(a, 30 * MiB, 0), *r = must_malloc(a, 700 * 1024, 0);
+    long o[7];
+    OLD.outstanding(o);
+    assert_int_equal(o[0], 1); /* one device allocation: the arena */
+    assert_int_equal(stats_of(a).arena_bytes, 256 * MiB);
+    assert_int_equal((char *)q - (char *)p, 4608); /* back to back: 4096 + torch_npu's 32-byte pad, to 512 */
+    hbm_free(a, q);
+    hbm_free(a, p);
+    hbm_free(a, r);
+    assert_valid(a);
+    assert_int_equal(hbm_destroy(a), HBM_OK);
+    assert_runtime_empty(&OLD, 0);
+}
+
 static void runtime_errors_carry_the_acl_name_and_message_and_leak_nothing(void **st)
 {
     (void)st;
@@ -306,6 +326,7 @@ int main(void)
         cmocka_unit_test_setup(expandable_segments_map_one_handle_per_page, reset),
         cmocka_unit_test_setup(a_failed_probe_falls_back_and_says_why, reset),
         cmocka_unit_test_setup(an_old_cann_runtime_works_without_virtual_memory, reset),
+        cmocka_unit_test_setup(the_arena_runs_on_a_runtime_without_virtual_memory, reset),
         cmocka_unit_test_setup(runtime_errors_carry_the_acl_name_and_message_and_leak_nothing, reset),
         cmocka_unit_test_setup(out_of_memory_while_growing_rolls_back, reset),
         cmocka_unit_test_setup(a_fresh_thread_gets_the_device_set, reset),
