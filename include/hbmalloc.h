@@ -200,8 +200,12 @@ typedef struct hbm_stats {
     int64_t expandable_segments;     /* 1 when expandable segments are in force, else 0 */
     int64_t num_expandable_segments; /* expandable segments (virtual reservations) held now */
     int64_t arena_bytes;             /* the hbm_arena region held (0: none); in reserved_bytes too */
-    int64_t plan_height;             /* hbm_plan_file: the plan's region (0: no plan) */
-    int64_t plan_hits, plan_misses;  /* allocations served at their planned offset, and not */
+    int64_t plan_height;             /* hbm_plan_file or hbm_step_plan: the plan's region (0: no plan) */
+    int64_t plan_hits, plan_misses;  /* allocations served at their planned offset, and not (they fell back) */
+    int64_t plan_unplanned;          /* hbm_step_plan: allocations the plan has no place for (kept across steps,
+                                        past the plan's end), served by the caching policy */
+    int64_t plan_replans;            /* hbm_step_plan: plans made (the first one included) */
+    int64_t steps;                   /* hbm_step calls */
 } hbm_stats;
 
 /* Copy the allocator's statistics. */
@@ -217,7 +221,7 @@ typedef struct hbm_stat_entry {
     char name[48];
     int64_t value;
 } hbm_stat_entry;
-#define HBM_STAT_ENTRIES 128
+#define HBM_STAT_ENTRIES 131
 /* Fill out[0..HBM_STAT_ENTRIES) in sorted order (as memory_stats() sorts); returns the count written. */
 HBM_API int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap);
 
@@ -352,6 +356,38 @@ typedef enum hbm_snapshot_format { HBM_SNAPSHOT_PICKLE = 0, HBM_SNAPSHOT_JSON = 
 /* Write a snapshot as PyTorch writes _dump_snapshot (pickle; opens in memory_viz) or as JSON. */
 HBM_API hbm_status hbm_snapshot_save(const hbm_snapshot *s, const char *path, hbm_snapshot_format fmt, char *err,
                                      size_t errlen);
+
+/* ---- Training steps and planning (hbmalloc policies) ------------------------- */
+/* A training step ends here (call it after optimizer.step(); hbmalloc_torch.step() and
+ * hbmalloc_torch.hook_optimizer() do). Counted in stats.steps; with the hbm_step_plan
+ * setting the allocator learns the step's allocations and serves later steps from a plan
+ * (docs/CONFIGURATION.md). Cheap: O(1) unless a plan is made, which happens at most at a
+ * few boundaries and takes O(n^2) in the step's n allocations at worst. */
+HBM_API hbm_status hbm_step(hbm_allocator *a);
+
+/* A buffer to place: live at the allocations numbered [start, end) and, in a cyclic plan
+ * (one period of a repeating step), also over [0, wrap) of the next period (0: not). */
+typedef struct hbm_lifetime {
+    uint64_t size;       /* bytes, > 0 (in) */
+    uint32_t start, end; /* start < end (in) */
+    uint32_t wrap;       /* (in) */
+    uint64_t offset;     /* where it goes in the region (out) */
+} hbm_lifetime;
+
+typedef struct hbm_plan_info {
+    uint64_t height;        /* the region the offsets need: the highest offset + size */
+    uint64_t peak_live;     /* the most bytes live at one allocation: no plan is lower */
+    uint64_t greedy_height; /* the best of the eight greedy orders, before the search */
+    uint64_t evaluations;   /* greedy placements made */
+    char greedy_order[24];  /* which order that was */
+} hbm_plan_info;
+
+/* Offsets for n buffers such that no two live at the same allocation overlap, the
+ * region as low as the search finds (planner.c: eight greedy orders, then up to `budget`
+ * evaluations of an improvement search, 0: automatic; deterministic for a seed).
+ * HBM_ERR_INVALID for an empty lifetime, a zero size or sizes summing past 2^62. */
+HBM_API hbm_status hbm_plan_lifetimes(hbm_lifetime *b, size_t n, uint64_t budget, uint64_t seed,
+                                      hbm_plan_info *info);
 
 /* ---- Correctness ---------------------------------------------------------- */
 /* Walk every segment and prove the invariants (blocks tile segments, the free index

@@ -509,6 +509,36 @@ def empty_cache():
     return library().hbm_torch_empty_cache()
 
 
+def step():
+    """A training step ended: counted in stats()["steps"]; with HBMALLOC_CONF=hbm_step_plan:True the allocator
+    learns the step's allocations and serves later steps from a plan (docs/CONFIGURATION.md). Call it once per
+    step, after optimizer.step(), or let hook_optimizer() do it."""
+    if library().hbm_torch_step() != 0:
+        raise RuntimeError("hbmalloc: " + _error())
+
+
+def hook_optimizer(optimizer):
+    """Call step() after every optimizer.step(): through Optimizer.register_step_post_hook where torch has it
+    (2.0 and later), else by wrapping this optimizer's step method. Returns a handle whose remove() undoes it."""
+    if hasattr(optimizer, "register_step_post_hook"):
+        return optimizer.register_step_post_hook(lambda *args, **kwargs: step())
+    inner = optimizer.step
+
+    def stepped(*args, **kwargs):
+        out = inner(*args, **kwargs)
+        step()
+        return out
+
+    optimizer.step = stepped
+
+    class _Handle:
+        def remove(self):
+            if optimizer.step is stepped:
+                optimizer.step = inner
+
+    return _Handle()
+
+
 def record_stream(tensor, stream):
     """Like Tensor.record_stream, for hbmalloc: the block waits for `stream` before reuse."""
     ptr = tensor.untyped_storage().data_ptr()

@@ -453,6 +453,7 @@ HBM_TORCH_EXPORT hbm_torch_npu_stats_v1 hbm_torch_npu_device_stats(int device)
 
 HBM_TORCH_EXPORT void *hbm_torch_raw_alloc(size_t size, int device, void *stream);
 HBM_TORCH_EXPORT int hbm_torch_empty_cache(void);
+HBM_TORCH_EXPORT int hbm_torch_step(void);
 HBM_TORCH_EXPORT int hbm_torch_record_stream(void *ptr, int device, void *stream);
 HBM_TORCH_EXPORT int hbm_torch_set_memory_fraction(double fraction, int device);
 HBM_TORCH_EXPORT double hbm_torch_get_memory_fraction(int device);
@@ -485,6 +486,21 @@ HBM_TORCH_EXPORT int hbm_torch_empty_cache(void)
     for (int d = 0; devices && d < hbm_devices_count(devices); d++) {
         hbm_allocator *a = hbm_devices_existing(devices, d);
         if (a && hbm_empty_cache(a) != HBM_OK) {
+            hbm_copy_last_error(a, helper_error, sizeof helper_error);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+/* A training step ended (hbmalloc_torch.step, or the optimizer hook): hbm_step on every device in use. */
+HBM_TORCH_EXPORT int hbm_torch_step(void)
+{
+    pthread_once(&once, open_devices);
+    int rc = 0;
+    for (int d = 0; devices && d < hbm_devices_count(devices); d++) {
+        hbm_allocator *a = hbm_devices_existing(devices, d);
+        if (a && hbm_step(a) != HBM_OK) {
             hbm_copy_last_error(a, helper_error, sizeof helper_error);
             rc = -1;
         }

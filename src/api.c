@@ -173,6 +173,26 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         free(a);
         return rc;
     }
+    if (a->conf.step_plan && a->conf.plan_file[0]) {
+        put_err(err, errlen, "hbm_step_plan and hbm_plan_file both name the plan to serve: keep one");
+        rc = HBM_ERR_CONF;
+    } else if (a->conf.step_plan && !a->expandable && hbm__stepplan_init(a) != HBM_OK) {
+        put_err(err, errlen, "out of host memory");
+        rc = HBM_ERR_NOMEM;
+    }
+    if (rc != HBM_OK) {
+        hbm__fork_untrack(&a->lock);
+        pthread_mutex_destroy(&a->lock);
+        hbm__ptrmap_free(&a->live);
+        free(a);
+        return rc;
+    }
+    if (a->conf.step_plan && a->expandable) {
+        size_t n = strlen(a->warning);
+        snprintf(a->warning + n, sizeof a->warning - n, "%shbm_step_plan is not used: expandable segments are in "
+                 "force (virtual memory packs as tightly without a plan)", n ? "; " : "");
+    }
+    a->policy = a->sp || a->conf.arena_bytes || a->conf.arena_fraction > 0 || a->conf.plan_file[0];
     if (a->conf.arena_bytes || a->conf.arena_fraction > 0 || a->conf.plan_file[0]) {
         a->arena_wanted = !a->expandable;
         if (a->expandable) {

@@ -101,7 +101,7 @@ static int by_end(const void *x, const void *y)
 /* For each allocation, the one planned right below it (its range ends where k's begins) that is live when k is
  * allocated, the latest such: when that one is live at serving time, k's range lies in the block after it, found
  * in O(1) through the live map instead of a walk. At most 64 candidates are looked at per allocation. */
-static int plan_neighbours(hbm_allocator *a, const uint32_t *start, const uint32_t *end)
+int hbm__plan_neighbours(hbm_allocator *a, const uint32_t *start, const uint32_t *end)
 {
     size_t n = a->plan_n;
     plan_end *e = malloc((n ? n : 1) * sizeof *e);
@@ -198,7 +198,7 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
     if (!why && !a->plan_height)
         why = "no height line";
     fclose(f);
-    if (!why && plan_neighbours(a, start_at, end_at)) {
+    if (!why && hbm__plan_neighbours(a, start_at, end_at)) {
         rc = HBM_ERR_NOMEM;
         why = "out of host memory";
     }

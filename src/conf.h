@@ -34,6 +34,7 @@ typedef struct hbm__conf {
     size_t expandable_page;          /* hbmalloc policy: large-pool page of expandable segments; 0 = large_segment_size */
     size_t arena_bytes;              /* hbmalloc policy: one region of this size, sub-allocated best fit (0: off) */
     double arena_fraction;           /* hbmalloc policy: the region as this share of free device memory (0: off) */
+    bool step_plan;                  /* hbmalloc policy: learn the step (hbm_step) and serve later steps from a plan */
     char plan_file[128];             /* hbmalloc policy: a plan (hbmalloc plan -o) served from the arena ("": none) */
     /* Host (pinned) allocator and graph keys: accepted and validated as PyTorch
      * does, reported by describe; they do not concern device memory. */

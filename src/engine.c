@@ -141,6 +141,7 @@ hbm__block *hbm__block_new(hbm_allocator *a)
     b->mapped = true;
     b->event_count = 0;
     b->nuses = 0; /* a recycled object keeps its uses array for reuse */
+    b->rec_step = 0;
     return b;
 }
 
@@ -388,6 +389,18 @@ static hbm_status release_cached_blocks(hbm_allocator *a)
     return re != HBM_OK ? re : rl != HBM_OK ? rl : rs != HBM_OK ? rs : rm;
 }
 
+void hbm__release_cached(hbm_allocator *a) { (void)release_cached_blocks(a); /* a device error keeps them cached */ }
+
+int hbm__arena_release(hbm_allocator *a)
+{
+    hbm__block *b = a->arena_seg ? a->arena_seg->head : NULL;
+    if (!b || b->next || b->allocated || !b->in_tree || b->event_count || release_block(a, b) != HBM_OK)
+        return -1;
+    a->arena_seg = NULL;
+    a->plan_cursor = 0;
+    return 0;
+}
+
 /* release_available_cached_blocks: free oversize cached blocks on this stream
  * until a request of `size` could fit; false when that is not reached. */
 static bool release_available(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size)
@@ -557,6 +570,20 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
 
 /* ---- malloc ---- */
 
+/* The hbmalloc policies' block for a rounded request (in the arena), or NULL for the caching policy's path. */
+static __attribute__((noinline)) hbm__block *policy_block(hbm_allocator *a, hbm_stream stream, size_t size,
+                                                          uint64_t *tag)
+{
+    if (a->sp)
+        return hbm__step_block(a, stream, size, tag);
+    if (a->arena_wanted)
+        hbm__arena_create(a, stream);
+    if (!a->arena_seg || stream != a->arena_stream)
+        return NULL;
+    hbm__block *b = a->plan_n ? hbm__plan_block(a, size) : NULL;
+    return b ? b : arena_free_block(a, stream, size);
+}
+
 HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream, void **out)
 {
     if (orig >= HBM__MAX_REQUEST - a->request_pad) {
@@ -585,13 +612,9 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
                    : size <= HBM__SMALL_SIZE ? &a->small
                                              : &a->large;
     hbm__block *b = NULL;
-    if (__builtin_expect(a->arena_wanted || a->arena_seg, 0) && !p->owner) {
-        if (a->arena_wanted)
-            hbm__arena_create(a, stream);
-        if (a->arena_seg && stream == a->arena_stream &&
-            ((a->plan_n && (b = hbm__plan_block(a, size))) || (b = arena_free_block(a, stream, size))))
-            p = &a->arena;
-    }
+    uint64_t tag = 0; /* the step plan's record of this request */
+    if (__builtin_expect(a->policy, 0) && !p->owner && (b = policy_block(a, stream, size, &tag)))
+        p = &a->arena;
     if (!b)
         b = get_free_block(a, p, stream, size);
     if (!b) {
@@ -627,6 +650,8 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         }
     }
     b = alloc_found_block(a, p, b, size, orig);
+    if (__builtin_expect(tag != 0, 0))
+        hbm__step_allocated(a, b, tag);
     *out = (void *)b->addr;
     return HBM_OK;
 }
@@ -788,6 +813,8 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
     if (!b) {
         rc = diagnose_pointer(a, (uintptr_t)ptr, "hbm_free");
     } else {
+        if (__builtin_expect(b->rec_step != 0, 0))
+            hbm__step_freed(a, b);
         hbm__pool *p = b->seg->pool;
         b->allocated = false;
         hbm__trace_block(a, HBM_TRACE_FREE_REQUESTED, b, b->requested);
@@ -917,6 +944,7 @@ void hbm__engine_teardown(hbm_allocator *a)
     a->plan_below = NULL;
     a->plan_off = a->plan_size = NULL;
     a->plan_n = 0;
+    hbm__stepplan_free(a);
     hbm__stream_teardown(a);
     free(a->history);
     a->history = NULL;

@@ -48,6 +48,8 @@ typedef struct hbm__block {
     uint32_t nuses, cap_uses;
     hbm_label label;  /* call-site label of the allocation (context_when_allocated); read only while the
                          block is allocated or pending, so never reset */
+    uint32_t rec_step, rec_k; /* hbm_step_plan: recorded as allocation rec_k of step rec_step - 1 (0: not);
+                                 cleared when freed, so free blocks have 0 */
 } hbm__block;
 
 /* Interned label texts (labels.c): text[id - 1]; slot is an open-addressing table of ids. */
@@ -178,6 +180,8 @@ struct hbm_allocator {
     size_t plan_n, plan_next;
     uint64_t plan_height;
     uintptr_t plan_cursor; /* where the last planned allocation went: the walk to the next starts there if live */
+    struct hbm__stepplan *sp; /* hbm_step_plan (stepplan.c): NULL when off */
+    bool policy; /* an arena, plan file or step plan is asked for: engine_malloc calls hbm__policy_block */
     hbm__mempool *mempools;
     hbm_mempool next_mempool_id;
     hbm__route *routes;    /* searched last first, as PyTorch searches captures */
@@ -336,6 +340,23 @@ static inline void hbm__trace_block(hbm_allocator *a, hbm_trace_action action, c
     if (a->history)
         hbm__record(a, action, b->addr, size, b->stream, b->label);
 }
+/* ---- stepplan.c: the hbm_step_plan policy ---- */
+hbm_status hbm__stepplan_init(hbm_allocator *a);
+void hbm__stepplan_free(hbm_allocator *a);
+/* engine_malloc, when the step plan is on: records the request (*tag, for hbm__step_allocated; 0 when not
+ * recorded) and returns the planned arena block for it, or NULL for the caching policy's path. */
+hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *tag);
+/* After engine_malloc allocated b for a recorded request: marks b so that its free is recorded. */
+void hbm__step_allocated(hbm_allocator *a, hbm__block *b, uint64_t tag);
+/* hbm_free of a recorded block (b->rec_step != 0). */
+void hbm__step_freed(hbm_allocator *a, hbm__block *b);
+/* The caching policy's empty_cache (engine.c), for the plan's arena to take the place of cached segments. */
+void hbm__release_cached(hbm_allocator *a);
+/* arena.c: gives the arena back when no block of it is in use (a plan needs a larger one); 0 when released. */
+int hbm__arena_release(hbm_allocator *a);
+/* Plan neighbours (arena.c) for plan_off/plan_size and these lifetimes: 0, or -1 out of host memory. */
+int hbm__plan_neighbours(hbm_allocator *a, const uint32_t *start, const uint32_t *end);
+
 /* ---- arena.c: the hbm_arena policy ---- */
 /* Reserves the arena for `stream` at the first allocation; when it cannot, says why in hbm_warning and gives up. */
 void hbm__arena_create(hbm_allocator *a, hbm_stream stream);

@@ -98,7 +98,8 @@ int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap)
         /* hbmalloc extensions */
         {"expandable_segments", s->expandable_segments}, {"num_expandable_segments", s->num_expandable_segments},
         {"arena_bytes", s->arena_bytes}, {"plan_height", s->plan_height}, {"plan_hits", s->plan_hits},
-        {"plan_misses", s->plan_misses},
+        {"plan_misses", s->plan_misses}, {"plan_unplanned", s->plan_unplanned}, {"plan_replans", s->plan_replans},
+        {"steps", s->steps},
     };
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++, n++)
         if (n < cap) {

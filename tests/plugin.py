@@ -77,4 +77,46 @@ for p in (ptrs[0], ptrs[2], inner, opt):
     lib.hbm_torch_free(p, 0, 0, None)
 assert h.empty_cache() == 0
 assert h.stats()["reserved_bytes.all.current"] == 0
+
+
+# Step boundaries (hbm_step): step() counts; hook_optimizer calls it after each optimizer.step, through torch's
+# register_step_post_hook where the optimizer has it (torch >= 2.0), else by wrapping step (torch 1.13).
+class OldOptimizer:
+    def __init__(self):
+        self.calls = 0
+
+    def step(self, closure=None):
+        self.calls += 1
+        return "loss"
+
+
+class NewOptimizer(OldOptimizer):
+    def __init__(self):
+        super().__init__()
+        self.hooks = []
+
+    def register_step_post_hook(self, hook):
+        self.hooks.append(hook)
+        return self
+
+    def step(self, closure=None):
+        out = super().step(closure)
+        for hook in self.hooks:
+            hook(self, (), {})
+        return out
+
+
+steps = h.stats()["steps"]
+h.step()
+assert h.stats()["steps"] == steps + 1
+old, new = OldOptimizer(), NewOptimizer()
+handle = h.hook_optimizer(old)
+assert old.step() == "loss" and old.calls == 1 and h.stats()["steps"] == steps + 2
+handle.remove()
+old.step()
+assert h.stats()["steps"] == steps + 2  # unhooked
+h.hook_optimizer(new)
+new.step()
+new.step()
+assert new.calls == 2 and h.stats()["steps"] == steps + 4
 print("ok")

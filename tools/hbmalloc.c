@@ -14,6 +14,8 @@
 #include "hbmalloc.h"
 #include "plan.h"
 #include "replay.h"
+#include "steps.h"
+#include "steps.h"
 #include "sweep.h"
 #include "view.h"
 #include "trace.h"
@@ -32,6 +34,8 @@ static const struct {
      "      --check            run the validator after every event (slow)\n"
      "      --device N         which device's history of a PyTorch snapshot (default 0)\n"
      "      --min-capacity     find the smallest capacity that runs the trace without OOM\n"
+     "      --steps auto|N     mark training steps (hbm_step) where the allocations repeat, or every N allocations;\n"
+     "                         with --conf hbm_step_plan:True the step plan is learnt and used (docs/CONFIGURATION.md)\n"
      "      --fresh-start      a snapshot whose recording began mid-run: begin from an empty device (with the\n"
      "                         blocks live at its start allocated first) rather than from its recorded state\n"
      "      --snapshot FILE    write the allocator's memory snapshot with its history at the end\n"
@@ -266,7 +270,8 @@ static int cmd_conf(int argc, char **argv)
 
 /* What replay, sweep and view share: TRACE, --conf, --capacity, --backend, --device. */
 typedef struct trace_cmd {
-    const char *name, *path, *capacity, *backend, *settings;
+    const char *name, *path, *capacity, *backend, *settings, *steps;
+    char steps_note[300];
     int device, conf_given;
     char spec[1024];
     trace t;
@@ -284,6 +289,8 @@ static int shared_arg(trace_cmd *c, int argc, char **argv, int *i)
         c->capacity = argv[++*i];
     } else if (!strcmp(a, "--backend") && has_value) {
         c->backend = argv[++*i];
+    } else if (!strcmp(a, "--steps") && has_value) {
+        c->steps = argv[++*i];
     } else if (!strcmp(a, "--device") && has_value) {
         char *end;
         const char *v = argv[++*i];
@@ -317,6 +324,11 @@ static int open_trace(trace_cmd *c)
         return 2;
     if (trace_read_any(c->path, c->device, &c->t, err, sizeof err)) {
         fprintf(stderr, "hbmalloc %s: %s\n", c->name, err);
+        return 2;
+    }
+    if (c->steps && trace_mark_steps(&c->t, c->steps, c->steps_note, sizeof c->steps_note)) {
+        fprintf(stderr, "hbmalloc %s: %s: %s\n", c->name, c->path, c->steps_note);
+        trace_free(&c->t);
         return 2;
     }
     return 0;
@@ -362,6 +374,7 @@ static int cmd_replay(int argc, char **argv)
         return 2;
     o.backend_spec = c.spec;
     o.settings = c.settings;
+    o.steps_note = c.steps ? c.steps_note : NULL;
     if (!c.conf_given && c.t.rec.has_settings) {
         o.settings = c.t.rec.settings; /* replay as the recording ran */
         o.settings_from_trace = 1;

@@ -1,135 +1,14 @@
 /*
- * plan.c: see plan.h. Owns the placement search; knows traces only as a list
- * of sized lifetimes and writes plans as text.
+ * plan.c: see plan.h. Turns a trace into sized lifetimes for the library's
+ * planner (hbm_plan_lifetimes), checks and writes plans as text.
  */
 #include "plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct search {
-    const plan_buf *b;
-    size_t n;
-    uint32_t *byoff;  /* placed buffers by offset */
-    uint64_t *off;    /* offsets of the evaluation under way */
-    uint64_t *best;   /* offsets of the best evaluation so far */
-    uint64_t height;  /* of best */
-    uint64_t evaluations;
-} search;
-
-enum { BEST_FIT = 0, FIRST_FIT = 1 };
-
 static int overlap(const plan_buf *x, const plan_buf *y) { return x->start < y->end && y->start < x->end; }
-
-/* Places the buffers in `order`, each at the best- or first-fitting gap among the placed buffers that live at
- * the same time as it, else above them all. Returns the height; s->off has the offsets. */
-static uint64_t greedy(search *s, const uint32_t *order, int fit, uint64_t give_up)
-{
-    size_t m = 0;
-    uint64_t height = 0;
-    for (size_t i = 0; i < s->n; i++) {
-        uint32_t k = order[i];
-        const plan_buf *x = &s->b[k];
-        uint64_t cur = 0, at = UINT64_MAX, gap_best = UINT64_MAX;
-        for (size_t j = 0; j < m; j++) {
-            uint32_t p = s->byoff[j];
-            if (!overlap(x, &s->b[p]))
-                continue;
-            if (s->off[p] > cur && s->off[p] - cur >= x->size) {
-                uint64_t gap = s->off[p] - cur;
-                if (fit == FIRST_FIT) {
-                    at = cur;
-                    break;
-                }
-                if (gap < gap_best)
-                    gap_best = gap, at = cur;
-            }
-            uint64_t top = s->off[p] + s->b[p].size;
-            if (top > cur)
-                cur = top;
-        }
-        if (at == UINT64_MAX)
-            at = cur;
-        s->off[k] = at;
-        if (at + x->size > height && (height = at + x->size) >= give_up)
-            return height; /* already no better than the best: stop early */
-        size_t lo = 0, hi = m; /* insert by offset */
-        while (lo < hi) {
-            size_t mid = (lo + hi) / 2;
-            if (s->off[s->byoff[mid]] <= at)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        memmove(s->byoff + lo + 1, s->byoff + lo, (m - lo) * sizeof *s->byoff);
-        s->byoff[lo] = k;
-        m++;
-    }
-    return height;
-}
-
-/* One evaluation: keeps the offsets when the height is the best so far (ties kept too, to move along plateaus). */
-static int evaluate(search *s, const uint32_t *order, int fit)
-{
-    s->evaluations++;
-    uint64_t h = greedy(s, order, fit, s->height == UINT64_MAX ? UINT64_MAX : s->height + 1);
-    if (h > s->height)
-        return 0;
-    s->height = h;
-    memcpy(s->best, s->off, s->n * sizeof *s->off);
-    return 1;
-}
-
-/* ---- the eight orders ---- */
-
-typedef struct order_key {
-    uint64_t key, size;
-    uint32_t start, k;
-} order_key;
-
-static uint64_t lifetime(const plan_buf *x) { return (uint64_t)(x->end - x->start); }
-
-static int cmp_order(const void *pa, const void *pb)
-{
-    const order_key *x = pa, *y = pb;
-    if (x->key != y->key)
-        return x->key > y->key ? -1 : 1; /* larger first */
-    if (x->size != y->size)
-        return x->size > y->size ? -1 : 1;
-    return x->start < y->start ? -1 : x->start > y->start;
-}
-
-/* The buffers in one of the four orders. */
-static void sort_by(const search *s, int which, order_key *keys, uint32_t *out)
-{
-    for (size_t i = 0; i < s->n; i++) {
-        const plan_buf *x = &s->b[i];
-        uint64_t k = which == 0 ? x->size : which == 1 ? x->size * lifetime(x) : which == 2 ? lifetime(x)
-                                                                               : UINT32_MAX - x->start;
-        keys[i] = (order_key){k, x->size, x->start, (uint32_t)i};
-    }
-    qsort(keys, s->n, sizeof *keys, cmp_order);
-    for (size_t i = 0; i < s->n; i++)
-        out[i] = keys[i].k;
-}
-
-static const char *const order_names[4] = {"size", "size*lifetime", "lifetime", "start"};
-
-static uint64_t rng(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Moves order[from] to position `to` (< from), shifting the ones between down. */
-static void move_earlier(uint32_t *order, size_t from, size_t to)
-{
-    uint32_t k = order[from];
-    memmove(order + to + 1, order + to, (from - to) * sizeof *order);
-    order[to] = k;
-}
 
 /* 0; -1 out of host memory; -2 sizes no plan can hold (their sum passes 2^62: every offset and height is at most
  * that sum, so nothing after this check can overflow). */
@@ -179,92 +58,35 @@ static int build_buffers(const trace *t, plan *p)
 int plan_build(const trace *t, const plan_opts *o, plan *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    search s = {0};
-    uint32_t *order = NULL, *work = NULL;
-    order_key *keys = NULL;
-    int rc = -1;
     int built = build_buffers(t, out);
     if (built == -2) {
         plan_free(out);
         snprintf(err, errlen, "the allocations' sizes sum past 2^62 bytes: no device holds that, nothing to plan");
         return -1;
     }
-    if (built)
-        goto done;
-    s.b = out->b;
-    s.n = out->n;
-    s.height = UINT64_MAX;
-    size_t n = s.n ? s.n : 1;
-    s.byoff = malloc(n * sizeof *s.byoff);
-    s.off = malloc(n * sizeof *s.off);
-    s.best = calloc(n, sizeof *s.best);
-    order = malloc(n * sizeof *order);
-    work = malloc(n * sizeof *work);
-    keys = malloc(n * sizeof *keys);
-    if (!s.byoff || !s.off || !s.best || !order || !work || !keys)
-        goto done;
-    /* The eight greedy orders; the best one seeds the search. */
-    int best_fit = BEST_FIT;
-    for (int key = 0; key < 4; key++)
-        for (int fit = BEST_FIT; fit <= FIRST_FIT; fit++) {
-            sort_by(&s, key, keys, work);
-            uint64_t before = s.height;
-            if (evaluate(&s, work, fit) && s.height < before) {
-                memcpy(order, work, s.n * sizeof *order);
-                best_fit = fit;
-                snprintf(out->greedy_order, sizeof out->greedy_order, "%s %s", order_names[key],
-                         fit == BEST_FIT ? "best fit" : "first fit");
-            }
-        }
-    out->greedy_height = s.height;
-    /* Improvement: move a buffer that reaches the top earlier in the order (it then finds a lower gap before
-     * the space fills), or, for small problems, try a random order; keep what is no worse. */
-    uint64_t pairs = (uint64_t)n * n;
-    uint64_t budget = o && o->budget ? o->budget : pairs ? 4000000000ull / pairs : 100000;
-    if (budget > 100000)
-        budget = 100000;
-    uint64_t state = o && o->seed ? o->seed : 1;
-    for (uint64_t it = 0; it < budget && s.height > out->peak_live_rounded && s.n > 1; it++) {
-        memcpy(work, order, s.n * sizeof *work);
-        if (s.n <= 64 && it % 2) { /* small: random orders reach what local moves cannot */
-            for (size_t i = s.n - 1; i > 0; i--) {
-                size_t j = rng(&state) % (i + 1);
-                uint32_t tmp = work[i];
-                work[i] = work[j], work[j] = tmp;
-            }
-        } else {
-            size_t tops[64], ntops = 0; /* positions in the order of buffers at the top */
-            for (size_t i = 0; i < s.n && ntops < 64; i++)
-                if (s.best[work[i]] + s.b[work[i]].size == s.height)
-                    tops[ntops++] = i;
-            size_t from = tops[rng(&state) % (ntops ? ntops : 1)];
-            if (!ntops || from == 0)
-                continue;
-            move_earlier(work, from, rng(&state) % from);
-        }
-        int fit = rng(&state) % 4 ? best_fit : !best_fit;
-        if (evaluate(&s, work, fit)) {
-            memcpy(order, work, s.n * sizeof *order);
-            best_fit = fit;
-        }
+    hbm_lifetime *l = built ? NULL : malloc((out->n ? out->n : 1) * sizeof *l);
+    hbm_plan_info info;
+    hbm_status rc = HBM_ERR_NOMEM;
+    if (l) {
+        for (size_t i = 0; i < out->n; i++)
+            l[i] = (hbm_lifetime){.size = out->b[i].size, .start = out->b[i].start, .end = out->b[i].end};
+        rc = hbm_plan_lifetimes(l, out->n, o ? o->budget : 0, o ? o->seed : 0, &info);
     }
-    out->evaluations = s.evaluations;
-    out->height = s.n ? s.height : 0;
-    for (size_t i = 0; i < s.n; i++)
-        out->b[i].offset = s.best[i];
-    rc = 0;
-done:
-    free(s.byoff);
-    free(s.off);
-    free(s.best);
-    free(order);
-    free(work);
-    free(keys);
-    if (rc) {
+    if (rc == HBM_OK) {
+        for (size_t i = 0; i < out->n; i++)
+            out->b[i].offset = l[i].offset;
+        out->height = info.height;
+        out->greedy_height = info.greedy_height;
+        out->evaluations = info.evaluations;
+        snprintf(out->greedy_order, sizeof out->greedy_order, "%s", info.greedy_order);
+    }
+    free(l);
+    if (rc != HBM_OK) {
         plan_free(out);
         snprintf(err, errlen, "out of host memory planning %llu allocations", (unsigned long long)t->allocs);
+        return -1;
     }
-    return rc;
+    return 0;
 }
 
 void plan_free(plan *p)

@@ -6,13 +6,8 @@
  * caching policy (STAlloc's and MindSpore SOMAS's problem; exact solvers such
  * as MiniMalloc give the optimum on small instances).
  *
- * Method: greedy placement (each buffer at the best- or first-fitting gap among
- * the placed buffers that overlap it in time, else on top) in eight orders
- * (size, size x lifetime, lifetime, start; best and first fit), then a bounded
- * improvement search from the best: buffers that reach the top are moved
- * earlier in the order, and random orders are tried while the evaluation budget
- * lasts (deterministic for a given seed). Time per evaluation is O(n^2) in the
- * worst case; the budget scales down with n.
+ * The search is the library's (hbm_plan_lifetimes, src/planner.c), which the
+ * step plan uses inside a running job.
  */
 #ifndef HBM_TOOLS_PLAN_H
 #define HBM_TOOLS_PLAN_H
@@ -20,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "hbmalloc.h"
 #include "trace.h"
 
 #define PLAN_ALIGN 512 /* every offset and size is a multiple of this (PyTorch's rounding) */

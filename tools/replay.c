@@ -151,15 +151,34 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
         r->seeded = 1;
         r->events_done = first;
     }
+    int stepped = 0;
+    for (size_t i = first; i < t->n && !stepped; i++)
+        stepped = t->ev[i].kind == EV_STEP;
+    replay_step *cur = stepped ? &r->step[0] : NULL;
+    r->nsteps = stepped;
+    hbm_stats at_start = {0};
     for (size_t i = first; i < t->n; i++) {
         const trace_event *e = &t->ev[i];
-        if (e->kind == EV_ALLOC)
-            st = hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot]);
-        else if (e->kind == EV_FREE) {
-            st = hbm_free(a, slot[e->slot]);
-            slot[e->slot] = NULL;
-        } else
-            st = hbm_empty_cache(a);
+        if (cur && e->kind == EV_STEP) { /* the step's plan statistics, and the next step's start */
+            cur->hits += a->stats.plan_hits - at_start.plan_hits;
+            cur->misses += a->stats.plan_misses - at_start.plan_misses;
+            cur->unplanned += a->stats.plan_unplanned - at_start.plan_unplanned;
+        }
+        st = replay_event(a, e, slot);
+        if (cur && st == HBM_OK) {
+            if (e->kind == EV_STEP) {
+                at_start = a->stats;
+                cur = r->nsteps < REPLAY_STEPS ? &r->step[r->nsteps] : &r->step[REPLAY_STEPS - 1];
+                if (r->nsteps++ < REPLAY_STEPS) /* past the table, the last row sums the rest */
+                    memset(cur, 0, sizeof *cur);
+                cur->planned |= a->plan_n > 0;
+            }
+            cur->allocs += e->kind == EV_ALLOC;
+            if (a->total_reserved > cur->peak_reserved)
+                cur->peak_reserved = a->total_reserved;
+            if ((uint64_t)a->stats.requested_bytes[0].current > cur->peak_live)
+                cur->peak_live = (uint64_t)a->stats.requested_bytes[0].current;
+        }
         if (st != HBM_OK) {
             snprintf(r->message, sizeof r->message, "%s", hbm_last_error(a));
             if (st == HBM_ERR_OOM) {
@@ -183,6 +202,11 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
                 break;
             }
         }
+    }
+    if (cur) {
+        cur->hits += a->stats.plan_hits - at_start.plan_hits;
+        cur->misses += a->stats.plan_misses - at_start.plan_misses;
+        cur->unplanned += a->stats.plan_unplanned - at_start.plan_unplanned;
     }
     r->wall_s = now_s() - t0;
     if (o->snapshot_path) {
@@ -210,6 +234,61 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     free(slot);
     hbm_destroy(a);
     return rc;
+}
+
+hbm_status replay_event(hbm_allocator *a, const trace_event *e, void **slot)
+{
+    hbm_status st;
+    switch (e->kind) {
+    case EV_ALLOC: return hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot]);
+    case EV_FREE:
+        st = hbm_free(a, slot[e->slot]);
+        slot[e->slot] = NULL;
+        return st;
+    case EV_STEP: return hbm_step(a);
+    default: return hbm_empty_cache(a);
+    }
+}
+
+/* The steps one by one: what the step plan served, and the footprint of each. */
+static void print_steps(FILE *out, const replay_opts *o, const replay_result *r)
+{
+    const hbm_stats *s = &r->stats;
+    fprintf(out, "steps:              %zu (%s)\n", r->nsteps, o->steps_note ? o->steps_note : "the trace's s events");
+    if (!s->plan_replans && !s->plan_hits)
+        return;
+    uint64_t served = 0, tried = 0;
+    double worst = 100.0;
+    for (size_t i = 0; i < r->nsteps && i < REPLAY_STEPS; i++) {
+        const replay_step *p = &r->step[i];
+        uint64_t n = (uint64_t)(p->hits + p->misses + p->unplanned);
+        if (!p->planned || !n || i + 1 == r->nsteps) /* the last step may be cut short */
+            continue;
+        served += (uint64_t)p->hits;
+        tried += p->allocs;
+        if (100.0 * (double)p->hits / (double)p->allocs < worst)
+            worst = 100.0 * (double)p->hits / (double)p->allocs;
+    }
+    char h[32];
+    hbm__format_size((uint64_t)s->plan_height, h, sizeof h);
+    fprintf(out, "step plan:          height %s, %lld plan%s made; %lld allocations served at their planned offset, "
+                 "%lld missed, %lld unplanned\n",
+            h, (long long)s->plan_replans, s->plan_replans == 1 ? "" : "s", (long long)s->plan_hits,
+            (long long)s->plan_misses, (long long)s->plan_unplanned);
+    if (tried)
+        fprintf(out, "                    the whole steps after a plan: %.1f%% of their allocations served from it "
+                     "(the worst step %.1f%%)\n", 100.0 * (double)served / (double)tried, worst);
+    fprintf(out, "  step  allocs   served  missed  unplanned  peak reserved  peak live   ratio\n");
+    for (size_t i = 0; i < r->nsteps && i < REPLAY_STEPS; i++) {
+        const replay_step *p = &r->step[i];
+        char pr[32], pl[32];
+        hbm__format_size(p->peak_reserved, pr, sizeof pr);
+        hbm__format_size(p->peak_live, pl, sizeof pl);
+        fprintf(out, "  %4zu%s %7llu %8lld %7lld %10lld %14s %10s %7.4f\n", i,
+                i == REPLAY_STEPS - 1 && r->nsteps > REPLAY_STEPS ? "+" : " ", (unsigned long long)p->allocs,
+                (long long)p->hits, (long long)p->misses, (long long)p->unplanned, pr, pl,
+                p->peak_live ? (double)p->peak_reserved / (double)p->peak_live : 0.0);
+    }
 }
 
 void replay_print(FILE *out, const char *name, const trace *t, const replay_opts *o, const replay_result *r)
@@ -287,6 +366,8 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
             strncmp(o->backend_spec, "sim", 3) ? "measured" : "modelled");
     fprintf(out, "alloc retries:      %lld\n", (long long)s->num_alloc_retries);
     fprintf(out, "OOMs:               %lld\n", (long long)s->num_ooms);
+    if (r->nsteps)
+        print_steps(out, o, r);
     fprintf(out, "replay time:        %.3f s (%.2f M events/s)\n", r->wall_s,
             r->wall_s > 0 ? (double)r->events_done / r->wall_s / 1e6 : 0.0);
     if (r->oom)

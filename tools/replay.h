@@ -18,7 +18,18 @@ typedef struct replay_opts {
     const char *snapshot_path; /* write the allocator's snapshot (with history) at the end or at OOM */
     int seed;                 /* begin from the recorded start state where the trace has one (its own settings) */
     char env_overridden[400]; /* a settings variable the recorded settings replace, for the report */
+    const char *steps_note;   /* how the step events were put in (--steps), for the report */
 } replay_opts;
+
+/* One step of a trace with step events (s, or --steps): what the step plan did in it. */
+typedef struct replay_step {
+    uint64_t allocs;
+    int64_t hits, misses, unplanned; /* plan statistics over the step */
+    uint64_t peak_reserved, peak_live; /* reserved bytes, and requested bytes live, at their highest in the step */
+    int planned;                       /* a plan was in force when the step began */
+} replay_step;
+
+#define REPLAY_STEPS 64 /* steps reported one by one; the rest only in the totals */
 
 typedef struct replay_result {
     hbm_stats stats;
@@ -32,7 +43,12 @@ typedef struct replay_result {
     double wall_s;
     char settings[700];       /* 'STRING' (SOURCE; read as RELEASE): what the allocator ran */
     int seeded;               /* began from the recorded start state */
+    size_t nsteps;            /* steps begun (step events + 1), when the trace has step events; else 0 */
+    replay_step step[REPLAY_STEPS];
 } replay_result;
+
+/* One event of t on a: hbm_malloc, hbm_free, hbm_empty_cache or hbm_step. */
+hbm_status replay_event(hbm_allocator *a, const trace_event *e, void **slot);
 
 /* What an allocator runs: "'STRING' (from SOURCE, read as RELEASE)", or "the defaults (...)". */
 void replay_settings_line(hbm_allocator *a, char *out, size_t len);

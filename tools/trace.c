@@ -117,6 +117,12 @@ int tb_empty_cache(trace_builder *b, uint32_t line)
     return push(b->t, e) ? -2 : 0;
 }
 
+int tb_step(trace_builder *b, uint32_t line)
+{
+    trace_event e = {.kind = EV_STEP, .line = line};
+    return push(b->t, e) ? -2 : 0;
+}
+
 void tb_finish(trace_builder *b)
 {
     b->t->nslots = b->next_slot;
@@ -207,13 +213,13 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                 rfail(&r, op, "unsupported hbmtrace version (this reader knows version 1)");
                 goto out;
             }
-        } else if ((*op == 'a' || *op == 'f' || *op == 'e') &&
+        } else if ((*op == 'a' || *op == 'f' || *op == 'e' || *op == 's') &&
                    (r.p + 1 >= r.end || r.p[1] == ' ' || r.p[1] == '\t' || r.p[1] == '\n' || r.p[1] == '\r' ||
                     r.p[1] == '#')) {
             r.p++;
             int res = 0;
-            if (*op == 'e') {
-                res = tb_empty_cache(b, r.line);
+            if (*op == 'e' || *op == 's') {
+                res = *op == 'e' ? tb_empty_cache(b, r.line) : tb_step(b, r.line);
             } else {
                 uint64_t id, size = 0, stream = 0;
                 const char *id_at = (skip_blank(&r), r.p);
@@ -247,11 +253,11 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                 goto nomem;
             skip_blank(&r);
             if (!at_eol(&r)) {
-                rfail(&r, r.p, "unexpected text after the event (events are: a ID SIZE [STREAM], f ID, e)");
+                rfail(&r, r.p, "unexpected text after the event (events are: a ID SIZE [STREAM], f ID, e, s)");
                 goto out;
             }
         } else {
-            rfail(&r, op, "unknown event (events are: a ID SIZE [STREAM], f ID, e; '#' starts a comment)");
+            rfail(&r, op, "unknown event (events are: a ID SIZE [STREAM], f ID, e, s; '#' starts a comment)");
             goto out;
         }
         while (r.p < r.end && *r.p != '\n')

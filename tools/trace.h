@@ -11,7 +11,7 @@
 
 #include "hbmalloc.h"
 
-typedef enum trace_kind { EV_ALLOC = 0, EV_FREE = 1, EV_EMPTY_CACHE = 2 } trace_kind;
+typedef enum trace_kind { EV_ALLOC = 0, EV_FREE = 1, EV_EMPTY_CACHE = 2, EV_STEP = 3 } trace_kind;
 
 typedef struct trace_event {
     uint64_t size;     /* EV_ALLOC: bytes requested */
@@ -83,6 +83,7 @@ int tb_is_live(trace_builder *b, uint64_t key);
 /* Hash cells looked at so far (the resource test: a small multiple of the operations, whatever the keys). */
 size_t tb_probes(const trace_builder *b);
 int tb_empty_cache(trace_builder *b, uint32_t line);
+int tb_step(trace_builder *b, uint32_t line);
 void tb_finish(trace_builder *b); /* frees the builder; the trace keeps the events */
 
 void trace_init(trace *t);

@@ -229,9 +229,7 @@ int view_write(const trace *t, const replay_opts *o, const char *name, const cha
     }
     for (size_t i = first; rc == 0 && i < t->n; i++) {
         const trace_event *e = &t->ev[i];
-        hbm_status st = e->kind == EV_ALLOC ? hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot])
-                        : e->kind == EV_FREE ? hbm_free(a, slot[e->slot])
-                                             : hbm_empty_cache(a);
+        hbm_status st = replay_event(a, e, slot);
         if (st == HBM_ERR_OOM) {
             r.oom = 1;
             r.oom_event = i;

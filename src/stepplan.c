@@ -1,0 +1,317 @@
+/*
+ * stepplan.c: the hbm_step_plan policy, for devices without virtual memory.
+ * A training step allocates the same tensors in the same order every time
+ * (STAlloc, EuroSys'26, measured it on Megatron; the shared CPU trace repeats
+ * with a period of 1000 allocations). So, with the user marking the steps
+ * (hbm_step after optimizer.step), the allocator records each step's
+ * allocations of one stream (size, and the span of allocations each lives
+ * over) while the caching policy serves them, plans offsets for one step in
+ * one region (hbm_plan_lifetimes: no two buffers that live at the same time
+ * overlap), reserves that region in one device allocation (the arena) and
+ * serves allocation k of each later step at its planned offset when it fits
+ * and that range is free. Everything else falls back to the caching policy:
+ * allocations the plan has no place for (kept across steps), sizes past the
+ * planned one, ranges still in use (a late free, record_stream's events).
+ *
+ * The plans, in the order they come:
+ * - at the end of step 1 (the first after the warm-up step 0): step 1's
+ *   allocations freed within it; those alive at the boundary are not planned
+ *   (kept for good, or freed in the next step: not known yet);
+ * - at the end of step 2, when it had as many allocations as step 1: step 1
+ *   again, cyclically: a tensor allocated late in a step and freed early in
+ *   the next (the loss, a gradient bucket) lives over [start, end of step) and
+ *   [0, wrap) of the next, and gets a place; sizes are the largest seen at
+ *   each position over the steps of that length (the envelope, for
+ *   variable-length batches);
+ * - later, whenever a step's misses pass 1/32 of its allocations: again, from
+ *   the last two steps (with a back-off while re-planning does not help).
+ * A plan larger than the arena replaces the arena when no block of it is in
+ * use; until then its places above the arena miss.
+ *
+ * Owns the recording, the choice of plan and the serving order (the lookahead);
+ * the arena is arena.c's, the cut at a planned offset hbm__plan_block's.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define LIVE UINT32_MAX       /* not freed yet */
+#define NEXT (UINT32_MAX - 1) /* freed during the next step, at its allocation `wrap` */
+#define MAX_STEP_ALLOCS (1u << 22)
+#define LOOKAHEAD 4            /* planned positions searched past the expected one for an exact size */
+#define PLAN_WORK 50000000ull  /* pair tests the search may make at one boundary, beyond the eight greedy orders */
+
+typedef struct step_rec {
+    uint64_t size;
+    uint32_t end;  /* allocations of its step made when it was freed, or LIVE, or NEXT */
+    uint32_t wrap; /* NEXT: allocations of the next step made when it was freed */
+} step_rec;
+
+typedef struct hbm__stepplan {
+    hbm_stream stream; /* the stream of the first allocation: the only one recorded and served */
+    bool have_stream;
+    uint32_t step;        /* hbm_step calls so far: the number of the step under way */
+    step_rec *rec[2];     /* by step parity: the step under way and the one before */
+    size_t n[2], cap[2];
+    bool overflow[2];     /* more than MAX_STEP_ALLOCS allocations: not planned */
+    uint64_t *env;        /* the largest size seen at each position over the recent steps of nenv allocations */
+    size_t nenv, cap_env;
+    bool planned, cyclic; /* a plan is in force; it covers the tensors alive across a boundary */
+    int64_t misses_before; /* plan_misses when the step began */
+    uint32_t backoff, wait; /* steps to wait before the next re-plan on misses */
+} hbm__stepplan;
+
+hbm_status hbm__stepplan_init(hbm_allocator *a)
+{
+    a->sp = calloc(1, sizeof *a->sp);
+    if (!a->sp)
+        return HBM_ERR_NOMEM;
+    a->sp->backoff = 1;
+    return HBM_OK;
+}
+
+void hbm__stepplan_free(hbm_allocator *a)
+{
+    if (!a->sp)
+        return;
+    free(a->sp->rec[0]);
+    free(a->sp->rec[1]);
+    free(a->sp->env);
+    free(a->sp);
+    a->sp = NULL;
+}
+
+static int grow(void *pp, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap * 2 : 1024;
+    while (ncap < need)
+        ncap *= 2;
+    void **p = pp, *q = realloc(*p, ncap * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = ncap;
+    return 0;
+}
+
+/* Records the request as this step's next allocation: its tag for hbm__step_allocated (0: not recorded). */
+static uint64_t record(hbm__stepplan *sp, size_t size)
+{
+    int cur = sp->step & 1;
+    size_t k = sp->n[cur];
+    if (sp->overflow[cur] || k >= MAX_STEP_ALLOCS || grow(&sp->rec[cur], &sp->cap[cur], k + 1, sizeof(step_rec))) {
+        sp->overflow[cur] = true; /* no plan from this step; the allocation itself goes on */
+        return 0;
+    }
+    sp->rec[cur][k] = (step_rec){size, LIVE, 0};
+    sp->n[cur] = k + 1;
+    return ((uint64_t)(sp->step + 1) << 32) | k;
+}
+
+hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *tag)
+{
+    hbm__stepplan *sp = a->sp;
+    if (!sp->have_stream) {
+        sp->stream = stream;
+        sp->have_stream = true;
+    }
+    if (stream != sp->stream)
+        return NULL;
+    *tag = record(sp, size);
+    if (!sp->planned)
+        return NULL;
+    if (a->arena_wanted)
+        hbm__arena_create(a, stream);
+    size_t k = a->plan_next;
+    if (k >= a->plan_n || !a->plan_size[k]) {
+        a->plan_next++;
+        a->stats.plan_unplanned++;
+        return NULL;
+    }
+    if (!a->arena_seg) { /* the device could not give the region (hbm_warning says so) */
+        a->plan_next++;
+        a->stats.plan_misses++;
+        return NULL;
+    }
+    if (size > a->plan_size[k]) /* an allocation the plan did not have here: one it has a little later? */
+        for (size_t j = k + 1; j < a->plan_n && j <= k + LOOKAHEAD; j++)
+            if (a->plan_size[j] == size) {
+                a->plan_next = j;
+                break;
+            }
+    return hbm__plan_block(a, size); /* counts the hit or the miss, moves plan_next on */
+}
+
+void hbm__step_allocated(hbm_allocator *a, hbm__block *b, uint64_t tag)
+{
+    b->rec_step = (uint32_t)(tag >> 32);
+    b->rec_k = (uint32_t)tag;
+    (void)a;
+}
+
+void hbm__step_freed(hbm_allocator *a, hbm__block *b)
+{
+    hbm__stepplan *sp = a->sp;
+    uint32_t s = b->rec_step - 1, k = b->rec_k;
+    b->rec_step = 0;
+    if (!sp)
+        return;
+    int cur = sp->step & 1;
+    if (s == sp->step && k < sp->n[cur]) {
+        sp->rec[cur][k].end = (uint32_t)sp->n[cur];
+    } else if (s + 1 == sp->step && k < sp->n[!cur] && sp->rec[!cur][k].end == LIVE) {
+        sp->rec[!cur][k].end = NEXT;
+        sp->rec[!cur][k].wrap = (uint32_t)sp->n[cur];
+    }
+}
+
+/* The largest size seen at each position over the recent steps with as many allocations as the step `src`. */
+static int update_envelope(hbm__stepplan *sp, int src)
+{
+    size_t n = sp->n[src];
+    if (n != sp->nenv) {
+        if (grow(&sp->env, &sp->cap_env, n, sizeof *sp->env))
+            return -1;
+        for (size_t k = 0; k < n; k++)
+            sp->env[k] = 0;
+        sp->nenv = n;
+    }
+    for (size_t k = 0; k < n; k++)
+        if (sp->rec[src][k].size > sp->env[k])
+            sp->env[k] = sp->rec[src][k].size;
+    return 0;
+}
+
+/* Plans the step `src`: its allocations freed within it and, when cyclic (src is the step before the one just
+ * ended), those freed early in the next. Replaces the plan in force; HBM_ERR_NOMEM leaves it. */
+static hbm_status make_plan(hbm_allocator *a, int src, bool cyclic)
+{
+    hbm__stepplan *sp = a->sp;
+    size_t n = sp->n[src];
+    const step_rec *r = sp->rec[src];
+    hbm_lifetime *l = malloc((n ? n : 1) * sizeof *l);
+    uint32_t *pos = malloc((n ? n : 1) * sizeof *pos);
+    uint32_t *start = calloc(n ? n : 1, sizeof *start), *end = calloc(n ? n : 1, sizeof *end);
+    uint64_t *off = calloc(n ? n : 1, sizeof *off), *size = calloc(n ? n : 1, sizeof *size);
+    hbm_status rc = HBM_ERR_NOMEM;
+    hbm_plan_info info = {0};
+    size_t m = 0;
+    if (!l || !pos || !start || !end || !off || !size)
+        goto done;
+    for (size_t k = 0; k < n; k++) {
+        uint32_t e = r[k].end, wrap = 0;
+        if (e == NEXT && cyclic && r[k].wrap <= k) {
+            e = (uint32_t)n;
+            wrap = r[k].wrap;
+        } else if (e == NEXT || e == LIVE) {
+            continue; /* kept across steps (or, not cyclic, not known yet): the caching policy's */
+        }
+        uint64_t sz = sp->nenv == n && sp->env[k] > r[k].size ? sp->env[k] : r[k].size;
+        l[m] = (hbm_lifetime){.size = sz, .start = (uint32_t)k, .end = e, .wrap = wrap};
+        pos[m++] = (uint32_t)k;
+    }
+    uint64_t budget = m ? PLAN_WORK / ((uint64_t)m * m) : 0;
+    if ((rc = hbm_plan_lifetimes(l, m, budget ? budget : 1, 1, &info)) != HBM_OK)
+        goto done;
+    for (size_t i = 0; i < m; i++) {
+        off[pos[i]] = l[i].offset;
+        size[pos[i]] = l[i].size;
+        start[pos[i]] = l[i].start;
+        end[pos[i]] = l[i].wrap ? (uint32_t)n : l[i].end;
+    }
+    free(a->plan_off);
+    free(a->plan_size);
+    free(a->plan_below);
+    a->plan_below = NULL;
+    a->plan_off = off;
+    a->plan_size = size;
+    a->plan_n = n;
+    off = size = NULL;
+    if (hbm__plan_neighbours(a, start, end)) { /* without them serving walks: slower, still right */
+        rc = HBM_ERR_NOMEM;
+        a->plan_n = 0;
+        goto done;
+    }
+    a->plan_height = info.height;
+    sp->planned = m > 0;
+    sp->cyclic = cyclic;
+    a->stats.plan_replans++;
+    rc = HBM_OK;
+done:
+    free(l);
+    free(pos);
+    free(start);
+    free(end);
+    free(off);
+    free(size);
+    return rc;
+}
+
+/* The region for the plan in force: reserved at the next allocation, in place of the cached segments; a larger
+ * one than the arena held replaces it once no block of it is in use. */
+static void want_region(hbm_allocator *a, bool new_plan)
+{
+    if (!a->sp->planned)
+        return;
+    if (a->arena_seg && a->arena_seg->size < a->plan_height && hbm__arena_release(a) == 0)
+        a->arena_wanted = true;
+    if (new_plan || (!a->arena_seg && !a->arena_wanted)) /* what the last plan missed was cached in segments */
+        hbm__release_cached(a);
+    if (!a->arena_seg)
+        a->arena_wanted = true;
+}
+
+static hbm_status boundary(hbm_allocator *a)
+{
+    hbm__stepplan *sp = a->sp;
+    int cur = sp->step & 1, prev = !cur;
+    size_t n = sp->n[cur];
+    hbm_status rc = HBM_OK;
+    int64_t misses = a->stats.plan_misses - sp->misses_before, replans = a->stats.plan_replans;
+    bool same = sp->step >= 2 && !sp->overflow[prev] && sp->n[prev] == n;
+    if (sp->step >= 1 && !sp->overflow[cur] && n) {
+        if (update_envelope(sp, cur)) {
+            rc = HBM_ERR_NOMEM;
+        } else if (!sp->planned || (!sp->cyclic && same)) {
+            rc = make_plan(a, same ? prev : cur, same);
+        } else if ((uint64_t)misses > n / 32 + 1) {
+            if (sp->wait == 0) {
+                rc = make_plan(a, same ? prev : cur, same);
+                sp->wait = sp->backoff;
+                sp->backoff = sp->backoff < 64 ? sp->backoff * 2 : 64;
+            } else {
+                sp->wait--;
+            }
+        } else {
+            sp->backoff = 1;
+            sp->wait = 0;
+        }
+    }
+    if (rc != HBM_OK)
+        hbm__set_error(a, "hbm_step: out of host memory recording or planning step %u (%zu allocations); the plan "
+                          "in force, if any, stays",
+                       sp->step, n);
+    want_region(a, a->stats.plan_replans != replans);
+    /* The next step: its records overwrite the step before this one. */
+    sp->step++;
+    sp->n[prev] = 0;
+    sp->overflow[prev] = false;
+    a->plan_next = 0;
+    sp->misses_before = a->stats.plan_misses;
+    return rc;
+}
+
+hbm_status hbm_step(hbm_allocator *a)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    hbm__lock(a);
+    a->stats.steps++;
+    hbm_status rc = a->sp ? boundary(a) : HBM_OK;
+    hbm__unlock(a);
+    return rc;
+}
