@@ -113,6 +113,10 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
                  "refuses it on this device, which has virtual memory; from %s)", a->conf.release, a->conf.source);
         rc = HBM_ERR_CONF;
     }
+    if (rc == HBM_OK && a->conf.step_plan && a->conf.plan_file[0]) {
+        snprintf(local, sizeof local, "hbm_step_plan and hbm_plan_file both name the plan to serve: keep one");
+        rc = HBM_ERR_CONF;
+    }
     if (rc != HBM_OK) {
         put_err(err, errlen, local);
         hbm__ptrmap_free(&a->live);
@@ -173,10 +177,7 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         free(a);
         return rc;
     }
-    if (a->conf.step_plan && a->conf.plan_file[0]) {
-        put_err(err, errlen, "hbm_step_plan and hbm_plan_file both name the plan to serve: keep one");
-        rc = HBM_ERR_CONF;
-    } else if (a->conf.step_plan && !a->expandable && hbm__stepplan_init(a) != HBM_OK) {
+    if (a->conf.step_plan && !a->expandable && hbm__stepplan_init(a) != HBM_OK) {
         put_err(err, errlen, "out of host memory");
         rc = HBM_ERR_NOMEM;
     }

@@ -201,6 +201,24 @@ check plan_served_hits 0 "plan_hits 2382" "$bin" replay "$src/examples/cs336-lm-
 check plan_json 0 '"allocations":2382,' "$bin" plan "$src/examples/cs336-lm-ctx512-forward.trace" --json --budget 0
 check plan_conf_refused 2 "does not apply: a plan depends on the trace alone" "$bin" plan "$ex" --conf ""
 check plan_bad_seed 2 "takes a whole number above 0" "$bin" plan "$ex" --seed 0
+# The step plan: --steps finds the repeat of the real 3-step CPU trace (period 1000 allocations), the plan serves the
+# step after the recorded one (all but the 49 tensors carried over the boundary) and the next cyclically, the
+# validator after every event; variable-length steps are found by their frees; bad --steps and doubled marks refused.
+cpu="$src/examples/cpu-transformer-trainstep.trace"
+check steps_auto 0 "every 1000 allocations, the first before allocation 548" "$bin" replay "$cpu" --steps auto --conf ""
+check steps_served 0 "^ *2  *1000  *951  *0  *49 " "$bin" replay "$cpu" --steps auto --check \
+    --backend sim:firmware=22.0.3 --conf hbm_step_plan:True
+check steps_cyclic 0 "^ *3  *674  *674  *0  *0 " "$bin" replay "$cpu" --steps auto \
+    --backend sim:firmware=22.0.3 --conf hbm_step_plan:True
+check steps_varlen 0 "every 122 allocations.*frees repeat, sizes change" "$bin" replay \
+    "$src/examples/finetune-varlen.trace" --steps auto --conf ""
+check steps_every 0 "^steps: *4 (3 step boundaries every 1000 allocations)" "$bin" replay "$cpu" --steps 1000 --conf ""
+check steps_bad 2 "takes 'auto' or a whole number" "$bin" replay "$cpu" --steps 0
+printf 'a 1 100\nf 1\ns\na 1 100\nf 1\ns\na 1 100\nf 1\n' > "$tmp/steps.trace"
+check steps_in_trace 0 "^steps: *3 (the trace's s events)" "$bin" replay "$tmp/steps.trace" --conf ""
+check steps_twice 2 "marks its steps already (line 3)" "$bin" replay "$tmp/steps.trace" --steps auto
+printf 'a 1 100\nf 1\na 2 200\na 3 300\n' > "$tmp/nosteps.trace"
+check steps_none 2 "no repeating step found" "$bin" replay "$tmp/nosteps.trace" --steps auto
 # view: a real renderer draws it, not blank, with the peak on the axis.
 check view_svg 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.svg"
 check view_html 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.html"

@@ -1,0 +1,333 @@
+/* test_stepplan.c: the hbm_step_plan policy (src/stepplan.c) and the planner (src/planner.c): a toy training loop
+ * (parameters kept, activations freed in reverse, a loss carried into the next step) is learnt from its steps and
+ * served from one region; late frees, record_stream, a changed step, longer sizes, another stream, a device too
+ * small for the region and expandable segments each fall back or say so, with the validator after every call. */
+#include "helpers.h"
+
+#define NOVMM "sim:vmm=off,capacity=8GiB"
+
+typedef struct loop {
+    hbm_allocator *a;
+    void *param[3];
+    void *carry;  /* the loss of the step before, freed early in the next */
+    size_t layers; /* activations per step */
+    size_t scale;  /* MiB per activation unit */
+} loop;
+
+static void *alloc_checked(loop *l, size_t n)
+{
+    void *p = must_malloc(l->a, n, 0);
+    assert_valid(l->a);
+    return p;
+}
+
+static void free_checked(loop *l, void *p)
+{
+    assert_int_equal(hbm_free(l->a, p), HBM_OK);
+    assert_valid(l->a);
+}
+
+static loop start(const char *spec, const char *settings)
+{
+    loop l = {.a = open_sim(spec, settings), .layers = 6, .scale = 4};
+    for (int i = 0; i < 3; i++)
+        l.param[i] = alloc_checked(&l, (size_t)(i + 1) * 10 * MiB);
+    return l;
+}
+
+/* One step: activations forward, the last step's loss freed after the second, backward temporaries, a new loss;
+ * hbm_step at the end. */
+static void one_step(loop *l)
+{
+    void *act[16];
+    for (size_t i = 0; i < l->layers; i++) {
+        act[i] = alloc_checked(l, l->scale * (i + 1) * MiB + 4096 * i);
+        if (i == 1 && l->carry) {
+            free_checked(l, l->carry);
+            l->carry = NULL;
+        }
+    }
+    for (size_t i = l->layers; i-- > 0;) {
+        void *grad = alloc_checked(l, l->scale * MiB / 2 + 512 * i);
+        free_checked(l, act[i]);
+        free_checked(l, grad);
+    }
+    l->carry = alloc_checked(l, 3 * MiB);
+    assert_int_equal(hbm_step(l->a), HBM_OK);
+    assert_valid(l->a);
+}
+
+static void finish(loop *l)
+{
+    if (l->carry)
+        free_checked(l, l->carry);
+    for (int i = 0; i < 3; i++)
+        free_checked(l, l->param[i]);
+    assert_int_equal(hbm_destroy(l->a), HBM_OK);
+}
+
+static void a_repeating_step_is_learnt_and_served_from_one_region(void **st)
+{
+    (void)st;
+    loop l = start(NOVMM, "hbm_step_plan:True");
+    one_step(&l); /* step 0: the warm-up */
+    one_step(&l); /* step 1: recorded, planned at its end without the carried loss */
+    hbm_stats s = stats_of(l.a);
+    assert_int_equal(s.steps, 2);
+    assert_int_equal(s.plan_replans, 1);
+    assert_int_equal(s.plan_hits, 0);
+    int64_t per_step = (int64_t)(2 * l.layers + 1);
+    one_step(&l); /* step 2: served, the loss unplanned; planned again cyclically at its end */
+    s = stats_of(l.a);
+    assert_int_equal(s.plan_hits, per_step - 1);
+    assert_int_equal(s.plan_unplanned, 1);
+    assert_int_equal(s.plan_misses, 0);
+    assert_int_equal(s.plan_replans, 2);
+    int64_t arena = s.arena_bytes;
+    assert_true(arena >= s.plan_height && s.plan_height > 0);
+    for (int k = 0; k < 4; k++) /* steps 3-6: everything from the cyclic plan, the loss too */
+        one_step(&l);
+    s = stats_of(l.a);
+    assert_int_equal(s.plan_hits, per_step - 1 + 4 * per_step);
+    assert_int_equal(s.plan_unplanned, 1);
+    assert_int_equal(s.plan_misses, 0);
+    assert_int_equal(s.plan_replans, 2);
+    /* The step's memory is the plan's height: reserved is the parameters' segments and the region. */
+    size_t peak_step = 0; /* the most the step holds at once: the activations plus one temporary, plus the loss */
+    for (size_t i = 0; i < l.layers; i++)
+        peak_step += l.scale * (i + 1) * MiB + 4096 * i;
+    peak_step += l.scale * MiB / 2 + 512 * (l.layers - 1) + 3 * MiB;
+    assert_true((uint64_t)s.plan_height >= peak_step - 3 * MiB);
+    assert_true((uint64_t)s.plan_height <= peak_step + 3 * MiB);
+    finish(&l);
+}
+
+/* Allocation k of the step whose planned range is still held when the step comes round again (a late free):
+ * it misses and falls back, and no two live blocks ever share a byte. */
+static void a_busy_range_falls_back_and_never_overlaps(void **st)
+{
+    (void)st;
+    loop l = start(NOVMM, "hbm_step_plan:True");
+    for (int k = 0; k < 4; k++)
+        one_step(&l);
+    hbm_stats s0 = stats_of(l.a);
+    /* Hold the step's first activation over the boundary: next step, position 0's range is busy. */
+    void *act0 = alloc_checked(&l, l.scale * MiB);
+    void *act1 = alloc_checked(&l, 2 * l.scale * MiB + 4096);
+    free_checked(&l, l.carry);
+    l.carry = NULL;
+    assert_int_equal(hbm_step(l.a), HBM_OK); /* a short step: positions 0-1 only */
+    void *again = alloc_checked(&l, l.scale * MiB);  /* position 0: its range is act0's */
+    hbm_stats s1 = stats_of(l.a);
+    assert_int_equal(s1.plan_misses, s0.plan_misses + 1);
+    uintptr_t x = (uintptr_t)again, y = (uintptr_t)act0;
+    assert_true(x + l.scale * MiB <= y || y + l.scale * MiB <= x);
+    free_checked(&l, again);
+    free_checked(&l, act1);
+    free_checked(&l, act0);
+    finish(&l);
+}
+
+/* record_stream on a planned block: until the other stream's work is done its range is not reused. */
+static void a_block_used_by_another_stream_keeps_its_range(void **st)
+{
+    (void)st;
+    loop l = start(NOVMM, "hbm_step_plan:True");
+    for (int k = 0; k < 4; k++)
+        one_step(&l);
+    hbm__sim_stream_hold(sim_of(l.a), 0, 7, 1);
+    void *act0 = alloc_checked(&l, l.scale * MiB);
+    assert_int_equal(hbm_record_stream(l.a, act0, 7), HBM_OK);
+    free_checked(&l, act0); /* freed, but stream 7 may still read it */
+    assert_int_equal(hbm_step(l.a), HBM_OK);
+    int64_t misses = stats_of(l.a).plan_misses;
+    void *again = alloc_checked(&l, l.scale * MiB);
+    assert_ptr_not_equal(again, act0);
+    assert_int_equal(stats_of(l.a).plan_misses, misses + 1);
+    hbm__sim_stream_hold(sim_of(l.a), 0, 7, 0);
+    free_checked(&l, again);
+    finish(&l);
+}
+
+/* The step changes shape (more layers) and sizes (longer): misses pass the threshold, the allocator plans again and
+ * serves the new step; sizes back to the old ones fit the envelope. */
+static void a_changed_step_is_planned_again(void **st)
+{
+    (void)st;
+    loop l = start(NOVMM, "hbm_step_plan:True");
+    for (int k = 0; k < 4; k++)
+        one_step(&l);
+    int64_t plans = stats_of(l.a).plan_replans;
+    l.layers = 9;
+    l.scale = 6;
+    for (int k = 0; k < 5; k++)
+        one_step(&l);
+    hbm_stats s = stats_of(l.a);
+    assert_true(s.plan_replans > plans);
+    int64_t hits = s.plan_hits, misses = s.plan_misses;
+    one_step(&l);
+    s = stats_of(l.a);
+    assert_int_equal(s.plan_hits - hits, (int64_t)(2 * l.layers + 1));
+    assert_int_equal(s.plan_misses, misses);
+    l.scale = 5; /* smaller sizes: within the envelope */
+    one_step(&l);
+    assert_int_equal(stats_of(l.a).plan_misses, misses);
+    finish(&l);
+}
+
+/* Only the first allocation's stream is learnt: another stream's allocations neither count nor use the region. */
+static void another_stream_is_not_planned(void **st)
+{
+    (void)st;
+    loop l = start(NOVMM, "hbm_step_plan:True");
+    for (int k = 0; k < 3; k++) {
+        void *side = must_malloc(l.a, 5 * MiB, 3);
+        one_step(&l);
+        free_checked(&l, side);
+    }
+    hbm_stats s = stats_of(l.a);
+    int64_t served = s.plan_hits + s.plan_misses + s.plan_unplanned;
+    void *side = must_malloc(l.a, 5 * MiB, 3);
+    s = stats_of(l.a);
+    assert_int_equal(s.plan_hits + s.plan_misses + s.plan_unplanned, served);
+    free_checked(&l, side);
+    finish(&l);
+}
+
+/* A device that cannot give the region (every device allocation of 60 MiB or more fails): said in the warning,
+ * every allocation served by the caching policy, the plan's positions counted as misses. */
+static void a_device_that_cannot_give_the_region_falls_back(void **st)
+{
+    (void)st;
+    loop l = start(NOVMM, "hbm_step_plan:True");
+    hbm__sim_fault f = {.kind = HBM__OP_MALLOC, .nth = 0, .min_size = 60 * MiB, .max_size = SIZE_MAX,
+                        .code = 2};
+    assert_int_equal(hbm__sim_add_fault(sim_of(l.a), &f), 0);
+    for (int k = 0; k < 5; k++)
+        one_step(&l);
+    hbm_stats s = stats_of(l.a);
+    assert_true(s.plan_replans >= 1);
+    assert_int_equal(s.arena_bytes, 0);
+    assert_int_equal(s.plan_hits, 0);
+    assert_true(s.plan_misses >= (int64_t)(2 * l.layers));
+    assert_non_null(strstr(hbm_warning(l.a), "the device could not give an arena"));
+    finish(&l);
+}
+
+static void expandable_segments_leave_the_step_plan_unused_and_say_so(void **st)
+{
+    (void)st;
+    loop l = start("sim:capacity=8GiB", "expandable_segments:True,hbm_step_plan:True");
+    for (int k = 0; k < 4; k++)
+        one_step(&l);
+    hbm_stats s = stats_of(l.a);
+    assert_int_equal(s.steps, 4);
+    assert_int_equal(s.plan_replans, 0);
+    assert_int_equal(s.arena_bytes, 0);
+    assert_non_null(strstr(hbm_warning(l.a), "hbm_step_plan is not used"));
+    finish(&l);
+}
+
+static void a_plan_file_and_the_step_plan_are_refused_together(void **st)
+{
+    (void)st;
+    hbm_allocator *a = NULL;
+    char err[512];
+    assert_int_equal(hbm_open(&a, NOVMM, 0, "hbm_step_plan:True,hbm_plan_file:/dev/null", err, sizeof err),
+                     HBM_ERR_CONF);
+    assert_null(a);
+    assert_non_null(strstr(err, "keep one"));
+}
+
+/* ---- the planner ---- */
+
+static int live_together(const hbm_lifetime *x, const hbm_lifetime *y)
+{
+    for (uint32_t t = 0; t < 64; t++) {
+        int in_x = (t >= x->start && t < x->end) || t < x->wrap, in_y = (t >= y->start && t < y->end) || t < y->wrap;
+        if (in_x && in_y)
+            return 1;
+    }
+    return 0;
+}
+
+/* Random cyclic problems: no two buffers live at one allocation overlap, the height covers them, no plan is lower
+ * than the peak, and the same seed gives the same plan. */
+static void cyclic_plans_never_overlap_buffers_live_together(void **st)
+{
+    (void)st;
+    uint64_t r = 12345;
+    for (int trial = 0; trial < 200; trial++) {
+        hbm_lifetime b[24], again[24];
+        size_t n = 1 + trial % 24;
+        for (size_t i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t s = (uint32_t)(r >> 33) % 40, len = 1 + (uint32_t)(r >> 40) % 20;
+            b[i] = (hbm_lifetime){.size = 512 * (1 + (r >> 50) % 64), .start = s, .end = s + len};
+            if (b[i].end >= 40) { /* past the period's end: it wraps into the next */
+                b[i].wrap = b[i].end - 40 < s ? b[i].end - 40 : 0;
+                b[i].end = 40;
+            }
+        }
+        memcpy(again, b, sizeof b);
+        hbm_plan_info info, info2;
+        assert_int_equal(hbm_plan_lifetimes(b, n, 50, 7, &info), HBM_OK);
+        assert_int_equal(hbm_plan_lifetimes(again, n, 50, 7, &info2), HBM_OK);
+        assert_int_equal(info.height, info2.height);
+        assert_true(info.height >= info.peak_live);
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(b[i].offset, again[i].offset);
+            assert_true(b[i].offset + b[i].size <= info.height);
+            for (size_t j = i + 1; j < n; j++)
+                if (live_together(&b[i], &b[j]))
+                    assert_true(b[i].offset + b[i].size <= b[j].offset || b[j].offset + b[j].size <= b[i].offset);
+        }
+    }
+}
+
+/* A buffer carried over the boundary ([30, 40) and [0, 5)) cannot share its range with one live at allocation 2;
+ * without the wrap it could. */
+static void a_wrapped_lifetime_meets_the_next_periods_start(void **st)
+{
+    (void)st;
+    hbm_lifetime b[2] = {{.size = 4096, .start = 30, .end = 40, .wrap = 5}, {.size = 4096, .start = 0, .end = 4}};
+    hbm_plan_info info;
+    assert_int_equal(hbm_plan_lifetimes(b, 2, 0, 1, &info), HBM_OK);
+    assert_int_equal(info.height, 8192);
+    assert_int_equal(info.peak_live, 8192);
+    b[0].wrap = 0;
+    assert_int_equal(hbm_plan_lifetimes(b, 2, 0, 1, &info), HBM_OK);
+    assert_int_equal(info.height, 4096);
+}
+
+static void bad_lifetimes_are_refused(void **st)
+{
+    (void)st;
+    hbm_plan_info info;
+    hbm_lifetime empty = {.size = 512, .start = 3, .end = 3}, zero = {.size = 0, .start = 0, .end = 1};
+    hbm_lifetime huge[2] = {{.size = (uint64_t)1 << 62, .start = 0, .end = 1}, {.size = 512, .start = 0, .end = 1}};
+    assert_int_equal(hbm_plan_lifetimes(&empty, 1, 0, 1, &info), HBM_ERR_INVALID);
+    assert_int_equal(hbm_plan_lifetimes(&zero, 1, 0, 1, &info), HBM_ERR_INVALID);
+    assert_int_equal(hbm_plan_lifetimes(huge, 2, 0, 1, &info), HBM_ERR_INVALID);
+    assert_int_equal(hbm_plan_lifetimes(NULL, 1, 0, 1, &info), HBM_ERR_INVALID);
+    assert_int_equal(hbm_plan_lifetimes(NULL, 0, 0, 1, &info), HBM_OK);
+    assert_int_equal(info.height, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_repeating_step_is_learnt_and_served_from_one_region),
+        cmocka_unit_test(a_busy_range_falls_back_and_never_overlaps),
+        cmocka_unit_test(a_block_used_by_another_stream_keeps_its_range),
+        cmocka_unit_test(a_changed_step_is_planned_again),
+        cmocka_unit_test(another_stream_is_not_planned),
+        cmocka_unit_test(a_device_that_cannot_give_the_region_falls_back),
+        cmocka_unit_test(expandable_segments_leave_the_step_plan_unused_and_say_so),
+        cmocka_unit_test(a_plan_file_and_the_step_plan_are_refused_together),
+        cmocka_unit_test(cyclic_plans_never_overlap_buffers_live_together),
+        cmocka_unit_test(a_wrapped_lifetime_meets_the_next_periods_start),
+        cmocka_unit_test(bad_lifetimes_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
