@@ -40,7 +40,8 @@
 #define LIVE UINT32_MAX       /* not freed yet */
 #define NEXT (UINT32_MAX - 1) /* freed during the next step, at its allocation `wrap` */
 #define MAX_STEP_ALLOCS (1u << 22)
-#define LOOKAHEAD 4            /* planned positions searched past the expected one for an exact size */
+#define LOOKAHEAD 4            /* planned positions searched past the expected one for an exact size, */
+#define LOOKBACK 2             /* and before it */
 #define PLAN_WORK 50000000ull  /* pair tests the search may make at one boundary, beyond the eight greedy orders */
 
 typedef struct step_rec {
@@ -112,6 +113,13 @@ static uint64_t record(hbm__stepplan *sp, size_t size)
     return ((uint64_t)(sp->step + 1) << 32) | k;
 }
 
+/* Whether position j's planned range holds no live block now (the live map at its start says; a block beginning
+ * below it and reaching in is found by hbm__plan_block's own check). */
+static bool planned_range_free(hbm_allocator *a, size_t j)
+{
+    return !hbm__ptrmap_get(&a->live, a->arena_seg->addr + a->plan_off[j]);
+}
+
 hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *tag)
 {
     hbm__stepplan *sp = a->sp;
@@ -137,12 +145,14 @@ hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, ui
         a->stats.plan_misses++;
         return NULL;
     }
-    if (size > a->plan_size[k]) /* an allocation the plan did not have here: one it has a little later? */
-        for (size_t j = k + 1; j < a->plan_n && j <= k + LOOKAHEAD; j++)
-            if (a->plan_size[j] == size) {
-                a->plan_next = j;
+    if (size != a->plan_size[k]) { /* not the size planned here: a position skipped or one inserted before? */
+        size_t lo = k >= LOOKBACK ? k - LOOKBACK : 0;
+        for (size_t j = lo; j < a->plan_n && j <= k + LOOKAHEAD; j++)
+            if (j != k && a->plan_size[j] == size && planned_range_free(a, j)) {
+                a->plan_next = j; /* served there, and the step's count follows from there */
                 break;
             }
+    }
     return hbm__plan_block(a, size); /* counts the hit or the miss, moves plan_next on */
 }
 

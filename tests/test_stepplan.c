@@ -314,6 +314,136 @@ static void bad_lifetimes_are_refused(void **st)
     assert_int_equal(info.height, 0);
 }
 
+/* ---- property: random steps, perturbed ---- */
+
+typedef struct entry {
+    unsigned char *p;
+    size_t n;
+    unsigned char pat;
+    int due_step, due_pos; /* freed when the loop reaches this step and position */
+} entry;
+
+static uint64_t rs;
+static uint64_t rnd(void)
+{
+    rs ^= rs >> 12;
+    rs ^= rs << 25;
+    rs ^= rs >> 27;
+    return rs * 0x2545F4914F6CDD1Dull;
+}
+
+static void free_entry(hbm_allocator *a, entry *e, int fill)
+{
+    if (fill)
+        for (size_t i = 0; i < e->n; i += 97)
+            if (e->p[i] != e->pat)
+                fail_msg("block %p of %zu bytes was overwritten at %zu", (void *)e->p, e->n, i);
+    assert_int_equal(hbm_free(a, e->p), HBM_OK);
+    assert_valid(a);
+}
+
+/* A random step of T allocations (sizes, free points, some carried into the next step, a few kept for good),
+ * repeated with perturbations: sizes grown (variable lengths), allocations skipped or inserted, frees late by a few
+ * positions or by a step, record_stream on held streams, a new template now and then, device faults. The validator
+ * runs after every call; with memory=host every block is filled and checked at its free, so a range handed out
+ * twice is caught. */
+static void run_steps(const char *spec, uint64_t seed, int fill, int faults)
+{
+    hbm_allocator *a = open_sim(spec, "hbm_step_plan:True");
+    rs = seed * 0x9E3779B97F4A7C15ull + 7;
+    enum { T = 48, STEPS = 60, MAXLIVE = 512 };
+    size_t size[T];
+    int free_at[T]; /* position of its free, >= T: in the next step, -1: kept */
+    entry live[MAXLIVE];
+    int nl = 0, injected = 0;
+    for (int step = 0; step < STEPS; step++) {
+        if (step % 20 == 0) { /* a new template: the step changes shape */
+            for (int i = 0; i < T; i++) {
+                size[i] = 512 + rnd() % (fill ? 192 * 1024 : 24 * MiB);
+                uint64_t r = rnd() % 100;
+                free_at[i] = r < 3 ? -1 : r < 15 ? T + (int)(rnd() % 6) : i + 1 + (int)(rnd() % (T - i));
+            }
+        }
+        if (faults && step % 3 == 0) {
+            hbm__sim_clear_faults(sim_of(a));
+            hbm__sim_fault f = {.kind = rnd() % 2 ? HBM__OP_MALLOC : HBM__OP_FREE, .nth = 1 + rnd() % 4,
+                                .min_size = 0, .max_size = SIZE_MAX,
+                                .code = rnd() % 2 ? HBM__BE_OOM : HBM__SIM_ERR_INJECTED};
+            hbm__sim_add_fault(sim_of(a), &f);
+        }
+        if (rnd() % 4 == 0)
+            hbm__sim_stream_hold(sim_of(a), 0, 5, (int)(rnd() % 2));
+        for (int pos = 0; pos <= T; pos++) {
+            for (int j = 0; j < nl;) { /* what is due */
+                if (live[j].due_step < step || (live[j].due_step == step && live[j].due_pos <= pos)) {
+                    free_entry(a, &live[j], fill);
+                    live[j] = live[--nl];
+                } else {
+                    j++;
+                }
+            }
+            if (pos == T)
+                break;
+            int copies = rnd() % 200 == 0 ? 0 : rnd() % 200 == 0 ? 2 : 1; /* skipped, inserted */
+            for (int c = 0; c < copies && nl < MAXLIVE; c++) {
+                size_t n = c ? 512 + rnd() % 65536 : size[pos];
+                if (rnd() % 20 == 0)
+                    n += n / 2; /* longer this step */
+                void *p = NULL;
+                hbm_status rc = hbm_malloc(a, n, 0, &p);
+                assert_valid(a);
+                if (rc != HBM_OK) {
+                    assert_true(rc == HBM_ERR_OOM || (faults && rc == HBM_ERR_BACKEND));
+                    injected++;
+                    continue;
+                }
+                entry *e = &live[nl++];
+                *e = (entry){p, n, (unsigned char)(rnd() | 1), step, free_at[pos]};
+                if (free_at[pos] < 0)
+                    e->due_step = step + 25; /* "kept": long after */
+                else if (free_at[pos] >= T)
+                    e->due_step = step + 1, e->due_pos = free_at[pos] - T;
+                if (rnd() % 30 == 0)
+                    e->due_pos += 1 + (int)(rnd() % 4); /* a late free */
+                if (rnd() % 60 == 0)
+                    e->due_step++; /* a step late */
+                if (fill)
+                    for (size_t i = 0; i < n; i += 97)
+                        e->p[i] = e->pat;
+                if (rnd() % 40 == 0) {
+                    assert_int_equal(hbm_record_stream(a, p, 5), HBM_OK);
+                    assert_valid(a);
+                }
+            }
+        }
+        hbm_status rc = hbm_step(a);
+        assert_true(rc == HBM_OK);
+        assert_valid(a);
+    }
+    hbm__sim_clear_faults(sim_of(a));
+    hbm__sim_stream_hold(sim_of(a), 0, 5, 0);
+    while (nl > 0)
+        free_entry(a, &live[--nl], fill);
+    hbm_stats s = stats_of(a);
+    print_message("  %s seed %llu: %lld hits, %lld misses, %lld unplanned, %lld plans, %d failed allocations\n", spec,
+                  (unsigned long long)seed, (long long)s.plan_hits, (long long)s.plan_misses,
+                  (long long)s.plan_unplanned, (long long)s.plan_replans, injected);
+    if (!faults)
+        assert_true(s.plan_hits > s.plan_misses); /* the plan serves most of what it planned */
+    assert_int_equal(s.allocated_bytes[HBM_POOL_ALL].current, 0);
+    assert_int_equal(hbm_destroy(a), HBM_OK);
+}
+
+static void random_perturbed_steps_keep_every_invariant(void **st)
+{
+    (void)st;
+    run_steps("sim:vmm=off,capacity=8GiB", 1, 0, 0);
+    run_steps("sim:vmm=off,capacity=8GiB", 2, 0, 0);
+    run_steps("sim:capacity=256MiB,memory=host", 3, 1, 0); /* blocks filled and checked */
+    run_steps("sim:vmm=off,capacity=2GiB", 4, 0, 1);      /* device faults, memory pressure */
+    run_steps("sim:vmm=off,capacity=600MiB", 5, 0, 0);    /* OOMs while planning and serving */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +458,7 @@ int main(void)
         cmocka_unit_test(cyclic_plans_never_overlap_buffers_live_together),
         cmocka_unit_test(a_wrapped_lifetime_meets_the_next_periods_start),
         cmocka_unit_test(bad_lifetimes_are_refused),
+        cmocka_unit_test(random_perturbed_steps_keep_every_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
