@@ -3,13 +3,24 @@
 # 22.0.3, the field report's): steps found by --steps auto; the share of the allocations of the whole steps after
 # the first plan that the plan served, the worst such step; peak reserved / peak live requested over the whole run
 # and the smallest capacity it runs in / peak live, against PyTorch's policy (the default) in the same run.
-# usage: bench/stepplan.sh HBMALLOC TRACE...
+# The real CPU trace has three steps; a copy of it lengthened by eight more of its last step
+# (scripts/repeat_steps.py) shows the steady state.
+# usage: bench/stepplan.sh HBMALLOC [TRACE...]   (default: the repository's two multi-step examples and the copy)
 set -euo pipefail
 bin=$1
 shift
+here=$(cd "$(dirname "$0")/.." && pwd)
+if [ $# -eq 0 ]; then
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    python3 "$here/scripts/repeat_steps.py" "$here/examples/cpu-transformer-trainstep.trace" --from 548 --period 1000 \
+        --times 8 > "$tmp/cpu-transformer-trainstep-x8.trace"
+    set -- "$here/examples/cpu-transformer-trainstep.trace" "$tmp/cpu-transformer-trainstep-x8.trace" \
+        "$here/examples/finetune-varlen.trace"
+fi
 be=sim:firmware=22.0.3
-printf '| trace | steps | served (whole steps after a plan) | worst step | plans made | peak reserved / peak live: default | step plan | min capacity / peak live: default | step plan |\n'
-printf '|---|---|---|---|---|---|---|---|---|\n'
+printf '| trace | steps | served (whole steps after a plan) | worst step | plans made | peak reserved / peak live: default | step plan | the last whole step, step plan | min capacity / peak live: default | step plan |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|\n'
 for t in "$@"; do
     plan=$("$bin" replay "$t" --steps auto --backend "$be" --conf hbm_step_plan:True)
     base=$("$bin" replay "$t" --steps auto --backend "$be" --conf "")
@@ -22,6 +33,13 @@ for t in "$@"; do
     served=$(printf '%s\n' "$plan" | sed -n 's/.*the whole steps after a plan: \([0-9.]*%\).*(the worst step \([0-9.]*%\)).*/\1 | \2/p')
     steps=$(printf '%s\n' "$plan" | sed -n 's/^steps: *\([0-9]*\) .*/\1/p')
     plans=$(printf '%s\n' "$plan" | sed -n 's/^step plan: .*, \([0-9]*\) plans* made.*/\1/p')
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$(basename "$t" .trace)" "$steps" "$served" "$plans" \
-        "$(ratio "$base")" "$(ratio "$plan")" "$(mincap "")" "$(mincap hbm_step_plan:True)"
+    # The per-step table's second last row (the last may be cut short): its peak reserved over the run's peak live.
+    last=$(printf '%s\n' "$plan" | awk -v l="$live" '
+        /^  step  allocs/ { on = 1; next }
+        on && /^ +[0-9]+\+? / { prev = cur; cur = $6 " " $7 }
+        on && !/^ +[0-9]+\+? / { on = 0 }
+        END { split(prev, v, " "); m = v[2] == "GiB" ? 2^30 : v[2] == "MiB" ? 2^20 : v[2] == "KiB" ? 2^10 : 1
+              printf "%.4f", v[1] * m / l }')
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$(basename "$t" .trace)" "$steps" "$served" "$plans" \
+        "$(ratio "$base")" "$(ratio "$plan")" "$last" "$(mincap "")" "$(mincap hbm_step_plan:True)"
 done

@@ -389,7 +389,13 @@ static hbm_status release_cached_blocks(hbm_allocator *a)
     return re != HBM_OK ? re : rl != HBM_OK ? rl : rs != HBM_OK ? rs : rm;
 }
 
-void hbm__release_cached(hbm_allocator *a) { (void)release_cached_blocks(a); /* a device error keeps them cached */ }
+void hbm__release_cached(hbm_allocator *a)
+{
+    /* Whole free segments only, without waiting for the device (blocks still read by other streams stay); a device
+     * error keeps a segment cached. */
+    (void)hbm__release_pool(a, &a->large);
+    (void)hbm__release_pool(a, &a->small);
+}
 
 int hbm__arena_release(hbm_allocator *a)
 {
@@ -630,6 +636,15 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
             release_cached_blocks(a);
             rc = alloc_block(a, p, stream, size, alloc_size, true, &b);
         }
+        bool rescued = false;
+        if (rc == HBM_ERR_OOM && a->sp && a->arena_seg && stream == a->arena_stream &&
+            (b = arena_free_block(a, stream, size))) {
+            /* The step plan missed and the device is full: the plan's region has room (best fit), not an OOM. */
+            rescued = true;
+            rc = HBM_OK;
+            a->err[0] = 0;
+            p = &a->arena;
+        }
         if (rc != HBM_OK) {
             if (rc == HBM_ERR_OOM) {
                 a->stats.num_ooms++;
@@ -640,8 +655,8 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         }
         /* Again: with release_lock_on_malloc another thread may have used the spares meanwhile. */
         if ((rc = hbm__ensure_spares(a, 1)) != HBM_OK || hbm__ptrmap_reserve(&a->live, 1)) {
-            /* Keep the new segment cached: nothing is lost. */
-            hbm__pool_insert(p, b);
+            if (!rescued) /* keep the new segment cached: nothing is lost */
+                hbm__pool_insert(p, b);
             if (rc == HBM_OK) {
                 hbm__set_error(a, "out of host memory for allocator bookkeeping");
                 rc = HBM_ERR_NOMEM;

@@ -350,7 +350,8 @@ hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, ui
 void hbm__step_allocated(hbm_allocator *a, hbm__block *b, uint64_t tag);
 /* hbm_free of a recorded block (b->rec_step != 0). */
 void hbm__step_freed(hbm_allocator *a, hbm__block *b);
-/* The caching policy's empty_cache (engine.c), for the plan's arena to take the place of cached segments. */
+/* Whole free segments of the default pools back to the device, no device sync (engine.c): the step plan's region
+ * takes their place. */
 void hbm__release_cached(hbm_allocator *a);
 /* arena.c: gives the arena back when no block of it is in use (a plan needs a larger one); 0 when released. */
 int hbm__arena_release(hbm_allocator *a);

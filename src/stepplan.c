@@ -62,6 +62,7 @@ typedef struct hbm__stepplan {
     bool planned, cyclic; /* a plan is in force; it covers the tensors alive across a boundary */
     int64_t misses_before; /* plan_misses when the step began */
     uint32_t backoff, wait; /* steps to wait before the next re-plan on misses */
+    uint32_t settle; /* boundaries after a new plan at which cached segments are still released */
 } hbm__stepplan;
 
 hbm_status hbm__stepplan_init(hbm_allocator *a)
@@ -269,8 +270,15 @@ static void want_region(hbm_allocator *a, bool new_plan)
         return;
     if (a->arena_seg && a->arena_seg->size < a->plan_height && hbm__arena_release(a) == 0)
         a->arena_wanted = true;
-    if (new_plan || (!a->arena_seg && !a->arena_wanted)) /* what the last plan missed was cached in segments */
+    /* What the old plan missed, and the tensors carried over the boundary before the new plan placed them, were
+     * served from segments: once freed they are cached for nothing. Released at the new plan's first two
+     * boundaries; later, a segment freed and made again every step would cost device calls the cache saves. */
+    if (new_plan)
+        a->sp->settle = 3;
+    if (a->sp->settle) {
+        a->sp->settle--;
         hbm__release_cached(a);
+    }
     if (!a->arena_seg)
         a->arena_wanted = true;
 }
