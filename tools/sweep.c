@@ -22,8 +22,10 @@
  * arena policy (docs/POLICY.md) as a row marked for the plug-ins: the smallest
  * arena (hbm_arena_mb, to 1 MiB) with which the trace runs on this capacity,
  * found by bisection and proven by its own replay, so that the rest of the
- * device stays free for HCCL/NCCL buffers. PyTorch's own allocator cannot
- * read it: its HBMALLOC_CONF line is printed beside the framework's.
+ * device stays free for HCCL/NCCL buffers. When the trace marks training steps
+ * (s events, or --steps), the step plan (hbm_step_plan) is a row of the same
+ * kind. PyTorch's own allocator cannot read them: the best one's HBMALLOC_CONF
+ * line is printed beside the framework's.
  */
 #include "sweep.h"
 
@@ -391,6 +393,18 @@ int sweep_compute(const trace *t, const sweep_opts *o, sweep_outcome *out, char 
         sweep_row *r = add_row(out, cap, "");
         if (r && arena_row(t, o->backend_spec, r))
             out->n--; /* the device's capacity could not be read: no row */
+        int steps = 0;
+        for (size_t i = 0; i < t->n && !steps; i++)
+            steps = t->ev[i].kind == EV_STEP;
+        if (steps && (r = add_row(out, cap, "hbm_step_plan:True"))) { /* the trace marks steps: the step plan */
+            replay_opts ro = {.backend_spec = o->backend_spec, .settings = r->conf, .quiet = 1};
+            r->hbm = 1;
+            r->rc = replay_run(t, &ro, &r->r);
+            if (r->rc == 2) {
+                snprintf(err, errlen, "setting '%s': %s", r->conf, r->r.message);
+                return 2;
+            }
+        }
     }
     qsort(out->rows, (size_t)out->n, sizeof *out->rows, row_cmp);
     for (int i = 0; i < out->n; i++)
@@ -602,9 +616,13 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
     if (!o->json && hbm_best) {
         char pr[32];
         hbm__format_size((uint64_t)peak_reserved(hbm_best), pr, sizeof pr);
+        int step = !strncmp(hbm_best->conf, "hbm_step_plan", 13);
         fprintf(out, "with the hbmalloc plug-in (hbmalloc_torch.use(); PyTorch's own allocator does not read it), the "
-                     "arena policy (peak reserved %s, the rest of the device left free):\nexport HBMALLOC_CONF='%s'\n",
-                pr, hbm_best->conf);
+                     "%s (peak reserved %s%s):\nexport HBMALLOC_CONF='%s'\n",
+                step ? "step plan" : "arena policy", pr,
+                step ? "; call hbmalloc_torch.hook_optimizer(optimizer) so that it sees the steps"
+                     : ", the rest of the device left free",
+                hbm_best->conf);
     }
     int rc = best || hbm_best ? 0 : 1;
     sweep_outcome_free(&so);
