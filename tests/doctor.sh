@@ -69,7 +69,7 @@ expect 1 "$T/out" "1. [error] firmware 7.3.0.1.231 is outside the range driver 2
   "   explains 2, 3 and 4" "PYTORCH_NPU_ALLOC_CONF asks for expandable_segments:True, which this NPU cannot do: it is ignored" \
   "the same memory use as today: unset PYTORCH_NPU_ALLOC_CONF (the defaults)" \
   "torch_npu turned expandable segments off" "HCCL error: HcclGetRootInfo returned 2 (HCCL_E_PTR)" \
-  "field_report_constructed.log:2:"
+  "field_report_constructed.log:2:" "its step plan (hbm_step_plan:True with hbmalloc_torch.hook_optimizer(optimizer))"
 
 # The field report end to end (docs/DOCTOR.md): torch_npu v6.0.rc2's warnings, a wrapped fragmentation OOM and HCCL
 # error 2 in the log, the user's string, HDK 22.0.3, and the bundled real trace to prove the advice on. The root

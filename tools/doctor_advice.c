@@ -336,7 +336,10 @@ static void expandable_unsupported(var_check *c, const char *rest_in, int releas
                                                                           : "", c->ver ? c->ver : "");
     doctor_next(f, "without virtual memory, the hbmalloc plug-in's arena policy (one region sub-allocated best fit, "
                    "docs/POLICY.md) often needs less memory than whole segments: the same replay (--trace SNAPSHOT, or "
-                   "sweep) sizes it, proves it and prints its HBMALLOC_CONF line");
+                   "sweep) sizes it, proves it and prints its HBMALLOC_CONF line; for a training loop, its step plan "
+                   "(hbm_step_plan:True with hbmalloc_torch.hook_optimizer(optimizer)) learns the step and serves "
+                   "the later ones from one region: replay it with hbmalloc replay SNAPSHOT --steps auto --conf "
+                   "hbm_step_plan:True");
     if (c->npu)
         doctor_next(f, "to get expandable segments: install a matching driver and firmware pair, Ascend HDK "
                        ">= 23.0.0 (npu-smi info -t board -i 0 must say Compatibility : OK)");
@@ -559,9 +562,13 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, char *
     const sweep_row *arena = sweep_best_hbm(&so);
     if (arena) { /* a device without virtual memory: hbmalloc's arena, proven by the same sweep */
         hbm__format_size((uint64_t)arena->r.stats.reserved_bytes[0].peak, pr, sizeof pr);
-        doctor_next(f, "with the hbmalloc plug-in (hbmalloc_torch.use()), whose arena policy needs no virtual memory "
-                       "(peak reserved %s, the rest of the device left to HCCL and others): export HBMALLOC_CONF='%s'",
-                    pr, arena->conf);
+        int step = !strncmp(arena->conf, "hbm_step_plan", 13);
+        doctor_next(f, "with the hbmalloc plug-in (hbmalloc_torch.use()), whose %s needs no virtual memory (peak "
+                       "reserved %s%s): export HBMALLOC_CONF='%s'",
+                    step ? "step plan" : "arena policy", pr,
+                    step ? "; hbmalloc_torch.hook_optimizer(optimizer) marks the steps"
+                         : ", the rest of the device left to HCCL and others",
+                    arena->conf);
     }
     snprintf(f->evidence, sizeof f->evidence, "%.300s, replayed on %.200s", trace_path, spec);
     doctor_next(f, "%s", sweep_cmd);
