@@ -8,6 +8,7 @@
  *   locked: take the allocator's lock on every call, as a program sharing it
  *   would (default: as hbmalloc replay and sweep run it, single-threaded)
  *   HBM_BENCH_CONF: the settings (default: none), e.g. hbm_arena_mb:65536
+ *   HBM_BENCH_STEPS: step events put in as --steps does (auto, or every N allocations), for hbm_step_plan
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "bench_util.h"
 #include "hbmalloc.h"
 #include "internal.h"
+#include "steps.h"
 #include "trace.h"
 
 #define RUNS 3
@@ -30,6 +32,11 @@ int main(int argc, char **argv)
     trace t;
     char err[512];
     if (trace_read_any(argv[1], 0, &t, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    const char *steps = getenv("HBM_BENCH_STEPS");
+    if (steps && trace_mark_steps(&t, steps, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return 2;
     }

@@ -38,6 +38,8 @@ static inline void bench_replay(hbm_allocator *a, const trace *t, void **slot, i
             hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot]);
         else if (e->kind == EV_FREE)
             hbm_free(a, slot[e->slot]);
+        else if (e->kind == EV_STEP)
+            hbm_step(a);
         else if (with_empty_cache)
             hbm_empty_cache(a);
     }
