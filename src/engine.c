@@ -397,14 +397,24 @@ void hbm__release_cached(hbm_allocator *a)
     (void)hbm__release_pool(a, &a->small);
 }
 
-int hbm__arena_release(hbm_allocator *a)
+void hbm__arena_retire(hbm_allocator *a)
 {
-    hbm__block *b = a->arena_seg ? a->arena_seg->head : NULL;
-    if (!b || b->next || b->allocated || !b->in_tree || b->event_count || release_block(a, b) != HBM_OK)
-        return -1;
+    hbm__segment *seg = a->arena_seg;
+    if (!seg)
+        return;
     a->arena_seg = NULL;
     a->plan_cursor = 0;
-    return 0;
+    hbm__block *b = seg->head;
+    if (!b->next && !b->allocated && b->in_tree && !b->event_count && release_block(a, b) == HBM_OK)
+        return;
+    /* In use: an ordinary large-pool segment from now on (the arena's blocks count in the large pool already),
+     * released like any other once its blocks are free. */
+    for (hbm__block *x = seg->head; x; x = x->next)
+        if (x->in_tree && x->mapped) {
+            hbm__pool_remove(&a->arena, x);
+            hbm__pool_insert(&a->large, x);
+        }
+    seg->pool = &a->large;
 }
 
 /* release_available_cached_blocks: free oversize cached blocks on this stream
@@ -953,13 +963,13 @@ void hbm__engine_teardown(hbm_allocator *a)
         free(s);
     }
     a->segments = NULL;
+    hbm__stepplan_free(a); /* its shapes own the plan a->plan_* shows */
     free(a->plan_off);
     free(a->plan_size);
     free(a->plan_below);
     a->plan_below = NULL;
     a->plan_off = a->plan_size = NULL;
     a->plan_n = 0;
-    hbm__stepplan_free(a);
     hbm__stream_teardown(a);
     free(a->history);
     a->history = NULL;

@@ -353,8 +353,9 @@ void hbm__step_freed(hbm_allocator *a, hbm__block *b);
 /* Whole free segments of the default pools back to the device, no device sync (engine.c): the step plan's region
  * takes their place. */
 void hbm__release_cached(hbm_allocator *a);
-/* arena.c: gives the arena back when no block of it is in use (a plan needs a larger one); 0 when released. */
-int hbm__arena_release(hbm_allocator *a);
+/* A plan needs a larger region (engine.c): the arena is given back when no block of it is in use, else it becomes
+ * an ordinary large-pool segment, released once free; either way a->arena_seg is NULL after. */
+void hbm__arena_retire(hbm_allocator *a);
 /* Plan neighbours (arena.c) for plan_off/plan_size and these lifetimes: 0, or -1 out of host memory. */
 int hbm__plan_neighbours(hbm_allocator *a, const uint32_t *start, const uint32_t *end);
 

@@ -25,8 +25,14 @@
  *   variable-length batches);
  * - later, whenever a step's misses pass 1/32 of its allocations: again, from
  *   the last two steps (with a back-off while re-planning does not help).
- * A plan larger than the arena replaces the arena when no block of it is in
- * use; until then its places above the arena miss.
+ * Plans are kept per step shape (the steps with as many allocations, up to
+ * four: a training step, an evaluation step, ...); the next step is served
+ * with the plan of the shape the last one had, and a step whose first
+ * allocations are another kept shape's changes to that shape's plan. A step
+ * within a few allocations of a kept shape (one skipped or added) uses that
+ * shape's plan and changes nothing of it. A plan higher than the region gets a
+ * new one: the old is given back, or, while blocks of it are in use, becomes
+ * an ordinary segment of the caching policy, released once they are freed.
  *
  * Owns the recording, the choice of plan and the serving order (the lookahead);
  * the arena is arena.c's, the cut at a planned offset hbm__plan_block's.
@@ -43,12 +49,27 @@
 #define LOOKAHEAD 4            /* planned positions searched past the expected one for an exact size, */
 #define LOOKBACK 2             /* and before it */
 #define PLAN_WORK 50000000ull  /* pair tests the search may make at one boundary, beyond the eight greedy orders */
+#define SHAPES 4               /* step shapes kept with their plans */
+#define PREFIX 8               /* first allocations by which a step under way picks another shape's plan */
 
 typedef struct step_rec {
     uint64_t size;
     uint32_t end;  /* allocations of its step made when it was freed, or LIVE, or NEXT */
     uint32_t wrap; /* NEXT: allocations of the next step made when it was freed */
 } step_rec;
+
+/* A step shape (the steps with n allocations: a training step, an evaluation step, ...) and its plan. */
+typedef struct shape {
+    size_t n;                /* 0: the slot is free */
+    uint64_t prefix[PREFIX]; /* the first sizes of its last step: how a step under way is recognised */
+    uint64_t *env;           /* the largest size seen at each position */
+    uint64_t *off, *size;    /* its plan (off NULL: none yet); size 0: a position not planned */
+    uint32_t *below;         /* plan_below for it */
+    uint64_t height;
+    bool cyclic;             /* the plan covers the tensors alive across a boundary */
+    uint32_t used;           /* the step it last ended, for eviction */
+    uint32_t backoff, wait;  /* steps of this shape to wait before the next re-plan on misses */
+} shape;
 
 typedef struct hbm__stepplan {
     hbm_stream stream; /* the stream of the first allocation: the only one recorded and served */
@@ -57,11 +78,10 @@ typedef struct hbm__stepplan {
     step_rec *rec[2];     /* by step parity: the step under way and the one before */
     size_t n[2], cap[2];
     bool overflow[2];     /* more than MAX_STEP_ALLOCS allocations: not planned */
-    uint64_t *env;        /* the largest size seen at each position over the recent steps of nenv allocations */
-    size_t nenv, cap_env;
-    bool planned, cyclic; /* a plan is in force; it covers the tensors alive across a boundary */
+    shape shapes[SHAPES];
+    int serving;          /* the shape whose plan is in force (a->plan_* show it), -1: none */
+    bool planned;         /* some shape has a plan */
     int64_t misses_before; /* plan_misses when the step began */
-    uint32_t backoff, wait; /* steps to wait before the next re-plan on misses */
     uint32_t settle; /* boundaries after a new plan at which cached segments are still released */
 } hbm__stepplan;
 
@@ -70,7 +90,7 @@ hbm_status hbm__stepplan_init(hbm_allocator *a)
     a->sp = calloc(1, sizeof *a->sp);
     if (!a->sp)
         return HBM_ERR_NOMEM;
-    a->sp->backoff = 1;
+    a->sp->serving = -1;
     return HBM_OK;
 }
 
@@ -80,9 +100,18 @@ void hbm__stepplan_free(hbm_allocator *a)
         return;
     free(a->sp->rec[0]);
     free(a->sp->rec[1]);
-    free(a->sp->env);
+    for (int i = 0; i < SHAPES; i++) {
+        shape *h = &a->sp->shapes[i];
+        free(h->env);
+        free(h->off);
+        free(h->size);
+        free(h->below);
+    }
     free(a->sp);
     a->sp = NULL;
+    a->plan_off = a->plan_size = NULL; /* they showed a shape's plan */
+    a->plan_below = NULL;
+    a->plan_n = 0;
 }
 
 static int grow(void *pp, size_t *cap, size_t need, size_t elem)
@@ -114,6 +143,9 @@ static uint64_t record(hbm__stepplan *sp, size_t size)
     return ((uint64_t)(sp->step + 1) << 32) | k;
 }
 
+static void serve(hbm_allocator *a, int i);
+static int shape_for_prefix(hbm__stepplan *sp, size_t k);
+
 /* Whether position j's planned range holds no live block now (the live map at its start says; a block beginning
  * below it and reaching in is found by hbm__plan_block's own check). */
 static bool planned_range_free(hbm_allocator *a, size_t j)
@@ -136,6 +168,11 @@ hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, ui
     if (a->arena_wanted)
         hbm__arena_create(a, stream);
     size_t k = a->plan_next;
+    if (k < PREFIX && (k >= a->plan_n || size != a->plan_size[k])) { /* the step begins unlike this shape */
+        int other = shape_for_prefix(sp, k);
+        if (other >= 0)
+            serve(a, other);
+    }
     if (k >= a->plan_n || !a->plan_size[k]) {
         a->plan_next++;
         a->stats.plan_unplanned++;
@@ -180,26 +217,90 @@ void hbm__step_freed(hbm_allocator *a, hbm__block *b)
     }
 }
 
-/* The largest size seen at each position over the recent steps with as many allocations as the step `src`. */
-static int update_envelope(hbm__stepplan *sp, int src)
+/* Shows shape i's plan as the one in force (a->plan_*, which hbm__plan_block serves). */
+static void serve(hbm_allocator *a, int i)
 {
-    size_t n = sp->n[src];
-    if (n != sp->nenv) {
-        if (grow(&sp->env, &sp->cap_env, n, sizeof *sp->env))
-            return -1;
-        for (size_t k = 0; k < n; k++)
-            sp->env[k] = 0;
-        sp->nenv = n;
+    shape *h = &a->sp->shapes[i];
+    a->sp->serving = i;
+    a->plan_off = h->off;
+    a->plan_size = h->size;
+    a->plan_below = h->below;
+    a->plan_n = h->off ? h->n : 0;
+}
+
+static void shape_clear(shape *h)
+{
+    free(h->env);
+    free(h->off);
+    free(h->size);
+    free(h->below);
+    memset(h, 0, sizeof *h);
+}
+
+/* The shape of the step `src`: the one with as many allocations (*exact), else one within a few of it (a step
+ * with an allocation skipped or added: *exact false, nothing updated), else a new one (in a free slot, or the least
+ * recently used one's). The exact or new one's envelope and prefix take in the step. NULL: out of host memory. */
+static shape *shape_of(hbm_allocator *a, int src, bool *exact)
+{
+    hbm__stepplan *sp = a->sp;
+    size_t n = sp->n[src], near = n / 64 > 2 ? n / 64 : 2;
+    int at = -1, close = -1;
+    for (int i = 0; i < SHAPES && at < 0; i++) {
+        size_t m = sp->shapes[i].n;
+        if (m == n)
+            at = i;
+        else if (m && (m > n ? m - n : n - m) <= near && sp->shapes[i].off)
+            close = i;
     }
+    *exact = at >= 0 || close < 0;
+    if (at < 0 && close >= 0) {
+        sp->shapes[close].used = sp->step;
+        return &sp->shapes[close];
+    }
+    if (at < 0) {
+        at = 0;
+        for (int i = 1; i < SHAPES; i++)
+            if (!sp->shapes[i].n || (sp->shapes[at].n && sp->shapes[i].used < sp->shapes[at].used))
+                at = sp->shapes[at].n ? i : at;
+        if (sp->serving == at)
+            sp->serving = -1, a->plan_n = 0, a->plan_off = a->plan_size = NULL, a->plan_below = NULL;
+        shape_clear(&sp->shapes[at]);
+        shape *h = &sp->shapes[at];
+        if (!(h->env = calloc(n ? n : 1, sizeof *h->env)))
+            return NULL;
+        h->n = n;
+    }
+    shape *h = &sp->shapes[at];
     for (size_t k = 0; k < n; k++)
-        if (sp->rec[src][k].size > sp->env[k])
-            sp->env[k] = sp->rec[src][k].size;
-    return 0;
+        if (sp->rec[src][k].size > h->env[k])
+            h->env[k] = sp->rec[src][k].size;
+    for (size_t k = 0; k < PREFIX; k++)
+        h->prefix[k] = k < n ? sp->rec[src][k].size : 0;
+    h->used = sp->step;
+    return h;
+}
+
+/* A step under way whose first allocations are not its expected shape's: another shape whose last step began
+ * with exactly these sizes (the k + 1 recorded so far), or -1. */
+static int shape_for_prefix(hbm__stepplan *sp, size_t k)
+{
+    const step_rec *r = sp->rec[sp->step & 1];
+    for (int i = 0; i < SHAPES; i++) {
+        const shape *h = &sp->shapes[i];
+        if (i == sp->serving || !h->off || h->n <= k)
+            continue;
+        size_t j = 0;
+        while (j <= k && h->prefix[j] == r[j].size)
+            j++;
+        if (j > k)
+            return i;
+    }
+    return -1;
 }
 
 /* Plans the step `src`: its allocations freed within it and, when cyclic (src is the step before the one just
  * ended), those freed early in the next. Replaces the plan in force; HBM_ERR_NOMEM leaves it. */
-static hbm_status make_plan(hbm_allocator *a, int src, bool cyclic)
+static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
 {
     hbm__stepplan *sp = a->sp;
     size_t n = sp->n[src];
@@ -221,7 +322,7 @@ static hbm_status make_plan(hbm_allocator *a, int src, bool cyclic)
         } else if (e == NEXT || e == LIVE) {
             continue; /* kept across steps (or, not cyclic, not known yet): the caching policy's */
         }
-        uint64_t sz = sp->nenv == n && sp->env[k] > r[k].size ? sp->env[k] : r[k].size;
+        uint64_t sz = h->env[k] > r[k].size ? h->env[k] : r[k].size;
         l[m] = (hbm_lifetime){.size = sz, .start = (uint32_t)k, .end = e, .wrap = wrap};
         pos[m++] = (uint32_t)k;
     }
@@ -234,22 +335,35 @@ static hbm_status make_plan(hbm_allocator *a, int src, bool cyclic)
         start[pos[i]] = l[i].start;
         end[pos[i]] = l[i].wrap ? (uint32_t)n : l[i].end;
     }
-    free(a->plan_off);
-    free(a->plan_size);
-    free(a->plan_below);
-    a->plan_below = NULL;
-    a->plan_off = off;
+    a->plan_off = off; /* for hbm__plan_neighbours, which writes a->plan_below */
     a->plan_size = size;
     a->plan_n = n;
-    off = size = NULL;
-    if (hbm__plan_neighbours(a, start, end)) { /* without them serving walks: slower, still right */
+    a->plan_below = NULL;
+    if (hbm__plan_neighbours(a, start, end)) {
         rc = HBM_ERR_NOMEM;
-        a->plan_n = 0;
+        int i = sp->serving;
+        sp->serving = -1;
+        if (i >= 0)
+            serve(a, i);
+        else
+            a->plan_off = a->plan_size = NULL, a->plan_n = 0;
         goto done;
     }
-    a->plan_height = info.height;
-    sp->planned = m > 0;
-    sp->cyclic = cyclic;
+    free(h->off);
+    free(h->size);
+    free(h->below);
+    h->off = off;
+    h->size = size;
+    h->below = a->plan_below;
+    h->height = info.height;
+    h->cyclic = cyclic;
+    off = size = NULL;
+    serve(a, (int)(h - sp->shapes));
+    a->plan_height = 0; /* the region: the highest plan kept */
+    for (int i = 0; i < SHAPES; i++)
+        if (sp->shapes[i].off && sp->shapes[i].height > a->plan_height)
+            a->plan_height = sp->shapes[i].height;
+    sp->planned = m > 0 || sp->planned;
     a->stats.plan_replans++;
     rc = HBM_OK;
 done:
@@ -268,8 +382,8 @@ static void want_region(hbm_allocator *a, bool new_plan)
 {
     if (!a->sp->planned)
         return;
-    if (a->arena_seg && a->arena_seg->size < a->plan_height && hbm__arena_release(a) == 0)
-        a->arena_wanted = true;
+    if (a->arena_seg && a->arena_seg->size < a->plan_height)
+        hbm__arena_retire(a);
     /* What the old plan missed, and the tensors carried over the boundary before the new plan placed them, were
      * served from segments: once freed they are cached for nothing. Released at the new plan's first two
      * boundaries; later, a segment freed and made again every step would cost device calls the cache saves. */
@@ -291,22 +405,29 @@ static hbm_status boundary(hbm_allocator *a)
     hbm_status rc = HBM_OK;
     int64_t misses = a->stats.plan_misses - sp->misses_before, replans = a->stats.plan_replans;
     bool same = sp->step >= 2 && !sp->overflow[prev] && sp->n[prev] == n;
+    shape *h;
+    bool exact;
     if (sp->step >= 1 && !sp->overflow[cur] && n) {
-        if (update_envelope(sp, cur)) {
+        if (!(h = shape_of(a, cur, &exact))) {
             rc = HBM_ERR_NOMEM;
-        } else if (!sp->planned || (!sp->cyclic && same)) {
-            rc = make_plan(a, same ? prev : cur, same);
+        } else if (!exact) { /* a known shape with an allocation more or less: its plan stays */
+            if (sp->serving != (int)(h - sp->shapes))
+                serve(a, (int)(h - sp->shapes));
+        } else if (!h->off || (!h->cyclic && same)) {
+            rc = make_plan(a, h, same ? prev : cur, same);
+        } else if (sp->serving != (int)(h - sp->shapes)) {
+            serve(a, (int)(h - sp->shapes)); /* the next step is likely of the shape this one had */
         } else if ((uint64_t)misses > n / 32 + 1) {
-            if (sp->wait == 0) {
-                rc = make_plan(a, same ? prev : cur, same);
-                sp->wait = sp->backoff;
-                sp->backoff = sp->backoff < 64 ? sp->backoff * 2 : 64;
+            if (h->wait == 0) {
+                rc = make_plan(a, h, same ? prev : cur, same);
+                h->wait = h->backoff;
+                h->backoff = h->backoff ? (h->backoff < 64 ? h->backoff * 2 : 64) : 1;
             } else {
-                sp->wait--;
+                h->wait--;
             }
         } else {
-            sp->backoff = 1;
-            sp->wait = 0;
+            h->backoff = 0;
+            h->wait = 0;
         }
     }
     if (rc != HBM_OK)

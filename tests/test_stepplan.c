@@ -337,6 +337,68 @@ static void misses_under_pressure_use_the_regions_free_space(void **st)
     finish(&l);
 }
 
+/* An evaluation step: forward activations only, of other sizes, freed at once. */
+static void eval_step(loop *l)
+{
+    void *act[4];
+    for (size_t i = 0; i < 4; i++)
+        act[i] = alloc_checked(l, l->scale * (i + 2) * MiB + 8192);
+    for (size_t i = 0; i < 4; i++)
+        free_checked(l, act[i]);
+    assert_int_equal(hbm_step(l->a), HBM_OK);
+    assert_valid(l->a);
+}
+
+/* Training and evaluation steps in turn: each shape gets its plan and keeps it. The loss carried from a training
+ * step over the evaluation step lies where the evaluation's plan may want to be: those few misses are served by the
+ * caching policy and re-planning backs off, per shape, so that planning does not go on step after step. */
+static void alternating_step_shapes_keep_a_plan_each(void **st)
+{
+    (void)st;
+    loop l = start(NOVMM, "hbm_step_plan:True");
+    for (int k = 0; k < 8; k++) { /* learn both */
+        one_step(&l);
+        one_step(&l);
+        eval_step(&l);
+    }
+    hbm_stats s = stats_of(l.a);
+    for (int k = 0; k < 8; k++) {
+        one_step(&l);
+        one_step(&l);
+        eval_step(&l);
+    }
+    hbm_stats t = stats_of(l.a);
+    assert_true(t.plan_replans - s.plan_replans <= 2);
+    int64_t allocs = 8 * (2 * (int64_t)(2 * l.layers + 1) + 4);
+    assert_true(10 * (t.plan_hits - s.plan_hits) >= 9 * allocs); /* 90% or more from the plans */
+    finish(&l);
+}
+
+/* A plan higher than the region while a block of the region is held across the boundary: the old region becomes an
+ * ordinary segment (the validator agrees), a new one is made, and the old is given back once its block is freed. */
+static void a_higher_plan_retires_a_region_in_use(void **st)
+{
+    (void)st;
+    loop l = start(NOVMM, "hbm_step_plan:True");
+    for (int k = 0; k < 4; k++)
+        one_step(&l);
+    hbm_stats s = stats_of(l.a);
+    int64_t small_region = s.arena_bytes;
+    void *held = alloc_checked(&l, l.scale * MiB); /* position 0: in the region, held past the boundary */
+    assert_int_equal(hbm_step(l.a), HBM_OK);
+    l.scale = 8; /* steps twice as large: misses, a new plan higher than the region */
+    for (int k = 0; k < 4; k++)
+        one_step(&l);
+    s = stats_of(l.a);
+    assert_true(s.arena_bytes > small_region);
+    int64_t segments = s.segment[HBM_POOL_ALL].current;
+    free_checked(&l, held);
+    assert_int_equal(hbm_empty_cache(l.a), HBM_OK);
+    assert_valid(l.a);
+    assert_true(stats_of(l.a).segment[HBM_POOL_ALL].current < segments); /* the old region went back */
+    finish(&l);
+}
+
 /* ---- property: random steps, perturbed ---- */
 
 typedef struct entry {
@@ -476,6 +538,8 @@ int main(void)
         cmocka_unit_test(a_block_used_by_another_stream_keeps_its_range),
         cmocka_unit_test(a_changed_step_is_planned_again),
         cmocka_unit_test(misses_under_pressure_use_the_regions_free_space),
+        cmocka_unit_test(alternating_step_shapes_keep_a_plan_each),
+        cmocka_unit_test(a_higher_plan_retires_a_region_in_use),
         cmocka_unit_test(another_stream_is_not_planned),
         cmocka_unit_test(a_device_that_cannot_give_the_region_falls_back),
         cmocka_unit_test(expandable_segments_leave_the_step_plan_unused_and_say_so),
