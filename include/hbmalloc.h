@@ -205,7 +205,7 @@ typedef struct hbm_stats {
     int64_t plan_unplanned;          /* hbm_step_plan: allocations the plan has no place for (kept across steps,
                                         past the plan's end), served by the caching policy */
     int64_t plan_replans;            /* hbm_step_plan: plans made (the first one included) */
-    int64_t steps;                   /* hbm_step calls */
+    int64_t steps;                   /* step boundaries: hbm_step calls, or found (hbm_step_plan, unmarked) */
 } hbm_stats;
 
 /* Copy the allocator's statistics. */
@@ -361,7 +361,8 @@ HBM_API hbm_status hbm_snapshot_save(const hbm_snapshot *s, const char *path, hb
 /* A training step ends here (call it after optimizer.step(); hbmalloc_torch.step() and
  * hbmalloc_torch.hook_optimizer() do). Counted in stats.steps; with the hbm_step_plan
  * setting the allocator learns the step's allocations and serves later steps from a plan
- * (docs/CONFIGURATION.md). Cheap: O(1) unless a plan is made, which happens at most at a
+ * (docs/CONFIGURATION.md); without any call it looks for the steps itself, and the first
+ * call ends that. Cheap: O(1) unless a plan is made, which happens at most at a
  * few boundaries and takes O(n^2) in the step's n allocations at worst. */
 HBM_API hbm_status hbm_step(hbm_allocator *a);
 

@@ -340,6 +340,13 @@ static inline void hbm__trace_block(hbm_allocator *a, hbm_trace_action action, c
     if (a->history)
         hbm__record(a, action, b->addr, size, b->stream, b->label);
 }
+/* ---- period.c: repeating sequences ---- */
+/* The longest end of key[0..n) that repeats at least twice with one period: the period (0: none, or no host
+ * memory), its length in *len. */
+size_t hbm__period(const uint64_t *key, size_t n, size_t *len);
+/* splitmix64's finalizer: a well-mixed 64-bit hash of z. */
+uint64_t hbm__mix64(uint64_t z);
+
 /* ---- stepplan.c: the hbm_step_plan policy ---- */
 hbm_status hbm__stepplan_init(hbm_allocator *a);
 void hbm__stepplan_free(hbm_allocator *a);

@@ -34,6 +34,11 @@
  * new one: the old is given back, or, while blocks of it are in use, becomes
  * an ordinary segment of the caching policy, released once they are freed.
  *
+ * A job that never calls hbm_step has its steps found: at 1024, 2048, 4096,
+ * ... allocations the allocator looks for the period of its allocation
+ * sequence (period.c, the keys of `hbmalloc replay --steps auto`); once found,
+ * a boundary falls every period. The first hbm_step call ends that.
+ *
  * Owns the recording, the choice of plan and the serving order (the lookahead);
  * the arena is arena.c's, the cut at a planned offset hbm__plan_block's.
  */
@@ -51,6 +56,8 @@
 #define PLAN_WORK 50000000ull  /* pair tests the search may make at one boundary, beyond the eight greedy orders */
 #define SHAPES 4               /* step shapes kept with their plans */
 #define PREFIX 8               /* first allocations by which a step under way picks another shape's plan */
+#define DETECT_FROM 1024       /* unmarked steps: the period is looked for at 1024, 2048, 4096, ... allocations */
+#define MIN_PERIOD 4           /* a step of fewer allocations is not worth a plan */
 
 typedef struct step_rec {
     uint64_t size;
@@ -80,6 +87,8 @@ typedef struct hbm__stepplan {
     bool overflow[2];     /* more than MAX_STEP_ALLOCS allocations: not planned */
     shape shapes[SHAPES];
     int serving;          /* the shape whose plan is in force (a->plan_* show it), -1: none */
+    bool user_steps;      /* hbm_step was called: the job marks its steps */
+    size_t auto_period;   /* not marked: the period found in the allocations (0: none yet), a boundary every one */
     bool planned;         /* some shape has a plan */
     int64_t misses_before; /* plan_misses when the step began */
     uint32_t settle; /* boundaries after a new plan at which cached segments are still released */
@@ -145,6 +154,41 @@ static uint64_t record(hbm__stepplan *sp, size_t size)
 
 static void serve(hbm_allocator *a, int i);
 static int shape_for_prefix(hbm__stepplan *sp, size_t k);
+static hbm_status boundary(hbm_allocator *a);
+
+/* A job that does not mark its steps: the period of its allocations so far (all in step 0), by the keys of
+ * --steps auto (docs/TRACE_FORMAT.md): size and the allocations back each free since the one before reaches; size
+ * alone; frees alone. Found (at least twice over, over half of the allocations so far, of MIN_PERIOD allocations or
+ * more): a boundary now, and one every period from here. */
+static void detect(hbm_allocator *a)
+{
+    hbm__stepplan *sp = a->sp;
+    const step_rec *r = sp->rec[0];
+    size_t n = sp->n[0], best_len = 0, period = 0;
+    uint64_t *key = malloc(n * sizeof *key), *frees = calloc(n + 1, sizeof *frees);
+    if (!key || !frees) {
+        free(key);
+        free(frees);
+        return; /* looked for again at the next power of two */
+    }
+    for (size_t j = 0; j < n; j++)
+        if (r[j].end <= n) /* freed before allocation `end`: part of that one's key */
+            frees[r[j].end] += hbm__mix64(r[j].end - j);
+    for (int mode = 1; mode <= 3; mode++) { /* 1: size, 2: frees, 3: both */
+        for (size_t k = 0; k < n; k++)
+            key[k] = hbm__mix64((mode & 1 ? hbm__mix64(r[k].size + 0x51ed) : 0) + (mode & 2 ? frees[k] : 0));
+        size_t len, p = hbm__period(key, n, &len);
+        if (p >= MIN_PERIOD && len >= n / 2 && len > best_len) /* a repeat inside a step (its layers) is shorter */
+            best_len = len, period = p;
+    }
+    free(key);
+    free(frees);
+    if (period) {
+        sp->auto_period = period;
+        a->stats.steps++;
+        (void)boundary(a); /* out of host memory is said in hbm_last_error; allocation goes on */
+    }
+}
 
 /* Whether position j's planned range holds no live block now (the live map at its start says; a block beginning
  * below it and reaching in is found by hbm__plan_block's own check). */
@@ -162,6 +206,15 @@ hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, ui
     }
     if (stream != sp->stream)
         return NULL;
+    if (!sp->user_steps) { /* steps found, not marked */
+        size_t n = sp->n[sp->step & 1];
+        if (sp->auto_period && n == sp->auto_period) {
+            a->stats.steps++;
+            (void)boundary(a);
+        } else if (!sp->auto_period && n >= DETECT_FROM && !(n & (n - 1))) {
+            detect(a);
+        }
+    }
     *tag = record(sp, size);
     if (!sp->planned)
         return NULL;
@@ -450,6 +503,10 @@ hbm_status hbm_step(hbm_allocator *a)
         return HBM_ERR_INVALID;
     hbm__lock(a);
     a->stats.steps++;
+    if (a->sp && !a->sp->user_steps) { /* marked from now on: the period found, if any, is dropped */
+        a->sp->user_steps = true;
+        a->sp->auto_period = 0;
+    }
     hbm_status rc = a->sp ? boundary(a) : HBM_OK;
     hbm__unlock(a);
     return rc;

@@ -214,6 +214,9 @@ check steps_varlen 0 "every 122 allocations.*frees repeat, sizes change" "$bin" 
     "$src/examples/finetune-varlen.trace" --steps auto --conf ""
 check steps_every 0 "^steps: *4 (3 step boundaries every 1000 allocations)" "$bin" replay "$cpu" --steps 1000 --conf ""
 check steps_bad 2 "takes 'auto' or a whole number" "$bin" replay "$cpu" --steps 0
+# Unmarked steps are found by the allocator itself (at 4096 allocations on the variable-length trace).
+check steps_found 0 "^steps 33$" "$bin" replay "$src/examples/finetune-varlen.trace" --check --stats \
+    --backend sim:firmware=22.0.3 --conf hbm_step_plan:True
 check steps_sweep 0 "hbm_step_plan:True (hbmalloc plug-in)" "$bin" sweep "$cpu" --steps auto --backend sim:firmware=22.0.3 \
     --no-progress --jobs 2
 printf 'a 1 100\nf 1\ns\na 1 100\nf 1\ns\na 1 100\nf 1\n' > "$tmp/steps.trace"

@@ -12,6 +12,7 @@ typedef struct loop {
     void *carry;  /* the loss of the step before, freed early in the next */
     size_t layers; /* activations per step */
     size_t scale;  /* MiB per activation unit */
+    bool unmarked; /* no hbm_step: the allocator finds the steps */
 } loop;
 
 static void *alloc_checked(loop *l, size_t n)
@@ -53,7 +54,8 @@ static void one_step(loop *l)
         free_checked(l, grad);
     }
     l->carry = alloc_checked(l, 3 * MiB);
-    assert_int_equal(hbm_step(l->a), HBM_OK);
+    if (!l->unmarked)
+        assert_int_equal(hbm_step(l->a), HBM_OK);
     assert_valid(l->a);
 }
 
@@ -399,6 +401,50 @@ static void a_higher_plan_retires_a_region_in_use(void **st)
     finish(&l);
 }
 
+/* A job that never calls hbm_step: the period of its allocations is found (at 1024 allocations, over half of them
+ * repeating) and the steps are planned and served as if marked; a first hbm_step takes over. Allocations that do
+ * not repeat never look like steps. */
+static void unmarked_steps_are_found(void **st)
+{
+    (void)st;
+    loop l = start(NOVMM, "hbm_step_plan:True");
+    l.unmarked = true;
+    for (int k = 0; k < 100; k++)
+        one_step(&l);
+    hbm_stats s = stats_of(l.a);
+    assert_true(s.steps > 2);
+    assert_true(s.plan_replans >= 1);
+    for (int k = 0; k < 10; k++)
+        one_step(&l);
+    hbm_stats t = stats_of(l.a);
+    assert_int_equal(t.steps - s.steps, 10); /* one boundary per step of 13 allocations */
+    assert_int_equal(t.plan_hits - s.plan_hits, 10 * (int64_t)(2 * l.layers + 1));
+    assert_int_equal(t.plan_misses, s.plan_misses);
+    l.unmarked = false; /* the job marks its steps from here: only its marks count */
+    one_step(&l);
+    int64_t marked = stats_of(l.a).steps;
+    one_step(&l);
+    one_step(&l);
+    assert_int_equal(stats_of(l.a).steps, marked + 2);
+    finish(&l);
+
+    hbm_allocator *a = open_sim(NOVMM, "hbm_step_plan:True");
+    uint64_t r = 99;
+    void *live[64] = {0};
+    for (int i = 0; i < 5000; i++) { /* random sizes and lifetimes */
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        int j = (int)((r >> 33) % 64);
+        if (live[j])
+            assert_int_equal(hbm_free(a, live[j]), HBM_OK);
+        live[j] = must_malloc(a, 512 + (r >> 40) % (4 * MiB), 0);
+    }
+    assert_int_equal(stats_of(a).steps, 0);
+    assert_int_equal(stats_of(a).plan_replans, 0);
+    for (int j = 0; j < 64; j++)
+        hbm_free(a, live[j]);
+    assert_int_equal(hbm_destroy(a), HBM_OK);
+}
+
 /* ---- property: random steps, perturbed ---- */
 
 typedef struct entry {
@@ -539,6 +585,7 @@ int main(void)
         cmocka_unit_test(a_changed_step_is_planned_again),
         cmocka_unit_test(misses_under_pressure_use_the_regions_free_space),
         cmocka_unit_test(alternating_step_shapes_keep_a_plan_each),
+        cmocka_unit_test(unmarked_steps_are_found),
         cmocka_unit_test(a_higher_plan_retires_a_region_in_use),
         cmocka_unit_test(another_stream_is_not_planned),
         cmocka_unit_test(a_device_that_cannot_give_the_region_falls_back),

@@ -1,6 +1,7 @@
 /*
- * steps.c: see steps.h. Owns the period search (a prefix function over the
- * allocations read backwards, O(n)) and the insertion of the step events.
+ * steps.c: see steps.h. Owns the keys of a trace's allocations and the
+ * insertion of the step events; the period search is the library's
+ * (src/period.c), which the step plan uses on a running job.
  */
 #include "steps.h"
 
@@ -8,12 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+#include "../src/internal.h"
 
 enum { BY_SIZE_AND_FREES = 3, BY_SIZE = 1, BY_FREES = 2 };
 
@@ -29,44 +25,15 @@ static int keys_of(const trace *t, int by, uint64_t *key, size_t nalloc)
     for (size_t i = 0; i < t->n && k < nalloc; i++) {
         const trace_event *e = &t->ev[i];
         if (e->kind == EV_FREE && (by & BY_FREES)) {
-            h = mix(h ^ (k - made[e->slot] + 1));
+            h = hbm__mix64(h ^ (k - made[e->slot] + 1));
         } else if (e->kind == EV_ALLOC) {
-            key[k] = mix(h ^ (by & BY_SIZE ? mix(e->size + 0x51ed) : 0));
+            key[k] = hbm__mix64(h ^ (by & BY_SIZE ? hbm__mix64(e->size + 0x51ed) : 0));
             made[e->slot] = (uint32_t)k++;
             h = 0x9e3779b97f4a7c15ull;
         }
     }
     free(made);
     return 0;
-}
-
-/* The longest end of key[0..n) that repeats at least twice with one period: its length in *len, the period
- * returned (0: none). */
-static size_t period_of(const uint64_t *key, size_t n, size_t *len)
-{
-    *len = 0;
-    uint32_t *pi = malloc((n ? n : 1) * sizeof *pi);
-    if (!pi)
-        return 0;
-    size_t best_p = 0;
-    if (n)
-        pi[0] = 0;
-    for (size_t i = 1; i < n; i++) { /* over the keys read from the end */
-        uint32_t j = pi[i - 1];
-        while (j && key[n - 1 - i] != key[n - 1 - j])
-            j = pi[j - 1];
-        pi[i] = j + (key[n - 1 - i] == key[n - 1 - j]);
-    }
-    for (size_t l = n; l >= 2; l--) {
-        size_t p = l - pi[l - 1];
-        if (l >= 2 * p) {
-            *len = l;
-            best_p = p;
-            break;
-        }
-    }
-    free(pi);
-    return best_p;
 }
 
 int trace_mark_steps(trace *t, const char *how, char *msg, size_t msglen)
@@ -93,7 +60,7 @@ int trace_mark_steps(trace *t, const char *how, char *msg, size_t msglen)
                 snprintf(msg, msglen, "out of host memory looking for the step");
                 return -1;
             }
-            if ((p = period_of(key, nalloc, &len)) && len > best_len) {
+            if ((p = hbm__period(key, nalloc, &len)) && len > best_len) {
                 best_len = len;
                 period = p;
                 by = said[m];
