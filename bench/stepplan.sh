@@ -19,8 +19,8 @@ if [ $# -eq 0 ]; then
         "$here/examples/finetune-varlen.trace"
 fi
 be=sim:firmware=22.0.3
-printf '| trace | steps | served (whole steps after a plan) | worst step | plans made | peak reserved / peak live: default | step plan | the last whole step, step plan | min capacity / peak live: default | step plan |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|\n'
+printf '| trace | steps | served (whole steps after a plan) | worst step | plans made | peak reserved / peak live: default | step plan | the last whole step, step plan | min capacity / peak live: default | step plan | unmarked: steps found, all allocations served |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|\n'
 for t in "$@"; do
     plan=$("$bin" replay "$t" --steps auto --backend "$be" --conf hbm_step_plan:True)
     base=$("$bin" replay "$t" --steps auto --backend "$be" --conf "")
@@ -40,6 +40,11 @@ for t in "$@"; do
         on && !/^ +[0-9]+\+? / { on = 0 }
         END { split(prev, v, " "); m = v[2] == "GiB" ? 2^30 : v[2] == "MiB" ? 2^20 : v[2] == "KiB" ? 2^10 : 1
               printf "%.4f", v[1] * m / l }')
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$(basename "$t" .trace)" "$steps" "$served" "$plans" \
-        "$(ratio "$base")" "$(ratio "$plan")" "$last" "$(mincap "")" "$(mincap hbm_step_plan:True)"
+    # Without step events: the allocator finds the steps; the share of all allocations its plans served.
+    found=$("$bin" replay "$t" --backend "$be" --conf hbm_step_plan:True --stats | awk '
+        /^steps / { s = $2 } /^plan_hits / { h = $2 } /^plan_misses / { m = $2 } /^plan_unplanned / { u = $2 }
+        /^events replayed:/ { } /^allocation.all.allocated / { n = $2 }
+        END { printf "%d, %.1f%%", s, n ? 100 * h / n : 0 }')
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$(basename "$t" .trace)" "$steps" "$served" \
+        "$plans" "$(ratio "$base")" "$(ratio "$plan")" "$last" "$(mincap "")" "$(mincap hbm_step_plan:True)" "$found"
 done
