@@ -221,7 +221,7 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
 hbm__block *hbm__plan_block(hbm_allocator *a, size_t size)
 {
     size_t k = a->plan_next++;
-    if (k >= a->plan_n || size > a->plan_size[k] || hbm__ensure_spares(a, 2) != HBM_OK) {
+    if (k >= a->plan_n || size > a->plan_size[k] || (a->nspare_blocks < 2 && hbm__ensure_spares(a, 2) != HBM_OK)) {
         a->stats.plan_misses++;
         return NULL;
     }
@@ -230,7 +230,7 @@ hbm__block *hbm__plan_block(hbm_allocator *a, size_t size)
      * else a walk along the arena's blocks from the last planned allocation, or from the arena's start. */
     uint32_t j = a->plan_below[k];
     hbm__block *b = j != UINT32_MAX ? hbm__ptrmap_get(&a->live, a->arena_seg->addr + a->plan_off[j]) : NULL;
-    b = b && b->seg == a->arena_seg ? b->next : NULL;
+    b = b && b->seg == a->arena_seg ? b->next : !a->plan_off[k] ? a->arena_seg->head : NULL;
     if (!b || b->addr > at || b->addr + b->size <= at) {
         b = a->plan_cursor ? hbm__ptrmap_get(&a->live, a->plan_cursor) : NULL;
         if (!b || b->seg != a->arena_seg)

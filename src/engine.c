@@ -586,20 +586,6 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
 
 /* ---- malloc ---- */
 
-/* The hbmalloc policies' block for a rounded request (in the arena), or NULL for the caching policy's path. */
-static __attribute__((noinline)) hbm__block *policy_block(hbm_allocator *a, hbm_stream stream, size_t size,
-                                                          uint64_t *tag)
-{
-    if (a->sp)
-        return hbm__step_block(a, stream, size, tag);
-    if (a->arena_wanted)
-        hbm__arena_create(a, stream);
-    if (!a->arena_seg || stream != a->arena_stream)
-        return NULL;
-    hbm__block *b = a->plan_n ? hbm__plan_block(a, size) : NULL;
-    return b ? b : arena_free_block(a, stream, size);
-}
-
 HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream, void **out)
 {
     if (orig >= HBM__MAX_REQUEST - a->request_pad) {
@@ -629,8 +615,18 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
                                              : &a->large;
     hbm__block *b = NULL;
     uint64_t tag = 0; /* the step plan's record of this request */
-    if (__builtin_expect(a->policy, 0) && !p->owner && (b = policy_block(a, stream, size, &tag)))
-        p = &a->arena;
+    if (__builtin_expect(a->policy, 0) && !p->owner) {
+        if (a->sp) {
+            b = hbm__step_block(a, stream, size, &tag);
+        } else {
+            if (a->arena_wanted)
+                hbm__arena_create(a, stream);
+            if (a->arena_seg && stream == a->arena_stream && !(a->plan_n && (b = hbm__plan_block(a, size))))
+                b = arena_free_block(a, stream, size);
+        }
+        if (b)
+            p = &a->arena;
+    }
     if (!b)
         b = get_free_block(a, p, stream, size);
     if (!b) {

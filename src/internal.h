@@ -181,7 +181,7 @@ struct hbm_allocator {
     uint64_t plan_height;
     uintptr_t plan_cursor; /* where the last planned allocation went: the walk to the next starts there if live */
     struct hbm__stepplan *sp; /* hbm_step_plan (stepplan.c): NULL when off */
-    bool policy; /* an arena, plan file or step plan is asked for: engine_malloc calls hbm__policy_block */
+    bool policy; /* an arena, plan file or step plan is asked for: engine_malloc's policy branch is taken */
     hbm__mempool *mempools;
     hbm_mempool next_mempool_id;
     hbm__route *routes;    /* searched last first, as PyTorch searches captures */
