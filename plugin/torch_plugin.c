@@ -479,13 +479,14 @@ HBM_TORCH_EXPORT void *hbm_torch_raw_alloc(size_t size, int device, void *stream
     return p;
 }
 
-HBM_TORCH_EXPORT int hbm_torch_empty_cache(void)
+/* fn on every device in use: 0, or -1 with the last failure's text in helper_error. */
+static int each_device(hbm_status (*fn)(hbm_allocator *))
 {
     pthread_once(&once, open_devices);
     int rc = 0;
     for (int d = 0; devices && d < hbm_devices_count(devices); d++) {
         hbm_allocator *a = hbm_devices_existing(devices, d);
-        if (a && hbm_empty_cache(a) != HBM_OK) {
+        if (a && fn(a) != HBM_OK) {
             hbm_copy_last_error(a, helper_error, sizeof helper_error);
             rc = -1;
         }
@@ -493,20 +494,10 @@ HBM_TORCH_EXPORT int hbm_torch_empty_cache(void)
     return rc;
 }
 
+HBM_TORCH_EXPORT int hbm_torch_empty_cache(void) { return each_device(hbm_empty_cache); }
+
 /* A training step ended (hbmalloc_torch.step, or the optimizer hook): hbm_step on every device in use. */
-HBM_TORCH_EXPORT int hbm_torch_step(void)
-{
-    pthread_once(&once, open_devices);
-    int rc = 0;
-    for (int d = 0; devices && d < hbm_devices_count(devices); d++) {
-        hbm_allocator *a = hbm_devices_existing(devices, d);
-        if (a && hbm_step(a) != HBM_OK) {
-            hbm_copy_last_error(a, helper_error, sizeof helper_error);
-            rc = -1;
-        }
-    }
-    return rc;
-}
+HBM_TORCH_EXPORT int hbm_torch_step(void) { return each_device(hbm_step); }
 
 HBM_TORCH_EXPORT int hbm_torch_record_stream(void *ptr, int device, void *stream)
 {

@@ -57,6 +57,16 @@ static inline void *must_malloc(hbm_allocator *a, size_t n, hbm_stream s)
 
 static inline void *sim_of(hbm_allocator *a) { return hbm__sim_ctx(a->backend); }
 
+/* xorshift64*: the property tests' random numbers (seed it by setting rng_state). */
+static uint64_t rng_state;
+static inline uint64_t rnd(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1Dull;
+}
+
 /* After hbm_destroy: the device holds nothing of the allocator's any more. */
 static inline void assert_sim_empty(hbm_backend *b)
 {

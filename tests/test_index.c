@@ -5,14 +5,6 @@
 
 #define N 4000
 
-static uint64_t s_rng = 88172645463325252ull;
-static uint64_t rnd(void)
-{
-    s_rng ^= s_rng << 13;
-    s_rng ^= s_rng >> 7;
-    s_rng ^= s_rng << 17;
-    return s_rng;
-}
 
 static hbm__segment seg[3];
 static hbm__block blk[N];
@@ -135,6 +127,7 @@ static void pointer_map_matches_a_reference(void **st)
 
 int main(void)
 {
+    rng_state = 88172645463325252ull; /* the random blocks and operations of every test */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lower_bound_matches_a_linear_scan),
         cmocka_unit_test(pointer_map_matches_a_reference),

@@ -15,14 +15,6 @@ typedef struct live {
     unsigned char pat;
 } live;
 
-static uint64_t rng_state;
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1Dull;
-}
 
 static size_t random_size(void)
 {

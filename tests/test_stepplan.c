@@ -454,14 +454,6 @@ typedef struct entry {
     int due_step, due_pos; /* freed when the loop reaches this step and position */
 } entry;
 
-static uint64_t rs;
-static uint64_t rnd(void)
-{
-    rs ^= rs >> 12;
-    rs ^= rs << 25;
-    rs ^= rs >> 27;
-    return rs * 0x2545F4914F6CDD1Dull;
-}
 
 static void free_entry(hbm_allocator *a, entry *e, int fill)
 {
@@ -481,7 +473,7 @@ static void free_entry(hbm_allocator *a, entry *e, int fill)
 static void run_steps(const char *spec, uint64_t seed, int fill, int faults, int pressure)
 {
     hbm_allocator *a = open_sim(spec, "hbm_step_plan:True");
-    rs = seed * 0x9E3779B97F4A7C15ull + 7;
+    rng_state = seed * 0x9E3779B97F4A7C15ull + 7;
     enum { T = 48, STEPS = 60, MAXLIVE = 512 };
     size_t size[T];
     int free_at[T]; /* position of its free, >= T: in the next step, -1: kept */

@@ -562,13 +562,9 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, char *
     const sweep_row *arena = sweep_best_hbm(&so);
     if (arena) { /* a device without virtual memory: hbmalloc's arena, proven by the same sweep */
         hbm__format_size((uint64_t)arena->r.stats.reserved_bytes[0].peak, pr, sizeof pr);
-        int step = !strncmp(arena->conf, "hbm_step_plan", 13);
         doctor_next(f, "with the hbmalloc plug-in (hbmalloc_torch.use()), whose %s needs no virtual memory (peak "
-                       "reserved %s%s): export HBMALLOC_CONF='%s'",
-                    step ? "step plan" : "arena policy", pr,
-                    step ? "; hbmalloc_torch.hook_optimizer(optimizer) marks the steps"
-                         : ", the rest of the device left to HCCL and others",
-                    arena->conf);
+                       "reserved %s; %s): export HBMALLOC_CONF='%s'",
+                    sweep_hbm_name(arena), pr, sweep_hbm_note(arena), arena->conf);
     }
     snprintf(f->evidence, sizeof f->evidence, "%.300s, replayed on %.200s", trace_path, spec);
     doctor_next(f, "%s", sweep_cmd);

@@ -436,6 +436,16 @@ const sweep_row *sweep_best(const sweep_outcome *out)
     return best;
 }
 
+static int is_step_plan(const sweep_row *row) { return !strncmp(row->conf, "hbm_step_plan", 13); }
+
+const char *sweep_hbm_name(const sweep_row *row) { return is_step_plan(row) ? "step plan" : "arena policy"; }
+
+const char *sweep_hbm_note(const sweep_row *row)
+{
+    return is_step_plan(row) ? "hbmalloc_torch.hook_optimizer(optimizer) marks the steps"
+                             : "the rest of the device left to HCCL and others";
+}
+
 const sweep_row *sweep_best_hbm(const sweep_outcome *out)
 {
     for (int i = 0; i < out->n; i++)
@@ -616,13 +626,9 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
     if (!o->json && hbm_best) {
         char pr[32];
         hbm__format_size((uint64_t)peak_reserved(hbm_best), pr, sizeof pr);
-        int step = !strncmp(hbm_best->conf, "hbm_step_plan", 13);
         fprintf(out, "with the hbmalloc plug-in (hbmalloc_torch.use(); PyTorch's own allocator does not read it), the "
-                     "%s (peak reserved %s%s):\nexport HBMALLOC_CONF='%s'\n",
-                step ? "step plan" : "arena policy", pr,
-                step ? "; call hbmalloc_torch.hook_optimizer(optimizer) so that it sees the steps"
-                     : ", the rest of the device left free",
-                hbm_best->conf);
+                     "%s (peak reserved %s; %s):\nexport HBMALLOC_CONF='%s'\n",
+                sweep_hbm_name(hbm_best), pr, sweep_hbm_note(hbm_best), hbm_best->conf);
     }
     int rc = best || hbm_best ? 0 : 1;
     sweep_outcome_free(&so);

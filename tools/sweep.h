@@ -50,6 +50,10 @@ const sweep_row *sweep_best(const sweep_outcome *out);
 /* On a device without virtual memory the sweep also runs hbmalloc's arena policy (HBMALLOC_CONF, the plug-ins),
  * the smallest arena that runs the trace: that row when it runs clean, else NULL. */
 const sweep_row *sweep_best_hbm(const sweep_outcome *out);
+/* What an hbmalloc-policy row is, for people: "arena policy" or "step plan", and what goes with it ("the rest of
+ * the device left free", or the reminder to mark the steps). */
+const char *sweep_hbm_name(const sweep_row *row);
+const char *sweep_hbm_note(const sweep_row *row);
 /* The advice for a row, safe to paste: "export VAR='...'" (or "unset VAR"), and, where the string needs a memory
  * fraction the release cannot read from the variable, the call to make in code. */
 void sweep_advice(const sweep_outcome *out, const sweep_row *row, const char *version, char *exp, size_t explen,
