@@ -394,6 +394,8 @@ static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
     a->plan_below = NULL;
     if (hbm__plan_neighbours(a, start, end)) {
         rc = HBM_ERR_NOMEM;
+        free(a->plan_below); /* made when only its scratch could not be */
+        a->plan_below = NULL;
         int i = sp->serving;
         sp->serving = -1;
         if (i >= 0)
