@@ -238,6 +238,31 @@ static void the_arena_runs_on_a_runtime_without_virtual_memory(void **st)
     assert_runtime_empty(&OLD, 0);
 }
 
+/* The step plan on the same runtime: after two steps the step's allocations come from one more aclrtMalloc (the
+ * region) at their planned offsets; nothing left after destroy. */
+static void the_step_plan_runs_on_a_runtime_without_virtual_memory(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_acl(&OLD, "hbm_step_plan:True");
+    void *weights = must_malloc(a, 40 * MiB, 0);
+    for (int step = 0; step < 5; step++) {
+        void *act[4];
+        for (int i = 0; i < 4; i++)
+            act[i] = must_malloc(a, (size_t)(i + 1) * 3 * MiB, 0);
+        for (int i = 4; i-- > 0;)
+            hbm_free(a, act[i]);
+        assert_int_equal(hbm_step(a), HBM_OK);
+        assert_valid(a);
+    }
+    hbm_stats s = stats_of(a);
+    assert_int_equal(s.plan_hits, 3 * 4); /* steps 2-4, every activation */
+    assert_int_equal(s.plan_misses, 0);
+    assert_true(s.arena_bytes >= s.plan_height && s.plan_height >= (int64_t)(10 * 3 * MiB));
+    hbm_free(a, weights);
+    assert_int_equal(hbm_destroy(a), HBM_OK);
+    assert_runtime_empty(&OLD, 0);
+}
+
 static void runtime_errors_carry_the_acl_name_and_message_and_leak_nothing(void **st)
 {
     (void)st;
@@ -327,6 +352,7 @@ int main(void)
         cmocka_unit_test_setup(a_failed_probe_falls_back_and_says_why, reset),
         cmocka_unit_test_setup(an_old_cann_runtime_works_without_virtual_memory, reset),
         cmocka_unit_test_setup(the_arena_runs_on_a_runtime_without_virtual_memory, reset),
+        cmocka_unit_test_setup(the_step_plan_runs_on_a_runtime_without_virtual_memory, reset),
         cmocka_unit_test_setup(runtime_errors_carry_the_acl_name_and_message_and_leak_nothing, reset),
         cmocka_unit_test_setup(out_of_memory_while_growing_rolls_back, reset),
         cmocka_unit_test_setup(a_fresh_thread_gets_the_device_set, reset),
