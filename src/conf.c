@@ -312,10 +312,13 @@ static int get_double(const ctx *c, double *out, const char *allowed)
 }
 
 /* A count of MiB stored as bytes, clamped to SIZE_MAX / MiB as PyTorch does. */
+/* MiB as bytes, at most 2^62 (4 EiB, past any device): sizes derived from it (pages rounded to the device's
+ * granularity, segment sizes) cannot wrap to 0. */
 static void store_mib(uint64_t v, size_t *bytes)
 {
-    if (v > SIZE_MAX / HBM__MiB)
-        v = SIZE_MAX / HBM__MiB;
+    const uint64_t max_mib = ((uint64_t)1 << 62) / HBM__MiB;
+    if (v > max_mib)
+        v = max_mib;
     *bytes = (size_t)v * HBM__MiB;
 }
 

@@ -8,6 +8,22 @@ static hbm__sim_counters sim_counters(hbm_allocator *a)
     return c;
 }
 
+/* A large_segment_size_mb past any device (PyTorch has no upper bound) with expandable segments: the page is
+ * capped at 2^62 bytes, so rounding it to the granularity cannot wrap to 0 (fuzz_conf found a division by zero);
+ * the reservation is refused as out of memory and the allocator stays whole. */
+static void an_absurd_large_segment_size_is_an_oom_not_a_crash(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:capacity=8GiB", "expandable_segments:True,large_segment_size_mb:7607903978898995426");
+    void *p = NULL;
+    assert_int_equal(hbm_malloc(a, 12 * MiB, 0, &p), HBM_ERR_OOM);
+    assert_null(p);
+    void *small = must_malloc(a, 4096, 0); /* the small pool's 2 MiB pages still work */
+    assert_valid(a);
+    hbm_free(a, small);
+    hbm_destroy(a);
+}
+
 static void a_large_request_maps_one_20mib_page_of_a_reservation(void **st)
 {
     (void)st;
@@ -461,6 +477,7 @@ int main(void)
         cmocka_unit_test(a_smaller_large_page_maps_only_what_the_request_needs),
         cmocka_unit_test(the_base_of_a_block_is_its_segment_and_expandable_ones_refuse),
         cmocka_unit_test(a_large_request_maps_one_20mib_page_of_a_reservation),
+        cmocka_unit_test(an_absurd_large_segment_size_is_an_oom_not_a_crash),
         cmocka_unit_test(small_pool_pages_are_2mib),
         cmocka_unit_test(expandable_segments_reuse_freed_memory_across_sizes),
         cmocka_unit_test(empty_cache_unmaps_free_pages_and_releases_empty_reservations),

@@ -358,6 +358,8 @@ static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *va)
     int rc = vmm_begin(s, HBM__OP_RESERVE, device, size);
     if (!rc && (size == 0 || size % s->granularity))
         rc = HBM__SIM_ERR_ALIGN;
+    if (!rc && size > SIM_VA_SPAN)
+        rc = HBM__BE_OOM; /* more address space than the device has, before any host memory is asked for */
     uint64_t *pages = NULL;
     if (!rc && (hbm__grow((void **)&s->resv, &s->cap_resv, s->nresv + 1, sizeof(sim_resv)) ||
                 !(pages = calloc(size / s->granularity, sizeof *pages))))
