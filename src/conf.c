@@ -312,13 +312,10 @@ static int get_double(const ctx *c, double *out, const char *allowed)
 }
 
 /* A count of MiB stored as bytes, clamped to SIZE_MAX / MiB as PyTorch does. */
-/* MiB as bytes, at most 2^62 (4 EiB, past any device): sizes derived from it (pages rounded to the device's
- * granularity, segment sizes) cannot wrap to 0. */
 static void store_mib(uint64_t v, size_t *bytes)
 {
-    const uint64_t max_mib = ((uint64_t)1 << 62) / HBM__MiB;
-    if (v > max_mib)
-        v = max_mib;
+    if (v > SIZE_MAX / HBM__MiB)
+        v = SIZE_MAX / HBM__MiB;
     *bytes = (size_t)v * HBM__MiB;
 }
 
@@ -550,7 +547,9 @@ static int set_key(hbm__conf *cf, const key_def *k, const rules *r, const lexed 
             return -1;
         if (v <= 10)
             return fail(&c, allowed);
-        store_mib(v, &cf->large_segment_size);
+        /* At most 2^62 bytes (4 EiB, past any device): a page or segment of it, rounded to the device's
+         * granularity, cannot wrap to 0 (fuzz_conf found that division by zero). */
+        store_mib(v < ((uint64_t)1 << 42) ? v : (uint64_t)1 << 42, &cf->large_segment_size);
         return 0;
     }
     case K_SEGMENT_SIZE: {
