@@ -84,6 +84,23 @@ void hbm_backend_close(hbm_backend *b)
 
 const char *hbm_backend_name(const hbm_backend *b) { return b ? b->ops->name : "(none)"; }
 
+/* hbm_create after the lock is tracked: a failure gives back what was made, with its message. */
+static hbm_status abandon(hbm_allocator *a, const char *why, hbm_status rc, char *err, size_t errlen)
+{
+    put_err(err, errlen, why);
+    hbm__fork_untrack(&a->lock);
+    pthread_mutex_destroy(&a->lock);
+    hbm__ptrmap_free(&a->live);
+    free(a);
+    return rc;
+}
+
+void hbm__warning_add(hbm_allocator *a, const char *text)
+{
+    size_t n = strlen(a->warning);
+    snprintf(a->warning + n, sizeof a->warning - n, "%s%s", n ? "; " : "", text);
+}
+
 hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const char *settings, char *err,
                       size_t errlen)
 {
@@ -145,14 +162,8 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
     rc = hbm__dev_info(a, &dev_free, &a->device_total);
     if (rc == HBM_OK)
         rc = hbm__set_fraction_locked(a, a->conf.memory_fraction);
-    if (rc != HBM_OK) {
-        put_err(err, errlen, a->err);
-        hbm__fork_untrack(&a->lock);
-        pthread_mutex_destroy(&a->lock);
-        hbm__ptrmap_free(&a->live);
-        free(a);
-        return rc;
-    }
+    if (rc != HBM_OK)
+        return abandon(a, a->err, rc, err, errlen);
     a->err[0] = 0;
     if (a->conf.expandable_segments) {
         if (b->caps.has_vmm && b->ops->vmm_reserve) {
@@ -169,39 +180,19 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
                 fprintf(stderr, "hbmalloc: warning: %s\n", a->warning);
         }
     }
-    if (a->conf.plan_file[0] && !a->expandable && (rc = hbm__plan_load(a, local, sizeof local)) != HBM_OK) {
-        put_err(err, errlen, local);
-        hbm__fork_untrack(&a->lock);
-        pthread_mutex_destroy(&a->lock);
-        hbm__ptrmap_free(&a->live);
-        free(a);
-        return rc;
-    }
-    if (a->conf.step_plan && !a->expandable && hbm__stepplan_init(a) != HBM_OK) {
-        put_err(err, errlen, "out of host memory");
-        rc = HBM_ERR_NOMEM;
-    }
-    if (rc != HBM_OK) {
-        hbm__fork_untrack(&a->lock);
-        pthread_mutex_destroy(&a->lock);
-        hbm__ptrmap_free(&a->live);
-        free(a);
-        return rc;
-    }
-    if (a->conf.step_plan && a->expandable) {
-        size_t n = strlen(a->warning);
-        snprintf(a->warning + n, sizeof a->warning - n, "%shbm_step_plan is not used: expandable segments are in "
-                 "force (virtual memory packs as tightly without a plan)", n ? "; " : "");
-    }
+    if (a->conf.plan_file[0] && !a->expandable && (rc = hbm__plan_load(a, local, sizeof local)) != HBM_OK)
+        return abandon(a, local, rc, err, errlen);
+    if (a->conf.step_plan && !a->expandable && hbm__stepplan_init(a) != HBM_OK)
+        return abandon(a, "out of host memory", HBM_ERR_NOMEM, err, errlen);
+    if (a->conf.step_plan && a->expandable)
+        hbm__warning_add(a, "hbm_step_plan is not used: expandable segments are in force (virtual memory packs as "
+                            "tightly without a plan)");
     a->policy = a->sp || a->conf.arena_bytes || a->conf.arena_fraction > 0 || a->conf.plan_file[0];
     if (a->conf.arena_bytes || a->conf.arena_fraction > 0 || a->conf.plan_file[0]) {
         a->arena_wanted = !a->expandable;
-        if (a->expandable) {
-            size_t n = strlen(a->warning);
-            snprintf(a->warning + n, sizeof a->warning - n, "%shbm_arena is not used: expandable segments are in "
-                     "force (virtual memory does what the arena does without the up-front reservation)",
-                     n ? "; " : "");
-        }
+        if (a->expandable)
+            hbm__warning_add(a, "hbm_arena is not used: expandable segments are in force (virtual memory does what "
+                                "the arena does without the up-front reservation)");
     }
     a->stats.expandable_segments = a->expandable;
     *out = a;

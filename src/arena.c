@@ -30,8 +30,9 @@
 
 static void give_up(hbm_allocator *a, const char *why)
 {
-    size_t n = strlen(a->warning);
-    snprintf(a->warning + n, sizeof a->warning - n, "%s%s: allocations use segments instead", n ? "; " : "", why);
+    char text[300];
+    snprintf(text, sizeof text, "%s: allocations use segments instead", why);
+    hbm__warning_add(a, text);
     a->arena_wanted = false;
 }
 
@@ -78,15 +79,6 @@ void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
 
 /* ---- hbm_plan_file: a plan (hbmalloc plan -o) served from the arena ---- */
 
-static int grow_array(void *pp, size_t n, size_t elem)
-{
-    void **p = pp, *q = realloc(*p, n * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    return 0;
-}
-
 typedef struct plan_end {
     uint64_t end; /* offset + size */
     uint32_t start, k;
@@ -131,6 +123,17 @@ int hbm__plan_neighbours(hbm_allocator *a, const uint32_t *start, const uint32_t
     return 0;
 }
 
+void hbm__plan_clear(hbm_allocator *a)
+{
+    free(a->plan_off);
+    free(a->plan_size);
+    free(a->plan_below);
+    a->plan_below = NULL;
+    a->plan_off = a->plan_size = NULL;
+    a->plan_n = 0;
+    a->plan_height = 0;
+}
+
 hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
 {
     const char *path = a->conf.plan_file;
@@ -143,7 +146,7 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
         return HBM_ERR_CONF;
     }
     char line[256];
-    size_t lineno = 0, cap = 0;
+    size_t lineno = 0, cap[4] = {0}; /* of plan_off, plan_size, start_at, end_at */
     uint32_t *start_at = NULL, *end_at = NULL; /* lifetimes, for plan_neighbours */
     int header = 0;
     hbm_status rc = HBM_OK;
@@ -176,16 +179,14 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
         } else if (start >= end || end > UINT32_MAX) {
             why = "the lifetime [start, end) must be a non-empty range of event numbers";
         } else {
-            if (a->plan_n == cap) {
-                size_t ncap = cap ? cap * 2 : 1024;
-                if (grow_array(&a->plan_off, ncap, sizeof *a->plan_off) ||
-                    grow_array(&a->plan_size, ncap, sizeof *a->plan_size) ||
-                    grow_array(&start_at, ncap, sizeof *start_at) || grow_array(&end_at, ncap, sizeof *end_at)) {
-                    rc = HBM_ERR_NOMEM;
-                    why = "out of host memory";
-                    break;
-                }
-                cap = ncap;
+            size_t need = a->plan_n + 1;
+            if (hbm__grow((void **)&a->plan_off, &cap[0], need, sizeof *a->plan_off) ||
+                hbm__grow((void **)&a->plan_size, &cap[1], need, sizeof *a->plan_size) ||
+                hbm__grow((void **)&start_at, &cap[2], need, sizeof *start_at) ||
+                hbm__grow((void **)&end_at, &cap[3], need, sizeof *end_at)) {
+                rc = HBM_ERR_NOMEM;
+                why = "out of host memory";
+                break;
             }
             a->plan_off[a->plan_n] = off;
             start_at[a->plan_n] = (uint32_t)start;
@@ -206,13 +207,7 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
     free(end_at);
     if (why) {
         snprintf(err, errlen, "hbm_plan_file: %.200s:%zu: %s", path, lineno, why);
-        free(a->plan_off);
-        free(a->plan_size);
-        free(a->plan_below);
-        a->plan_below = NULL;
-        a->plan_off = a->plan_size = NULL;
-        a->plan_n = 0;
-        a->plan_height = 0;
+        hbm__plan_clear(a);
         return rc != HBM_OK ? rc : HBM_ERR_CONF;
     }
     return HBM_OK;

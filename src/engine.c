@@ -672,7 +672,7 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
     }
     b = alloc_found_block(a, p, b, size, orig);
     if (__builtin_expect(tag != 0, 0))
-        hbm__step_allocated(a, b, tag);
+        hbm__step_allocated(b, tag);
     *out = (void *)b->addr;
     return HBM_OK;
 }
@@ -959,13 +959,8 @@ void hbm__engine_teardown(hbm_allocator *a)
         free(s);
     }
     a->segments = NULL;
-    hbm__stepplan_free(a); /* its shapes own the plan a->plan_* shows */
-    free(a->plan_off);
-    free(a->plan_size);
-    free(a->plan_below);
-    a->plan_below = NULL;
-    a->plan_off = a->plan_size = NULL;
-    a->plan_n = 0;
+    hbm__stepplan_free(a); /* its shapes own the plan a->plan_* shows, if any */
+    hbm__plan_clear(a);
     hbm__stream_teardown(a);
     free(a->history);
     a->history = NULL;

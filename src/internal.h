@@ -354,7 +354,11 @@ void hbm__stepplan_free(hbm_allocator *a);
  * recorded) and returns the planned arena block for it, or NULL for the caching policy's path. */
 hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *tag);
 /* After engine_malloc allocated b for a recorded request: marks b so that its free is recorded. */
-void hbm__step_allocated(hbm_allocator *a, hbm__block *b, uint64_t tag);
+static inline void hbm__step_allocated(hbm__block *b, uint64_t tag)
+{
+    b->rec_step = (uint32_t)(tag >> 32);
+    b->rec_k = (uint32_t)tag;
+}
 /* hbm_free of a recorded block (b->rec_step != 0). */
 void hbm__step_freed(hbm_allocator *a, hbm__block *b);
 /* Whole free segments of the default pools back to the device, no device sync (engine.c): the step plan's region
@@ -369,6 +373,10 @@ int hbm__plan_neighbours(hbm_allocator *a, const uint32_t *start, const uint32_t
 /* ---- arena.c: the hbm_arena policy ---- */
 /* Reserves the arena for `stream` at the first allocation; when it cannot, says why in hbm_warning and gives up. */
 void hbm__arena_create(hbm_allocator *a, hbm_stream stream);
+/* Appends text to hbm_warning's (after "; " when there is one already). */
+void hbm__warning_add(hbm_allocator *a, const char *text);
+/* Frees the plan a->plan_* holds (a plan file's) and zeroes them. */
+void hbm__plan_clear(hbm_allocator *a);
 /* Reads conf.plan_file (a->lock not needed: at create). HBM_OK, or HBM_ERR_CONF with "FILE:LINE: what" in err. */
 hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen);
 /* The free arena block that allocation plan_next's range lies in, cut to begin at that range (a block split off in

@@ -137,10 +137,7 @@ static const char *const order_names[4] = {"size", "size*lifetime", "lifetime", 
 
 static uint64_t rng(uint64_t *state)
 {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return hbm__mix64(*state += 0x9e3779b97f4a7c15ull); /* splitmix64 */
 }
 
 /* Moves order[from] to position `to` (< from), shifting the ones between down. */

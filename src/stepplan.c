@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "util.h"
 
 #define LIVE UINT32_MAX       /* not freed yet */
 #define NEXT (UINT32_MAX - 1) /* freed during the next step, at its allocation `wrap` */
@@ -123,27 +124,12 @@ void hbm__stepplan_free(hbm_allocator *a)
     a->plan_n = 0;
 }
 
-static int grow(void *pp, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap * 2 : 1024;
-    while (ncap < need)
-        ncap *= 2;
-    void **p = pp, *q = realloc(*p, ncap * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = ncap;
-    return 0;
-}
-
 /* Records the request as this step's next allocation: its tag for hbm__step_allocated (0: not recorded). */
 static uint64_t record(hbm__stepplan *sp, size_t size)
 {
     int cur = sp->step & 1;
     size_t k = sp->n[cur];
-    if (sp->overflow[cur] || k >= MAX_STEP_ALLOCS || grow(&sp->rec[cur], &sp->cap[cur], k + 1, sizeof(step_rec))) {
+    if (sp->overflow[cur] || k >= MAX_STEP_ALLOCS || hbm__grow((void **)&sp->rec[cur], &sp->cap[cur], k + 1, sizeof(step_rec))) {
         sp->overflow[cur] = true; /* no plan from this step; the allocation itself goes on */
         return 0;
     }
@@ -245,13 +231,6 @@ hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, ui
             }
     }
     return hbm__plan_block(a, size); /* counts the hit or the miss, moves plan_next on */
-}
-
-void hbm__step_allocated(hbm_allocator *a, hbm__block *b, uint64_t tag)
-{
-    b->rec_step = (uint32_t)(tag >> 32);
-    b->rec_k = (uint32_t)tag;
-    (void)a;
 }
 
 void hbm__step_freed(hbm_allocator *a, hbm__block *b)

@@ -3,15 +3,9 @@
 
 #include <stdlib.h>
 
-static size_t hash(uint64_t k, size_t mask)
-{
-    k ^= k >> 30;
-    k *= 0xbf58476d1ce4e5b9ull;
-    k ^= k >> 27;
-    k *= 0x94d049bb133111ebull;
-    k ^= k >> 31;
-    return (size_t)k & mask;
-}
+#include "../src/internal.h"
+
+static size_t hash(uint64_t k, size_t mask) { return (size_t)hbm__mix64(k) & mask; }
 
 static int grow(u64map *m)
 {
