@@ -346,6 +346,13 @@ static inline void hbm__trace_block(hbm_allocator *a, hbm_trace_action action, c
 size_t hbm__period(const uint64_t *key, size_t n, size_t *len);
 /* splitmix64's finalizer: a well-mixed 64-bit hash of z. */
 uint64_t hbm__mix64(uint64_t z);
+enum { HBM__BY_SIZE = 1, HBM__BY_FREES = 2 };
+/* The repeating step of n allocations: size[k] the k-th's size, freed[k] how many allocations had been made when it
+ * was freed (> n: not freed). Each allocation's key is its size and how many allocations back each block freed just
+ * before it was made, or either alone (*by: HBM__BY_* bits); the longest repeating end (at least min_len, of a
+ * period of at least min_period) under any of them. The period (0: none, or no host memory), its end's length. */
+size_t hbm__step_period(const uint64_t *size, const uint32_t *freed, size_t n, size_t min_len, size_t min_period,
+                        size_t *len, int *by);
 
 /* ---- stepplan.c: the hbm_step_plan policy ---- */
 hbm_status hbm__stepplan_init(hbm_allocator *a);

@@ -3,7 +3,7 @@
  * step plan's, stepplan.c, and the tools' --steps auto). Given one key per
  * allocation, the longest end of the sequence that repeats at least twice
  * with one period: the prefix function of the keys read from the end, O(n)
- * time and n words of memory.
+ * time and n words of memory. It also owns the keys steps are compared by.
  */
 #include <stdlib.h>
 
@@ -43,4 +43,36 @@ uint64_t hbm__mix64(uint64_t z)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+size_t hbm__step_period(const uint64_t *size, const uint32_t *freed, size_t n, size_t min_len, size_t min_period,
+                        size_t *len, int *by)
+{
+    /* Tried in this order, the longest end winning, the earlier on a tie: sizes and frees; sizes alone (a step that
+     * frees a tensor of the warm-up differs only there); frees alone (sizes change from step to step). */
+    static const int modes[3] = {HBM__BY_SIZE | HBM__BY_FREES, HBM__BY_SIZE, HBM__BY_FREES};
+    *len = 0;
+    *by = 0;
+    uint64_t *key = malloc((n ? n : 1) * sizeof *key), *frees = calloc(n + 1, sizeof *frees);
+    size_t period = 0;
+    if (!key || !frees)
+        goto done;
+    for (size_t j = 0; j < n; j++)
+        if (freed[j] <= n) /* freed before allocation freed[j]: part of that one's key */
+            frees[freed[j]] += hbm__mix64(freed[j] - j);
+    for (int m = 0; m < 3; m++) {
+        for (size_t k = 0; k < n; k++)
+            key[k] = hbm__mix64((modes[m] & HBM__BY_SIZE ? hbm__mix64(size[k] + 0x51ed) : 0) +
+                                (modes[m] & HBM__BY_FREES ? frees[k] : 0));
+        size_t l, p = hbm__period(key, n, &l);
+        if (p >= min_period && l >= min_len && l > *len) {
+            *len = l;
+            *by = modes[m];
+            period = p;
+        }
+    }
+done:
+    free(key);
+    free(frees);
+    return period;
 }

@@ -142,33 +142,26 @@ static void serve(hbm_allocator *a, int i);
 static int shape_for_prefix(hbm__stepplan *sp, size_t k);
 static hbm_status boundary(hbm_allocator *a);
 
-/* A job that does not mark its steps: the period of its allocations so far (all in step 0), by the keys of
- * --steps auto (docs/TRACE_FORMAT.md): size and the allocations back each free since the one before reaches; size
- * alone; frees alone. Found (at least twice over, over half of the allocations so far, of MIN_PERIOD allocations or
- * more): a boundary now, and one every period from here. */
+/* A job that does not mark its steps: the period of its allocations so far (all in step 0), as --steps auto finds
+ * it (hbm__step_period). Found (at least twice over, over half of the allocations so far, of MIN_PERIOD allocations
+ * or more): a boundary now, and one every period from here. */
 static void detect(hbm_allocator *a)
 {
     hbm__stepplan *sp = a->sp;
     const step_rec *r = sp->rec[0];
-    size_t n = sp->n[0], best_len = 0, period = 0;
-    uint64_t *key = malloc(n * sizeof *key), *frees = calloc(n + 1, sizeof *frees);
-    if (!key || !frees) {
-        free(key);
-        free(frees);
-        return; /* looked for again at the next power of two */
-    }
-    for (size_t j = 0; j < n; j++)
-        if (r[j].end <= n) /* freed before allocation `end`: part of that one's key */
-            frees[r[j].end] += hbm__mix64(r[j].end - j);
-    for (int mode = 1; mode <= 3; mode++) { /* 1: size, 2: frees, 3: both */
+    size_t n = sp->n[0], len;
+    int by;
+    uint64_t *size = malloc(n * sizeof *size);
+    uint32_t *freed = malloc(n * sizeof *freed);
+    size_t period = 0;
+    if (size && freed) { /* else looked for again at the next power of two */
         for (size_t k = 0; k < n; k++)
-            key[k] = hbm__mix64((mode & 1 ? hbm__mix64(r[k].size + 0x51ed) : 0) + (mode & 2 ? frees[k] : 0));
-        size_t len, p = hbm__period(key, n, &len);
-        if (p >= MIN_PERIOD && len >= n / 2 && len > best_len) /* a repeat inside a step (its layers) is shorter */
-            best_len = len, period = p;
+            size[k] = r[k].size, freed[k] = r[k].end;
+        /* at least half of what was seen: a repeat inside a step (its layers) is shorter */
+        period = hbm__step_period(size, freed, n, n / 2, MIN_PERIOD, &len, &by);
     }
-    free(key);
-    free(frees);
+    free(size);
+    free(freed);
     if (period) {
         sp->auto_period = period;
         a->stats.steps++;

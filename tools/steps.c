@@ -1,7 +1,7 @@
 /*
- * steps.c: see steps.h. Owns the keys of a trace's allocations and the
- * insertion of the step events; the period search is the library's
- * (src/period.c), which the step plan uses on a running job.
+ * steps.c: see steps.h. Owns the insertion of the step events; the
+ * search for the step (keys and period) is the library's (src/period.c),
+ * the same the step plan uses on a running job.
  */
 #include "steps.h"
 
@@ -11,25 +11,22 @@
 
 #include "../src/internal.h"
 
-enum { BY_SIZE_AND_FREES = 3, BY_SIZE = 1, BY_FREES = 2 };
-
-/* One key per allocation: its size (BY_SIZE) and, for each block freed since the allocation before it, how many
- * allocations back that block was made (BY_FREES). Equal keys repeating with a period are a repeating step. */
-static int keys_of(const trace *t, int by, uint64_t *key, size_t nalloc)
+/* Each allocation's size and when it was freed (the allocations made by then; UINT32_MAX: never), as
+ * hbm__step_period takes them. */
+static int allocations_of(const trace *t, uint64_t *size, uint32_t *freed, size_t nalloc)
 {
     uint32_t *made = malloc((t->nslots ? t->nslots : 1) * sizeof *made);
     if (!made)
         return -1;
     size_t k = 0;
-    uint64_t h = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < t->n && k < nalloc; i++) {
         const trace_event *e = &t->ev[i];
-        if (e->kind == EV_FREE && (by & BY_FREES)) {
-            h = hbm__mix64(h ^ (k - made[e->slot] + 1));
+        if (e->kind == EV_FREE) {
+            freed[made[e->slot]] = (uint32_t)k;
         } else if (e->kind == EV_ALLOC) {
-            key[k] = hbm__mix64(h ^ (by & BY_SIZE ? hbm__mix64(e->size + 0x51ed) : 0));
+            size[k] = e->size;
+            freed[k] = UINT32_MAX;
             made[e->slot] = (uint32_t)k++;
-            h = 0x9e3779b97f4a7c15ull;
         }
     }
     free(made);
@@ -47,31 +44,27 @@ int trace_mark_steps(trace *t, const char *how, char *msg, size_t msglen)
     size_t nalloc = (size_t)t->allocs, period = 0, from = 0;
     const char *by = "";
     if (!strcmp(how, "auto")) {
-        /* The longest repeating end under each key, the more exact key on a tie: sizes and frees; sizes alone (a
-         * step that frees a tensor of the warm-up differs only there); frees alone (sizes change every step). */
-        static const int modes[3] = {BY_SIZE_AND_FREES, BY_SIZE, BY_FREES};
-        static const char *const said[3] = {"sizes and frees repeat", "sizes repeat", "frees repeat, sizes change"};
-        uint64_t *key = malloc((nalloc ? nalloc : 1) * sizeof *key);
+        static const char *const said[4] = {"", "sizes repeat", "frees repeat, sizes change",
+                                            "sizes and frees repeat"};
+        uint64_t *size = malloc((nalloc ? nalloc : 1) * sizeof *size);
+        uint32_t *freed = malloc((nalloc ? nalloc : 1) * sizeof *freed);
         size_t best_len = 0;
-        for (int m = 0; m < 3; m++) {
-            size_t len = 0, p;
-            if (!key || keys_of(t, modes[m], key, nalloc)) {
-                free(key);
-                snprintf(msg, msglen, "out of host memory looking for the step");
-                return -1;
-            }
-            if ((p = hbm__period(key, nalloc, &len)) && len > best_len) {
-                best_len = len;
-                period = p;
-                by = said[m];
-            }
+        int which = 0;
+        int bad = !size || !freed || allocations_of(t, size, freed, nalloc);
+        if (!bad)
+            period = hbm__step_period(size, freed, nalloc, 2, 1, &best_len, &which);
+        free(size);
+        free(freed);
+        if (bad) {
+            snprintf(msg, msglen, "out of host memory looking for the step");
+            return -1;
         }
-        free(key);
         if (!period) {
             snprintf(msg, msglen, "no repeating step found: no end of the trace's %zu allocations repeats twice "
                                   "(mark the steps with 's' lines, or give --steps N)", nalloc);
             return -1;
         }
+        by = said[which];
         from = nalloc - best_len;
     } else {
         char *end;
