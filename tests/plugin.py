@@ -1,12 +1,13 @@
 """The plug-in without PyTorch: the helper's entry points through ctypes on the configured backend (sim, the fake
 CUDA driver, the fake AscendCL runtime): allocation, statistics, OOM text, history with Python stacks and labels,
-snapshots. usage: plugin.py LIB PLUGIN_DIR SNAPSHOT_PATH"""
+snapshots. usage: plugin.py LIB PLUGIN_DIR SNAPSHOT_PATH (LIB and PLUGIN_DIR empty: the installed package)"""
 import os
 import pickle
 import sys
 
 lib_path, plugin_dir, snap = sys.argv[1:4]
-sys.path.insert(0, plugin_dir)
+if plugin_dir:  # "": the installed package (tests/package.sh)
+    sys.path.insert(0, plugin_dir)
 import hbmalloc_torch as h  # noqa: E402
 
 # The NPU run: torch_npu's 32-byte pad per request, and settings from PYTORCH_NPU_ALLOC_CONF.
@@ -15,7 +16,10 @@ npu = pad > 0
 expect_expandable = os.environ.get("HBM_EXPECT_EXPANDABLE")
 if expect_expandable:
     os.environ.pop("HBMALLOC_CONF", None)
-lib = h.library(lib_path)
+lib = h.library(lib_path or None)
+if not lib_path:  # found by itself, in the installed package
+    import hbmalloc
+    assert os.path.dirname(lib.path) == hbmalloc.lib_dir(), (lib.path, hbmalloc.lib_dir())
 assert lib.build == "generic", lib.build
 assert lib.hbm_torch_device_used(0) == 0
 assert h.stats()["allocation.all.current"] == 0  # statistics of an unused device: zeros, nothing created

@@ -19,7 +19,8 @@ import warnings
 lib_path, plugin_dir, mode = sys.argv[1:4]
 os.environ.pop("HBMALLOC_CONF", None)
 os.environ.pop("MULTI_STREAM_MEMORY_REUSE", None)
-sys.path.insert(0, plugin_dir)
+if plugin_dir:  # "": the installed package (tests/package.sh)
+    sys.path.insert(0, plugin_dir)
 npu = mode.startswith("npu")
 calls = {}
 

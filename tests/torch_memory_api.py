@@ -1,19 +1,24 @@
 """The routed memory API under real torch Python code: Debian's torch 1.13 (CPU) torch/cuda/memory.py functions
 (memory_stats, memory_allocated, max_memory_reserved, reset_peak_memory_stats, memory_summary, ...) and
 torch/cuda/_memory_viz.py, over the torch._C functions hbmalloc_torch routes to hbmalloc.
-usage: torch_memory_api.py LIB PLUGIN_DIR
+usage: torch_memory_api.py LIB PLUGIN_DIR   (both empty: the installed package)
 
 torch 1.13 has no CUDAPluggableAllocator (use() refuses it), so the routing is installed on its own here, and CUDA
 counts as initialised (a CPU build has no device): everything above torch._C is torch's own code."""
+import os
 import sys
 
 import torch
 
 lib_path, plugin_dir = sys.argv[1:3]
-sys.path.insert(0, plugin_dir)
+if plugin_dir:  # "": the installed package (tests/package.sh)
+    sys.path.insert(0, plugin_dir)
 import hbmalloc_torch as h  # noqa: E402
 
-lib = h.library(lib_path)
+lib = h.library(lib_path or None)
+if not lib_path:  # found by itself, in the installed package
+    import hbmalloc
+    assert os.path.dirname(lib.path) == hbmalloc.lib_dir(), (lib.path, hbmalloc.lib_dir())
 h._state["device"] = "cuda"
 h._route_memory_api("cuda", torch, lib, {})
 torch.cuda.memory.is_initialized = lambda: True

@@ -1,10 +1,10 @@
 """hbmalloc for PyTorch and torch_npu: swap the CUDA or NPU caching allocator for hbmalloc.
 
-    import hbmalloc_torch
-    hbmalloc_torch.use()    # before the first GPU/NPU allocation; "npu" when torch_npu is installed
+    import hbmalloc.torch as hbm   # the same module as `import hbmalloc_torch` (its first name)
+    hbm.use()               # before the first GPU/NPU allocation; "npu" when torch_npu is installed
     ...                     # train as usual: torch.cuda.memory_stats(), empty_cache(), memory_summary(),
                             # _record_memory_history(), _snapshot(), CUDA graphs and OutOfMemoryError work
-    with hbmalloc_torch.label("optimizer"):   # a category for the allocations made inside
+    with hbm.label("optimizer"):   # a category for the allocations made inside
         opt.step()
 
 What use() does, and why, is in docs/PYTORCH.md: it registers every hook the framework's pluggable-allocator
@@ -14,7 +14,7 @@ snapshot functions, which raise or are undefined under a pluggable allocator) to
 MULTI_STREAM_MEMORY_REUSE=2 for HCCL on torch_npu, and warns about torch.compile(mode="reduce-overhead").
 
 Settings come from HBMALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF (CUDA) or PYTORCH_NPU_ALLOC_CONF (Ascend). The
-library is found next to this file (or in ../lib for an installed tree), or at HBMALLOC_TORCH_LIB. Only the standard
+library is found in the package's lib/ (pip), in an installed CMake tree's lib/, or at HBMALLOC_TORCH_LIB. Only the standard
 library is imported at load; torch and torch_npu only by use(), so the helper's own functions work without them
 (with HBMALLOC_BACKEND=sim for a dry run).
 """
@@ -89,14 +89,16 @@ def _declare(lib):
 
 def _candidates(device):
     """Library files to try, best first: the build for the imported torch (typed OutOfMemoryError), then the
-    generic one; next to this file, then the installed tree's lib/ (share/hbmalloc -> lib)."""
+    generic one; in the installed package (hbmalloc/lib, what pip installs), then an installed CMake tree's lib/
+    (share/hbmalloc/hbmalloc -> lib)."""
     npu = device == "npu"
     names = ["libhbmalloc_torch_npu.so" if npu else "libhbmalloc_torch.so"]
     if "torch" in sys.modules:
         names.insert(0, "libhbmalloc_torch_npu_c10.so" if npu else "libhbmalloc_torch_c10.so")
     here = os.path.dirname(os.path.abspath(__file__))
-    dirs = [here] + sorted(glob.glob(os.path.join(here, "..", "..", "lib*"))) + \
-        sorted(glob.glob(os.path.join(here, "..", "..", "lib", "*-linux-gnu")))  # CMAKE_INSTALL_LIBDIR
+    top = os.path.join(here, "..", "..", "..")
+    dirs = [os.path.join(here, "lib")] + sorted(glob.glob(os.path.join(top, "lib*"))) + \
+        sorted(glob.glob(os.path.join(top, "lib", "*-linux-gnu")))  # CMAKE_INSTALL_LIBDIR
     return [os.path.normpath(os.path.join(d, n)) for n in names for d in dirs]
 
 
@@ -153,15 +155,25 @@ def _warn_once(key, text):
 
 # ---- use() ----
 
+def _need(name, what):
+    """Imports a framework module for use(), or says what is missing (this package does not depend on torch)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise ImportError("hbmalloc.torch.use() needs %s, and `import %s` failed here (%s, Python %s). Install it "
+                          "in this environment; hbmalloc itself (the `hbmalloc` command, its doctor) works without "
+                          "it" % (what, name, e, sys.executable), name=name) from e
+
+
 def use(path=None, device=None):
     """Make hbmalloc the framework's device allocator. Call before anything allocates on the device.
 
     device: "cuda" (torch.cuda.memory.CUDAPluggableAllocator) or "npu" (torch_npu's NPUPluggableAllocator);
     by default "npu" when torch_npu is installed. Returns the pluggable allocator object."""
     device = device or device_type()
-    import torch
+    torch = _need("torch", "PyTorch")
     if device == "npu":
-        import torch_npu
+        torch_npu = _need("torch_npu", "torch_npu (Ascend's PyTorch adapter)")
         fw_version = getattr(torch_npu, "__version__", "0")
         if _version(fw_version) < MIN_TORCH_NPU or not hasattr(torch_npu.npu.memory, "NPUPluggableAllocator"):
             raise RuntimeError("hbmalloc needs torch_npu >= %d.%d (NPUPluggableAllocator); installed %s"
@@ -182,7 +194,8 @@ def use(path=None, device=None):
     if not lib.build.startswith("c10"):
         _warn_once("generic", "this plug-in was not built against torch %s's headers: out of memory raises "
                    "RuntimeError (with PyTorch's \"%s out of memory.\" text), not OutOfMemoryError. Rebuild hbmalloc "
-                   "with this Python's torch installed (cmake -DHBM_PYTHON=%s) for the typed exception"
+                   "with this Python's torch installed (pip install --no-build-isolation ., or cmake -DHBM_PYTHON=%s) for the "
+                   "typed exception"
                    % (torch.__version__, "NPU" if device == "npu" else "CUDA", sys.executable))
     raw = alloc.allocator()
     hooks = _hooks(device, raw, lib, torch)
