@@ -41,7 +41,8 @@ typedef enum hbm_status {
     HBM_ERR_NOMEM = 8,        /* host memory for bookkeeping ran out */
     HBM_ERR_WRONG_DEVICE = 9, /* pointer belongs to another device's allocator */
     HBM_ERR_POOL_BUSY = 10,   /* private pool released while blocks are live: kept until they are freed */
-    HBM_ERR_CAPTURE = 11      /* refused while a graph capture is under way (it would synchronize the device) */
+    HBM_ERR_CAPTURE = 11,     /* refused while a graph capture is under way (it would synchronize the device) */
+    HBM_ERR_STALE = 12        /* hbm_record_read: the record of a process that has exited */
 } hbm_status;
 
 /* Short name of a status ("HBM_ERR_OOM"). */
@@ -395,6 +396,43 @@ HBM_API hbm_status hbm_plan_lifetimes(hbm_lifetime *b, size_t n, uint64_t budget
  * holds exactly the free blocks, statistics equal recomputed sums). Returns the number
  * of violations; a description of the first ones goes into report (may be NULL). */
 HBM_API int hbm_check(hbm_allocator *a, char *report, size_t len);
+
+/* ---- Live statistics for monitors (`hbmalloc top`, docs/MONITOR.md) --------------------------------------
+ * An allocator with hbm_publish:True in its settings (the PyTorch plug-ins: unless hbm_publish:False) keeps its
+ * statistics in a record in shared memory: a file of hbm_record_dir(), mode 0600, named
+ * hbmalloc-UID-PID-DEVICE-N, updated at every segment change and OOM and at least once a second by a thread of
+ * the library, removed by hbm_destroy and at exit. Its layout is the library's own: read it with hbm_record_read. */
+typedef struct hbm_record {
+    int64_t pid;
+    uint64_t start_time;   /* the process's start (/proc/PID/stat field 22): a reused PID is not taken for it */
+    int64_t device;
+    int64_t rank, local_rank, world_size; /* RANK, LOCAL_RANK, WORLD_SIZE of its environment; -1 when unset */
+    uint64_t updated_ns;   /* CLOCK_REALTIME of the last update, in nanoseconds */
+    /* bytes now (hbm_stats' "all" entries, current): */
+    int64_t allocated_bytes, reserved_bytes, active_bytes, requested_bytes, inactive_split_bytes;
+    int64_t peak_allocated_bytes, peak_reserved_bytes;
+    int64_t largest_free_bytes; /* the largest cached free block: the largest request served without a device call */
+    int64_t allocation, segment, active, inactive_split; /* counts now */
+    int64_t num_ooms, num_alloc_retries, num_device_alloc, num_device_free;
+    int64_t expandable_segments; /* 1 when in force */
+    int64_t device_total;        /* the device's capacity */
+    char backend[64];            /* the backend spec */
+    char settings[512];          /* the settings in force, as hbmalloc conf prints them ("" for the defaults) */
+    char source[32];             /* where they came from (HBMALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF, ...) */
+    char command[32];            /* the process's name (/proc/PID/comm) */
+} hbm_record;
+
+/* The folder records go in: $HBMALLOC_TOP_DIR when set, else /dev/shm (else /tmp). */
+HBM_API const char *hbm_record_dir(void);
+/* Start (on = 1) or stop (0) publishing this allocator's statistics; HBM_PUBLISH_UNLESS_SET_OFF: start unless its
+ * settings say hbm_publish:False (what the PyTorch plug-ins do). HBM_ERR_BACKEND when the record cannot be made
+ * (the reason in hbm_last_error; the allocator is unaffected). */
+#define HBM_PUBLISH_UNLESS_SET_OFF 2
+HBM_API hbm_status hbm_publish(hbm_allocator *a, int on);
+/* Read one record. HBM_OK: a live process's record, copied consistently; HBM_ERR_STALE: its process has exited
+ * (or its PID was reused); HBM_ERR_INVALID: not a record, or not safe to trust — not a regular file, not owned
+ * by this user, readable or writable by others — with the reason in why. Nothing is written or removed. */
+HBM_API hbm_status hbm_record_read(const char *path, hbm_record *out, char *why, size_t whylen);
 
 #ifdef __cplusplus
 }

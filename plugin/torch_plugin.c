@@ -21,6 +21,7 @@
  * else the framework's variable (PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF).
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,21 @@ static void apply_history(hbm_allocator *a, int device)
     pthread_mutex_unlock(&history_lock);
 }
 
+/* Statistics for `hbmalloc top`: published unless the settings say hbm_publish:False (the C API's default is
+ * off; a plug-in user expects the monitor to see the job). Decided once per device. */
+static _Atomic bool publish_decided[MAX_DEVICES]; /* read without the lock on every allocation */
+
+static void apply_publish(hbm_allocator *a, int device)
+{
+    pthread_mutex_lock(&history_lock);
+    bool first = device >= 0 && device < MAX_DEVICES && !publish_decided[device];
+    if (first)
+        publish_decided[device] = true;
+    pthread_mutex_unlock(&history_lock);
+    if (first && hbm_publish(a, HBM_PUBLISH_UNLESS_SET_OFF) != HBM_OK && !getenv("HBMALLOC_QUIET"))
+        fprintf(stderr, "hbmalloc: warning: %s\n", hbm_last_error(a));
+}
+
 hbm_allocator *hbm_torch__allocator(int device)
 {
     pthread_once(&once, open_devices);
@@ -69,10 +85,15 @@ hbm_allocator *hbm_torch__allocator(int device)
         return NULL;
     }
     hbm_allocator *a = hbm_devices_get(devices, device);
-    if (!a)
+    if (!a) {
         fprintf(stderr, "hbmalloc: %s\n", hbm_devices_error(devices));
-    else if (history_entries >= 0)
+        return NULL;
+    }
+    if (history_entries >= 0)
         apply_history(a, device);
+    if (device >= 0 && device < MAX_DEVICES &&
+        !atomic_load_explicit(&publish_decided[device], memory_order_relaxed))
+        apply_publish(a, device);
     return a;
 }
 

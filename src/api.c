@@ -26,6 +26,7 @@ const char *hbm_status_name(hbm_status s)
     case HBM_ERR_WRONG_DEVICE: return "HBM_ERR_WRONG_DEVICE";
     case HBM_ERR_POOL_BUSY: return "HBM_ERR_POOL_BUSY";
     case HBM_ERR_CAPTURE: return "HBM_ERR_CAPTURE";
+    case HBM_ERR_STALE: return "HBM_ERR_STALE";
     }
     return "HBM_ERR_UNKNOWN";
 }
@@ -195,6 +196,9 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
                                 "the arena does without the up-front reservation)");
     }
     a->stats.expandable_segments = a->expandable;
+    if (a->conf.publish == 1 && hbm_publish(a, 1) != HBM_OK) /* monitoring never stops the job: said, not failed */
+        hbm__warning_add(a, a->err);
+    a->err[0] = 0;
     *out = a;
     return HBM_OK;
 }
@@ -221,6 +225,7 @@ hbm_status hbm_destroy_report(hbm_allocator *a, char *msg, size_t msglen)
         msg[0] = 0;
     if (!a)
         return HBM_OK;
+    hbm_publish(a, 0);
     hbm__lock(a);
     a->tearing_down = true;
     hbm__engine_teardown(a);
@@ -252,7 +257,11 @@ hbm_status hbm_destroy(hbm_allocator *a)
     return rc;
 }
 
-void hbm__set_single_thread(hbm_allocator *a) { a->single_thread = true; }
+void hbm__set_single_thread(hbm_allocator *a)
+{
+    hbm_publish(a, 0); /* its refresher would take a lock no call takes any more */
+    a->single_thread = true;
+}
 
 const char *hbm_last_error(const hbm_allocator *a) { return a ? a->err : "NULL allocator"; }
 

@@ -127,7 +127,8 @@ typedef enum key_id {
     K_PIN_THREADS, K_PIN_BG, K_PIN_RESERVE, K_PIN_ROUND, K_PIN_CACHED, K_GRAPH_REUSE, K_FRACTION,
     K_PIN_CATCH_ALL, K_THROW_CUDA, K_THROW_NPU, K_PIN_EXPANDABLE, K_PIN_REGISTER, K_BASE_ALIGN,
     K_PAGE_SIZE, K_SEGMENT_SIZE, K_LAZY_RECLAIM, K_ALIGN_HUGEPAGES, K_ES_RESERVE, K_ES_RESERVE_CLASS,
-    K_HBM_REMAP, K_HBM_PAGE, K_HBM_ARENA, K_HBM_ARENA_FRACTION, K_HBM_PLAN_FILE, K_HBM_STEP_PLAN
+    K_HBM_REMAP, K_HBM_PAGE, K_HBM_ARENA, K_HBM_ARENA_FRACTION, K_HBM_PLAN_FILE, K_HBM_STEP_PLAN,
+    K_HBM_PUBLISH
 } key_id;
 
 typedef struct key_def {
@@ -175,6 +176,7 @@ static const key_def keys[] = {
     {"hbm_arena_fraction", K_HBM_ARENA_FRACTION, D_BOTH},
     {"hbm_plan_file", K_HBM_PLAN_FILE, D_BOTH},
     {"hbm_step_plan", K_HBM_STEP_PLAN, D_BOTH},
+    {"hbm_publish", K_HBM_PUBLISH, D_BOTH},
 };
 
 static const key_def *find_key(const char *name)
@@ -621,6 +623,13 @@ static int set_key(hbm__conf *cf, const key_def *k, const rules *r, const lexed 
     case K_ALIGN_HUGEPAGES: return get_bool(&c, &cf->align_hugepages);
     case K_HBM_REMAP: return get_bool(&c, &cf->remap_free_pages);
     case K_HBM_STEP_PLAN: return get_bool(&c, &cf->step_plan);
+    case K_HBM_PUBLISH: {
+        bool on;
+        int rc = get_bool(&c, &on);
+        if (!rc)
+            cf->publish = on;
+        return rc;
+    }
     case K_HBM_PAGE: {
         const char *allowed = "expected an even whole number of MiB in [2, 1024] (a multiple of the 2 MiB device "
                               "granularity)";
@@ -702,6 +711,7 @@ void hbm__conf_defaults(hbm__conf *c, hbm_dialect d)
     c->memory_fraction = 1.0;
     c->pinned_num_register_threads = 1;
     c->base_addr_aligned_kb = 16;
+    c->publish = -1;
     strcpy(c->source, "default");
 }
 
@@ -1001,6 +1011,9 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
         hbm__sb_printf(&sb, "hbm_step_plan: True (hbmalloc policy: the allocations of a training step, marked by "
                             "hbm_step, learnt and later steps served from a plan in one region%s)\n",
                        c->expandable_segments ? "; not used while expandable_segments is in force" : "");
+    if (c->publish >= 0)
+        hbm__sb_printf(&sb, "hbm_publish: %s (statistics for hbmalloc top%s)\n", b2s(c->publish),
+                       c->publish ? ", in a shared-memory record of this process" : ": not published");
     if (c->expandable_page)
         hbm__sb_printf(&sb, "hbm_expandable_page_mb: %zu (hbmalloc policy: large-pool page of expandable segments%s)\n",
                        c->expandable_page / HBM__MiB, !c->expandable_segments ? "; needs expandable_segments:True" : "");
@@ -1102,6 +1115,8 @@ void hbm__conf_policy_string(const hbm__conf *c, char *out, size_t outlen)
         hbm__sb_printf(&sb, "%shbm_plan_file:%s", SEP, c->plan_file);
     if (c->step_plan)
         hbm__sb_printf(&sb, "%shbm_step_plan:True", SEP);
+    if (c->publish >= 0)
+        hbm__sb_printf(&sb, "%shbm_publish:%s", SEP, c->publish ? "True" : "False");
     if (c->arena_bytes)
         hbm__sb_printf(&sb, "%shbm_arena_mb:%zu", SEP, c->arena_bytes / HBM__MiB);
     else if (c->arena_fraction > 0)

@@ -36,6 +36,8 @@ typedef struct hbm__conf {
     double arena_fraction;           /* hbmalloc policy: the region as this share of free device memory (0: off) */
     bool step_plan;                  /* hbmalloc policy: learn the step (hbm_step) and serve later steps from a plan */
     char plan_file[128];             /* hbmalloc policy: a plan (hbmalloc plan -o) served from the arena ("": none) */
+    int publish;                     /* hbm_publish: statistics for `hbmalloc top` (publish.c): 1 True, 0 False,
+                                        -1 not given (the C API: off; the PyTorch plug-ins: on) */
     /* Host (pinned) allocator and graph keys: accepted and validated as PyTorch
      * does, reported by describe; they do not concern device memory. */
     bool pinned_use_host_register, pinned_use_background_threads, pinned_free_catch_all;

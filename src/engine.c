@@ -320,6 +320,7 @@ hbm_status hbm__segment_new(hbm_allocator *a, hbm__pool *p, hbm_stream stream, s
         hbm__stat_inc(&st->oversize_segments, 1);
     st->num_device_alloc++;
     hbm__trace(a, HBM_TRACE_SEGMENT_ALLOC, addr, size, stream);
+    hbm__published(a);
     *out = b;
     return HBM_OK;
 }
@@ -356,6 +357,7 @@ static hbm_status release_block(hbm_allocator *a, hbm__block *b)
         hbm__stat_dec(&a->stats.oversize_segments, 1);
     a->stats.num_device_free++;
     hbm__trace(a, HBM_TRACE_SEGMENT_FREE, seg->addr, seg->size, seg->stream);
+    hbm__published(a);
     hbm__segments_remove(a, seg);
     free(seg);
     hbm__block_recycle(a, b);
@@ -656,6 +658,7 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
                 a->stats.num_ooms++;
                 oom_message(a, orig, alloc_size, stream);
                 memcpy(a->oom_msg, a->err, sizeof a->oom_msg);
+                hbm__published(a);
             }
             return rc;
         }

@@ -190,6 +190,7 @@ static hbm_status map_block(hbm_allocator *a, hbm__block *b, size_t size, hbm__b
     hbm__stat_arr_inc(a->stats.reserved_bytes, p, (int64_t)bytes);
     a->stats.num_device_alloc++;
     hbm__trace(a, HBM_TRACE_SEGMENT_MAP, seg->addr + first * seg->page, bytes, seg->stream);
+    hbm__published(a);
     *out = b;
     return HBM_OK;
 }
@@ -278,6 +279,7 @@ static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uin
     hbm__stat_arr_dec(a->stats.reserved_bytes, p, (int64_t)(hi - lo));
     a->stats.num_device_free++;
     hbm__trace(a, HBM_TRACE_SEGMENT_UNMAP, lo, hi - lo, seg->stream);
+    hbm__published(a);
     return rc;
 }
 

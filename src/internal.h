@@ -181,6 +181,7 @@ struct hbm_allocator {
     uint64_t plan_height;
     uintptr_t plan_cursor; /* where the last planned allocation went: the walk to the next starts there if live */
     struct hbm__stepplan *sp; /* hbm_step_plan (stepplan.c): NULL when off */
+    struct hbm__pub *pub;     /* hbm_publish (publish.c): the shared-memory record, NULL when not published */
     bool policy; /* an arena, plan file or step plan is asked for: engine_malloc's policy branch is taken */
     hbm__mempool *mempools;
     hbm_mempool next_mempool_id;
@@ -382,6 +383,15 @@ int hbm__plan_neighbours(hbm_allocator *a, const uint32_t *start, const uint32_t
 void hbm__arena_create(hbm_allocator *a, hbm_stream stream);
 /* Appends text to hbm_warning's (after "; " when there is one already). */
 void hbm__warning_add(hbm_allocator *a, const char *text);
+
+/* ---- publish.c: statistics for hbmalloc top ---- */
+void hbm__publish_update(hbm_allocator *a); /* the lock is held */
+/* At a segment change or an OOM: the record, if any, follows (a device call was just made: the copy is free). */
+static inline void hbm__published(hbm_allocator *a)
+{
+    if (__builtin_expect(a->pub != NULL, 0))
+        hbm__publish_update(a);
+}
 /* Frees the plan a->plan_* holds (a plan file's) and zeroes them. */
 void hbm__plan_clear(hbm_allocator *a);
 /* Reads conf.plan_file (a->lock not needed: at create). HBM_OK, or HBM_ERR_CONF with "FILE:LINE: what" in err. */
