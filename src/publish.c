@@ -30,21 +30,13 @@
 #include "fork.h"
 #include "internal.h"
 #include "pool.h"
+#include "publish.h"
 #include "util.h"
 
-#define MAGIC 0x317274626d6268ull /* "hbmbtr1" */
-#define LAYOUT 1
 #define REFRESH_NS 500000000L /* the thread's period: every record at least once a second */
 
-typedef struct shared {
-    uint64_t magic;
-    uint32_t layout, size; /* LAYOUT, sizeof(shared) */
-    _Atomic uint64_t seq;  /* odd while being written */
-    hbm_record r;
-} shared;
-
 struct hbm__pub {
-    shared *rec;
+    hbm__shared_record *rec;
     hbm_allocator *a;
     pid_t owner;
     char path[256];
@@ -83,8 +75,7 @@ static uint64_t start_time(long pid)
     char *p = strrchr(buf, ')'); /* the name in parentheses may hold spaces and parentheses */
     if (!p)
         return 0;
-    p++;
-    for (int field = 2; field < 22 && p; field++) /* p is before field `field + 1` */
+    for (int field = 2; field < 22 && p; field++) /* from the ")": p is then at the space before field `field + 1` */
         p = strchr(p + 1, ' ');
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }
@@ -166,7 +157,7 @@ static void fill_stats(hbm_allocator *a, hbm_record *r)
 
 static void update(struct hbm__pub *p)
 {
-    shared *s = p->rec;
+    hbm__shared_record *s = p->rec;
     uint64_t q = atomic_load_explicit(&s->seq, memory_order_relaxed);
     atomic_store_explicit(&s->seq, q + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
@@ -267,9 +258,9 @@ static hbm_status publish_on(hbm_allocator *a)
              (long)p->owner, a->device, atomic_fetch_add(&counter, 1));
     int fd = open(p->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     int err = fd < 0 ? errno : 0;
-    if (!err && (fchmod(fd, 0600) || ftruncate(fd, sizeof(shared))))
+    if (!err && (fchmod(fd, 0600) || ftruncate(fd, sizeof(hbm__shared_record))))
         err = errno;
-    void *m = err ? MAP_FAILED : mmap(NULL, sizeof(shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *m = err ? MAP_FAILED : mmap(NULL, sizeof(hbm__shared_record), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (!err && m == MAP_FAILED)
         err = errno;
     if (fd >= 0)
@@ -302,9 +293,9 @@ static hbm_status publish_on(hbm_allocator *a)
     }
     hbm__lock(a);
     update(p);
-    p->rec->size = sizeof(shared);
-    p->rec->layout = LAYOUT;
-    atomic_store_explicit((_Atomic uint64_t *)&p->rec->magic, MAGIC, memory_order_release);
+    p->rec->size = sizeof(hbm__shared_record);
+    p->rec->layout = HBM__RECORD_LAYOUT;
+    atomic_store_explicit((_Atomic uint64_t *)&p->rec->magic, HBM__RECORD_MAGIC, memory_order_release);
     a->pub = p;
     hbm__unlock(a);
     pthread_mutex_lock(&reg);
@@ -367,16 +358,16 @@ hbm_status hbm_record_read(const char *path, hbm_record *out, char *why, size_t 
                       : !S_ISREG(st.st_mode)   ? "not a regular file"
                       : st.st_uid != geteuid() ? "owned by another user"
                       : st.st_mode & 077       ? "readable or writable by other users (a record is 0600)"
-                      : st.st_size != (off_t)sizeof(shared) ? "not the size of a record of this hbmalloc"
+                      : st.st_size != (off_t)sizeof(hbm__shared_record) ? "not the size of a record of this hbmalloc"
                                                               : NULL;
-    shared *s = bad ? MAP_FAILED : mmap(NULL, sizeof *s, PROT_READ, MAP_SHARED, fd, 0);
+    hbm__shared_record *s = bad ? MAP_FAILED : mmap(NULL, sizeof *s, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (bad || s == MAP_FAILED) {
         snprintf(why, whylen, "%s", bad ? bad : strerror(errno));
         return HBM_ERR_INVALID;
     }
     hbm_status rc = HBM_ERR_INVALID;
-    if (atomic_load_explicit((_Atomic uint64_t *)&s->magic, memory_order_acquire) != MAGIC || s->layout != LAYOUT ||
+    if (atomic_load_explicit((_Atomic uint64_t *)&s->magic, memory_order_acquire) != HBM__RECORD_MAGIC || s->layout != HBM__RECORD_LAYOUT ||
         s->size != sizeof *s) {
         snprintf(why, whylen, "not a record of this hbmalloc (magic, layout or size)");
     } else {

@@ -17,6 +17,7 @@
 #include "steps.h"
 #include "steps.h"
 #include "sweep.h"
+#include "top.h"
 #include "view.h"
 #include "trace.h"
 
@@ -86,6 +87,16 @@ static const struct {
      "      --seed N           of the search's random moves (default 1: the same plan every run)\n"
      "      --device N, --json\n"
      "    exit status: 0 planned (and checked: no two live allocations overlap), 2 bad input\n"},
+    {"top",
+     "  top            the allocators of this user's running jobs, live: allocated, reserved, fragmentation,\n"
+     "                 largest free block, OOMs and retries per process and device (docs/MONITOR.md)\n"
+     "      --once             print once and exit (default: refresh until Ctrl-C)\n"
+     "      --interval S       seconds between refreshes (default 1)\n"
+     "      --json             a JSON document per refresh; --csv FILE: append a line per process and device\n"
+     "      --textfile DIR     write DIR/hbmalloc.prom for node_exporter's textfile collector\n"
+     "      --dir DIR          where the records are (default $HBMALLOC_TOP_DIR, else /dev/shm)\n"
+     "      --clean            remove the records of exited processes (they are always ignored)\n"
+     "    exit status: 0, 2 bad usage or an unreadable folder\n"},
     {"version", "  version        print the version\n"},
 };
 
@@ -564,6 +575,8 @@ int main(int argc, char **argv)
         return cmd_view(argc - 2, argv + 2);
     if (!strcmp(cmd, "doctor"))
         return doctor_main(argc - 2, argv + 2);
+    if (!strcmp(cmd, "top"))
+        return top_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("hbmalloc %s\n", HBM_VERSION_STRING);
         return 0;

@@ -1,0 +1,420 @@
+/*
+ * top.c: `hbmalloc top` (docs/MONITOR.md).
+ *
+ * Each refresh lists the folder of records (hbm_record_dir, or --dir), reads the files named for this user
+ * (hbmalloc-UID-...) with hbm_record_read — which refuses files another user owns or could have written, and
+ * tells records of exited processes apart — and writes what it read: a table (redrawn in place on a terminal),
+ * a JSON document, CSV lines appended to a file, and/or a Prometheus text file for node_exporter's textfile
+ * collector (written to a temporary name and renamed, as the collector's documentation asks).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hbmalloc.h"
+#include "top.h"
+#include "util.h"
+
+typedef struct seen {
+    hbm_record *recs;
+    size_t n, cap;
+    size_t stale, refused, removed;
+    char refused_file[256], refused_why[160]; /* the first refused file, and why */
+} seen;
+
+typedef struct opts {
+    const char *dir, *csv, *textfile;
+    double interval;
+    int once, json, clean;
+} opts;
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig) { (void)sig; stop = 1; }
+
+static int cmp_rec(const void *x, const void *y)
+{
+    const hbm_record *a = x, *b = y;
+    /* ranks first in rank order, then processes without one by PID; devices in order */
+    int64_t ra = a->rank < 0 ? INT64_MAX : a->rank, rb = b->rank < 0 ? INT64_MAX : b->rank;
+    if (ra != rb)
+        return ra < rb ? -1 : 1;
+    if (a->pid != b->pid)
+        return a->pid < b->pid ? -1 : 1;
+    return (a->device > b->device) - (a->device < b->device);
+}
+
+/* 0, or -1 when the folder cannot be read (errno). */
+static int collect(const opts *o, seen *s)
+{
+    s->n = s->stale = s->refused = s->removed = 0;
+    s->refused_file[0] = 0;
+    DIR *d = opendir(o->dir);
+    if (!d)
+        return -1;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "hbmalloc-%u-", (unsigned)geteuid());
+    size_t plen = strlen(prefix);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, plen)) /* not named for this user: not opened at all */
+            continue;
+        char path[4096], why[160];
+        snprintf(path, sizeof path, "%s/%s", o->dir, e->d_name);
+        if (s->n == s->cap) {
+            size_t cap = s->cap ? 2 * s->cap : 16;
+            hbm_record *r = realloc(s->recs, cap * sizeof *r);
+            if (!r)
+                break; /* shown: the records read so far */
+            s->recs = r;
+            s->cap = cap;
+        }
+        hbm_status rc = hbm_record_read(path, &s->recs[s->n], why, sizeof why);
+        if (rc == HBM_OK) {
+            s->n++;
+        } else if (rc == HBM_ERR_STALE) {
+            s->stale++;
+            if (o->clean && unlink(path) == 0)
+                s->removed++;
+        } else {
+            if (!s->refused++) {
+                snprintf(s->refused_file, sizeof s->refused_file, "%s", e->d_name);
+                snprintf(s->refused_why, sizeof s->refused_why, "%s", why);
+            }
+        }
+    }
+    closedir(d);
+    qsort(s->recs, s->n, sizeof *s->recs, cmp_rec);
+    return 0;
+}
+
+static int64_t unallocated(const hbm_record *r) { return r->reserved_bytes - r->allocated_bytes; }
+static double frag(const hbm_record *r)
+{
+    return r->reserved_bytes > 0 ? (double)unallocated(r) / (double)r->reserved_bytes : 0.0;
+}
+
+static void size_text(int64_t n, char *buf, size_t len) { hbm__format_size(n < 0 ? 0 : (uint64_t)n, buf, len); }
+
+static void now_text(char *buf, size_t len, int utc_iso)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    if (utc_iso)
+        strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+    else
+        strftime(buf, len, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
+}
+
+static void print_table(FILE *f, const opts *o, const seen *s)
+{
+    char when[32];
+    now_text(when, sizeof when, 0);
+    fprintf(f, "hbmalloc top   %s   %zu allocator%s of user %u", when, s->n, s->n == 1 ? "" : "s",
+            (unsigned)geteuid());
+    if (!o->once)
+        fprintf(f, "   every %gs, Ctrl-C quits", o->interval);
+    fprintf(f, "\n\n%-5s %8s %3s %11s %11s %11s %6s %12s %5s %7s %11s %-3s %s\n", "RANK", "PID", "DEV", "ALLOCATED",
+            "RESERVED", "UNALLOC", "FRAG%", "LARGEST FREE", "OOMS", "RETRIES", "DEV MALLOC", "EXP", "COMMAND");
+    int64_t ta = 0, tr = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const hbm_record *r = &s->recs[i];
+        char rank[24], al[16], re[16], un[16], lf[16];
+        if (r->rank >= 0)
+            snprintf(rank, sizeof rank, "%lld", (long long)r->rank);
+        else
+            snprintf(rank, sizeof rank, "-");
+        size_text(r->allocated_bytes, al, sizeof al);
+        size_text(r->reserved_bytes, re, sizeof re);
+        size_text(unallocated(r), un, sizeof un);
+        size_text(r->largest_free_bytes, lf, sizeof lf);
+        fprintf(f, "%-5s %8lld %3lld %11s %11s %11s %6.1f %12s %5lld %7lld %11lld %-3s %s\n", rank,
+                (long long)r->pid, (long long)r->device, al, re, un, 100.0 * frag(r), lf, (long long)r->num_ooms,
+                (long long)r->num_alloc_retries, (long long)r->num_device_alloc, r->expandable_segments ? "yes" : "no",
+                r->command);
+        ta += r->allocated_bytes;
+        tr += r->reserved_bytes;
+    }
+    if (s->n > 1) {
+        char al[16], re[16], un[16];
+        size_text(ta, al, sizeof al);
+        size_text(tr, re, sizeof re);
+        size_text(tr - ta, un, sizeof un);
+        fprintf(f, "%-5s %8s %3s %11s %11s %11s %6.1f\n", "all", "", "", al, re, un,
+                tr > 0 ? 100.0 * (double)(tr - ta) / (double)tr : 0.0);
+    }
+    if (!s->n)
+        fprintf(f, "(no process of this user publishes hbmalloc statistics in %s: the PyTorch plug-ins do by default, "
+                   "the C API with hbm_publish:True)\n", o->dir);
+    if (s->stale)
+        fprintf(f, "\n%zu record%s of exited processes ignored%s\n", s->stale, s->stale == 1 ? "" : "s",
+                o->clean ? (s->removed == s->stale ? " and removed" : ", not all removed") : " (--clean removes them)");
+    if (s->refused)
+        fprintf(f, "\n%zu file%s refused, e.g. %s: %s\n", s->refused, s->refused == 1 ? "" : "s", s->refused_file,
+                s->refused_why);
+}
+
+static void print_json(FILE *f, const opts *o, const seen *s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fprintf(f, "{\"time_ns\": %llu, \"dir\": ", (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+    hbm__json_str(f, o->dir);
+    fprintf(f, ", \"stale\": %zu, \"refused\": %zu, \"records\": [", s->stale, s->refused);
+    for (size_t i = 0; i < s->n; i++) {
+        const hbm_record *r = &s->recs[i];
+        fprintf(f, "%s{\"pid\": %lld, \"start_time\": %llu, \"device\": %lld, \"rank\": %lld, \"local_rank\": %lld, "
+                   "\"world_size\": %lld, \"updated_ns\": %llu, \"allocated_bytes\": %lld, \"reserved_bytes\": %lld, "
+                   "\"reserved_unallocated_bytes\": %lld, \"fragmentation\": %.6f, \"active_bytes\": %lld, "
+                   "\"requested_bytes\": %lld, \"inactive_split_bytes\": %lld, \"peak_allocated_bytes\": %lld, "
+                   "\"peak_reserved_bytes\": %lld, \"largest_free_bytes\": %lld, \"allocation\": %lld, "
+                   "\"segment\": %lld, \"active\": %lld, \"inactive_split\": %lld, \"num_ooms\": %lld, "
+                   "\"num_alloc_retries\": %lld, \"num_device_alloc\": %lld, \"num_device_free\": %lld, "
+                   "\"expandable_segments\": %s, \"device_total\": %lld, \"backend\": ",
+                i ? ", " : "", (long long)r->pid, (unsigned long long)r->start_time, (long long)r->device,
+                (long long)r->rank, (long long)r->local_rank, (long long)r->world_size,
+                (unsigned long long)r->updated_ns, (long long)r->allocated_bytes, (long long)r->reserved_bytes,
+                (long long)unallocated(r), frag(r), (long long)r->active_bytes, (long long)r->requested_bytes,
+                (long long)r->inactive_split_bytes, (long long)r->peak_allocated_bytes,
+                (long long)r->peak_reserved_bytes, (long long)r->largest_free_bytes, (long long)r->allocation,
+                (long long)r->segment, (long long)r->active, (long long)r->inactive_split, (long long)r->num_ooms,
+                (long long)r->num_alloc_retries, (long long)r->num_device_alloc, (long long)r->num_device_free,
+                r->expandable_segments ? "true" : "false", (long long)r->device_total);
+        hbm__json_str(f, r->backend);
+        fputs(", \"settings\": ", f);
+        hbm__json_str(f, r->settings);
+        fputs(", \"source\": ", f);
+        hbm__json_str(f, r->source);
+        fputs(", \"command\": ", f);
+        hbm__json_str(f, r->command);
+        fputc('}', f);
+    }
+    fputs("]}\n", f);
+}
+
+/* A CSV field: quoted when it holds a comma, a quote or a line break (RFC 4180). */
+static void csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static int append_csv(const opts *o, const seen *s)
+{
+    FILE *f = fopen(o->csv, "a");
+    if (!f)
+        return -1;
+    if (ftell(f) == 0)
+        fputs("time,pid,rank,device,allocated_bytes,reserved_bytes,reserved_unallocated_bytes,fragmentation,"
+              "largest_free_bytes,peak_reserved_bytes,num_ooms,num_alloc_retries,num_device_alloc,num_device_free,"
+              "expandable_segments,command\n", f);
+    char when[32];
+    now_text(when, sizeof when, 1);
+    for (size_t i = 0; i < s->n; i++) {
+        const hbm_record *r = &s->recs[i];
+        fprintf(f, "%s,%lld,%lld,%lld,%lld,%lld,%lld,%.6f,%lld,%lld,%lld,%lld,%lld,%lld,%d,", when, (long long)r->pid,
+                (long long)r->rank, (long long)r->device, (long long)r->allocated_bytes, (long long)r->reserved_bytes,
+                (long long)unallocated(r), frag(r), (long long)r->largest_free_bytes,
+                (long long)r->peak_reserved_bytes, (long long)r->num_ooms, (long long)r->num_alloc_retries,
+                (long long)r->num_device_alloc, (long long)r->num_device_free, r->expandable_segments ? 1 : 0);
+        csv_field(f, r->command);
+        fputc('\n', f);
+    }
+    return fclose(f) ? -1 : 0;
+}
+
+/* A label value in the text format: backslash, double quote and line feed escaped. */
+static void prom_label(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            fputc('\\', f);
+        if (*s == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void prom_labels(FILE *f, const hbm_record *r)
+{
+    fprintf(f, "{pid=\"%lld\",rank=\"%lld\",device=\"%lld\"}", (long long)r->pid, (long long)r->rank,
+            (long long)r->device);
+}
+
+static int write_textfile(const opts *o, const seen *s)
+{
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;
+    } metrics[] = {
+#define M(n, t, h, field) {n, t, h, offsetof(hbm_record, field)}
+        M("hbmalloc_allocated_bytes", "gauge", "Bytes in allocated blocks (allocated_bytes.all.current).", allocated_bytes),
+        M("hbmalloc_reserved_bytes", "gauge", "Bytes held from the device (reserved_bytes.all.current).", reserved_bytes),
+        M("hbmalloc_active_bytes", "gauge", "Bytes in active blocks (active_bytes.all.current).", active_bytes),
+        M("hbmalloc_peak_reserved_bytes", "gauge", "Peak of reserved_bytes since the last reset.", peak_reserved_bytes),
+        M("hbmalloc_largest_free_block_bytes", "gauge", "The largest cached free block.", largest_free_bytes),
+        M("hbmalloc_segments", "gauge", "Segments held from the device.", segment),
+        M("hbmalloc_inactive_split_blocks", "gauge", "Free blocks of split segments (fragments).", inactive_split),
+        M("hbmalloc_ooms_total", "counter", "Out-of-memory errors.", num_ooms),
+        M("hbmalloc_alloc_retries_total", "counter", "Allocations retried after freeing the cache.", num_alloc_retries),
+        M("hbmalloc_device_mallocs_total", "counter", "Device allocation calls (and page maps).", num_device_alloc),
+        M("hbmalloc_device_frees_total", "counter", "Device free calls (and page unmaps).", num_device_free),
+        M("hbmalloc_expandable_segments", "gauge", "1 when expandable segments are in force.", expandable_segments),
+        M("hbmalloc_device_total_bytes", "gauge", "The device's capacity.", device_total),
+#undef M
+    };
+    char tmp[4096], final[4096];
+    snprintf(tmp, sizeof tmp, "%s/.hbmalloc.prom.%ld", o->textfile, (long)getpid());
+    snprintf(final, sizeof final, "%s/hbmalloc.prom", o->textfile);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    for (size_t m = 0; m < sizeof metrics / sizeof metrics[0]; m++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", metrics[m].name, metrics[m].help, metrics[m].name,
+                metrics[m].type);
+        for (size_t i = 0; i < s->n; i++) {
+            fputs(metrics[m].name, f);
+            prom_labels(f, &s->recs[i]);
+            fprintf(f, " %lld\n", (long long)*(const int64_t *)((const char *)&s->recs[i] + metrics[m].off));
+        }
+    }
+    fputs("# HELP hbmalloc_reserved_unallocated_bytes Reserved bytes no allocation uses (cached or fragmented).\n"
+          "# TYPE hbmalloc_reserved_unallocated_bytes gauge\n", f);
+    for (size_t i = 0; i < s->n; i++) {
+        fputs("hbmalloc_reserved_unallocated_bytes", f);
+        prom_labels(f, &s->recs[i]);
+        fprintf(f, " %lld\n", (long long)unallocated(&s->recs[i]));
+    }
+    fputs("# HELP hbmalloc_last_update_timestamp_seconds When the process last updated its record.\n"
+          "# TYPE hbmalloc_last_update_timestamp_seconds gauge\n", f);
+    for (size_t i = 0; i < s->n; i++) {
+        fputs("hbmalloc_last_update_timestamp_seconds", f);
+        prom_labels(f, &s->recs[i]);
+        fprintf(f, " %.3f\n", (double)s->recs[i].updated_ns / 1e9);
+    }
+    fputs("# HELP hbmalloc_info The allocator's backend, settings and process name.\n# TYPE hbmalloc_info gauge\n", f);
+    for (size_t i = 0; i < s->n; i++) {
+        const hbm_record *r = &s->recs[i];
+        fprintf(f, "hbmalloc_info{pid=\"%lld\",rank=\"%lld\",device=\"%lld\",backend=", (long long)r->pid,
+                (long long)r->rank, (long long)r->device);
+        prom_label(f, r->backend);
+        fputs(",settings=", f);
+        prom_label(f, r->settings);
+        fputs(",command=", f);
+        prom_label(f, r->command);
+        fputs("} 1\n", f);
+    }
+    if (fclose(f) || rename(tmp, final)) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
+static void usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "hbmalloc top: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nusage: hbmalloc top [--once] [--json] [--interval SECONDS] [--csv FILE] [--textfile DIR] "
+                    "[--dir DIR] [--clean]\n");
+}
+
+int top_main(int argc, char **argv)
+{
+    opts o = {hbm_record_dir(), NULL, NULL, 1.0, 0, 0, 0};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+        if (!strcmp(a, "--once")) {
+            o.once = 1;
+        } else if (!strcmp(a, "--json")) {
+            o.json = 1;
+        } else if (!strcmp(a, "--clean")) {
+            o.clean = 1;
+        } else if (!strcmp(a, "--interval") && more) {
+            char *end;
+            o.interval = strtod(argv[++i], &end);
+            if (*end || end == argv[i] || !(o.interval >= 0.1 && o.interval <= 3600)) {
+                usage_error("--interval takes seconds from 0.1 to 3600, not '%s'", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--csv") && more) {
+            o.csv = argv[++i];
+        } else if (!strcmp(a, "--textfile") && more) {
+            o.textfile = argv[++i];
+        } else if (!strcmp(a, "--dir") && more) {
+            o.dir = argv[++i];
+        } else {
+            usage_error(more || a[0] != '-' ? "unknown argument '%s'" : "'%s' needs a value", a);
+            return 2;
+        }
+    }
+    struct stat st;
+    if (o.textfile && (stat(o.textfile, &st) || !S_ISDIR(st.st_mode))) {
+        usage_error("--textfile needs an existing folder (node_exporter's --collector.textfile.directory), not '%s'",
+                    o.textfile);
+        return 2;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    int tty = !o.json && isatty(STDOUT_FILENO);
+    seen s = {0};
+    int rc = 0;
+    for (unsigned frame = 0; !stop; frame++) {
+        if (collect(&o, &s)) {
+            fprintf(stderr, "hbmalloc top: cannot read %s: %s (HBMALLOC_TOP_DIR or --dir names the folder)\n", o.dir,
+                    strerror(errno));
+            rc = 2;
+            break;
+        }
+        if (o.csv && append_csv(&o, &s)) {
+            fprintf(stderr, "hbmalloc top: cannot append to %s: %s\n", o.csv, strerror(errno));
+            rc = 2;
+            break;
+        }
+        if (o.textfile && write_textfile(&o, &s)) {
+            fprintf(stderr, "hbmalloc top: cannot write %s/hbmalloc.prom: %s\n", o.textfile, strerror(errno));
+            rc = 2;
+            break;
+        }
+        if (o.json) {
+            print_json(stdout, &o, &s);
+        } else if (!(o.csv || o.textfile) || o.once || tty) {
+            if (tty && !o.once)
+                fputs("\033[H\033[2J", stdout); /* redrawn in place, as npu-smi -l and top do */
+            else if (frame)
+                fputc('\n', stdout);
+            print_table(stdout, &o, &s);
+        }
+        fflush(stdout);
+        if (o.once)
+            break;
+        struct timespec ts = {(time_t)o.interval, (long)((o.interval - (double)(time_t)o.interval) * 1e9)};
+        while (!stop && nanosleep(&ts, &ts) && errno == EINTR)
+            ;
+    }
+    free(s.recs);
+    return rc;
+}
