@@ -6,6 +6,13 @@ import pickle
 import sys
 
 lib_path, plugin_dir, snap = sys.argv[1:4]
+import glob  # noqa: E402
+import tempfile  # noqa: E402
+top_dir = tempfile.mkdtemp(prefix="hbm-plugin-top-")
+os.environ["HBMALLOC_TOP_DIR"] = top_dir  # where the plug-in publishes for hbmalloc top (on by default)
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+atexit.register(shutil.rmtree, top_dir, True)
 if plugin_dir:  # "": the installed package (tests/package.sh)
     sys.path.insert(0, plugin_dir)
 import hbmalloc_torch as h  # noqa: E402
@@ -33,6 +40,10 @@ def layer_forward(n):  # the frame the snapshot must show for these allocations
 
 ptrs = [layer_forward(n) for n in (1 << 20, 3 << 20, 100 << 20)]
 assert all(ptrs), "allocation failed: " + h._error()
+# The plug-in published this device's allocator without being asked (hbm_publish, docs/MONITOR.md): one record,
+# named for this user, process and device, readable by this user only.
+recs = glob.glob(os.path.join(top_dir, "hbmalloc-%d-%d-0-*" % (os.geteuid(), os.getpid())))
+assert len(recs) == 1 and os.stat(recs[0]).st_mode & 0o777 == 0o600, (recs, os.listdir(top_dir))
 with h.label("optimizer"):
     with h.label("inner"):
         inner = lib.hbm_torch_raw_alloc(8192, 0, None)
