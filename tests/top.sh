@@ -14,10 +14,14 @@ mkdir -m 700 "$HBMALLOC_TOP_DIR"
 session=hbmtop$$
 cleanup() {
     tmux kill-session -t "$session" 2>/dev/null || true
-    for f in "$tmp"/r*.json; do [ -e "$f" ] && kill -9 "$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f")" 2>/dev/null; done
+    for f in "$tmp"/r*.json; do
+        [ -e "$f" ] && kill -9 "$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f")" 2>/dev/null
+    done
     rm -rf "$tmp"
+    return 0 # the script's status is its own, not the last kill's
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM
 fail() { echo "FAIL: $*"; exit 1; }
 wait_for() { # file
     i=0
