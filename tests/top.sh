@@ -15,7 +15,7 @@ session=hbmtop$$
 cleanup() {
     tmux kill-session -t "$session" 2>/dev/null || true
     for f in "$tmp"/r*.json; do
-        [ -e "$f" ] && kill -9 "$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f")" 2>/dev/null
+        [ -e "$f" ] && kill -9 "$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f")" 2>/dev/null  || true
     done
     rm -rf "$tmp"
     return 0 # the script's status is its own, not the last kill's
