@@ -631,9 +631,7 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
     }
     if (!b)
         b = get_free_block(a, p, stream, size);
-    bool grew = false; /* a device call was made: the published record follows (hbm__published) */
     if (!b) {
-        grew = true;
         size_t alloc_size = hbm__allocation_size(&a->conf, size);
         /* During a graph capture nothing is returned to the device (a free synchronizes it). */
         bool may_release = a->ncaptures == 0;
@@ -674,12 +672,18 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
             }
             return rc;
         }
+        /* The fast path's tail, and the published record (a device call was just made): kept here, so that a
+         * cache hit pays no test for it. */
+        b = alloc_found_block(a, p, b, size, orig);
+        if (__builtin_expect(tag != 0, 0))
+            hbm__step_allocated(b, tag);
+        hbm__published(a);
+        *out = (void *)b->addr;
+        return HBM_OK;
     }
     b = alloc_found_block(a, p, b, size, orig);
     if (__builtin_expect(tag != 0, 0))
         hbm__step_allocated(b, tag);
-    if (__builtin_expect(grew, 0))
-        hbm__published(a);
     *out = (void *)b->addr;
     return HBM_OK;
 }
