@@ -74,6 +74,7 @@ void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
     }
     hbm__pool_insert(&a->arena, b);
     a->arena_seg = b->seg;
+    a->plan_hint_seg = NULL; /* the address index is remade for it (a segment object may have the old one's address) */
     a->arena_stream = stream;
 }
 
@@ -213,6 +214,68 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
     return HBM_OK;
 }
 
+/* The region's address index: one hint per chunk of the region, about one chunk per planned allocation. A hint is
+ * a block object of the region seen in that chunk; block objects are recycled when blocks merge, so a hint is used
+ * only while it still describes a block of this region (allocated, or free in the tree): a stale hint costs a
+ * walk, never a wrong answer. Remade (cleared) whenever the region is another segment. */
+static void hints_for(hbm_allocator *a, const hbm__segment *seg)
+{
+    size_t want = 1;
+    while (want < a->plan_n && want < ((size_t)1 << 20))
+        want <<= 1;
+    unsigned shift = 9; /* chunks of 512 bytes at least: the smallest block */
+    while (((size_t)1 << shift) * want < seg->size)
+        shift++;
+    size_t n = (seg->size >> shift) + 1;
+    if (n > a->plan_hint_n) {
+        hbm__block **h = realloc(a->plan_hint, n * sizeof *h);
+        if (!h) { /* no index: the walks alone */
+            free(a->plan_hint);
+            a->plan_hint = NULL;
+            a->plan_hint_n = 0;
+            a->plan_hint_seg = seg;
+            return;
+        }
+        a->plan_hint = h;
+    }
+    a->plan_hint_n = n;
+    a->plan_hint_shift = shift;
+    memset(a->plan_hint, 0, n * sizeof *a->plan_hint);
+    a->plan_hint_seg = seg;
+}
+
+void hbm__plan_hints_free(hbm_allocator *a)
+{
+    free(a->plan_hint);
+    a->plan_hint = NULL;
+    a->plan_hint_n = 0;
+    a->plan_hint_seg = NULL;
+}
+
+/* The block of the region that holds address `at`. */
+static hbm__block *region_block(hbm_allocator *a, uintptr_t at)
+{
+    const hbm__segment *seg = a->arena_seg;
+    if (at - seg->addr >= seg->size) /* a plan taller than the region in force (a new one not yet reserved) */
+        return NULL;
+    if (a->plan_hint_seg != seg || (a->plan_hint && (at - seg->addr) >> a->plan_hint_shift >= a->plan_hint_n))
+        hints_for(a, seg); /* (the second: never, as the region's size is the segment's; checked all the same) */
+    hbm__block **hint = a->plan_hint ? &a->plan_hint[(at - seg->addr) >> a->plan_hint_shift] : NULL;
+    hbm__block *b = hint ? *hint : NULL;
+    if (!b || b->seg != seg || !(b->allocated || b->in_tree)) {
+        b = a->plan_cursor ? hbm__ptrmap_get(&a->live, a->plan_cursor) : NULL;
+        if (!b || b->seg != seg)
+            b = seg->head;
+    }
+    while (b && b->addr > at)
+        b = b->prev;
+    while (b && b->addr + b->size <= at)
+        b = b->next;
+    if (hint)
+        *hint = b;
+    return b;
+}
+
 hbm__block *hbm__plan_block(hbm_allocator *a, size_t size)
 {
     size_t k = a->plan_next++;
@@ -222,19 +285,12 @@ hbm__block *hbm__plan_block(hbm_allocator *a, size_t size)
     }
     uintptr_t at = a->arena_seg->addr + a->plan_off[k];
     /* The block the range begins in: the one after the allocation planned right below it when that is live (O(1)),
-     * else a walk along the arena's blocks from the last planned allocation, or from the arena's start. */
+     * else the region's address index (a hint, then a short walk). */
     uint32_t j = a->plan_below[k];
     hbm__block *b = j != UINT32_MAX ? hbm__ptrmap_get(&a->live, a->arena_seg->addr + a->plan_off[j]) : NULL;
     b = b && b->seg == a->arena_seg ? b->next : !a->plan_off[k] ? a->arena_seg->head : NULL;
-    if (!b || b->addr > at || b->addr + b->size <= at) {
-        b = a->plan_cursor ? hbm__ptrmap_get(&a->live, a->plan_cursor) : NULL;
-        if (!b || b->seg != a->arena_seg)
-            b = a->arena_seg->head;
-        while (b && b->addr > at)
-            b = b->prev;
-        while (b && b->addr + b->size <= at)
-            b = b->next;
-    }
+    if (!b || b->addr > at || b->addr + b->size <= at)
+        b = region_block(a, at);
     if (!b || b->allocated || !b->in_tree || b->event_count || at + size > b->addr + b->size) {
         a->stats.plan_misses++; /* that range is taken: a late free, another stream's use, a changed step */
         return NULL;

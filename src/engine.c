@@ -406,6 +406,7 @@ void hbm__arena_retire(hbm_allocator *a)
         return;
     a->arena_seg = NULL;
     a->plan_cursor = 0;
+    a->plan_hint_seg = NULL; /* its address index goes with it */
     hbm__block *b = seg->head;
     if (!b->next && !b->allocated && b->in_tree && !b->event_count && release_block(a, b) == HBM_OK)
         return;
@@ -972,6 +973,7 @@ void hbm__engine_teardown(hbm_allocator *a)
     a->segments = NULL;
     hbm__stepplan_free(a); /* its shapes own the plan a->plan_* shows, if any */
     hbm__plan_clear(a);
+    hbm__plan_hints_free(a);
     hbm__stream_teardown(a);
     free(a->history);
     a->history = NULL;

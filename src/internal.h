@@ -180,6 +180,12 @@ struct hbm_allocator {
     size_t plan_n, plan_next;
     uint64_t plan_height;
     uintptr_t plan_cursor; /* where the last planned allocation went: the walk to the next starts there if live */
+    /* The region's address index (arena.c, region_block): plan_hint[c] is a block of the region found in its chunk
+     * c of 2^plan_hint_shift bytes, checked before use; made for plan_hint_seg, remade when the region changes. */
+    hbm__block **plan_hint;
+    size_t plan_hint_n;
+    unsigned plan_hint_shift;
+    const hbm__segment *plan_hint_seg;
     struct hbm__stepplan *sp; /* hbm_step_plan (stepplan.c): NULL when off */
     struct hbm__pub *pub;     /* hbm_publish (publish.c): the shared-memory record, NULL when not published */
     bool policy; /* an arena, plan file or step plan is asked for: engine_malloc's policy branch is taken */
@@ -398,6 +404,7 @@ void hbm__plan_clear(hbm_allocator *a);
 hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen);
 /* The free arena block that allocation plan_next's range lies in, cut to begin at that range (a block split off in
  * front when needed), for a rounded request of size; NULL (a miss, counted) when the plan cannot serve it. */
+void hbm__plan_hints_free(hbm_allocator *a); /* the region's address index (arena.c) */
 hbm__block *hbm__plan_block(hbm_allocator *a, size_t size);
 hbm_status hbm__label_intern(hbm__labels *l, const char *text, hbm_label *out);
 /* The same for a's table, with a's error message set when refused (a->lock held). */

@@ -129,9 +129,14 @@ static uint64_t record(hbm__stepplan *sp, size_t size)
 {
     int cur = sp->step & 1;
     size_t k = sp->n[cur];
-    if (sp->overflow[cur] || k >= MAX_STEP_ALLOCS || hbm__grow((void **)&sp->rec[cur], &sp->cap[cur], k + 1, sizeof(step_rec))) {
-        sp->overflow[cur] = true; /* no plan from this step; the allocation itself goes on */
-        return 0;
+    if (__builtin_expect(k >= sp->cap[cur], 0)) { /* room already: no call (this is every allocation's path) */
+        if (sp->overflow[cur] || k >= MAX_STEP_ALLOCS ||
+            hbm__grow((void **)&sp->rec[cur], &sp->cap[cur], k + 1, sizeof(step_rec))) {
+            sp->overflow[cur] = true; /* no plan from this step; the allocation itself goes on */
+            return 0;
+        }
+        if (sp->cap[cur] > MAX_STEP_ALLOCS) /* grown past the bound: the test above stops there all the same */
+            sp->cap[cur] = MAX_STEP_ALLOCS;
     }
     sp->rec[cur][k] = (step_rec){size, LIVE, 0};
     sp->n[cur] = k + 1;
