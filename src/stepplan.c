@@ -147,6 +147,25 @@ static void serve(hbm_allocator *a, int i);
 static int shape_for_prefix(hbm__stepplan *sp, size_t k);
 static hbm_status boundary(hbm_allocator *a);
 
+/* Whether the live bytes at the same point of the last three periods rise or fall steadily: a repeat inside a step
+ * (the layers of a forward pass keep their activations, of a backward pass free them), not a step, which comes back
+ * to the live bytes it began with (a step of another length, too, rises and falls). Measured on MindSpore's pangu
+ * graphs: +107.7 MiB per period found (112 allocations: a layer); the CPU training trace: equal; finetune-varlen:
+ * up, then down. */
+static bool accumulating(const step_rec *r, size_t n, size_t period)
+{
+    if (n < 2 * period)
+        return false;
+    uint64_t at2 = 0, at1 = 0, at0 = 0; /* live bytes before allocations n - 2P, n - P and n */
+    for (size_t k = 0; k < n; k++) {
+        uint64_t end = r[k].end == LIVE || r[k].end == NEXT ? UINT64_MAX : r[k].end;
+        at2 += k < n - 2 * period && end >= n - 2 * period ? r[k].size : 0;
+        at1 += k < n - period && end >= n - period ? r[k].size : 0;
+        at0 += end >= n ? r[k].size : 0;
+    }
+    return (at2 < at1 && at1 < at0) || (at2 > at1 && at1 > at0);
+}
+
 /* A job that does not mark its steps: the period of its allocations so far (all in step 0), as --steps auto finds
  * it (hbm__step_period). Found (at least twice over, over half of the allocations so far, of MIN_PERIOD allocations
  * or more): a boundary now, and one every period from here. */
@@ -167,6 +186,8 @@ static void detect(hbm_allocator *a)
     }
     free(size);
     free(freed);
+    if (period && accumulating(r, n, period))
+        period = 0; /* looked for again at the next power of two */
     if (period) {
         sp->auto_period = period;
         a->stats.steps++;

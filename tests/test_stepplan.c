@@ -445,6 +445,45 @@ static void unmarked_steps_are_found(void **st)
     assert_int_equal(hbm_destroy(a), HBM_OK);
 }
 
+/* One long step of a deep model, unmarked: 200 identical layers forward, each keeping its activation for the
+ * backward pass (with a temporary freed at once), then the layers backward, freeing them. The layers repeat far more
+ * than twice, at every power of two the allocator looks, but the live bytes rise (forward) or fall (backward) by a
+ * layer each period: a repeat inside a step, not a step. Planning it as one reserved a region in the middle of the
+ * step beside the caching policy's segments (MindSpore's pangu_2.6B graph then ran out of memory at 1.17x its live
+ * bytes, where PyTorch's policy alone fits). */
+static void layers_inside_one_step_are_not_steps(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim(NOVMM, "hbm_step_plan:True");
+    enum { LAYERS = 400 };
+    static void *act[LAYERS];
+    for (int pass = 0; pass < 4; pass++) {
+        for (int i = 0; i < LAYERS; i++) { /* four allocations a layer: a period long enough to be taken */
+            act[i] = must_malloc(a, 2 * MiB + 512, 0);
+            void *tmp = must_malloc(a, 3 * MiB, 0), *tmp2 = must_malloc(a, 512 * 1024, 0);
+            void *tmp3 = must_malloc(a, 1536 * 1024, 0);
+            assert_int_equal(hbm_free(a, tmp), HBM_OK);
+            assert_int_equal(hbm_free(a, tmp2), HBM_OK);
+            assert_int_equal(hbm_free(a, tmp3), HBM_OK);
+        }
+        for (int i = LAYERS; i-- > 0;) {
+            void *grad = must_malloc(a, 2 * MiB + 512, 0);
+            assert_int_equal(hbm_free(a, act[i]), HBM_OK);
+            assert_int_equal(hbm_free(a, grad), HBM_OK);
+        }
+        if (pass == 0) { /* 2,400 allocations seen, looked at 1024 and 2048: no step found, no region */
+            hbm_stats s = stats_of(a);
+            assert_int_equal(s.steps, 0);
+            assert_int_equal(s.plan_replans, 0);
+            assert_int_equal(s.plan_height, 0);
+            assert_valid(a);
+        }
+    }
+    /* three more identical steps: now the whole step repeats, found at 8192 allocations (period 2,400) */
+    assert_true(stats_of(a).steps >= 1);
+    assert_int_equal(hbm_destroy(a), HBM_OK);
+}
+
 /* ---- property: random steps, perturbed ---- */
 
 typedef struct entry {
@@ -578,6 +617,7 @@ int main(void)
         cmocka_unit_test(misses_under_pressure_use_the_regions_free_space),
         cmocka_unit_test(alternating_step_shapes_keep_a_plan_each),
         cmocka_unit_test(unmarked_steps_are_found),
+        cmocka_unit_test(layers_inside_one_step_are_not_steps),
         cmocka_unit_test(a_higher_plan_retires_a_region_in_use),
         cmocka_unit_test(another_stream_is_not_planned),
         cmocka_unit_test(a_device_that_cannot_give_the_region_falls_back),
