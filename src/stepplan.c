@@ -59,6 +59,7 @@
 #define PREFIX 8               /* first allocations by which a step under way picks another shape's plan */
 #define DETECT_FROM 1024       /* unmarked steps: the period is looked for at 1024, 2048, 4096, ... allocations */
 #define MIN_PERIOD 4           /* a step of fewer allocations is not worth a plan */
+#define QUIET_AFTER 2          /* clean steps before recording stops (the steady state) */
 
 typedef struct step_rec {
     uint64_t size;
@@ -93,6 +94,13 @@ typedef struct hbm__stepplan {
     bool planned;         /* some shape has a plan */
     int64_t misses_before; /* plan_misses when the step began */
     uint32_t settle; /* boundaries after a new plan at which cached segments are still released */
+    /* The steady state: after QUIET_AFTER whole recorded steps that a cyclic plan served without a miss, steps are
+     * no longer recorded (only counted: sp->n), until a step misses; then the next one is recorded again, and a
+     * re-plan, if one is due, comes from it. */
+    bool quiet;           /* the step under way is not recorded */
+    uint32_t clean;       /* recorded steps in a row of one shape served without a miss by its cyclic plan */
+    int last_served;      /* the shape served in the step before */
+    size_t inexact;       /* allocations of this step not of their planned size (a step of other lengths) */
 } hbm__stepplan;
 
 hbm_status hbm__stepplan_init(hbm_allocator *a)
@@ -220,7 +228,11 @@ hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, ui
             detect(a);
         }
     }
-    *tag = record(sp, size);
+    if (sp->quiet && sp->n[sp->step & 1] >= PREFIX) /* the steady state: counted, not recorded (but for the first
+                                                       allocations, by which a step's shape is recognised) */
+        sp->n[sp->step & 1]++;
+    else
+        *tag = record(sp, size);
     if (!sp->planned)
         return NULL;
     if (a->arena_wanted)
@@ -242,6 +254,7 @@ hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, ui
         return NULL;
     }
     if (size != a->plan_size[k]) { /* not the size planned here: a position skipped or one inserted before? */
+        sp->inexact++;
         size_t lo = k >= LOOKBACK ? k - LOOKBACK : 0;
         for (size_t j = lo; j < a->plan_n && j <= k + LOOKAHEAD; j++)
             if (j != k && a->plan_size[j] == size && planned_range_free(a, j)) {
@@ -460,7 +473,12 @@ static hbm_status boundary(hbm_allocator *a)
     bool same = sp->step >= 2 && !sp->overflow[prev] && sp->n[prev] == n;
     shape *h;
     bool exact;
-    if (sp->step >= 1 && !sp->overflow[cur] && n) {
+    bool recorded = !sp->quiet;
+    if (sp->quiet) {
+        sp->overflow[cur] = true; /* no records: never the step a plan is made from */
+        if ((uint64_t)misses > 0) /* it missed: the next step is recorded, and a re-plan (if due) made from it */
+            sp->quiet = false, sp->clean = 0;
+    } else if (sp->step >= 1 && !sp->overflow[cur] && n) {
         if (!(h = shape_of(a, cur, &exact))) {
             rc = HBM_ERR_NOMEM;
         } else if (!exact) { /* a known shape with an allocation more or less: its plan stays */
@@ -483,6 +501,15 @@ static hbm_status boundary(hbm_allocator *a)
             h->wait = 0;
         }
     }
+    if (recorded) { /* steady: a cyclic plan in force served this whole step without a miss */
+        bool steady = rc == HBM_OK && misses == 0 && !sp->inexact && sp->serving >= 0 && sp->serving == sp->last_served &&
+                      sp->shapes[sp->serving].cyclic && sp->shapes[sp->serving].n == n &&
+                      a->stats.plan_replans == replans; /* (steps of changing lengths are recorded all along) */
+        sp->clean = steady ? sp->clean + 1 : 0;
+        sp->quiet = sp->clean >= QUIET_AFTER;
+    }
+    sp->last_served = sp->serving;
+    sp->inexact = 0;
     if (rc != HBM_OK)
         hbm__set_error(a, "hbm_step: out of host memory recording or planning step %u (%zu allocations); the plan "
                           "in force, if any, stays",

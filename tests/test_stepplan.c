@@ -354,6 +354,45 @@ static void eval_step(loop *l)
 /* Training and evaluation steps in turn: each shape gets its plan and keeps it. The loss carried from a training
  * step over the evaluation step lies where the evaluation's plan may want to be: those few misses are served by the
  * caching policy and re-planning backs off, per shape, so that planning does not go on step after step. */
+/* The steady state: after two whole steps served without a miss by the cyclic plan, the steps are no longer recorded
+ * (each allocation is only counted); they are served all the same. A step that then misses is not recorded either,
+ * so the next one is, and the re-plan is made from it: one step later than from recorded steps. */
+static void the_steady_state_is_served_unrecorded_until_a_step_misses(void **st)
+{
+    (void)st;
+    loop l = start(NOVMM, "hbm_step_plan:True");
+    for (int k = 0; k < 6; k++) /* learnt (steps 1, 2), then two clean steps: quiet from step 5 */
+        one_step(&l);
+    const int64_t per_step = 2 * (int64_t)l.layers + 1;
+    hbm_stats s = stats_of(l.a);
+    one_step(&l);
+    hbm_stats t = stats_of(l.a);
+    assert_int_equal(t.plan_hits - s.plan_hits, per_step);
+    assert_int_equal(t.plan_misses, s.plan_misses);
+    /* unrecorded: a block allocated now carries no record of its step (rec_step 0); one more allocation in a step
+     * changes that step, so look at the carried loss, made last in the step above */
+    assert_int_equal(((hbm__block *)hbm__ptrmap_get(&l.a->live, (uintptr_t)l.carry))->rec_step, 0);
+    l.scale = 8; /* the activations grow: past the plan's sizes */
+    one_step(&l); /* missed, unrecorded */
+    hbm_stats u = stats_of(l.a);
+    assert_true(u.plan_misses > t.plan_misses);
+    assert_int_equal(u.plan_replans, t.plan_replans);
+    one_step(&l); /* missed, recorded: re-planned at its end */
+    hbm_stats v = stats_of(l.a);
+    assert_true(v.plan_misses > u.plan_misses);
+    assert_true(v.plan_replans > u.plan_replans);
+    assert_int_equal(((hbm__block *)hbm__ptrmap_get(&l.a->live, (uintptr_t)l.carry))->rec_step != 0, 1);
+    one_step(&l); /* served again from the new plan (the loss carried in: unplanned until the plan is cyclic) */
+    hbm_stats w = stats_of(l.a);
+    assert_int_equal(w.plan_hits - v.plan_hits + w.plan_unplanned - v.plan_unplanned, per_step);
+    assert_int_equal(w.plan_misses, v.plan_misses);
+    one_step(&l); /* the cyclic plan: every allocation */
+    hbm_stats x = stats_of(l.a);
+    assert_int_equal(x.plan_hits - w.plan_hits, per_step);
+    assert_int_equal(x.plan_misses, v.plan_misses);
+    finish(&l);
+}
+
 static void alternating_step_shapes_keep_a_plan_each(void **st)
 {
     (void)st;
@@ -618,6 +657,7 @@ int main(void)
         cmocka_unit_test(alternating_step_shapes_keep_a_plan_each),
         cmocka_unit_test(unmarked_steps_are_found),
         cmocka_unit_test(layers_inside_one_step_are_not_steps),
+        cmocka_unit_test(the_steady_state_is_served_unrecorded_until_a_step_misses),
         cmocka_unit_test(a_higher_plan_retires_a_region_in_use),
         cmocka_unit_test(another_stream_is_not_planned),
         cmocka_unit_test(a_device_that_cannot_give_the_region_falls_back),
