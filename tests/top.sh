@@ -139,7 +139,19 @@ sleep 1
 tmux capture-pane -p -t "$session" >"$out/top-screen-after-ctrl-c.txt"
 grep -q 'exited=0$' "$out/top-screen-after-ctrl-c.txt" || fail "Ctrl-C: $(cat "$out/top-screen-after-ctrl-c.txt")"
 tmux kill-session -t "$session"
-echo "tmux: live screen checked ($out/top-screen.txt)"
+# On an 80-column terminal the optional columns go (process name, expandable, device mallocs, unallocated) and no
+# row wraps.
+tmux new-session -d -s "$session" -x 80 -y 16 "$bin top --interval 0.3"
+sleep 2
+tmux capture-pane -p -t "$session" >"$out/top-screen-80.txt"
+tmux kill-session -t "$session"
+grep -Eq '^RANK +PID +DEV +ALLOCATED +RESERVED +FRAG% +LARGEST FREE +OOMS +RETRIES$' "$out/top-screen-80.txt" ||
+    fail "the 80-column header: $(cat "$out/top-screen-80.txt")"
+for p in $pid0 $pid1; do
+    grep -E "^[01] +$p " "$out/top-screen-80.txt" | awk '{ exit !(NF == 12 && $12 == 1) }' ||
+        fail "an 80-column row (12 fields, ending in RETRIES): $(cat "$out/top-screen-80.txt")"
+done
+echo "tmux: live screen checked at 150 and 80 columns ($out/top-screen.txt, top-screen-80.txt)"
 
 # 6. Files that must not be trusted: a record open to other users, another user's (root: CI), other users' names.
 rec0=$(ls "$HBMALLOC_TOP_DIR"/hbmalloc-"$(id -u)"-"$pid0"-*)

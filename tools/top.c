@@ -10,9 +10,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +34,7 @@ typedef struct opts {
     const char *dir, *csv, *textfile;
     double interval;
     int once, json, clean;
+    int columns; /* the terminal's width (0: not a terminal, every column) */
 } opts;
 
 static volatile sig_atomic_t stop;
@@ -111,42 +114,101 @@ static void now_text(char *buf, size_t len, int utc_iso)
         strftime(buf, len, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
 }
 
+/* The table's columns; on a terminal narrower than all of them, those with the highest `drop` go first (the
+ * process name, expandable, device mallocs, unallocated), so that a row never wraps: the rest fit 80 columns. */
+enum { C_RANK, C_PID, C_DEV, C_ALLOC, C_RES, C_UNALLOC, C_FRAG, C_LARGEST, C_OOMS, C_RETRIES, C_DEVMALLOC, C_EXP,
+       C_COMMAND, NCOLS };
+static const struct {
+    const char *head;
+    int width, left, drop;
+} cols[NCOLS] = {
+    {"RANK", 5, 1, 0},     {"PID", 8, 0, 0},         {"DEV", 3, 0, 0},     {"ALLOCATED", 11, 0, 0},
+    {"RESERVED", 11, 0, 0}, {"UNALLOC", 11, 0, 1},     {"FRAG%", 6, 0, 0},   {"LARGEST FREE", 12, 0, 0},
+    {"OOMS", 5, 0, 0},     {"RETRIES", 7, 0, 0},     {"DEV MALLOC", 11, 0, 2}, {"EXP", 3, 1, 3},
+    {"COMMAND", 7, 1, 4},
+};
+
+static void print_row(FILE *f, const bool *on, char cell[NCOLS][40])
+{
+    int last = NCOLS - 1;
+    while (last > 0 && !on[last])
+        last--;
+    for (int c = 0, first = 1; c <= last; c++) {
+        if (!on[c])
+            continue;
+        if (!first)
+            fputc(' ', f);
+        first = 0;
+        if (cols[c].left && c == last)
+            fputs(cell[c], f); /* no padding at the end of a line */
+        else
+            fprintf(f, cols[c].left ? "%-*s" : "%*s", cols[c].width, cell[c]);
+    }
+    fputc('\n', f);
+}
+
 static void print_table(FILE *f, const opts *o, const seen *s)
 {
     char when[32];
     now_text(when, sizeof when, 0);
-    fprintf(f, "hbmalloc top   %s   %zu allocator%s of user %u", when, s->n, s->n == 1 ? "" : "s",
-            (unsigned)geteuid());
+    fprintf(f, "hbmalloc top  %s  %zu allocator%s", when, s->n, s->n == 1 ? "" : "s");
     if (!o->once)
-        fprintf(f, "   every %gs, Ctrl-C quits", o->interval);
-    fprintf(f, "\n\n%-5s %8s %3s %11s %11s %11s %6s %12s %5s %7s %11s %-3s %s\n", "RANK", "PID", "DEV", "ALLOCATED",
-            "RESERVED", "UNALLOC", "FRAG%", "LARGEST FREE", "OOMS", "RETRIES", "DEV MALLOC", "EXP", "COMMAND");
+        fprintf(f, "  every %gs, Ctrl-C quits", o->interval);
+    fputs("\n\n", f);
+    bool on[NCOLS];
+    int width = 0, command = (int)strlen(cols[C_COMMAND].head);
+    for (size_t i = 0; i < s->n; i++)
+        if ((int)strlen(s->recs[i].command) > command)
+            command = (int)strlen(s->recs[i].command);
+    for (int c = 0; c < NCOLS; c++) {
+        on[c] = true;
+        width += (c == C_COMMAND ? command : cols[c].width) + (c > 0);
+    }
+    for (int level = 4; level > 0 && o->columns && width > o->columns; level--)
+        for (int c = 0; c < NCOLS; c++)
+            if (cols[c].drop == level && on[c]) {
+                on[c] = false;
+                width -= (c == C_COMMAND ? command : cols[c].width) + 1;
+            }
+    char cell[NCOLS][40];
+    for (int c = 0; c < NCOLS; c++)
+        snprintf(cell[c], sizeof cell[c], "%s", cols[c].head);
+    print_row(f, on, cell);
     int64_t ta = 0, tr = 0;
     for (size_t i = 0; i < s->n; i++) {
         const hbm_record *r = &s->recs[i];
-        char rank[24], al[16], re[16], un[16], lf[16];
         if (r->rank >= 0)
-            snprintf(rank, sizeof rank, "%lld", (long long)r->rank);
+            snprintf(cell[C_RANK], sizeof cell[C_RANK], "%lld", (long long)r->rank);
         else
-            snprintf(rank, sizeof rank, "-");
-        size_text(r->allocated_bytes, al, sizeof al);
-        size_text(r->reserved_bytes, re, sizeof re);
-        size_text(unallocated(r), un, sizeof un);
-        size_text(r->largest_free_bytes, lf, sizeof lf);
-        fprintf(f, "%-5s %8lld %3lld %11s %11s %11s %6.1f %12s %5lld %7lld %11lld %-3s %s\n", rank,
-                (long long)r->pid, (long long)r->device, al, re, un, 100.0 * frag(r), lf, (long long)r->num_ooms,
-                (long long)r->num_alloc_retries, (long long)r->num_device_alloc, r->expandable_segments ? "yes" : "no",
-                r->command);
+            snprintf(cell[C_RANK], sizeof cell[C_RANK], "-");
+        snprintf(cell[C_PID], sizeof cell[C_PID], "%lld", (long long)r->pid);
+        snprintf(cell[C_DEV], sizeof cell[C_DEV], "%lld", (long long)r->device);
+        size_text(r->allocated_bytes, cell[C_ALLOC], sizeof cell[C_ALLOC]);
+        size_text(r->reserved_bytes, cell[C_RES], sizeof cell[C_RES]);
+        size_text(unallocated(r), cell[C_UNALLOC], sizeof cell[C_UNALLOC]);
+        snprintf(cell[C_FRAG], sizeof cell[C_FRAG], "%.1f", 100.0 * frag(r));
+        size_text(r->largest_free_bytes, cell[C_LARGEST], sizeof cell[C_LARGEST]);
+        snprintf(cell[C_OOMS], sizeof cell[C_OOMS], "%lld", (long long)r->num_ooms);
+        snprintf(cell[C_RETRIES], sizeof cell[C_RETRIES], "%lld", (long long)r->num_alloc_retries);
+        snprintf(cell[C_DEVMALLOC], sizeof cell[C_DEVMALLOC], "%lld", (long long)r->num_device_alloc);
+        snprintf(cell[C_EXP], sizeof cell[C_EXP], "%s", r->expandable_segments ? "yes" : "no");
+        snprintf(cell[C_COMMAND], sizeof cell[C_COMMAND], "%s", r->command);
+        print_row(f, on, cell);
         ta += r->allocated_bytes;
         tr += r->reserved_bytes;
     }
     if (s->n > 1) {
-        char al[16], re[16], un[16];
-        size_text(ta, al, sizeof al);
-        size_text(tr, re, sizeof re);
-        size_text(tr - ta, un, sizeof un);
-        fprintf(f, "%-5s %8s %3s %11s %11s %11s %6.1f\n", "all", "", "", al, re, un,
-                tr > 0 ? 100.0 * (double)(tr - ta) / (double)tr : 0.0);
+        bool sum[NCOLS];
+        for (int c = 0; c < NCOLS; c++) {
+            sum[c] = on[c] && c <= C_FRAG;
+            cell[c][0] = 0;
+        }
+        snprintf(cell[C_RANK], sizeof cell[C_RANK], "all");
+        size_text(ta, cell[C_ALLOC], sizeof cell[C_ALLOC]);
+        size_text(tr, cell[C_RES], sizeof cell[C_RES]);
+        size_text(tr - ta, cell[C_UNALLOC], sizeof cell[C_UNALLOC]);
+        snprintf(cell[C_FRAG], sizeof cell[C_FRAG], "%.1f", tr > 0 ? 100.0 * (double)(tr - ta) / (double)tr : 0.0);
+        print_row(f, sum, cell);
     }
     if (!s->n)
         fprintf(f, "(no process of this user publishes hbmalloc statistics in %s: the PyTorch plug-ins do by default, "
@@ -340,7 +402,7 @@ static void usage_error(const char *fmt, const char *arg)
 
 int top_main(int argc, char **argv)
 {
-    opts o = {hbm_record_dir(), NULL, NULL, 1.0, 0, 0, 0};
+    opts o = {hbm_record_dir(), NULL, NULL, 1.0, 0, 0, 0, 0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -380,6 +442,9 @@ int top_main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     int tty = !o.json && isatty(STDOUT_FILENO);
+    struct winsize ws;
+    if (tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        o.columns = ws.ws_col;
     seen s = {0};
     int rc = 0;
     for (unsigned frame = 0; !stop; frame++) {
