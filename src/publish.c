@@ -367,7 +367,8 @@ hbm_status hbm_record_read(const char *path, hbm_record *out, char *why, size_t 
         return HBM_ERR_INVALID;
     }
     hbm_status rc = HBM_ERR_INVALID;
-    if (atomic_load_explicit((_Atomic uint64_t *)&s->magic, memory_order_acquire) != HBM__RECORD_MAGIC || s->layout != HBM__RECORD_LAYOUT ||
+    if (atomic_load_explicit((_Atomic uint64_t *)&s->magic, memory_order_acquire) != HBM__RECORD_MAGIC ||
+        s->layout != HBM__RECORD_LAYOUT ||
         s->size != sizeof *s) {
         snprintf(why, whylen, "not a record of this hbmalloc (magic, layout or size)");
     } else {

@@ -112,8 +112,8 @@ static void the_record_follows_the_allocator(void **state)
     assert_int_equal(r.pid, getpid());
     FILE *f = fopen("/proc/self/stat", "r"); /* field 22, the start time, read another way (proc(5)) */
     unsigned long long start = 0;
-    assert_int_equal(fscanf(f, "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-                            &start), 1);
+    assert_int_equal(fscanf(f, "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
+                               "%*d %*d %*d %*d %*d %*d %llu", &start), 1);
     fclose(f);
     assert_int_equal(r.start_time, start);
     assert_int_equal(r.rank, 3);

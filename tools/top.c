@@ -225,7 +225,8 @@ static void print_json(FILE *f, const opts *o, const seen *s)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    fprintf(f, "{\"time_ns\": %llu, \"dir\": ", (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+    fprintf(f, "{\"time_ns\": %llu, \"dir\": ",
+            (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
     hbm__json_str(f, o->dir);
     fprintf(f, ", \"stale\": %zu, \"refused\": %zu, \"records\": [", s->stale, s->refused);
     for (size_t i = 0; i < s->n; i++) {
@@ -327,8 +328,10 @@ static int write_textfile(const opts *o, const seen *s)
         size_t off;
     } metrics[] = {
 #define M(n, t, h, field) {n, t, h, offsetof(hbm_record, field)}
-        M("hbmalloc_allocated_bytes", "gauge", "Bytes in allocated blocks (allocated_bytes.all.current).", allocated_bytes),
-        M("hbmalloc_reserved_bytes", "gauge", "Bytes held from the device (reserved_bytes.all.current).", reserved_bytes),
+        M("hbmalloc_allocated_bytes", "gauge", "Bytes in allocated blocks (allocated_bytes.all.current).",
+          allocated_bytes),
+        M("hbmalloc_reserved_bytes", "gauge", "Bytes held from the device (reserved_bytes.all.current).",
+          reserved_bytes),
         M("hbmalloc_active_bytes", "gauge", "Bytes in active blocks (active_bytes.all.current).", active_bytes),
         M("hbmalloc_peak_reserved_bytes", "gauge", "Peak of reserved_bytes since the last reset.", peak_reserved_bytes),
         M("hbmalloc_largest_free_block_bytes", "gauge", "The largest cached free block.", largest_free_bytes),
