@@ -227,6 +227,17 @@ check steps_none 2 "no repeating step found" "$bin" replay "$tmp/nosteps.trace" 
 # view: a real renderer draws it, not blank, with the peak on the axis.
 check view_svg 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.svg"
 check view_html 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.html"
+# -o x.png is a PNG (librsvg's rsvg-convert renders the SVG), never an SVG under a .png name; without rsvg-convert,
+# or for another extension, refused with what to do and no file left.
+check view_png 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.png"
+check view_png_decodes 0 "^png 1200 860$" python3 -c "import struct, sys
+d = open(sys.argv[1], 'rb').read()
+assert d[:8] == b'\\x89PNG\\r\\n\\x1a\\n' and d[12:16] == b'IHDR', d[:16]
+print('png %d %d' % struct.unpack('>II', d[16:24]))" "$tmp/v.png"
+check view_png_without_rsvg 2 "rsvg-convert, which is not on PATH (Debian: apt install librsvg2-bin)" \
+    env PATH=/nonexistent "$bin" view "$ex" --conf "" -o "$tmp/none.png"
+[ ! -e "$tmp/none.png" ] && [ ! -e "$tmp/none.png.svg.tmp" ] || { echo "FAIL view_png_without_rsvg left a file"; fails=$((fails + 1)); }
+check view_bad_extension 2 "written as .svg, .html or .png" "$bin" view "$ex" --conf "" -o "$tmp/v.jpg"
 check view_oom_exit_1 1 "out of memory at event" "$bin" view "$ex" --conf "" --capacity 40GiB -o "$tmp/oom.svg"
 grep -q 'id="oom"' "$tmp/oom.svg" && grep -q "OUT OF MEMORY at event" "$tmp/oom.svg" || { echo "FAIL view_oom_marked"; fails=$((fails + 1)); }
 check replay_settings_source 0 "settings: *'max_split_size_mb:64abc' (from PYTORCH_CUDA_ALLOC_CONF, read as PyTorch" \

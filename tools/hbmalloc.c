@@ -54,7 +54,8 @@ static const struct {
      "      --jobs N, --json, --no-progress\n"
      "    exit status: 0 the best runs clean, 1 every setting runs out of memory, 2 bad input\n"},
     {"view",
-     "  view TRACE -o OUT.svg|OUT.html   draw allocated/reserved over time and the segments at the peak\n"
+     "  view TRACE -o OUT.svg|OUT.html|OUT.png   draw allocated/reserved over time and the segments at the peak\n"
+     "                 (.png: the SVG rendered by librsvg's rsvg-convert, which must be on PATH)\n"
      "      --conf STRING, --capacity SIZE, --backend SPEC, --device N\n"
      "    exit status: 0 drawn, 1 drawn up to an out-of-memory (marked), 2 bad input\n"},
     {"conf",
@@ -458,7 +459,8 @@ static int cmd_view(int argc, char **argv)
             return 2;
     }
     if (!outp) {
-        fprintf(stderr, "hbmalloc view: usage: hbmalloc view TRACE -o OUT.svg|OUT.html [--conf S] [--capacity SIZE]\n");
+        fprintf(stderr, "hbmalloc view: usage: hbmalloc view TRACE -o OUT.svg|OUT.html|OUT.png [--conf S] "
+                        "[--capacity SIZE]\n");
         return 2;
     }
     if (open_trace(&c))

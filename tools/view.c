@@ -2,14 +2,23 @@
  * view.c: a self-contained picture of a replay: allocated and reserved bytes
  * over the trace (one point per event, thinned to the width), and the segment
  * map at the moment of peak reserved memory with blocks coloured by state.
- * SVG with no external references; ".html" wraps it in a page. Owns drawing
- * only: every number comes from the public API.
+ * SVG with no external references; ".html" wraps it in a page; ".png" is that
+ * SVG rendered by librsvg's rsvg-convert (refused, with what to install, when
+ * it is not on PATH: never an SVG in a file named .png). Owns drawing only:
+ * every number comes from the public API.
  */
 #include "view.h"
 
+#include <errno.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
 
 #include "../src/util.h"
 
@@ -195,8 +204,57 @@ static void draw(FILE *f, const series *sr, const hbm_snapshot *peak, const hbm_
     fputs("</svg>\n", f);
 }
 
+enum { OUT_SVG, OUT_HTML, OUT_PNG };
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), m = strlen(tail);
+    return n > m && !strcmp(s + n - m, tail);
+}
+
+/* Whether an executable `prog` is in a folder of PATH. */
+static int on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    char dir[4096];
+    while (path && *path) {
+        size_t n = strcspn(path, ":");
+        snprintf(dir, sizeof dir, "%.*s/%s", (int)(n ? n : 1), n ? path : ".", prog);
+        if (access(dir, X_OK) == 0)
+            return 1;
+        path += n + (path[n] == ':');
+    }
+    return 0;
+}
+
+/* rsvg-convert -f png -o png svg: 0, or -1 with err set (png removed). */
+static int render_png(const char *svg, const char *png, char *err, size_t errlen)
+{
+    char *argv[] = {"rsvg-convert", "-f", "png", "-o", (char *)png, (char *)svg, NULL};
+    pid_t pid;
+    int st = 0, rc = posix_spawnp(&pid, "rsvg-convert", NULL, NULL, argv, environ);
+    if (rc == 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        return 0;
+    snprintf(err, errlen, "%s: rsvg-convert %s", png,
+             rc ? strerror(rc) : WIFEXITED(st) ? "failed" : "was killed");
+    unlink(png);
+    return -1;
+}
+
 int view_write(const trace *t, const replay_opts *o, const char *name, const char *path, char *err, size_t errlen)
 {
+    int kind = ends_with(path, ".svg") ? OUT_SVG : ends_with(path, ".html") ? OUT_HTML : ends_with(path, ".png") ? OUT_PNG
+                                                                                                             : -1;
+    if (kind < 0) {
+        snprintf(err, errlen, "%s: the picture is written as .svg, .html or .png; name the file so", path);
+        return 2;
+    }
+    if (kind == OUT_PNG && !on_path("rsvg-convert")) {
+        snprintf(err, errlen, "%s: a PNG is rendered from the SVG by librsvg's rsvg-convert, which is not on PATH "
+                              "(Debian: apt install librsvg2-bin); or write %.*s.svg", path,
+                 (int)(strlen(path) - 4), path);
+        return 2;
+    }
     hbm_allocator *a;
     if (hbm_open(&a, o->backend_spec, 0, o->settings, err, errlen) != HBM_OK)
         return 2;
@@ -253,13 +311,14 @@ int view_write(const trace *t, const replay_opts *o, const char *name, const cha
     }
     if (rc == 0) {
         hbm_get_stats(a, &r.stats);
-        FILE *f = fopen(path, "w");
+        char svg[4200]; /* a PNG: the SVG beside it first, then rendered */
+        snprintf(svg, sizeof svg, kind == OUT_PNG ? "%s.svg.tmp" : "%s", path);
+        FILE *f = fopen(svg, "w");
         if (!f) {
-            snprintf(err, errlen, "%s: cannot write", path);
+            snprintf(err, errlen, "%s: cannot write: %s", svg, strerror(errno));
             rc = 2;
         } else {
-            size_t n = strlen(path);
-            int html = n > 5 && !strcmp(path + n - 5, ".html");
+            int html = kind == OUT_HTML;
             if (html) {
                 fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hbmalloc: ", f);
                 xml_text(f, name);
@@ -269,8 +328,13 @@ int view_write(const trace *t, const replay_opts *o, const char *name, const cha
             if (html)
                 fputs("</body></html>\n", f);
             if (fclose(f) != 0) {
-                snprintf(err, errlen, "%s: write failed", path);
+                snprintf(err, errlen, "%s: write failed", svg);
                 rc = 2;
+            }
+            if (kind == OUT_PNG) {
+                if (rc == 0 && render_png(svg, path, err, errlen))
+                    rc = 2;
+                unlink(svg);
             }
         }
     }
