@@ -74,8 +74,8 @@ void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
     }
     hbm__pool_insert(&a->arena, b);
     a->arena_seg = b->seg;
-    a->plan_hint_seg = NULL; /* the address index is remade for it (a segment object may have the old one's address) */
     a->arena_stream = stream;
+    hbm__published(a); /* the region is reserved (the allocation after it is a cache hit in it) */
 }
 
 /* ---- hbm_plan_file: a plan (hbmalloc plan -o) served from the arena ---- */
@@ -217,7 +217,8 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
 /* The region's address index: one hint per chunk of the region, about one chunk per planned allocation. A hint is
  * a block object of the region seen in that chunk; block objects are recycled when blocks merge, so a hint is used
  * only while it still describes a block of this region (allocated, or free in the tree): a stale hint costs a
- * walk, never a wrong answer. Remade (cleared) whenever the region is another segment. */
+ * walk, never a wrong answer. Remade (cleared) whenever the region is another range (by address and size: a new
+ * region's segment object may have an old one's address). */
 static void hints_for(hbm_allocator *a, const hbm__segment *seg)
 {
     size_t want = 1;
@@ -233,7 +234,8 @@ static void hints_for(hbm_allocator *a, const hbm__segment *seg)
             free(a->plan_hint);
             a->plan_hint = NULL;
             a->plan_hint_n = 0;
-            a->plan_hint_seg = seg;
+            a->plan_hint_addr = seg->addr;
+            a->plan_hint_size = seg->size;
             return;
         }
         a->plan_hint = h;
@@ -241,7 +243,8 @@ static void hints_for(hbm_allocator *a, const hbm__segment *seg)
     a->plan_hint_n = n;
     a->plan_hint_shift = shift;
     memset(a->plan_hint, 0, n * sizeof *a->plan_hint);
-    a->plan_hint_seg = seg;
+    a->plan_hint_addr = seg->addr;
+    a->plan_hint_size = seg->size;
 }
 
 void hbm__plan_hints_free(hbm_allocator *a)
@@ -249,7 +252,7 @@ void hbm__plan_hints_free(hbm_allocator *a)
     free(a->plan_hint);
     a->plan_hint = NULL;
     a->plan_hint_n = 0;
-    a->plan_hint_seg = NULL;
+    a->plan_hint_size = 0;
 }
 
 /* The block of the region that holds address `at`. */
@@ -258,8 +261,8 @@ static hbm__block *region_block(hbm_allocator *a, uintptr_t at)
     const hbm__segment *seg = a->arena_seg;
     if (at - seg->addr >= seg->size) /* a plan taller than the region in force (a new one not yet reserved) */
         return NULL;
-    if (a->plan_hint_seg != seg || (a->plan_hint && (at - seg->addr) >> a->plan_hint_shift >= a->plan_hint_n))
-        hints_for(a, seg); /* (the second: never, as the region's size is the segment's; checked all the same) */
+    if (a->plan_hint_addr != seg->addr || a->plan_hint_size != seg->size)
+        hints_for(a, seg);
     hbm__block **hint = a->plan_hint ? &a->plan_hint[(at - seg->addr) >> a->plan_hint_shift] : NULL;
     hbm__block *b = hint ? *hint : NULL;
     if (!b || b->seg != seg || !(b->allocated || b->in_tree)) {

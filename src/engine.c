@@ -320,7 +320,6 @@ hbm_status hbm__segment_new(hbm_allocator *a, hbm__pool *p, hbm_stream stream, s
         hbm__stat_inc(&st->oversize_segments, 1);
     st->num_device_alloc++;
     hbm__trace(a, HBM_TRACE_SEGMENT_ALLOC, addr, size, stream);
-    hbm__published(a);
     *out = b;
     return HBM_OK;
 }
@@ -406,7 +405,6 @@ void hbm__arena_retire(hbm_allocator *a)
         return;
     a->arena_seg = NULL;
     a->plan_cursor = 0;
-    a->plan_hint_seg = NULL; /* its address index goes with it */
     hbm__block *b = seg->head;
     if (!b->next && !b->allocated && b->in_tree && !b->event_count && release_block(a, b) == HBM_OK)
         return;
@@ -484,17 +482,6 @@ static void garbage_collect(hbm_allocator *a)
 
 /* ---- the OOM message ---- */
 
-static size_t largest_free_block(hbm_allocator *a)
-{
-    size_t best = 0;
-    hbm__pool *pools[3] = {&a->small, &a->large, &a->arena};
-    for (int i = 0; i < 3; i++)
-        for (hbm__block *b = hbm__pool_first(pools[i]); b; b = hbm__tree_next(b))
-            if (b->size > best)
-                best = b->size;
-    return best;
-}
-
 static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_stream stream)
 {
     size_t dev_free = 0, dev_total = a->device_total;
@@ -512,7 +499,7 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
                                  .reserved = (uint64_t)reserved, .during_capture = a->ncaptures > 0};
     a->has_oom = true;
     size_t cached = (size_t)(reserved - allocated);
-    size_t largest = largest_free_block(a);
+    size_t largest = hbm__largest_free(a);
     size_t outside = dev_total > dev_free + (size_t)reserved ? dev_total - dev_free - (size_t)reserved : 0;
     char s_alloc[32], s_orig[32], s_total[32], s_free[32], s_allocated[32], s_cached[32], s_largest[32], s_x[32];
     hbm__format_size(alloc_size, s_alloc, sizeof s_alloc);
@@ -673,8 +660,8 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
             }
             return rc;
         }
-        /* The fast path's tail, and the published record (a device call was just made): kept here, so that a
-         * cache hit pays no test for it. */
+        /* The fast path's tail, and the published record (a device call was just made: a new segment or pages
+         * mapped, and the allocation in it), kept here so that a cache hit pays no test for it. */
         b = alloc_found_block(a, p, b, size, orig);
         if (__builtin_expect(tag != 0, 0))
             hbm__step_allocated(b, tag);

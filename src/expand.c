@@ -190,7 +190,6 @@ static hbm_status map_block(hbm_allocator *a, hbm__block *b, size_t size, hbm__b
     hbm__stat_arr_inc(a->stats.reserved_bytes, p, (int64_t)bytes);
     a->stats.num_device_alloc++;
     hbm__trace(a, HBM_TRACE_SEGMENT_MAP, seg->addr + first * seg->page, bytes, seg->stream);
-    hbm__published(a);
     *out = b;
     return HBM_OK;
 }

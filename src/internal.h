@@ -181,11 +181,13 @@ struct hbm_allocator {
     uint64_t plan_height;
     uintptr_t plan_cursor; /* where the last planned allocation went: the walk to the next starts there if live */
     /* The region's address index (arena.c, region_block): plan_hint[c] is a block of the region found in its chunk
-     * c of 2^plan_hint_shift bytes, checked before use; made for plan_hint_seg, remade when the region changes. */
+     * c of 2^plan_hint_shift bytes, checked before use; made for the range [plan_hint_addr, + plan_hint_size),
+     * remade when the region is another range. */
     hbm__block **plan_hint;
     size_t plan_hint_n;
     unsigned plan_hint_shift;
-    const hbm__segment *plan_hint_seg;
+    uintptr_t plan_hint_addr;
+    size_t plan_hint_size;
     struct hbm__stepplan *sp; /* hbm_step_plan (stepplan.c): NULL when off */
     struct hbm__pub *pub;     /* hbm_publish (publish.c): the shared-memory record, NULL when not published */
     bool policy; /* an arena, plan file or step plan is asked for: engine_malloc's policy branch is taken */
@@ -244,6 +246,9 @@ hbm__segment *hbm__segment_find(hbm_allocator *a, uintptr_t addr);
 hbm__segment *hbm__segments_first(hbm_allocator *a);
 hbm__segment *hbm__segments_last(hbm_allocator *a);
 hbm__segment *hbm__segments_next(const hbm__segment *s);
+/* The largest block of a pool's free tree, and of the default pools and the arena (0: none). */
+size_t hbm__pool_largest(hbm__pool *p);
+size_t hbm__largest_free(hbm_allocator *a);
 
 /* ---- stats.c ---- */
 static inline void hbm__stat_inc(hbm_stat *s, int64_t n)

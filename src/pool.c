@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "internal.h"
+#include "pool.h"
 
 #define SEGMENT_OF(n) ((hbm__segment *)((char *)(n) - offsetof(hbm__segment, node)))
 
@@ -50,4 +51,28 @@ hbm__segment *hbm__segments_next(const hbm__segment *s)
 {
     hbm__rb *n = hbm__rb_next(&s->node);
     return n ? SEGMENT_OF(n) : NULL;
+}
+
+size_t hbm__pool_largest(hbm__pool *p)
+{
+    /* The tree orders by (stream, size, address): the largest of each stream is found from the top, one descent
+     * per stream. */
+    size_t best = 0;
+    for (hbm__block *b = hbm__pool_node(hbm__rb_last(p->free_tree)); b; b = hbm__pool_before(p, b->stream, 0)) {
+        if (b->size > best)
+            best = b->size;
+        if (!b->stream)
+            break;
+    }
+    return best;
+}
+
+size_t hbm__largest_free(hbm_allocator *a)
+{
+    size_t best = 0, x;
+    hbm__pool *pools[] = {&a->small, &a->large, &a->arena};
+    for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++)
+        if ((x = hbm__pool_largest(pools[i])) > best)
+            best = x;
+    return best;
 }

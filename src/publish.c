@@ -29,7 +29,6 @@
 
 #include "fork.h"
 #include "internal.h"
-#include "pool.h"
 #include "publish.h"
 #include "util.h"
 
@@ -100,30 +99,13 @@ static int64_t env_int(const char *name, const char *alt)
     return *end || x < 0 ? -1 : x;
 }
 
-/* The largest block in a pool's free tree: the tree orders by (stream, size, address), so the largest of each
- * stream is found from the top, one descent per stream. */
-static size_t pool_largest(hbm__pool *p)
-{
-    size_t best = 0;
-    for (hbm__block *b = hbm__pool_node(hbm__rb_last(p->free_tree)); b; b = hbm__pool_before(p, b->stream, 0)) {
-        if (b->size > best)
-            best = b->size;
-        if (!b->stream)
-            break;
-    }
-    return best;
-}
-
+/* The largest cached free block, private pools included. */
 static size_t largest_free(hbm_allocator *a)
 {
-    size_t best = 0, x;
-    hbm__pool *pools[] = {&a->small, &a->large, &a->arena};
-    for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++)
-        if ((x = pool_largest(pools[i])) > best)
-            best = x;
+    size_t best = hbm__largest_free(a), x;
     for (hbm__mempool *m = a->mempools; m; m = m->next)
         for (int k = 0; k < 2; k++)
-            if ((x = pool_largest(k ? &m->large : &m->small)) > best)
+            if ((x = hbm__pool_largest(k ? &m->large : &m->small)) > best)
                 best = x;
     return best;
 }

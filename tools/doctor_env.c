@@ -24,6 +24,7 @@
 #include "../src/util.h"
 #include "doctor.h"
 #include "hbmalloc.h"
+#include "which.h"
 
 /* ---- versions ---- */
 
@@ -148,22 +149,6 @@ static int file_key(const char *root, const char *rel, const char *key, char *ou
     int rc = t ? get_key(t, key, '=', out, outlen) : -1;
     free(t);
     return rc;
-}
-
-static int on_path(const char *prog)
-{
-    const char *path = getenv("PATH");
-    if (!path)
-        return 0;
-    for (const char *p = path; *p;) {
-        size_t n = strcspn(p, ":");
-        char full[1024];
-        snprintf(full, sizeof full, "%.*s/%s", (int)n, p, prog);
-        if (n && access(full, X_OK) == 0)
-            return 1;
-        p += n + (p[n] == ':');
-    }
-    return 0;
 }
 
 /* How long an external command may take: npu-smi and nvidia-smi hang when the driver is wedged, which is when the
@@ -499,7 +484,7 @@ static void ascend(doctor *d, const char *root, int *present)
 
     /* npu-smi: what the driver itself says. */
     int hung_before = count_hung(d);
-    char *t = on_path("npu-smi") ? run(d, "ascend", "npu-smi", "npu-smi info 2>/dev/null") : NULL;
+    char *t = tool_on_path("npu-smi") ? run(d, "ascend", "npu-smi", "npu-smi info 2>/dev/null") : NULL;
     npu_dev devs[64];
     int n = 0;
     if (t) {
@@ -533,7 +518,7 @@ static void ascend(doctor *d, const char *root, int *present)
         if (n == 0)
             doctor_fact(d, "ascend", "npu-smi", "ran, but no NPU rows were recognised");
     } else if (count_hung(d) == hung_before) {
-        doctor_fact(d, "ascend", "npu-smi", on_path("npu-smi") ? "failed to run" : "not on PATH");
+        doctor_fact(d, "ascend", "npu-smi", tool_on_path("npu-smi") ? "failed to run" : "not on PATH");
     }
     /* Per board: the driver's and the firmware's own versions, and whether the driver accepts the pair. */
     for (int i = 0; i < n && i < 16 && count_hung(d) == hung_before; i++) {
@@ -599,10 +584,10 @@ static void ascend(doctor *d, const char *root, int *present)
 static void nvidia(doctor *d)
 {
     int hung_before = count_hung(d);
-    char *t = on_path("nvidia-smi") ? run(d, "nvidia", "nvidia-smi", "nvidia-smi 2>/dev/null") : NULL;
+    char *t = tool_on_path("nvidia-smi") ? run(d, "nvidia", "nvidia-smi", "nvidia-smi 2>/dev/null") : NULL;
     if (!t) {
         if (count_hung(d) == hung_before)
-            doctor_fact(d, "nvidia", "nvidia-smi", on_path("nvidia-smi") ? "failed to run" : "not on PATH");
+            doctor_fact(d, "nvidia", "nvidia-smi", tool_on_path("nvidia-smi") ? "failed to run" : "not on PATH");
         return;
     }
     char v[64];

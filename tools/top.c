@@ -69,14 +69,8 @@ static int collect(const opts *o, seen *s)
             continue;
         char path[4096], why[160];
         snprintf(path, sizeof path, "%s/%s", o->dir, e->d_name);
-        if (s->n == s->cap) {
-            size_t cap = s->cap ? 2 * s->cap : 16;
-            hbm_record *r = realloc(s->recs, cap * sizeof *r);
-            if (!r)
-                break; /* shown: the records read so far */
-            s->recs = r;
-            s->cap = cap;
-        }
+        if (hbm__grow((void **)&s->recs, &s->cap, s->n + 1, sizeof *s->recs))
+            break; /* shown: the records read so far */
         hbm_status rc = hbm_record_read(path, &s->recs[s->n], why, sizeof why);
         if (rc == HBM_OK) {
             s->n++;
@@ -321,13 +315,17 @@ static void prom_labels(FILE *f, const hbm_record *r)
             (long long)r->device);
 }
 
+/* What a metric shows: a field of the record, or one derived from it. */
+enum { FIELD, UNALLOCATED, SECONDS };
+
 static int write_textfile(const opts *o, const seen *s)
 {
     static const struct {
         const char *name, *type, *help;
-        size_t off;
+        int kind;
+        size_t off; /* FIELD: the int64_t field */
     } metrics[] = {
-#define M(n, t, h, field) {n, t, h, offsetof(hbm_record, field)}
+#define M(n, t, h, field) {n, t, h, FIELD, offsetof(hbm_record, field)}
         M("hbmalloc_allocated_bytes", "gauge", "Bytes in allocated blocks (allocated_bytes.all.current).",
           allocated_bytes),
         M("hbmalloc_reserved_bytes", "gauge", "Bytes held from the device (reserved_bytes.all.current).",
@@ -344,6 +342,9 @@ static int write_textfile(const opts *o, const seen *s)
         M("hbmalloc_expandable_segments", "gauge", "1 when expandable segments are in force.", expandable_segments),
         M("hbmalloc_device_total_bytes", "gauge", "The device's capacity.", device_total),
 #undef M
+        {"hbmalloc_reserved_unallocated_bytes", "gauge", "Reserved bytes no allocation uses (cached or fragmented).",
+         UNALLOCATED, 0},
+        {"hbmalloc_last_update_timestamp_seconds", "gauge", "When the process last updated its record.", SECONDS, 0},
     };
     char tmp[4096], final[4096];
     snprintf(tmp, sizeof tmp, "%s/.hbmalloc.prom.%ld", o->textfile, (long)getpid());
@@ -355,24 +356,16 @@ static int write_textfile(const opts *o, const seen *s)
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", metrics[m].name, metrics[m].help, metrics[m].name,
                 metrics[m].type);
         for (size_t i = 0; i < s->n; i++) {
+            const hbm_record *r = &s->recs[i];
             fputs(metrics[m].name, f);
-            prom_labels(f, &s->recs[i]);
-            fprintf(f, " %lld\n", (long long)*(const int64_t *)((const char *)&s->recs[i] + metrics[m].off));
+            prom_labels(f, r);
+            if (metrics[m].kind == SECONDS)
+                fprintf(f, " %.3f\n", (double)r->updated_ns / 1e9);
+            else
+                fprintf(f, " %lld\n", (long long)(metrics[m].kind == UNALLOCATED
+                                                       ? unallocated(r)
+                                                       : *(const int64_t *)((const char *)r + metrics[m].off)));
         }
-    }
-    fputs("# HELP hbmalloc_reserved_unallocated_bytes Reserved bytes no allocation uses (cached or fragmented).\n"
-          "# TYPE hbmalloc_reserved_unallocated_bytes gauge\n", f);
-    for (size_t i = 0; i < s->n; i++) {
-        fputs("hbmalloc_reserved_unallocated_bytes", f);
-        prom_labels(f, &s->recs[i]);
-        fprintf(f, " %lld\n", (long long)unallocated(&s->recs[i]));
-    }
-    fputs("# HELP hbmalloc_last_update_timestamp_seconds When the process last updated its record.\n"
-          "# TYPE hbmalloc_last_update_timestamp_seconds gauge\n", f);
-    for (size_t i = 0; i < s->n; i++) {
-        fputs("hbmalloc_last_update_timestamp_seconds", f);
-        prom_labels(f, &s->recs[i]);
-        fprintf(f, " %.3f\n", (double)s->recs[i].updated_ns / 1e9);
     }
     fputs("# HELP hbmalloc_info The allocator's backend, settings and process name.\n# TYPE hbmalloc_info gauge\n", f);
     for (size_t i = 0; i < s->n; i++) {

@@ -21,6 +21,7 @@
 extern char **environ;
 
 #include "../src/util.h"
+#include "which.h"
 
 #define W 1200
 #define H 860
@@ -212,21 +213,6 @@ static int ends_with(const char *s, const char *tail)
     return n > m && !strcmp(s + n - m, tail);
 }
 
-/* Whether an executable `prog` is in a folder of PATH. */
-static int on_path(const char *prog)
-{
-    const char *path = getenv("PATH");
-    char dir[4096];
-    while (path && *path) {
-        size_t n = strcspn(path, ":");
-        snprintf(dir, sizeof dir, "%.*s/%s", (int)(n ? n : 1), n ? path : ".", prog);
-        if (access(dir, X_OK) == 0)
-            return 1;
-        path += n + (path[n] == ':');
-    }
-    return 0;
-}
-
 /* rsvg-convert -f png -o png svg: 0, or -1 with err set (png removed). */
 static int render_png(const char *svg, const char *png, char *err, size_t errlen)
 {
@@ -249,7 +235,7 @@ int view_write(const trace *t, const replay_opts *o, const char *name, const cha
         snprintf(err, errlen, "%s: the picture is written as .svg, .html or .png; name the file so", path);
         return 2;
     }
-    if (kind == OUT_PNG && !on_path("rsvg-convert")) {
+    if (kind == OUT_PNG && !tool_on_path("rsvg-convert")) {
         snprintf(err, errlen, "%s: a PNG is rendered from the SVG by librsvg's rsvg-convert, which is not on PATH "
                               "(Debian: apt install librsvg2-bin); or write %.*s.svg", path,
                  (int)(strlen(path) - 4), path);
