@@ -5,12 +5,14 @@
 #                                its sanitizer runtimes, valgrind, and Debian's torch (python3-torch, libtorch-dev:
 #                                the plug-in built against torch's headers, and tests inside a real torch), the
 #                                Python packaging tools (the package built and installed into a venv), tmux (the
-#                                live monitor as a person sees it) and a Prometheus text-format parser
+#                                live monitor as a person sees it), a Prometheus text-format parser, and Chromium
+#                                with a DevTools-protocol client (python3-websocket: the view's page in a browser)
 set -euo pipefail
 pkgs=(gcc g++ make cmake pkg-config python3)
 if [ "${1:-test}" = test ]; then
     pkgs+=(libcmocka-dev librsvg2-bin clang libclang-rt-14-dev valgrind python3-torch libtorch-dev
-           python3-setuptools python3-wheel python3-build python3-venv python3-pip tmux python3-prometheus-client)
+           python3-setuptools python3-wheel python3-build python3-venv python3-pip tmux python3-prometheus-client
+           chromium python3-websocket)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -256,12 +256,24 @@ check replay_capacity_gib 0 "device: *sim:capacity=85899345920 (capacity 80.00 G
 odd="$tmp/bad$(printf '\001\377')名字.trace"
 cp "$src/examples/cs336-lm-ctx512-forward.trace" "$odd"
 check view_odd_name 0 "wrote" "$bin" view "$odd" --conf "" -o "$tmp/odd.svg"
+check view_odd_name_html 0 "wrote" "$bin" view "$odd" --conf "" -o "$tmp/odd.html"
 check view_odd_name_is_xml 0 "^title ok$" python3 -c "import sys, xml.dom.minidom as m
 t = m.parse(sys.argv[1]).getElementsByTagName('text')[0].firstChild.data
 print('title ok' if t.endswith('bad\ufffd\ufffd\u540d\u5b57.trace') else ascii(t))" "$tmp/odd.svg"
 check view_axis_total 0 '>56.91 GiB</text>' cat "$tmp/v.svg"
 check view_peak_attr 0 'data-peak-reserved="61111009280"' cat "$tmp/v.svg"
 check view_html_page 0 '<!DOCTYPE html>' cat "$tmp/v.html"
+# The page's data (JSON in it): the peaks replay reports, every allocation of the trace; nothing outside the file
+# (the browser test, tests/browser.py, checks that the browser asks for nothing either).
+check view_html_data 0 "^data 61111009280 $(grep -c '^a ' "$ex") no-url$" python3 -c "import json, re, sys
+s = open(sys.argv[1]).read()
+d = json.loads(re.search(r'<script id=\"hbm-data\" type=\"application/json\">(.*?)</script>', s, re.S).group(1))
+url = re.search(r'(src|href)=|https?:|url\(|@import', s.replace(d['name'], ''))
+print('data', d['stats']['peak_reserved'], len(d['allocs']['start']), 'no-url' if not url else url.group(0))" "$tmp/v.html"
+check view_html_odd_name 0 "^title ok$" python3 -c "import json, re, sys
+s = open(sys.argv[1], encoding='utf-8').read()
+d = json.loads(re.search(r'<script id=\"hbm-data\" type=\"application/json\">(.*?)</script>', s, re.S).group(1))
+print('title ok' if d['name'].endswith('bad\\x01\ufffd\u540d\u5b57.trace') else ascii(d['name']))" "$tmp/odd.html"
 if command -v rsvg-convert >/dev/null && command -v python3 >/dev/null; then
     rsvg-convert -w 600 "$tmp/v.svg" -o "$tmp/v.png"
     ink=$(python3 "$src/tests/png_ink.py" "$tmp/v.png")

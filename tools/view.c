@@ -2,10 +2,11 @@
  * view.c: a self-contained picture of a replay: allocated and reserved bytes
  * over the trace (one point per event, thinned to the width), and the segment
  * map at the moment of peak reserved memory with blocks coloured by state.
- * SVG with no external references; ".html" wraps it in a page; ".png" is that
- * SVG rendered by librsvg's rsvg-convert (refused, with what to install, when
- * it is not on PATH: never an SVG in a file named .png). Owns drawing only:
- * every number comes from the public API.
+ * SVG with no external references; ".png" is that SVG rendered by librsvg's
+ * rsvg-convert (refused, with what to install, when it is not on PATH: never
+ * an SVG in a file named .png); ".html" is the interactive page of
+ * view_html.c, fed from the same replay. Owns drawing only: every number
+ * comes from the public API.
  */
 #include "view.h"
 
@@ -21,6 +22,7 @@
 extern char **environ;
 
 #include "../src/util.h"
+#include "view_html.h"
 #include "which.h"
 
 #define W 1200
@@ -255,25 +257,41 @@ int view_write(const trace *t, const replay_opts *o, const char *name, const cha
     else
         replay_settings_line(a, r.settings, sizeof r.settings);
     int rc = 0;
-    if (!sr.alloc || !sr.resv || !slot) {
+    view_rec *vr = kind == OUT_HTML ? view_rec_new(t) : NULL;
+    if (!sr.alloc || !sr.resv || !slot || (kind == OUT_HTML && !vr)) {
         snprintf(err, errlen, "out of host memory");
         rc = 2;
     }
     int64_t best = -1;
     size_t first = 0;
+    int seeded = 0; /* the curves' first point is the seeded start state */
     if (rc == 0 && o->seed && t->rec.seedable) { /* begin where the recording began, as replay does */
         rc = replay_seed(a, t, slot, &r);
         if (rc)
             snprintf(err, errlen, "%s", r.message);
         first = t->rec.preexisting;
+        seeded = 1;
         hbm_stats s; /* the state the recording began in is the curves' first point */
         hbm_get_stats(a, &s);
         sr.alloc[sr.n] = s.allocated_bytes[0].current;
         sr.resv[sr.n++] = s.reserved_bytes[0].current;
     }
+    if (rc == 0 && vr && view_rec_begin(vr, a, t, slot, first)) {
+        snprintf(err, errlen, "out of host memory");
+        rc = 2;
+    }
     for (size_t i = first; rc == 0 && i < t->n; i++) {
         const trace_event *e = &t->ev[i];
+        if (vr && view_rec_before(vr, a, e, slot)) {
+            snprintf(err, errlen, "out of host memory");
+            rc = 2;
+            break;
+        }
         hbm_status st = replay_event(a, e, slot);
+        if (vr && view_rec_after(vr, a, e, i, slot, st, err, errlen)) {
+            rc = 2;
+            break;
+        }
         if (st == HBM_ERR_OOM) {
             r.oom = 1;
             r.oom_event = i;
@@ -295,6 +313,8 @@ int view_write(const trace *t, const replay_opts *o, const char *name, const cha
             hbm_snapshot_take(a, &peak);
         }
     }
+    if (rc == 0 && vr && view_rec_end(vr, a, err, errlen))
+        rc = 2;
     if (rc == 0) {
         hbm_get_stats(a, &r.stats);
         char svg[4200]; /* a PNG: the SVG beside it first, then rendered */
@@ -304,16 +324,24 @@ int view_write(const trace *t, const replay_opts *o, const char *name, const cha
             snprintf(err, errlen, "%s: cannot write: %s", svg, strerror(errno));
             rc = 2;
         } else {
-            int html = kind == OUT_HTML;
-            if (html) {
-                fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hbmalloc: ", f);
-                xml_text(f, name);
-                fputs("</title></head>\n<body style=\"margin:0\">\n", f);
+            if (kind == OUT_HTML) {
+                char dev[300], msg[600];
+                replay_device_line(o->backend_spec, dev, sizeof dev);
+                snprintf(msg, sizeof msg, "%s", r.oom ? hbm_last_error(a) : "");
+                const char *c = strstr(o->backend_spec, "capacity=");
+                hbm_device_counters dc;
+                hbm_get_device_counters(a, &dc);
+                view_page_info pi = {.name = name, .settings = r.settings, .device = dev, .events = t->n,
+                                     .first = first, .seeded = seeded, .alloc = sr.alloc, .resv = sr.resv,
+                                     .n = sr.n, .stats = &r.stats, .dev = &dc,
+                                     .capacity = c ? strtoull(c + 9, NULL, 10) : 0, .oom = r.oom,
+                                     .oom_event = r.oom_event, .oom_message = msg};
+                if (view_html_write(f, vr, &pi))
+                    rc = 2;
+            } else {
+                draw(f, &sr, peak, &r.stats, name, o, &r);
             }
-            draw(f, &sr, peak, &r.stats, name, o, &r);
-            if (html)
-                fputs("</body></html>\n", f);
-            if (fclose(f) != 0) {
+            if (fclose(f) != 0 || rc) {
                 snprintf(err, errlen, "%s: write failed", svg);
                 rc = 2;
             }
@@ -330,6 +358,7 @@ int view_write(const trace *t, const replay_opts *o, const char *name, const cha
         rc = 1;
     }
     hbm_snapshot_free(peak);
+    view_rec_free(vr);
     free(sr.alloc);
     free(sr.resv);
     free(slot);

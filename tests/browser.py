@@ -1,0 +1,293 @@
+#!/usr/bin/python3
+"""The view's page in a real browser: headless Chromium driven over the DevTools protocol (python3-websocket).
+
+usage: tests/browser.py HBMALLOC SOURCE_DIR OUT_DIR
+
+Writes pages with `hbmalloc view`, loads each from disk and checks: no console error, no exception, no request
+that leaves the file (network); the hover tooltip of the largest allocation's band names the allocation the trace
+made at that event; the slider and the arrow keys move the selection and the figures follow (the live
+allocations counted from the trace itself, the peak reserved from `hbmalloc replay`); an out-of-memory run opens
+at its last event, marked. Keeps screenshots (OUT_DIR/*.png) and the timings (time to first paint, frames while
+scrubbing) in OUT_DIR/browser.txt. Exit status: the number of failed checks.
+"""
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import websocket  # Debian: python3-websocket
+
+BIN, SRC, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
+os.makedirs(OUT, exist_ok=True)
+fails = 0
+notes = []
+
+
+def check(name, ok, detail=""):
+    global fails
+    print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + detail))
+    if not ok:
+        fails += 1
+
+
+def chromium():
+    for c in ("chromium", "chromium-browser", "google-chrome"):
+        p = shutil.which(c)
+        if p:
+            return p
+    sys.exit("FAIL browser: no Chromium on PATH (Debian: apt install chromium; scripts/deps.sh installs it)")
+
+
+class Browser:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="hbm-chromium-")
+        self.proc = subprocess.Popen(
+            [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--no-default-browser-check", "--remote-debugging-port=0", "--remote-allow-origins=*",
+             "--user-data-dir=" + self.dir, "--window-size=1280,1000", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port_file = os.path.join(self.dir, "DevToolsActivePort")
+        for _ in range(300):
+            if os.path.exists(port_file) and open(port_file).read().count("\n") >= 1:
+                break
+            time.sleep(0.1)
+        port = open(port_file).read().split("\n")[0]
+        targets = json.load(urllib.request.urlopen("http://127.0.0.1:%s/json/list" % port, timeout=30))
+        page = next(t for t in targets if t["type"] == "page")
+        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60)
+        self.next_id = 0
+        self.events = []
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.call(domain + ".enable")
+
+    def call(self, method, **params):
+        self.next_id += 1
+        my = self.next_id
+        self.ws.send(json.dumps({"id": my, "method": method, "params": params}))
+        while True:
+            m = json.loads(self.ws.recv())
+            if m.get("id") == my:
+                if "error" in m:
+                    raise RuntimeError("%s: %s" % (method, m["error"]))
+                return m.get("result", {})
+            self.events.append(m)
+
+    def wait_event(self, method, timeout=60):
+        end = time.time() + timeout
+        while time.time() < end:
+            for k, m in enumerate(self.events):
+                if m.get("method") == method:
+                    return self.events.pop(k)
+            self.ws.settimeout(max(end - time.time(), 0.1))
+            try:
+                self.events.append(json.loads(self.ws.recv()))
+            except websocket.WebSocketTimeoutException:
+                break
+        raise RuntimeError("no " + method)
+
+    def js(self, expr):
+        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError("%s: %s" % (expr, r["exceptionDetails"]))
+        return r["result"].get("value")
+
+    def open(self, path):
+        self.events = []
+        self.call("Page.navigate", url="file://" + os.path.abspath(path))
+        self.wait_event("Page.loadEventFired")
+
+    def problems(self):
+        """Console errors, exceptions, and requests for anything but the file itself."""
+        self.call("Runtime.evaluate", expression="0")  # collect what has arrived
+        out = []
+        for m in self.events:
+            meth, p = m.get("method"), m.get("params", {})
+            if meth == "Runtime.exceptionThrown":
+                out.append("exception: " + json.dumps(p["exceptionDetails"])[:300])
+            elif meth == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert", "warning"):
+                out.append("console %s: %s" % (p["type"], " ".join(str(a.get("value", a.get("description")))
+                                                                   for a in p["args"])[:300]))
+            elif meth == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
+                out.append("log: " + p["entry"]["text"][:300])
+            elif meth == "Network.requestWillBeSent" and not p["request"]["url"].startswith(("file:", "data:")):
+                out.append("request: " + p["request"]["url"])
+        return out
+
+    def key(self, key, code, vk, shift=False):
+        mods = 8 if shift else 0
+        for t in ("rawKeyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", type=t, key=key, code=code, windowsVirtualKeyCode=vk, modifiers=mods)
+
+    def screenshot(self, name):
+        h = self.js("document.documentElement.scrollHeight")
+        png = base64.b64decode(self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                                         clip={"x": 0, "y": 0, "width": 1280, "height": h, "scale": 1})["data"])
+        with open(os.path.join(OUT, name), "wb") as f:
+            f.write(png)
+        return png
+
+    def close(self):
+        try:
+            self.ws.close()
+        finally:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def trace_events(path):
+    """The hbmtrace's events: (kind, id, size) in order."""
+    ev = []
+    for line in open(path):
+        f = line.split()
+        if f and f[0] in ("a", "f", "e", "s"):
+            ev.append((f[0], f[1] if len(f) > 1 else None, int(f[2]) if f[0] == "a" else 0))
+    return ev
+
+
+def live_after(ev, i):
+    live = set()
+    for kind, ident, _ in ev[:i + 1]:
+        if kind == "a":
+            live.add(ident)
+        elif kind == "f":
+            live.discard(ident)
+    return len(live)
+
+
+def replay_value(trace, conf, what):
+    out = subprocess.run([BIN, "replay", trace, "--conf", conf], capture_output=True, text=True).stdout
+    return int(re.search(r"^%s: .*\((\d+) bytes\)" % what, out, re.M).group(1))
+
+
+def png_size(png):
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def figures(b):
+    return b.js("Object.fromEntries([...document.querySelectorAll('#figures td')]"
+                ".map(td => [td.dataset.key, Number(td.dataset.value)]))")
+
+
+trace = os.path.join(SRC, "examples", "cpu-transformer-trainstep.trace")
+page = os.path.join(OUT, "view.html")
+subprocess.run([BIN, "view", trace, "--conf", "", "-o", page], check=True, stdout=subprocess.DEVNULL)
+ev = trace_events(trace)
+b = Browser()
+try:
+    t0 = time.time()
+    b.open(page)
+    load_s = time.time() - t0
+    ready = b.js("hbmView.readyMs")
+    notes.append("view.html (%s, %d events, %d bytes): loaded in %.2f s, everything drawn %.0f ms after navigation"
+                 % (os.path.basename(trace), len(ev), os.path.getsize(page), load_s, ready))
+    probs = b.problems()
+    check("page_loads_clean", not probs, "; ".join(probs))
+
+    # The figures at the moment the page opens on: the peak reserved, which replay reports.
+    fig = figures(b)
+    peak = replay_value(trace, "", "peak reserved")
+    check("opens_at_peak_reserved", fig.get("reserved") == peak, "figures %s, replay's peak %d" % (fig, peak))
+    sel = b.js("hbmView.selected()")
+    check("live_allocations_at_peak", fig.get("live allocations") == live_after(ev, sel - 1),
+          "page %s, trace %d after event %d" % (fig.get("live allocations"), live_after(ev, sel - 1), sel - 1))
+    b.screenshot("view.png")
+
+    # Hover the largest allocation's band: the tooltip names an allocation of the trace at that event.
+    i = b.js("hbmView.largest()")
+    pt = b.js("hbmView.bandPoint(%d)" % i)
+    b.js("window.scrollTo(0, %d)" % max(pt["y"] - 400, 0))
+    sx, sy = b.js("[window.scrollX, window.scrollY]")
+    b.call("Input.dispatchMouseEvent", type="mouseMoved", x=pt["x"] - sx, y=pt["y"] - sy)
+    tip = b.js("(() => { const t = document.getElementById('tip'); return t.style.display === 'block' ? t.textContent : ''; })()")
+    m = re.search(r"(\d+) bytes requested\)\nmade at event (\d+)", tip or "")
+    ok = bool(m) and ev[int(m.group(2))][0] == "a" and ev[int(m.group(2))][2] == int(m.group(1))
+    check("hover_names_the_allocation", ok, "tooltip %r" % tip)
+    biggest = max(s for k, _, s in ev if k == "a")
+    check("hover_largest_band_is_largest_request", bool(m) and int(m.group(1)) == biggest,
+          "tooltip %r, largest request %d" % (tip, biggest))
+    b.screenshot("view-hover.png")
+
+    # The slider: focused, the arrow keys step it one event; the figures follow.
+    b.js("window.scrollTo(0, 0); document.getElementById('ev').focus()")
+    before = b.js("hbmView.selected()")
+    b.key("ArrowLeft", "ArrowLeft", 37)
+    after = b.js("hbmView.selected()")
+    fig = figures(b)
+    check("arrow_key_steps_back", after == before - 1, "selected %s -> %s" % (before, after))
+    check("figures_follow_the_slider", fig.get("live allocations") == live_after(ev, after - 1),
+          "page %s, trace %d" % (fig.get("live allocations"), live_after(ev, after - 1)))
+    b.js("document.getElementById('ev').blur()")
+    b.key("End", "End", 35)
+    last = b.js("hbmView.selected()")
+    check("end_key_goes_to_the_last_event", last == len(ev), "selected %s of %d" % (last, len(ev)))
+    check("figures_at_the_end", figures(b).get("live allocations") == live_after(ev, len(ev) - 1),
+          "page %s, trace %d" % (figures(b).get("live allocations"), live_after(ev, len(ev) - 1)))
+    # Scrubbing: 200 moves of the slider, the frames they take.
+    ms = b.js("""(async () => { const s = document.getElementById('ev'); let t = [];
+        for (let k = 0; k < 200; k++) { const t0 = performance.now();
+          s.value = String(Number(s.min) + Math.floor((Number(s.max) - Number(s.min)) * k / 199));
+          s.dispatchEvent(new Event('input')); await new Promise(r => requestAnimationFrame(r));
+          t.push(performance.now() - t0); }
+        t.sort((a, b) => a - b); return [t[100], t[190]]; })()""")
+    notes.append("scrubbing the slider: median %.1f ms per frame, 95th percentile %.1f ms" % (ms[0], ms[1]))
+    probs = b.problems()
+    check("no_errors_while_driven", not probs, "; ".join(probs))
+
+    # An out-of-memory run: the page opens at the last event before it, marked.
+    oom = os.path.join(OUT, "view-oom.html")
+    r = subprocess.run([BIN, "view", trace, "--conf", "", "--capacity", "200MiB", "-o", oom],
+                       capture_output=True, text=True)
+    check("oom_view_exit_1", r.returncode == 1, r.stderr)
+    m = re.search(r"out of memory at event (\d+)", r.stderr)
+    b.open(oom)
+    probs = b.problems()
+    check("oom_page_loads_clean", not probs, "; ".join(probs))
+    text = b.js("document.getElementById('oomline').textContent")
+    check("oom_marked", bool(m) and ("OUT OF MEMORY at event " + m.group(1)) in text, "oomline %r" % text)
+    sel = b.js("hbmView.selected()")
+    check("oom_opens_before_the_failure", bool(m) and sel == int(m.group(1)),
+          "selected %s, OOM at %s" % (sel, m and m.group(1)))
+    check("oom_button", b.js("!document.getElementById('to-oom').disabled"), "disabled")
+    png = b.screenshot("view-oom.png")
+    w, h = png_size(png)
+    check("screenshot_decodes", w == 1280 and h > 800, "%dx%d" % (w, h))
+
+    # Other runs: a PyTorch snapshot begun mid-run (its start state seeded), expandable segments (mapped runs), an
+    # empty_cache in the trace. At 60 moments across each, the map agrees with the allocator's statistics (the page
+    # says so on the console otherwise).
+    cases = [("seeded", os.path.join(SRC, "tests", "data", "linear-10k-50k-grad.pickle"), []),
+             ("expandable", os.path.join(SRC, "examples", "finetune-varlen.trace"),
+              ["--conf", "expandable_segments:True"]),
+             ("empty_cache", os.path.join(OUT, "empty.trace"), ["--conf", ""])]
+    with open(cases[2][1], "w") as f:
+        f.write("hbmtrace 1\na 1 3000000\na 2 5000000\nf 1\ne\na 3 100\nf 2\ne\nf 3\n")
+    for name, path, extra in cases:
+        out = os.path.join(OUT, "view-%s.html" % name)
+        subprocess.run([BIN, "view", path, *extra, "-o", out], check=True, stdout=subprocess.DEVNULL)
+        b.open(out)
+        b.js("(() => { for (let k = 0; k <= 60; k++) hbmView.select(hbmView.first + Math.round((hbmView.last - hbmView.first) * k / 60)); })()")
+        probs = b.problems()
+        check("map_agrees_" + name, not probs, "; ".join(probs))
+        b.js("hbmView.select(hbmView.peak())")
+        b.screenshot("view-%s.png" % name)
+    b.js("hbmView.select(6)")  # after event 5: block 2 holds the 20 MiB segment
+    fig = figures(b)
+    check("segment_held", fig.get("reserved") == 20971520 + 2097152 and fig.get("segments") == 2, "%s" % fig)
+    b.js("hbmView.select(7)")  # after event 6, the second empty_cache: only the small pool's 2 MiB is left
+    fig = figures(b)
+    check("empty_cache_releases", fig.get("reserved") == 2097152 and fig.get("segments") == 1, "%s" % fig)
+finally:
+    b.close()
+
+with open(os.path.join(OUT, "browser.txt"), "w") as f:
+    f.write("\n".join(notes) + "\n")
+print("\n".join(notes))
+sys.exit(min(fails, 100))

@@ -1,0 +1,366 @@
+/*
+ * view_html.c: the interactive page of `hbmalloc view -o OUT.html`: one file,
+ * no network (the script and styles are inline: tools/view_page.html, built
+ * in), that draws allocated and reserved memory over the replay, the active
+ * memory timeline (one band per allocation, hover for what it was) and the
+ * segment map at any event (slider, arrow keys), from data gathered here.
+ *
+ * What is gathered, event by event, through the public API: each allocation's
+ * place (the pointer), block size (hbm_block_size) and lifetime from the replay
+ * itself; each reserved range (a segment, or a run of mapped pages of an
+ * expandable segment) from the allocator's history (hbm_history_enable), read
+ * every HARVEST events so that its buffer stays small. History entries carry no
+ * event number: a segment entry belongs to the allocation or free whose own
+ * entry follows it, or, when it carries MARK (set as the allocator-wide label
+ * around empty_cache events), to that empty_cache event.
+ *
+ * Positions: the page counts events done, p = i + 1 after event i (a seeded
+ * start is p = first). An allocation is live at p when start <= p < end.
+ */
+#include "view_html.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/util.h"
+#include "u64map.h"
+
+#define HARVEST 65536 /* events between readings of the history */
+#define MARK "hbmalloc view: empty_cache"
+#define OPEN UINT32_MAX /* an end not reached */
+
+typedef struct v_alloc {
+    uint32_t start, end;
+    uint64_t addr, size, requested;
+    hbm_stream stream;
+} v_alloc;
+
+typedef struct v_run { /* a reserved range: a segment, or mapped pages of an
+                          expandable segment */
+    uint32_t start, end;
+    uint64_t addr, size;
+    hbm_stream stream;
+    int mapped; /* pages of an expandable segment */
+} v_run;
+
+struct view_rec {
+    v_alloc *al;
+    size_t nal, capal;
+    v_run *run;
+    size_t nrun, caprun;
+    uint32_t *slot_rec; /* the record of the allocation in each slot */
+    uint8_t *emits;     /* per event: it left an allocation's or a free's entry in the
+                           history (not a NULL free, a zero-byte or failed allocation) */
+    int had_ptr;        /* the event under way frees a pointer */
+    size_t last;        /* the last event run */
+    u64map open;        /* addr -> run index of the open runs (segments and mapped runs
+                           by their start) */
+    const trace *t;
+    size_t cursor; /* the last allocation or free event that the history's entries
+                      were matched to */
+    size_t since;  /* events since the history was last read */
+};
+
+view_rec *view_rec_new(const trace *t)
+{
+    view_rec *v = calloc(1, sizeof *v);
+    if (!v)
+        return NULL;
+    v->t = t;
+    v->slot_rec = malloc((t->nslots + 1) * sizeof *v->slot_rec);
+    v->emits = calloc(t->n + 1, 1);
+    if (!v->slot_rec || !v->emits || u64map_init(&v->open)) {
+        free(v->slot_rec);
+        free(v->emits);
+        free(v);
+        return NULL;
+    }
+    v->cursor = SIZE_MAX;
+    return v;
+}
+
+void view_rec_free(view_rec *v)
+{
+    if (!v)
+        return;
+    free(v->al);
+    free(v->run);
+    free(v->slot_rec);
+    free(v->emits);
+    u64map_free(&v->open);
+    free(v);
+}
+
+static int add_alloc(view_rec *v, hbm_allocator *a, void *ptr, uint64_t requested, hbm_stream stream, uint32_t p,
+                     uint32_t slot)
+{
+    if (hbm__grow((void **)&v->al, &v->capal, v->nal + 1, sizeof *v->al))
+        return -1;
+    v->al[v->nal] = (v_alloc){p, OPEN, (uint64_t)(uintptr_t)ptr, hbm_block_size(a, ptr), requested, stream};
+    v->slot_rec[slot] = (uint32_t)v->nal++;
+    return 0;
+}
+
+static int open_run(view_rec *v, uint64_t addr, uint64_t size, hbm_stream stream, int mapped, uint32_t p)
+{
+    if (hbm__grow((void **)&v->run, &v->caprun, v->nrun + 1, sizeof *v->run))
+        return -1;
+    size_t i = u64map_find(&v->open, addr);
+    if (v->open.used[i]) { /* a range begins where an open one does: the history
+                              lost its end (cannot happen) */
+        v->run[v->open.vals[i]].end = p;
+        v->open.vals[i] = v->nrun;
+    } else if (u64map_put_at(&v->open, i, addr, v->nrun)) {
+        return -1;
+    }
+    v->run[v->nrun++] = (v_run){p, OPEN, addr, size, stream, mapped};
+    return 0;
+}
+
+/* Unmapped [lo, hi) at p: the mapped runs that overlap end there, and what of
+ * them lies outside goes on. */
+static int unmap(view_rec *v, uint64_t lo, uint64_t hi, uint32_t p)
+{
+    size_t n = v->nrun;
+    for (size_t k = 0; k < n; k++) { /* runs are few (segments and mapped runs open at once): a scan */
+        v_run r = v->run[k];
+        if (!r.mapped || r.end != OPEN || r.addr >= hi || r.addr + r.size <= lo)
+            continue;
+        v->run[k].end = p;
+        u64map_del_at(&v->open, u64map_find(&v->open, r.addr));
+        if (r.addr < lo && open_run(v, r.addr, lo - r.addr, r.stream, 1, p))
+            return -1;
+        if (r.addr + r.size > hi && open_run(v, hi, r.addr + r.size - hi, r.stream, 1, p))
+            return -1;
+    }
+    return 0;
+}
+
+/* The next event after the cursor that left an allocation's or a free's entry,
+ * or an empty_cache event (want_empty) before it; SIZE_MAX: none (entries of
+ * the last event run, which failed). */
+static size_t next_event(const view_rec *v, int want_empty)
+{
+    for (size_t i = v->cursor == SIZE_MAX ? 0 : v->cursor + 1; i <= v->last && i < v->t->n; i++) {
+        if (want_empty && v->t->ev[i].kind == EV_EMPTY_CACHE)
+            return i;
+        if (v->emits[i])
+            return want_empty ? SIZE_MAX : i;
+    }
+    return SIZE_MAX;
+}
+
+/* Reads the history since the last reading and clears it. */
+static int harvest(view_rec *v, hbm_allocator *a, char *err, size_t errlen)
+{
+    hbm_snapshot *s = NULL;
+    if (hbm_snapshot_take(a, &s) != HBM_OK) {
+        snprintf(err, errlen, "the allocator's history could not be read: %s", hbm_last_error(a));
+        return -1;
+    }
+    int rc = 0;
+    for (size_t k = 0; rc == 0 && k < s->ntrace; k++) {
+        const hbm_trace_entry *e = &s->trace[k];
+        size_t at;
+        switch (e->action) {
+        case HBM_TRACE_ALLOC:
+        case HBM_TRACE_FREE_REQUESTED:
+            if ((at = next_event(v, 0)) != SIZE_MAX)
+                v->cursor = at;
+            break;
+        case HBM_TRACE_SEGMENT_ALLOC:
+        case HBM_TRACE_SEGMENT_MAP:
+        case HBM_TRACE_SEGMENT_FREE:
+        case HBM_TRACE_SEGMENT_UNMAP: {
+            at = e->context && !strcmp(e->context, MARK) ? next_event(v, 1) : next_event(v, 0);
+            if (at == SIZE_MAX) /* the failed allocation at an OOM: its releases */
+                at = v->last;
+            uint32_t p = (uint32_t)at + 1;
+            if (e->action == HBM_TRACE_SEGMENT_ALLOC || e->action == HBM_TRACE_SEGMENT_MAP) {
+                rc = open_run(v, e->addr, e->size, e->stream, e->action == HBM_TRACE_SEGMENT_MAP, p);
+            } else if (e->action == HBM_TRACE_SEGMENT_UNMAP) {
+                rc = unmap(v, e->addr, e->addr + e->size, p);
+            } else {
+                size_t i = u64map_find(&v->open, e->addr);
+                if (v->open.used[i]) {
+                    v->run[v->open.vals[i]].end = p;
+                    u64map_del_at(&v->open, i);
+                }
+            }
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    hbm_snapshot_free(s);
+    if (rc == 0 && (hbm_history_enable(a, 0) != HBM_OK || hbm_history_enable(a, 4 * HARVEST + 4096) != HBM_OK)) {
+        snprintf(err, errlen, "the allocator's history could not be restarted: %s", hbm_last_error(a));
+        return -1;
+    }
+    if (rc)
+        snprintf(err, errlen, "out of host memory");
+    v->since = 0;
+    return rc;
+}
+
+int view_rec_begin(view_rec *v, hbm_allocator *a, const trace *t, void **slot, size_t first)
+{
+    for (size_t i = 0; i <= t->nslots; i++)
+        v->slot_rec[i] = OPEN;
+    /* A seeded start: its blocks from the slots, its segments from a snapshot. */
+    for (size_t i = 0; i < t->nslots; i++)
+        if (slot[i] && add_alloc(v, a, slot[i], hbm_block_size(a, slot[i]), 0, (uint32_t)first, (uint32_t)i))
+            return -1;
+    if (first) {
+        hbm_snapshot *s = NULL;
+        if (hbm_snapshot_take(a, &s) != HBM_OK)
+            return -1;
+        for (size_t i = 0; i < s->nsegments; i++) {
+            const hbm_snap_segment *g = &s->segments[i];
+            if (open_run(v, g->addr, g->total_size, g->stream, g->is_expandable, (uint32_t)first)) {
+                hbm_snapshot_free(s);
+                return -1;
+            }
+        }
+        hbm_snapshot_free(s);
+        v->cursor = first - 1;
+    }
+    return hbm_history_enable(a, 4 * HARVEST + 4096) == HBM_OK ? 0 : -1;
+}
+
+int view_rec_before(view_rec *v, hbm_allocator *a, const trace_event *e, void **slot)
+{
+    v->had_ptr = e->kind == EV_FREE && slot[e->slot];
+    if (e->kind == EV_EMPTY_CACHE && hbm_history_context(a, MARK) != HBM_OK)
+        return -1;
+    return 0;
+}
+
+int view_rec_after(view_rec *v, hbm_allocator *a, const trace_event *e, size_t i, void **slot, hbm_status st, char *err,
+                   size_t errlen)
+{
+    if (e->kind == EV_EMPTY_CACHE && hbm_history_context(a, NULL) != HBM_OK) {
+        snprintf(err, errlen, "out of host memory");
+        return -1;
+    }
+    v->last = i;
+    v->emits[i] = st == HBM_OK && ((e->kind == EV_ALLOC && slot[e->slot]) || (e->kind == EV_FREE && v->had_ptr));
+    if (v->emits[i] && e->kind == EV_ALLOC &&
+        add_alloc(v, a, slot[e->slot], e->size, e->stream, (uint32_t)i + 1, e->slot)) {
+        snprintf(err, errlen, "out of host memory");
+        return -1;
+    }
+    if (st == HBM_OK && e->kind == EV_FREE && v->slot_rec[e->slot] != OPEN) {
+        v->al[v->slot_rec[e->slot]].end = (uint32_t)i + 1;
+        v->slot_rec[e->slot] = OPEN;
+    }
+    if (++v->since >= HARVEST)
+        return harvest(v, a, err, errlen);
+    return 0;
+}
+
+int view_rec_end(view_rec *v, hbm_allocator *a, char *err, size_t errlen)
+{
+    return harvest(v, a, err, errlen);
+}
+
+/* ---- the page ---- */
+
+extern const char hbm_view_page[]; /* tools/view_page.html, built in
+                                      (view_page.c, made by CMake) */
+
+/* A JSON string, safe inside <script>: '<' escaped, controls escaped, bytes
+ * that are not UTF-8 as U+FFFD. */
+static void json_str(FILE *f, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    fputc('"', f);
+    for (size_t i = 0, k; i < n; i += k ? k : 1) {
+        k = hbm__utf8_char(p + i, n - i);
+        if (!k)
+            fputs("\\ufffd", f);
+        else if (p[i] < 0x20 || p[i] == '<' || p[i] == '>' || p[i] == '&')
+            fprintf(f, "\\u%04x", p[i]);
+        else if (p[i] == '"' || p[i] == '\\')
+            fprintf(f, "\\%c", p[i]);
+        else
+            fwrite(p + i, 1, k, f);
+    }
+    fputc('"', f);
+}
+
+#define COLUMN(f, name, n, expr)                                                                                       \
+    do {                                                                                                               \
+        fprintf(f, "\"%s\":[", name);                                                                                  \
+        for (size_t k_ = 0; k_ < (n); k_++)                                                                            \
+            fprintf(f, k_ ? ",%lld" : "%lld", (long long)(expr));                                                      \
+        fputs("]", f);                                                                                                 \
+    } while (0)
+
+static long long end_or(uint32_t end, long long open)
+{
+    return end == OPEN ? open : (long long)end;
+}
+
+int view_html_write(FILE *f, const view_rec *v, const view_page_info *p)
+{
+    const char *tpl = hbm_view_page, *at = strstr(tpl, "/*HBM_DATA*/");
+    if (!at)
+        return -1;
+    fwrite(tpl, 1, (size_t)(at - tpl), f);
+    size_t x0 = p->seeded ? p->first : 1;    /* the position of the first point */
+    long long last = (long long)(x0 + p->n); /* after the last point: "still live" */
+    const hbm_stats *st = p->stats;
+    fputs("{\"name\":", f);
+    json_str(f, p->name);
+    fputs(",\"settings\":", f);
+    json_str(f, p->settings);
+    fputs(",\"device\":", f);
+    json_str(f, p->device);
+    fprintf(f,
+            ",\"events\":%zu,\"x0\":%zu,\"capacity\":%llu,\"oom\":%lld,\"oom_"
+            "message\":",
+            p->events, x0, (unsigned long long)p->capacity, p->oom ? (long long)p->oom_event : -1LL);
+    json_str(f, p->oom ? p->oom_message : "");
+    fprintf(f,
+            ",\"stats\":{\"peak_allocated\":%lld,\"peak_reserved\":%lld,\"device_"
+            "mallocs\":%llu,"
+            "\"device_frees\":%llu,\"ooms\":%lld,\"retries\":%lld},\n",
+            (long long)st->allocated_bytes[0].peak, (long long)st->reserved_bytes[0].peak,
+            (unsigned long long)p->dev->malloc_calls, (unsigned long long)p->dev->free_calls, (long long)st->num_ooms,
+            (long long)st->num_alloc_retries);
+    fputs("\"series\":{", f);
+    COLUMN(f, "allocated", p->n, p->alloc[k_]);
+    fputc(',', f);
+    COLUMN(f, "reserved", p->n, p->resv[k_]);
+    fputs("},\n\"allocs\":{", f);
+    COLUMN(f, "start", v->nal, v->al[k_].start);
+    fputc(',', f);
+    COLUMN(f, "end", v->nal, end_or(v->al[k_].end, last));
+    fputc(',', f);
+    COLUMN(f, "addr", v->nal, v->al[k_].addr);
+    fputc(',', f);
+    COLUMN(f, "size", v->nal, v->al[k_].size);
+    fputc(',', f);
+    COLUMN(f, "requested", v->nal, v->al[k_].requested);
+    fputc(',', f);
+    COLUMN(f, "stream", v->nal, v->al[k_].stream);
+    fputs("},\n\"runs\":{", f);
+    COLUMN(f, "start", v->nrun, v->run[k_].start);
+    fputc(',', f);
+    COLUMN(f, "end", v->nrun, end_or(v->run[k_].end, last));
+    fputc(',', f);
+    COLUMN(f, "addr", v->nrun, v->run[k_].addr);
+    fputc(',', f);
+    COLUMN(f, "size", v->nrun, v->run[k_].size);
+    fputc(',', f);
+    COLUMN(f, "stream", v->nrun, v->run[k_].stream);
+    fputc(',', f);
+    COLUMN(f, "mapped", v->nrun, v->run[k_].mapped);
+    fputs("}}", f);
+    at += strlen("/*HBM_DATA*/");
+    fputs(at, f);
+    return ferror(f) ? -1 : 0;
+}
