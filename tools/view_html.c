@@ -325,11 +325,11 @@ int view_html_write(FILE *f, const view_rec *v, const view_page_info *p)
             p->events, x0, (unsigned long long)p->capacity, p->oom ? (long long)p->oom_event : -1LL);
     json_str(f, p->oom ? p->oom_message : "");
     fprintf(f,
-            ",\"stats\":{\"peak_allocated\":%lld,\"peak_reserved\":%lld,\"device_"
-            "mallocs\":%llu,"
-            "\"device_frees\":%llu,\"ooms\":%lld,\"retries\":%lld},\n",
+            ",\"stats\":{\"peak_allocated\":%lld,\"peak_reserved\":%lld,\"device_mallocs\":%llu,"
+            "\"device_frees\":%llu,\"device_maps\":%llu,\"device_unmaps\":%llu,\"ooms\":%lld,\"retries\":%lld},\n",
             (long long)st->allocated_bytes[0].peak, (long long)st->reserved_bytes[0].peak,
-            (unsigned long long)p->dev->malloc_calls, (unsigned long long)p->dev->free_calls, (long long)st->num_ooms,
+            (unsigned long long)p->dev->malloc_calls, (unsigned long long)p->dev->free_calls,
+            (unsigned long long)p->dev->map_calls, (unsigned long long)p->dev->unmap_calls, (long long)st->num_ooms,
             (long long)st->num_alloc_retries);
     fputs("\"series\":{", f);
     COLUMN(f, "allocated", p->n, p->alloc[k_]);
