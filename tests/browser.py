@@ -273,7 +273,7 @@ try:
         out = os.path.join(OUT, "view-%s.html" % name)
         subprocess.run([BIN, "view", path, *extra, "-o", out], check=True, stdout=subprocess.DEVNULL)
         b.open(out)
-        b.js("(() => { for (let k = 0; k <= 60; k++) hbmView.select(hbmView.first + Math.round((hbmView.last - hbmView.first) * k / 60)); })()")
+        b.js("(() => { for (let k = 0; k <= 60; k++) hbmView.select(hbmView.first() + Math.round((hbmView.last() - hbmView.first()) * k / 60)); })()")
         probs = b.problems()
         check("map_agrees_" + name, not probs, "; ".join(probs))
         b.js("hbmView.select(hbmView.peak())")
@@ -284,6 +284,33 @@ try:
     b.js("hbmView.select(7)")  # after event 6, the second empty_cache: only the small pool's 2 MiB is left
     fig = figures(b)
     check("empty_cache_releases", fig.get("reserved") == 2097152 and fig.get("segments") == 1, "%s" % fig)
+
+    # A/B: one trace under two settings on shared axes, a row each in the table of differences with replay's peak;
+    # the run chooser shows B's segments at B's peak.
+    ab = os.path.join(OUT, "view-ab.html")
+    confs = ["", "expandable_segments:True"]
+    subprocess.run([BIN, "view", trace, "--conf", confs[0], "--conf", confs[1], "-o", ab], check=True,
+                   stdout=subprocess.DEVNULL)
+    b.open(ab)
+    probs = b.problems()
+    check("ab_page_loads_clean", not probs, "; ".join(probs))
+    rows = b.js("[...document.querySelectorAll('#abtable tr[data-run]')].map(r => Number(r.dataset.peakReserved))")
+    want = [replay_value(trace, c, "peak reserved") for c in confs]
+    check("ab_table_peaks", rows == want, "table %s, replay %s" % (rows, want))
+    b.js("(() => { const s = document.getElementById('run'); s.value = '1'; s.dispatchEvent(new Event('change')); })()")
+    fig = figures(b)
+    check("ab_second_run_shown", fig.get("reserved") == want[1], "figures %s, replay %d" % (fig, want[1]))
+    check("ab_no_errors", not b.problems(), "; ".join(b.problems()))
+    b.screenshot("view-ab.png")
+    # Before and after: two traces.
+    two = os.path.join(OUT, "view-two.html")
+    other = os.path.join(SRC, "examples", "cs336-lm-ctx512-forward.trace")
+    subprocess.run([BIN, "view", trace, other, "--conf", "", "-o", two], check=True, stdout=subprocess.DEVNULL)
+    b.open(two)
+    rows = b.js("[...document.querySelectorAll('#abtable tr[data-run]')].map(r => Number(r.dataset.peakReserved))")
+    want = [replay_value(t, "", "peak reserved") for t in (trace, other)]
+    check("two_traces_table", rows == want, "table %s, replay %s" % (rows, want))
+    check("two_traces_clean", not b.problems(), "; ".join(b.problems()))
 finally:
     b.close()
 

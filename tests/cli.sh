@@ -237,6 +237,10 @@ print('png %d %d' % struct.unpack('>II', d[16:24]))" "$tmp/v.png"
 check view_png_without_rsvg 2 "rsvg-convert, which is not on PATH (Debian: apt install librsvg2-bin)" \
     env PATH=/nonexistent "$bin" view "$ex" --conf "" -o "$tmp/none.png"
 [ ! -e "$tmp/none.png" ] && [ ! -e "$tmp/none.png.svg.tmp" ] || { echo "FAIL view_png_without_rsvg left a file"; fails=$((fails + 1)); }
+check view_ab_needs_html 2 "runs side by side (several --conf or traces) are drawn as a page: name it .html" \
+    "$bin" view "$ex" --conf "" --conf "expandable_segments:True" -o "$tmp/ab.svg"
+check view_ab_one_axis 2 "usage: hbmalloc view" "$bin" view "$ex" "$ex" --conf "" --conf "expandable_segments:True" -o "$tmp/ab.html"
+check view_ab_bad_conf 2 "expandable_segment" "$bin" view "$ex" --conf "" --conf "expandable_segment:True" -o "$tmp/ab.html"
 check view_bad_extension 2 "written as .svg, .html or .png" "$bin" view "$ex" --conf "" -o "$tmp/v.jpg"
 check view_oom_exit_1 1 "out of memory at event" "$bin" view "$ex" --conf "" --capacity 40GiB -o "$tmp/oom.svg"
 grep -q 'id="oom"' "$tmp/oom.svg" && grep -q "OUT OF MEMORY at event" "$tmp/oom.svg" || { echo "FAIL view_oom_marked"; fails=$((fails + 1)); }
@@ -267,12 +271,12 @@ check view_html_page 0 '<!DOCTYPE html>' cat "$tmp/v.html"
 # (the browser test, tests/browser.py, checks that the browser asks for nothing either).
 check view_html_data 0 "^data 61111009280 $(grep -c '^a ' "$ex") no-url$" python3 -c "import json, re, sys
 s = open(sys.argv[1]).read()
-d = json.loads(re.search(r'<script id=\"hbm-data\" type=\"application/json\">(.*?)</script>', s, re.S).group(1))
+d = json.loads(re.search(r'<script id=\"hbm-data\" type=\"application/json\">(.*?)</script>', s, re.S).group(1))['runs'][0]
 url = re.search(r'(src|href)=|https?:|url\(|@import', s.replace(d['name'], ''))
 print('data', d['stats']['peak_reserved'], len(d['allocs']['start']), 'no-url' if not url else url.group(0))" "$tmp/v.html"
 check view_html_odd_name 0 "^title ok$" python3 -c "import json, re, sys
 s = open(sys.argv[1], encoding='utf-8').read()
-d = json.loads(re.search(r'<script id=\"hbm-data\" type=\"application/json\">(.*?)</script>', s, re.S).group(1))
+d = json.loads(re.search(r'<script id=\"hbm-data\" type=\"application/json\">(.*?)</script>', s, re.S).group(1))['runs'][0]
 print('title ok' if d['name'].endswith('bad\\x01\ufffd\u540d\u5b57.trace') else ascii(d['name']))" "$tmp/odd.html"
 if command -v rsvg-convert >/dev/null && command -v python3 >/dev/null; then
     rsvg-convert -w 600 "$tmp/v.svg" -o "$tmp/v.png"

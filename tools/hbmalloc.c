@@ -55,6 +55,7 @@ static const struct {
      "    exit status: 0 the best runs clean, 1 every setting runs out of memory, 2 bad input\n"},
     {"view",
      "  view TRACE -o OUT.svg|OUT.html|OUT.png   draw allocated/reserved over time and the segments at the peak\n"
+     "       (OUT.html: an interactive page; TRACE --conf A --conf B, or TRACE1 TRACE2: runs side by side)\n"
      "                 (.png: the SVG rendered by librsvg's rsvg-convert, which must be on PATH)\n"
      "      --conf STRING, --capacity SIZE, --backend SPEC, --device N\n"
      "    exit status: 0 drawn, 1 drawn up to an out-of-memory (marked), 2 bad input\n"},
@@ -451,32 +452,74 @@ static int cmd_sweep(int argc, char **argv)
 static int cmd_view(int argc, char **argv)
 {
     trace_cmd c = TRACE_CMD("view");
-    const char *outp = NULL;
+    const char *outp = NULL, *confs[VIEW_RUNS_MAX], *paths[VIEW_RUNS_MAX];
+    size_t nconf = 0, npath = 0;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "-o") && i + 1 < argc)
+        const char *a = argv[i];
+        if (!strcmp(a, "-o") && i + 1 < argc) {
             outp = argv[++i];
-        else if (shared_arg(&c, argc, argv, &i) < 0)
+        } else if ((!strcmp(a, "--conf") && i + 1 < argc) || a[0] != '-') { /* several: runs side by side */
+            if ((a[0] == '-' ? nconf : npath) == VIEW_RUNS_MAX) {
+                fprintf(stderr, "hbmalloc view: at most %d runs side by side\n", VIEW_RUNS_MAX);
+                return 2;
+            }
+            if (a[0] == '-')
+                confs[nconf++] = argv[++i];
+            else
+                paths[npath++] = a;
+        } else if (shared_arg(&c, argc, argv, &i) < 0) {
             return 2;
+        }
     }
-    if (!outp) {
+    if (!outp || (nconf > 1 && npath > 1)) {
         fprintf(stderr, "hbmalloc view: usage: hbmalloc view TRACE -o OUT.svg|OUT.html|OUT.png [--conf S] "
-                        "[--capacity SIZE]\n");
+                        "[--capacity SIZE]\n"
+                        "       hbmalloc view TRACE --conf A --conf B [...] -o OUT.html   (A/B: one trace, settings)\n"
+                        "       hbmalloc view TRACE1 TRACE2 [...] -o OUT.html   (before and after: traces)\n");
         return 2;
     }
-    if (open_trace(&c))
-        return 2;
-    replay_opts o = {.backend_spec = c.spec, .settings = c.settings, .seed = !c.conf_given};
-    if (!c.conf_given && c.t.rec.has_settings) {
-        o.settings = c.t.rec.settings;
-        o.settings_from_trace = 1;
+    size_t n = nconf > npath ? nconf : npath ? npath : 1;
+    trace_cmd cs[VIEW_RUNS_MAX];
+    replay_opts o[VIEW_RUNS_MAX];
+    const trace *t[VIEW_RUNS_MAX];
+    const char *names[VIEW_RUNS_MAX];
+    size_t opened = 0;
+    int rc = 0;
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        cs[k] = c;
+        cs[k].path = npath ? paths[npath > 1 ? k : 0] : NULL;
+        if (nconf) {
+            cs[k].settings = confs[nconf > 1 ? k : 0];
+            cs[k].conf_given = 1;
+        }
+        if (k == 0 || npath > 1) { /* one trace under several settings is read once */
+            if (open_trace(&cs[k])) {
+                rc = 2;
+                break;
+            }
+            opened = k + 1;
+        } else {
+            snprintf(cs[k].spec, sizeof cs[k].spec, "%s", cs[0].spec);
+        }
+        t[k] = npath > 1 ? &cs[k].t : &cs[0].t;
+        names[k] = cs[k].path;
+        o[k] = (replay_opts){.backend_spec = cs[k].spec, .settings = cs[k].settings, .seed = !cs[k].conf_given};
+        if (!cs[k].conf_given && t[k]->rec.has_settings) {
+            o[k].settings = t[k]->rec.settings;
+            o[k].settings_from_trace = 1;
+        }
     }
-    char err[512];
-    int rc = view_write(&c.t, &o, c.path, outp, err, sizeof err);
-    if (rc != 2)
-        printf("wrote %s\n", outp);
-    if (rc)
-        fprintf(stderr, "hbmalloc view: %s\n", err);
-    trace_free(&c.t);
+    if (rc == 0) {
+        char err[2600];
+        rc = view_write_runs(t, o, names, n, outp, err, sizeof err);
+        if (rc != 2)
+            printf("wrote %s\n", outp);
+        if (rc)
+            fprintf(stderr, "hbmalloc view: %s\n", err);
+    }
+    for (size_t k = 0; k < opened; k++)
+        if (k == 0 || npath > 1)
+            trace_free(&cs[k].t);
     return rc;
 }
 

@@ -229,72 +229,83 @@ static int render_png(const char *svg, const char *png, char *err, size_t errlen
     return -1;
 }
 
-int view_write(const trace *t, const replay_opts *o, const char *name, const char *path, char *err, size_t errlen)
+/* One replay and what the pictures need from it (the allocator is gone when it returns). */
+typedef struct view_run {
+    series sr;
+    hbm_snapshot *peak; /* the layout at peak reserved (the SVG's map) */
+    replay_result r;
+    view_rec *vr; /* the page's data (HTML only) */
+    size_t first; /* the first event replayed */
+    int seeded;   /* the curves' first point is the seeded start state */
+    hbm_device_counters dc;
+    char device[300];
+    char oom_message[2048];
+} view_run;
+
+static void run_free(view_run *v)
 {
-    int kind = ends_with(path, ".svg") ? OUT_SVG : ends_with(path, ".html") ? OUT_HTML : ends_with(path, ".png") ? OUT_PNG
-                                                                                                             : -1;
-    if (kind < 0) {
-        snprintf(err, errlen, "%s: the picture is written as .svg, .html or .png; name the file so", path);
-        return 2;
-    }
-    if (kind == OUT_PNG && !tool_on_path("rsvg-convert")) {
-        snprintf(err, errlen, "%s: a PNG is rendered from the SVG by librsvg's rsvg-convert, which is not on PATH "
-                              "(Debian: apt install librsvg2-bin); or write %.*s.svg", path,
-                 (int)(strlen(path) - 4), path);
-        return 2;
-    }
+    hbm_snapshot_free(v->peak);
+    view_rec_free(v->vr);
+    free(v->sr.alloc);
+    free(v->sr.resv);
+}
+
+/* Replays t under o into v: 0, 1 (OOM: v->r says where) or 2 (err says why). */
+static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, char *err, size_t errlen)
+{
+    memset(v, 0, sizeof *v);
     hbm_allocator *a;
     if (hbm_open(&a, o->backend_spec, 0, o->settings, err, errlen) != HBM_OK)
         return 2;
-    series sr = {calloc(t->n + 1, sizeof(int64_t)), calloc(t->n + 1, sizeof(int64_t)), 0};
+    series *sr = &v->sr;
+    replay_result *r = &v->r;
+    sr->alloc = calloc(t->n + 1, sizeof(int64_t));
+    sr->resv = calloc(t->n + 1, sizeof(int64_t));
     void **slot = calloc(t->nslots + 1, sizeof *slot);
-    hbm_snapshot *peak = NULL;
-    replay_result r;
-    memset(&r, 0, sizeof r);
     if (o->settings_from_trace)
-        snprintf(r.settings, sizeof r.settings, "%s%.600s%s (what the snapshot's allocator ran)",
+        snprintf(r->settings, sizeof r->settings, "%s%.600s%s (what the snapshot's allocator ran)",
                  o->settings[0] ? "'" : "", o->settings[0] ? o->settings : "the defaults", o->settings[0] ? "'" : "");
     else
-        replay_settings_line(a, r.settings, sizeof r.settings);
+        replay_settings_line(a, r->settings, sizeof r->settings);
+    replay_device_line(o->backend_spec, v->device, sizeof v->device);
     int rc = 0;
-    view_rec *vr = kind == OUT_HTML ? view_rec_new(t) : NULL;
-    if (!sr.alloc || !sr.resv || !slot || (kind == OUT_HTML && !vr)) {
+    v->vr = html ? view_rec_new(t) : NULL;
+    if (!sr->alloc || !sr->resv || !slot || (html && !v->vr)) {
         snprintf(err, errlen, "out of host memory");
         rc = 2;
     }
     int64_t best = -1;
-    size_t first = 0;
-    int seeded = 0; /* the curves' first point is the seeded start state */
     if (rc == 0 && o->seed && t->rec.seedable) { /* begin where the recording began, as replay does */
-        rc = replay_seed(a, t, slot, &r);
+        rc = replay_seed(a, t, slot, r);
         if (rc)
-            snprintf(err, errlen, "%s", r.message);
-        first = t->rec.preexisting;
-        seeded = 1;
+            snprintf(err, errlen, "%s", r->message);
+        v->first = t->rec.preexisting;
+        v->seeded = 1;
         hbm_stats s; /* the state the recording began in is the curves' first point */
         hbm_get_stats(a, &s);
-        sr.alloc[sr.n] = s.allocated_bytes[0].current;
-        sr.resv[sr.n++] = s.reserved_bytes[0].current;
+        sr->alloc[sr->n] = s.allocated_bytes[0].current;
+        sr->resv[sr->n++] = s.reserved_bytes[0].current;
     }
-    if (rc == 0 && vr && view_rec_begin(vr, a, t, slot, first)) {
+    if (rc == 0 && v->vr && view_rec_begin(v->vr, a, t, slot, v->first)) {
         snprintf(err, errlen, "out of host memory");
         rc = 2;
     }
-    for (size_t i = first; rc == 0 && i < t->n; i++) {
+    for (size_t i = v->first; rc == 0 && i < t->n; i++) {
         const trace_event *e = &t->ev[i];
-        if (vr && view_rec_before(vr, a, e, slot)) {
+        if (v->vr && view_rec_before(v->vr, a, e, slot)) {
             snprintf(err, errlen, "out of host memory");
             rc = 2;
             break;
         }
         hbm_status st = replay_event(a, e, slot);
-        if (vr && view_rec_after(vr, a, e, i, slot, st, err, errlen)) {
+        if (v->vr && view_rec_after(v->vr, a, e, i, slot, st, err, errlen)) {
             rc = 2;
             break;
         }
         if (st == HBM_ERR_OOM) {
-            r.oom = 1;
-            r.oom_event = i;
+            r->oom = 1;
+            r->oom_event = i;
+            snprintf(v->oom_message, sizeof v->oom_message, "%s", hbm_last_error(a));
             break;
         }
         if (st != HBM_OK) {
@@ -304,64 +315,129 @@ int view_write(const trace *t, const replay_opts *o, const char *name, const cha
         }
         hbm_stats s;
         hbm_get_stats(a, &s);
-        sr.alloc[sr.n] = s.allocated_bytes[0].current;
-        sr.resv[sr.n++] = s.reserved_bytes[0].current;
-        if (s.reserved_bytes[0].current > best) { /* the layout at each new peak: the last one is kept */
+        sr->alloc[sr->n] = s.allocated_bytes[0].current;
+        sr->resv[sr->n++] = s.reserved_bytes[0].current;
+        if (!html && s.reserved_bytes[0].current > best) { /* the layout at each new peak: the last one is kept */
             best = s.reserved_bytes[0].current;
-            hbm_snapshot_free(peak);
-            peak = NULL;
-            hbm_snapshot_take(a, &peak);
+            hbm_snapshot_free(v->peak);
+            v->peak = NULL;
+            hbm_snapshot_take(a, &v->peak);
         }
     }
-    if (rc == 0 && vr && view_rec_end(vr, a, err, errlen))
+    if (rc == 0 && v->vr && view_rec_end(v->vr, a, err, errlen))
         rc = 2;
-    if (rc == 0) {
-        hbm_get_stats(a, &r.stats);
-        char svg[4200]; /* a PNG: the SVG beside it first, then rendered */
-        snprintf(svg, sizeof svg, kind == OUT_PNG ? "%s.svg.tmp" : "%s", path);
-        FILE *f = fopen(svg, "w");
-        if (!f) {
-            snprintf(err, errlen, "%s: cannot write: %s", svg, strerror(errno));
-            rc = 2;
-        } else {
-            if (kind == OUT_HTML) {
-                char dev[300], msg[600];
-                replay_device_line(o->backend_spec, dev, sizeof dev);
-                snprintf(msg, sizeof msg, "%s", r.oom ? hbm_last_error(a) : "");
-                const char *c = strstr(o->backend_spec, "capacity=");
-                hbm_device_counters dc;
-                hbm_get_device_counters(a, &dc);
-                view_page_info pi = {.name = name, .settings = r.settings, .device = dev, .events = t->n,
-                                     .first = first, .seeded = seeded, .alloc = sr.alloc, .resv = sr.resv,
-                                     .n = sr.n, .stats = &r.stats, .dev = &dc,
-                                     .capacity = c ? strtoull(c + 9, NULL, 10) : 0, .oom = r.oom,
-                                     .oom_event = r.oom_event, .oom_message = msg};
-                if (view_html_write(f, vr, &pi))
-                    rc = 2;
-            } else {
-                draw(f, &sr, peak, &r.stats, name, o, &r);
-            }
-            if (fclose(f) != 0 || rc) {
-                snprintf(err, errlen, "%s: write failed", svg);
-                rc = 2;
-            }
-            if (kind == OUT_PNG) {
-                if (rc == 0 && render_png(svg, path, err, errlen))
-                    rc = 2;
-                unlink(svg);
-            }
-        }
-    }
-    if (rc == 0 && r.oom) {
-        snprintf(err, errlen, "out of memory at event %zu (trace line %u): %s; the picture stops there, marked",
-                 r.oom_event, t->ev[r.oom_event].line, hbm_last_error(a));
-        rc = 1;
-    }
-    hbm_snapshot_free(peak);
-    view_rec_free(vr);
-    free(sr.alloc);
-    free(sr.resv);
+    hbm_get_stats(a, &r->stats);
+    hbm_get_device_counters(a, &v->dc);
     free(slot);
     hbm_destroy(a);
+    return rc ? rc : r->oom;
+}
+
+static void page_info(const view_run *v, const trace *t, const replay_opts *o, const char *name, view_page_info *pi)
+{
+    const char *c = strstr(o->backend_spec, "capacity=");
+    *pi = (view_page_info){.name = name, .settings = v->r.settings, .device = v->device, .events = t->n,
+                           .first = v->first, .seeded = v->seeded, .alloc = v->sr.alloc, .resv = v->sr.resv,
+                           .n = v->sr.n, .stats = &v->r.stats, .dev = &v->dc,
+                           .capacity = c ? strtoull(c + 9, NULL, 10) : 0, .oom = v->r.oom,
+                           .oom_event = v->r.oom_event, .oom_message = v->oom_message};
+}
+
+static int out_kind(const char *path, char *err, size_t errlen)
+{
+    int kind = ends_with(path, ".svg") ? OUT_SVG : ends_with(path, ".html") ? OUT_HTML : ends_with(path, ".png") ? OUT_PNG
+                                                                                                             : -1;
+    if (kind < 0)
+        snprintf(err, errlen, "%s: the picture is written as .svg, .html or .png; name the file so", path);
+    if (kind == OUT_PNG && !tool_on_path("rsvg-convert")) {
+        snprintf(err, errlen, "%s: a PNG is rendered from the SVG by librsvg's rsvg-convert, which is not on PATH "
+                              "(Debian: apt install librsvg2-bin); or write %.*s.svg", path,
+                 (int)(strlen(path) - 4), path);
+        kind = -1;
+    }
+    return kind;
+}
+
+/* Writes the picture or page to path (a PNG: the SVG beside it first, then rendered). 0, or 2 with err set. */
+static int write_out(int kind, const char *path, const view_run *v, const trace *const *t, const replay_opts *o,
+                     const char *const *names, size_t n, char *err, size_t errlen)
+{
+    char svg[4200];
+    snprintf(svg, sizeof svg, kind == OUT_PNG ? "%s.svg.tmp" : "%s", path);
+    FILE *f = fopen(svg, "w");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot write: %s", svg, strerror(errno));
+        return 2;
+    }
+    int rc = 0;
+    if (kind == OUT_HTML) {
+        view_page_info pi[VIEW_RUNS_MAX];
+        const view_rec *vr[VIEW_RUNS_MAX];
+        for (size_t k = 0; k < n; k++) {
+            page_info(&v[k], t[k], &o[k], names[k], &pi[k]);
+            vr[k] = v[k].vr;
+        }
+        rc = view_html_write(f, vr, pi, n) ? 2 : 0;
+    } else {
+        draw(f, &v->sr, v->peak, &v->r.stats, names[0], o, &v->r);
+    }
+    if (fclose(f) != 0 || rc) {
+        snprintf(err, errlen, "%s: write failed", svg);
+        rc = 2;
+    }
+    if (kind == OUT_PNG) {
+        if (rc == 0 && render_png(svg, path, err, errlen))
+            rc = 2;
+        unlink(svg);
+    }
     return rc;
+}
+
+int view_write_runs(const trace *const *t, const replay_opts *o, const char *const *names, size_t n, const char *path,
+                    char *err, size_t errlen)
+{
+    int kind = out_kind(path, err, errlen);
+    if (kind < 0)
+        return 2;
+    if (n > 1 && kind != OUT_HTML) {
+        snprintf(err, errlen, "%s: runs side by side (several --conf or traces) are drawn as a page: name it .html",
+                 path);
+        return 2;
+    }
+    if (n < 1 || n > VIEW_RUNS_MAX) {
+        snprintf(err, errlen, "at most %d runs side by side", VIEW_RUNS_MAX);
+        return 2;
+    }
+    view_run *v = calloc(n, sizeof *v);
+    if (!v) {
+        snprintf(err, errlen, "out of host memory");
+        return 2;
+    }
+    int rc = 0, oom = 0;
+    size_t oom_run = 0;
+    for (size_t k = 0; k < n && rc != 2; k++) {
+        rc = run_one(&v[k], t[k], &o[k], kind == OUT_HTML, err, errlen);
+        if (rc == 1 && !oom) {
+            oom = 1;
+            oom_run = k;
+        }
+    }
+    if (rc != 2)
+        rc = write_out(kind, path, v, t, o, names, n, err, errlen);
+    if (rc == 0 && oom) {
+        const view_run *w = &v[oom_run];
+        snprintf(err, errlen, "%s%sout of memory at event %zu (trace line %u): %s; the picture stops there, marked",
+                 n > 1 ? w->r.settings : "", n > 1 ? ": " : "", w->r.oom_event, t[oom_run]->ev[w->r.oom_event].line,
+                 w->oom_message);
+        rc = 1;
+    }
+    for (size_t k = 0; k < n; k++)
+        run_free(&v[k]);
+    free(v);
+    return rc;
+}
+
+int view_write(const trace *t, const replay_opts *o, const char *name, const char *path, char *err, size_t errlen)
+{
+    return view_write_runs(&t, o, &name, 1, path, err, errlen);
 }

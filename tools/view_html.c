@@ -304,12 +304,9 @@ static long long end_or(uint32_t end, long long open)
     return end == OPEN ? open : (long long)end;
 }
 
-int view_html_write(FILE *f, const view_rec *v, const view_page_info *p)
+/* One run's object. */
+static void run_json(FILE *f, const view_rec *v, const view_page_info *p)
 {
-    const char *tpl = hbm_view_page, *at = strstr(tpl, "/*HBM_DATA*/");
-    if (!at)
-        return -1;
-    fwrite(tpl, 1, (size_t)(at - tpl), f);
     size_t x0 = p->seeded ? p->first : 1;    /* the position of the first point */
     long long last = (long long)(x0 + p->n); /* after the last point: "still live" */
     const hbm_stats *st = p->stats;
@@ -360,6 +357,21 @@ int view_html_write(FILE *f, const view_rec *v, const view_page_info *p)
     fputc(',', f);
     COLUMN(f, "mapped", v->nrun, v->run[k_].mapped);
     fputs("}}", f);
+}
+
+int view_html_write(FILE *f, const view_rec *const *v, const view_page_info *p, size_t n)
+{
+    const char *tpl = hbm_view_page, *at = strstr(tpl, "/*HBM_DATA*/");
+    if (!at)
+        return -1;
+    fwrite(tpl, 1, (size_t)(at - tpl), f);
+    fputs("{\"runs\":[", f);
+    for (size_t k = 0; k < n; k++) {
+        if (k)
+            fputs(",\n", f);
+        run_json(f, v[k], &p[k]);
+    }
+    fputs("]}", f);
     at += strlen("/*HBM_DATA*/");
     fputs(at, f);
     return ferror(f) ? -1 : 0;

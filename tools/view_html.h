@@ -37,7 +37,7 @@ typedef struct view_page_info {
     const char *oom_message;
 } view_page_info;
 
-/* The page: the template with the data as JSON in it. 0, or -1 (write error). */
-int view_html_write(FILE *f, const view_rec *v, const view_page_info *p);
+/* The page: the template with the data of runs 0 .. n-1 as JSON in it. 0, or -1 (write error). */
+int view_html_write(FILE *f, const view_rec *const *v, const view_page_info *p, size_t n);
 
 #endif
