@@ -186,7 +186,7 @@ void hbm__json_str(FILE *out, const char *s)
             fputs("\\n", out);
         else if (c == '\t')
             fputs("\\t", out);
-        else if (c < 0x20)
+        else if (c < 0x20 || c == '<' || c == '>' || c == '&') /* '<': safe inside an HTML <script> too */
             fprintf(out, "\\u%04x", c);
         else
             fwrite(p + i, 1, k, out);

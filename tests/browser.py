@@ -311,6 +311,23 @@ try:
     want = [replay_value(t, "", "peak reserved") for t in (trace, other)]
     check("two_traces_table", rows == want, "table %s, replay %s" % (rows, want))
     check("two_traces_clean", not b.problems(), "; ".join(b.problems()))
+
+    # sweep --html: the settings ranked first and the user's own, their peaks those the sweep ranked them by.
+    sw = os.path.join(OUT, "sweep.html")
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:64")
+    env.pop("HBMALLOC_CONF", None)
+    r = subprocess.run([BIN, "sweep", trace, "--no-progress", "--html", sw], capture_output=True, text=True, env=env)
+    check("sweep_html_written", r.returncode == 0 and "wrote " + sw in r.stdout, r.stdout[-300:] + r.stderr)
+    ranked = json.loads(subprocess.run([BIN, "sweep", trace, "--no-progress", "--json"], capture_output=True,
+                                       text=True, env=env).stdout)["results"]
+    b.open(sw)
+    check("sweep_page_clean", not b.problems(), "; ".join(b.problems()))
+    got = b.js("RUNS.map(R => [R.label, R.stats.peak_reserved])")
+    want = [["rank %d: %s%s" % (x["rank"], x["settings"] or "(defaults)", " (yours)" if x["yours"] else ""),
+             x["peak_reserved"]] for x in ranked if x["same_as_rank"] == 0][:4]
+    check("sweep_page_ranks", got[:len(want)] == want and any(g[0].endswith("(yours)") for g in got),
+          "page %s, sweep %s" % (got, want))
+    b.screenshot("sweep.png")
 finally:
     b.close()
 

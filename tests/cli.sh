@@ -241,6 +241,7 @@ check view_ab_needs_html 2 "runs side by side (several --conf or traces) are dra
     "$bin" view "$ex" --conf "" --conf "expandable_segments:True" -o "$tmp/ab.svg"
 check view_ab_one_axis 2 "usage: hbmalloc view" "$bin" view "$ex" "$ex" --conf "" --conf "expandable_segments:True" -o "$tmp/ab.html"
 check view_ab_bad_conf 2 "expandable_segment" "$bin" view "$ex" --conf "" --conf "expandable_segment:True" -o "$tmp/ab.html"
+check sweep_html_needs_html 2 "--html writes a page: name it .html" "$bin" sweep "$ex" --no-progress --html "$tmp/s.svg"
 check view_bad_extension 2 "written as .svg, .html or .png" "$bin" view "$ex" --conf "" -o "$tmp/v.jpg"
 check view_oom_exit_1 1 "out of memory at event" "$bin" view "$ex" --conf "" --capacity 40GiB -o "$tmp/oom.svg"
 grep -q 'id="oom"' "$tmp/oom.svg" && grep -q "OUT OF MEMORY at event" "$tmp/oom.svg" || { echo "FAIL view_oom_marked"; fails=$((fails + 1)); }

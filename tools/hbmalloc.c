@@ -51,7 +51,8 @@ static const struct {
      "      --grid 'key=v1,v2;key2=...' ('-' = unset), --no-expandable (old firmware),\n"
      "      --baseline SETTINGS (yours; default the dialect's PYTORCH_* variable),\n"
      "      --torch VERSION | --torch-npu VERSION (your release: what it refuses is left out),\n"
-     "      --jobs N, --json, --no-progress\n"
+     "      --jobs N, --json, --no-progress,\n"
+     "      --html OUT.html (the first settings of the ranking and yours as view's page, side by side)\n"
      "    exit status: 0 the best runs clean, 1 every setting runs out of memory, 2 bad input\n"},
     {"view",
      "  view TRACE -o OUT.svg|OUT.html|OUT.png   draw allocated/reserved over time and the segments at the peak\n"
@@ -416,10 +417,52 @@ static int cmd_replay(int argc, char **argv)
     return rc;
 }
 
+/* sweep --html OUT: the ranking's first settings (and the user's own) as view's page, side by side. */
+#define SWEEP_PAGE_RUNS 4
+typedef struct sweep_page {
+    const char *path;
+    trace_cmd *c;
+} sweep_page;
+
+static int sweep_html(const sweep_outcome *so, void *ctx)
+{
+    const sweep_page *sp = ctx;
+    const trace *t[VIEW_RUNS_MAX];
+    replay_opts o[VIEW_RUNS_MAX];
+    const char *names[VIEW_RUNS_MAX], *labels[VIEW_RUNS_MAX];
+    char text[VIEW_RUNS_MAX][320];
+    size_t n = 0;
+    int base_in = 0;
+    for (int pass = 0; pass < 2; pass++) /* the distinct results in rank order, then the user's setting if not in */
+        for (int i = 0; i < so->n && n < SWEEP_PAGE_RUNS + 1; i++) {
+            const sweep_row *r = &so->rows[i];
+            if (pass == 0 ? r->same_as >= 0 || n == SWEEP_PAGE_RUNS : !r->baseline || base_in)
+                continue;
+            base_in |= r->baseline;
+            snprintf(text[n], sizeof text[n], "rank %d: %s%s", i + 1, r->conf[0] ? r->conf : "(defaults)",
+                     r->baseline ? " (yours)" : r->hbm ? " (hbmalloc plug-in)" : "");
+            t[n] = &sp->c->t;
+            o[n] = (replay_opts){.backend_spec = sp->c->spec, .settings = r->conf};
+            names[n] = sp->c->path;
+            labels[n] = text[n];
+            n++;
+        }
+    char err[2600];
+    int rc = view_write_runs(t, o, names, labels, n, sp->path, err, sizeof err);
+    if (rc == 2) {
+        fprintf(stderr, "hbmalloc sweep: %s\n", err);
+        return 2;
+    }
+    printf("wrote %s (the %zu settings ranked first%s, side by side)\n", sp->path, base_in ? n - 1 : n,
+           base_in ? " and yours" : "");
+    return 0;
+}
+
 static int cmd_sweep(int argc, char **argv)
 {
     trace_cmd c = TRACE_CMD("sweep");
     sweep_opts o = {0};
+    sweep_page page = {NULL, &c};
     o.progress = isatty(2);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -437,6 +480,8 @@ static int cmd_sweep(int argc, char **argv)
             o.baseline = argv[++i];
         else if ((!strcmp(a, "--torch") || !strcmp(a, "--torch-npu")) && i + 1 < argc)
             o.version = argv[++i];
+        else if (!strcmp(a, "--html") && i + 1 < argc)
+            page.path = argv[++i];
         else if (shared_arg(&c, argc, argv, &i) < 0)
             return 2;
     }
@@ -444,6 +489,16 @@ static int cmd_sweep(int argc, char **argv)
         return 2;
     o.name = c.path;
     o.backend_spec = c.spec;
+    if (page.path) {
+        size_t len = strlen(page.path);
+        if (len < 6 || strcmp(page.path + len - 5, ".html")) {
+            fprintf(stderr, "hbmalloc sweep: --html writes a page: name it .html, not '%s'\n", page.path);
+            trace_free(&c.t);
+            return 2;
+        }
+        o.after = sweep_html;
+        o.after_ctx = &page;
+    }
     int rc = sweep_run(&c.t, &o, stdout);
     trace_free(&c.t);
     return rc;
@@ -511,7 +566,7 @@ static int cmd_view(int argc, char **argv)
     }
     if (rc == 0) {
         char err[2600];
-        rc = view_write_runs(t, o, names, n, outp, err, sizeof err);
+        rc = view_write_runs(t, o, names, NULL, n, outp, err, sizeof err);
         if (rc != 2)
             printf("wrote %s\n", outp);
         if (rc)

@@ -631,6 +631,11 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
                 sweep_hbm_name(hbm_best), pr, sweep_hbm_note(hbm_best), hbm_best->conf);
     }
     int rc = best || hbm_best ? 0 : 1;
+    if (o->after) {
+        fflush(out);
+        int r2 = o->after(&so, o->after_ctx);
+        rc = r2 ? r2 : rc;
+    }
     sweep_outcome_free(&so);
     return rc;
 }

@@ -7,6 +7,8 @@
 #include "replay.h"
 #include "trace.h"
 
+typedef struct sweep_outcome sweep_outcome;
+
 typedef struct sweep_opts {
     const char *name;         /* the trace, for the report */
     const char *backend_spec; /* target device (its dialect and capabilities decide what is tried) */
@@ -17,6 +19,9 @@ typedef struct sweep_opts {
     int progress;             /* draw a progress bar on stderr */
     const char *baseline;     /* the user's setting, a row of its own; NULL: the dialect's PYTORCH_* variable */
     const char *version;      /* the user's PyTorch / torch_npu release; NULL: unknown */
+    /* Called with the ranking after it is printed (sweep --html draws it); its nonzero return is sweep_run's. */
+    int (*after)(const sweep_outcome *so, void *ctx);
+    void *after_ctx;
 } sweep_opts;
 
 typedef struct sweep_row {
@@ -28,7 +33,7 @@ typedef struct sweep_row {
     int same_as;        /* index of an earlier row with identical results, or -1 */
 } sweep_row;
 
-typedef struct sweep_outcome {
+struct sweep_outcome {
     sweep_row *rows;    /* ranked: clean runs first, then lower peak reserved, less device time, shorter string */
     int n;
     int rejected;       /* left out: the release refuses them */
@@ -39,7 +44,7 @@ typedef struct sweep_outcome {
     char why[256];      /* why not, when vmm is 0 */
     char baseline_note[1200]; /* the user's setting: what it is, what the release makes of it, or why no row */
     char release[128];  /* the release the strings are checked against */
-} sweep_outcome;
+};
 
 /* Replay the grid (and the baseline); 0, or 2 with err set. */
 int sweep_compute(const trace *t, const sweep_opts *o, sweep_outcome *out, char *err, size_t errlen);

@@ -360,7 +360,7 @@ static int out_kind(const char *path, char *err, size_t errlen)
 
 /* Writes the picture or page to path (a PNG: the SVG beside it first, then rendered). 0, or 2 with err set. */
 static int write_out(int kind, const char *path, const view_run *v, const trace *const *t, const replay_opts *o,
-                     const char *const *names, size_t n, char *err, size_t errlen)
+                     const char *const *names, const char *const *labels, size_t n, char *err, size_t errlen)
 {
     char svg[4200];
     snprintf(svg, sizeof svg, kind == OUT_PNG ? "%s.svg.tmp" : "%s", path);
@@ -375,6 +375,7 @@ static int write_out(int kind, const char *path, const view_run *v, const trace 
         const view_rec *vr[VIEW_RUNS_MAX];
         for (size_t k = 0; k < n; k++) {
             page_info(&v[k], t[k], &o[k], names[k], &pi[k]);
+            pi[k].label = labels ? labels[k] : NULL;
             vr[k] = v[k].vr;
         }
         rc = view_html_write(f, vr, pi, n) ? 2 : 0;
@@ -393,8 +394,8 @@ static int write_out(int kind, const char *path, const view_run *v, const trace 
     return rc;
 }
 
-int view_write_runs(const trace *const *t, const replay_opts *o, const char *const *names, size_t n, const char *path,
-                    char *err, size_t errlen)
+int view_write_runs(const trace *const *t, const replay_opts *o, const char *const *names, const char *const *labels,
+                    size_t n, const char *path, char *err, size_t errlen)
 {
     int kind = out_kind(path, err, errlen);
     if (kind < 0)
@@ -423,7 +424,7 @@ int view_write_runs(const trace *const *t, const replay_opts *o, const char *con
         }
     }
     if (rc != 2)
-        rc = write_out(kind, path, v, t, o, names, n, err, errlen);
+        rc = write_out(kind, path, v, t, o, names, labels, n, err, errlen);
     if (rc == 0 && oom) {
         const view_run *w = &v[oom_run];
         snprintf(err, errlen, "%s%sout of memory at event %zu (trace line %u): %s; the picture stops there, marked",
@@ -439,5 +440,5 @@ int view_write_runs(const trace *const *t, const replay_opts *o, const char *con
 
 int view_write(const trace *t, const replay_opts *o, const char *name, const char *path, char *err, size_t errlen)
 {
-    return view_write_runs(&t, o, &name, 1, path, err, errlen);
+    return view_write_runs(&t, o, &name, NULL, 1, path, err, errlen);
 }

@@ -270,27 +270,6 @@ int view_rec_end(view_rec *v, hbm_allocator *a, char *err, size_t errlen)
 extern const char hbm_view_page[]; /* tools/view_page.html, built in
                                       (view_page.c, made by CMake) */
 
-/* A JSON string, safe inside <script>: '<' escaped, controls escaped, bytes
- * that are not UTF-8 as U+FFFD. */
-static void json_str(FILE *f, const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    size_t n = strlen(s);
-    fputc('"', f);
-    for (size_t i = 0, k; i < n; i += k ? k : 1) {
-        k = hbm__utf8_char(p + i, n - i);
-        if (!k)
-            fputs("\\ufffd", f);
-        else if (p[i] < 0x20 || p[i] == '<' || p[i] == '>' || p[i] == '&')
-            fprintf(f, "\\u%04x", p[i]);
-        else if (p[i] == '"' || p[i] == '\\')
-            fprintf(f, "\\%c", p[i]);
-        else
-            fwrite(p + i, 1, k, f);
-    }
-    fputc('"', f);
-}
-
 #define COLUMN(f, name, n, expr)                                                                                       \
     do {                                                                                                               \
         fprintf(f, "\"%s\":[", name);                                                                                  \
@@ -311,16 +290,20 @@ static void run_json(FILE *f, const view_rec *v, const view_page_info *p)
     long long last = (long long)(x0 + p->n); /* after the last point: "still live" */
     const hbm_stats *st = p->stats;
     fputs("{\"name\":", f);
-    json_str(f, p->name);
+    hbm__json_str(f, p->name);
+    if (p->label) {
+        fputs(",\"label\":", f);
+        hbm__json_str(f, p->label);
+    }
     fputs(",\"settings\":", f);
-    json_str(f, p->settings);
+    hbm__json_str(f, p->settings);
     fputs(",\"device\":", f);
-    json_str(f, p->device);
+    hbm__json_str(f, p->device);
     fprintf(f,
             ",\"events\":%zu,\"x0\":%zu,\"capacity\":%llu,\"oom\":%lld,\"oom_"
             "message\":",
             p->events, x0, (unsigned long long)p->capacity, p->oom ? (long long)p->oom_event : -1LL);
-    json_str(f, p->oom ? p->oom_message : "");
+    hbm__json_str(f, p->oom ? p->oom_message : "");
     fprintf(f,
             ",\"stats\":{\"peak_allocated\":%lld,\"peak_reserved\":%lld,\"device_mallocs\":%llu,"
             "\"device_frees\":%llu,\"device_maps\":%llu,\"device_unmaps\":%llu,\"ooms\":%lld,\"retries\":%lld},\n",
