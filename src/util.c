@@ -167,7 +167,7 @@ void hbm__shell_quote(const char *s, char *out, size_t len)
     hbm__sb_printf(&sb, "'");
 }
 
-void hbm__json_str(FILE *out, const char *s)
+static void json_str(FILE *out, const char *s, int html)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t n = strlen(s);
@@ -186,11 +186,21 @@ void hbm__json_str(FILE *out, const char *s)
             fputs("\\n", out);
         else if (c == '\t')
             fputs("\\t", out);
-        else if (c < 0x20 || c == '<' || c == '>' || c == '&') /* '<': safe inside an HTML <script> too */
+        else if (c < 0x20 || (html && (c == '<' || c == '>' || c == '&')))
             fprintf(out, "\\u%04x", c);
         else
             fwrite(p + i, 1, k, out);
         i += k;
     }
     fputc('"', out);
+}
+
+void hbm__json_str(FILE *out, const char *s)
+{
+    json_str(out, s, 0);
+}
+
+void hbm__json_str_html(FILE *out, const char *s)
+{
+    json_str(out, s, 1);
 }

@@ -38,6 +38,8 @@ size_t hbm__utf8_cut(const char *s, size_t n);
 /* s as a JSON string, quotes included: always valid JSON whatever the bytes (controls escaped,
  * a byte that is not part of a well-formed UTF-8 character written as U+FFFD). */
 void hbm__json_str(FILE *out, const char *s);
+/* The same, with < > & escaped too: safe inside an HTML <script> element. */
+void hbm__json_str_html(FILE *out, const char *s);
 
 /* Bounded appender: writes at most cap-1 bytes and keeps buf NUL-terminated; a cut falls between
  * UTF-8 characters. */

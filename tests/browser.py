@@ -10,18 +10,16 @@ allocations counted from the trace itself, the peak reserved from `hbmalloc repl
 at its last event, marked. Keeps screenshots (OUT_DIR/*.png) and the timings (time to first paint, frames while
 scrubbing) in OUT_DIR/browser.txt. Exit status: the number of failed checks.
 """
-import base64
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 
-import websocket  # Debian: python3-websocket
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cdp import Browser  # noqa: E402  (tests/cdp.py)
 
 BIN, SRC, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(OUT, exist_ok=True)
@@ -34,111 +32,6 @@ def check(name, ok, detail=""):
     print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + detail))
     if not ok:
         fails += 1
-
-
-def chromium():
-    for c in ("chromium", "chromium-browser", "google-chrome"):
-        p = shutil.which(c)
-        if p:
-            return p
-    sys.exit("FAIL browser: no Chromium on PATH (Debian: apt install chromium; scripts/deps.sh installs it)")
-
-
-class Browser:
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="hbm-chromium-")
-        self.proc = subprocess.Popen(
-            [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--no-default-browser-check", "--remote-debugging-port=0", "--remote-allow-origins=*",
-             "--user-data-dir=" + self.dir, "--window-size=1280,1000", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        port_file = os.path.join(self.dir, "DevToolsActivePort")
-        for _ in range(300):
-            if os.path.exists(port_file) and open(port_file).read().count("\n") >= 1:
-                break
-            time.sleep(0.1)
-        port = open(port_file).read().split("\n")[0]
-        targets = json.load(urllib.request.urlopen("http://127.0.0.1:%s/json/list" % port, timeout=30))
-        page = next(t for t in targets if t["type"] == "page")
-        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60)
-        self.next_id = 0
-        self.events = []
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            self.call(domain + ".enable")
-
-    def call(self, method, **params):
-        self.next_id += 1
-        my = self.next_id
-        self.ws.send(json.dumps({"id": my, "method": method, "params": params}))
-        while True:
-            m = json.loads(self.ws.recv())
-            if m.get("id") == my:
-                if "error" in m:
-                    raise RuntimeError("%s: %s" % (method, m["error"]))
-                return m.get("result", {})
-            self.events.append(m)
-
-    def wait_event(self, method, timeout=60):
-        end = time.time() + timeout
-        while time.time() < end:
-            for k, m in enumerate(self.events):
-                if m.get("method") == method:
-                    return self.events.pop(k)
-            self.ws.settimeout(max(end - time.time(), 0.1))
-            try:
-                self.events.append(json.loads(self.ws.recv()))
-            except websocket.WebSocketTimeoutException:
-                break
-        raise RuntimeError("no " + method)
-
-    def js(self, expr):
-        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in r:
-            raise RuntimeError("%s: %s" % (expr, r["exceptionDetails"]))
-        return r["result"].get("value")
-
-    def open(self, path):
-        self.events = []
-        self.call("Page.navigate", url="file://" + os.path.abspath(path))
-        self.wait_event("Page.loadEventFired")
-
-    def problems(self):
-        """Console errors, exceptions, and requests for anything but the file itself."""
-        self.call("Runtime.evaluate", expression="0")  # collect what has arrived
-        out = []
-        for m in self.events:
-            meth, p = m.get("method"), m.get("params", {})
-            if meth == "Runtime.exceptionThrown":
-                out.append("exception: " + json.dumps(p["exceptionDetails"])[:300])
-            elif meth == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert", "warning"):
-                out.append("console %s: %s" % (p["type"], " ".join(str(a.get("value", a.get("description")))
-                                                                   for a in p["args"])[:300]))
-            elif meth == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
-                out.append("log: " + p["entry"]["text"][:300])
-            elif meth == "Network.requestWillBeSent" and not p["request"]["url"].startswith(("file:", "data:")):
-                out.append("request: " + p["request"]["url"])
-        return out
-
-    def key(self, key, code, vk, shift=False):
-        mods = 8 if shift else 0
-        for t in ("rawKeyDown", "keyUp"):
-            self.call("Input.dispatchKeyEvent", type=t, key=key, code=code, windowsVirtualKeyCode=vk, modifiers=mods)
-
-    def screenshot(self, name):
-        h = self.js("document.documentElement.scrollHeight")
-        png = base64.b64decode(self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                                         clip={"x": 0, "y": 0, "width": 1280, "height": h, "scale": 1})["data"])
-        with open(os.path.join(OUT, name), "wb") as f:
-            f.write(png)
-        return png
-
-    def close(self):
-        try:
-            self.ws.close()
-        finally:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def trace_events(path):
@@ -198,7 +91,7 @@ try:
     sel = b.js("hbmView.selected()")
     check("live_allocations_at_peak", fig.get("live allocations") == live_after(ev, sel - 1),
           "page %s, trace %d after event %d" % (fig.get("live allocations"), live_after(ev, sel - 1), sel - 1))
-    b.screenshot("view.png")
+    b.screenshot(os.path.join(OUT, "view.png"))
 
     # Hover the largest allocation's band: the tooltip names an allocation of the trace at that event.
     i = b.js("hbmView.largest()")
@@ -213,7 +106,7 @@ try:
     biggest = max(s for k, _, s in ev if k == "a")
     check("hover_largest_band_is_largest_request", bool(m) and int(m.group(1)) == biggest,
           "tooltip %r, largest request %d" % (tip, biggest))
-    b.screenshot("view-hover.png")
+    b.screenshot(os.path.join(OUT, "view-hover.png"))
 
     # The slider: focused, the arrow keys step it one event; the figures follow.
     b.js("window.scrollTo(0, 0); document.getElementById('ev').focus()")
@@ -256,7 +149,7 @@ try:
     check("oom_opens_before_the_failure", bool(m) and sel == int(m.group(1)),
           "selected %s, OOM at %s" % (sel, m and m.group(1)))
     check("oom_button", b.js("!document.getElementById('to-oom').disabled"), "disabled")
-    png = b.screenshot("view-oom.png")
+    png = b.screenshot(os.path.join(OUT, "view-oom.png"))
     w, h = png_size(png)
     check("screenshot_decodes", w == 1280 and h > 800, "%dx%d" % (w, h))
 
@@ -277,7 +170,7 @@ try:
         probs = b.problems()
         check("map_agrees_" + name, not probs, "; ".join(probs))
         b.js("hbmView.select(hbmView.peak())")
-        b.screenshot("view-%s.png" % name)
+        b.screenshot(os.path.join(OUT, "view-%s.png" % name))
     b.js("hbmView.select(6)")  # after event 5: block 2 holds the 20 MiB segment
     fig = figures(b)
     check("segment_held", fig.get("reserved") == 20971520 + 2097152 and fig.get("segments") == 2, "%s" % fig)
@@ -301,7 +194,7 @@ try:
     fig = figures(b)
     check("ab_second_run_shown", fig.get("reserved") == want[1], "figures %s, replay %d" % (fig, want[1]))
     check("ab_no_errors", not b.problems(), "; ".join(b.problems()))
-    b.screenshot("view-ab.png")
+    b.screenshot(os.path.join(OUT, "view-ab.png"))
     # Before and after: two traces.
     two = os.path.join(OUT, "view-two.html")
     other = os.path.join(SRC, "examples", "cs336-lm-ctx512-forward.trace")
@@ -327,7 +220,7 @@ try:
              x["peak_reserved"]] for x in ranked if x["same_as_rank"] == 0][:4]
     check("sweep_page_ranks", got[:len(want)] == want and any(g[0].endswith("(yours)") for g in got),
           "page %s, sweep %s" % (got, want))
-    b.screenshot("sweep.png")
+    b.screenshot(os.path.join(OUT, "sweep.png"))
 finally:
     b.close()
 

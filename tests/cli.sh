@@ -275,6 +275,13 @@ s = open(sys.argv[1]).read()
 d = json.loads(re.search(r'<script id=\"hbm-data\" type=\"application/json\">(.*?)</script>', s, re.S).group(1))['runs'][0]
 url = re.search(r'(src|href)=|https?:|url\(|@import', s.replace(d['name'], ''))
 print('data', d['stats']['peak_reserved'], len(d['allocs']['start']), 'no-url' if not url else url.group(0))" "$tmp/v.html"
+# A name holding "</script>" (a folder "a<" and a file "script>.trace"): the page's data still ends where it should.
+mkdir -p "$tmp/a<"
+cp "$ex" "$tmp/a</script>.trace"
+check view_html_script_name 0 "^name ok$" sh -c '"$1" view "$2" --conf "" -o "$3" >/dev/null && python3 -c "import json, re, sys
+s = open(sys.argv[1]).read()
+d = json.loads(re.search(r\"<script id=.hbm-data. type=.application/json.>(.*?)</script>\", s, re.S).group(1))[\"runs\"][0]
+print(\"name ok\" if d[\"name\"] == sys.argv[2] else ascii(d[\"name\"]))" "$3" "$2"' sh "$bin" "$tmp/a</script>.trace" "$tmp/script.html"
 check view_html_odd_name 0 "^title ok$" python3 -c "import json, re, sys
 s = open(sys.argv[1], encoding='utf-8').read()
 d = json.loads(re.search(r'<script id=\"hbm-data\" type=\"application/json\">(.*?)</script>', s, re.S).group(1))['runs'][0]

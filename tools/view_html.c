@@ -290,20 +290,20 @@ static void run_json(FILE *f, const view_rec *v, const view_page_info *p)
     long long last = (long long)(x0 + p->n); /* after the last point: "still live" */
     const hbm_stats *st = p->stats;
     fputs("{\"name\":", f);
-    hbm__json_str(f, p->name);
+    hbm__json_str_html(f, p->name);
     if (p->label) {
         fputs(",\"label\":", f);
-        hbm__json_str(f, p->label);
+        hbm__json_str_html(f, p->label);
     }
     fputs(",\"settings\":", f);
-    hbm__json_str(f, p->settings);
+    hbm__json_str_html(f, p->settings);
     fputs(",\"device\":", f);
-    hbm__json_str(f, p->device);
+    hbm__json_str_html(f, p->device);
     fprintf(f,
             ",\"events\":%zu,\"x0\":%zu,\"capacity\":%llu,\"oom\":%lld,\"oom_"
             "message\":",
             p->events, x0, (unsigned long long)p->capacity, p->oom ? (long long)p->oom_event : -1LL);
-    hbm__json_str(f, p->oom ? p->oom_message : "");
+    hbm__json_str_html(f, p->oom ? p->oom_message : "");
     fprintf(f,
             ",\"stats\":{\"peak_allocated\":%lld,\"peak_reserved\":%lld,\"device_mallocs\":%llu,"
             "\"device_frees\":%llu,\"device_maps\":%llu,\"device_unmaps\":%llu,\"ooms\":%lld,\"retries\":%lld},\n",
