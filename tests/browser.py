@@ -178,6 +178,32 @@ try:
     fig = figures(b)
     check("empty_cache_releases", fig.get("reserved") == 2097152 and fig.get("segments") == 1, "%s" % fig)
 
+    # A run with more allocations than the page holds whole (--detail 100 makes the CPU trace one): the map at
+    # moments, drawn by hbmalloc; the figures there the same as the whole page's at the same event.
+    b.open(page)
+    whole = {}
+    for p in (b.js("hbmView.peak()"), 2001, 4444):
+        b.js("hbmView.select(%d)" % p)
+        whole[p] = figures(b)
+    large = os.path.join(OUT, "view-large.html")
+    subprocess.run([BIN, "view", trace, "--conf", "", "--detail", "100", "-o", large], check=True,
+                   stdout=subprocess.DEVNULL)
+    b.open(large)
+    check("large_page_clean", not b.problems(), "; ".join(b.problems()))
+    check("large_opens_at_peak", figures(b) == whole[b.js("hbmView.peak()")],
+          "large %s, whole %s" % (figures(b), whole[b.js("hbmView.peak()")]))
+    b.js("(() => { for (let k = 0; k <= 60; k++) hbmView.select(hbmView.first() + Math.round((hbmView.last() - hbmView.first()) * k / 60)); })()")
+    check("large_moments_agree", not b.problems(), "; ".join(b.problems()))
+    at = b.js("hbmView.select(2001), hbmView.selected()")
+    fig = figures(b)
+    check("large_snaps_to_a_moment", abs(at - 2001) <= len(ev) / 399 + 1 and fig["live allocations"] == live_after(ev, at - 1),
+          "selected %s, figures %s, trace %d" % (at, fig, live_after(ev, at - 1)))
+    b.js("document.getElementById('ev').blur()")
+    b.key("ArrowRight", "ArrowRight", 39)
+    nxt = b.js("hbmView.selected()")
+    check("large_arrow_goes_to_the_next_moment", at < nxt <= at + len(ev) / 399 + 1, "%s -> %s" % (at, nxt))
+    b.screenshot(os.path.join(OUT, "view-large.png"))
+
     # A/B: one trace under two settings on shared axes, a row each in the table of differences with replay's peak;
     # the run chooser shows B's segments at B's peak.
     ab = os.path.join(OUT, "view-ab.html")

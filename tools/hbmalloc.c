@@ -56,7 +56,8 @@ static const struct {
      "    exit status: 0 the best runs clean, 1 every setting runs out of memory, 2 bad input\n"},
     {"view",
      "  view TRACE -o OUT.svg|OUT.html|OUT.png   draw allocated/reserved over time and the segments at the peak\n"
-     "       (OUT.html: an interactive page; TRACE --conf A --conf B, or TRACE1 TRACE2: runs side by side)\n"
+     "       (OUT.html: an interactive page; TRACE --conf A --conf B, or TRACE1 TRACE2: runs side by side;\n"
+     "        --detail N: a run of more than N allocations, default 1000000, gets the map at 400 moments)\n"
      "                 (.png: the SVG rendered by librsvg's rsvg-convert, which must be on PATH)\n"
      "      --conf STRING, --capacity SIZE, --backend SPEC, --device N\n"
      "    exit status: 0 drawn, 1 drawn up to an out-of-memory (marked), 2 bad input\n"},
@@ -448,7 +449,7 @@ static int sweep_html(const sweep_outcome *so, void *ctx)
             n++;
         }
     char err[2600];
-    int rc = view_write_runs(t, o, names, labels, n, sp->path, err, sizeof err);
+    int rc = view_write_runs(t, o, names, labels, n, 0, sp->path, err, sizeof err);
     if (rc == 2) {
         fprintf(stderr, "hbmalloc sweep: %s\n", err);
         return 2;
@@ -508,11 +509,20 @@ static int cmd_view(int argc, char **argv)
 {
     trace_cmd c = TRACE_CMD("view");
     const char *outp = NULL, *confs[VIEW_RUNS_MAX], *paths[VIEW_RUNS_MAX];
-    size_t nconf = 0, npath = 0;
+    size_t nconf = 0, npath = 0, detail = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-o") && i + 1 < argc) {
             outp = argv[++i];
+        } else if (!strcmp(a, "--detail") && i + 1 < argc) {
+            char *end;
+            const char *d = argv[++i];
+            unsigned long long x = strtoull(d, &end, 10);
+            if (end == d || *end || x < 1 || x > 100000000) {
+                fprintf(stderr, "hbmalloc view: --detail takes a number of allocations, 1 to 100000000, not '%s'\n", d);
+                return 2;
+            }
+            detail = (size_t)x;
         } else if ((!strcmp(a, "--conf") && i + 1 < argc) || a[0] != '-') { /* several: runs side by side */
             if ((a[0] == '-' ? nconf : npath) == VIEW_RUNS_MAX) {
                 fprintf(stderr, "hbmalloc view: at most %d runs side by side\n", VIEW_RUNS_MAX);
@@ -566,7 +576,7 @@ static int cmd_view(int argc, char **argv)
     }
     if (rc == 0) {
         char err[2600];
-        rc = view_write_runs(t, o, names, NULL, n, outp, err, sizeof err);
+        rc = view_write_runs(t, o, names, NULL, n, detail, outp, err, sizeof err);
         if (rc != 2)
             printf("wrote %s\n", outp);
         if (rc)

@@ -333,12 +333,21 @@ static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, 
     return rc ? rc : r->oom;
 }
 
+static size_t argmax(const int64_t *v, size_t n) /* the first of the highest */
+{
+    size_t m = 0;
+    for (size_t j = 1; j < n; j++)
+        m = v[j] > v[m] ? j : m;
+    return m;
+}
+
 static void page_info(const view_run *v, const trace *t, const replay_opts *o, const char *name, view_page_info *pi)
 {
     const char *c = strstr(o->backend_spec, "capacity=");
     *pi = (view_page_info){.name = name, .settings = v->r.settings, .device = v->device, .events = t->n,
                            .first = v->first, .seeded = v->seeded, .alloc = v->sr.alloc, .resv = v->sr.resv,
-                           .n = v->sr.n, .stats = &v->r.stats, .dev = &v->dc,
+                           .n = v->sr.n, .peak_j = argmax(v->sr.resv, v->sr.n),
+                           .peak_alloc_j = argmax(v->sr.alloc, v->sr.n), .stats = &v->r.stats, .dev = &v->dc,
                            .capacity = c ? strtoull(c + 9, NULL, 10) : 0, .oom = v->r.oom,
                            .oom_event = v->r.oom_event, .oom_message = v->oom_message};
 }
@@ -360,7 +369,8 @@ static int out_kind(const char *path, char *err, size_t errlen)
 
 /* Writes the picture or page to path (a PNG: the SVG beside it first, then rendered). 0, or 2 with err set. */
 static int write_out(int kind, const char *path, const view_run *v, const trace *const *t, const replay_opts *o,
-                     const char *const *names, const char *const *labels, size_t n, char *err, size_t errlen)
+                     const char *const *names, const char *const *labels, size_t n, size_t detail, char *err,
+                     size_t errlen)
 {
     char svg[4200];
     snprintf(svg, sizeof svg, kind == OUT_PNG ? "%s.svg.tmp" : "%s", path);
@@ -376,6 +386,7 @@ static int write_out(int kind, const char *path, const view_run *v, const trace 
         for (size_t k = 0; k < n; k++) {
             page_info(&v[k], t[k], &o[k], names[k], &pi[k]);
             pi[k].label = labels ? labels[k] : NULL;
+            pi[k].detail = detail;
             vr[k] = v[k].vr;
         }
         rc = view_html_write(f, vr, pi, n) ? 2 : 0;
@@ -395,7 +406,7 @@ static int write_out(int kind, const char *path, const view_run *v, const trace 
 }
 
 int view_write_runs(const trace *const *t, const replay_opts *o, const char *const *names, const char *const *labels,
-                    size_t n, const char *path, char *err, size_t errlen)
+                    size_t n, size_t detail, const char *path, char *err, size_t errlen)
 {
     int kind = out_kind(path, err, errlen);
     if (kind < 0)
@@ -424,7 +435,7 @@ int view_write_runs(const trace *const *t, const replay_opts *o, const char *con
         }
     }
     if (rc != 2)
-        rc = write_out(kind, path, v, t, o, names, labels, n, err, errlen);
+        rc = write_out(kind, path, v, t, o, names, labels, n, detail ? detail : VIEW_DETAIL, err, errlen);
     if (rc == 0 && oom) {
         const view_run *w = &v[oom_run];
         snprintf(err, errlen, "%s%sout of memory at event %zu (trace line %u): %s; the picture stops there, marked",
@@ -440,5 +451,5 @@ int view_write_runs(const trace *const *t, const replay_opts *o, const char *con
 
 int view_write(const trace *t, const replay_opts *o, const char *name, const char *path, char *err, size_t errlen)
 {
-    return view_write_runs(&t, o, &name, NULL, 1, path, err, errlen);
+    return view_write_runs(&t, o, &name, NULL, 1, 0, path, err, errlen);
 }

@@ -24,25 +24,12 @@
 
 #include "../src/util.h"
 #include "u64map.h"
+#include "view_moments.h"
 
 #define HARVEST 65536 /* events between readings of the history */
 #define MARK "hbmalloc view: empty_cache"
-#define OPEN UINT32_MAX /* an end not reached */
-
-typedef struct v_alloc {
-    uint32_t start, end;
-    uint64_t addr, size, requested;
-    hbm_stream stream;
-} v_alloc;
-
-typedef struct v_run { /* a reserved range: a segment, or mapped pages of an
-                          expandable segment */
-    uint32_t start, end;
-    uint64_t addr, size;
-    hbm_stream stream;
-    int mapped; /* pages of an expandable segment */
-} v_run;
-
+#define TOP 1000              /* the timeline's bands: the page draws the 1000 largest allocations */
+#define LARGE_POINTS 2000000  /* points of the curves a page holds whole */
 struct view_rec {
     v_alloc *al;
     size_t nal, capal;
@@ -284,7 +271,61 @@ static long long end_or(uint32_t end, long long open)
 }
 
 /* One run's object. */
-static void run_json(FILE *f, const view_rec *v, const view_page_info *p)
+/* The largest allocations first (the earlier of equal ones). */
+static const v_alloc *sort_al;
+static int by_size(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    if (sort_al[a].size != sort_al[b].size)
+        return sort_al[a].size > sort_al[b].size ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+/* A run with more allocations or points than the page holds whole: the series thinned (the highest point of each
+ * `stride`), the TOP largest allocations (the timeline's bands), and the map at moments (view_moments.c). */
+static int run_json_large(FILE *f, const view_rec *v, const view_page_info *p, size_t x0, long long last)
+{
+    size_t stride = (p->n + LARGE_POINTS - 1) / LARGE_POINTS, nb = (p->n + stride - 1) / stride;
+    fprintf(f, "\"stride\":%zu,\"allocs_total\":%zu,\n\"series\":{", stride, v->nal);
+    for (int which = 0; which < 2; which++) {
+        const int64_t *s = which ? p->resv : p->alloc;
+        fputs(which ? ",\"reserved\":[" : "\"allocated\":[", f);
+        for (size_t j = 0; j < nb; j++) {
+            int64_t m = s[j * stride];
+            for (size_t k = j * stride; k < (j + 1) * stride && k < p->n; k++)
+                m = s[k] > m ? s[k] : m;
+            fprintf(f, j ? ",%lld" : "%lld", (long long)m);
+        }
+        fputc(']', f);
+    }
+    uint32_t *idx = malloc((v->nal ? v->nal : 1) * sizeof *idx);
+    if (!idx)
+        return -1;
+    for (size_t k = 0; k < v->nal; k++)
+        idx[k] = (uint32_t)k;
+    sort_al = v->al;
+    qsort(idx, v->nal, sizeof *idx, by_size);
+    size_t top = v->nal < TOP ? v->nal : TOP;
+    fputs("},\n\"allocs\":{", f);
+    COLUMN(f, "start", top, v->al[idx[k_]].start);
+    fputc(',', f);
+    COLUMN(f, "end", top, end_or(v->al[idx[k_]].end, last));
+    fputc(',', f);
+    COLUMN(f, "addr", top, v->al[idx[k_]].addr);
+    fputc(',', f);
+    COLUMN(f, "size", top, v->al[idx[k_]].size);
+    fputc(',', f);
+    COLUMN(f, "requested", top, v->al[idx[k_]].requested);
+    fputc(',', f);
+    COLUMN(f, "stream", top, v->al[idx[k_]].stream);
+    free(idx);
+    fputs("}", f);
+    uint32_t must[2] = {(uint32_t)(x0 + p->peak_j), (uint32_t)(x0 + p->n - 1)}; /* the peak; the last moment */
+    return view_moments_write(f, v->al, v->nal, v->run, v->nrun, (uint32_t)x0, (uint32_t)(x0 + p->n - 1), p->alloc,
+                              p->resv, must, 2);
+}
+
+static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
 {
     size_t x0 = p->seeded ? p->first : 1;    /* the position of the first point */
     long long last = (long long)(x0 + p->n); /* after the last point: "still live" */
@@ -299,6 +340,8 @@ static void run_json(FILE *f, const view_rec *v, const view_page_info *p)
     hbm__json_str_html(f, p->settings);
     fputs(",\"device\":", f);
     hbm__json_str_html(f, p->device);
+    fprintf(f, ",\"last\":%zu,\"peak_at\":%zu,\"peak_allocated_at\":%zu", x0 + (p->n ? p->n - 1 : 0), x0 + p->peak_j,
+            x0 + p->peak_alloc_j);
     fprintf(f,
             ",\"events\":%zu,\"x0\":%zu,\"capacity\":%llu,\"oom\":%lld,\"oom_"
             "message\":",
@@ -311,6 +354,12 @@ static void run_json(FILE *f, const view_rec *v, const view_page_info *p)
             (unsigned long long)p->dev->malloc_calls, (unsigned long long)p->dev->free_calls,
             (unsigned long long)p->dev->map_calls, (unsigned long long)p->dev->unmap_calls, (long long)st->num_ooms,
             (long long)st->num_alloc_retries);
+    if (p->n && (v->nal > p->detail || p->n > LARGE_POINTS)) {
+        if (run_json_large(f, v, p, x0, last))
+            return -1;
+        fputs("}", f);
+        return 0;
+    }
     fputs("\"series\":{", f);
     COLUMN(f, "allocated", p->n, p->alloc[k_]);
     fputc(',', f);
@@ -340,6 +389,7 @@ static void run_json(FILE *f, const view_rec *v, const view_page_info *p)
     fputc(',', f);
     COLUMN(f, "mapped", v->nrun, v->run[k_].mapped);
     fputs("}}", f);
+    return 0;
 }
 
 int view_html_write(FILE *f, const view_rec *const *v, const view_page_info *p, size_t n)
@@ -352,7 +402,8 @@ int view_html_write(FILE *f, const view_rec *const *v, const view_page_info *p, 
     for (size_t k = 0; k < n; k++) {
         if (k)
             fputs(",\n", f);
-        run_json(f, v[k], &p[k]);
+        if (run_json(f, v[k], &p[k]))
+            return -1;
     }
     fputs("]}", f);
     at += strlen("/*HBM_DATA*/");

@@ -30,6 +30,8 @@ typedef struct view_page_info {
     int seeded;                  /* the points begin with the seeded start state, before event `first` */
     const int64_t *alloc, *resv; /* allocated and reserved bytes: (the start state and) after each event run */
     size_t n;
+    size_t peak_j, peak_alloc_j; /* the first points of peak reserved and of peak allocated */
+    size_t detail;               /* allocations sent whole; a run with more gets the map at moments */
     const hbm_stats *stats;
     const hbm_device_counters *dev;
     uint64_t capacity; /* the device's bytes (0: unknown) */

@@ -1,0 +1,38 @@
+/* view_moments.h: the view page of a run too large to send whole (view_moments.c), and the records it is made
+ * from (view_html.c gathers them). */
+#ifndef HBM_TOOLS_VIEW_MOMENTS_H
+#define HBM_TOOLS_VIEW_MOMENTS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "hbmalloc.h"
+
+#define OPEN UINT32_MAX /* an end not reached */
+
+typedef struct v_alloc { /* an allocation: live at positions start <= p < end */
+    uint32_t start, end;
+    uint64_t addr, size, requested;
+    hbm_stream stream;
+} v_alloc;
+
+typedef struct v_run { /* a reserved range: a segment, or mapped pages of an expandable segment */
+    uint32_t start, end;
+    uint64_t addr, size;
+    hbm_stream stream;
+    int mapped; /* pages of an expandable segment */
+} v_run;
+
+/* The segment map of the page, as the page draws it: MAP_ROWS rows of MAP_W pixels. */
+#define MAP_ROWS 16
+#define MAP_W 1080
+
+/* Writes `"moments":[...]` for positions x0 .. last (nmust more positions besides evenly spaced ones): at each, the
+ * figures (reserved, allocated, cached free, largest free block, free blocks, segments, live allocations; and the
+ * allocator's statistics there, from alloc/resv, point j at position x0 + j) and the map drawn to pixels (run-length
+ * codes: 0 free, 1 allocated, 2 both; block boundaries and segment starts as pixel indices). The records are in the
+ * order made (starts never decrease). 0, or -1 when host memory ran out. */
+int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run, size_t nrun, uint32_t x0,
+                       uint32_t last, const int64_t *alloc, const int64_t *resv, const uint32_t *must, size_t nmust);
+
+#endif
