@@ -8,7 +8,6 @@ everything drawn (the page's own mark), then the time per frame while the slider
 95th percentile) and while the mouse moves over the timeline. A benchmark (run it on a quiet machine), not a test.
 """
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -19,8 +18,8 @@ from cdp import Browser  # noqa: E402
 
 BIN = sys.argv[1]
 tmp = tempfile.mkdtemp(prefix="hbm-view-scale-")
-print("| trace | events | page | view: RSS, time | drawn after | scrub: median / p95 per frame | hover: median |")
-print("|---|---|---|---|---|---|---|")
+print("| trace | bytes | events | page | view: RSS, time | drawn after | scrub: median / p95 per frame | hover: median |")
+print("|---|---|---|---|---|---|---|---|")
 b = Browser()
 try:
     for trace in sys.argv[2:]:
@@ -28,10 +27,10 @@ try:
         r = subprocess.run(["/usr/bin/time", "-f", "%M %e", BIN, "view", trace, "--conf", "", "-o", page],
                            capture_output=True, text=True)
         rss_kb, secs = r.stderr.strip().split("\n")[-1].split()
-        events = sum(1 for line in open(trace) if re.match(r"[afes] ", line) or line.strip() in ("e", "s"))
         t0 = time.time()
         b.open(page)
         drawn = b.js("hbmView.readyMs")
+        events = b.js("RUNS[0].events")
         scrub = b.js("""(async () => { const s = document.getElementById('ev'); let t = [];
             for (let k = 0; k < 200; k++) { const t0 = performance.now();
               s.value = String(Number(s.min) + Math.floor((Number(s.max) - Number(s.min)) * k / 199));
@@ -45,8 +44,8 @@ try:
               await new Promise(r => requestAnimationFrame(r)); t.push(performance.now() - t0); }
             t.sort((a, b) => a - b); return t[50]; })()""")
         probs = b.problems()
-        print("| %s | %d | %.1f MB | %.0f MB, %s s | %.1f s | %.0f / %.0f ms | %.0f ms |%s"
-              % (os.path.basename(trace), events, os.path.getsize(page) / 1e6, int(rss_kb) / 1024, secs,
+        print("| %s | %.1f MB | %d | %.1f MB | %.0f MB, %s s | %.1f s | %.0f / %.0f ms | %.0f ms |%s"
+              % (os.path.basename(trace), os.path.getsize(trace) / 1e6, events, os.path.getsize(page) / 1e6, int(rss_kb) / 1024, secs,
                  drawn / 1000, scrub[0], scrub[1], hover, " problems: " + "; ".join(probs) if probs else ""))
 finally:
     b.close()
