@@ -5,6 +5,7 @@
 #include "pickle.h"
 #include "pickle_out.h"
 #include "replay.h"
+#include "steps.h"
 #include "trace.h"
 
 #ifndef HBM_TEST_DATA
@@ -39,6 +40,47 @@ static void a_pytorch_2_snapshot_gives_history_and_the_recorded_peak(void **st)
     assert_int_equal(t.rec.peak_reserved, 4439670784);
     assert_int_equal(t.rec.segments_end, 7);
     assert_true(t.rec.has_settings);
+    trace_free(&t);
+    free(d);
+}
+
+/* The view's tooltips and time axis: each allocation's time_us and frames kept beside the events, and still beside
+ * them after --steps puts step events in. Expected values read from the file with Python's pickle: 12 alloc
+ * entries, the first at 1735227250465382 us with 'torch::unwind::unwind()' (file '??', line 0) innermost and
+ * '<module>' of profile_grad.py line 8 further out, the last at 1735227250513602 us; 6 distinct stacks. */
+static void times_and_stacks_stay_with_their_events(void **st)
+{
+    (void)st;
+    size_t len;
+    unsigned char *d = slurp("linear-10k-50k-grad.pickle", &len);
+    assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), 0);
+    assert_true(t.meta.any_time && t.meta.any_stack);
+    for (int pass = 0; pass < 2; pass++) {
+        size_t first = SIZE_MAX, last = 0, nalloc = 0;
+        for (size_t i = t.rec.preexisting; i < t.n; i++)
+            if (t.ev[i].kind == EV_ALLOC) {
+                first = first == SIZE_MAX ? i : first;
+                last = i;
+                nalloc++;
+                assert_non_null(trace_stack(&t, i));
+            } else if (t.ev[i].kind == EV_STEP) {
+                assert_int_equal(trace_time(&t, i), 0);
+                assert_null(trace_stack(&t, i));
+            }
+        assert_int_equal(nalloc, 12);
+        assert_int_equal(trace_time(&t, first), 1735227250465382ull);
+        assert_int_equal(trace_time(&t, last), 1735227250513602ull);
+        const char *s = trace_stack(&t, first);
+        const char *innermost = "torch::unwind::unwind()\t??\t0\n";
+        assert_true(!strncmp(s, innermost, strlen(innermost)));
+        assert_non_null(strstr(s, "\n<module>\t"));
+        assert_non_null(strstr(s, "profile_grad.py\t8"));
+        assert_int_equal(t.meta.ntexts, 6 + 1); /* interned: texts[0] is none */
+        if (pass == 0) {
+            char msg[300];
+            assert_int_equal(trace_mark_steps(&t, "4", msg, sizeof msg), 0); /* step events inserted */
+        }
+    }
     trace_free(&t);
     free(d);
 }
@@ -699,6 +741,7 @@ int main(void)
         cmocka_unit_test(segment_addresses_a_file_chooses_are_all_keys),
         cmocka_unit_test(recorded_settings_come_from_the_parsed_fields),
         cmocka_unit_test(rmm_logs_keep_their_streams),
+        cmocka_unit_test(times_and_stacks_stay_with_their_events),
         cmocka_unit_test(snapshots_round_trip_through_the_reader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

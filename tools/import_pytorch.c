@@ -59,6 +59,41 @@ static void event_fields(const pv *e, const pv **action, int64_t *addr, int64_t 
     pv_int(pv_get(e, "stream"), stream);
 }
 
+/* A string value into sb, controls (tab and newline separate frames) as spaces. */
+static void put_str(hbm__sbuf *sb, const pv *v)
+{
+    size_t len = v && v->type == PV_STR ? v->u.str.len : 0;
+    for (size_t k = 0; k < len && sb->len + 1 < sb->cap; k++) {
+        char c = v->u.str.s[k];
+        hbm__sb_printf(sb, "%c", (unsigned char)c < 0x20 ? ' ' : c);
+    }
+}
+
+/* An entry's frames as a stack text ("name\tfile\tline" each, innermost first, joined by '\n'; cut at the buffer's
+ * end between frames). "" when it has none. */
+static void stack_text(const pv *e, char *out, size_t len)
+{
+    const pv *frames = pv_get(e, "frames");
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, out, len);
+    for (uint32_t k = 0, n = pv_len(frames); k < n; k++) {
+        const pv *f = pv_at(frames, k);
+        size_t mark = sb.len;
+        int64_t line = 0;
+        pv_int(pv_get(f, "line"), &line);
+        hbm__sb_printf(&sb, "%s", k ? "\n" : "");
+        put_str(&sb, pv_get(f, "name"));
+        hbm__sb_printf(&sb, "\t");
+        put_str(&sb, pv_get(f, "filename"));
+        hbm__sb_printf(&sb, "\t%lld", (long long)line);
+        if (sb.len + 1 >= sb.cap) { /* this frame did not fit: the stack ends before it */
+            sb.len = mark;
+            out[mark] = 0;
+            break;
+        }
+    }
+}
+
 /* The settings the snapshot's allocator ran with, from its parsed fields. 0 when there are none. */
 static int recorded_settings(const pv *settings, char *out, size_t len)
 {
@@ -492,6 +527,7 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
 
     /* The history, and the recording allocator's reserved memory along it. */
     int64_t cur = start, peak = start;
+    char stack[16384]; /* an allocation's frames as text */
     int track = t->rec.seedable; /* the full releases can be told only from a known start */
     for (size_t k = 0; track && k < ns; k++)
         if (occ_insert(&oc, start_segs[k].addr, start_segs[k].size))
@@ -503,6 +539,7 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
         int64_t addr, size, stream;
         event_fields(pv_at(events, i), &act, &addr, &size, &stream);
         int res = 0;
+        size_t pushed = t->n; /* the events this entry makes get its time (and an allocation its stack) */
         if (pv_is_str(act, "alloc")) {
             if (size < 0) {
                 snprintf(perr_msg, sizeof perr_msg, "event %u: alloc of a negative size", i);
@@ -551,6 +588,15 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
         }
         if (res == -2)
             goto nomem;
+        for (int64_t us = 0; pushed < t->n; pushed++) {
+            const pv *e = pv_at(events, i);
+            pv_int(pv_get(e, "time_us"), &us);
+            if (t->ev[pushed].kind == EV_ALLOC)
+                stack_text(e, stack, sizeof stack);
+            if ((us || (t->ev[pushed].kind == EV_ALLOC && stack[0])) &&
+                trace_meta_set(t, pushed, us > 0 ? (uint64_t)us : 0, t->ev[pushed].kind == EV_ALLOC ? stack : NULL))
+                goto nomem;
+        }
     }
     t->rec.peak_reserved = peak;
     rc = 0;

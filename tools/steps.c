@@ -84,7 +84,10 @@ int trace_mark_steps(trace *t, const char *how, char *msg, size_t msglen)
         snprintf(msg, msglen, "out of host memory");
         return -1;
     }
+    trace_meta was = t->meta; /* the events' times and stacks move with them */
+    memset(&t->meta, 0, sizeof t->meta);
     size_t m = 0, k = 0, next = from ? from : period;
+    int rc = 0;
     for (size_t i = 0; i < t->n; i++) {
         if (t->ev[i].kind == EV_ALLOC) {
             if (k == next && k < nalloc) {
@@ -93,7 +96,15 @@ int trace_mark_steps(trace *t, const char *how, char *msg, size_t msglen)
             }
             k++;
         }
+        if (i < was.n && (was.time_us[i] || was.stack[i]) && !rc)
+            rc = trace_meta_set(t, m, was.time_us[i], was.stack[i] ? was.texts[was.stack[i]] : NULL);
         ev[m++] = t->ev[i];
+    }
+    trace_meta_free(&was);
+    if (rc) {
+        free(ev);
+        snprintf(msg, msglen, "out of host memory");
+        return -1;
     }
     free(t->ev);
     t->ev = ev;

@@ -32,6 +32,7 @@ void trace_free(trace *t)
     free(t->ev);
     free(t->rec.seed_segments);
     free(t->rec.seed_blocks);
+    trace_meta_free(&t->meta);
     memset(t, 0, sizeof *t);
 }
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "hbmalloc.h"
+#include "u64map.h"
 
 typedef enum trace_kind { EV_ALLOC = 0, EV_FREE = 1, EV_EMPTY_CACHE = 2, EV_STEP = 3 } trace_kind;
 
@@ -62,6 +63,18 @@ typedef struct trace_recorded {
     char start_note[300];    /* why not, when not */
 } trace_recorded;
 
+/* What a recording says about its events besides what replay needs (trace_meta.c): when each happened and each
+ * allocation's stack. Events past n, and events it says nothing of, read 0 / NULL. */
+typedef struct trace_meta {
+    uint64_t *time_us; /* per event: microseconds since the epoch (PyTorch snapshots' time_us), 0: not said */
+    uint32_t *stack;   /* per event: an index into texts, 0: none */
+    size_t n, cap;     /* events covered */
+    int any_time, any_stack;
+    char **texts;      /* the distinct stacks: frames innermost first, "name\tfile\tline" joined by '\n' */
+    size_t ntexts, cap_texts;
+    u64map index;      /* a stack's hash -> its index */
+} trace_meta;
+
 typedef struct trace {
     trace_event *ev;
     size_t n, cap;
@@ -70,7 +83,15 @@ typedef struct trace {
     uint64_t allocs, frees;
     const char *format; /* "hbmtrace", "pytorch-snapshot", "rmm-csv", "lifetimes-csv" */
     trace_recorded rec;
+    trace_meta meta;
 } trace;
+
+/* Event i's time and stack (an allocation's frames, as hbm_label_intern takes them). 0, or -1 when host memory ran
+ * out. */
+int trace_meta_set(trace *t, size_t i, uint64_t time_us, const char *stack);
+uint64_t trace_time(const trace *t, size_t i);
+const char *trace_stack(const trace *t, size_t i);
+void trace_meta_free(trace_meta *m);
 
 /* Builds a trace from (key, event) pairs, resolving keys (ids, addresses) to slots. */
 typedef struct trace_builder trace_builder;
