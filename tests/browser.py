@@ -171,6 +171,30 @@ try:
         check("map_agrees_" + name, not probs, "; ".join(probs))
         b.js("hbmView.select(hbmView.peak())")
         b.screenshot(os.path.join(OUT, "view-%s.png" % name))
+    # A PyTorch snapshot's frames and times: the tooltip of its largest allocation shows the Python frames of the
+    # allocation the snapshot made there (profile_grad.py line 8: read from the file with Python's pickle), and the
+    # x axis can be time; hovering still works on it.
+    snap = os.path.join(SRC, "tests", "data", "linear-10k-50k-grad.pickle")
+    b.open(os.path.join(OUT, "view-seeded.html"))
+
+    def hover_largest():
+        i = b.js("hbmView.largest()")
+        pt = b.js("hbmView.bandPoint(%d)" % i)
+        b.js("window.scrollTo(0, %d)" % max(pt["y"] - 400, 0))
+        sx, sy = b.js("[window.scrollX, window.scrollY]")
+        b.call("Input.dispatchMouseEvent", type="mouseMoved", x=pt["x"] - sx, y=pt["y"] - sy)
+        return b.js("(() => { const t = document.getElementById('tip'); return t.style.display === 'block' ? t.textContent : ''; })()")
+    tip = hover_largest()
+    check("frames_in_tooltip", "profile_grad.py:8)" in tip and "C++ frames not shown" in tip and "(+" in tip,
+          "tooltip %r" % tip)
+    check("time_axis_offered", b.js("!document.getElementById('xchoice').hidden"), "no x-axis chooser")
+    b.js("(() => { const s = document.getElementById('xaxis'); s.value = 'time'; s.dispatchEvent(new Event('change')); })()")
+    tip2 = hover_largest()
+    check("time_axis_hover", tip2 == tip and not b.problems(), "tooltip %r, problems %s" % (tip2, b.problems()))
+    b.screenshot(os.path.join(OUT, "view-time.png"))
+    b.open(page)
+    check("no_time_axis_without_times", b.js("document.getElementById('xchoice').hidden"), "chooser shown")
+    b.open(os.path.join(OUT, "view-empty_cache.html"))
     b.js("hbmView.select(6)")  # after event 5: block 2 holds the 20 MiB segment
     fig = figures(b)
     check("segment_held", fig.get("reserved") == 20971520 + 2097152 and fig.get("segments") == 2, "%s" % fig)

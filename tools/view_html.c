@@ -83,7 +83,9 @@ static int add_alloc(view_rec *v, hbm_allocator *a, void *ptr, uint64_t requeste
 {
     if (hbm__grow((void **)&v->al, &v->capal, v->nal + 1, sizeof *v->al))
         return -1;
-    v->al[v->nal] = (v_alloc){p, OPEN, (uint64_t)(uintptr_t)ptr, hbm_block_size(a, ptr), requested, stream};
+    /* Its stack: that of the event that made it (p - 1; for a seeded block, a seed event: none). */
+    uint32_t stack = p && p - 1 < v->t->meta.n ? v->t->meta.stack[p - 1] : 0;
+    v->al[v->nal] = (v_alloc){p, OPEN, (uint64_t)(uintptr_t)ptr, hbm_block_size(a, ptr), requested, stream, stack};
     v->slot_rec[slot] = (uint32_t)v->nal++;
     return 0;
 }
@@ -271,6 +273,56 @@ static long long end_or(uint32_t end, long long open)
 }
 
 /* One run's object. */
+/* The stacks of the allocations written (idx: those, in order; NULL: all), numbered for the page (0: none):
+ * `"stack":[...]` closes the allocations' object's columns, then `"stacks":[texts]` and the times follow. */
+static int write_stacks(FILE *f, const view_rec *v, const uint32_t *idx, size_t n)
+{
+    const trace_meta *m = &v->t->meta;
+    uint32_t *page = calloc(m->ntexts ? m->ntexts : 1, sizeof *page), next = 1;
+    uint32_t *order = malloc((m->ntexts ? m->ntexts : 1) * sizeof *order); /* page number -> text */
+    if (!page || !order) {
+        free(page);
+        free(order);
+        return -1;
+    }
+    fputs(",\"stack\":[", f);
+    for (size_t k = 0; k < n; k++) {
+        uint32_t s = v->al[idx ? idx[k] : k].stack;
+        if (s && !page[s]) {
+            order[next] = s;
+            page[s] = next++;
+        }
+        fprintf(f, k ? ",%u" : "%u", s ? page[s] : 0);
+    }
+    fputs("]},\n\"stacks\":[\"\"", f);
+    for (uint32_t k = 1; k < next; k++) {
+        fputc(',', f);
+        hbm__json_str_html(f, m->texts[order[k]]);
+    }
+    fputc(']', f);
+    free(page);
+    free(order);
+    return 0;
+}
+
+/* When each point happened (point j: after event x0 + j * stride - 1), microseconds after t0; -1: not known. */
+static void write_times(FILE *f, const view_rec *v, size_t x0, size_t npoints, size_t stride)
+{
+    const trace *t = v->t;
+    if (!t->meta.any_time)
+        return;
+    uint64_t t0 = 0;
+    for (size_t i = 0; i < t->meta.n && !t0; i++)
+        t0 = t->meta.time_us[i];
+    fprintf(f, ",\n\"t0\":%llu,\"time\":[", (unsigned long long)t0);
+    for (size_t j = 0; j < npoints; j++) {
+        size_t p = x0 + j * stride;
+        uint64_t us = p ? trace_time(t, p - 1) : 0;
+        fprintf(f, j ? ",%lld" : "%lld", us >= t0 && us ? (long long)(us - t0) : -1LL);
+    }
+    fputc(']', f);
+}
+
 /* The largest allocations first (the earlier of equal ones). */
 static const v_alloc *sort_al;
 static int by_size(const void *x, const void *y)
@@ -318,8 +370,11 @@ static int run_json_large(FILE *f, const view_rec *v, const view_page_info *p, s
     COLUMN(f, "requested", top, v->al[idx[k_]].requested);
     fputc(',', f);
     COLUMN(f, "stream", top, v->al[idx[k_]].stream);
+    int rc = write_stacks(f, v, idx, top);
     free(idx);
-    fputs("}", f);
+    if (rc)
+        return -1;
+    write_times(f, v, x0, nb, stride);
     uint32_t must[2] = {(uint32_t)(x0 + p->peak_j), (uint32_t)(x0 + p->n - 1)}; /* the peak; the last moment */
     return view_moments_write(f, v->al, v->nal, v->run, v->nrun, (uint32_t)x0, (uint32_t)(x0 + p->n - 1), p->alloc,
                               p->resv, must, 2);
@@ -376,7 +431,10 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
     COLUMN(f, "requested", v->nal, v->al[k_].requested);
     fputc(',', f);
     COLUMN(f, "stream", v->nal, v->al[k_].stream);
-    fputs("},\n\"runs\":{", f);
+    if (write_stacks(f, v, NULL, v->nal))
+        return -1;
+    write_times(f, v, x0, p->n, 1);
+    fputs(",\n\"runs\":{", f);
     COLUMN(f, "start", v->nrun, v->run[k_].start);
     fputc(',', f);
     COLUMN(f, "end", v->nrun, end_or(v->run[k_].end, last));

@@ -14,6 +14,7 @@ typedef struct v_alloc { /* an allocation: live at positions start <= p < end */
     uint32_t start, end;
     uint64_t addr, size, requested;
     hbm_stream stream;
+    uint32_t stack; /* its stack in the trace's texts (trace_meta), 0: none */
 } v_alloc;
 
 typedef struct v_run { /* a reserved range: a segment, or mapped pages of an expandable segment */
