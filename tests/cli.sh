@@ -267,6 +267,8 @@ t = m.parse(sys.argv[1]).getElementsByTagName('text')[0].firstChild.data
 print('title ok' if t.endswith('bad\ufffd\ufffd\u540d\u5b57.trace') else ascii(t))" "$tmp/odd.svg"
 check view_axis_total 0 '>56.91 GiB</text>' cat "$tmp/v.svg"
 check view_peak_attr 0 'data-peak-reserved="61111009280"' cat "$tmp/v.svg"
+# The peaks in the SVG's text are replay's (its "peak allocated" and "peak reserved" lines, formatted the same).
+check view_peaks_are_replays 0 "^peaks ok$" sh -c 'r=$("$1" replay "$2" --conf ""); a=$(printf "%s\n" "$r" | sed -n "s/^peak allocated: *\([^(]*[^ (]\) (.*/\1/p"); v=$(printf "%s\n" "$r" | sed -n "s/^peak reserved: *\([^(]*[^ (]\) (.*/\1/p"); grep -q ">allocated (peak $a)<" "$3" && grep -q ">reserved (peak $v)<" "$3" && echo peaks ok' sh "$bin" "$ex" "$tmp/v.svg"
 check view_html_page 0 '<!DOCTYPE html>' cat "$tmp/v.html"
 # The page's data (JSON in it): the peaks replay reports, every allocation of the trace; nothing outside the file
 # (the browser test, tests/browser.py, checks that the browser asks for nothing either).
