@@ -305,6 +305,26 @@ static int write_stacks(FILE *f, const view_rec *v, const uint32_t *idx, size_t 
     return 0;
 }
 
+/* `"allocs":{columns}` of the allocations idx[0 .. n) (idx NULL: all), then their stacks. */
+static int write_allocs(FILE *f, const view_rec *v, const uint32_t *idx, size_t n, long long last)
+{
+#define AL(k) (v->al[idx ? idx[k] : (k)])
+    fputs("\"allocs\":{", f);
+    COLUMN(f, "start", n, AL(k_).start);
+    fputc(',', f);
+    COLUMN(f, "end", n, end_or(AL(k_).end, last));
+    fputc(',', f);
+    COLUMN(f, "addr", n, AL(k_).addr);
+    fputc(',', f);
+    COLUMN(f, "size", n, AL(k_).size);
+    fputc(',', f);
+    COLUMN(f, "requested", n, AL(k_).requested);
+    fputc(',', f);
+    COLUMN(f, "stream", n, AL(k_).stream);
+#undef AL
+    return write_stacks(f, v, idx, n);
+}
+
 /* When each point happened (point j: after event x0 + j * stride - 1), microseconds after t0; -1: not known. */
 static void write_times(FILE *f, const view_rec *v, size_t x0, size_t npoints, size_t stride)
 {
@@ -358,19 +378,8 @@ static int run_json_large(FILE *f, const view_rec *v, const view_page_info *p, s
     sort_al = v->al;
     qsort(idx, v->nal, sizeof *idx, by_size);
     size_t top = v->nal < TOP ? v->nal : TOP;
-    fputs("},\n\"allocs\":{", f);
-    COLUMN(f, "start", top, v->al[idx[k_]].start);
-    fputc(',', f);
-    COLUMN(f, "end", top, end_or(v->al[idx[k_]].end, last));
-    fputc(',', f);
-    COLUMN(f, "addr", top, v->al[idx[k_]].addr);
-    fputc(',', f);
-    COLUMN(f, "size", top, v->al[idx[k_]].size);
-    fputc(',', f);
-    COLUMN(f, "requested", top, v->al[idx[k_]].requested);
-    fputc(',', f);
-    COLUMN(f, "stream", top, v->al[idx[k_]].stream);
-    int rc = write_stacks(f, v, idx, top);
+    fputs("},\n", f);
+    int rc = write_allocs(f, v, idx, top, last);
     free(idx);
     if (rc)
         return -1;
@@ -398,8 +407,7 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
     fprintf(f, ",\"last\":%zu,\"peak_at\":%zu,\"peak_allocated_at\":%zu", x0 + (p->n ? p->n - 1 : 0), x0 + p->peak_j,
             x0 + p->peak_alloc_j);
     fprintf(f,
-            ",\"events\":%zu,\"x0\":%zu,\"capacity\":%llu,\"oom\":%lld,\"oom_"
-            "message\":",
+            ",\"events\":%zu,\"x0\":%zu,\"capacity\":%llu,\"oom\":%lld,\"oom_message\":",
             p->events, x0, (unsigned long long)p->capacity, p->oom ? (long long)p->oom_event : -1LL);
     hbm__json_str_html(f, p->oom ? p->oom_message : "");
     fprintf(f,
@@ -419,19 +427,8 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
     COLUMN(f, "allocated", p->n, p->alloc[k_]);
     fputc(',', f);
     COLUMN(f, "reserved", p->n, p->resv[k_]);
-    fputs("},\n\"allocs\":{", f);
-    COLUMN(f, "start", v->nal, v->al[k_].start);
-    fputc(',', f);
-    COLUMN(f, "end", v->nal, end_or(v->al[k_].end, last));
-    fputc(',', f);
-    COLUMN(f, "addr", v->nal, v->al[k_].addr);
-    fputc(',', f);
-    COLUMN(f, "size", v->nal, v->al[k_].size);
-    fputc(',', f);
-    COLUMN(f, "requested", v->nal, v->al[k_].requested);
-    fputc(',', f);
-    COLUMN(f, "stream", v->nal, v->al[k_].stream);
-    if (write_stacks(f, v, NULL, v->nal))
+    fputs("},\n", f);
+    if (write_allocs(f, v, NULL, v->nal, last))
         return -1;
     write_times(f, v, x0, p->n, 1);
     fputs(",\n\"runs\":{", f);
