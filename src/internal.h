@@ -365,6 +365,12 @@ enum { HBM__BY_SIZE = 1, HBM__BY_FREES = 2 };
  * period of at least min_period) under any of them. The period (0: none, or no host memory), its end's length. */
 size_t hbm__step_period(const uint64_t *size, const uint32_t *freed, size_t n, size_t min_len, size_t min_period,
                         size_t *len, int *by);
+/* Whether the live bytes at the same point of the last three periods rise or fall steadily: a repeat inside a step
+ * (the layers of a forward pass keep their activations, of a backward pass free them), not a step, which comes back
+ * to the live bytes it began with (a step of another length, too, rises and falls). size and freed as for
+ * hbm__step_period (freed >= n: live at the end). */
+bool hbm__period_accumulates(const uint64_t *size, const uint32_t *freed, size_t n, size_t period);
+#define HBM__MIN_STEP 4 /* allocations: a shorter repeat is not taken for a step */
 
 /* ---- stepplan.c: the hbm_step_plan policy ---- */
 hbm_status hbm__stepplan_init(hbm_allocator *a);

@@ -76,3 +76,17 @@ done:
     free(frees);
     return period;
 }
+
+bool hbm__period_accumulates(const uint64_t *size, const uint32_t *freed, size_t n, size_t period)
+{
+    if (n < 2 * period)
+        return false;
+    uint64_t at2 = 0, at1 = 0, at0 = 0; /* live bytes before allocations n - 2P, n - P and n */
+    for (size_t k = 0; k < n; k++) {
+        uint64_t end = freed[k] >= n ? UINT64_MAX : freed[k];
+        at2 += k < n - 2 * period && end >= n - 2 * period ? size[k] : 0;
+        at1 += k < n - period && end >= n - period ? size[k] : 0;
+        at0 += end >= n ? size[k] : 0;
+    }
+    return (at2 < at1 && at1 < at0) || (at2 > at1 && at1 > at0);
+}

@@ -58,7 +58,7 @@
 #define SHAPES 4               /* step shapes kept with their plans */
 #define PREFIX 8               /* first allocations by which a step under way picks another shape's plan */
 #define DETECT_FROM 1024       /* unmarked steps: the period is looked for at 1024, 2048, 4096, ... allocations */
-#define MIN_PERIOD 4           /* a step of fewer allocations is not worth a plan */
+#define MIN_PERIOD HBM__MIN_STEP /* a step of fewer allocations is not worth a plan */
 #define QUIET_AFTER 2          /* clean steps before recording stops (the steady state) */
 
 typedef struct step_rec {
@@ -155,25 +155,6 @@ static void serve(hbm_allocator *a, int i);
 static int shape_for_prefix(hbm__stepplan *sp, size_t k);
 static hbm_status boundary(hbm_allocator *a);
 
-/* Whether the live bytes at the same point of the last three periods rise or fall steadily: a repeat inside a step
- * (the layers of a forward pass keep their activations, of a backward pass free them), not a step, which comes back
- * to the live bytes it began with (a step of another length, too, rises and falls). Measured on MindSpore's pangu
- * graphs: +107.7 MiB per period found (112 allocations: a layer); the CPU training trace: equal; finetune-varlen:
- * up, then down. */
-static bool accumulating(const step_rec *r, size_t n, size_t period)
-{
-    if (n < 2 * period)
-        return false;
-    uint64_t at2 = 0, at1 = 0, at0 = 0; /* live bytes before allocations n - 2P, n - P and n */
-    for (size_t k = 0; k < n; k++) {
-        uint64_t end = r[k].end == LIVE || r[k].end == NEXT ? UINT64_MAX : r[k].end;
-        at2 += k < n - 2 * period && end >= n - 2 * period ? r[k].size : 0;
-        at1 += k < n - period && end >= n - period ? r[k].size : 0;
-        at0 += end >= n ? r[k].size : 0;
-    }
-    return (at2 < at1 && at1 < at0) || (at2 > at1 && at1 > at0);
-}
-
 /* A job that does not mark its steps: the period of its allocations so far (all in step 0), as --steps auto finds
  * it (hbm__step_period). Found (at least twice over, over half of the allocations so far, of MIN_PERIOD allocations
  * or more): a boundary now, and one every period from here. */
@@ -191,11 +172,11 @@ static void detect(hbm_allocator *a)
             size[k] = r[k].size, freed[k] = r[k].end;
         /* at least half of what was seen: a repeat inside a step (its layers) is shorter */
         period = hbm__step_period(size, freed, n, n / 2, MIN_PERIOD, &len, &by);
+        if (period && hbm__period_accumulates(size, freed, n, period))
+            period = 0; /* looked for again at the next power of two */
     }
     free(size);
     free(freed);
-    if (period && accumulating(r, n, period))
-        period = 0; /* looked for again at the next power of two */
     if (period) {
         sp->auto_period = period;
         a->stats.steps++;

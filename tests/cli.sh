@@ -224,6 +224,12 @@ check steps_in_trace 0 "^steps: *3 (the trace's s events)" "$bin" replay "$tmp/s
 check steps_twice 2 "marks its steps already (line 3)" "$bin" replay "$tmp/steps.trace" --steps auto
 printf 'a 1 100\nf 1\na 2 200\na 3 300\n' > "$tmp/nosteps.trace"
 check steps_none 2 "no repeating step found" "$bin" replay "$tmp/nosteps.trace" --steps auto
+# Layers, not steps: the same four allocations repeat, but each repeat keeps one (live memory grows): refused as
+# the step plan refuses it in a running job (before: "every 4 allocations"); a one-step real trace finds none
+# (before: cs336 fullstep "290 step boundaries every 4 allocations", from a repeat over its last 1159 of 7095).
+awk 'BEGIN { print "hbmtrace 1"; for (k = 0; k < 50; k++) { b = 4 * k; printf "a %d 1000\na %d 2000\na %d 3000\na %d 4000\nf %d\nf %d\nf %d\n", b, b + 1, b + 2, b + 3, b + 1, b + 2, b + 3 } }' > "$tmp/layers.trace"
+check steps_layers_are_not_steps 2 "repeat every 4, but live memory grows or shrinks" "$bin" replay "$tmp/layers.trace" --steps auto
+check steps_one_step_trace 2 "no repeating step found" "$bin" replay "$ex" --steps auto
 # view: a real renderer draws it, not blank, with the peak on the axis.
 check view_svg 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.svg"
 check view_html 0 "wrote" "$bin" view "$ex" --conf "" -o "$tmp/v.html"

@@ -50,18 +50,31 @@ int trace_mark_steps(trace *t, const char *how, char *msg, size_t msglen)
         uint32_t *freed = malloc((nalloc ? nalloc : 1) * sizeof *freed);
         size_t best_len = 0;
         int which = 0;
-        int bad = !size || !freed || allocations_of(t, size, freed, nalloc);
+        int bad = !size || !freed || allocations_of(t, size, freed, nalloc), layers = 0;
+        /* As the step plan looks for steps in a running job (stepplan.c): a repeat over at least half of the
+         * allocations, of at least HBM__MIN_STEP, whose live bytes come back (the layers of one step repeat too,
+         * keeping their activations). */
         if (!bad)
-            period = hbm__step_period(size, freed, nalloc, 2, 1, &best_len, &which);
+            period = hbm__step_period(size, freed, nalloc, nalloc / 2, HBM__MIN_STEP, &best_len, &which);
+        if (period && hbm__period_accumulates(size, freed, nalloc, period)) {
+            layers = (int)period;
+            period = 0;
+        }
         free(size);
         free(freed);
         if (bad) {
             snprintf(msg, msglen, "out of host memory looking for the step");
             return -1;
         }
+        if (!period && layers) {
+            snprintf(msg, msglen, "no repeating step found: the trace's allocations repeat every %d, but live memory "
+                                  "grows or shrinks from one repeat to the next (the layers of one step, not steps; "
+                                  "mark the steps with 's' lines, or give --steps N)", layers);
+            return -1;
+        }
         if (!period) {
-            snprintf(msg, msglen, "no repeating step found: no end of the trace's %zu allocations repeats twice "
-                                  "(mark the steps with 's' lines, or give --steps N)", nalloc);
+            snprintf(msg, msglen, "no repeating step found: no end of the trace's %zu allocations, half of them or "
+                                  "more, repeats twice (mark the steps with 's' lines, or give --steps N)", nalloc);
             return -1;
         }
         by = said[which];
