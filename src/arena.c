@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "internal.h"
+#include "lazy.h"
 #include "pool.h"
 #include "util.h"
 
@@ -206,6 +207,8 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
     }
     free(start_at);
     free(end_at);
+    if (!why)
+        hbm__lazy_plan(a);
     if (why) {
         snprintf(err, errlen, "hbm_plan_file: %.200s:%zu: %s", path, lineno, why);
         hbm__plan_clear(a);
@@ -265,7 +268,7 @@ static hbm__block *region_block(hbm_allocator *a, uintptr_t at)
         hints_for(a, seg);
     hbm__block **hint = a->plan_hint ? &a->plan_hint[(at - seg->addr) >> a->plan_hint_shift] : NULL;
     hbm__block *b = hint ? *hint : NULL;
-    if (!b || b->seg != seg || !(b->allocated || b->in_tree)) {
+    if (!b || b->seg != seg || !(b->allocated || b->in_tree || b->loose)) {
         b = a->plan_cursor ? hbm__ptrmap_get(&a->live, a->plan_cursor) : NULL;
         if (!b || b->seg != seg)
             b = seg->head;
@@ -279,36 +282,22 @@ static hbm__block *region_block(hbm_allocator *a, uintptr_t at)
     return b;
 }
 
-hbm__block *hbm__plan_block(hbm_allocator *a, size_t size)
+hbm__block *hbm__region_find(hbm_allocator *a, size_t k, uintptr_t at)
 {
-    size_t k = a->plan_next++;
-    if (k >= a->plan_n || size > a->plan_size[k] || (a->nspare_blocks < 2 && hbm__ensure_spares(a, 2) != HBM_OK)) {
-        a->stats.plan_misses++;
-        return NULL;
-    }
-    uintptr_t at = a->arena_seg->addr + a->plan_off[k];
-    /* The block the range begins in: the one after the allocation planned right below it when that is live (O(1)),
-     * else the region's address index (a hint, then a short walk). */
     uint32_t j = a->plan_below[k];
     hbm__block *b = j != UINT32_MAX ? hbm__ptrmap_get(&a->live, a->arena_seg->addr + a->plan_off[j]) : NULL;
     b = b && b->seg == a->arena_seg ? b->next : !a->plan_off[k] ? a->arena_seg->head : NULL;
     if (!b || b->addr > at || b->addr + b->size <= at)
         b = region_block(a, at);
-    if (!b || b->allocated || !b->in_tree || b->event_count || at + size > b->addr + b->size) {
-        a->stats.plan_misses++; /* that range is taken: a late free, another stream's use, a changed step */
+    return b;
+}
+
+hbm__block *hbm__plan_block(hbm_allocator *a, size_t size)
+{
+    size_t k = a->plan_next++;
+    if (k >= a->plan_n || size > a->plan_size[k]) {
+        a->stats.plan_misses++;
         return NULL;
     }
-    if (at > b->addr) { /* split the free front off, in the tree as a free block of its own */
-        bool was_split = b->prev || b->next;
-        hbm__block *front = hbm__split_front(a, b, at - b->addr);
-        hbm__pool_rekey(&a->arena, b, false); /* smaller now */
-        hbm__pool_insert(&a->arena, front);
-        /* Two free blocks of a split segment where there was one (counted already if it was split). */
-        hbm__stat_arr_inc(a->stats.inactive_split, &a->arena, was_split ? 1 : 2);
-        if (!was_split)
-            hbm__stat_arr_inc(a->stats.inactive_split_bytes, &a->arena, (int64_t)(front->size + b->size));
-    }
-    a->stats.plan_hits++;
-    a->plan_cursor = at;
-    return b;
+    return hbm__plan_take(a, k, size);
 }

@@ -93,7 +93,7 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
     hbm__lock(a);
     sums s[3];
     memset(s, 0, sizeof s);
-    size_t live = 0, reserved = 0, nseg = 0, nexp = 0, events = 0;
+    size_t live = 0, reserved = 0, nseg = 0, nexp = 0, events = 0, nloose = 0;
     int64_t oversize_alloc = 0, oversize_seg = 0;
     uintptr_t prev_end = 0;
     for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
@@ -183,17 +183,25 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
                 if (b->in_tree)
                     FAIL(&ck, "live block %p is in the free tree", (void *)b->addr);
             } else {
-                if (b->mapped)
-                    s[k].free_blocks++;
-                else
-                    s[k].unmapped_blocks++;
-                if (!b->in_tree)
-                    FAIL(&ck, "free block %p is not in the free or unmapped tree", (void *)b->addr);
+                if (b->loose) { /* lazy.c: outside the tree, on its pool's list */
+                    nloose++;
+                    if (b->in_tree || !seg->pool->lazy)
+                        FAIL(&ck, "loose block %p is %s", (void *)b->addr,
+                             b->in_tree ? "in the free tree too" : "in a pool that is not lazy");
+                } else {
+                    if (b->mapped)
+                        s[k].free_blocks++;
+                    else
+                        s[k].unmapped_blocks++;
+                    if (!b->in_tree)
+                        FAIL(&ck, "free block %p is not in the free or unmapped tree", (void *)b->addr);
+                }
                 if (split) {
                     s[k].inactive_split++;
                     s[k].inactive_split_bytes += (int64_t)b->size;
                 }
-                if (b->next && !b->next->allocated && b->next->event_count == 0 && b->next->mapped == b->mapped)
+                if (b->next && !b->next->allocated && b->next->event_count == 0 && b->next->mapped == b->mapped &&
+                    !b->loose && !b->next->loose)
                     FAIL(&ck, "free blocks %p and %p are adjacent but not coalesced", (void *)b->addr,
                          (void *)b->next->addr);
             }
@@ -209,6 +217,17 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
             FAIL(&ck, "blocks of segment %p cover %zu bytes, the segment has %zu", (void *)seg->addr,
                  (size_t)(expect - seg->addr), seg->size);
     }
+    size_t listed = 0;
+    for (const hbm__block *b = a->arena.loose; b && listed <= nloose; b = (const hbm__block *)b->node.r, listed++)
+        if (!b->loose || (b->node.l && ((const hbm__block *)b->node.l)->node.r != &b->node))
+            FAIL(&ck, "the loose list holds block %p, %s", (void *)b->addr,
+                 !b->loose ? "which is not loose" : "whose previous entry does not point back");
+    if (a->arena.lazy != (a->plan_n > 0))
+        FAIL(&ck, "the region's pool is %s while %s plan is in force", a->arena.lazy ? "lazy" : "not lazy",
+             a->plan_n ? "a" : "no");
+    if (listed != nloose || a->arena.nloose != nloose)
+        FAIL(&ck, "%zu loose blocks in the segments, %zu on the list, the count says %zu", nloose, listed,
+             a->arena.nloose);
     if (nseg != a->nsegments)
         FAIL(&ck, "segment count %zu, the segment tree holds %zu", a->nsegments, nseg);
     if (hbm__rb_verify(a->segments, NULL) < 0)

@@ -142,6 +142,7 @@ hbm__block *hbm__block_new(hbm_allocator *a)
     b->event_count = 0;
     b->nuses = 0; /* a recycled object keeps its uses array for reuse */
     b->rec_step = 0;
+    b->loose = false;
     return b;
 }
 
@@ -268,6 +269,10 @@ HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__blo
 static hbm__block *arena_free_block(hbm_allocator *a, hbm_stream stream, size_t size)
 {
     hbm__block *b = hbm__pool_lower_bound(&a->arena, stream, size);
+    if ((!b || b->stream != stream) && a->arena.nloose) { /* the loose blocks, coalesced, join in */
+        hbm__lazy_flush(a);
+        b = hbm__pool_lower_bound(&a->arena, stream, size);
+    }
     return b && b->stream == stream ? b : NULL;
 }
 
@@ -403,6 +408,7 @@ void hbm__arena_retire(hbm_allocator *a)
     hbm__segment *seg = a->arena_seg;
     if (!seg)
         return;
+    hbm__lazy_flush(a); /* its free blocks in the tree, coalesced */
     a->arena_seg = NULL;
     a->plan_cursor = 0;
     hbm__block *b = seg->head;
@@ -719,8 +725,7 @@ hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, 
 
 /* ---- free ---- */
 
-/* Splice src, a neighbour outside every tree, into dst; returns the bytes absorbed. */
-static size_t absorb(hbm_allocator *a, hbm__block *dst, hbm__block *src)
+size_t hbm__absorb(hbm_allocator *a, hbm__block *dst, hbm__block *src)
 {
     if (dst->prev == src) {
         dst->addr = src->addr;
@@ -753,27 +758,25 @@ size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__bloc
         hbm__pool_remove(p, src);
     else
         hbm__unmapped_remove(p, src);
-    return absorb(a, dst, src);
+    return hbm__absorb(a, dst, src);
 }
 
-void hbm__free_block(hbm_allocator *a, hbm__block *b)
+/* b, free and outside every tree, coalesced with its free neighbours into p's tree; the inactive_split counts
+ * follow (b was not counted as free). Returns the block that holds b's range. */
+static inline hbm__block *settle(hbm_allocator *a, hbm__pool *p, hbm__block *b)
 {
-    hbm__pool *p = b->seg->pool;
     hbm_stats *st = &a->stats;
-    size_t size = b->size, requested = b->requested;
-    hbm__trace_block(a, HBM_TRACE_FREE_COMPLETED, b, requested);
     /* Coalesce with the free neighbours (both in the free tree): the larger one
      * takes in the rest, and often keeps its place in the tree. */
     bool mp = can_merge(b, b->prev), mn = can_merge(b, b->next);
     int64_t net_blocks = -(int64_t)mp - (int64_t)mn;
     int64_t net_bytes = -(int64_t)((mp ? b->prev->size : 0) + (mn ? b->next->size : 0));
-    b->requested = 0;
     if (!mp && !mn) {
         hbm__pool_insert(p, b);
     } else {
         hbm__block *keep = !mp ? b->next : !mn ? b->prev : b->prev->size >= b->next->size ? b->prev : b->next;
         hbm__try_merge(a, p, b, keep == b->prev ? b->next : b->prev); /* nothing when that one is not free */
-        absorb(a, keep, b);
+        hbm__absorb(a, keep, b);
         b = keep;
         hbm__pool_rekey(p, b, true);
     }
@@ -791,9 +794,33 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b)
         hbm__stat_arr_inc(st->inactive_split_bytes, p, net_bytes);
     else if (net_bytes < 0)
         hbm__stat_arr_dec(st->inactive_split_bytes, p, -net_bytes);
+    return b;
+}
+
+void hbm__free_block(hbm_allocator *a, hbm__block *b)
+{
+    hbm__pool *p = b->seg->pool;
+    hbm_stats *st = &a->stats;
+    size_t size = b->size, requested = b->requested;
+    hbm__trace_block(a, HBM_TRACE_FREE_COMPLETED, b, requested);
+    b->requested = 0;
+    if (__builtin_expect(p->lazy, 0))
+        hbm__loose_add(a, p, b); /* a plan is served from this region: left where it is */
+    else
+        settle(a, p, b);
     hbm__stat_arr_dec(st->active, p, 1);
     hbm__stat_arr_dec(st->active_bytes, p, (int64_t)size);
     hbm__stat_arr_dec(st->requested_bytes, p, (int64_t)requested);
+}
+
+hbm__block *hbm__settle_free(hbm_allocator *a, hbm__block *b)
+{
+    hbm__pool *p = b->seg->pool;
+    if (block_is_split(b) && !b->seg->expandable) { /* its count as free, which settle makes again */
+        hbm__stat_arr_dec(a->stats.inactive_split, p, 1);
+        hbm__stat_arr_dec(a->stats.inactive_split_bytes, p, (int64_t)b->size);
+    }
+    return settle(a, p, b);
 }
 
 /* Slow path: say what a pointer that is not a live block start is. */
@@ -961,6 +988,9 @@ void hbm__engine_teardown(hbm_allocator *a)
     hbm__stepplan_free(a); /* its shapes own the plan a->plan_* shows, if any */
     hbm__plan_clear(a);
     hbm__plan_hints_free(a);
+    free(a->plan_last);
+    a->plan_last = NULL;
+    a->plan_last_cap = 0;
     hbm__stream_teardown(a);
     free(a->history);
     a->history = NULL;

@@ -42,6 +42,7 @@ typedef struct hbm__block {
     uint64_t gc_base; /* pool->search_count when the block entered the free tree */
     bool allocated;
     bool in_tree;     /* in pool->free_tree (free and mapped) or pool->unmapped (unmapped) */
+    bool loose;       /* free in a lazy pool, outside its tree, not coalesced: on pool->loose (lazy.c) */
     bool mapped;      /* false only for unmapped ranges of expandable segments */
     int event_count;  /* events still to complete before a freed block is reusable */
     hbm_stream *uses; /* other streams that used the block (record_stream) */
@@ -102,6 +103,9 @@ struct hbm__pool {
     uint64_t search_count; /* get_free_blocks_call_count: the GC age clock */
     bool is_small;
     bool is_arena;         /* the arena's pool (arena.c): counted as large, split to 512 bytes, never released */
+    bool lazy;             /* the arena's pool while a plan is served (lazy.c): a freed block is left loose */
+    hbm__block *loose;     /* its loose blocks, linked through their tree nodes (node.r next, node.l previous) */
+    size_t nloose;
     hbm__pool *sibling;    /* the other pool (small <-> large) of the same owner */
     hbm__mempool *owner;   /* NULL for the default pools */
 };
@@ -180,6 +184,8 @@ struct hbm_allocator {
     size_t plan_n, plan_next;
     uint64_t plan_height;
     uintptr_t plan_cursor; /* where the last planned allocation went: the walk to the next starts there if live */
+    hbm__block **plan_last; /* plan_last[k]: the block last served at position k, a hint checked before use */
+    size_t plan_last_cap;
     /* The region's address index (arena.c, region_block): plan_hint[c] is a block of the region found in its chunk
      * c of 2^plan_hint_shift bytes, checked before use; made for the range [plan_hint_addr, + plan_hint_size),
      * remade when the region is another range. */
@@ -417,6 +423,27 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen);
  * front when needed), for a rounded request of size; NULL (a miss, counted) when the plan cannot serve it. */
 void hbm__plan_hints_free(hbm_allocator *a); /* the region's address index (arena.c) */
 hbm__block *hbm__plan_block(hbm_allocator *a, size_t size);
+/* The block of the region that planned position k's range begins at (at): after the allocation planned right below
+ * it when that one is live (O(1)), else through the region's address index (a hint, then a short walk). */
+hbm__block *hbm__region_find(hbm_allocator *a, size_t k, uintptr_t at);
+
+/* ---- lazy.c: the region kept loose while a plan is served ---- */
+/* hbm__free_block in a lazy pool: b, free and outside every tree, left loose where it is (counted as free). */
+void hbm__loose_add(hbm_allocator *a, hbm__pool *p, hbm__block *b);
+/* The free block for planned range [at, at + size) of the region, made of b (free, holding at) and the free blocks
+ * after it: counted as free, outside the tree and the loose list, exactly the range (what is cut off before and
+ * after it is left loose). NULL when a block of the range is in use or the region ends first; nothing changed. */
+hbm__block *hbm__lazy_take(hbm_allocator *a, hbm__block *b, uintptr_t at, size_t size);
+/* Every loose block of the arena's pool coalesced into its tree (the region's best fit, a retired region). */
+void hbm__lazy_flush(hbm_allocator *a);
+/* After the plan in force changed (a->plan_n positions, 0: none): the pool is lazy while there is one (flushed when
+ * it stops), and plan_last has room for it. */
+void hbm__lazy_plan(hbm_allocator *a);
+/* A free block outside every tree, counted as free (a loose one, unlinked), coalesced into its pool's tree
+ * (engine.c): the block that holds its range. */
+hbm__block *hbm__settle_free(hbm_allocator *a, hbm__block *b);
+/* Splices src, a neighbour outside every tree, into dst; returns the bytes absorbed (engine.c). */
+size_t hbm__absorb(hbm_allocator *a, hbm__block *dst, hbm__block *src);
 hbm_status hbm__label_intern(hbm__labels *l, const char *text, hbm_label *out);
 /* The same for a's table, with a's error message set when refused (a->lock held). */
 hbm_status hbm__label_intern_a(hbm_allocator *a, const char *text, hbm_label *out);

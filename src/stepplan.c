@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "lazy.h"
 #include "util.h"
 
 #define LIVE UINT32_MAX       /* not freed yet */
@@ -91,6 +92,8 @@ typedef struct hbm__stepplan {
     int serving;          /* the shape whose plan is in force (a->plan_* show it), -1: none */
     bool user_steps;      /* hbm_step was called: the job marks its steps */
     size_t auto_period;   /* not marked: the period found in the allocations (0: none yet), a boundary every one */
+    size_t check_at;      /* not marked: allocations of the step at which a boundary falls or the period is looked
+                             for (SIZE_MAX: marked) */
     bool planned;         /* some shape has a plan */
     int64_t misses_before; /* plan_misses when the step began */
     uint32_t settle; /* boundaries after a new plan at which cached segments are still released */
@@ -109,6 +112,7 @@ hbm_status hbm__stepplan_init(hbm_allocator *a)
     if (!a->sp)
         return HBM_ERR_NOMEM;
     a->sp->serving = -1;
+    a->sp->check_at = DETECT_FROM;
     return HBM_OK;
 }
 
@@ -179,6 +183,7 @@ static void detect(hbm_allocator *a)
     free(freed);
     if (period) {
         sp->auto_period = period;
+        sp->check_at = period;
         a->stats.steps++;
         (void)boundary(a); /* out of host memory is said in hbm_last_error; allocation goes on */
     }
@@ -194,31 +199,38 @@ static bool planned_range_free(hbm_allocator *a, size_t j)
 hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *tag)
 {
     hbm__stepplan *sp = a->sp;
-    if (!sp->have_stream) {
+    if (__builtin_expect(!sp->have_stream, 0)) {
         sp->stream = stream;
         sp->have_stream = true;
     }
     if (stream != sp->stream)
         return NULL;
-    if (!sp->user_steps) { /* steps found, not marked */
-        size_t n = sp->n[sp->step & 1];
-        if (sp->auto_period && n == sp->auto_period) {
+    size_t *n = &sp->n[sp->step & 1];
+    if (__builtin_expect(*n >= sp->check_at, 0)) { /* steps found, not marked: a boundary, or the period looked for */
+        if (sp->auto_period) {
             a->stats.steps++;
             (void)boundary(a);
-        } else if (!sp->auto_period && n >= DETECT_FROM && !(n & (n - 1))) {
+        } else {
             detect(a);
+            if (!sp->auto_period)
+                sp->check_at = 2 * *n; /* looked for again at the next power of two */
         }
+        n = &sp->n[sp->step & 1];
     }
-    if (sp->quiet && sp->n[sp->step & 1] >= PREFIX) /* the steady state: counted, not recorded (but for the first
-                                                       allocations, by which a step's shape is recognised) */
-        sp->n[sp->step & 1]++;
+    if (sp->quiet && *n >= PREFIX) /* the steady state: counted, not recorded (but for the first allocations, by
+                                      which a step's shape is recognised) */
+        ++*n;
     else
         *tag = record(sp, size);
+    size_t k = a->plan_next;
+    if (__builtin_expect(k < a->plan_n && size == a->plan_size[k] && k >= PREFIX && a->arena_seg, 1)) {
+        a->plan_next = k + 1; /* the steady state: the size planned at the position expected */
+        return hbm__plan_take(a, k, size);
+    }
     if (!sp->planned)
         return NULL;
     if (a->arena_wanted)
         hbm__arena_create(a, stream);
-    size_t k = a->plan_next;
     if (k < PREFIX && (k >= a->plan_n || size != a->plan_size[k])) { /* the step begins unlike this shape */
         int other = shape_for_prefix(sp, k);
         if (other >= 0)
@@ -239,11 +251,17 @@ hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, ui
         size_t lo = k >= LOOKBACK ? k - LOOKBACK : 0;
         for (size_t j = lo; j < a->plan_n && j <= k + LOOKAHEAD; j++)
             if (j != k && a->plan_size[j] == size && planned_range_free(a, j)) {
-                a->plan_next = j; /* served there, and the step's count follows from there */
+                k = j; /* served there, and the step's count follows from there */
                 break;
             }
+        if (size > a->plan_size[k]) {
+            a->plan_next = k + 1;
+            a->stats.plan_misses++;
+            return NULL;
+        }
     }
-    return hbm__plan_block(a, size); /* counts the hit or the miss, moves plan_next on */
+    a->plan_next = k + 1;
+    return hbm__plan_take(a, k, size); /* counts the hit or the miss */
 }
 
 void hbm__step_freed(hbm_allocator *a, hbm__block *b)
@@ -271,6 +289,7 @@ static void serve(hbm_allocator *a, int i)
     a->plan_size = h->size;
     a->plan_below = h->below;
     a->plan_n = h->off ? h->n : 0;
+    hbm__lazy_plan(a); /* plan_last's hints were the other plan's */
 }
 
 static void shape_clear(shape *h)
@@ -307,8 +326,10 @@ static shape *shape_of(hbm_allocator *a, int src, bool *exact)
         for (int i = 1; i < SHAPES; i++)
             if (!sp->shapes[i].n || (sp->shapes[at].n && sp->shapes[i].used < sp->shapes[at].used))
                 at = sp->shapes[at].n ? i : at;
-        if (sp->serving == at)
+        if (sp->serving == at) {
             sp->serving = -1, a->plan_n = 0, a->plan_off = a->plan_size = NULL, a->plan_below = NULL;
+            hbm__lazy_plan(a); /* no plan in force: the region is coalesced */
+        }
         shape_clear(&sp->shapes[at]);
         shape *h = &sp->shapes[at];
         if (!(h->env = calloc(n ? n : 1, sizeof *h->env)))
@@ -514,6 +535,7 @@ hbm_status hbm_step(hbm_allocator *a)
     if (a->sp && !a->sp->user_steps) { /* marked from now on: the period found, if any, is dropped */
         a->sp->user_steps = true;
         a->sp->auto_period = 0;
+        a->sp->check_at = SIZE_MAX;
     }
     hbm_status rc = a->sp ? boundary(a) : HBM_OK;
     hbm__unlock(a);

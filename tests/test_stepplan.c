@@ -635,6 +635,36 @@ static void run_steps(const char *spec, uint64_t seed, int fill, int faults, int
     assert_int_equal(hbm_destroy(a), HBM_OK);
 }
 
+/* While a plan is served the region's freed blocks are left loose (src/lazy.c: not coalesced, outside the free
+ * tree). A request the plan does not serve, larger than any loose block but inside the region's free space, is
+ * served there all the same (the loose blocks coalesced first), with no new segment and no OOM; a region with
+ * no plan in force is coalesced again. */
+static void loose_blocks_are_coalesced_before_the_region_says_it_is_full(void **st)
+{
+    (void)st;
+    loop l = start(NOVMM, "hbm_step_plan:True");
+    for (int k = 0; k < 4; k++)
+        one_step(&l);
+    free_checked(&l, l.carry);
+    l.carry = NULL;
+    hbm_stats s = stats_of(l.a);
+    assert_true(s.plan_hits > 0);
+    assert_true(l.a->arena.lazy);
+    assert_true(l.a->arena.nloose > 1); /* the step's blocks, freed where they were */
+    for (const hbm__block *b = l.a->arena.loose; b; b = (const hbm__block *)b->node.r)
+        assert_true(b->size < (size_t)s.arena_bytes);
+    assert_int_equal(hbm_set_memory_fraction(l.a, (double)s.reserved_bytes[0].current / (double)(8 * GiB)), HBM_OK);
+    char *whole = alloc_checked(&l, (size_t)s.arena_bytes); /* the whole region: not planned, a miss */
+    hbm_stats t = stats_of(l.a);
+    assert_ptr_equal(whole, (char *)l.a->arena_seg->addr);
+    assert_int_equal(t.num_ooms, 0);
+    assert_int_equal(t.reserved_bytes[0].current, s.reserved_bytes[0].current);
+    assert_int_equal(l.a->arena.nloose, 0);
+    free_checked(&l, whole); /* left loose again: the plan is still in force */
+    assert_int_equal(l.a->arena.nloose, 1);
+    finish(&l);
+}
+
 static void random_perturbed_steps_keep_every_invariant(void **st)
 {
     (void)st;
@@ -666,6 +696,7 @@ int main(void)
         cmocka_unit_test(cyclic_plans_never_overlap_buffers_live_together),
         cmocka_unit_test(a_wrapped_lifetime_meets_the_next_periods_start),
         cmocka_unit_test(bad_lifetimes_are_refused),
+        cmocka_unit_test(loose_blocks_are_coalesced_before_the_region_says_it_is_full),
         cmocka_unit_test(random_perturbed_steps_keep_every_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

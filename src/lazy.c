@@ -1,0 +1,162 @@
+/*
+ * lazy.c: the region kept loose while a plan is served from it (hbm_step_plan,
+ * hbm_plan_file): lazy coalescing.
+ *
+ * A plan puts every allocation of a step at a known offset, and the next
+ * step's allocations at the same offsets again. Kept as the caching policy
+ * keeps a segment (every free coalesced with its free neighbours into the
+ * free tree, every planned allocation split out of it again), the region
+ * pays two tree updates per allocation that the caching policy does not,
+ * since it reuses a cached block whole. So while a plan is in force the
+ * arena's pool is lazy: a freed block is left where it is, free, outside
+ * the tree and not coalesced: loose. A planned allocation takes the block
+ * at its offset when it is exactly its range (the same tensor a step
+ * later, or another planned at the same place), else joins the free blocks
+ * over its range into one and cuts off what lies before and after it,
+ * which is left loose: list work, no tree work. The loose blocks are
+ * coalesced into the tree (hbm__lazy_flush) when the region's best fit
+ * finds nothing (before a segment is made or an OOM is said: no memory is
+ * lost to laziness), when the region is retired and when no plan is in
+ * force any more.
+ *
+ * Statistics count a loose block as the free block it is (inactive_split,
+ * a free block of a split segment), snapshots show it free, and the
+ * validator knows the state (check.c: loose blocks are exactly those on the
+ * pool's list; a loose block's free neighbour is not a missed coalesce).
+ * The largest free block (OOM messages, hbmalloc top) is the tree's: while
+ * a plan is served, the free space between its blocks is loose.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "lazy.h"
+#include "pool.h"
+
+static bool is_split(const hbm__block *b) { return b->prev || b->next; }
+
+static void push(hbm__pool *p, hbm__block *b)
+{
+    b->loose = true;
+    b->node.l = NULL;
+    b->node.r = p->loose ? &p->loose->node : NULL;
+    if (p->loose)
+        p->loose->node.l = &b->node;
+    p->loose = b;
+    p->nloose++;
+}
+
+void hbm__loose_add(hbm_allocator *a, hbm__pool *p, hbm__block *b)
+{
+    push(p, b);
+    if (is_split(b)) { /* a free block of a split segment (the region is never expandable) */
+        hbm__stat_arr_inc(a->stats.inactive_split, p, 1);
+        hbm__stat_arr_inc(a->stats.inactive_split_bytes, p, (int64_t)b->size);
+    }
+}
+
+/* Two free blocks, both counted, joined into dst: one counted, or none when dst is now its whole segment. */
+static void join(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
+{
+    hbm__absorb(a, dst, src);
+    if (is_split(dst)) {
+        hbm__stat_arr_dec(a->stats.inactive_split, p, 1);
+    } else {
+        hbm__stat_arr_dec(a->stats.inactive_split, p, 2);
+        hbm__stat_arr_dec(a->stats.inactive_split_bytes, p, (int64_t)dst->size);
+    }
+}
+
+/* Free block b (counted, outside every tree and list) cut in two at len bytes: b keeps the front (a block object
+ * keeps the address it begins at, so that plan_last's hints stay good), a new object the rest, returned; both are
+ * counted as free. */
+static hbm__block *cut(hbm_allocator *a, hbm__pool *p, hbm__block *b, size_t len)
+{
+    bool was_split = is_split(b);
+    hbm__block *n = hbm__block_new(a); /* hbm__plan_block made sure of the spares */
+    n->seg = b->seg;
+    n->stream = b->stream;
+    n->addr = b->addr + len;
+    n->size = b->size - len;
+    n->prev = b;
+    n->next = b->next;
+    if (n->next)
+        n->next->prev = n;
+    b->next = n;
+    b->size = len;
+    hbm__stat_arr_inc(a->stats.inactive_split, p, was_split ? 1 : 2);
+    if (!was_split)
+        hbm__stat_arr_inc(a->stats.inactive_split_bytes, p, (int64_t)(n->size + b->size));
+    return n;
+}
+
+/* Free block b out of the tree or the loose list: still counted as free. */
+static void take(hbm__pool *p, hbm__block *b)
+{
+    if (b->in_tree)
+        hbm__pool_remove(p, b);
+    else
+        hbm__loose_unlink(p, b);
+}
+
+hbm__block *hbm__lazy_take(hbm_allocator *a, hbm__block *b, uintptr_t at, size_t size)
+{
+    hbm__pool *p = &a->arena;
+    uintptr_t end = at + size;
+    const hbm__block *c = b;
+    for (; c && c->addr < end; c = c->next)
+        if (c->allocated || c->event_count)
+            return NULL; /* in use: a late free, another stream's work, another plan's block */
+    if (!c && b->seg->addr + b->seg->size < end)
+        return NULL;
+    take(p, b);
+    while (b->addr + b->size < end) { /* the free blocks after it, to the range's end */
+        hbm__block *n = b->next;
+        take(p, n);
+        join(a, p, b, n);
+    }
+    if (b->addr < at) { /* what lies before the range stays loose, */
+        hbm__block *front = b;
+        b = cut(a, p, front, at - front->addr);
+        push(p, front);
+    }
+    if (b->size > size) /* and what lies after it */
+        push(p, cut(a, p, b, size));
+    return b;
+}
+
+void hbm__lazy_flush(hbm_allocator *a)
+{
+    hbm__pool *p = &a->arena;
+    for (hbm__block *b; (b = p->loose);) {
+        hbm__loose_unlink(p, b);
+        while (b->next && b->next->loose) {
+            hbm__block *n = b->next;
+            hbm__loose_unlink(p, n);
+            join(a, p, b, n);
+        }
+        while (b->prev && b->prev->loose) {
+            hbm__block *n = b->prev;
+            hbm__loose_unlink(p, n);
+            join(a, p, b, n);
+        }
+        (void)hbm__settle_free(a, b); /* with the tree's free neighbours, into the tree */
+    }
+}
+
+void hbm__lazy_plan(hbm_allocator *a)
+{
+    bool lazy = a->plan_n > 0;
+    if (!lazy && a->arena.lazy)
+        hbm__lazy_flush(a);
+    a->arena.lazy = lazy;
+    if (a->plan_n > a->plan_last_cap) { /* without the room, plan_last hints nothing past its end */
+        hbm__block **h = realloc(a->plan_last, a->plan_n * sizeof *h);
+        if (h) {
+            a->plan_last = h;
+            a->plan_last_cap = a->plan_n;
+        }
+    }
+    if (a->plan_last)
+        memset(a->plan_last, 0, a->plan_last_cap * sizeof *a->plan_last);
+}
