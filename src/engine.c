@@ -266,14 +266,20 @@ HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__blo
 
 /* The arena's best fit: any free block of the arena large enough (none of the oversize rules: the arena is one
  * region split down to 512 bytes). */
+static __attribute__((noinline, cold)) hbm__block *arena_free_block_flushed(hbm_allocator *a, hbm_stream stream,
+                                                                             size_t size)
+{
+    hbm__lazy_flush(a); /* the loose blocks, coalesced, join in */
+    hbm__block *b = hbm__pool_lower_bound(&a->arena, stream, size);
+    return b && b->stream == stream ? b : NULL;
+}
+
 static hbm__block *arena_free_block(hbm_allocator *a, hbm_stream stream, size_t size)
 {
     hbm__block *b = hbm__pool_lower_bound(&a->arena, stream, size);
-    if ((!b || b->stream != stream) && a->arena.nloose) { /* the loose blocks, coalesced, join in */
-        hbm__lazy_flush(a);
-        b = hbm__pool_lower_bound(&a->arena, stream, size);
-    }
-    return b && b->stream == stream ? b : NULL;
+    if (b && b->stream == stream)
+        return b;
+    return a->arena.nloose ? arena_free_block_flushed(a, stream, size) : NULL;
 }
 
 /* ---- segments ---- */
