@@ -255,6 +255,37 @@ try:
     check("two_traces_table", rows == want, "table %s, replay %s" % (rows, want))
     check("two_traces_clean", not b.problems(), "; ".join(b.problems()))
 
+    # A/B on the time axis: one snapshot under two settings shares its times (a position is drawn at the same x in
+    # both runs, and not where the event axis puts it: the snapshot's events are not evenly spaced in time); two
+    # snapshots, before and after, are laid from their own first events over the longer one's span.
+    abt = os.path.join(OUT, "view-ab-time.html")
+    subprocess.run([BIN, "view", snap, "--conf", "", "--conf", "expandable_segments:True", "-o", abt], check=True,
+                   stdout=subprocess.DEVNULL)
+    b.open(abt)
+    check("ab_time_axis_offered", b.js("!document.getElementById('xchoice').hidden"), "no x-axis chooser")
+    lo, hi = b.js("[hbmView.first(), hbmView.last()]")
+    ps = [lo + (hi - lo) * k // 8 for k in range(9)]
+    ev_x = b.js("%s.map(p => hbmView.x(p, 0))" % ps)
+    b.js("(() => { const s = document.getElementById('xaxis'); s.value = 'time'; s.dispatchEvent(new Event('change')); })()")
+    xs = b.js("[0, 1].map(k => %s.map(p => hbmView.x(p, k)))" % ps)
+    check("ab_time_shared", xs[0] == xs[1] and xs[0] != ev_x and xs[0] == sorted(xs[0]),
+          "run A %s, run B %s, on events %s" % (xs[0], xs[1], ev_x))
+    check("ab_time_clean", not b.problems(), "; ".join(b.problems()))
+    b.screenshot(os.path.join(OUT, "view-ab-time.png"))
+    replayed = os.path.join(OUT, "replayed.pickle")
+    subprocess.run([BIN, "replay", other, "--snapshot", replayed], check=True, stdout=subprocess.DEVNULL)
+    two = os.path.join(OUT, "view-two-time.html")
+    subprocess.run([BIN, "view", snap, replayed, "--conf", "", "-o", two], check=True, stdout=subprocess.DEVNULL)
+    b.open(two)
+    check("two_snapshots_time_axis_offered", b.js("!document.getElementById('xchoice').hidden"), "no x-axis chooser")
+    b.js("(() => { const s = document.getElementById('xaxis'); s.value = 'time'; s.dispatchEvent(new Event('change')); })()")
+    ends = b.js("[0, 1].map(k => { hbmView.setRun(k); return [hbmView.x(hbmView.first(), k), hbmView.x(hbmView.last(), k)]; })")
+    starts_ok = ends[0][0] == ends[1][0]
+    check("two_snapshots_from_their_starts", starts_ok and max(ends[0][1], ends[1][1]) == b.js("hbmView.plotRight"),
+          "run A %s, run B %s" % (ends[0], ends[1]))
+    check("two_snapshots_clean", not b.problems(), "; ".join(b.problems()))
+    b.screenshot(os.path.join(OUT, "view-two-time.png"))
+
     # sweep --html: the settings ranked first and the user's own, their peaks those the sweep ranked them by.
     sw = os.path.join(OUT, "sweep.html")
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:64")
