@@ -60,6 +60,10 @@ HBM_API hbm_status hbm_backend_open(hbm_backend **out, const char *spec, char *e
 HBM_API void hbm_backend_close(hbm_backend *b);
 /* Name of the backend ("sim"). */
 HBM_API const char *hbm_backend_name(const hbm_backend *b);
+/* The simulated device only: while held, work recorded on `stream` of a's device stays incomplete (an event recorded
+ * there, such as the one a free after hbm_record_stream waits on, does not complete); released, all of it completes.
+ * How hbmalloc replay plays a recorded pending free (docs/TRACE_FORMAT.md). HBM_ERR_INVALID on another backend. */
+HBM_API hbm_status hbm_sim_hold_stream(hbm_allocator *a, hbm_stream stream, int hold);
 
 /* Create an allocator for device `device` of backend b. settings is a
  * PYTORCH_*_ALLOC_CONF string; NULL means: HBMALLOC_CONF, else the PyTorch

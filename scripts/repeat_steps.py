@@ -19,7 +19,7 @@ def main():
     events = []  # (kind, id, size)
     for line in open(o.trace):
         f = line.split("#")[0].split()
-        if not f or f[0] == "hbmtrace":
+        if not f or f[0] not in ("a", "f"):  # the header; steps, empty_cache and pending frees are not repeated
             continue
         events.append((f[0], int(f[1]) if len(f) > 1 else 0, int(f[2]) if len(f) > 2 else 0))
     nalloc = sum(e[0] == "a" for e in events)

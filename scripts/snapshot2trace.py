@@ -6,7 +6,9 @@ Uses only the standard library and refuses any pickle that names a global
 (class or function), so loading cannot run code. The C importer of the traces
 issue will replace this script; it exists to produce the bundled examples.
 
-Replay order: `alloc` -> `a`, `free_completed` -> `f`. Blocks that were live
+Replay order: `alloc` -> `a`, `free_completed` -> `f`, and a `free_requested`
+that its `free_completed` does not follow at once (the block had record_stream
+uses) -> `p` (a pending free, completed by the `f`). Blocks that were live
 before recording started (they sit in the snapshot's segments but have no
 alloc event) are allocated first, so the replay sees the same live memory.
 Frees of addresses the trace never allocated are skipped and counted.
@@ -67,12 +69,16 @@ def main():
         out.write(f"a {next_id} {size} {stream}\n")
         next_id += 1
     skipped = 0
-    for e in events:
+    for k, e in enumerate(events):
         act = e["action"]
         if act == "alloc":
             ids[e["addr"]] = next_id
             out.write(f"a {next_id} {e['size']} {e.get('stream', 0)}\n")
             next_id += 1
+        elif act == "free_requested":
+            nxt = events[k + 1] if k + 1 < len(events) else None
+            if e["addr"] in ids and not (nxt and nxt["action"] == "free_completed" and nxt["addr"] == e["addr"]):
+                out.write(f"p {ids[e['addr']]}\n")
         elif act == "free_completed":
             i = ids.pop(e["addr"], None)
             if i is None:

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/sim.h"
 #include "internal.h"
 #include "releases.h"
 #include "util.h"
@@ -84,6 +85,14 @@ void hbm_backend_close(hbm_backend *b)
 }
 
 const char *hbm_backend_name(const hbm_backend *b) { return b ? b->ops->name : "(none)"; }
+
+hbm_status hbm_sim_hold_stream(hbm_allocator *a, hbm_stream stream, int hold)
+{
+    void *sim = a ? hbm__sim_ctx(a->backend) : NULL;
+    if (!sim)
+        return HBM_ERR_INVALID;
+    return hbm__sim_stream_hold(sim, a->device, stream, hold) ? HBM_ERR_NOMEM : HBM_OK;
+}
 
 /* hbm_create after the lock is tracked: a failure gives back what was made, with its message. */
 static hbm_status abandon(hbm_allocator *a, const char *why, hbm_status rc, char *err, size_t errlen)

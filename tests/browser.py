@@ -202,6 +202,38 @@ try:
     fig = figures(b)
     check("empty_cache_releases", fig.get("reserved") == 2097152 and fig.get("segments") == 1, "%s" % fig)
 
+    # A pending free (a block freed while another stream still used it: `p` in the trace, PyTorch's free_requested
+    # before its free_completed): between the two the map shows the block pending, not allocated and not free, and
+    # the figures agree with the allocator's statistics (allocated falls at the request); the whole page and the
+    # page of moments alike; the band's tooltip says so.
+    pend = os.path.join(OUT, "pending.trace")
+    with open(pend, "w") as f:
+        f.write("hbmtrace 1\na 1 3000000\na 2 5000000\np 1\na 3 1000\na 4 3000000\nf 1\na 5 3000000\n"
+                "f 2\nf 3\nf 4\nf 5\n")
+    for name, extra in (("pending", []), ("pending-moments", ["--detail", "1"])):
+        out = os.path.join(OUT, "view-%s.html" % name)
+        subprocess.run([BIN, "view", pend, "--conf", "", *extra, "-o", out], check=True, stdout=subprocess.DEVNULL)
+        b.open(out)
+        b.js("hbmView.select(5)")  # after event 4 (a 4): block 1's free requested at event 2, not completed
+        fig = figures(b)
+        check(name + "_figures", fig.get("pending free") == 3000320 and fig.get("allocated") == 5000192 + 1024 + 3000320,
+              "%s" % fig)
+        b.js("hbmView.select(7)")  # after event 6: its use done, the block reused by allocation 5
+        fig = figures(b)
+        check(name + "_completed", fig.get("pending free") == 0, "%s" % fig)
+        b.js("(() => { for (let p = hbmView.first(); p <= hbmView.last(); p++) hbmView.select(p); })()")
+        check(name + "_agrees", not b.problems(), "; ".join(b.problems()))
+    b.open(os.path.join(OUT, "view-pending.html"))
+    b.js("hbmView.select(5)")
+    pt = b.js("hbmView.bandPoint(0)")
+    b.js("window.scrollTo(0, %d)" % max(pt["y"] - 400, 0))
+    sx, sy = b.js("[window.scrollX, window.scrollY]")
+    b.call("Input.dispatchMouseEvent", type="mouseMoved", x=pt["x"] - sx, y=pt["y"] - sy)
+    tip = b.js("document.getElementById('tip').textContent")
+    check("pending_tooltip", "its free requested at event 2" in tip and "that use done at event 5" in tip,
+          "tooltip %r" % tip)
+    b.screenshot(os.path.join(OUT, "view-pending.png"))
+
     # A run with more allocations than the page holds whole (--detail 100 makes the CPU trace one): the map at
     # moments, drawn by hbmalloc; the figures there the same as the whole page's at the same event.
     b.open(page)

@@ -56,6 +56,19 @@ check conf_npu 0 "dialect: npu" "$bin" conf "base_addr_aligned_kb:4" --dialect n
 check conf_env 0 "source: PYTORCH_CUDA_ALLOC_CONF" env -u HBMALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$bin" conf
 check unknown_command 2 "unknown command" "$bin" frobnicate
 check version 0 "hbmalloc 0.1.0" "$bin" version
+# A pending free (`p`: a block freed while another stream uses it, PyTorch's record_stream): its range is not
+# reused until its `f` (a second 12 MiB segment, not one), and allocated bytes fall at the request (peak 12 MiB,
+# as PyTorch counts it: the free that waits on events has already left allocated_bytes). Through a snapshot of the
+# replay and back, the pending free is read from free_requested and free_completed.
+printf 'a 1 12582912\np 1\na 2 12582912\nf 1\nf 2\n' >"$tmp/pending.trace"
+printf 'a 1 12582912\na 2 12582912\nf 1\nf 2\n' >"$tmp/late.trace"
+check pending_keeps_the_range 0 "device calls:       2 malloc" "$bin" replay "$tmp/pending.trace" --conf "" --check
+check pending_allocated_falls 0 "peak allocated:     12.00 MiB" "$bin" replay "$tmp/pending.trace" --conf ""
+check late_free_allocated 0 "peak allocated:     24.00 MiB" "$bin" replay "$tmp/late.trace" --conf ""
+"$bin" replay "$tmp/pending.trace" --conf "" --snapshot "$tmp/pending.pickle" >/dev/null
+# (block 1's use completes at the trace's end, after the last allocation: no poll saw it, the snapshot has it pending)
+check pending_from_a_snapshot 0 "4 events: 2 alloc, 1 free (1 pending first" "$bin" replay "$tmp/pending.pickle" --conf ""
+check pending_from_a_snapshot_replayed 0 "device calls:       2 malloc" "$bin" replay "$tmp/pending.pickle" --conf ""
 # PyTorch snapshots are read directly (format told apart by content).
 snap=$src/tests/data/linear-10k-50k-grad.pickle
 check replay_pickle 0 "recorded: *peak reserved 4.13 GiB (4439670784 bytes)" "$bin" replay "$snap"

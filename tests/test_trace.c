@@ -42,6 +42,28 @@ static void reads_events_and_resolves_ids_to_reused_slots(void **st)
     trace_free(&t);
 }
 
+/* `p ID`: a block freed while another stream still uses it; its `f` completes the free later. */
+static void pending_frees_are_read_and_completed_by_their_free(void **st)
+{
+    (void)st;
+    assert_int_equal(read_str("a 1 4096\na 2 100\np 1\nf 2\na 3 512\nf 1\nf 3\n"), 0);
+    assert_int_equal(t.n, 7);
+    assert_int_equal(t.pending, 1);
+    assert_int_equal(t.frees, 3);
+    assert_int_equal(t.ev[2].kind, EV_PENDING);
+    assert_int_equal(t.ev[2].slot, t.ev[0].slot);
+    assert_int_equal(t.ev[3].pended, 0); /* block 2 was freed outright */
+    assert_int_equal(t.ev[5].kind, EV_FREE);
+    assert_true(t.ev[5].pended); /* block 1's free completes */
+    assert_int_not_equal(t.ev[4].slot, t.ev[0].slot); /* block 1 is live until then: its slot is not reused */
+    trace_free(&t);
+    bad("p 4\n", "t:1:3:", "pending free of block id 4, which is not live");
+    bad("a 4 10\np 4\np 4\n", "t:3:3:", "pending already");
+    bad("a 4 10\np 4\na 4 10\n", "t:3:3:", "already live (allocated on line 1)");
+    bad("a 4 10\np 4\nf 4\nf 4\n", "t:4:3:", "not live");
+    bad("a 4 10\np\n", "t:2:2:", "expected a block id");
+}
+
 static void malformed_lines_name_line_and_column(void **st)
 {
     (void)st;
@@ -121,6 +143,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reads_events_and_resolves_ids_to_reused_slots),
         cmocka_unit_test(malformed_lines_name_line_and_column),
+        cmocka_unit_test(pending_frees_are_read_and_completed_by_their_free),
         cmocka_unit_test(every_id_is_a_key),
         cmocka_unit_test(lookups_stay_constant_whatever_the_ids),
         cmocka_unit_test(missing_file_is_an_error),

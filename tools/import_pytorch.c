@@ -4,7 +4,9 @@
  * what the allocator ran with, the state the recording began in, and what
  * the recording allocator itself reserved.
  *
- * Replayed: `alloc` (size = the caller's request) and `free_completed`.
+ * Replayed: `alloc` (size = the caller's request) and `free_completed`, and a
+ * `free_requested` that its `free_completed` does not follow at once (a block
+ * with record_stream uses) as a pending free.
  * The state at the start is worked back from the snapshot's segments at the
  * end through the history: a `segment_free` means the segment existed
  * before it, a `segment_alloc` that it did not, a `free_completed` that the
@@ -562,6 +564,19 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
                 res = 0;
             } else if (track) {
                 occ_block(&oc, (uint64_t)addr, -1);
+            }
+        } else if (pv_is_str(act, "free_requested")) {
+            /* Not followed by its free_completed: the block had record_stream uses (PyTorch's free() records
+             * FREE_REQUESTED, then FREE_COMPLETED at once unless it inserts events on the use streams): a pending
+             * free until its free_completed. */
+            const pv *next = i + 1 < nev ? pv_at(events, i + 1) : NULL;
+            const pv *nact;
+            int64_t naddr = -1, nsize, nstream;
+            if (next)
+                event_fields(next, &nact, &naddr, &nsize, &nstream);
+            if (!next || !pv_is_str(nact, "free_completed") || naddr != addr) {
+                res = tb_pending(b, (uint64_t)addr, i + 1);
+                res = res == -2 ? -2 : 0; /* a block the history cannot place: its free_completed is skipped too */
             }
         } else if (pv_is_str(act, "segment_alloc") || pv_is_str(act, "segment_map")) {
             t->rec.present = 1;

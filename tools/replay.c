@@ -236,12 +236,34 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     return rc;
 }
 
+/* The stream a pending free's block is used on (its own, held until the free completes): past every stream a
+ * trace names in practice, one per slot so that each block's use completes on its own. */
+char replay_pending_mark;
+
+#define PENDING_STREAM(slot) (((hbm_stream)1 << 62) + (slot))
+
 hbm_status replay_event(hbm_allocator *a, const trace_event *e, void **slot)
 {
     hbm_status st;
     switch (e->kind) {
     case EV_ALLOC: return hbm_malloc(a, (size_t)e->size, e->stream, &slot[e->slot]);
+    case EV_PENDING:
+        /* PyTorch's free of a block other streams use: an event recorded on the use's stream, the block reusable
+         * when it completes (at the EV_FREE that follows). On the sim that stream is held until then; another
+         * backend cannot hold it, so there the block is freed at the EV_FREE (reused at the same point; the
+         * allocated bytes fall then instead of now). */
+        if (!slot[e->slot] || hbm_sim_hold_stream(a, PENDING_STREAM(e->slot), 1) != HBM_OK)
+            return HBM_OK;
+        if ((st = hbm_record_stream(a, slot[e->slot], PENDING_STREAM(e->slot))) != HBM_OK ||
+            (st = hbm_free(a, slot[e->slot])) != HBM_OK)
+            return st;
+        slot[e->slot] = PENDING_MARK;
+        return HBM_OK;
     case EV_FREE:
+        if (slot[e->slot] == PENDING_MARK) { /* the use completes: the allocator sees it at its next poll */
+            slot[e->slot] = NULL;
+            return hbm_sim_hold_stream(a, PENDING_STREAM(e->slot), 0);
+        }
         st = hbm_free(a, slot[e->slot]);
         slot[e->slot] = NULL;
         return st;
@@ -301,8 +323,13 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
     double ratio = s->allocated_bytes[HBM_POOL_ALL].peak
                        ? (double)s->reserved_bytes[HBM_POOL_ALL].peak / (double)s->allocated_bytes[HBM_POOL_ALL].peak
                        : 0.0;
-    fprintf(out, "trace:              %s (%zu events: %llu alloc, %llu free; %zu stream%s)\n", name, t->n,
-            (unsigned long long)t->allocs, (unsigned long long)t->frees, t->nstreams, t->nstreams == 1 ? "" : "s");
+    char pend[80] = "";
+    if (t->pending)
+        snprintf(pend, sizeof pend, " (%llu pending first: another stream used the block)",
+                 (unsigned long long)t->pending);
+    fprintf(out, "trace:              %s (%zu events: %llu alloc, %llu free%s; %zu stream%s)\n", name, t->n,
+            (unsigned long long)t->allocs, (unsigned long long)t->frees, pend, t->nstreams,
+            t->nstreams == 1 ? "" : "s");
     char dev[300];
     replay_device_line(o->backend_spec, dev, sizeof dev);
     fprintf(out, "device:             %s\n", dev);

@@ -49,6 +49,10 @@ typedef struct replay_result {
 
 /* One event of t on a: hbm_malloc, hbm_free, hbm_empty_cache or hbm_step. */
 hbm_status replay_event(hbm_allocator *a, const trace_event *e, void **slot);
+/* What a slot holds between a block's EV_PENDING and its EV_FREE on the sim: the block is freed, its free waits on
+ * the held stream (replay_event). */
+extern char replay_pending_mark;
+#define PENDING_MARK ((void *)&replay_pending_mark)
 
 /* What an allocator runs: "'STRING' (from SOURCE, read as RELEASE)", or "the defaults (...)". */
 void replay_settings_line(hbm_allocator *a, char *out, size_t len);

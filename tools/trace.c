@@ -5,8 +5,10 @@
  *   hbmtrace 1            optional header
  *   # comment
  *   a <id> <size> [<stream>]   allocate
- *   f <id>                     free
+ *   f <id>                     free (completed)
+ *   p <id>                     free requested, other streams still using the block
  *   e                          empty_cache
+ *   s                          a step ends
  *
  * Every malformed line is rejected with its line and column; so is an
  * allocation of a live id or a free of an id that is not live. Owns parsing
@@ -44,6 +46,8 @@ struct trace_builder {
     uint32_t *free_slots;
     size_t nfree, cap_free;
     uint32_t next_slot;
+    uint8_t *pending; /* per slot: its free was requested (tb_pending), not completed */
+    size_t cap_pending;
     hbm_stream streams[64];
     size_t nstreams;
 };
@@ -101,14 +105,39 @@ int tb_free(trace_builder *b, uint64_t key, uint32_t line)
     size_t i = u64map_find(&b->ids, key);
     if (!b->ids.used[i])
         return -1;
-    trace_event e = {.kind = EV_FREE, .slot = (uint32_t)b->ids.vals[i], .line = line};
+    uint32_t slot = (uint32_t)b->ids.vals[i];
+    trace_event e = {.kind = EV_FREE, .slot = slot, .line = line, .pended = slot < b->cap_pending && b->pending[slot]};
     if (hbm__grow((void **)&b->free_slots, &b->cap_free, b->nfree + 1, sizeof *b->free_slots))
         return -2;
     if (push(b->t, e))
         return -2;
+    if (e.pended)
+        b->pending[slot] = 0;
     u64map_del_at(&b->ids, i);
     b->free_slots[b->nfree++] = e.slot;
     b->t->frees++;
+    return 0;
+}
+
+int tb_pending(trace_builder *b, uint64_t key, uint32_t line)
+{
+    size_t i = u64map_find(&b->ids, key);
+    if (!b->ids.used[i])
+        return -1;
+    uint32_t slot = (uint32_t)b->ids.vals[i];
+    if (slot < b->cap_pending && b->pending[slot])
+        return -3;
+    if (slot >= b->cap_pending) {
+        size_t old = b->cap_pending;
+        if (hbm__grow((void **)&b->pending, &b->cap_pending, (size_t)slot + 1, 1))
+            return -2;
+        memset(b->pending + old, 0, b->cap_pending - old);
+    }
+    trace_event e = {.kind = EV_PENDING, .slot = slot, .line = line};
+    if (push(b->t, e))
+        return -2;
+    b->pending[slot] = 1;
+    b->t->pending++;
     return 0;
 }
 
@@ -130,6 +159,7 @@ void tb_finish(trace_builder *b)
     b->t->nstreams = b->nstreams;
     u64map_free(&b->ids);
     free(b->free_slots);
+    free(b->pending);
     free(b);
 }
 
@@ -214,7 +244,7 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                 rfail(&r, op, "unsupported hbmtrace version (this reader knows version 1)");
                 goto out;
             }
-        } else if ((*op == 'a' || *op == 'f' || *op == 'e' || *op == 's') &&
+        } else if ((*op == 'a' || *op == 'f' || *op == 'p' || *op == 'e' || *op == 's') &&
                    (r.p + 1 >= r.end || r.p[1] == ' ' || r.p[1] == '\t' || r.p[1] == '\n' || r.p[1] == '\r' ||
                     r.p[1] == '#')) {
             r.p++;
@@ -241,6 +271,16 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                         rfail(&r, id_at, msg);
                         goto out;
                     }
+                } else if (*op == 'p') {
+                    res = tb_pending(b, id, r.line);
+                    if (res == -1 || res == -3) {
+                        snprintf(msg, sizeof msg, res == -1 ? "pending free of block id %llu, which is not live"
+                                                            : "pending free of block id %llu, whose free is pending "
+                                                              "already (its 'f' completes it)",
+                                 (unsigned long long)id);
+                        rfail(&r, id_at, msg);
+                        goto out;
+                    }
                 } else {
                     res = tb_free(b, id, r.line);
                     if (res == -1) {
@@ -254,11 +294,11 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                 goto nomem;
             skip_blank(&r);
             if (!at_eol(&r)) {
-                rfail(&r, r.p, "unexpected text after the event (events are: a ID SIZE [STREAM], f ID, e, s)");
+                rfail(&r, r.p, "unexpected text after the event (events are: a ID SIZE [STREAM], f ID, p ID, e, s)");
                 goto out;
             }
         } else {
-            rfail(&r, op, "unknown event (events are: a ID SIZE [STREAM], f ID, e, s; '#' starts a comment)");
+            rfail(&r, op, "unknown event (events are: a ID SIZE [STREAM], f ID, p ID, e, s; '#' starts a comment)");
             goto out;
         }
         while (r.p < r.end && *r.p != '\n')

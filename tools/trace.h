@@ -12,13 +12,16 @@
 #include "hbmalloc.h"
 #include "u64map.h"
 
-typedef enum trace_kind { EV_ALLOC = 0, EV_FREE = 1, EV_EMPTY_CACHE = 2, EV_STEP = 3 } trace_kind;
+/* EV_PENDING: the block is freed while other streams still use it (PyTorch's free_requested of a block with
+ * record_stream uses); its EV_FREE, later, is when that use completed (free_completed), and carries `pended`. */
+typedef enum trace_kind { EV_ALLOC = 0, EV_FREE = 1, EV_EMPTY_CACHE = 2, EV_STEP = 3, EV_PENDING = 4 } trace_kind;
 
 typedef struct trace_event {
     uint64_t size;     /* EV_ALLOC: bytes requested */
     hbm_stream stream; /* EV_ALLOC: stream */
-    uint32_t slot;     /* EV_ALLOC / EV_FREE: dense index of the block's id */
+    uint32_t slot;     /* EV_ALLOC / EV_FREE / EV_PENDING: dense index of the block's id */
     uint8_t kind;
+    uint8_t pended;    /* EV_FREE: the block's free was requested earlier (EV_PENDING): this completes it */
     uint32_t line;     /* source line, for messages */
 } trace_event;
 
@@ -80,7 +83,7 @@ typedef struct trace {
     size_t n, cap;
     size_t nslots;     /* slots needed: the most blocks live at once */
     size_t nstreams;   /* distinct streams seen */
-    uint64_t allocs, frees;
+    uint64_t allocs, frees, pending; /* pending: EV_PENDING events */
     const char *format; /* "hbmtrace", "pytorch-snapshot", "rmm-csv", "lifetimes-csv" */
     trace_recorded rec;
     trace_meta meta;
@@ -100,6 +103,9 @@ trace_builder *tb_new(trace *t);
 int tb_alloc(trace_builder *b, uint64_t key, uint64_t size, hbm_stream stream, uint32_t line, uint32_t *line_of_live);
 /* 0, or -1 (key not live) or -2 (out of memory). */
 int tb_free(trace_builder *b, uint64_t key, uint32_t line);
+/* The free of a live key requested while other streams use it (it stays live until tb_free): 0, or -1 (key not
+ * live), -2 (out of memory) or -3 (its free was requested already). */
+int tb_pending(trace_builder *b, uint64_t key, uint32_t line);
 int tb_is_live(trace_builder *b, uint64_t key);
 /* Hash cells looked at so far (the resource test: a small multiple of the operations, whatever the keys). */
 size_t tb_probes(const trace_builder *b);

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "../src/util.h"
+#include "replay.h"
 #include "u64map.h"
 #include "view_moments.h"
 
@@ -85,7 +86,7 @@ static int add_alloc(view_rec *v, hbm_allocator *a, void *ptr, uint64_t requeste
         return -1;
     /* Its stack: that of the event that made it (p - 1; for a seeded block, a seed event: none). */
     uint32_t stack = p && p - 1 < v->t->meta.n ? v->t->meta.stack[p - 1] : 0;
-    v->al[v->nal] = (v_alloc){p, OPEN, (uint64_t)(uintptr_t)ptr, hbm_block_size(a, ptr), requested, stream, stack};
+    v->al[v->nal] = (v_alloc){p, OPEN, (uint64_t)(uintptr_t)ptr, hbm_block_size(a, ptr), requested, stream, stack, 0};
     v->slot_rec[slot] = (uint32_t)v->nal++;
     return 0;
 }
@@ -220,7 +221,7 @@ int view_rec_begin(view_rec *v, hbm_allocator *a, const trace *t, void **slot, s
 
 int view_rec_before(view_rec *v, hbm_allocator *a, const trace_event *e, void **slot)
 {
-    v->had_ptr = e->kind == EV_FREE && slot[e->slot];
+    v->had_ptr = (e->kind == EV_FREE || e->kind == EV_PENDING) && slot[e->slot] && slot[e->slot] != PENDING_MARK;
     if (e->kind == EV_EMPTY_CACHE && hbm_history_context(a, MARK) != HBM_OK)
         return -1;
     return 0;
@@ -234,7 +235,13 @@ int view_rec_after(view_rec *v, hbm_allocator *a, const trace_event *e, size_t i
         return -1;
     }
     v->last = i;
-    v->emits[i] = st == HBM_OK && ((e->kind == EV_ALLOC && slot[e->slot]) || (e->kind == EV_FREE && v->had_ptr));
+    /* A pending free leaves its free_requested entry when the replay freed the block (on the sim); its completion
+     * (EV_FREE of a block whose slot held the mark) leaves none then: the allocator sees it at its next poll. */
+    int pended = e->kind == EV_PENDING && slot[e->slot] == PENDING_MARK;
+    v->emits[i] = st == HBM_OK && ((e->kind == EV_ALLOC && slot[e->slot]) || (e->kind == EV_FREE && v->had_ptr) ||
+                                   (pended && v->had_ptr));
+    if (pended && v->had_ptr && v->slot_rec[e->slot] != OPEN)
+        v->al[v->slot_rec[e->slot]].freed = (uint32_t)i + 1;
     if (v->emits[i] && e->kind == EV_ALLOC &&
         add_alloc(v, a, slot[e->slot], e->size, e->stream, (uint32_t)i + 1, e->slot)) {
         snprintf(err, errlen, "out of host memory");
@@ -321,6 +328,8 @@ static int write_allocs(FILE *f, const view_rec *v, const uint32_t *idx, size_t 
     COLUMN(f, "requested", n, AL(k_).requested);
     fputc(',', f);
     COLUMN(f, "stream", n, AL(k_).stream);
+    fputc(',', f);
+    COLUMN(f, "freed", n, AL(k_).freed);
 #undef AL
     return write_stacks(f, v, idx, n);
 }
@@ -417,6 +426,10 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
             (unsigned long long)p->dev->malloc_calls, (unsigned long long)p->dev->free_calls,
             (unsigned long long)p->dev->map_calls, (unsigned long long)p->dev->unmap_calls, (long long)st->num_ooms,
             (long long)st->num_alloc_retries);
+    size_t pending = 0; /* recorded pending frees played as such: the page shows that state */
+    for (size_t k = 0; k < v->nal; k++)
+        pending += v->al[k].freed != 0;
+    fprintf(f, "\"pending\":%zu,", pending);
     if (p->n && (v->nal > p->detail || p->n > LARGE_POINTS)) {
         if (run_json_large(f, v, p, x0, last))
             return -1;

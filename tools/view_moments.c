@@ -61,13 +61,16 @@ static int mark(marks *m, uint32_t px)
 
 typedef struct canvas {
     double alloc[PIXELS]; /* allocated bytes in each pixel */
+    double pend[PIXELS];  /* bytes of pending frees in each pixel */
     double bpp;           /* bytes per pixel */
     double pos;           /* bytes laid out so far */
     marks bounds, segs;
 } canvas;
 
-/* Lays out the next piece: size bytes, allocated or free; a boundary at its start when it is 3 pixels wide. */
-static int piece(canvas *c, uint64_t size, int allocated, int seg_start)
+enum { FREE, ALLOCATED, PENDING }; /* a piece's state */
+
+/* Lays out the next piece: size bytes in that state; a boundary at its start when it is 3 pixels wide. */
+static int piece(canvas *c, uint64_t size, int state, int seg_start)
 {
     double a = c->pos, b = c->pos + (double)size;
     c->pos = b;
@@ -76,13 +79,21 @@ static int piece(canvas *c, uint64_t size, int allocated, int seg_start)
         first = PIXELS - 1;
     if ((seg_start && mark(&c->segs, first)) || ((double)size >= 3 * c->bpp && mark(&c->bounds, first)))
         return -1;
-    if (!allocated)
+    if (state == FREE)
         return 0;
+    double *to = state == ALLOCATED ? c->alloc : c->pend;
     for (uint32_t px = first; px < PIXELS && (double)px * c->bpp < b; px++) {
         double lo = (double)px * c->bpp, hi = lo + c->bpp;
-        c->alloc[px] += (b < hi ? b : hi) - (a > lo ? a : lo);
+        to[px] += (b < hi ? b : hi) - (a > lo ? a : lo);
     }
     return 0;
+}
+
+/* A pixel's colour for the page: 0 free, 1 allocated, 2 mixed (allocated or pending with free), 3 pending. */
+static int pixel_code(const canvas *c, size_t px)
+{
+    double fa = c->alloc[px] / c->bpp, fp = c->pend[px] / c->bpp;
+    return fa + fp < 0.02 ? 0 : fa > 0.98 ? 1 : fp > 0.98 ? 3 : 2;
 }
 
 static void write_marks(FILE *f, const char *name, const marks *m)
@@ -141,11 +152,12 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
         for (size_t k = 0; k < nrlive; k++)
             reserved += run[rng[k].i].size;
         memset(c->alloc, 0, sizeof c->alloc);
+        memset(c->pend, 0, sizeof c->pend);
         c->bpp = reserved ? (double)reserved / PIXELS : 1;
         c->pos = 0;
         c->bounds.n = c->segs.n = 0;
         /* The pieces, as the page's stateAt makes them: allocated blocks and the free gaps between them. */
-        uint64_t allocated = 0, free_b = 0, largest = 0, nfree = 0, outside = 0, covered = 0, segments = 0;
+        uint64_t allocated = 0, pending = 0, free_b = 0, largest = 0, nfree = 0, outside = 0, covered = 0, segments = 0;
         size_t b = 0;
         int prev_mapped = -1; /* the last range's kind, -1: none yet */
         uint64_t prev_end = 0;
@@ -168,11 +180,12 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
                     free_b += g;
                     nfree++;
                     largest = g > largest ? g : largest;
-                    rc = piece(c, g, 0, seg_start);
+                    rc = piece(c, g, FREE, seg_start);
                     seg_start = 0;
                 }
-                allocated += x->size;
-                rc = rc ? rc : piece(c, x->size, 1, seg_start);
+                int pend = x->freed && x->freed <= p;
+                *(pend ? &pending : &allocated) += x->size;
+                rc = rc ? rc : piece(c, x->size, pend ? PENDING : ALLOCATED, seg_start);
                 seg_start = 0;
                 at = x->addr + x->size;
             }
@@ -181,7 +194,7 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
                 free_b += g;
                 nfree++;
                 largest = g > largest ? g : largest;
-                rc = piece(c, g, 0, seg_start);
+                rc = piece(c, g, FREE, seg_start);
             }
             covered = at > hi ? at : hi;
             prev_mapped = r->mapped;
@@ -190,21 +203,17 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
         outside += nlive - b;
         size_t j = p - x0;
         fprintf(f,
-                "%s{\"p\":%u,\"reserved\":%llu,\"allocated\":%llu,\"free\":%llu,\"largest\":%llu,\"nfree\":%llu,"
+                "%s{\"p\":%u,\"reserved\":%llu,\"allocated\":%llu,\"pending\":%llu,\"free\":%llu,\"largest\":%llu,\"nfree\":%llu,"
                 "\"segments\":%llu,\"live\":%zu,\"runs\":%zu,\"outside\":%llu,\"stats_reserved\":%lld,"
                 "\"stats_allocated\":%lld,\"rle\":[",
-                m ? ",\n" : "", p, (unsigned long long)reserved, (unsigned long long)allocated,
+                m ? ",\n" : "", p, (unsigned long long)reserved, (unsigned long long)allocated, (unsigned long long)pending,
                 (unsigned long long)free_b, (unsigned long long)largest, (unsigned long long)nfree,
                 (unsigned long long)segments, nlive, nrlive, (unsigned long long)outside, (long long)resv[j],
                 (long long)alloc[j]);
         for (size_t px = 0, k = 0; reserved && px < PIXELS; px = k) {
-            double fr = c->alloc[px] / c->bpp;
-            int code = fr < 0.02 ? 0 : fr > 0.98 ? 1 : 2;
-            for (k = px + 1; k < PIXELS; k++) {
-                double g = c->alloc[k] / c->bpp;
-                if ((g < 0.02 ? 0 : g > 0.98 ? 1 : 2) != code)
-                    break;
-            }
+            int code = pixel_code(c, px);
+            for (k = px + 1; k < PIXELS && pixel_code(c, k) == code; k++)
+                ;
             fprintf(f, px ? ",%d,%zu" : "%d,%zu", code, k - px);
         }
         fputc(']', f);

@@ -15,6 +15,7 @@ typedef struct v_alloc { /* an allocation: live at positions start <= p < end */
     uint64_t addr, size, requested;
     hbm_stream stream;
     uint32_t stack; /* its stack in the trace's texts (trace_meta), 0: none */
+    uint32_t freed; /* a pending free: from here to end the block is freed, waiting on another stream; 0: none */
 } v_alloc;
 
 typedef struct v_run { /* a reserved range: a segment, or mapped pages of an expandable segment */
