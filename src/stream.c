@@ -183,7 +183,7 @@ void hbm__process_events(hbm_allocator *a)
         insert_deferred(a);
     if (a->pending_events == 0)
         return;
-    for (size_t i = 0; i < a->nqueues; i++) {
+    for (size_t i = 0; i < a->nqueues;) {
         hbm__event_queue *q = &a->queues[i];
         while (q->n) {
             int done = hbm__dev_event_done(a, q->items[q->head].event);
@@ -191,6 +191,14 @@ void hbm__process_events(hbm_allocator *a)
                 break; /* not yet (or the query failed: retried at the next malloc) */
             complete_one(a, q);
         }
+        if (q->n) {
+            i++;
+            continue;
+        }
+        /* Empty: erased, as PyTorch erases an empty stream's deque, so that a malloc polls only the streams with
+         * events outstanding (a replay gives each pending free a stream of its own). */
+        free(q->items);
+        a->queues[i] = a->queues[--a->nqueues];
     }
 }
 

@@ -94,6 +94,7 @@ static void allocates_through_the_versioned_entry_points(void **st)
         char out[2048];
         hbm_settings_describe(a, out, sizeof out);
         assert_non_null(strstr(out, "cuda 0 (CUDA driver API 12.4 (12040)"));
+        assert_int_equal(hbm_sim_hold_stream(a, 1, 1), HBM_ERR_INVALID); /* the simulated device's only */
         assert_valid(a);
         hbm_destroy(a);
         assert_driver_empty();

@@ -29,6 +29,35 @@ static void a_block_used_by_another_stream_waits_for_its_event(void **st)
     hbm_destroy(a);
 }
 
+/* Many streams, each holding one freed block (a replay plays each pending free on a stream of its own): each block
+ * comes back when its own stream finishes, in any order, through the public hold; a stream's queue is erased once
+ * empty (as PyTorch erases an empty deque), so a malloc polls only the streams with events outstanding. */
+static void many_streams_each_release_their_own_block(void **st)
+{
+    (void)st;
+    enum { N = 300 };
+    hbm_allocator *a = open_sim("sim", "");
+    void *p[N];
+    for (int i = 0; i < N; i++) {
+        hbm_stream s = (hbm_stream)1000 + (hbm_stream)i;
+        p[i] = must_malloc(a, 4096, 0);
+        assert_int_equal(hbm_sim_hold_stream(a, s, 1), HBM_OK);
+        assert_int_equal(hbm_record_stream(a, p[i], s), HBM_OK);
+        assert_int_equal(hbm_free(a, p[i]), HBM_OK);
+    }
+    assert_int_equal(a->nqueues, N);
+    for (int i = N; i-- > 0;) { /* the last first: no stream waits on another */
+        assert_int_equal(hbm_sim_hold_stream(a, (hbm_stream)1000 + (hbm_stream)i, 0), HBM_OK);
+        void *q = must_malloc(a, 4096, 0); /* polls: block i is free again, and the first fit */
+        assert_int_equal(a->nqueues, (size_t)i);
+        assert_int_equal(stats_of(a).active_bytes[HBM_POOL_ALL].current, (int64_t)(i + 1) * 4096);
+        assert_int_equal(hbm_free(a, q), HBM_OK);
+        assert_valid(a);
+    }
+    hbm_destroy(a);
+    assert_int_equal(hbm_sim_hold_stream(NULL, 1, 1), HBM_ERR_INVALID);
+}
+
 static void a_use_on_the_allocating_stream_is_ignored(void **st)
 {
     (void)st;
@@ -314,6 +343,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_block_used_by_another_stream_waits_for_its_event),
+        cmocka_unit_test(many_streams_each_release_their_own_block),
         cmocka_unit_test(a_use_on_the_allocating_stream_is_ignored),
         cmocka_unit_test(every_stream_must_finish_and_streams_do_not_block_each_other),
         cmocka_unit_test(empty_cache_waits_for_pending_frees),

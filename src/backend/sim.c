@@ -110,6 +110,8 @@ typedef struct sim {
     int strict_streams; /* streams=strict: only stream 0 and created streams exist */
     sim_stream *streams;
     size_t nstreams, cap_streams;
+    uint32_t *stream_index; /* open addressing over (device, id): index + 1 into streams, 0: empty; a power of two */
+    size_t index_cap;
     sim_event *events; /* event e lives at events[e - 1] */
     size_t nevents, cap_events;
     int ncapturing;    /* streams with a capture under way */
@@ -518,15 +520,47 @@ static int sim_access(void *ctx, int device, uintptr_t va, size_t size)
 
 /* ---- streams and events ---- */
 
+static size_t stream_hash(int device, hbm_stream id, size_t cap)
+{
+    uint64_t h = (id ^ ((uint64_t)(unsigned)device << 48)) * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 32) & (cap - 1);
+}
+
+/* The slot of (device, id) in the index: its entry, or the empty one where it would go. */
+static size_t stream_slot(const sim *s, int device, hbm_stream id)
+{
+    size_t k = stream_hash(device, id, s->index_cap);
+    for (uint32_t e; (e = s->stream_index[k]); k = (k + 1) & (s->index_cap - 1))
+        if (s->streams[e - 1].id == id && s->streams[e - 1].device == device)
+            break;
+    return k;
+}
+
+/* Streams are found through a hash index: a replay plays each pending free on a stream of its own (tools/replay.c),
+ * so a run may have thousands. */
 static sim_stream *stream_get(sim *s, int device, hbm_stream id, int create)
 {
-    for (size_t i = 0; i < s->nstreams; i++)
-        if (s->streams[i].id == id && s->streams[i].device == device)
-            return &s->streams[i];
+    if (s->index_cap) {
+        uint32_t e = s->stream_index[stream_slot(s, device, id)];
+        if (e)
+            return &s->streams[e - 1];
+    }
     if (!create || (s->strict_streams && id != 0) ||
         hbm__grow((void **)&s->streams, &s->cap_streams, s->nstreams + 1, sizeof(sim_stream)))
         return NULL;
+    if (2 * (s->nstreams + 1) > s->index_cap) { /* at most half full */
+        size_t cap = s->index_cap ? 2 * s->index_cap : 64;
+        uint32_t *idx = calloc(cap, sizeof *idx);
+        if (!idx)
+            return NULL;
+        free(s->stream_index);
+        s->stream_index = idx;
+        s->index_cap = cap;
+        for (size_t i = 0; i < s->nstreams; i++)
+            idx[stream_slot(s, s->streams[i].device, s->streams[i].id)] = (uint32_t)i + 1;
+    }
     s->streams[s->nstreams] = (sim_stream){id, device, 0, 0, 0, 0};
+    s->stream_index[stream_slot(s, device, id)] = (uint32_t)s->nstreams + 1;
     return &s->streams[s->nstreams++];
 }
 
@@ -712,6 +746,7 @@ static void sim_close(void *ctx)
     free(s->resv);
     free(s->handles);
     free(s->streams);
+    free(s->stream_index);
     free(s->events);
     free(s->live);
     hbm__fork_untrack(&s->lock);
