@@ -340,6 +340,8 @@ typedef struct hbm_snap_segment {
     int is_small, is_expandable;
     hbm_mempool pool; /* 0: the default pools */
     size_t first_block, nblocks; /* into hbm_snapshot.blocks */
+    uint64_t range_addr, range_size; /* an expandable segment's whole address range, of which this entry is a mapped
+                                        run (the rest unmapped); otherwise the segment itself */
 } hbm_snap_segment;
 
 /* Memory state at one moment, and the history: PyTorch's snapshot structure. */

@@ -134,7 +134,8 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
                 }
                 *cur = (hbm_snap_segment){.addr = b->addr, .stream = seg->stream, .is_small = seg->pool->is_small,
                                           .is_expandable = seg->expandable,
-                                          .pool = seg->pool->owner ? seg->pool->owner->id : 0, .first_block = first};
+                                          .pool = seg->pool->owner ? seg->pool->owner->id : 0, .first_block = first,
+                                          .range_addr = seg->addr, .range_size = seg->size};
             }
             hbm_snap_block *sb = grow_one(&blks);
             if (!sb) {

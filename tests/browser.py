@@ -234,6 +234,36 @@ try:
           "tooltip %r" % tip)
     b.screenshot(os.path.join(OUT, "view-pending.png"))
 
+    # Unmapped pages between mapped ones: expandable segments, the middle block freed and empty_cache unmapping it.
+    # The two mapped runs are one segment with a 30 MiB gap (a mark, not to scale), on both kinds of page; the
+    # gap's tooltip says what it is.
+    holes = os.path.join(OUT, "holes.trace")
+    with open(holes, "w") as f:
+        f.write("hbmtrace 1\na 1 41943040\na 2 41943040\na 3 41943040\nf 2\ne\na 4 1048576\nf 1\nf 3\nf 4\n")
+    for name, extra in (("unmapped", []), ("unmapped-moments", ["--detail", "1"])):
+        out = os.path.join(OUT, "view-%s.html" % name)
+        subprocess.run([BIN, "view", holes, "--conf", "expandable_segments:True", *extra, "-o", out], check=True,
+                       stdout=subprocess.DEVNULL)
+        b.open(out)
+        b.js("hbmView.select(5)")  # after event 4, the empty_cache
+        fig = figures(b)
+        check(name + "_gap", fig.get("unmapped gaps") == 41943040 and fig.get("segments") == 1
+              and fig.get("reserved") == 2 * 41943040, "%s" % fig)
+        b.js("hbmView.select(4)")  # before it: one run mapped whole, no gap
+        fig = figures(b)
+        check(name + "_no_gap_before", fig.get("unmapped gaps") == 0 and fig.get("segments") == 1, "%s" % fig)
+        b.js("(() => { for (let p = hbmView.first(); p <= hbmView.last(); p++) hbmView.select(p); })()")
+        check(name + "_agrees", not b.problems(), "; ".join(b.problems()))
+    b.open(os.path.join(OUT, "view-unmapped.html"))
+    b.js("hbmView.select(5)")
+    pt = b.js("hbmView.gapPoint()")
+    b.js("window.scrollTo(0, %d)" % max(pt["y"] - 400, 0))
+    sx, sy = b.js("[window.scrollX, window.scrollY]")
+    b.call("Input.dispatchMouseEvent", type="mouseMoved", x=pt["x"] - sx, y=pt["y"] - sy)
+    tip = b.js("document.getElementById('tip').textContent")
+    check("unmapped_tooltip", tip.startswith("unmapped: 40.00 MiB of address space"), "tooltip %r" % tip)
+    b.screenshot(os.path.join(OUT, "view-unmapped.png"))
+
     # A run with more allocations than the page holds whole (--detail 100 makes the CPU trace one): the map at
     # moments, drawn by hbmalloc; the figures there the same as the whole page's at the same event.
     b.open(page)

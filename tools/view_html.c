@@ -36,6 +36,9 @@ struct view_rec {
     size_t nal, capal;
     v_run *run;
     size_t nrun, caprun;
+    v_range *range; /* every expandable segment's address range seen (hbm_snap_segment.range_*), by address once
+                       view_rec_end sorted them */
+    size_t nrange, caprange;
     uint32_t *slot_rec; /* the record of the allocation in each slot */
     uint8_t *emits;     /* per event: it left an allocation's or a free's entry in the
                            history (not a NULL free, a zero-byte or failed allocation) */
@@ -73,6 +76,7 @@ void view_rec_free(view_rec *v)
         return;
     free(v->al);
     free(v->run);
+    free(v->range);
     free(v->slot_rec);
     free(v->emits);
     u64map_free(&v->open);
@@ -103,7 +107,7 @@ static int open_run(view_rec *v, uint64_t addr, uint64_t size, hbm_stream stream
     } else if (u64map_put_at(&v->open, i, addr, v->nrun)) {
         return -1;
     }
-    v->run[v->nrun++] = (v_run){p, OPEN, addr, size, stream, mapped};
+    v->run[v->nrun++] = (v_run){p, OPEN, addr, size, stream, mapped, -1};
     return 0;
 }
 
@@ -140,6 +144,29 @@ static size_t next_event(const view_rec *v, int want_empty)
     return SIZE_MAX;
 }
 
+/* The address ranges of s's expandable segments, each noted once (they are few: one per pool and stream). */
+static int note_ranges(view_rec *v, const hbm_snapshot *s)
+{
+    for (size_t i = 0; i < s->nsegments; i++) {
+        const hbm_snap_segment *g = &s->segments[i];
+        size_t k = 0;
+        while (k < v->nrange && v->range[k].addr != g->range_addr)
+            k++;
+        if (!g->is_expandable || k < v->nrange)
+            continue;
+        if (hbm__grow((void **)&v->range, &v->caprange, v->nrange + 1, sizeof *v->range))
+            return -1;
+        v->range[v->nrange++] = (v_range){g->range_addr, g->range_size};
+    }
+    return 0;
+}
+
+static int by_range_addr(const void *x, const void *y)
+{
+    const v_range *a = x, *b = y;
+    return (a->addr > b->addr) - (a->addr < b->addr);
+}
+
 /* Reads the history since the last reading and clears it. */
 static int harvest(view_rec *v, hbm_allocator *a, char *err, size_t errlen)
 {
@@ -148,7 +175,7 @@ static int harvest(view_rec *v, hbm_allocator *a, char *err, size_t errlen)
         snprintf(err, errlen, "the allocator's history could not be read: %s", hbm_last_error(a));
         return -1;
     }
-    int rc = 0;
+    int rc = note_ranges(v, s);
     for (size_t k = 0; rc == 0 && k < s->ntrace; k++) {
         const hbm_trace_entry *e = &s->trace[k];
         size_t at;
@@ -208,7 +235,8 @@ int view_rec_begin(view_rec *v, hbm_allocator *a, const trace *t, void **slot, s
             return -1;
         for (size_t i = 0; i < s->nsegments; i++) {
             const hbm_snap_segment *g = &s->segments[i];
-            if (open_run(v, g->addr, g->total_size, g->stream, g->is_expandable, (uint32_t)first)) {
+            if ((!i && note_ranges(v, s)) ||
+                open_run(v, g->addr, g->total_size, g->stream, g->is_expandable, (uint32_t)first)) {
                 hbm_snapshot_free(s);
                 return -1;
             }
@@ -258,7 +286,24 @@ int view_rec_after(view_rec *v, hbm_allocator *a, const trace_event *e, size_t i
 
 int view_rec_end(view_rec *v, hbm_allocator *a, char *err, size_t errlen)
 {
-    return harvest(v, a, err, errlen);
+    if (harvest(v, a, err, errlen))
+        return -1;
+    /* Each mapped run's range: the last range that begins at or below it, when the run lies inside it. */
+    qsort(v->range, v->nrange, sizeof *v->range, by_range_addr);
+    for (size_t k = 0; k < v->nrun; k++) {
+        v_run *r = &v->run[k];
+        size_t lo = 0, hi = v->nrange;
+        while (lo < hi) {
+            size_t m = (lo + hi) / 2;
+            if (v->range[m].addr <= r->addr)
+                lo = m + 1;
+            else
+                hi = m;
+        }
+        if (r->mapped && lo && r->addr + r->size <= v->range[lo - 1].addr + v->range[lo - 1].size)
+            r->range = (int32_t)(lo - 1);
+    }
+    return 0;
 }
 
 /* ---- the page ---- */
@@ -398,6 +443,16 @@ static int run_json_large(FILE *f, const view_rec *v, const view_page_info *p, s
                               p->resv, must, 2);
 }
 
+/* `,"ranges":{...}`: the expandable segments' address ranges that runs' "range" index. */
+static void write_ranges(FILE *f, const view_rec *v)
+{
+    fputs(",\"ranges\":{", f);
+    COLUMN(f, "addr", v->nrange, v->range[k_].addr);
+    fputc(',', f);
+    COLUMN(f, "size", v->nrange, v->range[k_].size);
+    fputc('}', f);
+}
+
 static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
 {
     size_t x0 = p->seeded ? p->first : 1;    /* the position of the first point */
@@ -429,7 +484,10 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
     size_t pending = 0; /* recorded pending frees played as such: the page shows that state */
     for (size_t k = 0; k < v->nal; k++)
         pending += v->al[k].freed != 0;
-    fprintf(f, "\"pending\":%zu,", pending);
+    int expandable = 0; /* mapped runs: the page gives the unmapped gaps between them */
+    for (size_t k = 0; k < v->nrun && !expandable; k++)
+        expandable = v->run[k].mapped;
+    fprintf(f, "\"pending\":%zu,\"expandable\":%d,", pending, expandable);
     if (p->n && (v->nal > p->detail || p->n > LARGE_POINTS)) {
         if (run_json_large(f, v, p, x0, last))
             return -1;
@@ -456,7 +514,11 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
     COLUMN(f, "stream", v->nrun, v->run[k_].stream);
     fputc(',', f);
     COLUMN(f, "mapped", v->nrun, v->run[k_].mapped);
-    fputs("}}", f);
+    fputc(',', f);
+    COLUMN(f, "range", v->nrun, v->run[k_].range);
+    fputs("}", f);
+    write_ranges(f, v);
+    fputs("}", f);
     return 0;
 }
 

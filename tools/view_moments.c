@@ -64,7 +64,7 @@ typedef struct canvas {
     double pend[PIXELS];  /* bytes of pending frees in each pixel */
     double bpp;           /* bytes per pixel */
     double pos;           /* bytes laid out so far */
-    marks bounds, segs;
+    marks bounds, segs, holes; /* holes: unmapped pages between mapped runs of one segment */
 } canvas;
 
 enum { FREE, ALLOCATED, PENDING }; /* a piece's state */
@@ -155,19 +155,25 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
         memset(c->pend, 0, sizeof c->pend);
         c->bpp = reserved ? (double)reserved / PIXELS : 1;
         c->pos = 0;
-        c->bounds.n = c->segs.n = 0;
+        c->bounds.n = c->segs.n = c->holes.n = 0;
         /* The pieces, as the page's stateAt makes them: allocated blocks and the free gaps between them. */
-        uint64_t allocated = 0, pending = 0, free_b = 0, largest = 0, nfree = 0, outside = 0, covered = 0, segments = 0;
+        uint64_t unmapped = 0, allocated = 0, pending = 0, free_b = 0, largest = 0, nfree = 0, outside = 0, covered = 0, segments = 0;
         size_t b = 0;
-        int prev_mapped = -1; /* the last range's kind, -1: none yet */
-        uint64_t prev_end = 0;
+        const v_run *prev = NULL;
         for (size_t k = 0; rc == 0 && k < nrlive; k++) {
             const v_run *r = &run[rng[k].i];
             uint64_t lo = r->addr, hi = r->addr + r->size;
-            /* Mapped pages right after mapped pages are one segment; a block may span them. */
-            int cont = r->mapped && prev_mapped == 1 && covered >= lo;
-            int seg_start = !(r->mapped && prev_mapped == 1 && lo == prev_end);
+            /* Mapped pages right after mapped pages are one segment (a block may span them), and so are mapped runs of
+             * one expandable segment's range with unmapped pages between them (a hole: a mark, no bytes). */
+            int same_range = prev && r->mapped && prev->mapped && r->range >= 0 && r->range == prev->range;
+            int cont = (r->mapped && prev && prev->mapped && covered >= lo) || same_range;
+            int seg_start = !cont;
             segments += !cont;
+            if (same_range && lo > covered) {
+                unmapped += lo - covered;
+                uint32_t px = (uint32_t)(c->pos / c->bpp);
+                rc = mark(&c->holes, px < PIXELS ? px : PIXELS - 1);
+            }
             uint64_t at = lo > covered ? lo : covered;
             while (b < nlive && blk[b].addr < lo) {
                 outside++;
@@ -197,16 +203,16 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
                 rc = piece(c, g, FREE, seg_start);
             }
             covered = at > hi ? at : hi;
-            prev_mapped = r->mapped;
-            prev_end = hi;
+            prev = r;
         }
         outside += nlive - b;
         size_t j = p - x0;
         fprintf(f,
-                "%s{\"p\":%u,\"reserved\":%llu,\"allocated\":%llu,\"pending\":%llu,\"free\":%llu,\"largest\":%llu,\"nfree\":%llu,"
+                "%s{\"p\":%u,\"reserved\":%llu,\"allocated\":%llu,\"pending\":%llu,\"unmapped\":%llu,\"free\":%llu,\"largest\":%llu,\"nfree\":%llu,"
                 "\"segments\":%llu,\"live\":%zu,\"runs\":%zu,\"outside\":%llu,\"stats_reserved\":%lld,"
                 "\"stats_allocated\":%lld,\"rle\":[",
                 m ? ",\n" : "", p, (unsigned long long)reserved, (unsigned long long)allocated, (unsigned long long)pending,
+                (unsigned long long)unmapped,
                 (unsigned long long)free_b, (unsigned long long)largest, (unsigned long long)nfree,
                 (unsigned long long)segments, nlive, nrlive, (unsigned long long)outside, (long long)resv[j],
                 (long long)alloc[j]);
@@ -219,12 +225,14 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
         fputc(']', f);
         write_marks(f, "bounds", &c->bounds);
         write_marks(f, "segs", &c->segs);
+        write_marks(f, "holes", &c->holes);
         fputc('}', f);
     }
     fputs("]", f);
     if (c) {
         free(c->bounds.v);
         free(c->segs.v);
+        free(c->holes.v);
     }
     free(c);
     free(pos);

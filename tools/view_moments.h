@@ -18,11 +18,18 @@ typedef struct v_alloc { /* an allocation: live at positions start <= p < end */
     uint32_t freed; /* a pending free: from here to end the block is freed, waiting on another stream; 0: none */
 } v_alloc;
 
+typedef struct v_range { /* an expandable segment's whole address range */
+    uint64_t addr, size;
+} v_range;
+
 typedef struct v_run { /* a reserved range: a segment, or mapped pages of an expandable segment */
     uint32_t start, end;
     uint64_t addr, size;
     hbm_stream stream;
     int mapped; /* pages of an expandable segment */
+    int32_t range; /* mapped pages: their expandable segment's whole address range, an index into the page's
+                      "ranges" (view_html.c), -1: not known; runs of one range are one segment, and what lies
+                      between them is unmapped */
 } v_run;
 
 /* The segment map of the page, as the page draws it: MAP_ROWS rows of MAP_W pixels. */
@@ -32,7 +39,8 @@ typedef struct v_run { /* a reserved range: a segment, or mapped pages of an exp
 /* Writes `"moments":[...]` for positions x0 .. last (nmust more positions besides evenly spaced ones): at each, the
  * figures (reserved, allocated, cached free, largest free block, free blocks, segments, live allocations; and the
  * allocator's statistics there, from alloc/resv, point j at position x0 + j) and the map drawn to pixels (run-length
- * codes: 0 free, 1 allocated, 2 both; block boundaries and segment starts as pixel indices). The records are in the
+ * codes: 0 free, 1 allocated, 2 mixed, 3 pending free; block boundaries, segment starts and unmapped gaps between
+ * mapped runs of one expandable segment as pixel indices). The records are in the
  * order made (starts never decrease). 0, or -1 when host memory ran out. */
 int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run, size_t nrun, uint32_t x0,
                        uint32_t last, const int64_t *alloc, const int64_t *resv, const uint32_t *must, size_t nmust);
