@@ -69,6 +69,14 @@ def figures(b):
                 ".map(td => [td.dataset.key, Number(td.dataset.value)]))")
 
 
+def hover_at(b, pt):
+    """Moves the mouse to page point pt (scrolled into view); the tooltip's text."""
+    b.js("window.scrollTo(0, %d)" % max(pt["y"] - 400, 0))
+    sx, sy = b.js("[window.scrollX, window.scrollY]")
+    b.call("Input.dispatchMouseEvent", type="mouseMoved", x=pt["x"] - sx, y=pt["y"] - sy)
+    return b.js("document.getElementById('tip').textContent")
+
+
 trace = os.path.join(SRC, "examples", "cpu-transformer-trainstep.trace")
 page = os.path.join(OUT, "view.html")
 subprocess.run([BIN, "view", trace, "--conf", "", "-o", page], check=True, stdout=subprocess.DEVNULL)
@@ -225,11 +233,7 @@ try:
         check(name + "_agrees", not b.problems(), "; ".join(b.problems()))
     b.open(os.path.join(OUT, "view-pending.html"))
     b.js("hbmView.select(5)")
-    pt = b.js("hbmView.bandPoint(0)")
-    b.js("window.scrollTo(0, %d)" % max(pt["y"] - 400, 0))
-    sx, sy = b.js("[window.scrollX, window.scrollY]")
-    b.call("Input.dispatchMouseEvent", type="mouseMoved", x=pt["x"] - sx, y=pt["y"] - sy)
-    tip = b.js("document.getElementById('tip').textContent")
+    tip = hover_at(b, b.js("hbmView.bandPoint(0)"))
     check("pending_tooltip", "its free requested at event 2" in tip and "that use done at event 5" in tip,
           "tooltip %r" % tip)
     b.screenshot(os.path.join(OUT, "view-pending.png"))
@@ -256,11 +260,7 @@ try:
         check(name + "_agrees", not b.problems(), "; ".join(b.problems()))
     b.open(os.path.join(OUT, "view-unmapped.html"))
     b.js("hbmView.select(5)")
-    pt = b.js("hbmView.gapPoint()")
-    b.js("window.scrollTo(0, %d)" % max(pt["y"] - 400, 0))
-    sx, sy = b.js("[window.scrollX, window.scrollY]")
-    b.call("Input.dispatchMouseEvent", type="mouseMoved", x=pt["x"] - sx, y=pt["y"] - sy)
-    tip = b.js("document.getElementById('tip').textContent")
+    tip = hover_at(b, b.js("hbmView.gapPoint()"))
     check("unmapped_tooltip", tip.startswith("unmapped: 40.00 MiB of address space"), "tooltip %r" % tip)
     b.screenshot(os.path.join(OUT, "view-unmapped.png"))
 
