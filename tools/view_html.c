@@ -289,7 +289,8 @@ int view_rec_end(view_rec *v, hbm_allocator *a, char *err, size_t errlen)
     if (harvest(v, a, err, errlen))
         return -1;
     /* Each mapped run's range: the last range that begins at or below it, when the run lies inside it. */
-    qsort(v->range, v->nrange, sizeof *v->range, by_range_addr);
+    if (v->nrange) /* (none: v->range is NULL, which qsort must not be given) */
+        qsort(v->range, v->nrange, sizeof *v->range, by_range_addr);
     for (size_t k = 0; k < v->nrun; k++) {
         v_run *r = &v->run[k];
         size_t lo = 0, hi = v->nrange;
