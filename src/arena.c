@@ -207,13 +207,12 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
     }
     free(start_at);
     free(end_at);
-    if (!why)
-        hbm__lazy_plan(a);
     if (why) {
         snprintf(err, errlen, "hbm_plan_file: %.200s:%zu: %s", path, lineno, why);
         hbm__plan_clear(a);
         return rc != HBM_OK ? rc : HBM_ERR_CONF;
     }
+    hbm__lazy_plan(a); /* the region is served lazily while the plan is in force */
     return HBM_OK;
 }
 

@@ -168,18 +168,8 @@ static hbm_status map_block(hbm_allocator *a, hbm__block *b, size_t size, hbm__b
     hbm__unmapped_remove(p, b);
     b->mapped = true;
     if (bytes < b->size) {
-        hbm__block *rest = hbm__block_new(a);
-        rest->seg = seg;
-        rest->stream = b->stream;
-        rest->addr = b->addr + bytes;
-        rest->size = b->size - bytes;
+        hbm__block *rest = hbm__split_back(a, b, bytes);
         rest->mapped = false;
-        rest->prev = b;
-        rest->next = b->next;
-        if (rest->next)
-            rest->next->prev = rest;
-        b->next = rest;
-        b->size = bytes;
         hbm__unmapped_insert(p, rest);
     }
     hbm__try_merge(a, p, b, b->prev);

@@ -338,6 +338,23 @@ static inline hbm__block *hbm__split_front(hbm_allocator *a, hbm__block *b, size
     b->size -= size;
     return f;
 }
+/* Cuts b at `at` bytes from its start: b keeps the front, a new block (returned, linked in after it) the rest.
+ * Trees and statistics are the caller's; a spare block object must be in hand (hbm__ensure_spares). */
+static inline hbm__block *hbm__split_back(hbm_allocator *a, hbm__block *b, size_t at)
+{
+    hbm__block *back = hbm__block_new(a);
+    back->seg = b->seg;
+    back->stream = b->stream;
+    back->addr = b->addr + at;
+    back->size = b->size - at;
+    back->prev = b;
+    back->next = b->next;
+    if (back->next)
+        back->next->prev = back;
+    b->next = back;
+    b->size = at;
+    return back;
+}
 /* Keep n block objects in hand so a split cannot fail half-way. */
 hbm_status hbm__ensure_spares(hbm_allocator *a, int n);
 /* Merge src into dst when src is a free neighbour in the same mapped state; returns bytes absorbed. */

@@ -73,17 +73,7 @@ static void join(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *sr
 static hbm__block *cut(hbm_allocator *a, hbm__pool *p, hbm__block *b, size_t len)
 {
     bool was_split = is_split(b);
-    hbm__block *n = hbm__block_new(a); /* hbm__plan_block made sure of the spares */
-    n->seg = b->seg;
-    n->stream = b->stream;
-    n->addr = b->addr + len;
-    n->size = b->size - len;
-    n->prev = b;
-    n->next = b->next;
-    if (n->next)
-        n->next->prev = n;
-    b->next = n;
-    b->size = len;
+    hbm__block *n = hbm__split_back(a, b, len); /* hbm__plan_take made sure of the spares */
     hbm__stat_arr_inc(a->stats.inactive_split, p, was_split ? 1 : 2);
     if (!was_split)
         hbm__stat_arr_inc(a->stats.inactive_split_bytes, p, (int64_t)(n->size + b->size));

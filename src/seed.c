@@ -16,24 +16,6 @@
 #include "internal.h"
 #include "pool.h"
 
-/* Split b (free, in the tree or not) at offset `at` from its start: b keeps the front, the returned block the
- * back; neither is in the tree afterwards. */
-static hbm__block *split(hbm_allocator *a, hbm__block *b, size_t at)
-{
-    hbm__block *back = hbm__block_new(a); /* spares were ensured */
-    back->seg = b->seg;
-    back->stream = b->stream;
-    back->addr = b->addr + at;
-    back->size = b->size - at;
-    back->next = b->next;
-    if (back->next)
-        back->next->prev = back;
-    back->prev = b;
-    b->next = back;
-    b->size = at;
-    return back;
-}
-
 hbm_status hbm_seed_segment(hbm_allocator *a, size_t size, hbm_stream stream, int small, size_t n,
                             const size_t *offsets, const size_t *sizes, const size_t *requested, void **ptrs)
 {
@@ -79,8 +61,8 @@ hbm_status hbm_seed_segment(hbm_allocator *a, size_t size, hbm_stream stream, in
         hbm__block *b = free_part;
         size_t off = seg->addr + offsets[i] - b->addr;
         if (off)
-            b = split(a, b, off);
-        free_part = b->size > sizes[i] ? split(a, b, sizes[i]) : NULL;
+            b = hbm__split_back(a, b, off); /* spares were ensured */
+        free_part = b->size > sizes[i] ? hbm__split_back(a, b, sizes[i]) : NULL;
         b->allocated = true;
         b->requested = requested[i];
         b->label = a->context;

@@ -90,10 +90,9 @@ typedef struct hbm__stepplan {
     bool overflow[2];     /* more than MAX_STEP_ALLOCS allocations: not planned */
     shape shapes[SHAPES];
     int serving;          /* the shape whose plan is in force (a->plan_* show it), -1: none */
-    bool user_steps;      /* hbm_step was called: the job marks its steps */
     size_t auto_period;   /* not marked: the period found in the allocations (0: none yet), a boundary every one */
     size_t check_at;      /* not marked: allocations of the step at which a boundary falls or the period is looked
-                             for (SIZE_MAX: marked) */
+                             for; SIZE_MAX once hbm_step was called (the job marks its steps) */
     bool planned;         /* some shape has a plan */
     int64_t misses_before; /* plan_misses when the step began */
     uint32_t settle; /* boundaries after a new plan at which cached segments are still released */
@@ -532,8 +531,7 @@ hbm_status hbm_step(hbm_allocator *a)
         return HBM_ERR_INVALID;
     hbm__lock(a);
     a->stats.steps++;
-    if (a->sp && !a->sp->user_steps) { /* marked from now on: the period found, if any, is dropped */
-        a->sp->user_steps = true;
+    if (a->sp && a->sp->check_at != SIZE_MAX) { /* marked from now on: the period found, if any, is dropped */
         a->sp->auto_period = 0;
         a->sp->check_at = SIZE_MAX;
     }

@@ -233,15 +233,14 @@ int view_rec_begin(view_rec *v, hbm_allocator *a, const trace *t, void **slot, s
         hbm_snapshot *s = NULL;
         if (hbm_snapshot_take(a, &s) != HBM_OK)
             return -1;
-        for (size_t i = 0; i < s->nsegments; i++) {
+        int rc = note_ranges(v, s);
+        for (size_t i = 0; rc == 0 && i < s->nsegments; i++) {
             const hbm_snap_segment *g = &s->segments[i];
-            if ((!i && note_ranges(v, s)) ||
-                open_run(v, g->addr, g->total_size, g->stream, g->is_expandable, (uint32_t)first)) {
-                hbm_snapshot_free(s);
-                return -1;
-            }
+            rc = open_run(v, g->addr, g->total_size, g->stream, g->is_expandable, (uint32_t)first);
         }
         hbm_snapshot_free(s);
+        if (rc)
+            return -1;
         v->cursor = first - 1;
     }
     return hbm_history_enable(a, 4 * HARVEST + 4096) == HBM_OK ? 0 : -1;
@@ -249,7 +248,7 @@ int view_rec_begin(view_rec *v, hbm_allocator *a, const trace *t, void **slot, s
 
 int view_rec_before(view_rec *v, hbm_allocator *a, const trace_event *e, void **slot)
 {
-    v->had_ptr = (e->kind == EV_FREE || e->kind == EV_PENDING) && slot[e->slot] && slot[e->slot] != PENDING_MARK;
+    v->had_ptr = e->kind == EV_FREE && slot[e->slot] && slot[e->slot] != PENDING_MARK;
     if (e->kind == EV_EMPTY_CACHE && hbm_history_context(a, MARK) != HBM_OK)
         return -1;
     return 0;
@@ -265,10 +264,10 @@ int view_rec_after(view_rec *v, hbm_allocator *a, const trace_event *e, size_t i
     v->last = i;
     /* A pending free leaves its free_requested entry when the replay freed the block (on the sim); its completion
      * (EV_FREE of a block whose slot held the mark) leaves none then: the allocator sees it at its next poll. */
-    int pended = e->kind == EV_PENDING && slot[e->slot] == PENDING_MARK;
+    int pended = e->kind == EV_PENDING && slot[e->slot] == PENDING_MARK; /* the replay freed it just now */
     v->emits[i] = st == HBM_OK && ((e->kind == EV_ALLOC && slot[e->slot]) || (e->kind == EV_FREE && v->had_ptr) ||
-                                   (pended && v->had_ptr));
-    if (pended && v->had_ptr && v->slot_rec[e->slot] != OPEN)
+                                   pended);
+    if (pended && v->slot_rec[e->slot] != OPEN)
         v->al[v->slot_rec[e->slot]].freed = (uint32_t)i + 1;
     if (v->emits[i] && e->kind == EV_ALLOC &&
         add_alloc(v, a, slot[e->slot], e->size, e->stream, (uint32_t)i + 1, e->slot)) {
@@ -444,16 +443,6 @@ static int run_json_large(FILE *f, const view_rec *v, const view_page_info *p, s
                               p->resv, must, 2);
 }
 
-/* `,"ranges":{...}`: the expandable segments' address ranges that runs' "range" index. */
-static void write_ranges(FILE *f, const view_rec *v)
-{
-    fputs(",\"ranges\":{", f);
-    COLUMN(f, "addr", v->nrange, v->range[k_].addr);
-    fputc(',', f);
-    COLUMN(f, "size", v->nrange, v->range[k_].size);
-    fputc('}', f);
-}
-
 static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
 {
     size_t x0 = p->seeded ? p->first : 1;    /* the position of the first point */
@@ -517,9 +506,7 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
     COLUMN(f, "mapped", v->nrun, v->run[k_].mapped);
     fputc(',', f);
     COLUMN(f, "range", v->nrun, v->run[k_].range);
-    fputs("}", f);
-    write_ranges(f, v);
-    fputs("}", f);
+    fputs("}}", f);
     return 0;
 }
 

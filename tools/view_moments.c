@@ -157,7 +157,8 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
         c->pos = 0;
         c->bounds.n = c->segs.n = c->holes.n = 0;
         /* The pieces, as the page's stateAt makes them: allocated blocks and the free gaps between them. */
-        uint64_t unmapped = 0, allocated = 0, pending = 0, free_b = 0, largest = 0, nfree = 0, outside = 0, covered = 0, segments = 0;
+        uint64_t unmapped = 0, allocated = 0, pending = 0, free_b = 0, largest = 0, nfree = 0, outside = 0;
+        uint64_t covered = 0, segments = 0;
         size_t b = 0;
         const v_run *prev = NULL;
         for (size_t k = 0; rc == 0 && k < nrlive; k++) {
@@ -208,13 +209,13 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
         outside += nlive - b;
         size_t j = p - x0;
         fprintf(f,
-                "%s{\"p\":%u,\"reserved\":%llu,\"allocated\":%llu,\"pending\":%llu,\"unmapped\":%llu,\"free\":%llu,\"largest\":%llu,\"nfree\":%llu,"
-                "\"segments\":%llu,\"live\":%zu,\"runs\":%zu,\"outside\":%llu,\"stats_reserved\":%lld,"
-                "\"stats_allocated\":%lld,\"rle\":[",
-                m ? ",\n" : "", p, (unsigned long long)reserved, (unsigned long long)allocated, (unsigned long long)pending,
-                (unsigned long long)unmapped,
-                (unsigned long long)free_b, (unsigned long long)largest, (unsigned long long)nfree,
-                (unsigned long long)segments, nlive, nrlive, (unsigned long long)outside, (long long)resv[j],
+                "%s{\"p\":%u,\"reserved\":%llu,\"allocated\":%llu,\"pending\":%llu,\"unmapped\":%llu,\"free\":%llu,"
+                "\"largest\":%llu,\"nfree\":%llu,\"segments\":%llu,\"live\":%zu,\"runs\":%zu,\"outside\":%llu,"
+                "\"stats_reserved\":%lld,\"stats_allocated\":%lld,\"rle\":[",
+                m ? ",\n" : "", p, (unsigned long long)reserved, (unsigned long long)allocated,
+                (unsigned long long)pending, (unsigned long long)unmapped, (unsigned long long)free_b,
+                (unsigned long long)largest, (unsigned long long)nfree, (unsigned long long)segments, nlive, nrlive,
+                (unsigned long long)outside, (long long)resv[j],
                 (long long)alloc[j]);
         for (size_t px = 0, k = 0; reserved && px < PIXELS; px = k) {
             int code = pixel_code(c, px);

@@ -27,9 +27,9 @@ typedef struct v_run { /* a reserved range: a segment, or mapped pages of an exp
     uint64_t addr, size;
     hbm_stream stream;
     int mapped; /* pages of an expandable segment */
-    int32_t range; /* mapped pages: their expandable segment's whole address range, an index into the page's
-                      "ranges" (view_html.c), -1: not known; runs of one range are one segment, and what lies
-                      between them is unmapped */
+    int32_t range; /* mapped pages: which expandable segment's address range holds them (view_html.c numbers the
+                      ranges seen), -1: not known; runs of one range are one segment, and what lies between them is
+                      unmapped */
 } v_run;
 
 /* The segment map of the page, as the page draws it: MAP_ROWS rows of MAP_W pixels. */
