@@ -104,6 +104,10 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
             known = seg->pool == &m->small || seg->pool == &m->large;
         if (!known)
             FAIL(&ck, "segment %p belongs to no pool", (void *)seg->addr);
+        if (seg->pool == &a->arena && (seg != a->arena_seg || seg->stream != a->arena_stream))
+            FAIL(&ck, "segment %p is in the arena's pool but is not the arena, or not on its stream (the arena's "
+                      "order, hbm__arena_less, leaves the stream out)",
+                 (void *)seg->addr);
         if (seg->addr < prev_end)
             FAIL(&ck, "segment %p overlaps the previous one", (void *)seg->addr);
         prev_end = seg->addr + seg->size;

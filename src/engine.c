@@ -274,10 +274,10 @@ static __attribute__((noinline, cold)) hbm__block *arena_free_block_flushed(hbm_
     return b && b->stream == stream ? b : NULL;
 }
 
-static hbm__block *arena_free_block(hbm_allocator *a, hbm_stream stream, size_t size)
+HBM__FAST hbm__block *arena_free_block(hbm_allocator *a, hbm_stream stream, size_t size)
 {
-    hbm__block *b = hbm__pool_lower_bound(&a->arena, stream, size);
-    if (b && b->stream == stream)
+    hbm__block *b = hbm__pool_lower_bound_by(&a->arena, stream, size, hbm__arena_less); /* on the arena's stream */
+    if (b)
         return b;
     return a->arena.nloose ? arena_free_block_flushed(a, stream, size) : NULL;
 }
@@ -621,7 +621,7 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         if (a->sp) {
             b = hbm__step_block(a, stream, size, &tag);
         } else {
-            if (a->arena_wanted)
+            if (__builtin_expect(!a->arena_seg, 0) && a->arena_wanted)
                 hbm__arena_create(a, stream);
             if (a->arena_seg && stream == a->arena_stream && !(a->plan_n && (b = hbm__plan_block(a, size))))
                 b = arena_free_block(a, stream, size);
@@ -769,7 +769,7 @@ size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__bloc
 
 /* b, free and outside every tree, coalesced with its free neighbours into p's tree; the inactive_split counts
  * follow (b was not counted as free). Returns the block that holds b's range. */
-static inline hbm__block *settle(hbm_allocator *a, hbm__pool *p, hbm__block *b)
+HBM__FAST hbm__block *settle_by(hbm_allocator *a, hbm__pool *p, hbm__block *b, hbm__rb_less less)
 {
     hbm_stats *st = &a->stats;
     /* Coalesce with the free neighbours (both in the free tree): the larger one
@@ -778,13 +778,13 @@ static inline hbm__block *settle(hbm_allocator *a, hbm__pool *p, hbm__block *b)
     int64_t net_blocks = -(int64_t)mp - (int64_t)mn;
     int64_t net_bytes = -(int64_t)((mp ? b->prev->size : 0) + (mn ? b->next->size : 0));
     if (!mp && !mn) {
-        hbm__pool_insert(p, b);
+        hbm__pool_insert_by(p, b, less);
     } else {
         hbm__block *keep = !mp ? b->next : !mn ? b->prev : b->prev->size >= b->next->size ? b->prev : b->next;
         hbm__try_merge(a, p, b, keep == b->prev ? b->next : b->prev); /* nothing when that one is not free */
         hbm__absorb(a, keep, b);
         b = keep;
-        hbm__pool_rekey(p, b, true);
+        hbm__pool_rekey_by(p, b, true, less);
     }
     if (block_is_split(b)) {
         net_blocks += 1;
@@ -803,6 +803,11 @@ static inline hbm__block *settle(hbm_allocator *a, hbm__pool *p, hbm__block *b)
     return b;
 }
 
+HBM__FAST hbm__block *settle(hbm_allocator *a, hbm__pool *p, hbm__block *b)
+{
+    return settle_by(a, p, b, hbm__block_less);
+}
+
 void hbm__free_block(hbm_allocator *a, hbm__block *b)
 {
     hbm__pool *p = b->seg->pool;
@@ -810,10 +815,12 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b)
     size_t size = b->size, requested = b->requested;
     hbm__trace_block(a, HBM_TRACE_FREE_COMPLETED, b, requested);
     b->requested = 0;
-    if (__builtin_expect(p->lazy, 0))
+    if (__builtin_expect(!p->is_arena, 1))
+        settle(a, p, b);
+    else if (p->lazy) /* only the arena is ever lazy (lazy.c) */
         hbm__loose_add(a, p, b); /* a plan is served from this region: left where it is */
     else
-        settle(a, p, b);
+        settle_by(a, p, b, hbm__arena_less);
     hbm__stat_arr_dec(st->active, p, 1);
     hbm__stat_arr_dec(st->active_bytes, p, (int64_t)size);
     hbm__stat_arr_dec(st->requested_bytes, p, (int64_t)requested);
