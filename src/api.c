@@ -190,20 +190,14 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
                 fprintf(stderr, "hbmalloc: warning: %s\n", a->warning);
         }
     }
-    if (a->conf.plan_file[0] && !a->expandable && (rc = hbm__plan_load(a, local, sizeof local)) != HBM_OK)
+    /* With expandable segments in force too, the region is one plain device allocation beside them and what it
+     * does not serve goes to expandable segments (POLICY.md, "The step plan"). */
+    if (a->conf.plan_file[0] && (rc = hbm__plan_load(a, local, sizeof local)) != HBM_OK)
         return abandon(a, local, rc, err, errlen);
-    if (a->conf.step_plan && !a->expandable && hbm__stepplan_init(a) != HBM_OK)
+    if (a->conf.step_plan && hbm__stepplan_init(a) != HBM_OK)
         return abandon(a, "out of host memory", HBM_ERR_NOMEM, err, errlen);
-    if (a->conf.step_plan && a->expandable)
-        hbm__warning_add(a, "hbm_step_plan is not used: expandable segments are in force (virtual memory packs as "
-                            "tightly without a plan)");
     a->policy = a->sp || a->conf.arena_bytes || a->conf.arena_fraction > 0 || a->conf.plan_file[0];
-    if (a->conf.arena_bytes || a->conf.arena_fraction > 0 || a->conf.plan_file[0]) {
-        a->arena_wanted = !a->expandable;
-        if (a->expandable)
-            hbm__warning_add(a, "hbm_arena is not used: expandable segments are in force (virtual memory does what "
-                                "the arena does without the up-front reservation)");
-    }
+    a->arena_wanted = a->conf.arena_bytes || a->conf.arena_fraction > 0 || a->conf.plan_file[0];
     a->stats.expandable_segments = a->expandable;
     if (a->conf.publish == 1 && hbm_publish(a, 1) != HBM_OK) /* monitoring never stops the job: said, not failed */
         hbm__warning_add(a, a->err);

@@ -1001,8 +1001,8 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
         else
             snprintf(what, sizeof what, "hbm_arena_fraction: %g", c->arena_fraction);
         hbm__sb_printf(&sb, "%s (hbmalloc policy: one region reserved at the first allocation and sub-allocated best "
-                            "fit; segments beyond it%s)\n",
-                       what, c->expandable_segments ? "; not used while expandable_segments is in force" : "");
+                            "fit; %s beyond it)\n",
+                       what, c->expandable_segments ? "expandable segments" : "segments");
     }
     if (c->plan_file[0])
         hbm__sb_printf(&sb, "hbm_plan_file: %s (hbmalloc policy: allocation k served at the plan's offset in the arena, "
@@ -1010,7 +1010,7 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
     if (c->step_plan)
         hbm__sb_printf(&sb, "hbm_step_plan: True (hbmalloc policy: the allocations of a training step, marked by "
                             "hbm_step, learnt and later steps served from a plan in one region%s)\n",
-                       c->expandable_segments ? "; not used while expandable_segments is in force" : "");
+                       c->expandable_segments ? ", beside the expandable segments" : "");
     if (c->publish >= 0)
         hbm__sb_printf(&sb, "hbm_publish: %s (statistics for hbmalloc top%s)\n", b2s(c->publish),
                        c->publish ? ", in a shared-memory record of this process" : ": not published");

@@ -127,12 +127,27 @@ static void an_arena_the_device_cannot_give_is_said_and_segments_serve(void **st
     assert_non_null(strstr(hbm_warning(a), "exceeds the memory fraction's limit"));
     hbm_free(a, p);
     hbm_destroy(a);
-    /* With virtual memory in force, expandable segments do the arena's work: not used, and said. */
-    a = open_sim("sim:capacity=1GiB", "expandable_segments:True,hbm_arena_mb:256");
-    p = must_malloc(a, 4096, 0);
-    assert_non_null(strstr(hbm_warning(a), "hbm_arena is not used: expandable segments are in force"));
-    assert_int_equal(stats_of(a).arena_bytes, 0);
+}
+
+/* With expandable segments in force too, the arena is one plain allocation beside them, and what does not fit in
+ * it goes to an expandable segment, mapped page by page. */
+static void beside_expandable_segments_the_arena_is_one_plain_allocation(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "expandable_segments:True,hbm_arena_mb:256");
+    void *p = must_malloc(a, 4096, 0);
+    assert_valid(a);
+    assert_int_equal(stats_of(a).arena_bytes, 256 * MiB);
+    assert_false(hbm__segment_find(a, (uintptr_t)p)->expandable);
+    void *big = must_malloc(a, 300 * MiB, 0);
+    assert_valid(a);
+    assert_true(hbm__segment_find(a, (uintptr_t)big)->expandable);
+    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_ALL].current, 256 * MiB + 300 * MiB);
+    hbm_free(a, big);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK); /* its pages unmapped, the arena kept */
+    assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_ALL].current, 256 * MiB);
     hbm_free(a, p);
+    assert_valid(a);
     hbm_destroy(a);
 }
 
@@ -294,6 +309,7 @@ int main(void)
         cmocka_unit_test(one_region_serves_every_size_split_to_512_bytes),
         cmocka_unit_test(what_does_not_fit_goes_to_segments_which_are_released),
         cmocka_unit_test(other_streams_and_private_pools_use_segments),
+        cmocka_unit_test(beside_expandable_segments_the_arena_is_one_plain_allocation),
         cmocka_unit_test(an_arena_the_device_cannot_give_is_said_and_segments_serve),
         cmocka_unit_test(a_plan_from_an_earlier_run_is_served_at_its_offsets),
         cmocka_unit_test(a_taken_range_is_a_miss_not_an_overlap),

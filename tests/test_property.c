@@ -239,6 +239,7 @@ static void the_arena_policy(void **st)
     run_ex("sim:capacity=1GiB", "hbm_arena_fraction:0.5", 20, 0, 1.0, 1);          /* device faults */
     run_ex2("sim:capacity=1GiB", "hbm_arena_mb:512", 21, 0, 1.0, 0, 1);            /* streams, events, pools */
     run_ex2("sim:capacity=256MiB,memory=host", "hbm_arena_fraction:0.9", 22, 1, 1.0, 0, 1);
+    run_ex2("sim:capacity=1GiB", "expandable_segments:True,hbm_arena_mb:256", 23, 0, 1.0, 1, 1); /* beside VMM */
 }
 
 int main(void)

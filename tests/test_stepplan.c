@@ -1,7 +1,8 @@
 /* test_stepplan.c: the hbm_step_plan policy (src/stepplan.c) and the planner (src/planner.c): a toy training loop
  * (parameters kept, activations freed in reverse, a loss carried into the next step) is learnt from its steps and
  * served from one region; late frees, record_stream, a changed step, longer sizes, another stream, a device too
- * small for the region and expandable segments each fall back or say so, with the validator after every call. */
+ * small for the region each fall back or say so; beside expandable segments the same; the validator after every
+ * call. */
 #include "helpers.h"
 
 #define NOVMM "sim:vmm=off,capacity=8GiB"
@@ -216,17 +217,32 @@ static void a_device_that_cannot_give_the_region_falls_back(void **st)
     finish(&l);
 }
 
-static void expandable_segments_leave_the_step_plan_unused_and_say_so(void **st)
+/* With virtual memory and expandable segments in force the step plan works the same: the region is one plain
+ * device allocation beside the expandable segments, the parameters (never planned) stay in an expandable segment,
+ * and the pages the warm-up steps mapped are unmapped when the plan takes over. */
+static void with_expandable_segments_the_region_sits_beside_them(void **st)
 {
     (void)st;
     loop l = start("sim:capacity=8GiB", "expandable_segments:True,hbm_step_plan:True");
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 7; k++)
         one_step(&l);
     hbm_stats s = stats_of(l.a);
-    assert_int_equal(s.steps, 4);
-    assert_int_equal(s.plan_replans, 0);
-    assert_int_equal(s.arena_bytes, 0);
-    assert_non_null(strstr(hbm_warning(l.a), "hbm_step_plan is not used"));
+    int64_t per_step = (int64_t)(2 * l.layers + 1);
+    assert_true(s.expandable_segments);
+    assert_int_equal(s.steps, 7);
+    assert_int_equal(s.plan_hits, per_step - 1 + 4 * per_step); /* as without virtual memory */
+    assert_int_equal(s.plan_misses, 0);
+    assert_true(s.arena_bytes >= s.plan_height && s.plan_height > 0);
+    assert_null(strstr(hbm_warning(l.a), "not used"));
+    assert_non_null(l.a->arena_seg);
+    assert_false(l.a->arena_seg->expandable);
+    for (int i = 0; i < 3; i++) {
+        hbm__segment *seg = hbm__segment_find(l.a, (uintptr_t)l.param[i]);
+        assert_non_null(seg);
+        assert_true(seg->expandable);
+    }
+    /* Outside the region only the parameters' pages stay mapped (60 MiB on 20 MiB pages). */
+    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current - s.arena_bytes, 60 * MiB);
     finish(&l);
 }
 
@@ -548,9 +564,9 @@ static void free_entry(hbm_allocator *a, entry *e, int fill)
  * positions or by a step, record_stream on held streams, a new template now and then, device faults. The validator
  * runs after every call; with memory=host every block is filled and checked at its free, so a range handed out
  * twice is caught. */
-static void run_steps(const char *spec, uint64_t seed, int fill, int faults, int pressure)
+static void run_steps_with(const char *spec, const char *settings, uint64_t seed, int fill, int faults, int pressure)
 {
-    hbm_allocator *a = open_sim(spec, "hbm_step_plan:True");
+    hbm_allocator *a = open_sim(spec, settings);
     rng_state = seed * 0x9E3779B97F4A7C15ull + 7;
     enum { T = 48, STEPS = 60, MAXLIVE = 512 };
     size_t size[T];
@@ -626,13 +642,18 @@ static void run_steps(const char *spec, uint64_t seed, int fill, int faults, int
     while (nl > 0)
         free_entry(a, &live[--nl], fill);
     hbm_stats s = stats_of(a);
-    print_message("  %s seed %llu: %lld hits, %lld misses, %lld unplanned, %lld plans, %d failed allocations\n", spec,
-                  (unsigned long long)seed, (long long)s.plan_hits, (long long)s.plan_misses,
+    print_message("  %s \"%s\" seed %llu: %lld hits, %lld misses, %lld unplanned, %lld plans, %d failed allocations\n",
+                  spec, settings, (unsigned long long)seed, (long long)s.plan_hits, (long long)s.plan_misses,
                   (long long)s.plan_unplanned, (long long)s.plan_replans, injected);
     if (!faults && !pressure)
         assert_true(s.plan_hits > s.plan_misses); /* the plan serves most of what it planned */
     assert_int_equal(s.allocated_bytes[HBM_POOL_ALL].current, 0);
     assert_int_equal(hbm_destroy(a), HBM_OK);
+}
+
+static void run_steps(const char *spec, uint64_t seed, int fill, int faults, int pressure)
+{
+    run_steps_with(spec, "hbm_step_plan:True", seed, fill, faults, pressure);
 }
 
 /* While a plan is served the region's freed blocks are left loose (src/lazy.c: not coalesced, outside the free
@@ -674,6 +695,12 @@ static void random_perturbed_steps_keep_every_invariant(void **st)
     run_steps("sim:vmm=off,capacity=2GiB", 4, 0, 1, 1);      /* device faults, memory pressure */
     run_steps("sim:vmm=off,capacity=600MiB", 5, 0, 0, 1);    /* OOMs while planning and serving; the region's
                                                                  best fit before an OOM */
+    /* The same beside expandable segments: the region a plain allocation, the rest mapped page by page. */
+    const char *es = "expandable_segments:True,hbm_step_plan:True";
+    run_steps_with("sim:capacity=8GiB", es, 6, 0, 0, 0);
+    run_steps_with("sim:capacity=256MiB,memory=host", es, 7, 1, 0, 0);
+    run_steps_with("sim:capacity=2GiB", es, 8, 0, 1, 1);
+    run_steps_with("sim:capacity=600MiB", es, 9, 0, 0, 1);
 }
 
 int main(void)
@@ -691,7 +718,7 @@ int main(void)
         cmocka_unit_test(a_higher_plan_retires_a_region_in_use),
         cmocka_unit_test(another_stream_is_not_planned),
         cmocka_unit_test(a_device_that_cannot_give_the_region_falls_back),
-        cmocka_unit_test(expandable_segments_leave_the_step_plan_unused_and_say_so),
+        cmocka_unit_test(with_expandable_segments_the_region_sits_beside_them),
         cmocka_unit_test(a_plan_file_and_the_step_plan_are_refused_together),
         cmocka_unit_test(cyclic_plans_never_overlap_buffers_live_together),
         cmocka_unit_test(a_wrapped_lifetime_meets_the_next_periods_start),

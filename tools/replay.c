@@ -272,13 +272,10 @@ hbm_status replay_event(hbm_allocator *a, const trace_event *e, void **slot)
     }
 }
 
-/* The steps one by one: what the step plan served, and the footprint of each. */
-static void print_steps(FILE *out, const replay_opts *o, const replay_result *r)
+/* What the step plan served over the whole steps after a plan. */
+static void print_plan(FILE *out, const replay_result *r)
 {
     const hbm_stats *s = &r->stats;
-    fprintf(out, "steps:              %zu (%s)\n", r->nsteps, o->steps_note ? o->steps_note : "the trace's s events");
-    if (!s->plan_replans && !s->plan_hits)
-        return;
     uint64_t served = 0, tried = 0;
     double worst = 100.0;
     for (size_t i = 0; i < r->nsteps && i < REPLAY_STEPS; i++) {
@@ -300,6 +297,15 @@ static void print_steps(FILE *out, const replay_opts *o, const replay_result *r)
     if (tried)
         fprintf(out, "                    the whole steps after a plan: %.1f%% of their allocations served from it "
                      "(the worst step %.1f%%)\n", 100.0 * (double)served / (double)tried, worst);
+}
+
+/* The steps one by one: what the step plan served, and the footprint of each (with or without a plan). */
+static void print_steps(FILE *out, const replay_opts *o, const replay_result *r)
+{
+    const hbm_stats *s = &r->stats;
+    fprintf(out, "steps:              %zu (%s)\n", r->nsteps, o->steps_note ? o->steps_note : "the trace's s events");
+    if (s->plan_replans || s->plan_hits)
+        print_plan(out, r);
     fprintf(out, "  step  allocs   served  missed  unplanned  peak reserved  peak live   ratio\n");
     for (size_t i = 0; i < r->nsteps && i < REPLAY_STEPS; i++) {
         const replay_step *p = &r->step[i];
