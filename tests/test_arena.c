@@ -240,6 +240,24 @@ static void a_plan_from_an_earlier_run_is_served_at_its_offsets(void **st)
     assert_true(s.plan_misses >= 600);
     assert_true(s.plan_hits > 0);
     hbm_destroy(a);
+    /* Beside expandable segments: the same run the same (one plain device allocation, no page mapped), and what a
+     * differing run misses goes to the arena's best fit, then to expandable segments. */
+    char both[240];
+    snprintf(both, sizeof both, "expandable_segments:True,%s", settings);
+    a = open_sim("sim:capacity=64GiB", both);
+    replay_checked(a, &t, 0);
+    s = stats_of(a);
+    assert_int_equal(s.plan_hits, 3000);
+    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].peak, (int64_t)p.height);
+    assert_int_equal(device_mallocs(a), 1);
+    hbm_destroy(a);
+    a = open_sim("sim:capacity=64GiB", both);
+    replay_checked(a, &t, 5);
+    s = stats_of(a);
+    assert_int_equal(s.plan_hits + s.plan_misses, 3000);
+    assert_true(s.plan_misses >= 600);
+    assert_true(s.num_device_alloc > 1); /* pages mapped for what the arena could not hold */
+    hbm_destroy(a);
     unlink(plan_path);
     plan_free(&p);
     trace_free(&t);
