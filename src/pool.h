@@ -20,12 +20,17 @@
  * that test is a well-predicted branch; size and address compare as one
  * 128-bit number (two instructions), so a descent takes one unpredictable
  * branch per level instead of up to three (rb.h). */
+static inline bool hbm__size_addr_less(const hbm__block *a, const hbm__block *b)
+{
+    return ((unsigned __int128)a->size << 64 | a->addr) < ((unsigned __int128)b->size << 64 | b->addr);
+}
+
 static inline bool hbm__block_less(const hbm__rb *x, const hbm__rb *y)
 {
     const hbm__block *a = HBM__BLOCK_OF(x), *b = HBM__BLOCK_OF(y);
     if (a->stream != b->stream)
         return a->stream < b->stream;
-    return ((unsigned __int128)a->size << 64 | a->addr) < ((unsigned __int128)b->size << 64 | b->addr);
+    return hbm__size_addr_less(a, b);
 }
 
 /* The arena's order (arena.c): every block of the arena is on the arena's one stream (the validator checks), so
@@ -33,8 +38,7 @@ static inline bool hbm__block_less(const hbm__rb *x, const hbm__rb *y)
  * Its hot paths (best fit, free) use it; anything else may use hbm__block_less on the same tree. */
 static inline bool hbm__arena_less(const hbm__rb *x, const hbm__rb *y)
 {
-    const hbm__block *a = HBM__BLOCK_OF(x), *b = HBM__BLOCK_OF(y);
-    return ((unsigned __int128)a->size << 64 | a->addr) < ((unsigned __int128)b->size << 64 | b->addr);
+    return hbm__size_addr_less(HBM__BLOCK_OF(x), HBM__BLOCK_OF(y));
 }
 
 static inline void hbm__pool_insert_by(hbm__pool *p, hbm__block *b, hbm__rb_less less)
