@@ -65,7 +65,12 @@ void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
         return;
     }
     hbm__block *b;
-    hbm_status rc = hbm__segment_new(a, &a->arena, stream, size, &b);
+    /* Beside expandable segments a plan's region (the plan file's, the step plan's) is address space whose pages
+     * are mapped as its planned allocations touch them (lazy.c), and when a higher plan retires it, its free pages
+     * are unmapped as it drains, as any expandable segment's. An arena alone stays one device allocation of the
+     * size asked for, kept to the end. */
+    hbm_status rc = a->expandable && (a->sp || a->plan_n) ? hbm__expand_region(a, &a->arena, stream, size, &b)
+                                                          : hbm__segment_new(a, &a->arena, stream, size, &b);
     if (rc != HBM_OK) {
         snprintf(why, sizeof why, "hbm_arena: the device could not give an arena of %s (%s)", s_size,
                  hbm_status_name(rc));
@@ -73,7 +78,8 @@ void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
         a->err[0] = 0; /* not this call's error: the allocation goes on with segments */
         return;
     }
-    hbm__pool_insert(&a->arena, b);
+    if (!b->in_tree)
+        hbm__pool_insert(&a->arena, b);
     a->arena_seg = b->seg;
     a->arena_stream = stream;
     hbm__published(a); /* the region is reserved (the allocation after it is a cache hit in it) */

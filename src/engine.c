@@ -418,7 +418,8 @@ void hbm__arena_retire(hbm_allocator *a)
     a->arena_seg = NULL;
     a->plan_cursor = 0;
     hbm__block *b = seg->head;
-    if (!b->next && !b->allocated && b->in_tree && !b->event_count && release_block(a, b) == HBM_OK)
+    if (!b->next && !b->allocated && b->in_tree && !b->event_count &&
+        (seg->expandable ? hbm__expand_release_free(a, b) : release_block(a, b)) == HBM_OK)
         return;
     /* In use: an ordinary large-pool segment from now on (the arena's blocks count in the large pool already),
      * released like any other once its blocks are free. */
@@ -426,6 +427,9 @@ void hbm__arena_retire(hbm_allocator *a)
         if (x->in_tree && x->mapped) {
             hbm__pool_remove(&a->arena, x);
             hbm__pool_insert(&a->large, x);
+        } else if (x->in_tree) { /* pages a failed release above left unmapped */
+            hbm__unmapped_remove(&a->arena, x);
+            hbm__unmapped_insert(&a->large, x);
         }
     seg->pool = &a->large;
 }

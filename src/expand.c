@@ -24,12 +24,16 @@
 
 static size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * unit; }
 
+static size_t granularity(const hbm_allocator *a)
+{
+    return a->backend->caps.vmm_granularity ? a->backend->caps.vmm_granularity : HBM__SMALL_BUFFER;
+}
+
 static size_t page_size_for(const hbm_allocator *a, const hbm__pool *p)
 {
     size_t large = a->conf.expandable_page ? a->conf.expandable_page : a->conf.large_segment_size;
     size_t page = p->is_small ? HBM__SMALL_BUFFER : large;
-    size_t g = a->backend->caps.vmm_granularity ? a->backend->caps.vmm_granularity : HBM__SMALL_BUFFER;
-    return round_up(page, g);
+    return round_up(page, granularity(a));
 }
 
 /* Free and not waiting on another stream (PyTorch also requires no pending events). */
@@ -46,11 +50,10 @@ static bool has_space(const hbm__block *b, size_t size)
     return bytes >= size;
 }
 
-static hbm_status new_segment(hbm_allocator *a, hbm__pool *p, hbm_stream stream, hbm__block **out)
+/* A reservation of at least `total` bytes (whole pages) in pool p: one unmapped block, in p's unmapped tree. */
+static hbm_status reserve_segment(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t total, size_t page,
+                                  hbm__block **out)
 {
-    size_t page = page_size_for(a, p);
-    /* 9/8 of the device: room to unmap early pages and map new ones at the end. */
-    size_t total = a->device_total + a->device_total / 8;
     size_t npages = (total + page - 1) / page;
     size_t size = npages * page;
     hbm__segment *seg = calloc(1, sizeof *seg);
@@ -91,6 +94,12 @@ static hbm_status new_segment(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
     a->nexpandable++;
     *out = b;
     return HBM_OK;
+}
+
+/* 9/8 of the device: room to unmap early pages and map new ones at the end. */
+static hbm_status new_segment(hbm_allocator *a, hbm__pool *p, hbm_stream stream, hbm__block **out)
+{
+    return reserve_segment(a, p, stream, a->device_total + a->device_total / 8, page_size_for(a, p), out);
 }
 
 /* find_expandable_block: the lowest-address chain of free and unmapped blocks
@@ -196,14 +205,19 @@ static bool keep_spare(hbm__pool *p, uint64_t handle)
 /* Unmap the pages lying wholly inside [lo, hi) ∩ b, a free mapped block; the
  * slivers before and after stay free and mapped. With keep, the handles go to
  * the pool's spares instead of back to the device. */
+static void clamp_to(const hbm__block *b, uintptr_t *lo, uintptr_t *hi)
+{
+    if (*lo < b->addr)
+        *lo = b->addr;
+    if (*hi > b->addr + b->size)
+        *hi = b->addr + b->size;
+}
+
 static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uintptr_t hi, bool keep)
 {
     hbm__segment *seg = b->seg;
     hbm__pool *p = seg->pool;
-    if (lo < b->addr)
-        lo = b->addr;
-    if (hi > b->addr + b->size)
-        hi = b->addr + b->size;
+    clamp_to(b, &lo, &hi);
     lo = seg->addr + round_up(lo - seg->addr, seg->page);
     hi = seg->addr + (hi - seg->addr) / seg->page * seg->page;
     if (lo >= hi)
@@ -422,6 +436,61 @@ hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, 
     return HBM_OK;
 }
 
+hbm_status hbm__expand_region(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out)
+{
+    /* The device's granularity (2 MiB), not the large pool's page (20 MiB): a region is mapped once and stays
+     * mapped, so its pages cost map calls once per plan, and the finer the page the closer to the plan's height. */
+    return reserve_segment(a, p, stream, size, granularity(a), out);
+}
+
+hbm_status hbm__expand_touch(hbm_allocator *a, hbm__block *c, uintptr_t lo, uintptr_t hi, hbm__block **out)
+{
+    hbm__segment *seg = c->seg;
+    hbm__pool *p = seg->pool;
+    clamp_to(c, &lo, &hi);
+    lo = seg->addr + (lo - seg->addr) / seg->page * seg->page; /* c is page-aligned: the pages stay inside it */
+    hi = seg->addr + round_up(hi - seg->addr, seg->page);
+    size_t first = (lo - seg->addr) / seg->page, n = (hi - lo) / seg->page;
+    if (a->fraction_set && a->total_reserved + (hi - lo) > a->allowed_max) {
+        hbm__set_error(a, "the memory fraction leaves no room to map the region's pages");
+        return HBM_ERR_OOM;
+    }
+    hbm_status rc = hbm__ensure_spares(a, 2);
+    if (rc == HBM_OK)
+        rc = map_pages(a, seg, first, n);
+    if (rc != HBM_OK)
+        return rc;
+    hbm__unmapped_remove(p, c);
+    hbm__block *m = c;
+    if (lo > c->addr) { /* the pages before stay unmapped */
+        m = hbm__split_back(a, c, lo - c->addr);
+        hbm__unmapped_insert(p, c);
+    }
+    if (hi < m->addr + m->size) { /* and those after */
+        hbm__block *rest = hbm__split_back(a, m, hi - m->addr);
+        rest->mapped = false;
+        hbm__unmapped_insert(p, rest);
+    }
+    m->mapped = true;
+    seg->mapped_pages += n;
+    a->total_reserved += hi - lo;
+    hbm__stat_arr_inc(a->stats.reserved_bytes, p, (int64_t)(hi - lo));
+    a->stats.num_device_alloc++;
+    hbm__trace(a, HBM_TRACE_SEGMENT_MAP, lo, hi - lo, seg->stream);
+    hbm__published(a);
+    *out = m;
+    return HBM_OK;
+}
+
+hbm_status hbm__expand_release_free(hbm_allocator *a, hbm__block *b)
+{
+    hbm__segment *seg = b->seg;
+    hbm_status rc = unmap_range(a, b, b->addr, b->addr + b->size, false);
+    if (rc == HBM_OK && seg->mapped_pages == 0 && !seg->head->next)
+        rc = release_segment(a, seg->head);
+    return rc;
+}
+
 hbm_status hbm__expand_release_pool(hbm_allocator *a, hbm__pool *p)
 {
     size_t n = 0;
@@ -441,11 +510,7 @@ hbm_status hbm__expand_release_pool(hbm_allocator *a, hbm__pool *p)
     /* Unmapping merges only unmapped blocks, never the mapped ones gathered here. */
     hbm_status first_error = HBM_OK;
     for (size_t i = 0; i < n; i++) {
-        hbm__block *b = todo[i];
-        hbm__segment *seg = b->seg;
-        hbm_status rc = unmap_range(a, b, b->addr, b->addr + b->size, false);
-        if (rc == HBM_OK && seg->mapped_pages == 0 && !seg->head->next)
-            rc = release_segment(a, seg->head);
+        hbm_status rc = hbm__expand_release_free(a, todo[i]);
         if (rc != HBM_OK && first_error == HBM_OK)
             first_error = rc;
     }

@@ -492,6 +492,17 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b);
 hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out);
 /* Unmap every fully free page of the pool's expandable segments; release segments left empty. */
 hbm_status hbm__expand_release_pool(hbm_allocator *a, hbm__pool *p);
+/* A plan's region beside expandable segments (arena.c): a reservation of `size` bytes rounded up to the device's
+ * granularity in pool p, *out its one unmapped block (in p's unmapped tree); its pages are mapped as the plan's allocations touch them
+ * (hbm__expand_touch). */
+hbm_status hbm__expand_region(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out);
+/* c, an unmapped block of such a region: the pages under [lo, hi) inside it mapped; *out the mapped block they
+ * make, free and outside every tree and list (the caller puts it on the loose list), its unmapped rest beside it.
+ * On failure nothing is changed. */
+hbm_status hbm__expand_touch(hbm_allocator *a, hbm__block *c, uintptr_t lo, uintptr_t hi, hbm__block **out);
+/* b, a free mapped block of an expandable segment in its pool's free tree: its whole pages unmapped, the
+ * reservation released when nothing of it is left mapped or in use. */
+hbm_status hbm__expand_release_free(hbm_allocator *a, hbm__block *b);
 /* Return a segment's pages and reservation at destroy (whatever their state). */
 void hbm__expand_teardown(hbm_allocator *a, hbm__segment *seg);
 void hbm__expand_teardown_pool(hbm_allocator *a, hbm__pool *p);

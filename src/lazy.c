@@ -35,6 +35,10 @@
 
 static bool is_split(const hbm__block *b) { return b->prev || b->next; }
 
+/* Whether b's segment counts its free blocks in inactive_split: not an expandable one (the region beside expandable
+ * segments is made of pages), as in PyTorch. */
+static bool counted(const hbm__block *b) { return !b->seg->expandable; }
+
 static void push(hbm__pool *p, hbm__block *b)
 {
     b->loose = true;
@@ -49,7 +53,7 @@ static void push(hbm__pool *p, hbm__block *b)
 void hbm__loose_add(hbm_allocator *a, hbm__pool *p, hbm__block *b)
 {
     push(p, b);
-    if (is_split(b)) { /* a free block of a split segment (the region is never expandable) */
+    if (is_split(b) && counted(b)) { /* a free block of a split segment */
         hbm__stat_arr_inc(a->stats.inactive_split, p, 1);
         hbm__stat_arr_inc(a->stats.inactive_split_bytes, p, (int64_t)b->size);
     }
@@ -59,7 +63,8 @@ void hbm__loose_add(hbm_allocator *a, hbm__pool *p, hbm__block *b)
 static void join(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
 {
     hbm__absorb(a, dst, src);
-    if (is_split(dst)) {
+    if (!counted(dst)) {
+    } else if (is_split(dst)) {
         hbm__stat_arr_dec(a->stats.inactive_split, p, 1);
     } else {
         hbm__stat_arr_dec(a->stats.inactive_split, p, 2);
@@ -74,6 +79,8 @@ static hbm__block *cut(hbm_allocator *a, hbm__pool *p, hbm__block *b, size_t len
 {
     bool was_split = is_split(b);
     hbm__block *n = hbm__split_back(a, b, len); /* hbm__plan_take made sure of the spares */
+    if (!counted(b))
+        return n;
     hbm__stat_arr_inc(a->stats.inactive_split, p, was_split ? 1 : 2);
     if (!was_split)
         hbm__stat_arr_inc(a->stats.inactive_split_bytes, p, (int64_t)(n->size + b->size));
@@ -89,15 +96,47 @@ static void take(hbm__pool *p, hbm__block *b)
         hbm__loose_unlink(p, b);
 }
 
+/* The region beside expandable segments is mapped as it is touched: the unmapped pages under [at, end) mapped and
+ * left loose. Returns the block that now holds at, or NULL (the device or the memory fraction gave no pages: a
+ * miss, the pages mapped so far kept). */
+static __attribute__((noinline, cold)) hbm__block *touch(hbm_allocator *a, hbm__block *b, uintptr_t at,
+                                                         uintptr_t end)
+{
+    hbm__block *before = b->prev; /* untouched: the walk back to at starts here */
+    for (hbm__block *c = b, *next; c && c->addr < end; c = next) {
+        next = c->next;
+        if (c->mapped)
+            continue;
+        hbm__block *m;
+        char saved[sizeof a->err];
+        memcpy(saved, a->err, sizeof saved);
+        hbm_status rc = hbm__expand_touch(a, c, at, end, &m);
+        memcpy(a->err, saved, sizeof saved); /* a miss, not this call's error */
+        if (rc != HBM_OK || hbm__ensure_spares(a, 2) != HBM_OK)
+            return NULL;
+        push(&a->arena, m);
+        next = m->next;
+    }
+    hbm__block *h = before ? before : a->arena_seg->head;
+    while (h->addr + h->size <= at)
+        h = h->next;
+    return h;
+}
+
 hbm__block *hbm__lazy_take(hbm_allocator *a, hbm__block *b, uintptr_t at, size_t size)
 {
     hbm__pool *p = &a->arena;
     uintptr_t end = at + size;
     const hbm__block *c = b;
-    for (; c && c->addr < end; c = c->next)
+    bool unmapped = false;
+    for (; c && c->addr < end; c = c->next) {
         if (c->allocated || c->event_count)
             return NULL; /* in use: a late free, another stream's work, another plan's block */
+        unmapped |= !c->mapped;
+    }
     if (!c && b->seg->addr + b->seg->size < end)
+        return NULL;
+    if (__builtin_expect(unmapped, 0) && !(b = touch(a, b, at, end)))
         return NULL;
     take(p, b);
     while (b->addr + b->size < end) { /* the free blocks after it, to the range's end */

@@ -29,6 +29,13 @@ static void free_checked(loop *l, void *p)
     assert_valid(l->a);
 }
 
+static size_t device_calls(hbm_allocator *a, int op)
+{
+    hbm__sim_counters c;
+    hbm__sim_get_counters(sim_of(a), &c);
+    return (size_t)c.calls[op];
+}
+
 static loop start(const char *spec, const char *settings)
 {
     loop l = {.a = open_sim(spec, settings), .layers = 6, .scale = 4};
@@ -217,9 +224,10 @@ static void a_device_that_cannot_give_the_region_falls_back(void **st)
     finish(&l);
 }
 
-/* With virtual memory and expandable segments in force the step plan works the same: the region is one plain
- * device allocation beside the expandable segments, the parameters (never planned) stay in an expandable segment,
- * and the pages the warm-up steps mapped are unmapped when the plan takes over. */
+/* With virtual memory and expandable segments in force the step plan works the same: the region is address space
+ * beside the expandable segments, mapped page by page as the plan's allocations touch it; the parameters (never
+ * planned) stay in an expandable segment, and the pages the warm-up steps mapped are unmapped when the plan takes
+ * over. */
 static void with_expandable_segments_the_region_sits_beside_them(void **st)
 {
     (void)st;
@@ -234,15 +242,22 @@ static void with_expandable_segments_the_region_sits_beside_them(void **st)
     assert_int_equal(s.plan_misses, 0);
     assert_true(s.arena_bytes >= s.plan_height && s.plan_height > 0);
     assert_null(strstr(hbm_warning(l.a), "not used"));
-    assert_non_null(l.a->arena_seg);
-    assert_false(l.a->arena_seg->expandable);
+    const hbm__segment *region = l.a->arena_seg;
+    assert_non_null(region);
+    assert_true(region->expandable);
+    assert_int_equal(device_calls(l.a, HBM__OP_MALLOC), 0); /* nothing but pages */
     for (int i = 0; i < 3; i++) {
         hbm__segment *seg = hbm__segment_find(l.a, (uintptr_t)l.param[i]);
         assert_non_null(seg);
         assert_true(seg->expandable);
+        assert_true(seg != region);
     }
+    /* The region's pages mapped are those its plan touched: the pages under the plan's height, no more. */
+    size_t touched = region->mapped_pages * region->page;
+    assert_true(touched >= (size_t)s.plan_height);
+    assert_true(touched < (size_t)s.plan_height + region->page);
     /* Outside the region only the parameters' pages stay mapped (60 MiB on 20 MiB pages). */
-    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current - s.arena_bytes, 60 * MiB);
+    assert_int_equal((size_t)s.reserved_bytes[HBM_POOL_ALL].current - touched, 60 * MiB);
     finish(&l);
 }
 
@@ -453,6 +468,37 @@ static void a_higher_plan_retires_a_region_in_use(void **st)
     assert_int_equal(hbm_empty_cache(l.a), HBM_OK);
     assert_valid(l.a);
     assert_true(stats_of(l.a).segment[HBM_POOL_ALL].current < segments); /* the old region went back */
+    finish(&l);
+}
+
+/* The same beside expandable segments: the retired region, still holding one block, is an expandable segment of
+ * the large pool whose free pages are unmapped at the boundaries after the new plan (not left reserved whole until
+ * its last block is freed), and is given back once that block is. */
+static void beside_expandable_segments_a_retired_region_drains_page_by_page(void **st)
+{
+    (void)st;
+    loop l = start("sim:capacity=8GiB", "expandable_segments:True,hbm_step_plan:True");
+    for (int k = 0; k < 4; k++)
+        one_step(&l);
+    const hbm__segment *old = l.a->arena_seg;
+    assert_non_null(old);
+    void *held = alloc_checked(&l, l.scale * MiB);
+    assert_ptr_equal(hbm__segment_find(l.a, (uintptr_t)held), old);
+    assert_int_equal(hbm_step(l.a), HBM_OK);
+    l.scale = 8;
+    for (int k = 0; k < 4; k++)
+        one_step(&l);
+    assert_true(l.a->arena_seg != old);
+    hbm__segment *seg = hbm__segment_find(l.a, (uintptr_t)held);
+    assert_ptr_equal(seg, old);
+    assert_ptr_equal(seg->pool, &l.a->large);
+    size_t first = ((uintptr_t)held - seg->addr) / seg->page;
+    size_t last = ((uintptr_t)held + l.scale / 2 * MiB - 1 - seg->addr) / seg->page; /* held: 4 MiB */
+    assert_int_equal(seg->mapped_pages, last - first + 1); /* held's pages only */
+    free_checked(&l, held);
+    assert_int_equal(hbm_empty_cache(l.a), HBM_OK);
+    assert_valid(l.a);
+    assert_null(hbm__segment_find(l.a, (uintptr_t)held)); /* the old region went back */
     finish(&l);
 }
 
@@ -716,6 +762,7 @@ int main(void)
         cmocka_unit_test(layers_inside_one_step_are_not_steps),
         cmocka_unit_test(the_steady_state_is_served_unrecorded_until_a_step_misses),
         cmocka_unit_test(a_higher_plan_retires_a_region_in_use),
+        cmocka_unit_test(beside_expandable_segments_a_retired_region_drains_page_by_page),
         cmocka_unit_test(another_stream_is_not_planned),
         cmocka_unit_test(a_device_that_cannot_give_the_region_falls_back),
         cmocka_unit_test(with_expandable_segments_the_region_sits_beside_them),
