@@ -160,35 +160,50 @@ static hbm_status map_pages(hbm_allocator *a, hbm__segment *seg, size_t first, s
     return rc;
 }
 
-/* map_block: map the front of an unmapped block (rounded up to pages), merge
- * it with free neighbours and put it in the free tree; *out is the result. */
-static hbm_status map_block(hbm_allocator *a, hbm__block *b, size_t size, hbm__block **out)
+/* Map the pages [lo, hi) (page-aligned, inside c, an unmapped block): the block they make is returned in *out,
+ * mapped, free and outside every tree; the unmapped rest before and after it stays in the unmapped tree. */
+static hbm_status map_range(hbm_allocator *a, hbm__block *c, uintptr_t lo, uintptr_t hi, hbm__block **out)
 {
-    hbm__segment *seg = b->seg;
+    hbm__segment *seg = c->seg;
     hbm__pool *p = seg->pool;
-    size_t first = (b->addr - seg->addr) / seg->page;
-    size_t n = (size + seg->page - 1) / seg->page;
-    size_t bytes = n * seg->page;
-    hbm_status rc = hbm__ensure_spares(a, 1);
+    size_t first = (lo - seg->addr) / seg->page, n = (hi - lo) / seg->page;
+    hbm_status rc = hbm__ensure_spares(a, 2);
     if (rc == HBM_OK)
         rc = map_pages(a, seg, first, n);
     if (rc != HBM_OK)
         return rc;
-    hbm__unmapped_remove(p, b);
-    b->mapped = true;
-    if (bytes < b->size) {
-        hbm__block *rest = hbm__split_back(a, b, bytes);
+    hbm__unmapped_remove(p, c);
+    hbm__block *m = c;
+    if (lo > c->addr) {
+        m = hbm__split_back(a, c, lo - c->addr);
+        hbm__unmapped_insert(p, c);
+    }
+    if (hi < m->addr + m->size) {
+        hbm__block *rest = hbm__split_back(a, m, hi - m->addr);
         rest->mapped = false;
         hbm__unmapped_insert(p, rest);
     }
+    m->mapped = true;
+    seg->mapped_pages += n;
+    a->total_reserved += hi - lo;
+    hbm__stat_arr_inc(a->stats.reserved_bytes, p, (int64_t)(hi - lo));
+    a->stats.num_device_alloc++;
+    hbm__trace(a, HBM_TRACE_SEGMENT_MAP, lo, hi - lo, seg->stream);
+    *out = m;
+    return HBM_OK;
+}
+
+/* map_block: map the front of an unmapped block (rounded up to pages), merge
+ * it with free neighbours and put it in the free tree; *out is the result. */
+static hbm_status map_block(hbm_allocator *a, hbm__block *b, size_t size, hbm__block **out)
+{
+    hbm__pool *p = b->seg->pool;
+    hbm_status rc = map_range(a, b, b->addr, b->addr + round_up(size, b->seg->page), &b);
+    if (rc != HBM_OK)
+        return rc;
     hbm__try_merge(a, p, b, b->prev);
     hbm__try_merge(a, p, b, b->next);
     hbm__pool_insert(p, b);
-    seg->mapped_pages += n;
-    a->total_reserved += bytes;
-    hbm__stat_arr_inc(a->stats.reserved_bytes, p, (int64_t)bytes);
-    a->stats.num_device_alloc++;
-    hbm__trace(a, HBM_TRACE_SEGMENT_MAP, seg->addr + first * seg->page, bytes, seg->stream);
     *out = b;
     return HBM_OK;
 }
@@ -446,40 +461,17 @@ hbm_status hbm__expand_region(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
 hbm_status hbm__expand_touch(hbm_allocator *a, hbm__block *c, uintptr_t lo, uintptr_t hi, hbm__block **out)
 {
     hbm__segment *seg = c->seg;
-    hbm__pool *p = seg->pool;
     clamp_to(c, &lo, &hi);
     lo = seg->addr + (lo - seg->addr) / seg->page * seg->page; /* c is page-aligned: the pages stay inside it */
     hi = seg->addr + round_up(hi - seg->addr, seg->page);
-    size_t first = (lo - seg->addr) / seg->page, n = (hi - lo) / seg->page;
     if (a->fraction_set && a->total_reserved + (hi - lo) > a->allowed_max) {
         hbm__set_error(a, "the memory fraction leaves no room to map the region's pages");
         return HBM_ERR_OOM;
     }
-    hbm_status rc = hbm__ensure_spares(a, 2);
+    hbm_status rc = map_range(a, c, lo, hi, out);
     if (rc == HBM_OK)
-        rc = map_pages(a, seg, first, n);
-    if (rc != HBM_OK)
-        return rc;
-    hbm__unmapped_remove(p, c);
-    hbm__block *m = c;
-    if (lo > c->addr) { /* the pages before stay unmapped */
-        m = hbm__split_back(a, c, lo - c->addr);
-        hbm__unmapped_insert(p, c);
-    }
-    if (hi < m->addr + m->size) { /* and those after */
-        hbm__block *rest = hbm__split_back(a, m, hi - m->addr);
-        rest->mapped = false;
-        hbm__unmapped_insert(p, rest);
-    }
-    m->mapped = true;
-    seg->mapped_pages += n;
-    a->total_reserved += hi - lo;
-    hbm__stat_arr_inc(a->stats.reserved_bytes, p, (int64_t)(hi - lo));
-    a->stats.num_device_alloc++;
-    hbm__trace(a, HBM_TRACE_SEGMENT_MAP, lo, hi - lo, seg->stream);
-    hbm__published(a);
-    *out = m;
-    return HBM_OK;
+        hbm__published(a);
+    return rc;
 }
 
 hbm_status hbm__expand_release_free(hbm_allocator *a, hbm__block *b)

@@ -207,6 +207,18 @@ static void random_trace(trace *t, int n, uint64_t seed)
     assert_int_equal(trace_read_text_mem("random", text, sb.len, t, err, sizeof err), 0);
 }
 
+/* t replayed with every 5th allocation twice its size, under settings that serve t's plan: the statistics. */
+static hbm_stats differing_run(const char *settings, const trace *t)
+{
+    hbm_allocator *a = open_sim("sim:capacity=64GiB", settings);
+    replay_checked(a, t, 5);
+    hbm_stats s = stats_of(a);
+    assert_int_equal(s.plan_hits + s.plan_misses, 3000);
+    assert_true(s.plan_misses >= 600);
+    hbm_destroy(a);
+    return s;
+}
+
 static void a_plan_from_an_earlier_run_is_served_at_its_offsets(void **st)
 {
     (void)st;
@@ -233,13 +245,8 @@ static void a_plan_from_an_earlier_run_is_served_at_its_offsets(void **st)
     hbm_destroy(a);
     /* A run that differs (every 5th allocation twice the size): those miss and are served by best fit in the arena
      * or segments; the rest still hit when their range is free; the validator holds throughout. */
-    a = open_sim("sim:capacity=64GiB", settings);
-    replay_checked(a, &t, 5);
-    s = stats_of(a);
-    assert_int_equal(s.plan_hits + s.plan_misses, 3000);
-    assert_true(s.plan_misses >= 600);
+    s = differing_run(settings, &t);
     assert_true(s.plan_hits > 0);
-    hbm_destroy(a);
     /* Beside expandable segments the region is address space mapped page by page (2 MiB) as the plan's
      * allocations touch it: the same run maps the pages under the plan's height and makes no device allocation;
      * what a differing run misses goes to the region's mapped free space, then to expandable segments. */
@@ -250,16 +257,12 @@ static void a_plan_from_an_earlier_run_is_served_at_its_offsets(void **st)
     s = stats_of(a);
     assert_int_equal(s.plan_hits, 3000);
     assert_true(a->arena_seg->expandable);
-    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].peak, (int64_t)((p.height + 2 * MiB - 1) / (2 * MiB) * (2 * MiB)));
+    size_t pages = (p.height + 2 * MiB - 1) / (2 * MiB);
+    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].peak, (int64_t)(pages * 2 * MiB));
     assert_int_equal(device_mallocs(a), 0);
     hbm_destroy(a);
-    a = open_sim("sim:capacity=64GiB", both);
-    replay_checked(a, &t, 5);
-    s = stats_of(a);
-    assert_int_equal(s.plan_hits + s.plan_misses, 3000);
-    assert_true(s.plan_misses >= 600);
+    s = differing_run(both, &t);
     assert_true(s.num_device_alloc > 1); /* pages mapped for what the arena could not hold */
-    hbm_destroy(a);
     unlink(plan_path);
     plan_free(&p);
     trace_free(&t);
