@@ -493,8 +493,8 @@ hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, 
 /* Unmap every fully free page of the pool's expandable segments; release segments left empty. */
 hbm_status hbm__expand_release_pool(hbm_allocator *a, hbm__pool *p);
 /* A plan's region beside expandable segments (arena.c): a reservation of `size` bytes rounded up to the device's
- * granularity in pool p, *out its one unmapped block (in p's unmapped tree); its pages are mapped as the plan's allocations touch them
- * (hbm__expand_touch). */
+ * granularity in pool p, *out its one unmapped block (in p's unmapped tree); its pages are mapped as the plan's
+ * allocations touch them (hbm__expand_touch). */
 hbm_status hbm__expand_region(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out);
 /* c, an unmapped block of such a region: the pages under [lo, hi) inside it mapped; *out the mapped block they
  * make, free and outside every tree and list (the caller puts it on the loose list), its unmapped rest beside it.
