@@ -416,6 +416,7 @@ void hbm__arena_retire(hbm_allocator *a)
         return;
     hbm__lazy_flush(a); /* its free blocks in the tree, coalesced */
     a->arena_seg = NULL;
+    hbm__lazy_region(a, false);
     a->plan_cursor = 0;
     hbm__block *b = seg->head;
     if (!b->next && !b->allocated && b->in_tree && !b->event_count &&
@@ -821,8 +822,10 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b)
     b->requested = 0;
     if (__builtin_expect(!p->is_arena, 1))
         settle(a, p, b);
-    else if (p->lazy) /* only the arena is ever lazy (lazy.c) */
-        hbm__loose_add(a, p, b); /* a plan is served from this region: left where it is */
+    else if (p->lazy == HBM__LAZY) /* only the arena is ever lazy (lazy.c) */
+        hbm__loose_add(a, p, b);     /* a plan is served from this region: left where it is */
+    else if (p->lazy)
+        hbm__loose_put(p, b); /* the same, the region made of pages */
     else
         settle_by(a, p, b, hbm__arena_less);
     hbm__stat_arr_dec(st->active, p, 1);

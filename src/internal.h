@@ -103,7 +103,10 @@ struct hbm__pool {
     uint64_t search_count; /* get_free_blocks_call_count: the GC age clock */
     bool is_small;
     bool is_arena;         /* the arena's pool (arena.c): counted as large, split to 512 bytes, never released */
-    bool lazy;             /* the arena's pool while a plan is served (lazy.c): a freed block is left loose */
+    bool pages;            /* the arena's pool while its region is made of pages (expand.c, beside expandable
+                              segments): its free blocks are not counted in inactive_split */
+    uint8_t lazy;          /* the arena's pool while a plan is served (lazy.c): a freed block is left loose;
+                              HBM__LAZY_PAGES when its region is made of pages (uncounted in inactive_split) */
     hbm__block *loose;     /* its loose blocks, linked through their tree nodes (node.r next, node.l previous) */
     size_t nloose;
     hbm__pool *sibling;    /* the other pool (small <-> large) of the same owner */
@@ -445,12 +448,21 @@ hbm__block *hbm__plan_block(hbm_allocator *a, size_t size);
 hbm__block *hbm__region_find(hbm_allocator *a, size_t k, uintptr_t at);
 
 /* ---- lazy.c: the region kept loose while a plan is served ---- */
+#define HBM__LAZY 1       /* pool.lazy: a plan is served from the region */
+#define HBM__LAZY_PAGES 2 /* the same, the region made of pages: its free blocks not counted in inactive_split */
 /* hbm__free_block in a lazy pool: b, free and outside every tree, left loose where it is (counted as free). */
 void hbm__loose_add(hbm_allocator *a, hbm__pool *p, hbm__block *b);
+/* The same in a region made of pages: not counted in inactive_split. */
+void hbm__loose_put(hbm__pool *p, hbm__block *b);
+/* The region just made (pages: of pages, expand.c) or retired (false): the pool's lazy state follows. */
+void hbm__lazy_region(hbm_allocator *a, bool pages);
 /* The free block for planned range [at, at + size) of the region, made of b (free, holding at) and the free blocks
  * after it: counted as free, outside the tree and the loose list, exactly the range (what is cut off before and
  * after it is left loose). NULL when a block of the range is in use or the region ends first; nothing changed. */
 hbm__block *hbm__lazy_take(hbm_allocator *a, hbm__block *b, uintptr_t at, size_t size);
+/* The same in a region made of pages (HBM__LAZY_PAGES): the unmapped pages under the range mapped first (a miss,
+ * NULL, when the device gives none). */
+hbm__block *hbm__lazy_take_pages(hbm_allocator *a, hbm__block *b, uintptr_t at, size_t size);
 /* Every loose block of the arena's pool coalesced into its tree (the region's best fit, a retired region). */
 void hbm__lazy_flush(hbm_allocator *a);
 /* After the plan in force changed (a->plan_n positions, 0: none): the pool is lazy while there is one (flushed when

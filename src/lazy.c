@@ -35,9 +35,6 @@
 
 static bool is_split(const hbm__block *b) { return b->prev || b->next; }
 
-/* Whether b's segment counts its free blocks in inactive_split: not an expandable one (the region beside expandable
- * segments is made of pages), as in PyTorch. */
-static bool counted(const hbm__block *b) { return !b->seg->expandable; }
 
 static void push(hbm__pool *p, hbm__block *b)
 {
@@ -53,17 +50,27 @@ static void push(hbm__pool *p, hbm__block *b)
 void hbm__loose_add(hbm_allocator *a, hbm__pool *p, hbm__block *b)
 {
     push(p, b);
-    if (is_split(b) && counted(b)) { /* a free block of a split segment */
+    if (is_split(b)) { /* a free block of a split segment */
         hbm__stat_arr_inc(a->stats.inactive_split, p, 1);
         hbm__stat_arr_inc(a->stats.inactive_split_bytes, p, (int64_t)b->size);
     }
 }
 
-/* Two free blocks, both counted, joined into dst: one counted, or none when dst is now its whole segment. */
-static void join(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
+void hbm__loose_put(hbm__pool *p, hbm__block *b) { push(p, b); }
+
+void hbm__lazy_region(hbm_allocator *a, bool pages)
+{
+    a->arena.pages = pages;
+    if (a->arena.lazy)
+        a->arena.lazy = pages ? HBM__LAZY_PAGES : HBM__LAZY;
+}
+
+/* Two free blocks, both counted (unless the region is made of pages: !counted), joined into dst: one counted, or
+ * none when dst is now its whole segment. */
+static void join(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src, bool counted)
 {
     hbm__absorb(a, dst, src);
-    if (!counted(dst)) {
+    if (!counted) {
     } else if (is_split(dst)) {
         hbm__stat_arr_dec(a->stats.inactive_split, p, 1);
     } else {
@@ -75,11 +82,12 @@ static void join(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *sr
 /* Free block b (counted, outside every tree and list) cut in two at len bytes: b keeps the front (a block object
  * keeps the address it begins at, so that plan_last's hints stay good), a new object the rest, returned; both are
  * counted as free. */
-static hbm__block *cut(hbm_allocator *a, hbm__pool *p, hbm__block *b, size_t len)
+static inline __attribute__((always_inline)) hbm__block *cut(hbm_allocator *a, hbm__pool *p, hbm__block *b, size_t len,
+                                                           bool counted)
 {
     bool was_split = is_split(b);
     hbm__block *n = hbm__split_back(a, b, len); /* hbm__plan_take made sure of the spares */
-    if (!counted(b))
+    if (!counted)
         return n;
     hbm__stat_arr_inc(a->stats.inactive_split, p, was_split ? 1 : 2);
     if (!was_split)
@@ -96,11 +104,10 @@ static void take(hbm__pool *p, hbm__block *b)
         hbm__loose_unlink(p, b);
 }
 
-/* The region beside expandable segments is mapped as it is touched: the unmapped pages under [at, end) mapped and
- * left loose. Returns the block that now holds at, or NULL (the device or the memory fraction gave no pages: a
- * miss, the pages mapped so far kept). */
-static __attribute__((noinline, cold)) hbm__block *touch(hbm_allocator *a, hbm__block *b, uintptr_t at,
-                                                         uintptr_t end)
+/* The region beside expandable segments is mapped as it is touched: the unmapped pages under [at, end) (if any)
+ * mapped and left loose. Returns the block that now holds at, or NULL (the device or the memory fraction gave no
+ * pages: a miss, the pages mapped so far kept). */
+static hbm__block *touch(hbm_allocator *a, hbm__block *b, uintptr_t at, uintptr_t end)
 {
     hbm__block *before = b->prev; /* untouched: the walk back to at starts here */
     for (hbm__block *c = b, *next; c && c->addr < end; c = next) {
@@ -123,51 +130,66 @@ static __attribute__((noinline, cold)) hbm__block *touch(hbm_allocator *a, hbm__
     return h;
 }
 
-hbm__block *hbm__lazy_take(hbm_allocator *a, hbm__block *b, uintptr_t at, size_t size)
+/* Whether [at, at + size) from b holds a block in use, or runs past the region's end. */
+static bool busy(const hbm__block *b, uintptr_t end)
+{
+    const hbm__block *c = b;
+    for (; c && c->addr < end; c = c->next)
+        if (c->allocated || c->event_count)
+            return true; /* in use: a late free, another stream's work, another plan's block */
+    return !c && b->seg->addr + b->seg->size < end;
+}
+
+/* hbm__lazy_take's work, once the range is known free (and mapped); counted: the region's free blocks count in
+ * inactive_split (a constant at each call: two copies, the common one free of the test). */
+static inline __attribute__((always_inline)) hbm__block *take_range(hbm_allocator *a, hbm__block *b, uintptr_t at,
+                                                                    size_t size, bool counted)
 {
     hbm__pool *p = &a->arena;
     uintptr_t end = at + size;
-    const hbm__block *c = b;
-    bool unmapped = false;
-    for (; c && c->addr < end; c = c->next) {
-        if (c->allocated || c->event_count)
-            return NULL; /* in use: a late free, another stream's work, another plan's block */
-        unmapped |= !c->mapped;
-    }
-    if (!c && b->seg->addr + b->seg->size < end)
-        return NULL;
-    if (__builtin_expect(unmapped, 0) && !(b = touch(a, b, at, end)))
-        return NULL;
     take(p, b);
     while (b->addr + b->size < end) { /* the free blocks after it, to the range's end */
         hbm__block *n = b->next;
         take(p, n);
-        join(a, p, b, n);
+        join(a, p, b, n, counted);
     }
     if (b->addr < at) { /* what lies before the range stays loose, */
         hbm__block *front = b;
-        b = cut(a, p, front, at - front->addr);
+        b = cut(a, p, front, at - front->addr, counted);
         push(p, front);
     }
     if (b->size > size) /* and what lies after it */
-        push(p, cut(a, p, b, size));
+        push(p, cut(a, p, b, size, counted));
     return b;
+}
+
+hbm__block *hbm__lazy_take(hbm_allocator *a, hbm__block *b, uintptr_t at, size_t size)
+{
+    return busy(b, at + size) ? NULL : take_range(a, b, at, size, true);
+}
+
+hbm__block *hbm__lazy_take_pages(hbm_allocator *a, hbm__block *b, uintptr_t at, size_t size)
+{
+    if (busy(b, at + size) || !(b = touch(a, b, at, at + size)))
+        return NULL;
+    return take_range(a, b, at, size, false);
 }
 
 void hbm__lazy_flush(hbm_allocator *a)
 {
     hbm__pool *p = &a->arena;
+    bool counted = p->lazy != HBM__LAZY_PAGES;
     for (hbm__block *b; (b = p->loose);) {
         hbm__loose_unlink(p, b);
         while (b->next && b->next->loose) {
             hbm__block *n = b->next;
             hbm__loose_unlink(p, n);
-            join(a, p, b, n);
+            join(a, p, b, n, counted);
         }
         while (b->prev && b->prev->loose) {
             hbm__block *n = b->prev;
             hbm__loose_unlink(p, n);
-            join(a, p, b, n);
+            join(a, p, b, n, counted);
         }
         (void)hbm__settle_free(a, b); /* with the tree's free neighbours, into the tree */
     }
@@ -178,7 +200,7 @@ void hbm__lazy_plan(hbm_allocator *a)
     bool lazy = a->plan_n > 0;
     if (!lazy && a->arena.lazy)
         hbm__lazy_flush(a);
-    a->arena.lazy = lazy;
+    a->arena.lazy = !lazy ? 0 : a->arena.pages ? HBM__LAZY_PAGES : HBM__LAZY;
     if (a->plan_n > a->plan_last_cap) { /* without the room, plan_last hints nothing past its end */
         hbm__block **h = realloc(a->plan_last, a->plan_n * sizeof *h);
         if (h) {

@@ -43,7 +43,9 @@ static inline hbm__block *hbm__plan_take(hbm_allocator *a, size_t k, size_t size
         b = hbm__region_find(a, k, at);
     if (b && b->loose && b->addr == at && b->size == size) { /* exactly the range, loose: taken whole */
         hbm__loose_unlink(&a->arena, b);
-    } else if (!b || b->allocated || b->event_count || !(b = hbm__lazy_take(a, b, at, size))) {
+    } else if (!b || b->allocated || b->event_count ||
+               !(b = a->arena.lazy == HBM__LAZY ? hbm__lazy_take(a, b, at, size)
+                                                : hbm__lazy_take_pages(a, b, at, size))) {
         a->stats.plan_misses++; /* that range is taken: a late free, another stream's use, a changed step */
         return NULL;
     }
