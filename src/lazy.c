@@ -25,6 +25,12 @@
  * pool's list; a loose block's free neighbour is not a missed coalesce).
  * The largest free block (OOM messages, hbmalloc top) is the tree's: while
  * a plan is served, the free space between its blocks is loose.
+ *
+ * Beside expandable segments the region is address space made of pages
+ * (expand.c): a planned range over unmapped pages has them mapped first
+ * (touch, hbm__lazy_take_pages), and the region's free blocks are not
+ * counted in inactive_split (HBM__LAZY_PAGES), as PyTorch leaves
+ * expandable segments out.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +40,6 @@
 #include "pool.h"
 
 static bool is_split(const hbm__block *b) { return b->prev || b->next; }
-
 
 static void push(hbm__pool *p, hbm__block *b)
 {
