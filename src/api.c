@@ -190,8 +190,8 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
                 fprintf(stderr, "hbmalloc: warning: %s\n", a->warning);
         }
     }
-    /* With expandable segments in force too, the region is one plain device allocation beside them and what it
-     * does not serve goes to expandable segments (POLICY.md, "The step plan"). */
+    /* With expandable segments in force too, these policies work beside them (arena.c: a plan's region is made of
+     * pages, an arena alone is one device allocation; POLICY.md, "The step plan"). */
     if (a->conf.plan_file[0] && (rc = hbm__plan_load(a, local, sizeof local)) != HBM_OK)
         return abandon(a, local, rc, err, errlen);
     if (a->conf.step_plan && hbm__stepplan_init(a) != HBM_OK)

@@ -81,7 +81,7 @@ void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
     if (!b->in_tree)
         hbm__pool_insert(&a->arena, b);
     a->arena_seg = b->seg;
-    hbm__lazy_region(a, b->seg->expandable);
+    hbm__lazy_region(a);
     a->arena_stream = stream;
     hbm__published(a); /* the region is reserved (the allocation after it is a cache hit in it) */
 }

@@ -226,10 +226,10 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
         if (!b->loose || (b->node.l && ((const hbm__block *)b->node.l)->node.r != &b->node))
             FAIL(&ck, "the loose list holds block %p, %s", (void *)b->addr,
                  !b->loose ? "which is not loose" : "whose previous entry does not point back");
-    if (a->arena.pages != (a->arena_seg && a->arena_seg->expandable) ||
-        (a->arena.lazy && (a->arena.lazy == HBM__LAZY_PAGES) != a->arena.pages))
-        FAIL(&ck, "the region's pool says its region is%s made of pages (lazy state %d), the region is%s",
-             a->arena.pages ? "" : " not", a->arena.lazy, a->arena_seg && a->arena_seg->expandable ? "" : " not");
+    bool pages = a->arena_seg && a->arena_seg->expandable;
+    if (a->arena.lazy && (a->arena.lazy == HBM__LAZY_PAGES) != pages)
+        FAIL(&ck, "the region's pool is in lazy state %d, its region is%s made of pages", a->arena.lazy,
+             pages ? "" : " not");
     if ((a->arena.lazy != 0) != (a->plan_n > 0))
         FAIL(&ck, "the region's pool is %s while %s plan is in force", a->arena.lazy ? "lazy" : "not lazy",
              a->plan_n ? "a" : "no");

@@ -270,8 +270,7 @@ static __attribute__((noinline, cold)) hbm__block *arena_free_block_flushed(hbm_
                                                                              size_t size)
 {
     hbm__lazy_flush(a); /* the loose blocks, coalesced, join in */
-    hbm__block *b = hbm__pool_lower_bound(&a->arena, stream, size);
-    return b && b->stream == stream ? b : NULL;
+    return hbm__pool_lower_bound_by(&a->arena, stream, size, hbm__arena_less);
 }
 
 HBM__FAST hbm__block *arena_free_block(hbm_allocator *a, hbm_stream stream, size_t size)
@@ -416,7 +415,7 @@ void hbm__arena_retire(hbm_allocator *a)
         return;
     hbm__lazy_flush(a); /* its free blocks in the tree, coalesced */
     a->arena_seg = NULL;
-    hbm__lazy_region(a, false);
+    hbm__lazy_region(a);
     a->plan_cursor = 0;
     hbm__block *b = seg->head;
     if (!b->next && !b->allocated && b->in_tree && !b->event_count &&

@@ -217,9 +217,7 @@ static bool keep_spare(hbm__pool *p, uint64_t handle)
     return true;
 }
 
-/* Unmap the pages lying wholly inside [lo, hi) ∩ b, a free mapped block; the
- * slivers before and after stay free and mapped. With keep, the handles go to
- * the pool's spares instead of back to the device. */
+/* [lo, hi) narrowed to b's range. */
 static void clamp_to(const hbm__block *b, uintptr_t *lo, uintptr_t *hi)
 {
     if (*lo < b->addr)
@@ -227,6 +225,10 @@ static void clamp_to(const hbm__block *b, uintptr_t *lo, uintptr_t *hi)
     if (*hi > b->addr + b->size)
         *hi = b->addr + b->size;
 }
+
+/* Unmap the pages lying wholly inside [lo, hi) ∩ b, a free mapped block; the
+ * slivers before and after stay free and mapped. With keep, the handles go to
+ * the pool's spares instead of back to the device. */
 
 static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uintptr_t hi, bool keep)
 {

@@ -103,8 +103,6 @@ struct hbm__pool {
     uint64_t search_count; /* get_free_blocks_call_count: the GC age clock */
     bool is_small;
     bool is_arena;         /* the arena's pool (arena.c): counted as large, split to 512 bytes, never released */
-    bool pages;            /* the arena's pool while its region is made of pages (expand.c, beside expandable
-                              segments): its free blocks are not counted in inactive_split */
     uint8_t lazy;          /* the arena's pool while a plan is served (lazy.c): a freed block is left loose;
                               HBM__LAZY_PAGES when its region is made of pages (uncounted in inactive_split) */
     hbm__block *loose;     /* its loose blocks, linked through their tree nodes (node.r next, node.l previous) */
@@ -454,8 +452,8 @@ hbm__block *hbm__region_find(hbm_allocator *a, size_t k, uintptr_t at);
 void hbm__loose_add(hbm_allocator *a, hbm__pool *p, hbm__block *b);
 /* The same in a region made of pages: not counted in inactive_split. */
 void hbm__loose_put(hbm__pool *p, hbm__block *b);
-/* The region just made (pages: of pages, expand.c) or retired (false): the pool's lazy state follows. */
-void hbm__lazy_region(hbm_allocator *a, bool pages);
+/* The region just made or retired (a->arena_seg): the pool's lazy state follows (made of pages or not). */
+void hbm__lazy_region(hbm_allocator *a);
 /* The free block for planned range [at, at + size) of the region, made of b (free, holding at) and the free blocks
  * after it: counted as free, outside the tree and the loose list, exactly the range (what is cut off before and
  * after it is left loose). NULL when a block of the range is in use or the region ends first; nothing changed. */

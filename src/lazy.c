@@ -63,11 +63,16 @@ void hbm__loose_add(hbm_allocator *a, hbm__pool *p, hbm__block *b)
 
 void hbm__loose_put(hbm__pool *p, hbm__block *b) { push(p, b); }
 
-void hbm__lazy_region(hbm_allocator *a, bool pages)
+/* The lazy state a plan in force gives the arena's pool: HBM__LAZY_PAGES while its region is made of pages. */
+static uint8_t lazy_state(const hbm_allocator *a)
 {
-    a->arena.pages = pages;
+    return a->arena_seg && a->arena_seg->expandable ? HBM__LAZY_PAGES : HBM__LAZY;
+}
+
+void hbm__lazy_region(hbm_allocator *a)
+{
     if (a->arena.lazy)
-        a->arena.lazy = pages ? HBM__LAZY_PAGES : HBM__LAZY;
+        a->arena.lazy = lazy_state(a);
 }
 
 /* Two free blocks, both counted (unless the region is made of pages: !counted), joined into dst: one counted, or
@@ -205,7 +210,7 @@ void hbm__lazy_plan(hbm_allocator *a)
     bool lazy = a->plan_n > 0;
     if (!lazy && a->arena.lazy)
         hbm__lazy_flush(a);
-    a->arena.lazy = !lazy ? 0 : a->arena.pages ? HBM__LAZY_PAGES : HBM__LAZY;
+    a->arena.lazy = lazy ? lazy_state(a) : 0;
     if (a->plan_n > a->plan_last_cap) { /* without the room, plan_last hints nothing past its end */
         hbm__block **h = realloc(a->plan_last, a->plan_n * sizeof *h);
         if (h) {
