@@ -64,6 +64,22 @@ HBM_API const char *hbm_backend_name(const hbm_backend *b);
  * there, such as the one a free after hbm_record_stream waits on, does not complete); released, all of it completes.
  * How hbmalloc replay plays a recorded pending free (docs/TRACE_FORMAT.md). HBM_ERR_INVALID on another backend. */
 HBM_API hbm_status hbm_sim_hold_stream(hbm_allocator *a, hbm_stream stream, int hold);
+/* A framework's host-side launch queue in front of the device (torch_npu's task queue, TASK_QUEUE_ENABLE): work
+ * it launched may still wait there, not yet on the device's streams. hbmalloc calls flush before it records an event
+ * or synchronizes a stream, and sync_device (when set) instead of its own device synchronize, with the device
+ * current; each returns 0 or a non-zero error. Set before the first allocation; NULL clears it. */
+typedef struct hbm_host_queue {
+    void *ctx;
+    int (*flush)(void *ctx);       /* push every queued launch to the device */
+    int (*sync_device)(void *ctx); /* empty the queue and wait for the current device (may be NULL) */
+} hbm_host_queue;
+HBM_API hbm_status hbm_backend_set_host_queue(hbm_backend *b, const hbm_host_queue *q);
+/* Whether expandable segments (virtual memory) work on `device`: 1, or 0 with the reason in why. A device may be
+ * probed (on Ascend, its context made); the caller's current device is the same after. */
+HBM_API int hbm_backend_vmm(hbm_backend *b, int device, char *why, size_t whylen);
+/* The device count and the runtime's version text ("AscendCL 1.15.0, driver 24.1.rc3, Ascend910B3"). */
+HBM_API int hbm_backend_devices(const hbm_backend *b);
+HBM_API const char *hbm_backend_version(const hbm_backend *b);
 
 /* Create an allocator for device `device` of backend b. settings is a
  * PYTORCH_*_ALLOC_CONF string; NULL means: HBMALLOC_CONF, else the PyTorch
@@ -144,6 +160,8 @@ HBM_API hbm_status hbm_devices_open(hbm_devices **out, const char *backend_spec,
  * HBM_OK, or HBM_ERR_BACKEND when a device call failed while giving memory back. */
 HBM_API hbm_status hbm_devices_close(hbm_devices *d);
 HBM_API int hbm_devices_count(const hbm_devices *d);
+/* The backend the set's allocators share. */
+HBM_API hbm_backend *hbm_devices_backend(hbm_devices *d);
 /* The allocator of a device (NULL for a bad index or a failed create: see hbm_devices_error). */
 HBM_API hbm_allocator *hbm_devices_get(hbm_devices *d, int device);
 /* The allocator of a device if it was created already, else NULL (never creates one). */

@@ -133,7 +133,14 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         return HBM_ERR_NOMEM;
     }
     hbm_status rc = hbm__conf_load(&a->conf, settings, b->caps.dialect, local, sizeof local);
-    if (rc == HBM_OK && a->conf.combo_needs_no_vmm && b->caps.has_vmm) {
+    /* Virtual memory is probed on this device only, and only when a setting depends on it (the probe may create
+     * the device's context: on Ascend, aclrtSetDevice). */
+    a->backend = b;
+    a->device = device;
+    a->vmm = -1;
+    if (rc == HBM_OK && (a->conf.expandable_segments || a->conf.combo_needs_no_vmm))
+        a->vmm = hbm__dev_vmm(a, a->vmm_why, sizeof a->vmm_why);
+    if (rc == HBM_OK && a->conf.combo_needs_no_vmm && a->vmm == 1) {
         /* The torch_npu release named refuses this string on a device that has virtual memory. */
         snprintf(local, sizeof local, "invalid settings: `max_split_size_mb` or `garbage_collection_threshold`, "
                  "cannot be enabled with `expandable_segments`, please set `expandable_segments` to `False`. (%s "
@@ -158,8 +165,6 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         free(a);
         return HBM_ERR_NOMEM;
     }
-    a->backend = b;
-    a->device = device;
     a->request_pad = b->caps.request_pad;
     for (int k = 0; k < HBM__ROUNDUP_INTERVALS; k++)
         a->roundup |= a->conf.roundup_divisions[k] > 1;
@@ -176,7 +181,7 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         return abandon(a, a->err, rc, err, errlen);
     a->err[0] = 0;
     if (a->conf.expandable_segments) {
-        if (b->caps.has_vmm && b->ops->vmm_reserve) {
+        if (a->vmm == 1) {
             a->expandable = true;
         } else {
             /* Decided once, here, and said once: never a silent downgrade. */
@@ -184,8 +189,7 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
                      "expandable_segments:True is not supported by the %s backend on device %d: %s. Using "
                      "expandable_segments:False instead (whole segments, PyTorch's default policy). Check the "
                      "device with: hbmalloc doctor (or hbmalloc conf expandable_segments:True --backend '%s')",
-                     b->ops->name, device, b->caps.vmm_why_not[0] ? b->caps.vmm_why_not : "no virtual-memory support",
-                     b->spec);
+                     b->ops->name, device, a->vmm_why, b->spec);
             if (!getenv("HBMALLOC_QUIET"))
                 fprintf(stderr, "hbmalloc: warning: %s\n", a->warning);
         }
@@ -231,6 +235,10 @@ hbm_status hbm_destroy_report(hbm_allocator *a, char *msg, size_t msglen)
     hbm_publish(a, 0);
     hbm__lock(a);
     a->tearing_down = true;
+    /* Live blocks go back too: wait for the device's work first (a failure is counted and reported below; the
+     * memory goes back regardless, there is nothing else to do with it). */
+    if (a->segments && hbm__dev_quiesce_open(a) != HBM_OK)
+        a->quiesced = true;
     hbm__engine_teardown(a);
     hbm__ptrmap_free(&a->live);
     hbm__unlock(a);
@@ -405,12 +413,14 @@ hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen)
     hbm__lock(a);
     hbm__conf_describe(&a->conf, out, outlen);
     hbm__sbuf sb = {out, outlen, strlen(out)};
+    if (a->vmm < 0)
+        a->vmm = hbm__dev_vmm(a, a->vmm_why, sizeof a->vmm_why);
     if (a->conf.expandable_segments && !a->expandable)
-        hbm__sb_printf(&sb, "expandable_segments in force: False (fallback: %s)\n", a->backend->caps.vmm_why_not);
+        hbm__sb_printf(&sb, "expandable_segments in force: False (fallback: %s)\n", a->vmm_why);
     else
         hbm__sb_printf(&sb, "expandable_segments in force: %s\n", a->expandable ? "True" : "False");
     hbm__sb_printf(&sb, "device: %s %d (%s; virtual memory: %s)\n", a->backend->ops->name, a->device,
-                   a->backend->caps.version, a->backend->caps.has_vmm ? "yes" : "no");
+                   a->backend->caps.version, a->vmm ? "yes" : "no");
     hbm__unlock(a);
     return HBM_OK;
 }

@@ -4,6 +4,7 @@
  * time of a real device) and turns backend codes into hbm_status values and
  * messages. Must not make policy decisions.
  */
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -22,7 +23,7 @@ static const char *op_name(hbm__op op)
     static const char *names[HBM__OP_KINDS] = {"malloc",      "free",           "memory info",  "address reserve",
                                                "address free", "physical create", "physical release", "map",
                                                "unmap",       "set access",     "stream synchronize", "event",
-                                               "event query", "event synchronize"};
+                                               "event query", "event synchronize", "device synchronize"};
     return names[op];
 }
 
@@ -36,7 +37,8 @@ static uint64_t begin(hbm_allocator *a, hbm__op op)
     case HBM__OP_MAP: c->map_calls++; break;
     case HBM__OP_UNMAP: c->unmap_calls++; break;
     case HBM__OP_SYNC:
-    case HBM__OP_EVSYNC: c->sync_calls++; break;
+    case HBM__OP_EVSYNC:
+    case HBM__OP_DEVSYNC: c->sync_calls++; break;
     case HBM__OP_EVENT:
     case HBM__OP_QUERY: c->event_calls++; break;
     default: c->vmm_calls++; break;
@@ -134,8 +136,99 @@ hbm_status hbm__dev_malloc_done(hbm_allocator *a, size_t size, int rc, uint64_t 
     return end(a, t0, HBM__OP_MALLOC, size, rc);
 }
 
+/* Launches still in a framework's host queue are not on the device's streams yet: push them first, so that an
+ * event recorded or a stream synchronized covers them. */
+static hbm_status flush_queue(hbm_allocator *a)
+{
+    hbm_host_queue *q = &BE(a)->queue;
+    if (!q->flush || a->flushed)
+        return HBM_OK;
+    int rc = q->flush(q->ctx);
+    if (rc == 0)
+        return HBM_OK;
+    a->dev.failed_calls++;
+    hbm__set_error(a, "%s device %d: the framework's launch queue could not be flushed (code %d): work it still "
+                   "holds is not covered", BE(a)->ops->name, a->device, rc);
+    return HBM_ERR_BACKEND;
+}
+
+/* One wait for all of the device's work: with a framework's host queue, its own entry (torch_npu's
+ * npuSynchronizeDevice empties the task queue first), else the queue flushed then the device synchronized. */
+static hbm_status device_sync(hbm_allocator *a)
+{
+    hbm_backend *b = BE(a);
+    hbm_host_queue *q = &b->queue;
+    int (*via)(void *) = q->sync_device;
+    if (!via) {
+        hbm_status rc = flush_queue(a);
+        if (rc != HBM_OK)
+            return rc;
+    }
+    uint64_t t0 = begin(a, HBM__OP_DEVSYNC);
+    return end(a, t0, HBM__OP_DEVSYNC, 0, b->ops->device_sync(b->ctx, a->device, via, q->ctx));
+}
+
+/* Work queued on the device may still touch memory that is free in the cache (its owner launched it, then freed the
+ * block, as frameworks do): before the first block goes back to the device, wait for all of it, once per locked
+ * operation (hbm__unlock forgets it: new work may be launched as soon as the lock is released). This form never
+ * releases the lock; with a framework's queue that is a missed safe point (hbm__dev_quiesce_open), counted. */
+hbm_status hbm__dev_quiesce(hbm_allocator *a)
+{
+    if (a->quiesced || !BE(a)->caps.device_work)
+        return HBM_OK;
+    if (BE(a)->queue.flush || BE(a)->queue.sync_device)
+        a->locked_framework_syncs++;
+    hbm_status rc = device_sync(a);
+    a->quiesced = rc == HBM_OK;
+    return rc;
+}
+
+/* The same at a safe point of an operation: the caller reads no state across it. A framework's queue is waited for
+ * with the allocator's lock released, as torch_npu's own allocator does (NPUCachingAllocator.cpp, UnlockGuard): the
+ * queue's worker thread may free or allocate through this allocator while it drains (a garbage collection run by
+ * an operator's compile; workspaces under TASK_QUEUE_ENABLE=2), and would wait for the lock forever. Blocks freed
+ * while the lock was open may carry work launched after the wait began: then it is waited for again. */
+hbm_status hbm__dev_quiesce_open(hbm_allocator *a)
+{
+    hbm_backend *b = BE(a);
+    if (a->quiesced || !b->caps.device_work)
+        return HBM_OK;
+    if (!b->queue.flush && !b->queue.sync_device)
+        return hbm__dev_quiesce(a);
+    for (int round = 0; round < 8; round++) {
+        uint64_t frees = a->nfrees;
+        hbm__unlock(a);
+        hbm_status rc = device_sync(a);
+        hbm__lock(a);
+        if (rc != HBM_OK)
+            return rc;
+        if (a->nfrees == frees) {
+            a->quiesced = true;
+            return HBM_OK;
+        }
+    }
+    return hbm__dev_quiesce(a); /* frees kept coming: wait once more, holding the lock */
+}
+
+/* Launches a framework's queue still holds for blocks that other streams use, pushed to the device before events
+ * are recorded for them: at a safe point, with the lock released (see hbm__dev_quiesce_open). */
+hbm_status hbm__dev_flush_open(hbm_allocator *a)
+{
+    if (!BE(a)->queue.flush)
+        return HBM_OK;
+    hbm__unlock(a);
+    hbm_status rc = flush_queue(a);
+    hbm__lock(a);
+    if (rc == HBM_OK)
+        a->flushed = true;
+    return rc;
+}
+
 hbm_status hbm__dev_free(hbm_allocator *a, uintptr_t ptr, size_t size)
 {
+    hbm_status rc = hbm__dev_quiesce(a);
+    if (rc != HBM_OK)
+        return rc;
     CALL(a, HBM__OP_FREE, size, BE(a)->ops->mem_free(CTX(a), a->device, ptr, size));
 }
 
@@ -185,8 +278,54 @@ hbm_status hbm__dev_sync(hbm_allocator *a, hbm_stream stream)
 {
     if (!BE(a)->ops->stream_sync)
         return HBM_OK;
+    if (BE(a)->queue.flush && !a->flushed)
+        a->locked_framework_syncs++;
+    hbm_status rc = flush_queue(a);
+    if (rc != HBM_OK)
+        return rc;
     CALL(a, HBM__OP_SYNC, 0, BE(a)->ops->stream_sync(CTX(a), a->device, stream));
 }
+
+/* Before pages of a segment are unmapped: its stream's work (PyTorch's ExpandableSegment::unmapHandles), or the
+ * whole device where the framework waits for it (torch_npu's). */
+hbm_status hbm__dev_sync_unmap(hbm_allocator *a, hbm_stream stream)
+{
+    return BE(a)->caps.unmap_syncs_device ? hbm__dev_quiesce(a) : hbm__dev_sync(a, stream);
+}
+
+hbm_status hbm_backend_set_host_queue(hbm_backend *b, const hbm_host_queue *q)
+{
+    if (!b)
+        return HBM_ERR_INVALID;
+    if (q)
+        b->queue = *q;
+    else
+        memset(&b->queue, 0, sizeof b->queue);
+    return HBM_OK;
+}
+
+/* Whether expandable segments can work on a device (the backend's probe, once per device). */
+int hbm_backend_vmm(hbm_backend *b, int device, char *why, size_t whylen)
+{
+    char none[8];
+    if (!why || !whylen)
+        why = none, whylen = sizeof none;
+    if (!b || device < 0 || device >= b->caps.device_count) {
+        snprintf(why, whylen, "no such device");
+        return 0;
+    }
+    if (!b->caps.has_vmm || !b->ops->vmm_reserve) {
+        snprintf(why, whylen, "%s", b->caps.vmm_why_not[0] ? b->caps.vmm_why_not : "no virtual-memory support");
+        return 0;
+    }
+    return b->ops->vmm_probe ? b->ops->vmm_probe(b->ctx, device, why, whylen) : 1;
+}
+
+int hbm__dev_vmm(hbm_allocator *a, char *why, size_t whylen) { return hbm_backend_vmm(BE(a), a->device, why, whylen); }
+
+int hbm_backend_devices(const hbm_backend *b) { return b ? b->caps.device_count : 0; }
+
+const char *hbm_backend_version(const hbm_backend *b) { return b ? b->caps.version : ""; }
 
 hbm_status hbm__dev_event_create(hbm_allocator *a, uint64_t *ev)
 {
@@ -200,6 +339,11 @@ hbm_status hbm__dev_event_destroy(hbm_allocator *a, uint64_t ev)
 
 hbm_status hbm__dev_event_record(hbm_allocator *a, uint64_t ev, hbm_stream stream)
 {
+    if (BE(a)->queue.flush && !a->flushed)
+        a->locked_framework_syncs++;
+    hbm_status rc = flush_queue(a);
+    if (rc != HBM_OK)
+        return rc;
     CALL(a, HBM__OP_EVENT, 0, BE(a)->ops->event_record(CTX(a), a->device, ev, stream));
 }
 

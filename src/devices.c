@@ -69,6 +69,8 @@ hbm_status hbm_devices_close(hbm_devices *d)
 
 int hbm_devices_count(const hbm_devices *d) { return d ? d->count : 0; }
 
+hbm_backend *hbm_devices_backend(hbm_devices *d) { return d ? d->backend : NULL; }
+
 const char *hbm_devices_error(const hbm_devices *d) { return d ? last_err : "NULL device set"; }
 
 hbm_allocator *hbm_devices_get(hbm_devices *d, int device)

@@ -460,10 +460,18 @@ static bool release_available(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
 
 /* garbage_collection_threshold: free whole cached large segments, oldest
  * first by the mean-age rule, until reserved drops under the threshold. */
+static size_t gc_threshold(const hbm_allocator *a)
+{
+    return (size_t)(a->conf.gc_threshold * (double)a->allowed_max);
+}
+
+/* Whether a collection would look for anything to free. */
+static bool gc_due(const hbm_allocator *a) { return a->total_reserved > gc_threshold(a); }
+
 static void garbage_collect(hbm_allocator *a)
 {
     hbm__pool *p = &a->large;
-    size_t threshold = (size_t)(a->conf.gc_threshold * (double)a->allowed_max);
+    size_t threshold = gc_threshold(a);
     if (a->total_reserved <= threshold)
         return;
     size_t target = a->total_reserved - threshold, reclaimed = 0;
@@ -639,13 +647,17 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         size_t alloc_size = hbm__allocation_size(&a->conf, size);
         /* During a graph capture nothing is returned to the device (a free synchronizes it). */
         bool may_release = a->ncaptures == 0;
-        if (gc_active(a) && may_release)
+        /* Each release below first waits for the device's work (hbm__dev_quiesce_open: a safe point, nothing read
+         * across it), once. */
+        if (gc_active(a) && may_release && gc_due(a) && hbm__dev_quiesce_open(a) == HBM_OK)
             garbage_collect(a);
         rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
-        if (rc == HBM_ERR_OOM && may_release && release_available(a, p, stream, size))
+        if (rc == HBM_ERR_OOM && may_release && a->conf.max_split_size != SIZE_MAX &&
+            hbm__dev_quiesce_open(a) == HBM_OK && release_available(a, p, stream, size))
             rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
         if (rc == HBM_ERR_OOM && may_release) {
-            release_cached_blocks(a);
+            if (hbm__dev_quiesce_open(a) == HBM_OK)
+                release_cached_blocks(a);
             rc = alloc_block(a, p, stream, size, alloc_size, true, &b);
         }
         bool rescued = false;
@@ -874,6 +886,7 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
     if (!ptr)
         return HBM_OK;
     hbm__lock(a);
+    a->nfrees++;
     hbm_status rc = HBM_OK;
     hbm__block *b = hbm__ptrmap_del(&a->live, (uintptr_t)ptr);
     if (!b) {
@@ -958,7 +971,7 @@ hbm_status hbm_empty_cache(hbm_allocator *a)
                           "the capture begins or after it ends",
                        a->backend->ops->name, a->device);
         rc = HBM_ERR_CAPTURE;
-    } else {
+    } else if ((rc = hbm__dev_quiesce_open(a)) == HBM_OK) {
         rc = release_cached_blocks(a);
     }
     hbm__unlock(a);

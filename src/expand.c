@@ -230,7 +230,7 @@ static void clamp_to(const hbm__block *b, uintptr_t *lo, uintptr_t *hi)
  * slivers before and after stay free and mapped. With keep, the handles go to
  * the pool's spares instead of back to the device. */
 
-static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uintptr_t hi, bool keep)
+static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uintptr_t hi, bool keep, bool fresh)
 {
     hbm__segment *seg = b->seg;
     hbm__pool *p = seg->pool;
@@ -240,9 +240,10 @@ static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uin
     if (lo >= hi)
         return HBM_OK;
     hbm_status rc = hbm__ensure_spares(a, 2);
-    /* Unmapping does not wait for the device as cudaFree does: wait for the segment's stream first. */
-    if (rc == HBM_OK)
-        rc = hbm__dev_sync(a, seg->stream);
+    /* Unmapping does not wait for the device: wait for the segment's stream (or the device, on Ascend) first;
+     * pages this request mapped a moment ago (fresh) were never handed out. */
+    if (rc == HBM_OK && !fresh)
+        rc = hbm__dev_sync_unmap(a, seg->stream);
     if (rc != HBM_OK)
         return rc;
     size_t first = (lo - seg->addr) / seg->page, n = (hi - lo) / seg->page, done = 0;
@@ -366,7 +367,7 @@ static void unmap_free_pages(hbm_allocator *a, hbm__pool *p, size_t *bytes, uint
             if (end > b->addr + b->size)
                 end = b->addr + b->size;
             size_t before = a->total_reserved;
-            if (first < end && unmap_range(a, b, first, end, keep) != HBM_OK)
+            if (first < end && unmap_range(a, b, first, end, keep, false) != HBM_OK)
                 break;
             size_t freed = before - a->total_reserved;
             *bytes = freed >= *bytes ? 0 : *bytes - freed;
@@ -401,6 +402,10 @@ hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, 
     if (rc != HBM_OK)
         return rc;
     if (a->conf.remap_free_pages && !a->ncaptures) { /* unmapping is a device free: not during a capture */
+        /* The safe point to wait for a framework's queue (the lock opens): the chain is looked up again after. */
+        if (hbm__framework_queue(a) && ((rc = hbm__dev_quiesce_open(a)) != HBM_OK ||
+                                        (rc = find_expandable(a, p, stream, size, &c)) != HBM_OK))
+            return rc;
         collect_free_pages(a, p, pages_to_map(c, size), c->addr, c->addr + size);
         /* Unmapping elsewhere may merge into the chain found (its unmapped neighbours
          * absorb each other): look it up again rather than hold a stale block. */
@@ -438,7 +443,7 @@ hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, 
         char saved[sizeof a->err];
         memcpy(saved, a->err, sizeof saved);
         for (size_t i = ndone; i-- > 0;)
-            unmap_range(a, block_at(seg, done[i].addr), done[i].addr, done[i].addr + done[i].size, false);
+            unmap_range(a, block_at(seg, done[i].addr), done[i].addr, done[i].addr + done[i].size, false, true);
         if (seg->mapped_pages == 0 && !seg->head->next)
             release_segment(a, seg->head);
         release_spares(a, p);
@@ -479,7 +484,7 @@ hbm_status hbm__expand_touch(hbm_allocator *a, hbm__block *c, uintptr_t lo, uint
 hbm_status hbm__expand_release_free(hbm_allocator *a, hbm__block *b)
 {
     hbm__segment *seg = b->seg;
-    hbm_status rc = unmap_range(a, b, b->addr, b->addr + b->size, false);
+    hbm_status rc = unmap_range(a, b, b->addr, b->addr + b->size, false, false);
     if (rc == HBM_OK && seg->mapped_pages == 0 && !seg->head->next)
         rc = release_segment(a, seg->head);
     return rc;

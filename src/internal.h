@@ -149,6 +149,10 @@ typedef struct hbm__event_queue {
 struct hbm_allocator {
     pthread_mutex_t lock;
     bool single_thread; /* set once at creation by hbm__set_single_thread: no lock is taken */
+    bool quiesced;      /* the device's work was waited for since the lock was taken (hbm__dev_quiesce) */
+    bool flushed;       /* a framework's launch queue was flushed since (hbm__dev_flush_open) */
+    uint64_t nfrees;    /* hbm_free calls: a wait with the lock open is redone when blocks were freed meanwhile */
+    uint64_t locked_framework_syncs; /* a framework's queue waited for with the lock held: a missed safe point */
     hbm_backend *backend;
     bool owns_backend;
     int device;
@@ -171,6 +175,8 @@ struct hbm_allocator {
     size_t request_pad;    /* the backend's pad, copied here for the malloc path */
     bool roundup;          /* some roundup_power2_divisions entry is > 1 */
     bool expandable;       /* expandable segments in force (asked for, and the device can) */
+    int vmm;               /* virtual memory on this device: 1 yes, 0 no (vmm_why says why), -1 not probed */
+    char vmm_why[256];
     size_t nexpandable;    /* expandable segments (reservations) held */
     /* hbm_arena_mb / hbm_arena_fraction (arena.c): one region reserved at the first allocation, its stream's
      * requests of every size served from it best fit before segments are made. */
@@ -236,6 +242,7 @@ static inline void hbm__lock(hbm_allocator *a)
 
 static inline void hbm__unlock(hbm_allocator *a)
 {
+    a->quiesced = a->flushed = false; /* new work may be launched on any block as soon as the lock is released */
     if (!a->single_thread)
         pthread_mutex_unlock(&a->lock);
 }
@@ -302,6 +309,21 @@ hbm_status hbm__dev_map(hbm_allocator *a, uintptr_t va, size_t size, uint64_t ha
 hbm_status hbm__dev_unmap(hbm_allocator *a, uintptr_t va, size_t size);
 hbm_status hbm__dev_access(hbm_allocator *a, uintptr_t va, size_t size);
 hbm_status hbm__dev_sync(hbm_allocator *a, hbm_stream stream);
+/* Wait for all the device's work before memory goes back to it (once per locked operation; hbm__unlock forgets). */
+hbm_status hbm__dev_quiesce(hbm_allocator *a);
+/* The same at a safe point (no state read across it): a framework's queue is waited for with the lock released. */
+hbm_status hbm__dev_quiesce_open(hbm_allocator *a);
+/* A framework's queue flushed at a safe point, lock released (before events are recorded for a freed block). */
+hbm_status hbm__dev_flush_open(hbm_allocator *a);
+/* A framework's launch queue sits in front of the device (hbm_backend_set_host_queue). */
+static inline bool hbm__framework_queue(const hbm_allocator *a)
+{
+    return a->backend->queue.flush || a->backend->queue.sync_device;
+}
+/* Before unmapping pages of a segment on `stream`: that stream, or the device where the runtime needs it. */
+hbm_status hbm__dev_sync_unmap(hbm_allocator *a, hbm_stream stream);
+/* Whether expandable segments work on a's device; 0 with the reason. */
+int hbm__dev_vmm(hbm_allocator *a, char *why, size_t whylen);
 hbm_status hbm__dev_event_create(hbm_allocator *a, uint64_t *ev);
 hbm_status hbm__dev_event_destroy(hbm_allocator *a, uint64_t ev);
 hbm_status hbm__dev_event_record(hbm_allocator *a, uint64_t ev, hbm_stream stream);

@@ -535,6 +535,11 @@ hbm_status hbm_step(hbm_allocator *a)
         a->sp->auto_period = 0;
         a->sp->check_at = SIZE_MAX;
     }
+    /* A boundary may give segments back (a retired region, cached misses). Under a framework's launch queue the wait
+     * for the device must be made here, with the lock open (hbm__dev_quiesce_open); elsewhere the release waits
+     * itself, only when it happens. */
+    if (a->sp && hbm__framework_queue(a))
+        hbm__dev_quiesce_open(a);
     hbm_status rc = a->sp ? boundary(a) : HBM_OK;
     hbm__unlock(a);
     return rc;

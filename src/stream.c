@@ -146,8 +146,12 @@ static void complete_one(hbm_allocator *a, hbm__event_queue *q)
 
 hbm_status hbm__free_with_uses(hbm_allocator *a, hbm__block *b)
 {
-    if (a->ncaptures == 0)
-        return hbm__insert_events(a, b);
+    /* b is out of the live map and in no pool: a safe point to let a framework's queue push its launches first. */
+    if (a->ncaptures == 0) {
+        hbm_status rc = hbm__dev_flush_open(a);
+        hbm_status ev = hbm__insert_events(a, b);
+        return rc != HBM_OK ? rc : ev;
+    }
     if (hbm__grow((void **)&a->deferred, &a->cap_deferred, a->ndeferred + 1, sizeof *a->deferred)) {
         /* Cannot even remember it: keep the block out of use for good rather than risk reuse. */
         hbm__set_error(a, "out of host memory for allocator bookkeeping: a block freed during graph capture "

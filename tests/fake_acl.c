@@ -3,28 +3,48 @@
  * without an NPU. The AscendCL entry points the backend uses (ABI as acl_rt.h
  * declares them), backed by host memory for aclrtMalloc and by bookkeeping for
  * virtual memory, with the runtime's rules enforced so a wrong call fails as it
- * would on a device: a current device per thread (aclrtSetDevice), physical
- * props checked field by field (memAttr, location id then type), maps of one
- * whole handle at a 2 MiB-aligned address inside a reservation, unmap and
- * release by start address only, release only when nothing is mapped.
+ * would on a device (sources in docs/CONTRACTS.md):
+ *   - contexts: aclrtSetDevice creates the device's default context on its
+ *     first call (counted per device: a rank must create none on another card)
+ *     and takes a reference that aclrtResetDevice returns; the current context
+ *     is per thread (aclrtGetCurrentContext / aclrtSetCurrentContext, which
+ *     takes no reference); memory calls need one;
+ *   - aclInit takes a reference each time, answering 100002
+ *     (ACL_ERROR_REPEAT_INITIALIZE) after the first; aclFinalize drops every
+ *     reference at once, for every user; aclFinalizeReference drops one;
+ *   - aclrtMalloc aligns to 32 bytes and adds 32; aclrtMallocAlign32 does not pad;
+ *   - device work (fake_work.h): fake_acl_launch queues work that completes
+ *     later; aclrtFree and aclrtUnmapMem do not wait for it (the CANN aclrtFree
+ *     page: no implicit device or stream synchronization), so freeing or
+ *     unmapping memory queued work still touches is a violation;
+ *     aclrtSynchronizeStream/Device/Event complete it; events complete with the
+ *     work before them on their stream, and a never-recorded event reports not
+ *     ready;
+ *   - physical props checked field by field (memAttr, location id then type),
+ *     maps of one whole handle at a 2 MiB-aligned address inside a
+ *     reservation, unmap and release by start address only, release only when
+ *     nothing is mapped.
  *
  * Built twice: libfakeacl.so (CANN 8: everything) and, with FAKE_ACL_CANN6,
  * libfakeacl_old.so (no virtual-memory functions, no aclrtQueryEventStatus,
- * no aclsysGetCANNVersion, aclInit callable once per process).
+ * no aclsysGetCANNVersion, no aclFinalizeReference, aclInit callable once per
+ * process).
  *
  * Modes, from fake_acl_set() or from the environment at first use
  * (FAKE_ACL_MEMORY bytes, FAKE_ACL_DEVICES, FAKE_ACL_VMM, FAKE_ACL_DRIVER,
  * FAKE_ACL_SOC): vmm=0 makes the reserve probe fail with 207000 and the
  * recent-error text of a driver/firmware mismatch (the field report);
- * fail_nth/fail_code inject a failure at the Nth call; hold_events keeps
- * recorded events pending until a synchronize. fake_acl_outstanding() says
- * what is still allocated, reserved, created, mapped, alive, set or initialised.
+ * fail_nth/fail_code inject a failure at the Nth call. fake_acl_outstanding()
+ * says what is still allocated, reserved, created, mapped, alive, set or
+ * initialised; fake_acl_violations() what device work was broken.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fake_work.h"
 
 #define API __attribute__((visibility("default")))
 
@@ -51,29 +71,37 @@ typedef struct cannver {
 } cannver;
 
 static struct {
-    long memory, devices, vmm, fail_nth, fail_code, hold_events;
+    long memory, devices, vmm, fail_nth, fail_code;
     long calls, used;
-    int init;          /* aclInit references */
-    long set_refs[8];  /* aclrtSetDevice minus aclrtResetDevice, per device */
+    int init;              /* aclInit references */
+    long set_refs[8];      /* aclrtSetDevice minus aclrtResetDevice, per device: its default context lives while > 0 */
+    long ctx_created[8];   /* default contexts created, per device */
     char driver[64], soc[64];
     struct { void *p; size_t size; } allocs[MAX];
     struct { uintptr_t va; size_t size; int huge; } resv[MAX];
     struct { size_t size; int live, mapped; } handles[MAX];
     struct { uintptr_t va; size_t size; long h; } maps[MAX];
-    struct { int live, recorded, done; void *stream; } events[MAX];
+    struct { int live, recorded, device; void *stream; unsigned long seq; } events[MAX];
     long nhandles, nevents;
     uintptr_t next_va;
     int ready;
 } F;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static __thread int current = -1;
+static __thread int current = -1; /* the device of the thread's current context; -1: none */
 static __thread char recent[256];
 
 API void fake_acl_reset(void);
 API void fake_acl_set(const char *key, long value);
 API void fake_acl_set_str(const char *key, const char *value);
 API void fake_acl_outstanding(long out[7]);
+API aclError fake_acl_launch(void *stream, void *ptr, size_t size);
+API aclError fake_acl_first_use(void *stream, void *ptr, size_t size);
+API void fake_acl_progress(long n);
+API long fake_acl_violations(char *buf, size_t len);
+API long fake_acl_contexts(int device);
+API int fake_acl_current(void);
+API void fake_acl_set_host_busy(int (*busy)(uintptr_t, uintptr_t, int, void *, int));
 
 static long env_long(const char *name, long dflt)
 {
@@ -94,6 +122,7 @@ API void fake_acl_reset(void)
     F.next_va = 0x12c000000000ull;
     F.ready = 1;
     current = -1;
+    fw_reset();
 }
 
 API void fake_acl_set(const char *key, long value)
@@ -105,7 +134,6 @@ API void fake_acl_set(const char *key, long value)
     else if (!strcmp(key, "vmm")) F.vmm = value;
     else if (!strcmp(key, "fail_nth")) { F.fail_nth = value; F.calls = 0; }
     else if (!strcmp(key, "fail_code")) F.fail_code = value;
-    else if (!strcmp(key, "hold_events")) F.hold_events = value;
 }
 
 API void fake_acl_set_str(const char *key, const char *value)
@@ -148,7 +176,7 @@ static aclError enter(int need_device)
         return fail((aclError)F.fail_code, "EE9999: injected failure");
     if (!F.init)
         return fail(UNINITIALIZE, "EH0001: aclInit has not been called");
-    if (need_device && current < 0)
+    if (need_device && (current < 0 || !F.set_refs[current]))
         return fail(CONTEXT_NULL, "EE1001: no device is set on this thread (aclrtSetDevice)");
     return OK;
 }
@@ -160,26 +188,44 @@ static aclError enter(int need_device)
             return e_;                   \
     } while (0)
 
+/* acl_rt.h (ACL 1.15) and the runtime's acl.cpp: every aclInit takes a reference; the repeated ones answer
+ * ACL_ERROR_REPEAT_INITIALIZE. CANN 6: "can be called only once in a process". */
 API aclError aclInit(const char *config)
 {
     (void)config;
     if (!F.ready)
         fake_acl_reset();
 #ifdef FAKE_ACL_CANN6
-    if (F.init) /* "can be called only once in a process" */
+    if (F.init)
         return fail(REPEAT_INITIALIZE, "EH0002: repeated initialisation");
-#endif
-    F.init++;
+    F.init = 1;
     return OK;
+#else
+    return F.init++ ? fail(REPEAT_INITIALIZE, "EH0002: repeated initialisation") : OK;
+#endif
 }
 
+/* aclFinalize ends the runtime for every user of the process, whatever the count. */
 API aclError aclFinalize(void)
 {
     if (F.init <= 0)
         return fail(UNINITIALIZE, "EH0001: aclFinalize without aclInit");
-    F.init--;
+    F.init = 0;
     return OK;
 }
+
+#ifndef FAKE_ACL_CANN6
+/* aclFinalizeReference(uint64_t *refCount): drops one reference, says how many are left. */
+API aclError aclFinalizeReference(uint64_t *left)
+{
+    if (F.init <= 0)
+        return fail(UNINITIALIZE, "EH0001: aclFinalizeReference without aclInit");
+    F.init--;
+    if (left)
+        *left = (uint64_t)F.init;
+    return OK;
+}
+#endif
 
 API aclError aclrtGetDeviceCount(unsigned *n) { ENTER(0); *n = (unsigned)F.devices; return OK; }
 
@@ -189,7 +235,8 @@ API aclError aclrtSetDevice(int d)
     if (d < 0 || d >= F.devices || d >= 8)
         return fail(INVALID_DEVICEID, "EE1001: device id out of range");
     pthread_mutex_lock(&lock);
-    F.set_refs[d]++;
+    if (F.set_refs[d]++ == 0) /* its default context and stream come to life */
+        F.ctx_created[d]++;
     pthread_mutex_unlock(&lock);
     current = d;
     return OK;
@@ -201,27 +248,50 @@ API aclError aclrtResetDevice(int d)
     if (d < 0 || d >= F.devices || d >= 8 || F.set_refs[d] <= 0)
         return fail(INVALID_DEVICEID, "EE1001: reset of a device that was not set");
     pthread_mutex_lock(&lock);
-    F.set_refs[d]--;
+    if (--F.set_refs[d] == 0) {
+        fw_complete_device(d); /* resetting the device ends its work */
+        if (current == d)
+            current = -1;
+    }
     pthread_mutex_unlock(&lock);
+    return OK;
+}
+
+/* Contexts are named by their device: 0x1000 + device (the default context is the only one modelled). */
+API aclError aclrtGetCurrentContext(void **ctx)
+{
+    ENTER(0);
+    if (current < 0 || !F.set_refs[current])
+        return fail(CONTEXT_NULL, "EE1001: the thread has no current context");
+    *ctx = (void *)(uintptr_t)(0x1000 + current);
+    return OK;
+}
+
+API aclError aclrtSetCurrentContext(void *ctx)
+{
+    ENTER(0);
+    long d = (long)(uintptr_t)ctx - 0x1000;
+    if (d < 0 || d >= 8 || !F.set_refs[d])
+        return fail(CONTEXT_NULL, "EE1001: aclrtSetCurrentContext of a context that does not exist");
+    current = (int)d;
     return OK;
 }
 
 API aclError aclrtGetDevice(int *d)
 {
     ENTER(0);
-    if (current < 0)
+    if (current < 0 || !F.set_refs[current])
         return fail(CONTEXT_NULL, "EE1001: no device is set on this thread");
     *d = current;
     return OK;
 }
 
-API aclError aclrtMalloc(void **p, size_t size, int policy)
+static aclError device_malloc(void **p, size_t size, int policy, size_t real)
 {
     ENTER(1);
     if (!size || policy < 0 || policy > 7)
         return fail(INVALID_PARAM, "EE1003: invalid size or policy");
     pthread_mutex_lock(&lock);
-    size_t real = (size + 63) / 32 * 32; /* aligned to 32 and padded with 32 */
     aclError rc = OK;
     int slot = -1;
     for (int i = 0; i < MAX && slot < 0; i++)
@@ -239,6 +309,16 @@ API aclError aclrtMalloc(void **p, size_t size, int policy)
     return rc;
 }
 
+/* The runtime's memory.cpp: aclrtMalloc aligns the size to 32 bytes and adds 32. */
+API aclError aclrtMalloc(void **p, size_t size, int policy) { return device_malloc(p, size, policy, (size + 63) / 32 * 32); }
+
+/* torch_npu's segments: no pad (the size must be what the caller asked). */
+API aclError aclrtMallocAlign32(void **p, size_t size, int policy)
+{
+    return device_malloc(p, size, policy, (size + 31) / 32 * 32);
+}
+
+/* No implicit device or stream synchronization: queued work on the memory is a use-after-free. */
 API aclError aclrtFree(void *p)
 {
     ENTER(1);
@@ -246,6 +326,9 @@ API aclError aclrtFree(void *p)
     aclError rc = fail(RT_PARAM_INVALID, "EE1003: aclrtFree of an unknown pointer");
     for (int i = 0; i < MAX; i++)
         if (p && F.allocs[i].p == p) {
+            if (fw_busy((uintptr_t)p, (uintptr_t)p + F.allocs[i].size, 0, NULL, 0))
+                fw_violation("aclrtFree(%p, %zu bytes) while queued work still uses it: aclrtFree does not wait "
+                             "for the device", p, F.allocs[i].size);
             F.used -= (long)F.allocs[i].size;
             free(p);
             F.allocs[i].p = NULL;
@@ -297,6 +380,7 @@ API aclError aclrtCreateEventExWithFlag(void **ev, unsigned flag)
 }
 #endif
 
+/* The event completes with the work queued on the stream before it. */
 API aclError aclrtRecordEvent(void *ev, void *stream)
 {
     ENTER(1);
@@ -304,9 +388,15 @@ API aclError aclrtRecordEvent(void *ev, void *stream)
         return fail(INVALID_HANDLE, "EE1003: record of an unknown event");
     long i = event_index(ev);
     F.events[i].recorded = 1;
-    F.events[i].done = !F.hold_events;
+    F.events[i].device = current;
     F.events[i].stream = stream;
+    F.events[i].seq = fw_last_seq(current, stream);
     return OK;
+}
+
+static int event_done(long i)
+{
+    return F.events[i].recorded && !fw_pending(F.events[i].device, F.events[i].stream, F.events[i].seq);
 }
 
 #ifndef FAKE_ACL_CANN6
@@ -316,7 +406,7 @@ API aclError aclrtQueryEventStatus(void *ev, int *status)
     if (!event_ok(ev))
         return fail(INVALID_HANDLE, "EE1003: query of an unknown event");
     long i = event_index(ev);
-    *status = !F.events[i].recorded || F.events[i].done; /* COMPLETE = 1 */
+    *status = event_done(i); /* ACL_EVENT_RECORDED_STATUS_COMPLETE = 1; never recorded: not ready */
     return OK;
 }
 #endif
@@ -327,7 +417,7 @@ API aclError aclrtQueryEvent(void *ev, int *status)
     if (!event_ok(ev))
         return fail(INVALID_HANDLE, "EE1003: query of an unknown event");
     long i = event_index(ev);
-    *status = !F.events[i].recorded || F.events[i].done ? 0 : 1; /* deprecated: COMPLETE = 0, NOT_READY = 1 */
+    *status = event_done(i) ? 0 : 1; /* deprecated: ACL_EVENT_STATUS_COMPLETE = 0, NOT_READY = 1 */
     return OK;
 }
 
@@ -336,7 +426,9 @@ API aclError aclrtSynchronizeEvent(void *ev)
     ENTER(1);
     if (!event_ok(ev))
         return fail(INVALID_HANDLE, "EE1003: synchronize of an unknown event");
-    F.events[event_index(ev)].done = 1;
+    long i = event_index(ev);
+    if (F.events[i].recorded)
+        fw_complete_stream(F.events[i].device, F.events[i].stream, F.events[i].seq);
     return OK;
 }
 
@@ -352,11 +444,69 @@ API aclError aclrtDestroyEvent(void *ev)
 API aclError aclrtSynchronizeStream(void *stream)
 {
     ENTER(1);
-    for (long i = 0; i < F.nevents; i++)
-        if (F.events[i].live && F.events[i].stream == stream)
-            F.events[i].done = 1;
+    fw_complete_stream(current, stream, ~0ul);
     return OK;
 }
+
+/* The current device's work, every stream. */
+API aclError aclrtSynchronizeDevice(void)
+{
+    ENTER(1);
+    fw_complete_device(current);
+    return OK;
+}
+
+/* ---- the tests' side: work on the device, and what it saw ---- */
+
+static int allocated(uintptr_t lo, uintptr_t hi)
+{
+    for (int i = 0; i < MAX; i++) {
+        uintptr_t p = (uintptr_t)F.allocs[i].p;
+        if (p && lo >= p && hi <= p + F.allocs[i].size)
+            return 1;
+    }
+    for (uintptr_t at = lo; at < hi;) { /* mapped pages, possibly several mappings in a row */
+        int hit = 0;
+        for (int i = 0; i < MAX && !hit; i++)
+            if (F.maps[i].size && at >= F.maps[i].va && at < F.maps[i].va + F.maps[i].size) {
+                at = F.maps[i].va + F.maps[i].size;
+                hit = 1;
+            }
+        if (!hit)
+            return 0;
+    }
+    return 1;
+}
+
+/* A kernel touching [ptr, ptr + size) queued on `stream` of the current device. */
+API aclError fake_acl_launch(void *stream, void *ptr, size_t size)
+{
+    ENTER(1);
+    pthread_mutex_lock(&lock);
+    if (!allocated((uintptr_t)ptr, (uintptr_t)ptr + size))
+        fw_violation("work launched on [%p, +%zu) on device %d, which is not allocated or mapped", ptr, size,
+                     current);
+    int rc = fw_launch(current, stream, (uintptr_t)ptr, size);
+    pthread_mutex_unlock(&lock);
+    return rc ? fail(MEMORY_ALLOCATION, "EE1005: too much queued work") : OK;
+}
+
+/* A new owner's first use of a block it was just given, on its stream: another stream's queued work on the
+ * memory means the allocator handed it out too early. */
+API aclError fake_acl_first_use(void *stream, void *ptr, size_t size)
+{
+    ENTER(1);
+    if (fw_busy((uintptr_t)ptr, (uintptr_t)ptr + size, current, stream, 1))
+        fw_violation("block [%p, +%zu) handed to stream %p while another stream's work on it is still queued", ptr,
+                     size, stream);
+    return fake_acl_launch(stream, ptr, size);
+}
+
+API void fake_acl_progress(long n) { fw_progress(n); }
+API long fake_acl_violations(char *buf, size_t len) { return fw_violations(buf, len); }
+API long fake_acl_contexts(int device) { return device >= 0 && device < 8 ? F.ctx_created[device] : -1; }
+API int fake_acl_current(void) { return current >= 0 && F.set_refs[current] ? current : -1; }
+API void fake_acl_set_host_busy(int (*busy)(uintptr_t, uintptr_t, int, void *, int)) { W.host_busy = busy; }
 
 API const char *aclGetRecentErrMsg(void) { return recent[0] ? recent : NULL; }
 API aclError aclrtGetVersion(int *a, int *b, int *c) { *a = 1, *b = 15, *c = 0; return OK; }
@@ -481,11 +631,14 @@ API aclError aclrtMapMem(void *va, size_t size, size_t offset, void *h, unsigned
     return OK;
 }
 
+/* No synchronization either: queued work on the pages is a use-after-free. */
 API aclError aclrtUnmapMem(void *va)
 {
     ENTER(1);
     for (int i = 0; i < MAX; i++)
         if (F.maps[i].size && F.maps[i].va == (uintptr_t)va) {
+            if (fw_busy(F.maps[i].va, F.maps[i].va + F.maps[i].size, 0, NULL, 0))
+                fw_violation("aclrtUnmapMem(%p, %zu bytes) while queued work still uses it", va, F.maps[i].size);
             F.handles[F.maps[i].h].mapped = 0;
             F.maps[i].size = 0;
             return OK;

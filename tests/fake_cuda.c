@@ -7,12 +7,27 @@
  * library offers, and "fail the Nth call" fault injection. fake_cuda_outstanding()
  * says what is still allocated, reserved, created, mapped or alive.
  *
+ * What can bite an allocator is modelled from cuda.h (CUDA 13; docs/CONTRACTS.md):
+ *   - the current context is per thread (cuCtxGetCurrent / cuCtxSetCurrent),
+ *     primary contexts are retained per device and counted;
+ *   - device work (fake_work.h): fake_cuda_launch queues work that completes
+ *     later, in stream order, at cuStreamSynchronize / cuCtxSynchronize /
+ *     cuEventSynchronize; events complete with the work before them;
+ *     cuMemUnmap does not wait for it, and cuMemFree "may perform implicit
+ *     synchronization": by default it does not here (the contract's worst
+ *     case; free_syncs=1 makes it wait, as drivers commonly do);
+ *   - access: a mapping has none until cuMemSetAccess, per device; peer devices
+ *     (cuDeviceCanAccessPeer) need their own descriptor.
+ *
  * It also exports the plain legacy name cuMemAlloc with the CUDA 2.0 ABI
  * (32-bit size): a loader that took it instead of cuMemAlloc_v2 fails loudly.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fake_work.h"
 
 #define API __attribute__((visibility("default")))
 
@@ -25,33 +40,43 @@ enum { OK = 0, INVALID_VALUE = 1, OOM = 2, NOT_INITIALIZED = 3, INVALID_DEVICE =
 #define MAX 4096
 
 static struct {
-    long memory, devices, version, vmm, getproc, fail_nth, fail_code, hold_events;
+    long memory, devices, version, vmm, getproc, fail_nth, fail_code, free_syncs, peers;
     long calls, used;
     int initialised;
     struct { void *p; size_t size; } allocs[MAX];
     struct { CUdeviceptr va; size_t size; } resv[MAX];
     struct { size_t size; int live, mapped; } handles[MAX];
     long nhandles;
-    struct { CUdeviceptr va; size_t size; unsigned long long h; int access; } maps[MAX];
-    struct { int live, recorded, done; } events[MAX];
+    struct { CUdeviceptr va; size_t size; unsigned long long h; unsigned access; } maps[MAX]; /* access: by device */
+    struct { int live, recorded, device; void *stream; unsigned long seq; } events[MAX];
     long nevents;
     CUdeviceptr next_va;
-    int ctx_current, ctx_retained[8];
+    int ctx_retained[8], ctx_created[8];
     long allocs_relaxed, allocs_not_relaxed; /* cuMemAlloc / cuMemCreate by the thread's capture mode */
 } F;
 
 static __thread int capture_mode; /* CUstreamCaptureMode of the calling thread; 2 = relaxed */
+static __thread int current = -1; /* the device whose primary context is current on this thread; -1: none */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 API void fake_cuda_reset(void);
 API void fake_cuda_set(const char *key, long value);
 API void fake_cuda_outstanding(long out[5]);
 API long fake_cuda_get(const char *key);
+API CUresult fake_cuda_launch(void *stream, CUdeviceptr ptr, size_t size);
+API CUresult fake_cuda_first_use(void *stream, CUdeviceptr ptr, size_t size);
+API void fake_cuda_progress(long n);
+API long fake_cuda_violations(char *buf, size_t len);
+API long fake_cuda_contexts(int device);
+API int fake_cuda_current(void);
+API int fake_cuda_can_access(int device, CUdeviceptr ptr, size_t size);
 
 API long fake_cuda_get(const char *key)
 {
     if (!strcmp(key, "allocs_relaxed")) return F.allocs_relaxed;
     if (!strcmp(key, "allocs_not_relaxed")) return F.allocs_not_relaxed;
     if (!strcmp(key, "capture_mode")) return capture_mode;
+    if (!strcmp(key, "launched")) return W.launched;
     return -1;
 }
 
@@ -65,6 +90,9 @@ API void fake_cuda_reset(void)
     F.getproc = 2;
     F.fail_code = INJECTED;
     F.next_va = 0x7e0000000000ull;
+    F.peers = 1;
+    current = -1;
+    fw_reset();
 }
 
 API void fake_cuda_set(const char *key, long value)
@@ -78,7 +106,8 @@ API void fake_cuda_set(const char *key, long value)
     else if (!strcmp(key, "getproc")) F.getproc = value;
     else if (!strcmp(key, "fail_nth")) { F.fail_nth = value; F.calls = 0; }
     else if (!strcmp(key, "fail_code")) F.fail_code = value;
-    else if (!strcmp(key, "hold_events")) F.hold_events = value;
+    else if (!strcmp(key, "free_syncs")) F.free_syncs = value;
+    else if (!strcmp(key, "peers")) F.peers = value; /* 1: every device can access every other's memory */
 }
 
 API void fake_cuda_outstanding(long out[5])
@@ -134,13 +163,81 @@ API CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
     *v = attr == 102 ? (int)F.vmm : 0;
     return OK;
 }
-API CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { CHECK(); F.ctx_retained[dev & 7]++; *ctx = (void *)(uintptr_t)(0x1000 + dev); return OK; }
-API CUresult cuDevicePrimaryCtxRelease_v2(int dev) { F.ctx_retained[dev & 7]--; return OK; }
-API CUresult cuCtxSetCurrent(void *ctx) { CHECK(); F.ctx_current = (int)((uintptr_t)ctx - 0x1000); return OK; }
+/* Primary contexts are named 0x1000 + device; retaining the first reference creates one. */
+API CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev)
+{
+    CHECK();
+    if (dev < 0 || dev >= F.devices || dev >= 8)
+        return INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    if (F.ctx_retained[dev]++ == 0)
+        F.ctx_created[dev]++;
+    pthread_mutex_unlock(&lock);
+    *ctx = (void *)(uintptr_t)(0x1000 + dev);
+    return OK;
+}
+
+API CUresult cuDevicePrimaryCtxRelease_v2(int dev)
+{
+    if (dev < 0 || dev >= 8 || F.ctx_retained[dev] <= 0)
+        return INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    if (--F.ctx_retained[dev] == 0)
+        fw_complete_device(dev);
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
+
+/* NULL unbinds the thread's context. */
+API CUresult cuCtxSetCurrent(void *ctx)
+{
+    CHECK();
+    if (!ctx) {
+        current = -1;
+        return OK;
+    }
+    long d = (long)(uintptr_t)ctx - 0x1000;
+    if (d < 0 || d >= 8 || !F.ctx_retained[d])
+        return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+    current = (int)d;
+    return OK;
+}
+
+API CUresult cuCtxGetCurrent(void **ctx)
+{
+    CHECK();
+    *ctx = current >= 0 ? (void *)(uintptr_t)(0x1000 + current) : NULL;
+    return OK;
+}
+
+/* Context calls need one current (CUDA_ERROR_INVALID_CONTEXT otherwise). */
+#define NEED_CONTEXT()                                     \
+    do {                                                   \
+        if (current < 0 || !F.ctx_retained[current])       \
+            return 201;                                    \
+    } while (0)
+
+API CUresult cuCtxSynchronize(void)
+{
+    CHECK();
+    NEED_CONTEXT();
+    fw_complete_device(current);
+    return OK;
+}
+
+API CUresult cuDeviceCanAccessPeer(int *can, int dev, int peer)
+{
+    CHECK();
+    if (dev < 0 || dev >= F.devices || peer < 0 || peer >= F.devices)
+        return INVALID_DEVICE;
+    *can = dev != peer && F.peers;
+    return OK;
+}
 
 API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
 {
     CHECK();
+    NEED_CONTEXT();
     *total = (size_t)F.memory;
     *free_b = (size_t)(F.memory - F.used);
     return OK;
@@ -149,6 +246,7 @@ API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total)
 API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size)
 {
     CHECK();
+    NEED_CONTEXT();
     *(capture_mode == 2 ? &F.allocs_relaxed : &F.allocs_not_relaxed) += 1;
     if (size == 0)
         return INVALID_VALUE;
@@ -167,11 +265,17 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size)
     return OOM;
 }
 
+/* "For all other pointers, this API may perform implicit synchronization" (cuda.h): may, so by default not. */
 API CUresult cuMemFree_v2(CUdeviceptr p)
 {
     CHECK();
+    NEED_CONTEXT();
+    if (F.free_syncs)
+        fw_complete_device(current);
     for (int i = 0; i < MAX; i++)
         if (F.allocs[i].p && (CUdeviceptr)(uintptr_t)F.allocs[i].p == p) {
+            if (fw_busy((uintptr_t)p, (uintptr_t)p + F.allocs[i].size, 0, NULL, 0))
+                fw_violation("cuMemFree(0x%llx, %zu bytes) while queued work still uses it", p, F.allocs[i].size);
             free(F.allocs[i].p);
             F.allocs[i].p = NULL;
             F.used -= (long)F.allocs[i].size;
@@ -283,6 +387,7 @@ API CUresult cuMemMap(CUdeviceptr va, size_t size, size_t off, unsigned long lon
     return OOM;
 }
 
+/* No synchronization: queued work on the range is a use-after-free. */
 API CUresult cuMemUnmap(CUdeviceptr va, size_t size)
 {
     CHECK();
@@ -290,24 +395,38 @@ API CUresult cuMemUnmap(CUdeviceptr va, size_t size)
         if (F.maps[i].size && F.maps[i].va == va) {
             if (F.maps[i].size != size)
                 return INVALID_VALUE; /* must be the whole range of one cuMemMap */
+            if (fw_busy(va, va + size, 0, NULL, 0))
+                fw_violation("cuMemUnmap(0x%llx, %zu bytes) while queued work still uses it", va, size);
             F.maps[i].size = 0;
             return OK;
         }
     return 211; /* CUDA_ERROR_NOT_MAPPED */
 }
 
+
+/* Per-device access, one descriptor each (type DEVICE, flags PROT_READWRITE = 3). */
 API CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const void *desc, size_t count)
 {
     CHECK();
-    if (!desc || count != 1)
+    const struct { int type, id, flags; } *d = desc;
+    if (!desc || !count)
         return INVALID_VALUE;
+    unsigned mask = 0;
+    for (size_t k = 0; k < count; k++) {
+        if (d[k].type != 1 || d[k].id < 0 || d[k].id >= F.devices || d[k].flags != 3)
+            return INVALID_VALUE;
+        mask |= 1u << d[k].id;
+    }
     size_t covered = 0;
     for (int i = 0; i < MAX; i++)
-        if (F.maps[i].size && F.maps[i].va >= va && F.maps[i].va + F.maps[i].size <= va + size) {
-            F.maps[i].access = 1;
+        if (F.maps[i].size && F.maps[i].va >= va && F.maps[i].va + F.maps[i].size <= va + size)
             covered += F.maps[i].size;
-        }
-    return covered == size ? OK : INVALID_VALUE; /* the range must be fully mapped */
+    if (covered != size)
+        return INVALID_VALUE; /* the range must be fully mapped */
+    for (int i = 0; i < MAX; i++)
+        if (F.maps[i].size && F.maps[i].va >= va && F.maps[i].va + F.maps[i].size <= va + size)
+            F.maps[i].access |= mask;
+    return OK;
 }
 
 API CUresult cuMemGetAllocationGranularity(size_t *g, const prop_t *prop, int option)
@@ -322,9 +441,8 @@ API CUresult cuMemGetAllocationGranularity(size_t *g, const prop_t *prop, int op
 API CUresult cuStreamSynchronize(void *stream)
 {
     CHECK();
-    (void)stream;
-    for (long i = 0; i < F.nevents; i++)
-        F.events[i].done = 1;
+    NEED_CONTEXT();
+    fw_complete_stream(current, stream, ~0ul);
     return OK;
 }
 
@@ -340,25 +458,30 @@ API CUresult cuEventCreate(void **ev, unsigned flags)
 
 static int ev_ok(void *ev) { long i = (long)(uintptr_t)ev; return i > 0 && i <= F.nevents && F.events[i - 1].live; }
 
+/* The event completes with the work queued on the stream before it. */
 API CUresult cuEventRecord(void *ev, void *stream)
 {
     CHECK();
-    (void)stream;
+    NEED_CONTEXT();
     if (!ev_ok(ev))
         return 400; /* CUDA_ERROR_INVALID_HANDLE */
     long i = (long)(uintptr_t)ev - 1;
     F.events[i].recorded = 1;
-    F.events[i].done = !F.hold_events;
+    F.events[i].device = current;
+    F.events[i].stream = stream;
+    F.events[i].seq = fw_last_seq(current, stream);
     return OK;
 }
 
+/* A never-recorded event is complete (cuEventQuery: "no work" has been recorded). */
 API CUresult cuEventQuery(void *ev)
 {
     CHECK();
     if (!ev_ok(ev))
         return 400;
     long i = (long)(uintptr_t)ev - 1;
-    return !F.events[i].recorded || F.events[i].done ? OK : NOT_READY;
+    return !F.events[i].recorded || !fw_pending(F.events[i].device, F.events[i].stream, F.events[i].seq) ? OK
+                                                                                                           : NOT_READY;
 }
 
 API CUresult cuEventSynchronize(void *ev)
@@ -366,9 +489,87 @@ API CUresult cuEventSynchronize(void *ev)
     CHECK();
     if (!ev_ok(ev))
         return 400;
-    F.events[(long)(uintptr_t)ev - 1].done = 1;
+    long i = (long)(uintptr_t)ev - 1;
+    if (F.events[i].recorded)
+        fw_complete_stream(F.events[i].device, F.events[i].stream, F.events[i].seq);
     return OK;
 }
+
+/* ---- the tests' side: work on the device, access, contexts ---- */
+
+static int allocated(uintptr_t lo, uintptr_t hi)
+{
+    for (int i = 0; i < MAX; i++) {
+        uintptr_t p = (uintptr_t)F.allocs[i].p;
+        if (p && lo >= p && hi <= p + F.allocs[i].size)
+            return 1;
+    }
+    for (uintptr_t at = lo; at < hi;) {
+        int hit = 0;
+        for (int i = 0; i < MAX && !hit; i++)
+            if (F.maps[i].size && at >= F.maps[i].va && at < F.maps[i].va + F.maps[i].size) {
+                at = F.maps[i].va + F.maps[i].size;
+                hit = 1;
+            }
+        if (!hit)
+            return 0;
+    }
+    return 1;
+}
+
+/* A kernel touching [ptr, ptr + size) queued on `stream` of the current context's device. */
+API CUresult fake_cuda_launch(void *stream, CUdeviceptr ptr, size_t size)
+{
+    CHECK();
+    NEED_CONTEXT();
+    if (!allocated(ptr, ptr + size))
+        fw_violation("work launched on [0x%llx, +%zu) on device %d, which is not allocated or mapped", ptr, size,
+                     current);
+    else if (!fake_cuda_can_access(current, ptr, size))
+        fw_violation("work on device %d touches [0x%llx, +%zu), which it has no access to (cuMemSetAccess)",
+                     current, ptr, size);
+    return fw_launch(current, stream, ptr, size) ? OOM : OK;
+}
+
+/* A new owner's first use of a block, on its stream: another stream's queued work there is a reuse too early. */
+API CUresult fake_cuda_first_use(void *stream, CUdeviceptr ptr, size_t size)
+{
+    CHECK();
+    NEED_CONTEXT();
+    if (fw_busy(ptr, ptr + size, current, stream, 1))
+        fw_violation("block [0x%llx, +%zu) handed to stream %p while another stream's work on it is still queued",
+                     ptr, size, stream);
+    return fake_cuda_launch(stream, ptr, size);
+}
+
+/* Whether `device` may touch [ptr, ptr + size): memory from cuMemAlloc is its own device's (all, here); mapped
+ * pages need an access descriptor for it. */
+API int fake_cuda_can_access(int device, CUdeviceptr ptr, size_t size)
+{
+    for (int i = 0; i < MAX; i++) {
+        uintptr_t p = (uintptr_t)F.allocs[i].p;
+        if (p && ptr >= p && ptr + size <= p + F.allocs[i].size)
+            return 1;
+    }
+    for (CUdeviceptr at = ptr; at < ptr + size;) {
+        int hit = 0;
+        for (int i = 0; i < MAX && !hit; i++)
+            if (F.maps[i].size && at >= F.maps[i].va && at < F.maps[i].va + F.maps[i].size) {
+                if (!(F.maps[i].access >> device & 1))
+                    return 0;
+                at = F.maps[i].va + F.maps[i].size;
+                hit = 1;
+            }
+        if (!hit)
+            return 0;
+    }
+    return 1;
+}
+
+API void fake_cuda_progress(long n) { fw_progress(n); }
+API long fake_cuda_violations(char *buf, size_t len) { return fw_violations(buf, len); }
+API long fake_cuda_contexts(int device) { return device >= 0 && device < 8 ? F.ctx_created[device] : -1; }
+API int fake_cuda_current(void) { return current; }
 
 API CUresult cuEventDestroy_v2(void *ev)
 {
@@ -414,6 +615,8 @@ static void *lookup(const char *name, int version)
         {"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain, 7000},
         {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2, 11000},
         {"cuCtxSetCurrent", (void *)cuCtxSetCurrent, 4000}, {"cuMemGetInfo", (void *)cuMemGetInfo_v2, 3020},
+        {"cuCtxGetCurrent", (void *)cuCtxGetCurrent, 4000}, {"cuCtxSynchronize", (void *)cuCtxSynchronize, 2000},
+        {"cuDeviceCanAccessPeer", (void *)cuDeviceCanAccessPeer, 4000},
         {"cuMemAlloc", (void *)cuMemAlloc_v2, 3020}, {"cuMemFree", (void *)cuMemFree_v2, 3020},
         {"cuMemAddressReserve", (void *)cuMemAddressReserve, 10020},
         {"cuMemAddressFree", (void *)cuMemAddressFree, 10020}, {"cuMemCreate", (void *)cuMemCreate, 10020},

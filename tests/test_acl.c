@@ -12,6 +12,15 @@ typedef struct fake {
     void (*outstanding)(long[7]);
     int (*init)(const char *);
     int (*finalize)(void);
+    /* Device work and contexts (fake_work.h); the calls a torch_npu thread makes itself. */
+    int (*launch)(void *, void *, size_t);
+    int (*first_use)(void *, void *, size_t);
+    void (*progress)(long);
+    long (*violations)(char *, size_t);
+    long (*contexts)(int);
+    int (*current)(void);
+    int (*set_device)(int);
+    int (*reset_device)(int);
     char spec[600];
 } fake;
 
@@ -28,8 +37,20 @@ static int load(fake *f, const char *path)
     f->outstanding = (void (*)(long[7]))dlsym(f->lib, "fake_acl_outstanding");
     f->init = (int (*)(const char *))dlsym(f->lib, "aclInit");
     f->finalize = (int (*)(void))dlsym(f->lib, "aclFinalize");
+    *(void **)&f->launch = dlsym(f->lib, "fake_acl_launch");
+    *(void **)&f->first_use = dlsym(f->lib, "fake_acl_first_use");
+    *(void **)&f->progress = dlsym(f->lib, "fake_acl_progress");
+    *(void **)&f->violations = dlsym(f->lib, "fake_acl_violations");
+    *(void **)&f->contexts = dlsym(f->lib, "fake_acl_contexts");
+    *(void **)&f->current = dlsym(f->lib, "fake_acl_current");
+    *(void **)&f->set_device = dlsym(f->lib, "aclrtSetDevice");
+    *(void **)&f->reset_device = dlsym(f->lib, "aclrtResetDevice");
     snprintf(f->spec, sizeof f->spec, "acl:lib=%s", path);
-    return f->reset && f->set && f->set_str && f->outstanding && f->init && f->finalize ? 0 : -1;
+    return f->reset && f->set && f->set_str && f->outstanding && f->init && f->finalize && f->launch &&
+                   f->first_use && f->progress && f->violations && f->contexts && f->current && f->set_device &&
+                   f->reset_device
+               ? 0
+               : -1;
 }
 
 static int setup(void **st)
@@ -57,9 +78,30 @@ static int reset(void **st)
     return 0;
 }
 
-/* Nothing allocated, reserved, created, mapped or alive; every aclrtSetDevice reset, aclInit finalised. */
+/* The device's work was never broken: nothing freed, unmapped or reused under queued work. */
+static void assert_no_violation(const fake *f)
+{
+    char first[512];
+    long n = f->violations(first, sizeof first);
+    if (n)
+        fail_msg("%ld device-work violations; the first: %s", n, first);
+}
+
+/* What a torch_npu thread has done before it allocates (NpuSysCtrl::Initialize, c10_npu::SetDevice): aclInit, and
+ * its device set. Returns the references the framework holds, for assert_runtime_empty. */
+static long framework_on(const fake *f, int device)
+{
+    assert_int_equal(f->init(NULL), 0);
+    assert_int_equal(f->set_device(device), 0);
+    return 1;
+}
+
+/* Nothing allocated, reserved, created, mapped or alive; every aclrtSetDevice of hbmalloc's reset, its aclInit
+ * reference returned (init_left: the references others hold, and on CANN 6, which has no aclFinalizeReference,
+ * hbmalloc's own, kept to the end of the process rather than end the runtime for everyone with aclFinalize). */
 static void assert_runtime_empty(const fake *f, long init_left)
 {
+    assert_no_violation(f);
     long o[7];
     f->outstanding(o);
     if (o[0] || o[1] || o[2] || o[3] || o[4] || o[5] || o[6] != init_left)
@@ -185,31 +227,38 @@ static void a_failed_probe_falls_back_and_says_why(void **st)
     assert_runtime_empty(&NEW, 0);
 }
 
-/* CANN 6: no virtual-memory functions, the deprecated event query (inverted status), aclInit once per process. */
+/* CANN 6: no virtual-memory functions, the deprecated event query (inverted status), aclInit once per process, no
+ * aclFinalizeReference. Work queued on stream 2 keeps a block from stream 1 until its event completes. */
 static void an_old_cann_runtime_works_without_virtual_memory(void **st)
 {
     (void)st;
-    OLD.set("hold_events", 1);
     hbm_allocator *a = open_acl(&OLD, "expandable_segments:True");
     assert_non_null(strstr(hbm_warning(a), "lacks aclrtReserveMemAddress"));
     assert_non_null(strstr(hbm_warning(a), "CANN 7.0.0"));
     void *p = must_malloc(a, 4096, 1);
+    assert_int_equal(OLD.current(), 0); /* the thread had no device: it keeps the one hbmalloc set */
+    assert_int_equal(OLD.first_use((void *)1, p, 4096), 0);
     assert_int_equal(hbm_record_stream(a, p, 2), HBM_OK);
+    assert_int_equal(OLD.launch((void *)2, p, 4096), 0); /* stream 2 still reads it */
     hbm_free(a, p);
     void *q = must_malloc(a, 4096, 1);
     assert_ptr_not_equal(q, p); /* aclrtQueryEvent says NOT_READY (1): the block waits */
+    assert_int_equal(OLD.first_use((void *)1, q, 4096), 0);
     hbm_free(a, q);
-    assert_int_equal(hbm_empty_cache(a), HBM_OK); /* synchronizes the event */
+    assert_int_equal(hbm_empty_cache(a), HBM_OK); /* synchronizes the event, then the device */
     assert_int_equal(stats_of(a).num_sync_all_streams, 1);
-    OLD.set("hold_events", 0);
     p = must_malloc(a, 4096, 1);
+    assert_int_equal(OLD.first_use((void *)1, p, 4096), 0);
     assert_int_equal(hbm_record_stream(a, p, 2), HBM_OK);
+    OLD.progress(10); /* everything done before the free: the event completes at once */
     hbm_free(a, p);
     assert_ptr_equal(must_malloc(a, 4096, 1), p); /* COMPLETE (0): reused at once */
     assert_valid(a);
     hbm_destroy(a);
-    assert_runtime_empty(&OLD, 0);
+    assert_runtime_empty(&OLD, 1); /* hbmalloc's aclInit: CANN 6 cannot drop one reference, and aclFinalize would end
+                                      the runtime for every user */
     /* Inside torch_npu the runtime is initialised already: 100002 is accepted, and aclFinalize is left to its owner. */
+    OLD.reset();
     assert_int_equal(OLD.init(NULL), 0);
     a = open_acl(&OLD, "");
     must_malloc(a, MiB, 0);
@@ -235,7 +284,7 @@ static void the_arena_runs_on_a_runtime_without_virtual_memory(void **st)
     hbm_free(a, r);
     assert_valid(a);
     assert_int_equal(hbm_destroy(a), HBM_OK);
-    assert_runtime_empty(&OLD, 0);
+    assert_runtime_empty(&OLD, 1);
 }
 
 /* The step plan on the same runtime: after two steps the step's allocations come from one more aclrtMalloc (the
@@ -260,7 +309,7 @@ static void the_step_plan_runs_on_a_runtime_without_virtual_memory(void **st)
     assert_true(s.arena_bytes >= s.plan_height && s.plan_height >= (int64_t)(10 * 3 * MiB));
     hbm_free(a, weights);
     assert_int_equal(hbm_destroy(a), HBM_OK);
-    assert_runtime_empty(&OLD, 0);
+    assert_runtime_empty(&OLD, 1);
 }
 
 static void runtime_errors_carry_the_acl_name_and_message_and_leak_nothing(void **st)
@@ -327,6 +376,117 @@ static void a_fresh_thread_gets_the_device_set(void **st)
     assert_runtime_empty(&NEW, 0);
 }
 
+/* aclrtFree does no implicit device or stream synchronization (CANN aclrtFree page): a kernel still running on a
+ * block its owner freed must be waited for before the segment goes back, at empty_cache, at the OOM retry and at
+ * destroy; pages of an expandable segment are unmapped after the device has finished (torch_npu's unmapHandles). */
+static void segments_go_back_only_after_the_device_has_finished_with_them(void **st)
+{
+    (void)st;
+    long fw = framework_on(&NEW, 0);
+    NEW.set("memory", 64L << 20);
+    hbm_allocator *a = open_acl(&NEW, "");
+    void *p = must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(NEW.first_use(NULL, p, 30 * MiB), 0); /* a kernel on the default stream */
+    hbm_free(a, p);                                      /* freed while it runs, as torch_npu does */
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_no_violation(&NEW);
+    p = must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(NEW.first_use(NULL, p, 30 * MiB), 0);
+    hbm_free(a, p);
+    void *big = must_malloc(a, 50 * MiB, 0); /* the cached segment is freed before the retry */
+    assert_int_equal(stats_of(a).num_alloc_retries, 1);
+    assert_no_violation(&NEW);
+    assert_int_equal(NEW.first_use(NULL, big, 50 * MiB), 0);
+    hbm_destroy(a); /* live blocks go back too */
+    assert_int_equal(NEW.reset_device(0), 0);
+    assert_runtime_empty(&NEW, fw);
+    NEW.reset();
+    fw = framework_on(&NEW, 0);
+    a = open_acl(&NEW, "expandable_segments:True");
+    p = must_malloc(a, 30 * MiB, 5);
+    assert_int_equal(NEW.first_use((void *)5, p, 30 * MiB), 0);
+    hbm_free(a, p);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_no_violation(&NEW);
+    p = must_malloc(a, 30 * MiB, 5);
+    assert_int_equal(NEW.first_use((void *)5, p, 30 * MiB), 0);
+    hbm_destroy(a);
+    assert_int_equal(NEW.reset_device(0), 0);
+    assert_runtime_empty(&NEW, fw);
+}
+
+/* A rank serving card 3: opening the backend sets no device, virtual memory is probed on card 3 alone, and after
+ * every call the thread is still on card 3 (torch_npu caches its device per thread and would run its next work on
+ * whatever card was left current). A thread on card 1 using card 0's allocator stays on card 1. */
+static void the_callers_device_is_the_same_after_every_call(void **st)
+{
+    (void)st;
+    NEW.set("devices", 4);
+    long fw = framework_on(&NEW, 3);
+    hbm_devices *d;
+    char err[600];
+    assert_int_equal(hbm_devices_open(&d, NEW.spec, "expandable_segments:True", err, sizeof err), HBM_OK);
+    assert_int_equal(NEW.current(), 3);
+    void *p;
+    assert_int_equal(hbm_devices_malloc(d, 3, 30 * MiB, 0, &p), HBM_OK);
+    assert_true(stats_of(hbm_devices_get(d, 3)).expandable_segments);
+    assert_int_equal(NEW.current(), 3);
+    assert_int_equal(hbm_record_stream(hbm_devices_get(d, 3), p, 9), HBM_OK);
+    assert_int_equal(hbm_devices_free(d, 3, p), HBM_OK);
+    assert_int_equal(NEW.current(), 3);
+    assert_int_equal(hbm_empty_cache(hbm_devices_get(d, 3)), HBM_OK);
+    assert_int_equal(NEW.current(), 3);
+    for (int dev = 0; dev < 3; dev++)
+        assert_int_equal(NEW.contexts(dev), 0);
+    /* Another thread of the framework, on card 1, uses card 0's allocator. */
+    assert_int_equal(NEW.set_device(1), 0);
+    assert_int_equal(hbm_devices_malloc(d, 0, MiB, 0, &p), HBM_OK);
+    assert_int_equal(NEW.current(), 1);
+    assert_int_equal(hbm_devices_free(d, 0, p), HBM_OK);
+    assert_int_equal(hbm_empty_cache(hbm_devices_get(d, 0)), HBM_OK);
+    assert_int_equal(NEW.current(), 1);
+    hbm_devices_close(d);
+    assert_int_equal(NEW.reset_device(1), 0);
+    assert_int_equal(NEW.reset_device(3), 0);
+    assert_runtime_empty(&NEW, fw);
+}
+
+/* Segments as torch_npu makes them: aclrtMallocAlign32, which takes exactly the size asked; aclrtMalloc would align
+ * it to 32 bytes and add 32 more (the runtime's memory.cpp), on every segment. */
+static void segments_take_no_runtime_padding(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_acl(&NEW, "");
+    must_malloc(a, 5 * MiB, 0);
+    must_malloc(a, 30 * MiB, 0);
+    size_t free_b = 0, total = 0;
+    hbm_device_counters c;
+    hbm_get_device_counters(a, &c);
+    int (*meminfo)(int, size_t *, size_t *) = (int (*)(int, size_t *, size_t *))dlsym(NEW.lib, "aclrtGetMemInfo");
+    assert_int_equal(meminfo(1, &free_b, &total), 0);
+    assert_int_equal(total - free_b, stats_of(a).reserved_bytes[HBM_POOL_ALL].current);
+    hbm_destroy(a);
+    assert_runtime_empty(&NEW, 0);
+}
+
+/* aclInit takes a reference each time (100002 after the first, CANN 8.5+); aclFinalize would end the runtime for
+ * every user. hbmalloc gives back its own reference and no more, whoever initialised first. */
+static void the_runtime_stays_initialised_for_its_other_users(void **st)
+{
+    (void)st;
+    assert_int_equal(NEW.init(NULL), 0); /* torch_npu first */
+    hbm_allocator *a = open_acl(&NEW, "");
+    must_malloc(a, MiB, 0);
+    hbm_destroy(a);
+    assert_runtime_empty(&NEW, 1); /* torch_npu's reference */
+    NEW.reset();
+    a = open_acl(&NEW, ""); /* hbmalloc first (hbmalloc doctor, a C program), then torch_npu */
+    assert_int_equal(NEW.init(NULL), 100002);
+    must_malloc(a, MiB, 0);
+    hbm_destroy(a);
+    assert_runtime_empty(&NEW, 1); /* torch_npu's runtime is still up */
+}
+
 static void a_missing_library_is_a_clear_error(void **st)
 {
     (void)st;
@@ -356,6 +516,10 @@ int main(void)
         cmocka_unit_test_setup(runtime_errors_carry_the_acl_name_and_message_and_leak_nothing, reset),
         cmocka_unit_test_setup(out_of_memory_while_growing_rolls_back, reset),
         cmocka_unit_test_setup(a_fresh_thread_gets_the_device_set, reset),
+        cmocka_unit_test_setup(segments_go_back_only_after_the_device_has_finished_with_them, reset),
+        cmocka_unit_test_setup(the_callers_device_is_the_same_after_every_call, reset),
+        cmocka_unit_test_setup(segments_take_no_runtime_padding, reset),
+        cmocka_unit_test_setup(the_runtime_stays_initialised_for_its_other_users, reset),
         cmocka_unit_test_setup(a_missing_library_is_a_clear_error, reset),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

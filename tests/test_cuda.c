@@ -8,6 +8,18 @@ static void (*fake_reset)(void);
 static void (*fake_set)(const char *, long);
 static void (*fake_outstanding)(long[5]);
 static long (*fake_get)(const char *);
+/* The fake's device work and contexts (fake_work.h), and the driver calls a framework thread makes itself. */
+static int (*fake_launch)(void *, uint64_t, size_t);
+static int (*fake_first_use)(void *, uint64_t, size_t);
+static void (*fake_progress)(long);
+static long (*fake_violations)(char *, size_t);
+static long (*fake_contexts)(int);
+static int (*fake_current)(void);
+static int (*fake_can_access)(int, uint64_t, size_t);
+static int (*cu_retain)(void **, int);
+static int (*cu_release)(int);
+static int (*cu_set_current)(void *);
+static int (*cu_init)(unsigned);
 static char spec[600];
 
 static int setup(void **st)
@@ -20,9 +32,24 @@ static int setup(void **st)
     fake_set = (void (*)(const char *, long))dlsym(lib, "fake_cuda_set");
     fake_outstanding = (void (*)(long[5]))dlsym(lib, "fake_cuda_outstanding");
     fake_get = (long (*)(const char *))dlsym(lib, "fake_cuda_get");
+    *(void **)&fake_launch = dlsym(lib, "fake_cuda_launch");
+    *(void **)&fake_first_use = dlsym(lib, "fake_cuda_first_use");
+    *(void **)&fake_progress = dlsym(lib, "fake_cuda_progress");
+    *(void **)&fake_violations = dlsym(lib, "fake_cuda_violations");
+    *(void **)&fake_contexts = dlsym(lib, "fake_cuda_contexts");
+    *(void **)&fake_current = dlsym(lib, "fake_cuda_current");
+    *(void **)&fake_can_access = dlsym(lib, "fake_cuda_can_access");
+    *(void **)&cu_retain = dlsym(lib, "cuDevicePrimaryCtxRetain");
+    *(void **)&cu_release = dlsym(lib, "cuDevicePrimaryCtxRelease_v2");
+    *(void **)&cu_set_current = dlsym(lib, "cuCtxSetCurrent");
+    *(void **)&cu_init = dlsym(lib, "cuInit");
     snprintf(spec, sizeof spec, "cuda:lib=%s", HBM_FAKE_CUDA);
     setenv("HBMALLOC_QUIET", "1", 1);
-    return fake_reset && fake_set && fake_outstanding && fake_get ? 0 : -1;
+    return fake_reset && fake_set && fake_outstanding && fake_get && fake_launch && fake_first_use && fake_progress &&
+                   fake_violations && fake_contexts && fake_current && fake_can_access && cu_retain && cu_release &&
+                   cu_set_current && cu_init
+               ? 0
+               : -1;
 }
 
 static int teardown(void **st)
@@ -39,8 +66,27 @@ static int reset(void **st)
     return 0;
 }
 
+/* The device's work was never broken: nothing freed, unmapped or reused under queued work. */
+static void assert_no_violation(void)
+{
+    char first[512];
+    long n = fake_violations(first, sizeof first);
+    if (n)
+        fail_msg("%ld device-work violations; the first: %s", n, first);
+}
+
+/* What a framework thread does before it works on a device (PyTorch's device guard): its primary context current. */
+static void framework_thread_on(int device)
+{
+    void *ctx;
+    assert_int_equal(cu_init(0), 0);
+    assert_int_equal(cu_retain(&ctx, device), 0);
+    assert_int_equal(cu_set_current(ctx), 0);
+}
+
 static void assert_driver_empty(void)
 {
+    assert_no_violation();
     long o[5];
     fake_outstanding(o);
     if (o[0] || o[1] || o[2] || o[3] || o[4])
@@ -171,19 +217,140 @@ static void driver_errors_carry_the_driver_text_and_leak_nothing(void **st)
     assert_true(total_errors > 20); /* most of the 80 runs hit an injected failure */
 }
 
+/* record_stream: work queued on stream 2 keeps the block from stream 1 until its event completes. */
 static void cross_stream_frees_wait_for_cuda_events(void **st)
 {
     (void)st;
-    fake_set("hold_events", 1);
+    framework_thread_on(0);
     hbm_allocator *a = open_cuda("");
     void *p = must_malloc(a, 4096, 1);
+    assert_int_equal(fake_first_use((void *)1, (uintptr_t)p, 4096), 0);
     assert_int_equal(hbm_record_stream(a, p, 2), HBM_OK);
+    assert_int_equal(fake_launch((void *)2, (uintptr_t)p, 4096), 0); /* stream 2 reads it, still running */
     hbm_free(a, p);
     void *q = must_malloc(a, 4096, 1);
     assert_ptr_not_equal(q, p); /* the event has not completed */
-    assert_int_equal(hbm_empty_cache(a), HBM_OK); /* waits on it */
+    assert_int_equal(fake_first_use((void *)1, (uintptr_t)q, 4096), 0);
+    fake_progress(1); /* stream 1's first use of p completes; stream 2's read does not */
+    void *r = must_malloc(a, 4096, 1);
+    assert_ptr_not_equal(r, p);
+    fake_progress(100); /* everything completes, the event with it */
+    void *again = must_malloc(a, 4096, 1);
+    assert_ptr_equal(again, p); /* its free completed at this malloc: reused, safely */
+    assert_int_equal(fake_first_use((void *)1, (uintptr_t)again, 4096), 0);
+    /* Again with the work still running: empty_cache waits for the event (synchronize_and_free_events). */
+    assert_int_equal(hbm_record_stream(a, again, 2), HBM_OK);
+    assert_int_equal(fake_launch((void *)2, (uintptr_t)again, 4096), 0);
+    hbm_free(a, again);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
     assert_int_equal(stats_of(a).num_sync_all_streams, 1);
+    assert_ptr_equal(must_malloc(a, 4096, 1), p);
+    assert_no_violation();
     assert_valid(a);
+    hbm_destroy(a);
+    assert_driver_empty();
+}
+
+/* cuMemFree "may perform implicit synchronization" (cuda.h): may. A kernel still reading a block its owner freed
+ * must be waited for before the segment goes back, at empty_cache, at the OOM retry and at destroy. */
+static void segments_go_back_only_after_the_device_has_finished_with_them(void **st)
+{
+    (void)st;
+    framework_thread_on(0);
+    fake_set("memory", 64L << 20);
+    hbm_allocator *a = open_cuda("");
+    void *p = must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(fake_first_use(NULL, (uintptr_t)p, 30 * MiB), 0); /* a kernel on the default stream */
+    hbm_free(a, p);                                                   /* freed while it runs, as torch does */
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_no_violation();
+    /* The OOM retry frees cached segments too. */
+    p = must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(fake_first_use(NULL, (uintptr_t)p, 30 * MiB), 0);
+    hbm_free(a, p);
+    void *big = must_malloc(a, 50 * MiB, 0); /* 30 cached + 50 > 64: the cached segment is freed first */
+    assert_int_equal(stats_of(a).num_alloc_retries, 1);
+    assert_no_violation();
+    /* Destroy gives back live blocks too. */
+    assert_int_equal(fake_first_use(NULL, (uintptr_t)big, 50 * MiB), 0);
+    hbm_destroy(a);
+    assert_driver_empty();
+    /* Expandable segments: pages are unmapped after the segment's stream has finished (PyTorch's unmapHandles). */
+    fake_reset();
+    framework_thread_on(0);
+    a = open_cuda("expandable_segments:True");
+    p = must_malloc(a, 30 * MiB, 3);
+    assert_int_equal(fake_first_use((void *)3, (uintptr_t)p, 30 * MiB), 0);
+    hbm_free(a, p);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_no_violation();
+    p = must_malloc(a, 30 * MiB, 3);
+    assert_int_equal(fake_first_use((void *)3, (uintptr_t)p, 30 * MiB), 0);
+    hbm_destroy(a);
+    assert_driver_empty();
+}
+
+/* Each driver call runs on the allocator's device and leaves the caller's context as it was: a framework thread on
+ * device 1 (or on none) is still there after every call, empty_cache of every device included. No context is made
+ * on a device no allocator serves. */
+static void the_callers_context_is_the_same_after_every_call(void **st)
+{
+    (void)st;
+    fake_set("devices", 3);
+    hbm_devices *d;
+    char err[600];
+    assert_int_equal(hbm_devices_open(&d, spec, "expandable_segments:True", err, sizeof err), HBM_OK);
+    assert_int_equal(fake_contexts(0) + fake_contexts(1) + fake_contexts(2), 0); /* opening creates none */
+    framework_thread_on(1);
+    void *p0, *p1;
+    assert_int_equal(hbm_devices_malloc(d, 0, 30 * MiB, 0, &p0), HBM_OK);
+    assert_int_equal(fake_current(), 1);
+    assert_int_equal(hbm_devices_malloc(d, 1, 30 * MiB, 0, &p1), HBM_OK);
+    assert_int_equal(fake_current(), 1);
+    assert_int_equal(hbm_record_stream(hbm_devices_get(d, 0), p0, 7), HBM_OK);
+    assert_int_equal(fake_current(), 1);
+    assert_int_equal(hbm_devices_free(d, 0, p0), HBM_OK);
+    assert_int_equal(fake_current(), 1);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(hbm_empty_cache(hbm_devices_get(d, i)), HBM_OK);
+        assert_int_equal(fake_current(), 1);
+    }
+    assert_int_equal(fake_contexts(2), 0); /* device 2 serves nothing: no context there */
+    assert_int_equal(cu_set_current(NULL), 0); /* a thread with no context keeps none */
+    assert_int_equal(hbm_devices_free(d, 1, p1), HBM_OK);
+    assert_int_equal(hbm_empty_cache(hbm_devices_get(d, 1)), HBM_OK);
+    assert_int_equal(fake_current(), -1);
+    hbm_devices_close(d);
+    assert_driver_empty();
+}
+
+/* cudaDeviceEnablePeerAccess does not cover cuMemMap'd memory: PyTorch grants access to every peer with
+ * cuMemSetAccess, so a peer copy from another GPU reads the pages. */
+static void expandable_pages_are_accessible_to_peer_devices(void **st)
+{
+    (void)st;
+    fake_set("devices", 2);
+    hbm_allocator *a = NULL;
+    char err[600];
+    assert_int_equal(hbm_open(&a, spec, 0, "expandable_segments:True", err, sizeof err), HBM_OK);
+    void *p = must_malloc(a, 30 * MiB, 0);
+    assert_true(fake_can_access(0, (uintptr_t)p, 30 * MiB));
+    assert_true(fake_can_access(1, (uintptr_t)p, 30 * MiB)); /* the peer */
+    framework_thread_on(1);
+    assert_int_equal(fake_launch(NULL, (uintptr_t)p, 30 * MiB), 0); /* a kernel on device 1 reads device 0's pages */
+    fake_progress(1);                                              /* and completes (the owner synchronizes) */
+    assert_int_equal(cu_set_current(NULL), 0);
+    hbm_free(a, p);
+    hbm_destroy(a);
+    assert_driver_empty();
+    /* Devices that cannot reach each other get no descriptor (cuMemSetAccess would refuse it). */
+    fake_reset();
+    fake_set("devices", 2);
+    fake_set("peers", 0);
+    assert_int_equal(hbm_open(&a, spec, 0, "expandable_segments:True", err, sizeof err), HBM_OK);
+    p = must_malloc(a, 30 * MiB, 0);
+    assert_false(fake_can_access(1, (uintptr_t)p, 30 * MiB));
+    hbm_free(a, p);
     hbm_destroy(a);
     assert_driver_empty();
 }
@@ -230,6 +397,9 @@ int main(void)
         cmocka_unit_test_setup(no_virtual_memory_gives_the_reason_and_whole_segments, reset),
         cmocka_unit_test_setup(driver_errors_carry_the_driver_text_and_leak_nothing, reset),
         cmocka_unit_test_setup(cross_stream_frees_wait_for_cuda_events, reset),
+        cmocka_unit_test_setup(segments_go_back_only_after_the_device_has_finished_with_them, reset),
+        cmocka_unit_test_setup(the_callers_context_is_the_same_after_every_call, reset),
+        cmocka_unit_test_setup(expandable_pages_are_accessible_to_peer_devices, reset),
         cmocka_unit_test_setup(a_missing_library_is_a_clear_error, reset),
         cmocka_unit_test_setup(each_device_gets_its_own_context_and_allocator, reset),
     };

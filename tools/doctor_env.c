@@ -436,16 +436,20 @@ static void probe_backend(doctor *d, const char *spec, int *vmm, char *why, size
         return;
     }
     doctor_fact(d, spec, "loads", "yes");
-    doctor_fact(d, spec, "version", "%.300s", b->caps.version);
-    doctor_fact(d, spec, "devices", "%d", b->caps.device_count);
-    if (b->caps.has_vmm)
+    doctor_fact(d, spec, "version", "%.300s", hbm_backend_version(b));
+    int n = hbm_backend_devices(b), yes = 1;
+    doctor_fact(d, spec, "devices", "%d", n);
+    char no[384] = "";
+    for (int dev = 0; dev < n && yes; dev++) /* each device probed, as each rank's allocator would */
+        yes = hbm_backend_vmm(b, dev, no, sizeof no);
+    if (yes)
         doctor_fact(d, spec, "virtual memory", "yes on every device (granularity %zu KiB): expandable segments work",
                     b->caps.vmm_granularity >> 10);
     else
-        doctor_fact(d, spec, "virtual memory", "no: %.380s", b->caps.vmm_why_not);
-    *vmm = b->caps.has_vmm;
+        doctor_fact(d, spec, "virtual memory", "no: %.380s", no);
+    *vmm = yes;
     if (why)
-        snprintf(why, whylen, "%s", b->caps.has_vmm ? "virtual memory available" : b->caps.vmm_why_not);
+        snprintf(why, whylen, "%s", yes ? "virtual memory available" : no);
     hbm_backend_close(b);
 }
 

@@ -266,8 +266,9 @@ int sweep_compute(const trace *t, const sweep_opts *o, sweep_outcome *out, char 
     if (hbm_backend_open(&b, o->backend_spec, err, errlen) != HBM_OK)
         return 2;
     out->dialect = b->caps.dialect;
-    out->vmm = b->caps.has_vmm && !o->no_expandable;
-    snprintf(out->why, sizeof out->why, "%s", o->no_expandable ? "--no-expandable" : b->caps.vmm_why_not);
+    char why[256] = "";
+    out->vmm = !o->no_expandable && hbm_backend_vmm(b, 0, why, sizeof why);
+    snprintf(out->why, sizeof out->why, "%s", o->no_expandable ? "--no-expandable" : why);
     hbm_backend_close(b);
     hbm_dialect d = out->dialect;
     const char *var = dialect_var(d);

@@ -3,14 +3,18 @@
  *
  * Owns loading libascendcl.so (or the file named by the spec's lib= or by
  * HBMALLOC_LIBASCENDCL), resolving each entry point by name as torch_npu
- * does (a missing optional symbol is NULL, never a crash), aclInit and the
- * per-thread current device, probing virtual-memory support the way torch_npu
- * probes it, and turning aclError codes into names plus the runtime's own
- * recent error message. Declares the few ACL types it needs itself (layouts
+ * does (a missing optional symbol is NULL, never a crash), its own aclInit
+ * reference, the device guard (each call makes the device's context current
+ * and gives the caller's back: torch_npu caches the current device per
+ * thread), probing virtual-memory support the way torch_npu probes it, on
+ * the device served only, and turning aclError codes into names plus the
+ * runtime's own recent error message. The contracts it keeps, with their
+ * sources: docs/CONTRACTS.md. Declares the few ACL types it needs itself (layouts
  * from the CANN headers, checked below): no CANN header is needed to build.
  * Knows nothing of pools or policy.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +24,7 @@
 
 /* ---- AscendCL types and constants (acl_base.h / acl_rt.h, ACL 1.15) ---- */
 typedef int aclError;
-typedef void *aclrtStream, *aclrtEvent, *aclrtDrvMemHandle;
+typedef void *aclrtStream, *aclrtEvent, *aclrtDrvMemHandle, *aclrtContext;
 
 enum {
     ACL_SUCCESS = 0,
@@ -70,14 +74,18 @@ _Static_assert(sizeof(aclCANNPackageVersion) == 512, "aclCANNPackageVersion layo
 typedef struct acl_fns {
     aclError (*Init)(const char *);
     aclError (*Finalize)(void);
+    aclError (*FinalizeReference)(uint64_t *);
     aclError (*SetDevice)(int);
     aclError (*ResetDevice)(int);
-    aclError (*GetDevice)(int *);
+    aclError (*GetCurrentContext)(aclrtContext *);
+    aclError (*SetCurrentContext)(aclrtContext);
     aclError (*GetDeviceCount)(unsigned *);
     aclError (*Malloc)(void **, size_t, int);
+    aclError (*MallocAlign32)(void **, size_t, int);
     aclError (*Free)(void *);
     aclError (*GetMemInfo)(int, size_t *, size_t *);
     aclError (*SynchronizeStream)(aclrtStream);
+    aclError (*SynchronizeDevice)(void);
     aclError (*CreateEvent)(aclrtEvent *);
     aclError (*CreateEventExWithFlag)(aclrtEvent *, unsigned);
     aclError (*RecordEvent)(aclrtEvent, aclrtStream);
@@ -108,14 +116,18 @@ typedef struct sym {
 static const sym syms[] = {
     {"aclInit", F(Init), 1},
     {"aclFinalize", F(Finalize), 1},
+    {"aclFinalizeReference", F(FinalizeReference), 0},
     {"aclrtSetDevice", F(SetDevice), 1},
     {"aclrtResetDevice", F(ResetDevice), 1},
-    {"aclrtGetDevice", F(GetDevice), 0},
+    {"aclrtGetCurrentContext", F(GetCurrentContext), 1},
+    {"aclrtSetCurrentContext", F(SetCurrentContext), 1},
     {"aclrtGetDeviceCount", F(GetDeviceCount), 1},
     {"aclrtMalloc", F(Malloc), 1},
+    {"aclrtMallocAlign32", F(MallocAlign32), 0},
     {"aclrtFree", F(Free), 1},
     {"aclrtGetMemInfo", F(GetMemInfo), 1},
     {"aclrtSynchronizeStream", F(SynchronizeStream), 1},
+    {"aclrtSynchronizeDevice", F(SynchronizeDevice), 1},
     {"aclrtCreateEvent", F(CreateEvent), 1},
     {"aclrtCreateEventExWithFlag", F(CreateEventExWithFlag), 0},
     {"aclrtRecordEvent", F(RecordEvent), 1},
@@ -143,8 +155,14 @@ typedef struct acl {
     void *lib;
     acl_fns fn;
     int ndev;
-    int initialised;                        /* our aclInit returned 0: we owe one aclFinalize */
-    atomic_long set_device[ACL_MAX_DEVICES]; /* aclrtSetDevice calls we made: each owes an aclrtResetDevice */
+    int referenced;      /* our aclInit took a reference (0, or 100002 on CANN 8): aclFinalizeReference at close */
+    pthread_mutex_t lock; /* guards ctx[] being made */
+    _Atomic(aclrtContext) ctx[ACL_MAX_DEVICES]; /* each device's default context, once we made it current: our one
+                                                  aclrtSetDevice on it, returned by aclrtResetDevice at close */
+    /* Virtual memory per device: 0 not probed, 1 works, -1 does not (vmm_why[d] says why). */
+    atomic_int vmm[ACL_MAX_DEVICES];
+    char vmm_why[ACL_MAX_DEVICES][256];
+    char driver[64];
 } acl;
 
 /* aclError names (acl_base.h, rt_error_codes.h). */
@@ -218,19 +236,49 @@ static int resolve(acl *c, const char *lib, char *err, size_t errlen)
     return 0;
 }
 
-/* Make `device` current on the calling thread, as torch_npu's device guard
- * does; aclrtSetDevice only when it is not current already. */
-static aclError use_device(acl *c, int device)
+/* The device guard: the device's context current for one call, the caller's back after it. As torch_npu's own
+ * SetDevice does, the first use of a device in the process is aclrtSetDevice (it creates the default context and
+ * takes a reference, returned at close); later switches are aclrtSetCurrentContext, which takes none (repeated
+ * aclrtSetDevice calls would each take one). A thread with no context keeps the one set here: AscendCL has no
+ * way to unset it short of aclrtResetDevice, which would drop the reference (docs/CONTRACTS.md). */
+typedef struct guard {
+    aclrtContext saved; /* the caller's context, to restore; NULL: nothing to restore */
+} guard;
+
+static aclError enter(acl *c, int device, guard *g)
 {
+    g->saved = NULL;
     if (device < 0 || device >= c->ndev)
         return 107001; /* ACL_ERROR_RT_INVALID_DEVICEID */
-    int cur = -1;
-    if (c->fn.GetDevice && c->fn.GetDevice(&cur) == ACL_SUCCESS && cur == device)
+    aclrtContext cur = NULL, want = atomic_load(&c->ctx[device]);
+    if (c->fn.GetCurrentContext(&cur) != ACL_SUCCESS)
+        cur = NULL;
+    if (want && cur == want)
         return ACL_SUCCESS;
-    aclError rc = c->fn.SetDevice(device);
-    if (rc == ACL_SUCCESS)
-        atomic_fetch_add(&c->set_device[device], 1);
+    aclError rc = ACL_SUCCESS;
+    if (!want) {
+        pthread_mutex_lock(&c->lock);
+        if (!(want = atomic_load(&c->ctx[device]))) {
+            rc = c->fn.SetDevice(device);
+            if (rc == ACL_SUCCESS && (rc = c->fn.GetCurrentContext(&want)) == ACL_SUCCESS && want)
+                atomic_store(&c->ctx[device], want);
+            else if (rc == ACL_SUCCESS)
+                rc = 107002; /* ACL_ERROR_RT_CONTEXT_NULL */
+        } else {
+            rc = c->fn.SetCurrentContext(want);
+        }
+        pthread_mutex_unlock(&c->lock);
+    } else {
+        rc = c->fn.SetCurrentContext(want);
+    }
+    g->saved = cur;
     return rc;
+}
+
+static void leave(acl *c, guard *g)
+{
+    if (g->saved)
+        c->fn.SetCurrentContext(g->saved);
 }
 
 static int code(aclError rc)
@@ -240,19 +288,34 @@ static int code(aclError rc)
                : rc;
 }
 
+/* `expr` with the device current, the caller's context restored after. */
 #define ON_DEVICE(c, device, expr)                         \
     do {                                                   \
-        aclError rc_ = use_device((c), (device));          \
-        return code(rc_ != ACL_SUCCESS ? rc_ : (expr));    \
+        guard g_;                                          \
+        aclError rc_ = enter((c), (device), &g_);          \
+        if (rc_ == ACL_SUCCESS)                            \
+            rc_ = (expr);                                  \
+        leave((c), &g_);                                   \
+        return code(rc_);                                  \
     } while (0)
+
+/* Segments as torch_npu allocates them: aclrtMallocAlign32, huge pages first. aclrtMalloc (runtimes without it)
+ * aligns to 32 bytes and adds 32 more, which a segment does not need. */
+static aclError device_malloc(acl *c, void **p, size_t size)
+{
+    return c->fn.MallocAlign32 ? c->fn.MallocAlign32(p, size, ACL_MEM_MALLOC_HUGE_FIRST)
+                               : c->fn.Malloc(p, size, ACL_MEM_MALLOC_HUGE_FIRST);
+}
 
 static int acl_alloc(void *ctx, int device, size_t size, uintptr_t *out)
 {
     acl *c = ctx;
     void *p = NULL;
-    aclError rc = use_device(c, device);
+    guard g;
+    aclError rc = enter(c, device, &g);
     if (rc == ACL_SUCCESS)
-        rc = c->fn.Malloc(&p, size, ACL_MEM_MALLOC_HUGE_FIRST); /* huge pages first, as torch_npu */
+        rc = device_malloc(c, &p, size);
+    leave(c, &g);
     *out = (uintptr_t)p;
     return code(rc);
 }
@@ -297,9 +360,11 @@ static int acl_reserve(void *ctx, int device, size_t size, uintptr_t *va)
 {
     acl *c = ctx;
     void *p = NULL;
-    aclError rc = use_device(c, device);
+    guard g;
+    aclError rc = enter(c, device, &g);
     if (rc == ACL_SUCCESS)
         rc = c->fn.ReserveMemAddress(&p, size, 0, NULL, 1); /* alignment 0, no fixed address, huge pages */
+    leave(c, &g);
     *va = (uintptr_t)p;
     return code(rc);
 }
@@ -317,9 +382,11 @@ static int acl_create(void *ctx, int device, size_t size, uint64_t *handle)
     aclrtPhysicalMemProp prop;
     prop_for(&prop, device);
     aclrtDrvMemHandle h = NULL;
-    aclError rc = use_device(c, device);
+    guard g;
+    aclError rc = enter(c, device, &g);
     if (rc == ACL_SUCCESS)
         rc = c->fn.MallocPhysical(&h, size, &prop, 0);
+    leave(c, &g);
     *handle = (uint64_t)(uintptr_t)h;
     return code(rc);
 }
@@ -354,10 +421,12 @@ static int acl_event_create(void *ctx, int device, uint64_t *ev)
 {
     acl *c = ctx;
     aclrtEvent e = NULL;
-    aclError rc = use_device(c, device);
+    guard g;
+    aclError rc = enter(c, device, &g);
     if (rc == ACL_SUCCESS) /* reusable events, as torch_npu's event pool; plain events on older CANN */
         rc = c->fn.CreateEventExWithFlag ? c->fn.CreateEventExWithFlag(&e, ACL_EVENT_CAPTURE_STREAM_PROGRESS)
                                          : c->fn.CreateEvent(&e);
+    leave(c, &g);
     *ev = (uint64_t)(uintptr_t)e;
     return code(rc);
 }
@@ -377,20 +446,20 @@ static int acl_event_record(void *ctx, int device, uint64_t ev, hbm_stream strea
 static int acl_event_query(void *ctx, int device, uint64_t ev)
 {
     acl *c = ctx;
-    int status = -1;
-    aclError rc = use_device(c, device);
+    int status = -1, done = 0;
+    guard g;
+    aclError rc = enter(c, device, &g);
+    if (rc == ACL_SUCCESS && c->fn.QueryEventStatus) {
+        rc = c->fn.QueryEventStatus((aclrtEvent)(uintptr_t)ev, &status);
+        done = status == ACL_EVENT_RECORDED_STATUS_COMPLETE;
+    } else if (rc == ACL_SUCCESS) {
+        rc = c->fn.QueryEvent((aclrtEvent)(uintptr_t)ev, &status);
+        done = status == ACL_EVENT_STATUS_COMPLETE;
+    }
+    leave(c, &g);
     if (rc != ACL_SUCCESS)
         return code(rc);
-    if (c->fn.QueryEventStatus) {
-        rc = c->fn.QueryEventStatus((aclrtEvent)(uintptr_t)ev, &status);
-        if (rc == ACL_SUCCESS)
-            return status == ACL_EVENT_RECORDED_STATUS_COMPLETE ? 0 : HBM__BE_NOT_READY;
-    } else {
-        rc = c->fn.QueryEvent((aclrtEvent)(uintptr_t)ev, &status);
-        if (rc == ACL_SUCCESS)
-            return status == ACL_EVENT_STATUS_COMPLETE ? 0 : HBM__BE_NOT_READY;
-    }
-    return code(rc);
+    return done ? 0 : HBM__BE_NOT_READY;
 }
 
 static int acl_event_sync(void *ctx, int device, uint64_t ev)
@@ -399,17 +468,32 @@ static int acl_event_sync(void *ctx, int device, uint64_t ev)
     ON_DEVICE(c, device, c->fn.SynchronizeEvent((aclrtEvent)(uintptr_t)ev));
 }
 
+/* The whole device's work, every stream: aclrtSynchronizeDevice, or the framework's own entry (`via`). */
+static int acl_device_sync(void *ctx, int device, int (*via)(void *), void *via_ctx)
+{
+    acl *c = ctx;
+    ON_DEVICE(c, device, via ? (via(via_ctx) ? 500003 /* ACL_ERROR_RT_FAILURE */ : ACL_SUCCESS)
+                             : c->fn.SynchronizeDevice());
+}
+
+/* Our references back: one aclrtResetDevice per device we set, and our aclInit reference. aclFinalize would end
+ * the runtime for every user of the process (torch_npu's included), so it is never called: without
+ * aclFinalizeReference (before CANN 8) the reference stays until the process ends. */
 static void acl_close(void *ctx)
 {
     acl *c = ctx;
     for (int d = 0; d < c->ndev; d++)
-        for (long n = atomic_load(&c->set_device[d]); n > 0; n--)
+        if (atomic_load(&c->ctx[d]))
             c->fn.ResetDevice(d);
-    if (c->initialised)
-        c->fn.Finalize();
+    uint64_t left = 0;
+    if (c->referenced && c->fn.FinalizeReference)
+        c->fn.FinalizeReference(&left);
+    pthread_mutex_destroy(&c->lock);
     dlclose(c->lib);
     free(c);
 }
+
+static int acl_vmm_probe(void *ctx, int device, char *why, size_t whylen);
 
 static const hbm__backend_ops acl_ops = {
     .name = "acl",
@@ -433,58 +517,89 @@ static const hbm__backend_ops acl_ops = {
     .event_query = acl_event_query,
     .event_sync = acl_event_sync,
     .stream_check = NULL,
+    .device_sync = acl_device_sync,
+    .vmm_probe = acl_vmm_probe,
 };
 
 /* Parse "major.minor[.release...]" of a driver (HDK) version: 24.1.rc2, 23.0.RC3, 22.0.3. */
 static int hdk_major(const char *v) { return v && *v >= '0' && *v <= '9' ? atoi(v) : -1; }
 
-/* Virtual memory as torch_npu decides it: the entry points must exist (CANN 7.0.0+),
- * then the probe aclrtReserveMemAddress(&p, 512, 0, NULL, 1) must succeed. */
-static void detect_vmm(acl *c, const char *driver, hbm__backend_caps *caps)
+/* The entry points virtual memory needs (CANN 7.0.0+): decided at open, without touching a device. */
+static void detect_vmm(acl *c, hbm__backend_caps *caps)
 {
-    caps->has_vmm = 0;
     const acl_fns *f = &c->fn;
-    if (!f->ReserveMemAddress || !f->ReleaseMemAddress || !f->MallocPhysical || !f->FreePhysical || !f->MapMem ||
-        !f->UnmapMem) {
+    caps->has_vmm = f->ReserveMemAddress && f->ReleaseMemAddress && f->MallocPhysical && f->FreePhysical &&
+                    f->MapMem && f->UnmapMem;
+    caps->vmm_granularity = (size_t)2 << 20; /* "currently fixed at 2M" (aclrtMallocPhysical); checked per device */
+    if (!caps->has_vmm)
         snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not,
                  "the CANN runtime lacks aclrtReserveMemAddress and the other virtual-memory functions "
                  "(they arrived in CANN 7.0.0)");
-        return;
-    }
-    for (int d = 0; d < c->ndev; d++) {
+}
+
+/* Why the probe failed, in words a user can act on. */
+static void probe_failed(acl *c, int device, aclError rc, char *why, size_t whylen)
+{
+    const char *name = hbm__acl_error_name(rc);
+    const char *dv = c->driver[0] ? c->driver : "version unknown";
+    int major = hdk_major(c->driver);
+    char tail[160] = "";
+    if (major >= 0 && major < 23)
+        snprintf(tail, sizeof tail, "; the Ascend driver (HDK %s) is older than 23.0.0, which expandable "
+                 "segments need", dv);
+    else if (rc == ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
+        snprintf(tail, sizeof tail, "; the driver (HDK %s) and firmware packages likely do not match "
+                 "(run hbmalloc doctor)", dv);
+    char where[32] = ""; /* which device, when there is more than one */
+    if (c->ndev > 1)
+        snprintf(where, sizeof where, " on device %d", device);
+    snprintf(why, whylen, "the probe aclrtReserveMemAddress(512 bytes)%s returned %s (%d)%s", where,
+             name ? name : "an error", rc, tail);
+}
+
+/* Virtual memory as torch_npu decides it, on the device served only (each device probed makes its context):
+ * the probe aclrtReserveMemAddress(&p, 512, 0, NULL, 1) must succeed; then the page size must be the 2 MiB the
+ * engine maps. Once per device; the caller's context is restored. */
+static int acl_vmm_probe(void *ctx, int device, char *why, size_t whylen)
+{
+    acl *c = ctx;
+    if (device < 0 || device >= c->ndev)
+        return 0;
+    int known = atomic_load(&c->vmm[device]);
+    if (!known) {
+        const acl_fns *f = &c->fn;
+        char text[256] = "";
         void *p = NULL;
-        aclError rc = use_device(c, d);
+        size_t gran = 0;
+        aclrtPhysicalMemProp prop;
+        prop_for(&prop, device);
+        guard g;
+        aclError rc = enter(c, device, &g);
         if (rc == ACL_SUCCESS)
             rc = f->ReserveMemAddress(&p, 512, 0, NULL, 1);
-        if (rc == ACL_SUCCESS && p) {
+        if (rc == ACL_SUCCESS && p)
             f->ReleaseMemAddress(p);
-            continue;
+        if (rc == ACL_SUCCESS && p && f->MemGetAllocationGranularity &&
+            (f->MemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &gran) != ACL_SUCCESS ||
+             !gran))
+            gran = 0; /* the query is absent before CANN 8.0: the documented 2 MiB stands */
+        leave(c, &g);
+        if (rc != ACL_SUCCESS || !p)
+            probe_failed(c, device, rc != ACL_SUCCESS ? rc : 500003, text, sizeof text);
+        else if (gran && ((size_t)2 << 20) % gran)
+            snprintf(text, sizeof text, "device %d maps pages of %zu bytes, which do not divide the 2 MiB pages "
+                     "hbmalloc maps", device, gran);
+        pthread_mutex_lock(&c->lock);
+        if (!atomic_load(&c->vmm[device])) {
+            snprintf(c->vmm_why[device], sizeof c->vmm_why[device], "%s", text);
+            atomic_store(&c->vmm[device], text[0] ? -1 : 1);
         }
-        const char *name = hbm__acl_error_name(rc);
-        const char *dv = driver && *driver ? driver : "version unknown";
-        int major = hdk_major(driver);
-        char tail[160] = "";
-        if (major >= 0 && major < 23)
-            snprintf(tail, sizeof tail, "; the Ascend driver (HDK %s) is older than 23.0.0, which expandable "
-                     "segments need", dv);
-        else if (rc == ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
-            snprintf(tail, sizeof tail, "; the driver (HDK %s) and firmware packages likely do not match "
-                     "(run hbmalloc doctor)", dv);
-        char where[32] = ""; /* which device, when there is more than one */
-        if (c->ndev > 1)
-            snprintf(where, sizeof where, " on device %d", d);
-        snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not, "the probe aclrtReserveMemAddress(512 bytes)%s "
-                 "returned %s (%d)%s", where, name ? name : "an error", rc, tail);
-        return;
+        pthread_mutex_unlock(&c->lock);
+        known = atomic_load(&c->vmm[device]);
     }
-    size_t g = 0;
-    aclrtPhysicalMemProp prop;
-    prop_for(&prop, 0);
-    if (!f->MemGetAllocationGranularity ||
-        f->MemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &g) != ACL_SUCCESS || !g)
-        g = (size_t)2 << 20; /* documented as fixed at 2 MiB; the query is absent before CANN 8.0 */
-    caps->has_vmm = 1;
-    caps->vmm_granularity = g;
+    if (known < 0)
+        snprintf(why, whylen, "%s", c->vmm_why[device]);
+    return known > 0;
 }
 
 int hbm__acl_open(struct hbm_backend *b, const char *opts, char *err, size_t errlen)
@@ -516,8 +631,9 @@ int hbm__acl_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     unsigned count = 0;
     if (resolve(c, lib, err, errlen) == 0) {
         rc = c->fn.Init(NULL);
-        /* Inside torch_npu the runtime is initialised already: older CANN answers 100002. */
-        c->initialised = rc == ACL_SUCCESS;
+        /* Inside torch_npu the runtime is initialised already: the call answers 100002, and from the runtimes
+         * that have aclFinalizeReference on it still takes a reference (acl_rt.h; the runtime's acl.cpp). */
+        c->referenced = rc == ACL_SUCCESS || (rc == ACL_ERROR_REPEAT_INITIALIZE && c->fn.FinalizeReference);
         if (rc == ACL_ERROR_REPEAT_INITIALIZE)
             rc = ACL_SUCCESS;
         if (rc == ACL_SUCCESS)
@@ -530,8 +646,9 @@ int hbm__acl_open(struct hbm_backend *b, const char *opts, char *err, size_t err
             else
                 snprintf(err, errlen, "acl: initialising the runtime failed: %s (%d): %.200s", name ? name : "?", rc,
                          msg && *msg ? msg : "no message from the runtime");
-            if (c->initialised)
-                c->fn.Finalize();
+            uint64_t left;
+            if (c->referenced && c->fn.FinalizeReference)
+                c->fn.FinalizeReference(&left);
         }
     }
     if (err[0]) {
@@ -539,12 +656,13 @@ int hbm__acl_open(struct hbm_backend *b, const char *opts, char *err, size_t err
         free(c);
         return HBM_ERR_BACKEND;
     }
+    pthread_mutex_init(&c->lock, NULL);
     c->ndev = count < ACL_MAX_DEVICES ? (int)count : ACL_MAX_DEVICES;
-    char driver[64] = "", soc[64] = "";
+    char soc[64] = "";
     aclCANNPackageVersion v;
     memset(&v, 0, sizeof v);
     if (c->fn.GetCANNVersion && c->fn.GetCANNVersion(ACL_PKG_NAME_DRIVER, &v) == ACL_SUCCESS)
-        snprintf(driver, sizeof driver, "%.60s", v.version);
+        snprintf(c->driver, sizeof c->driver, "%.60s", v.version);
     const char *s = c->fn.GetSocName ? c->fn.GetSocName() : NULL;
     if (s)
         snprintf(soc, sizeof soc, "%.60s", s);
@@ -559,7 +677,9 @@ int hbm__acl_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     b->caps.request_pad = strncmp(soc, "Ascend950", 9) == 0 ? 0 : 32;
     b->caps.modelled_cost = 0;
     snprintf(b->caps.version, sizeof b->caps.version, "AscendCL %d.%d.%d, driver %.20s, %.20s", maj, min, pat,
-             driver[0] ? driver : "unknown", soc[0] ? soc : "SoC unknown");
-    detect_vmm(c, driver, &b->caps);
+             c->driver[0] ? c->driver : "unknown", soc[0] ? soc : "SoC unknown");
+    b->caps.device_work = 1;
+    b->caps.unmap_syncs_device = 1; /* torch_npu's ExpandableSegment::unmapHandles: npuSynchronizeDevice */
+    detect_vmm(c, &b->caps);
     return HBM_OK;
 }

@@ -10,6 +10,9 @@
  *     whose text strerror() gives;
  *   - a backend never logs, never allocates on behalf of the engine's policy,
  *     and knows nothing of pools, blocks or settings.
+ *   - a call that needs a device makes it current for the call only: the
+ *     calling thread's current device or context is the same after the call
+ *     (frameworks cache it per thread and run their next work there).
  * src/device.c is the one caller: it counts, times and turns codes into messages.
  */
 #ifndef HBM_BACKEND_H
@@ -38,7 +41,8 @@ typedef enum hbm__op {
     HBM__OP_EVENT = 11,     /* create, record or destroy an event */
     HBM__OP_QUERY = 12,     /* ask whether an event has completed */
     HBM__OP_EVSYNC = 13,    /* wait for an event */
-    HBM__OP_KINDS = 14
+    HBM__OP_DEVSYNC = 14,   /* wait for all of the device's work (before memory goes back to it) */
+    HBM__OP_KINDS = 15
 } hbm__op;
 
 #define HBM__BE_NOT_READY (-2) /* event_query: the event has not completed */
@@ -54,6 +58,13 @@ typedef struct hbm__backend_caps {
     char vmm_why_not[256];   /* when !has_vmm: why, in words a user can act on */
     size_t vmm_granularity;  /* page sizes must be multiples of this */
     char version[96];        /* driver / firmware versions, for messages */
+    /* Work launched on the device runs after the launch returns, and neither mem_free nor vmm_unmap waits for it
+     * (aclrtFree: no implicit synchronization; cuMemFree: "may" synchronize; cuMemUnmap, aclrtUnmapMem: none).
+     * The engine then waits with device_sync before a whole segment goes back, and before pages are unmapped it
+     * waits for the segment's stream (PyTorch's ExpandableSegment) or, with unmap_syncs_device, for the whole
+     * device (torch_npu's). 0 on the simulated device, which runs no work. */
+    int device_work;
+    int unmap_syncs_device;
 } hbm__backend_caps;
 
 typedef struct hbm__backend_ops {
@@ -87,6 +98,13 @@ typedef struct hbm__backend_ops {
     /* Exchange the calling thread's graph-capture mode (CUDA's cuThreadExchangeStreamCaptureMode,
      * AscendCL's aclmdlRICaptureThreadExchangeMode): *mode in, the previous mode out. May be NULL. */
     int (*capture_mode)(void *ctx, int device, int *mode);
+    /* Wait for every stream of the device (NULL when caps.device_work is 0). With `via`, the wait is via(via_ctx),
+     * a framework's own entry that empties its host-side queue first (torch_npu's npuSynchronizeDevice); either
+     * runs with the device current, and the caller's device is current again after. */
+    int (*device_sync)(void *ctx, int device, int (*via)(void *), void *via_ctx);
+    /* Whether virtual memory works on this device (caps.has_vmm says the entry points exist). May be NULL: caps
+     * alone decide. Probes once per device, with the caller's device restored; 0 with why (a user's words). */
+    int (*vmm_probe)(void *ctx, int device, char *why, size_t whylen);
 } hbm__backend_ops;
 
 /* Capture modes, numbered as CUstreamCaptureMode and aclmdlRICaptureMode number them. */
@@ -97,6 +115,7 @@ struct hbm_backend {
     void *ctx;
     hbm__backend_caps caps;
     char spec[256]; /* as opened, for messages */
+    hbm_host_queue queue; /* a framework's launch queue in front of the device (all NULL: none) */
 };
 
 /* Constructors, one per backend file. spec_opts is the text after "name:" (may be ""). */

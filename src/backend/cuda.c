@@ -5,8 +5,10 @@
  * HBMALLOC_LIBCUDA), resolving each entry point with its own ABI version
  * (cuGetProcAddress_v2, then cuGetProcAddress, then the explicit versioned
  * exports of drivers older than 11.3: a plain dlsym("cuMemAlloc") would give
- * the 32-bit CUDA 2.0 ABI), primary contexts, and turning CUresult codes into
- * text. Declares the few driver types it needs itself: no CUDA header is
+ * the 32-bit CUDA 2.0 ABI), primary contexts (each call makes the device's
+ * current and gives the caller's context back), access for peer devices to
+ * the pages it maps, and turning CUresult codes into text. Contracts and
+ * sources: docs/CONTRACTS.md. Declares the few driver types it needs itself: no CUDA header is
  * needed to build. Knows nothing of pools or policy.
  */
 #include <dlfcn.h>
@@ -36,6 +38,7 @@ enum {
     CU_MEM_LOCATION_TYPE_DEVICE = 1,
     CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
     CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
+    CUDA_ERROR_INVALID_DEVICE = 101,
     CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1,
 };
 
@@ -74,6 +77,9 @@ typedef struct cu_fns {
     CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*DevicePrimaryCtxRelease)(CUdevice);
     CUresult (*CtxSetCurrent)(CUcontext);
+    CUresult (*CtxGetCurrent)(CUcontext *);
+    CUresult (*CtxSynchronize)(void);
+    CUresult (*DeviceCanAccessPeer)(int *, CUdevice, CUdevice);
     CUresult (*MemGetInfo)(size_t *, size_t *);
     CUresult (*MemAlloc)(CUdeviceptr *, size_t);
     CUresult (*MemFree)(CUdeviceptr);
@@ -116,6 +122,9 @@ static const sym syms[] = {
     {"cuDevicePrimaryCtxRetain", 7000, "cuDevicePrimaryCtxRetain", F(DevicePrimaryCtxRetain), 1},
     {"cuDevicePrimaryCtxRelease", 11000, "cuDevicePrimaryCtxRelease_v2", F(DevicePrimaryCtxRelease), 1},
     {"cuCtxSetCurrent", 4000, "cuCtxSetCurrent", F(CtxSetCurrent), 1},
+    {"cuCtxGetCurrent", 4000, "cuCtxGetCurrent", F(CtxGetCurrent), 1},
+    {"cuCtxSynchronize", 2000, "cuCtxSynchronize", F(CtxSynchronize), 1},
+    {"cuDeviceCanAccessPeer", 4000, "cuDeviceCanAccessPeer", F(DeviceCanAccessPeer), 0},
     {"cuMemGetInfo", 3020, "cuMemGetInfo_v2", F(MemGetInfo), 1},
     {"cuMemAlloc", 3020, "cuMemAlloc_v2", F(MemAlloc), 1},
     {"cuMemFree", 3020, "cuMemFree_v2", F(MemFree), 1},
@@ -149,6 +158,9 @@ typedef struct cuda {
     int ndev;
     CUcontext ctx[CUDA_MAX_DEVICES];
     pthread_mutex_t lock; /* guards ctx retention */
+    /* peers[d]: the devices that can access device d's memory (cuDeviceCanAccessPeer), granted access to every
+     * page mapped on d as PyTorch grants its peers (cudaDeviceEnablePeerAccess does not cover cuMemMap'd memory). */
+    unsigned char peers[CUDA_MAX_DEVICES][CUDA_MAX_DEVICES];
 } cuda;
 
 typedef CUresult (*getproc_v2_t)(const char *, void **, int, unsigned long long, int *);
@@ -181,11 +193,19 @@ static int resolve(cuda *c, char *err, size_t errlen)
     return 0;
 }
 
-/* The device's primary context, current on the calling thread. */
-static CUresult use_device(cuda *c, int device)
+/* The device guard: the device's primary context current for one call, the caller's (possibly none) back after
+ * it. PyTorch's device guard does the same; a framework thread left on another context would run its next work
+ * there. The primary context is retained once, released at close. */
+typedef struct guard {
+    CUcontext saved;
+    int restore;
+} guard;
+
+static CUresult enter(cuda *c, int device, guard *g)
 {
+    g->restore = 0;
     if (device < 0 || device >= c->ndev)
-        return 101; /* CUDA_ERROR_INVALID_DEVICE */
+        return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&c->lock);
     CUresult rc = CUDA_SUCCESS;
     if (!c->ctx[device]) {
@@ -194,26 +214,46 @@ static CUresult use_device(cuda *c, int device)
         if (rc == CUDA_SUCCESS)
             rc = c->fn.DevicePrimaryCtxRetain(&c->ctx[device], d);
     }
-    CUcontext ctx = c->ctx[device];
+    CUcontext want = c->ctx[device];
     pthread_mutex_unlock(&c->lock);
-    return rc == CUDA_SUCCESS ? c->fn.CtxSetCurrent(ctx) : rc;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    CUcontext cur = NULL;
+    if ((rc = c->fn.CtxGetCurrent(&cur)) != CUDA_SUCCESS || cur == want)
+        return rc;
+    g->saved = cur;
+    g->restore = 1;
+    return c->fn.CtxSetCurrent(want);
+}
+
+static void leave(cuda *c, guard *g)
+{
+    if (g->restore)
+        c->fn.CtxSetCurrent(g->saved); /* NULL too: the thread had no context */
 }
 
 static int code(CUresult rc) { return rc == CUDA_ERROR_OUT_OF_MEMORY ? HBM__BE_OOM : rc; }
 
+/* `expr` with the device's context current, the caller's restored after. */
 #define ON_DEVICE(c, device, expr)                          \
     do {                                                    \
-        CUresult rc_ = use_device((c), (device));           \
-        return code(rc_ != CUDA_SUCCESS ? rc_ : (expr));    \
+        guard g_;                                           \
+        CUresult rc_ = enter((c), (device), &g_);           \
+        if (rc_ == CUDA_SUCCESS)                            \
+            rc_ = (expr);                                   \
+        leave((c), &g_);                                    \
+        return code(rc_);                                   \
     } while (0)
 
 static int cu_alloc(void *ctx, int device, size_t size, uintptr_t *out)
 {
     cuda *c = ctx;
     CUdeviceptr p = 0;
-    CUresult rc = use_device(c, device);
+    guard g;
+    CUresult rc = enter(c, device, &g);
     if (rc == CUDA_SUCCESS)
         rc = c->fn.MemAlloc(&p, size);
+    leave(c, &g);
     *out = (uintptr_t)p;
     return code(rc);
 }
@@ -257,9 +297,11 @@ static int cu_reserve(void *ctx, int device, size_t size, uintptr_t *va)
 {
     cuda *c = ctx;
     CUdeviceptr p = 0;
-    CUresult rc = use_device(c, device);
+    guard g;
+    CUresult rc = enter(c, device, &g);
     if (rc == CUDA_SUCCESS)
         rc = c->fn.MemAddressReserve(&p, size, 0, 0, 0);
+    leave(c, &g);
     *va = (uintptr_t)p;
     return code(rc);
 }
@@ -276,9 +318,11 @@ static int cu_create(void *ctx, int device, size_t size, uint64_t *handle)
     CUmemAllocationProp prop;
     prop_for(&prop, device);
     CUmemGenericAllocationHandle h = 0;
-    CUresult rc = use_device(c, device);
+    guard g;
+    CUresult rc = enter(c, device, &g);
     if (rc == CUDA_SUCCESS)
         rc = c->fn.MemCreate(&h, size, &prop, 0);
+    leave(c, &g);
     *handle = h;
     return code(rc);
 }
@@ -301,12 +345,25 @@ static int cu_unmap(void *ctx, int device, uintptr_t va, size_t size)
     ON_DEVICE(c, device, c->fn.MemUnmap((CUdeviceptr)va, size));
 }
 
+/* A new mapping is not accessible until cuMemSetAccess (cuda.h: cuMemMap): the owning device and its peers, in one
+ * call, as PyTorch's ExpandableSegment::mapAndSetAccess. */
 static int cu_access(void *ctx, int device, uintptr_t va, size_t size)
 {
     cuda *c = ctx;
-    /* A new mapping is not accessible until cuMemSetAccess (cuda.h: cuMemMap). */
-    CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    ON_DEVICE(c, device, c->fn.MemSetAccess((CUdeviceptr)va, size, &d, 1));
+    CUmemAccessDesc d[CUDA_MAX_DEVICES];
+    size_t n = 0;
+    d[n++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    for (int p = 0; device >= 0 && device < c->ndev && p < c->ndev; p++)
+        if (c->peers[device][p])
+            d[n++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    ON_DEVICE(c, device, c->fn.MemSetAccess((CUdeviceptr)va, size, d, n));
+}
+
+/* Every stream of the device: cuCtxSynchronize on its context (`via` is for a framework's queue; CUDA has none). */
+static int cu_device_sync(void *ctx, int device, int (*via)(void *), void *via_ctx)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, via ? (via(via_ctx) ? 999 /* CUDA_ERROR_UNKNOWN */ : CUDA_SUCCESS) : c->fn.CtxSynchronize());
 }
 
 static int cu_sync(void *ctx, int device, hbm_stream stream)
@@ -319,9 +376,11 @@ static int cu_event_create(void *ctx, int device, uint64_t *ev)
 {
     cuda *c = ctx;
     CUevent e = NULL;
-    CUresult rc = use_device(c, device);
+    guard g;
+    CUresult rc = enter(c, device, &g);
     if (rc == CUDA_SUCCESS)
         rc = c->fn.EventCreate(&e, CU_EVENT_DISABLE_TIMING); /* as PyTorch's event pool */
+    leave(c, &g);
     *ev = (uint64_t)(uintptr_t)e;
     return code(rc);
 }
@@ -341,9 +400,11 @@ static int cu_event_record(void *ctx, int device, uint64_t ev, hbm_stream stream
 static int cu_event_query(void *ctx, int device, uint64_t ev)
 {
     cuda *c = ctx;
-    CUresult rc = use_device(c, device);
+    guard g;
+    CUresult rc = enter(c, device, &g);
     if (rc == CUDA_SUCCESS)
         rc = c->fn.EventQuery((CUevent)(uintptr_t)ev);
+    leave(c, &g);
     return rc == CUDA_ERROR_NOT_READY ? HBM__BE_NOT_READY : code(rc);
 }
 
@@ -400,6 +461,7 @@ static const hbm__backend_ops cuda_ops = {
     .event_sync = cu_event_sync,
     .stream_check = NULL,
     .capture_mode = cu_capture_mode,
+    .device_sync = cu_device_sync,
 };
 
 /* Virtual memory needs the 10.2 driver API, the entry points, and the device's own attribute. */
@@ -443,6 +505,16 @@ static void detect_vmm(cuda *c, hbm__backend_caps *caps)
     }
     caps->has_vmm = 1;
     caps->vmm_granularity = gran;
+    /* Peers, asked without a context (cuDeviceCanAccessPeer needs none). */
+    for (int d = 0; c->fn.DeviceCanAccessPeer && d < c->ndev; d++)
+        for (int p = 0; p < c->ndev; p++) {
+            int can = 0;
+            CUdevice dd, pd;
+            if (p != d && c->fn.DeviceGet(&dd, d) == CUDA_SUCCESS && c->fn.DeviceGet(&pd, p) == CUDA_SUCCESS &&
+                c->fn.DeviceCanAccessPeer(&can, pd, dd) == CUDA_SUCCESS && can) {
+                c->peers[d][p] = 1;
+            }
+        }
 }
 
 int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t errlen)
@@ -498,6 +570,7 @@ int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t er
     b->caps.dialect = HBM_DIALECT_CUDA;
     b->caps.request_pad = 0;
     b->caps.modelled_cost = 0;
+    b->caps.device_work = 1; /* cuMemFree "may" synchronize, cuMemUnmap does not: the engine waits itself */
     snprintf(b->caps.version, sizeof b->caps.version, "CUDA driver API %d.%d (%d), %.40s", c->driver_version / 1000,
              c->driver_version % 1000 / 10, c->driver_version, lib);
     detect_vmm(c, &b->caps);

@@ -904,7 +904,8 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
     } else {
         static const char *cost_keys[HBM__OP_KINDS] = {
             "malloc_us", "free_us", "info_us",  "reserve_us", "unreserve_us", "create_us", "release_us",
-            "map_us",    "unmap_us", "access_us", "sync_us",   "event_us",     "query_us",  "evsync_us"};
+            "map_us",    "unmap_us", "access_us", "sync_us",   "event_us",     "query_us",  "evsync_us",
+            "devsync_us"};
         for (int op = 0; op < HBM__OP_KINDS; op++) {
             char per[32];
             snprintf(per, sizeof per, "%s_per_gib", cost_keys[op]);
