@@ -140,6 +140,18 @@ HBM_TORCH_EXPORT void hbm_torch_release_pool(int device, hbm_torch_mempool_id id
         throw_error(msg);
 }
 
+/* torch_npu's c10_npu::npuSynchronizeDevice(bool) (NPUStream.h, exported from libtorch_npu.so), called with
+ * check_error false: it may still throw on a device fault (CHECK_AND_THROW_ERROR_WITH_SPECIFIC_MESSAGE), and nothing
+ * may unwind through the C core. 0: done; 1: it reported a failure; 2: it threw. */
+int hbm_torch__call_bool_fn(void *fn)
+{
+    try {
+        return reinterpret_cast<bool (*)(bool)>(fn)(false) ? 0 : 1;
+    } catch (...) {
+        return 2;
+    }
+}
+
 /* What hbmalloc_torch.use() checks before loading a build: "c10 <torch version> <cxx11 abi>" or "generic". */
 HBM_TORCH_EXPORT const char *hbm_torch_build(void)
 {

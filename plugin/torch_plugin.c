@@ -20,6 +20,7 @@
  * HBMALLOC_BACKEND (else the build's default); settings from HBMALLOC_CONF,
  * else the framework's variable (PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF).
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -44,12 +45,57 @@ static pthread_mutex_t history_lock = PTHREAD_MUTEX_INITIALIZER;
 static long history_entries = -1; /* -1: never asked */
 static bool history_applied[MAX_DEVICES];
 
+#ifdef HBM_PLUGIN_NPU
+/* torch_npu's task queue (TASK_QUEUE_ENABLE, default 1: OptionsManager.cpp): operators wait in a host queue before
+ * its worker launches them, so a wait or an event on the ACL stream alone misses them. The one exported entry that
+ * empties the queue is c10_npu::npuSynchronizeDevice(bool) (NPUStream.h, C10_NPU_API; emptyAllNPUStream and
+ * LaunchRecordEventTask are hidden): it drains every queue, then waits for the current device. hbmalloc calls it
+ * before memory goes back to the device and before it records events for a freed block (docs/CONTRACTS.md). */
+static void *npu_sync_entry;
+
+static int npu_sync(void *ctx)
+{
+    (void)ctx;
+    return hbm_torch__call_bool_fn(npu_sync_entry);
+}
+
+static bool queue_disabled(void)
+{
+    const char *v = getenv("TASK_QUEUE_ENABLE"), *b = getenv("ASCEND_LAUNCH_BLOCKING");
+    return (b && !strcmp(b, "1")) || (v && *v && strtol(v, NULL, 10) == 0);
+}
+
+static void use_task_queue(void)
+{
+    void *lib = dlopen("libtorch_npu.so", RTLD_LAZY | RTLD_NOLOAD); /* only if torch_npu loaded it */
+    if (!lib)
+        return; /* not inside torch_npu: no task queue */
+    npu_sync_entry = dlsym(lib, "_ZN7c10_npu20npuSynchronizeDeviceEb");
+    dlclose(lib); /* NOLOAD took a reference; torch_npu keeps its own */
+    if (npu_sync_entry) {
+        hbm_host_queue q = {NULL, npu_sync, npu_sync};
+        hbm_backend_set_host_queue(hbm_devices_backend(devices), &q);
+    } else if (!queue_disabled()) {
+        fprintf(stderr, "hbmalloc: warning: torch_npu's c10_npu::npuSynchronizeDevice was not found in "
+                        "libtorch_npu.so: launches still waiting in torch_npu's task queue are not waited for before "
+                        "memory goes back to the device or is reused by another stream. Run with "
+                        "TASK_QUEUE_ENABLE=0 (operators launched at once) to be safe\n");
+    }
+}
+#endif
+
 static void open_devices(void)
 {
     const char *spec = getenv("HBMALLOC_BACKEND");
     if (hbm_devices_open(&devices, spec && *spec ? spec : HBM_PLUGIN_BACKEND, NULL, open_error, sizeof open_error) !=
-        HBM_OK)
+        HBM_OK) {
         devices = NULL;
+        return;
+    }
+#ifdef HBM_PLUGIN_NPU
+    if (!queue_disabled())
+        use_task_queue();
+#endif
 }
 
 static void apply_history(hbm_allocator *a, int device)

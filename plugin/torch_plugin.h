@@ -44,6 +44,10 @@ int hbm_torch__pool_begin(int device, uint64_t id0, uint64_t id1, hbm_stream_fil
 int hbm_torch__pool_end(int device, uint64_t id0, uint64_t id1, void **ctx, char *msg, size_t msglen);
 int hbm_torch__pool_release(int device, uint64_t id0, uint64_t id1, char *msg, size_t msglen);
 
+/* torch_hooks.cpp: call a bool(bool) C++ function of the framework (npuSynchronizeDevice) with false, catching what it
+ * throws. 0: it returned true; 1: false; 2: it threw. */
+int hbm_torch__call_bool_fn(void *fn);
+
 /* pystack.c: the label of the calling allocation (0: none) and the capture switches. */
 hbm_label hbm_torch__call_label(hbm_allocator *a, int device);
 void hbm_torch__stacks_enable(int on);

@@ -207,7 +207,11 @@ hbm_status hbm__dev_quiesce_open(hbm_allocator *a)
             return HBM_OK;
         }
     }
-    return hbm__dev_quiesce(a); /* frees kept coming: wait once more, holding the lock */
+    /* Frees kept coming while the queue drained: waiting with the lock held could deadlock (see above); nothing is
+     * given back this time. */
+    hbm__set_error(a, "%s device %d: blocks kept being freed while the framework's launch queue drained (8 rounds): "
+                   "nothing was given back to the device this time", b->ops->name, a->device);
+    return HBM_ERR_BACKEND;
 }
 
 /* Launches a framework's queue still holds for blocks that other streams use, pushed to the device before events

@@ -1,0 +1,308 @@
+/*
+ * test_npu_runtime.c: the torch_npu plug-in inside a stand-in torch_npu: the
+ * fake AscendCL runtime (device work that completes later, per-thread
+ * contexts) under the fake libtorch_npu.so (its task queue, its worker
+ * thread, npuSynchronizeDevice), called as torch_npu calls a pluggable
+ * allocator: the framework's thread has its device set, operators' launches
+ * wait in the queue, frees come while they do. After every hook the thread
+ * must still be on its device, and the runtime must have seen no device
+ * use-after-free, no early reuse and no deadlock.
+ *
+ * usage: test_npu_runtime FAKE_TORCH_NPU PLUGIN MODE, MODE one of
+ *   queue     the task queue on (TASK_QUEUE_ENABLE unset: torch_npu's default)
+ *   noqueue   TASK_QUEUE_ENABLE=0: launches go to the device at once; no drain is needed or made
+ *   noentry   a libtorch_npu.so without npuSynchronizeDevice: the plug-in says so, once
+ */
+#include <dlfcn.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define MiB ((size_t)1 << 20)
+#define DEV 1 /* the rank's card; card 0 must see nothing of this process */
+
+static const char *mode;
+static FILE *said; /* the plug-in's stderr while it opens */
+static void *tnpu, *plugin, *acl;
+
+/* the framework's runtime calls and the fakes' test entries */
+static int (*acl_init)(const char *);
+static int (*acl_set_device)(int);
+static long (*violations)(char *, size_t);
+static long (*contexts)(int);
+static int (*current)(void);
+static int (*first_use)(void *, void *, size_t);
+static void (*progress)(long);
+static void (*launch)(void *, void *, size_t);
+static long (*queued)(void);
+static long (*drains)(void);
+static long (*deadlocks)(void);
+static void (*tnpu_set)(const char *, long);
+static void (*consumer_work)(void (*)(void *), void *);
+/* the plug-in's hooks, as torch_npu calls them */
+static void *(*raw_alloc)(size_t, int, void *);
+static void (*hook_free)(void *, size_t, int, void *);
+static void (*hook_reset)(int);
+static void (*hook_init)(int);
+static int (*record_stream)(void *, int, void *);
+static int (*empty_cache)(void);
+static const char *(*plugin_error)(void);
+
+#define LOAD(lib, var, name)                                                       \
+    do {                                                                           \
+        *(void **)&(var) = dlsym((lib), (name));                                   \
+        if (!(var)) {                                                              \
+            fprintf(stderr, "test_npu_runtime: %s lacks %s\n", #lib, (name));      \
+            return -1;                                                             \
+        }                                                                          \
+    } while (0)
+
+static long violations_seen; /* each test fails on its own violations only */
+
+static void assert_clean(void)
+{
+    char first[512];
+    long n = violations(first, sizeof first);
+    if (n > violations_seen) {
+        violations_seen = n;
+        fail_msg("%ld device-work violations; the first of this process: %s", n, first);
+    }
+    if (deadlocks())
+        fail_msg("%ld drains of the task queue did not finish: hbmalloc held its lock while torch_npu's worker "
+                 "needed it", deadlocks());
+    if (current() != DEV)
+        fail_msg("the framework's thread is on card %d after the call, not on its card %d", current(), DEV);
+    if (contexts(0))
+        fail_msg("a context was made on card 0, which this rank does not use");
+}
+
+static void *must_alloc(size_t size, void *stream)
+{
+    void *p = raw_alloc(size, DEV, stream);
+    if (!p)
+        fail_msg("alloc(%zu) failed: %s", size, plugin_error());
+    assert_clean();
+    return p;
+}
+
+static void hook_free_checked(void *p)
+{
+    hook_free(p, 0, DEV, NULL);
+    assert_clean();
+}
+
+static int setup(void **st)
+{
+    (void)st;
+    char *path = getenv("FAKE_TORCH_NPU");
+    tnpu = dlopen(path, RTLD_NOW | RTLD_LOCAL); /* as torch_npu/_C.so brings libtorch_npu.so in */
+    if (!tnpu) {
+        fprintf(stderr, "test_npu_runtime: %s\n", dlerror());
+        return -1;
+    }
+    acl = dlopen(getenv("HBMALLOC_LIBASCENDCL"), RTLD_NOW | RTLD_NOLOAD);
+    if (!acl)
+        return -1;
+    LOAD(acl, acl_init, "aclInit");
+    LOAD(acl, acl_set_device, "aclrtSetDevice");
+    LOAD(acl, violations, "fake_acl_violations");
+    LOAD(acl, contexts, "fake_acl_contexts");
+    LOAD(acl, current, "fake_acl_current");
+    LOAD(acl, first_use, "fake_acl_first_use");
+    LOAD(acl, progress, "fake_acl_progress");
+    LOAD(tnpu, launch, "fake_tnpu_launch");
+    LOAD(tnpu, queued, "fake_tnpu_queued");
+    LOAD(tnpu, drains, "fake_tnpu_drains");
+    LOAD(tnpu, deadlocks, "fake_tnpu_deadlocks");
+    LOAD(tnpu, tnpu_set, "fake_tnpu_set");
+    LOAD(tnpu, consumer_work, "fake_tnpu_set_consumer_work");
+    /* torch_npu's start: aclInit, then its device set on the thread (NpuSysCtrl::Initialize, c10_npu::SetDevice). */
+    if (acl_init(NULL) != 0 || acl_set_device(DEV) != 0)
+        return -1;
+    plugin = dlopen(getenv("HBM_PLUGIN"), RTLD_NOW | RTLD_LOCAL);
+    if (!plugin) {
+        fprintf(stderr, "test_npu_runtime: %s\n", dlerror());
+        return -1;
+    }
+    LOAD(plugin, raw_alloc, "hbm_torch_raw_alloc");
+    LOAD(plugin, hook_free, "hbm_torch_free");
+    LOAD(plugin, hook_reset, "hbm_torch_reset");
+    LOAD(plugin, hook_init, "hbm_torch_init");
+    LOAD(plugin, record_stream, "hbm_torch_record_stream");
+    LOAD(plugin, empty_cache, "hbm_torch_empty_cache");
+    LOAD(plugin, plugin_error, "hbm_torch_error");
+    /* set_init_fn: the device count, from NpuSysCtrl::Initialize; the plug-in opens its backend and looks for
+     * torch_npu's entry. What it says on stderr is kept, to be checked. */
+    fflush(stderr);
+    int saved = dup(2), fd = fileno(said);
+    if (saved < 0 || fd < 0 || dup2(fd, 2) < 0)
+        return -1;
+    hook_init(2);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    return 0;
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    return 0; /* the plug-in lives to the process's end, as inside torch_npu */
+}
+
+/* Without the entry (a torch_npu build the plug-in does not know), the plug-in says once what it cannot do and what
+ * to set; with it, or without a queue, it says nothing. Allocations work either way. */
+static void the_plugin_says_when_it_cannot_wait_for_the_queue(void **st)
+{
+    (void)st;
+    char text[4096] = "";
+    rewind(said);
+    size_t n = fread(text, 1, sizeof text - 1, said);
+    text[n] = 0;
+    const char *w = strstr(text, "npuSynchronizeDevice was not found");
+    if (strcmp(mode, "noentry") == 0) {
+        assert_non_null(w);
+        assert_null(strstr(w + 1, "npuSynchronizeDevice was not found")); /* once */
+        assert_non_null(strstr(text, "TASK_QUEUE_ENABLE=0"));
+    } else {
+        assert_null(w);
+    }
+    hook_free_checked(must_alloc(MiB, NULL));
+}
+
+/* An operator's launch still in the queue when its tensor is freed; empty_cache then gives the segment back: the
+ * queue must be emptied and the device waited for first (npuSynchronizeDevice), or aclrtFree pulls the memory from
+ * under the launch. */
+static void launches_in_the_queue_are_waited_for_before_memory_goes_back(void **st)
+{
+    (void)st;
+    if (strcmp(mode, "noentry") == 0)
+        skip(); /* nothing can drain the queue: said above */
+    void *p = must_alloc(30 * MiB, NULL);
+    launch(NULL, p, 30 * MiB); /* queued, not on the device yet */
+    hook_free_checked(p);
+    long before = drains();
+    hook_reset(1); /* torch.npu.empty_cache() */
+    assert_clean();
+    if (strcmp(mode, "queue") == 0) {
+        assert_true(drains() > before);
+        assert_int_equal(queued(), 0);
+    } else {
+        assert_int_equal(drains(), before); /* no queue: aclrtSynchronizeDevice alone */
+    }
+}
+
+/* record_stream: a launch of stream 2 on the block, still in the queue when the block is freed. The event recorded
+ * for stream 2 must come after that launch, so the block is not handed to stream 1 until it has run. */
+static void events_for_a_freed_block_cover_launches_still_in_the_queue(void **st)
+{
+    (void)st;
+    if (strcmp(mode, "noentry") == 0)
+        skip();
+    void *s1 = (void *)0x51, *s2 = (void *)0x52;
+    void *p = must_alloc(4096, s1);
+    assert_int_equal(first_use(s1, p, 4096), 0);
+    assert_int_equal(record_stream(p, DEV, s2), 0);
+    launch(s2, p, 4096);
+    hook_free_checked(p);
+    void *q = must_alloc(4096, s1);
+    assert_int_equal(first_use(s1, q, 4096), 0); /* a violation here: q is p while stream 2 still uses it */
+    assert_clean();
+    progress(100);
+    void *r = must_alloc(4096, s1);
+    assert_int_equal(first_use(s1, r, 4096), 0);
+    hook_free_checked(q);
+    hook_free_checked(r);
+}
+
+static void *workspace;
+
+/* What torch_npu's worker may do while it drains: an operator's compile runs Python whose garbage collection frees
+ * a tensor; under TASK_QUEUE_ENABLE=2 it takes a workspace. */
+static void worker_frees_and_allocates(void *arg)
+{
+    hook_free(arg, 0, DEV, NULL);
+    workspace = raw_alloc(MiB, DEV, NULL);
+}
+
+static void the_queue_worker_may_free_and_allocate_while_hbmalloc_waits(void **st)
+{
+    (void)st;
+    if (strcmp(mode, "noentry") == 0)
+        skip();
+    void *x = must_alloc(2 * MiB, NULL);
+    void *p = must_alloc(30 * MiB, NULL);
+    launch(NULL, p, 30 * MiB);
+    hook_free_checked(p);
+    consumer_work(worker_frees_and_allocates, x); /* at the next drain */
+    hook_reset(1);
+    assert_clean();
+    if (strcmp(mode, "queue") == 0)
+        assert_non_null(workspace); /* the worker got its workspace while hbmalloc waited */
+    if (workspace)
+        hook_free_checked(workspace);
+    workspace = NULL;
+}
+
+/* npuSynchronizeDevice may throw (a device fault): the plug-in catches it; nothing is given back, nothing crashes,
+ * the next empty_cache works. */
+static void a_throwing_synchronize_is_an_error_not_a_crash(void **st)
+{
+    (void)st;
+    if (strcmp(mode, "queue") != 0)
+        skip();
+    void *p = must_alloc(30 * MiB, NULL);
+    hook_free_checked(p);
+    tnpu_set("throw", 1);
+    assert_int_equal(empty_cache(), -1);
+    assert_non_null(strstr(plugin_error(), "device synchronize"));
+    assert_clean();
+    assert_int_equal(empty_cache(), 0);
+    assert_clean();
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_npu_runtime queue|noqueue|noentry (FAKE_TORCH_NPU, HBM_PLUGIN, "
+                        "HBMALLOC_LIBASCENDCL in the environment)\n");
+        return 2;
+    }
+    mode = argv[1];
+    setenv("HBMALLOC_QUIET", "1", 1);
+    unsetenv("HBMALLOC_BACKEND");
+    unsetenv("HBMALLOC_CONF");
+    setenv("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:False", 1);
+    setenv("FAKE_ACL_DEVICES", "2", 1);
+    if (strcmp(mode, "noqueue") == 0)
+        setenv("TASK_QUEUE_ENABLE", "0", 1);
+    else
+        unsetenv("TASK_QUEUE_ENABLE");
+    char dir[] = "/tmp/hbm-npu-runtime-XXXXXX";
+    if (!mkdtemp(dir))
+        return 2;
+    setenv("HBMALLOC_TOP_DIR", dir, 1); /* the plug-in publishes by default: a private folder */
+    said = tmpfile();
+    if (!said)
+        return 2;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(the_plugin_says_when_it_cannot_wait_for_the_queue),
+        cmocka_unit_test(launches_in_the_queue_are_waited_for_before_memory_goes_back),
+        cmocka_unit_test(events_for_a_freed_block_cover_launches_still_in_the_queue),
+        cmocka_unit_test(the_queue_worker_may_free_and_allocate_while_hbmalloc_waits),
+        cmocka_unit_test(a_throwing_synchronize_is_an_error_not_a_crash),
+    };
+    int rc = cmocka_run_group_tests(tests, setup, teardown);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        rc = rc ? rc : 1;
+    return rc;
+}
