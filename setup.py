@@ -2,10 +2,11 @@
 libhbmalloc_torch.so and libhbmalloc_torch_npu.so (hbmalloc/lib), loaded by hbmalloc.torch through ctypes, so the
 wheel holds no Python extension: its tag is py3-none-<platform>.
 
-When the building Python can import torch with its headers (pip install --no-build-isolation on a machine with
-torch), the plug-ins are also built against that torch (libhbmalloc_torch_c10.so: out of memory raises
-torch.OutOfMemoryError); they fit that torch only and use() checks it. HBMALLOC_TORCH_C10=OFF leaves them out (a
-wheel for an index), ON requires them. HBMALLOC_CMAKE_ARGS adds CMake arguments; CMAKE_BUILD_PARALLEL_LEVEL the jobs."""
+When the building Python can import torch (pip install --no-build-isolation on a machine with torch), the plug-ins
+are also built against that torch, and must be (libhbmalloc_torch_c10.so: out of memory raises
+torch.OutOfMemoryError, which torch's cuDNN paths catch to fall back to another algorithm or a smaller workspace);
+they fit that torch only and use() checks it. HBMALLOC_TORCH_C10=OFF leaves them out (a wheel for an index), ON
+requires them; the default, AUTO, is ON when torch imports and OFF otherwise. HBMALLOC_CMAKE_ARGS adds CMake arguments; CMAKE_BUILD_PARALLEL_LEVEL the jobs."""
 import os
 import re
 import shlex
@@ -44,13 +45,20 @@ class build_native(build_py):
         c10 = os.environ.get("HBMALLOC_TORCH_C10", "AUTO").upper()
         if c10 not in ("AUTO", "ON", "OFF"):
             sys.exit("setup.py: HBMALLOC_TORCH_C10 must be AUTO, ON or OFF, not %r" % c10)
+        if c10 == "AUTO":  # a torch here: the package must carry the build for it (typed out-of-memory errors)
+            c10 = "ON" if subprocess.call([sys.executable, "-c", "import torch"], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL) == 0 else "OFF"
         tmp = os.path.join(os.path.abspath(self.build_lib), "..", "cmake-hbmalloc")
         cfg = ["cmake", "-S", HERE, "-B", tmp, "-DCMAKE_BUILD_TYPE=Release", "-DHBM_TESTS=OFF", "-DHBM_BENCH=OFF",
                "-DHBM_PYTHON=" + sys.executable, "-DHBM_TORCH_C10=" + c10]
         cfg += shlex.split(os.environ.get("HBMALLOC_CMAKE_ARGS", ""))
         if shutil.which("cmake") is None:
             sys.exit("setup.py: cmake is needed to build hbmalloc (Debian: apt install cmake gcc g++)")
-        subprocess.check_call(cfg)
+        if subprocess.call(cfg) != 0:
+            sys.exit("setup.py: configuring failed%s" % (
+                "; torch imports here, so the plug-ins are built against it: its headers and libc10 must be found "
+                "(HBMALLOC_TORCH_C10=OFF builds the generic plug-ins only: out of memory is then a RuntimeError)"
+                if c10 == "ON" else ""))
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
         subprocess.check_call(["cmake", "--build", tmp, "-j", jobs])
         pkg = os.path.join(self.build_lib, "hbmalloc")

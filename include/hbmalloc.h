@@ -287,6 +287,11 @@ HBM_API hbm_status hbm_settings_check_release(const char *var, const char *setti
  * HBM_ERR_CONF and the message in out. */
 HBM_API hbm_status hbm_settings_effective(const char *var, const char *settings, hbm_dialect d, const char *version,
                                           int vmm, char *out, size_t outlen);
+/* The framework release hbmalloc reads a version as (the newest known one not after it): its name ("torch_npu
+ * 2.1.0.post6 (v6.0.rc2-pytorch2.1.0)", "PyTorch 2.6") and, for torch_npu, its tag ("v6.0.rc2-pytorch2.1.0"; "" for
+ * PyTorch). HBM_ERR_CONF with the reason in name for a version older than every known release, or not a version. */
+HBM_API hbm_status hbm_release_describe(hbm_dialect d, const char *version, char *name, size_t namelen, char *tag,
+                                        size_t taglen);
 /* Rebuild a recorded state (a replay of a snapshot whose recording began mid-run): a whole segment of `size`
  * bytes on `stream`, in the small pool when `small`, with n blocks allocated at `offsets` (increasing, non-
  * overlapping, inside the segment, all in 512-byte units) of `sizes` bytes for requests of `requested` bytes;
@@ -321,7 +326,9 @@ typedef struct hbm_trace_entry {
     const char *context; /* the call-site label, or NULL; points into the snapshot (hbm_snapshot.labels) */
 } hbm_trace_entry;
 
-/* Keep the last max_entries trace entries in a ring buffer (0 turns history off and clears it). */
+/* Keep the last max_entries trace entries in a ring buffer (0 turns history off and clears it). The ring grows as
+ * entries come, so any max_entries is accepted (torch's default is sys.maxsize); when host memory runs out it stops
+ * growing, says so once on stderr, and keeps the newest entries it holds. */
 HBM_API hbm_status hbm_history_enable(hbm_allocator *a, size_t max_entries);
 
 /* Call-site labels. A label is one frame or several, innermost first, separated by '\n'; a frame

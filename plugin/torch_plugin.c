@@ -534,6 +534,7 @@ HBM_TORCH_EXPORT int hbm_torch_device_used(int device);
 HBM_TORCH_EXPORT long hbm_torch_pool_ids(int device, uint64_t *out, long cap);
 HBM_TORCH_EXPORT int hbm_torch_captures_underway(int device);
 HBM_TORCH_EXPORT const char *hbm_torch_error(void);
+HBM_TORCH_EXPORT const char *hbm_torch_npu_release(const char *version);
 
 static __thread char helper_error[1600]; /* the helper's calls, per thread */
 
@@ -566,11 +567,16 @@ HBM_TORCH_EXPORT int hbm_torch_empty_cache(void) { return each_device(hbm_empty_
 /* A training step ended (hbmalloc_torch.step, or the optimizer hook): hbm_step on every device in use. */
 HBM_TORCH_EXPORT int hbm_torch_step(void) { return each_device(hbm_step); }
 
+/* Tensor.record_stream routed from Python (torch_npu). A pointer hbmalloc did not allocate is skipped, as torch_npu's
+ * own recordStream skips a tensor its allocator does not own (NPUCachingAllocator.cpp, recordStream: "If a tensor is
+ * not allocated by this instance, simply skip"; PyTorch's the same). */
 HBM_TORCH_EXPORT int hbm_torch_record_stream(void *ptr, int device, void *stream)
 {
     hbm_allocator *a = hbm_torch__allocator(device);
     if (!a)
         return -1;
+    if (!ptr || !hbm_block_size(a, ptr))
+        return 0;
     if (hbm_record_stream(a, ptr, (hbm_stream)(uintptr_t)stream) != HBM_OK) {
         hbm_copy_last_error(a, helper_error, sizeof helper_error);
         return -1;
@@ -646,8 +652,10 @@ HBM_TORCH_EXPORT int hbm_torch_reset_accumulated_stats(int device)
  * allocation with its Python stack, 0 with the helper's label() alone. Every device, now and later. */
 HBM_TORCH_EXPORT int hbm_torch_record_history(long max_entries, int stacks)
 {
-    if (max_entries < 0)
+    if (max_entries < 0) {
+        snprintf(helper_error, sizeof helper_error, "memory history: max_entries %ld is negative", max_entries);
         return -1;
+    }
     pthread_once(&once, open_devices);
     pthread_mutex_lock(&history_lock);
     history_entries = max_entries;
@@ -658,7 +666,13 @@ HBM_TORCH_EXPORT int hbm_torch_record_history(long max_entries, int stacks)
         hbm_allocator *a = hbm_devices_existing(devices, d);
         if (a) {
             apply_history(a, d);
-            rc |= history_applied[d] ? 0 : -1;
+            if (!history_applied[d]) {
+                char e[1200];
+                hbm_copy_last_error(a, e, sizeof e);
+                snprintf(helper_error, sizeof helper_error, "memory history on device %d: %s", d,
+                         e[0] ? e : "refused");
+                rc = -1;
+            }
         }
     }
     hbm_torch__stacks_enable(stacks);
@@ -723,4 +737,14 @@ HBM_TORCH_EXPORT const char *hbm_torch_error(void)
     if (helper_error[0])
         return helper_error;
     return devices ? hbm_devices_error(devices) : open_error;
+}
+
+/* The torch_npu release tag hbmalloc reads a torch_npu version as ("v6.0.rc2-pytorch2.1.0"), or NULL: use() sets the
+ * C record-stream hook on the releases whose hook takes an aclrtStream. */
+HBM_TORCH_EXPORT const char *hbm_torch_npu_release(const char *version)
+{
+    static __thread char tag[96];
+    if (!version || hbm_release_describe(HBM_DIALECT_NPU, version, NULL, 0, tag, sizeof tag) != HBM_OK || !tag[0])
+        return NULL;
+    return tag;
 }

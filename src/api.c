@@ -394,6 +394,19 @@ static hbm_status check_release(const char *var, const char *settings, hbm_diale
     return rc;
 }
 
+hbm_status hbm_release_describe(hbm_dialect d, const char *version, char *name, size_t namelen, char *tag,
+                                size_t taglen)
+{
+    hbm__release r;
+    char err[200];
+    hbm_status rc = hbm__release_find(&r, d, version, err, sizeof err);
+    if (name && namelen)
+        snprintf(name, namelen, "%s", rc == HBM_OK ? r.name : err);
+    if (tag && taglen)
+        snprintf(tag, taglen, "%s", rc == HBM_OK && r.tag ? r.tag : "");
+    return rc;
+}
+
 hbm_status hbm_settings_check_release(const char *var, const char *settings, hbm_dialect d, const char *version,
                                       int vmm, char *out, size_t outlen)
 {

@@ -219,6 +219,7 @@ struct hbm_allocator {
     size_t nspare_events, cap_spare_events;
     hbm__trace_rec *history; /* ring buffer, NULL when off */
     size_t history_cap, history_n, history_head;
+    size_t history_max; /* entries asked for: the ring grows to it as entries come (snapshot.c) */
     hbm_label context;        /* the allocator-wide label, or the call's own during hbm_malloc_labeled */
     hbm__labels labels;       /* every label ever interned, kept until destroy */
     hbm_device_counters dev;

@@ -163,6 +163,7 @@ static void npu_release(hbm__release *r, const npu_row *row, bool newest)
     r->alloc_conf = row->alloc_conf;
     r->warn_probe = row->warn_probe;
     r->keys = row->keys;
+    r->tag = row->tag;
     r->large_segment_first = strstr(row->keys, "large_segment_size_mb") != NULL;
 }
 

@@ -38,6 +38,7 @@ typedef struct hbm__release {
     bool alloc_conf;      /* PYTORCH_ALLOC_CONF is read as well */
     bool warn_probe;      /* torch_npu prints "expandable_segments feature is not supportted" at start-up */
     const char *keys;     /* NPU: the keys its parser names, space-separated; NULL for CUDA (see has_key) */
+    const char *tag;      /* NPU: the release tag ("v6.0.rc2-pytorch2.1.0"); "" for CUDA */
 } hbm__release;
 
 /* The release a version names ("2.6", "2.6.0", "2.1.0.post6"); NULL or "" for the newest. A version

@@ -3,6 +3,10 @@
 #include <unistd.h>
 
 #include "helpers.h"
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "util.h"
 
 /* A snapshot as hbm_snapshot_save writes its JSON. */
@@ -111,6 +115,84 @@ static void a_call_label_goes_to_its_entries_its_block_and_its_frees(void **stat
     assert_valid(a);
     hbm_destroy(a);
 }
+
+/* torch.cuda.memory._record_memory_history() with no arguments asks for max_entries=sys.maxsize (torch/cuda/memory.py
+ * v2.6:803-810, _record_memory_history_impl): the ring is not made that large up front; it grows as entries come,
+ * keeps every entry while it can, and wraps at what was asked. */
+static void any_history_size_is_accepted_and_the_ring_grows_as_entries_come(void **state)
+{
+    (void)state;
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "");
+    assert_int_equal(hbm_history_enable(a, SIZE_MAX), HBM_OK);
+    assert_int_equal(hbm_history_enable(a, (size_t)INT64_MAX), HBM_OK); /* sys.maxsize */
+    void *p;
+    for (int i = 0; i < 3000; i++) {
+        assert_int_equal(hbm_malloc(a, 4096, 0, &p), HBM_OK);
+        assert_int_equal(hbm_free(a, p), HBM_OK);
+    }
+    hbm_snapshot *s;
+    assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
+    assert_int_equal(s->ntrace, 1 + 3 * 3000); /* segment_alloc; alloc, free_requested, free_completed each */
+    assert_int_equal(s->trace[0].action, HBM_TRACE_SEGMENT_ALLOC);
+    hbm_snapshot_free(s);
+    /* A small ring still wraps at its size, keeping the newest. */
+    assert_int_equal(hbm_history_enable(a, 5), HBM_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(hbm_malloc(a, 4096 * (size_t)(i + 1), 0, &p), HBM_OK);
+        assert_int_equal(hbm_free(a, p), HBM_OK);
+    }
+    assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
+    assert_int_equal(s->ntrace, 5);
+    assert_int_equal(s->trace[4].action, HBM_TRACE_FREE_COMPLETED);
+    assert_int_equal(s->trace[4].size, 4 * 4096);
+    hbm_snapshot_free(s);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+/* Host memory runs out while the ring grows: it stops growing, says so once, keeps the newest entries, and the
+ * allocator goes on serving. In a child with an address-space limit (the sanitizers reserve their shadow memory
+ * up front, so not under them). */
+static void a_history_that_cannot_grow_keeps_the_newest_entries(void **state)
+{
+    (void)state;
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        hbm_allocator *a = open_sim("sim:capacity=1GiB", "");
+        if (hbm_history_enable(a, SIZE_MAX) != HBM_OK)
+            _exit(10);
+        struct rlimit lim;
+        getrlimit(RLIMIT_AS, &lim);
+        FILE *f = fopen("/proc/self/statm", "r");
+        unsigned long pages = 0;
+        if (!f || fscanf(f, "%lu", &pages) != 1)
+            _exit(11);
+        fclose(f);
+        lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (64u << 20); /* 64 MiB more */
+        if (setrlimit(RLIMIT_AS, &lim))
+            _exit(12);
+        void *p;
+        for (long i = 0; i < 3000000; i++) /* 9 M entries: far past 64 MiB of ring */
+            if (hbm_malloc(a, 4096, 0, &p) != HBM_OK || hbm_free(a, p) != HBM_OK)
+                _exit(13);
+        hbm_snapshot *s = NULL;
+        /* Taking a snapshot copies the ring: give the limit back first. */
+        lim.rlim_cur = lim.rlim_max;
+        setrlimit(RLIMIT_AS, &lim);
+        if (hbm_snapshot_take(a, &s) != HBM_OK)
+            _exit(14);
+        int ok = s->ntrace > 1024 && s->ntrace < 9000001 && s->trace[s->ntrace - 1].action == HBM_TRACE_FREE_COMPLETED;
+        _exit(ok ? 0 : 15);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+#endif
 
 static void a_snapshot_outlives_its_allocator(void **state)
 {
@@ -272,6 +354,10 @@ int main(void)
         cmocka_unit_test(utf8_cuts_fall_between_characters),
         cmocka_unit_test(a_call_label_goes_to_its_entries_its_block_and_its_frees),
         cmocka_unit_test(a_snapshot_outlives_its_allocator),
+        cmocka_unit_test(any_history_size_is_accepted_and_the_ring_grows_as_entries_come),
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+        cmocka_unit_test(a_history_that_cannot_grow_keeps_the_newest_entries),
+#endif
         cmocka_unit_test(frames_are_written_as_pytorch_frame_dicts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -81,6 +81,8 @@ def _declare(lib):
     lib.hbm_torch_set_label.argtypes = [c.c_char_p]
     lib.hbm_torch_get_label.restype = c.c_char_p
     lib.hbm_torch_error.restype = c.c_char_p
+    lib.hbm_torch_npu_release.restype = c.c_char_p
+    lib.hbm_torch_npu_release.argtypes = [c.c_char_p]
     lib.hbm_torch_build.restype = c.c_char_p
     for hook in ("hbm_torch_init", "hbm_torch_reset", "hbm_torch_memory_fraction", "hbm_torch_cuda_reset",
                  "hbm_torch_record_stream_fn", "hbm_torch_reset_peak"):
@@ -173,6 +175,9 @@ def use(path=None, device=None):
     device = device or device_type()
     torch = _need("torch", "PyTorch")
     if device == "npu":
+        _need("torch_npu", "torch_npu (Ascend's PyTorch adapter)")
+    _refuse_if_initialized(device, torch)
+    if device == "npu":
         torch_npu = _need("torch_npu", "torch_npu (Ascend's PyTorch adapter)")
         fw_version = getattr(torch_npu, "__version__", "0")
         if _version(fw_version) < MIN_TORCH_NPU or not hasattr(torch_npu.npu.memory, "NPUPluggableAllocator"):
@@ -193,20 +198,86 @@ def use(path=None, device=None):
         alloc = memory.CUDAPluggableAllocator(lib.path, "hbm_torch_alloc", "hbm_torch_free")
     if not lib.build.startswith("c10"):
         _warn_once("generic", "this plug-in was not built against torch %s's headers: out of memory raises "
-                   "RuntimeError (with PyTorch's \"%s out of memory.\" text), not OutOfMemoryError. Rebuild hbmalloc "
-                   "with this Python's torch installed (pip install --no-build-isolation ., or cmake -DHBM_PYTHON=%s) for the "
-                   "typed exception"
+                   "RuntimeError (with PyTorch's \"%s out of memory.\" text), not OutOfMemoryError. What that costs: "
+                   "torch's own fallbacks catch only c10::OutOfMemoryError (cuDNN tries another algorithm, or halves "
+                   "its workspace: aten/src/ATen/native/cudnn/Conv_v7.cpp, Conv_v8.cpp), so there an out-of-memory "
+                   "stops the job instead, and `except torch.OutOfMemoryError` does not catch it. Rebuild hbmalloc "
+                   "with this Python's torch installed (pip install --no-build-isolation ., or cmake -DHBM_PYTHON=%s) "
+                   "for the typed exception"
                    % (torch.__version__, "NPU" if device == "npu" else "CUDA", sys.executable))
     raw = alloc.allocator()
     hooks = _hooks(device, raw, lib, torch)
-    memory.change_current_allocator(alloc)
+    try:
+        memory.change_current_allocator(alloc)
+    except RuntimeError as e:  # "Can't swap an already initialized allocator" (CUDAPluggableAllocator.cpp)
+        raise RuntimeError(_too_late(device, str(e))) from e
     _state.update(device=device, hooks=hooks, alloc=alloc)
     _route_memory_api(device, torch, lib, hooks)
     if device == "npu":
-        _hccl_reuse_mode()
+        if not hooks.get("set_record_stream_fn"):
+            _hccl_reuse_mode()
         _route_npu_record_stream(torch, lib)
     _guard_compile(torch)
     return alloc
+
+
+# ---- what initialised the framework's allocator before use() ----
+
+_first_init = {}  # device type -> "file:line in function" of the call that initialised it, when seen
+
+
+def _watch_init(torch):
+    """torch.cuda._lazy_init (torch_npu.npu._lazy_init) is what every initialising call goes through: set_device(),
+    current_device(), mem_get_info(), a tensor made on the device (torch/cuda/__init__.py; C++ callers reach it through
+    torch::utils::device_lazy_init, which looks the attribute up at call time). Wrapped while it has not run yet, it
+    records where the first call came from, so that a refused use() can name it."""
+    for dev, mod in (("cuda", getattr(torch, "cuda", None)), ("npu", sys.modules.get("torch_npu.npu"))):
+        init = getattr(mod, "_lazy_init", None) if mod is not None else None
+        if init is None or getattr(init, "_hbmalloc", False) or _initialized(dev, torch):
+            continue
+
+        def lazy_init(*args, _init=init, _dev=dev, **kwargs):
+            if _dev not in _first_init:
+                _first_init[_dev] = _caller()
+            return _init(*args, **kwargs)
+        lazy_init._hbmalloc = True
+        mod._lazy_init = lazy_init
+
+
+def _caller():
+    """The innermost frame outside torch, torch_npu and this module: the user's line."""
+    import traceback
+    skip = ("torch", "torch_npu", "hbmalloc", "importlib")
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        parts = os.path.normpath(frame.filename).split(os.sep)
+        if not any(p in skip or p == "hbmalloc_torch.py" for p in parts[-3:-1] + parts[-1:]):
+            return "%s:%d in %s (%s)" % (frame.filename, frame.lineno, frame.name, (frame.line or "").strip())
+    return None
+
+
+def _initialized(device, torch):
+    try:
+        if device == "npu":
+            return bool(sys.modules["torch_npu"].npu.is_initialized())
+        return bool(torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
+def _too_late(device, why=None):
+    dev = "torch_npu.npu" if device == "npu" else "torch.cuda"
+    first = _first_init.get(device)
+    ran = ("it was first initialised at %s" % first) if first else (
+        "something ran first that initialises it: %s.set_device(), current_device(), mem_get_info(), init(), "
+        "_record_memory_history(), a tensor or a stream on the device" % dev)
+    return ("hbmalloc: use() must run before %s is initialised, and %s. The framework's allocator cannot be swapped "
+            "once initialised%s. Move `hbmalloc.torch.use()` above that line (in a DDP script: before "
+            "%s.set_device(local_rank) and init_process_group)" % (dev, ran, " (%s)" % why if why else "", dev))
+
+
+def _refuse_if_initialized(device, torch):
+    if _initialized(device, torch):
+        raise RuntimeError(_too_late(device))
 
 
 def _hooks(device, raw, lib, torch):
@@ -219,6 +290,8 @@ def _hooks(device, raw, lib, torch):
                 ("set_reset_peak_status_fn", "hbm_torch_reset_peak")]
         if _version(torch_npu.__version__) < NPU_STATS_V1_BELOW:
             plan.append(("set_get_device_stats_fn", "hbm_torch_npu_device_stats"))
+        if _npu_record_stream_is_c(lib, torch_npu.__version__):
+            plan.append(("set_record_stream_fn", "hbm_torch_record_stream_fn"))
         else:
             _warn_once("npu-stats", "torch_npu %s takes c10::CachingDeviceAllocator::DeviceStats from the device-stats "
                        "hook, a layout hbmalloc does not know for this torch: the hook is not set (C++ callers of "
@@ -241,6 +314,15 @@ def _hooks(device, raw, lib, torch):
     if not done["set_begin_allocate_to_pool"]:
         _block_graph_capture(device, torch)
     return done
+
+
+def _npu_record_stream_is_c(lib, version):
+    """torch_npu's 6.0.x releases (v6.0.rc1 to v6.0.0.1, the 2.1 to 2.4 lines) take set_record_stream_fn as
+    void(void*, aclrtStream): a C hook (NPUPluggableAllocator.h; torch_npu/csrc/npu/Module.cpp, `using FuncType =
+    void(void*, aclrtStream)`). From 7.0.0 it is void(void*, c10_npu::NPUStream), which no C function can take.
+    The release is the one hbmalloc's table names for the version (src/npu_releases.inc)."""
+    tag = lib.hbm_torch_npu_release(str(version).encode())
+    return bool(tag) and tag.decode().startswith("v6.0.")
 
 
 def _block_graph_capture(device, torch):
@@ -380,19 +462,31 @@ def _route_memory_api(device, torch, lib, hooks):
     for name, fn in routes.items():
         fn.__name__ = pre + name
         setattr(c, pre + name, fn)
-    accel = getattr(torch._C, "_accelerator_getDeviceStats", None)
-    if accel is not None and not getattr(accel, "_hbmalloc", False):
-        def get_stats(d=None, _orig=accel):
-            return _nested_stats(_device_index(d), extra) if _accelerator_is(device, torch) else _orig(d)
-        get_stats._hbmalloc = True
-        torch._C._accelerator_getDeviceStats = get_stats
-        for name, fn in (("_accelerator_resetPeakStats", reset_peak_memory_stats),
-                         ("_accelerator_resetAccumulatedStats", reset_accumulated_memory_stats)):
-            orig = getattr(torch._C, name, None)
-            if orig is not None:
-                setattr(torch._C, name, lambda d=None, _o=orig, _f=fn: _f(_device_index(d))
-                        if _accelerator_is(device, torch) else _o(d))
+    _route_accelerator(device, torch, extra)
     _state["routed"] = True
+
+
+def _route_accelerator(device, torch, extra):
+    """torch.accelerator's memory API (torch/accelerator/memory.py, 2.8 and later) looks its torch._C functions up at
+    call time and asks _accelerator_isAllocatorInitialized() first; those reach the allocator c10::GetAllocator
+    holds, torch's own, which change_current_allocator does not replace and which is never initialised under a
+    pluggable allocator: memory_stats() would be {}, memory_allocated() 0, empty_cache() nothing, and the resets
+    raise "did you call init?". Each is answered by hbmalloc while the current accelerator is this device type."""
+    def route(name, ours):
+        orig = getattr(torch._C, name, None)
+        if orig is None or getattr(orig, "_hbmalloc", False):
+            return
+
+        def routed(*args, _orig=orig, **kwargs):
+            return ours(*args, **kwargs) if _accelerator_is(device, torch) else _orig(*args, **kwargs)
+        routed._hbmalloc = True
+        routed.__name__ = name
+        setattr(torch._C, name, routed)
+    route("_accelerator_isAllocatorInitialized", lambda: True)
+    route("_accelerator_getDeviceStats", lambda d=None: _nested_stats(_device_index(d), extra))
+    route("_accelerator_emptyCache", lambda: empty_cache() and None)
+    route("_accelerator_resetPeakStats", lambda d=None: reset_peak_memory_stats(_device_index(d)))
+    route("_accelerator_resetAccumulatedStats", lambda d=None: reset_accumulated_memory_stats(_device_index(d)))
 
 
 def _accelerator_is(device, torch):
@@ -419,10 +513,18 @@ def _record_history_legacy(enabled, record_context=True, trace_alloc_max_entries
 
 
 def _torch_snapshot(*args, **kwargs):
-    """torch._C._cuda_memorySnapshot(mempool_id=None): every device's segments and traces in one dict, private
-    pools named by torch's ids; with a mempool id, only that pool's segments."""
+    """torch._C._cuda_memorySnapshot, called as each release calls it: with no argument (2.6 and before,
+    memory.py:517-527, 816-890), with None or a pool id (id0, id1), or from 2.11 with (id0, id1, include_traces)
+    (memory_snapshot(mempool_id=None, include_traces=True) passes (0, 0, include_traces) for all pools). Every device's
+    segments and traces in one dict, private pools named by torch's ids; with a pool id, only that pool's segments;
+    include_traces False leaves the traces out."""
     want = args[0] if args else kwargs.get("mempool_id")
-    want = tuple(want) if want is not None and tuple(want) != (0, 0) else None
+    include_traces = True
+    if want is not None:
+        want = tuple(want)
+        if len(want) == 3:
+            include_traces = bool(want[2])
+        want = want[:2] if want[:2] != (0, 0) else None
     lib = library()
     out = {"segments": [], "device_traces": [], "allocator_settings": {}}
     for d in range(max(lib.hbm_torch_device_count(), 0)):
@@ -436,7 +538,7 @@ def _torch_snapshot(*args, **kwargs):
             if want is None or seg["segment_pool_id"] == want:
                 out["segments"].append(seg)
         traces = snap["device_traces"]
-        out["device_traces"].append(traces[d] if d < len(traces) else [])
+        out["device_traces"].append(traces[d] if d < len(traces) and include_traces else [])
         out["allocator_settings"] = snap.get("allocator_settings", {})
     return out
 
@@ -563,3 +665,7 @@ def record_stream(tensor, stream):
 def set_memory_fraction(fraction, device=0):
     if library().hbm_torch_set_memory_fraction(float(fraction), device) != 0:
         raise ValueError("hbmalloc: " + _error())
+
+
+if "torch" in sys.modules:  # torch imported before this module: watch what initialises the device (_watch_init)
+    _watch_init(sys.modules["torch"])
