@@ -2,27 +2,44 @@
  * publish.c: an allocator's statistics in shared memory, for `hbmalloc top` and other monitors
  * (docs/MONITOR.md).
  *
- * Each publishing allocator owns one file of hbm_record_dir(), created 0600 with O_EXCL and mapped shared: a
- * header (magic, layout, size) and a sequence number around an hbm_record. A writer makes the number odd, writes,
- * makes it even; a reader copies between two equal even readings (a seqlock), so it never blocks the job and never
- * sees half an update. Writers: the segment-change points of the engine (hbm__publish_update, under the
- * allocator's lock: a device call was just made, the copy costs nothing beside it), an OOM, and one thread of the
- * library that refreshes every record of the process twice a second — so the malloc/free fast path is untouched.
+ * Each publishing allocator owns one file of hbm_record_dir(), created 0600 with O_EXCL under a name with 64
+ * random bits (hbmalloc-UID-PID-DEVICE-RANDOM: another user cannot squat it in a shared folder, and jobs of two
+ * PID namespaces sharing /dev/shm do not collide), its space reserved for real (posix_fallocate: a store into
+ * the mapping of a full tmpfs would be SIGBUS) and mapped shared: a header (magic, layout, size, the writer's PID
+ * namespace) and a sequence number around an hbm_record. A writer makes the number odd, writes, makes it even; a
+ * reader copies between two equal even readings (a seqlock), so it never blocks the job and never sees half an
+ * update. Writers: the segment-change points of the engine (hbm__publish_update, under the allocator's lock: a
+ * device call was just made, the copy costs nothing beside it), an OOM, and one thread of the library that
+ * refreshes every record of the process twice a second — so the malloc/free fast path is untouched.
+ *
+ * The writer holds an exclusive flock on its file for the record's life (the descriptor stays open; a forked
+ * child closes its copy): the proof of life a reader checks in any PID namespace (hbm_record_read). PIDs are
+ * only believed by a reader of the writer's own namespace.
  *
  * Process-wide state (the list of records, the thread) is guarded by `reg`, always taken before an allocator's
- * lock and tracked for fork (fork.c). A record belongs to the process that made it: a forked child neither updates
- * nor removes its parent's records. At exit the files are removed (atexit); a killed process leaves its file,
- * which readers recognise by its PID and start time (hbm_record_read: HBM_ERR_STALE).
+ * lock and tracked for fork (fork.c); every change of an allocator's publishing (hbm_publish) happens whole under
+ * it, so two callers never both publish one allocator. A record belongs to the process that made it: a forked
+ * child neither updates nor removes its parent's records. At exit the files are removed (atexit); a killed
+ * process leaves its file, unlocked, which readers report as stale (HBM_ERR_STALE).
+ *
+ * Failing to publish never stops the job: hbm_publish returns an error with the reason, the allocator goes on.
+ * This file must not touch the allocator beyond its statistics (read under its lock) and a->pub.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,8 +55,9 @@ struct hbm__pub {
     hbm__shared_record *rec;
     hbm_allocator *a;
     pid_t owner;
-    char path[256];
+    int fd; /* open for the record's life: its flock is the writer's proof of life (-1 in a forked child) */
     struct hbm__pub *next;
+    char path[]; /* as long as the folder's name needs */
 };
 
 static pthread_mutex_t reg = PTHREAD_MUTEX_INITIALIZER;
@@ -47,7 +65,7 @@ static struct hbm__pub *list;
 static pid_t thread_pid; /* the process whose refresher runs (a forked child has none) */
 static bool exiting;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static _Atomic unsigned counter;
+static _Atomic uint64_t counter; /* for names when the kernel has no random bytes to give */
 
 const char *hbm_record_dir(void)
 {
@@ -56,6 +74,29 @@ const char *hbm_record_dir(void)
         return d;
     struct stat st;
     return stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
+}
+
+/* This process's PID namespace (the inode of /proc/self/ns/pid), 0 when /proc does not say. */
+static uint64_t pid_namespace(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* 64 bits no other user can predict (getrandom); without them (no entropy yet, an old kernel) bits that are at
+ * least unique in this process — O_EXCL still refuses a name that exists. */
+static uint64_t random_bits(void)
+{
+    uint64_t x;
+    if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x)
+        return x;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 40) ^
+        atomic_fetch_add(&counter, 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64's finalizer */
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
 }
 
 /* Field 22 of /proc/PID/stat (the start time in clock ticks since boot), or 0 when unknown. */
@@ -164,10 +205,23 @@ static void at_exit(void)
     pthread_mutex_unlock(&reg);
 }
 
+/* In a forked child: the parent's records are not the child's, nor is their lock (flock belongs to the open
+ * file, which the child shares): closed, so that a child outliving its parent does not keep the parent's
+ * records alive for readers. reg is held across the fork (fork.c), so the list is whole. */
+static void child_after_fork(void)
+{
+    for (struct hbm__pub *p = list; p; p = p->next)
+        if (p->fd >= 0) {
+            close(p->fd);
+            p->fd = -1;
+        }
+}
+
 static void install(void)
 {
     atexit(at_exit);
     (void)hbm__fork_track(&reg, HBM__FORK_SET); /* untracked (no host memory): fork is then as unsafe as before */
+    (void)pthread_atfork(NULL, NULL, child_after_fork); /* failing: a child keeps the lock while it lives */
 }
 
 static void *refresher(void *arg)
@@ -223,39 +277,81 @@ static void unpublish(struct hbm__pub *p)
     if (p->owner == getpid())
         unlink(p->path);
     munmap(p->rec, sizeof *p->rec);
+    if (p->fd >= 0)
+        close(p->fd); /* after the unlink: a reader never finds the file unlocked while it is listed */
     free(p);
 }
 
+/* The error of a failed hbm_publish, set under the allocator's lock (other threads' calls set theirs under it). */
+__attribute__((format(printf, 3, 4))) static hbm_status refuse(hbm_allocator *a, hbm_status rc, const char *fmt, ...)
+{
+    char why[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    hbm__lock(a);
+    hbm__set_error(a, "not published for hbmalloc top: %s", why);
+    hbm__unlock(a);
+    return rc;
+}
+
+/* Makes the record and publishes it; reg is held. The file is ready (size reserved, lock held, header written)
+ * before the allocator points at it. */
 static hbm_status publish_on(hbm_allocator *a)
 {
-    pthread_once(&once, install);
-    struct hbm__pub *p = calloc(1, sizeof *p);
-    if (!p) {
-        hbm__set_error(a, "not published for hbmalloc top: out of host memory");
-        return HBM_ERR_NOMEM;
-    }
+    const char *dir = hbm_record_dir();
+    const size_t size = sizeof(hbm__shared_record);
+    /* Sizing a file past RLIMIT_FSIZE raises SIGXFSZ, which kills a process that does not ignore it (`ulimit -f`
+     * in a job script): checked first, so that the signal is never raised and its disposition never touched. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < size)
+        return refuse(a, HBM_ERR_BACKEND, "the file size limit (ulimit -f) is %llu bytes, under a record's %zu",
+                      (unsigned long long)rl.rlim_cur, size);
+    /* "/hbmalloc-" UID "-" PID "-" DEVICE "-" 16 hex digits, and the NUL: at most 10 + 3 * 11 + 3 + 16 + 1 */
+    size_t len = strlen(dir) + 64;
+    if (len > PATH_MAX)
+        return refuse(a, HBM_ERR_BACKEND, "the folder's name is too long: %zu bytes, a record's path would pass "
+                      "PATH_MAX (%d) (set HBMALLOC_TOP_DIR to a shorter one)", strlen(dir), PATH_MAX);
+    struct hbm__pub *p = calloc(1, sizeof *p + len);
+    if (!p)
+        return refuse(a, HBM_ERR_NOMEM, "out of host memory");
     p->a = a;
     p->owner = getpid();
-    snprintf(p->path, sizeof p->path, "%s/hbmalloc-%u-%ld-%d-%u", hbm_record_dir(), (unsigned)geteuid(),
-             (long)p->owner, a->device, atomic_fetch_add(&counter, 1));
-    int fd = open(p->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    int err = fd < 0 ? errno : 0;
-    if (!err && (fchmod(fd, 0600) || ftruncate(fd, sizeof(hbm__shared_record))))
-        err = errno;
-    void *m = err ? MAP_FAILED : mmap(NULL, sizeof(hbm__shared_record), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (!err && m == MAP_FAILED)
-        err = errno;
-    if (fd >= 0)
-        close(fd);
-    if (err) {
-        if (fd >= 0)
-            unlink(p->path);
-        hbm__set_error(a, "not published for hbmalloc top: %s: %s (set HBMALLOC_TOP_DIR to a folder of yours)",
-                       p->path, strerror(err));
-        free(p);
-        return HBM_ERR_BACKEND;
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 8; tries++) { /* a name taken: another, random again */
+        snprintf(p->path, len, "%s/hbmalloc-%u-%ld-%d-%016llx", dir, (unsigned)geteuid(), (long)p->owner,
+                 a->device, (unsigned long long)random_bits());
+        fd = open(p->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST)
+            break;
     }
+    int err = fd < 0 ? errno : 0;
+    const char *step = "cannot create a record";
+    /* The lock before the size: a reader judges only a file of a record's size, so it never sees one unlocked. */
+    if (!err && flock(fd, LOCK_EX | LOCK_NB))
+        err = errno, step = "cannot lock the record";
+    if (!err && fchmod(fd, 0600))
+        err = errno, step = "cannot make the record private";
+    if (!err && (err = posix_fallocate(fd, 0, (off_t)size)) != 0) /* real space: no page of it can fault later */
+        step = "no space for the record";
+    void *m = err ? MAP_FAILED : mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (!err && m == MAP_FAILED)
+        err = errno, step = "cannot map the record";
+    if (err) {
+        if (fd >= 0) {
+            unlink(p->path);
+            close(fd);
+        }
+        free(p);
+        size_t n = strlen(dir);
+        return refuse(a, HBM_ERR_BACKEND, "%s in %.*s%s: %s (set HBMALLOC_TOP_DIR to a folder of yours%s)", step,
+                      (int)(n > 300 ? 300 : n), dir, n > 300 ? "..." : "", strerror(err),
+                      err == ENOSPC || err == EDQUOT ? " with room" : "");
+    }
+    p->fd = fd;
     p->rec = m;
+    p->rec->pid_ns = pid_namespace();
     hbm_record *r = &p->rec->r;
     r->pid = p->owner;
     r->start_time = start_time(p->owner);
@@ -275,19 +371,19 @@ static hbm_status publish_on(hbm_allocator *a)
     }
     hbm__lock(a);
     update(p);
-    p->rec->size = sizeof(hbm__shared_record);
+    p->rec->size = (uint32_t)size;
     p->rec->layout = HBM__RECORD_LAYOUT;
     atomic_store_explicit((_Atomic uint64_t *)&p->rec->magic, HBM__RECORD_MAGIC, memory_order_release);
     a->pub = p;
     hbm__unlock(a);
-    pthread_mutex_lock(&reg);
     p->next = list;
     list = p;
-    int rc = exiting ? 0 : start_refresher();
-    pthread_mutex_unlock(&reg);
-    if (rc) /* kept: updated at segment changes only */
+    if (!exiting && start_refresher()) { /* kept: updated at segment changes only */
+        hbm__lock(a);
         hbm__warning_add(a, "hbmalloc top: no refresher thread (pthread_create failed): the published statistics "
                             "change only when a segment does");
+        hbm__unlock(a);
+    }
     return HBM_OK;
 }
 
@@ -297,26 +393,79 @@ hbm_status hbm_publish(hbm_allocator *a, int on)
         return HBM_ERR_INVALID;
     if (on == HBM_PUBLISH_UNLESS_SET_OFF && a->conf.publish == 0)
         return HBM_OK;
-    if (on) {
-        if (a->single_thread) {
-            hbm__set_error(a, "not published for hbmalloc top: this allocator runs without its lock (a replay)");
-            return HBM_ERR_INVALID;
-        }
-        return a->pub ? HBM_OK : publish_on(a);
-    }
+    pthread_once(&once, install);
+    /* The whole change under reg: a->pub is written only here, under reg and the allocator's lock, so it can be
+     * read under either. Two threads publishing at once make one record; an unpublish never misses one. */
     pthread_mutex_lock(&reg);
-    hbm__lock(a);
-    struct hbm__pub *p = a->pub;
-    a->pub = NULL;
-    hbm__unlock(a);
-    for (struct hbm__pub **q = &list; p && *q; q = &(*q)->next)
-        if (*q == p) {
-            *q = p->next;
-            break;
-        }
+    hbm_status rc = HBM_OK;
+    struct hbm__pub *p = NULL;
+    if (on && a->single_thread) {
+        rc = refuse(a, HBM_ERR_INVALID, "this allocator runs without its lock (a replay)");
+    } else if (on) {
+        if (!a->pub)
+            rc = publish_on(a);
+    } else if (a->pub) {
+        hbm__lock(a);
+        p = a->pub;
+        a->pub = NULL;
+        hbm__unlock(a);
+        for (struct hbm__pub **q = &list; *q; q = &(*q)->next)
+            if (*q == p) {
+                *q = p->next;
+                break;
+            }
+    }
     pthread_mutex_unlock(&reg);
     if (p)
         unpublish(p);
+    return rc;
+}
+
+/* The record copied whole by pread (a file that shrinks under a mapping would be SIGBUS): between two equal even
+ * readings of its sequence number. NULL, or why not. */
+static const char *read_record(int fd, hbm__shared_record *s)
+{
+    const off_t at = (off_t)offsetof(hbm__shared_record, seq);
+    for (int tries = 0; tries < 1000; tries++) {
+        uint64_t q, again;
+        if (pread(fd, &q, sizeof q, at) != (ssize_t)sizeof q)
+            return "changed size while being read";
+        if (q & 1) { /* being written */
+            sched_yield();
+            continue;
+        }
+        atomic_thread_fence(memory_order_acquire); /* the copy after the first reading, the second after it */
+        if (pread(fd, s, sizeof *s, 0) != (ssize_t)sizeof *s)
+            return "changed size while being read";
+        atomic_thread_fence(memory_order_acquire);
+        if (pread(fd, &again, sizeof again, at) != (ssize_t)sizeof again)
+            return "changed size while being read";
+        if (again == q)
+            return NULL;
+    }
+    return "always being written (no consistent copy in 1000 tries)";
+}
+
+/* Whether the record's writer lives. Its lock says so in any PID namespace: free, no process has the record
+ * open (the writer died, and any forked child too). Held (or a file system without flock): alive, unless the
+ * record comes from this reader's own namespace and its PID has exited or names a process started at another
+ * time (say, a forked child of a killed writer, from before it closed its copy). */
+static hbm_status liveness(int fd, const hbm__shared_record *s, char *why, size_t whylen)
+{
+    const hbm_record *r = &s->r;
+    if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+        flock(fd, LOCK_UN);
+        snprintf(why, whylen, "process %lld has exited (no process holds its record)", (long long)r->pid);
+        return HBM_ERR_STALE;
+    }
+    uint64_t ns = pid_namespace();
+    if (!ns || ns != s->pid_ns)
+        return HBM_OK; /* another namespace's PID says nothing here: a live job there is not taken for dead */
+    uint64_t now = r->start_time ? start_time((long)r->pid) : 0; /* 0: /proc says nothing (hidepid) */
+    if ((kill((pid_t)r->pid, 0) && errno == ESRCH) || (now && now != r->start_time)) {
+        snprintf(why, whylen, "process %lld has exited", (long long)r->pid);
+        return HBM_ERR_STALE;
+    }
     return HBM_OK;
 }
 
@@ -336,51 +485,25 @@ hbm_status hbm_record_read(const char *path, hbm_record *out, char *why, size_t 
         return HBM_ERR_INVALID;
     }
     struct stat st;
+    hbm__shared_record s;
     const char *bad = fstat(fd, &st) ? strerror(errno)
                       : !S_ISREG(st.st_mode)   ? "not a regular file"
                       : st.st_uid != geteuid() ? "owned by another user"
                       : st.st_mode & 077       ? "readable or writable by other users (a record is 0600)"
-                      : st.st_size != (off_t)sizeof(hbm__shared_record) ? "not the size of a record of this hbmalloc"
-                                                              : NULL;
-    hbm__shared_record *s = bad ? MAP_FAILED : mmap(NULL, sizeof *s, PROT_READ, MAP_SHARED, fd, 0);
+                      : st.st_size != (off_t)sizeof s ? "not the size of a record of this hbmalloc"
+                                                      : read_record(fd, &s);
+    if (!bad && (s.magic != HBM__RECORD_MAGIC || s.layout != HBM__RECORD_LAYOUT || s.size != sizeof s))
+        bad = "not a record of this hbmalloc (magic, layout or size)";
+    if (!bad && (s.r.pid <= 0 || s.r.pid > INT32_MAX))
+        bad = "no process id";
+    hbm_status rc = bad ? HBM_ERR_INVALID : liveness(fd, &s, why, whylen);
     close(fd);
-    if (bad || s == MAP_FAILED) {
-        snprintf(why, whylen, "%s", bad ? bad : strerror(errno));
+    if (bad) {
+        snprintf(why, whylen, "%s", bad);
         return HBM_ERR_INVALID;
     }
-    hbm_status rc = HBM_ERR_INVALID;
-    if (atomic_load_explicit((_Atomic uint64_t *)&s->magic, memory_order_acquire) != HBM__RECORD_MAGIC ||
-        s->layout != HBM__RECORD_LAYOUT ||
-        s->size != sizeof *s) {
-        snprintf(why, whylen, "not a record of this hbmalloc (magic, layout or size)");
-    } else {
-        for (int tries = 0; tries < 1000 && rc != HBM_OK; tries++) {
-            uint64_t q = atomic_load_explicit(&s->seq, memory_order_acquire);
-            if (q & 1) {
-                sched_yield();
-                continue;
-            }
-            memcpy(out, &s->r, sizeof *out);
-            atomic_thread_fence(memory_order_acquire);
-            if (atomic_load_explicit(&s->seq, memory_order_relaxed) == q)
-                rc = HBM_OK;
-        }
-        if (rc != HBM_OK)
-            snprintf(why, whylen, "always being written (no consistent copy in 1000 tries)");
-    }
-    munmap(s, sizeof *s);
-    if (rc != HBM_OK)
-        return rc;
+    *out = s.r;
     out->backend[sizeof out->backend - 1] = out->settings[sizeof out->settings - 1] = 0;
     out->source[sizeof out->source - 1] = out->command[sizeof out->command - 1] = 0;
-    if (out->pid <= 0 || out->pid > INT32_MAX) {
-        snprintf(why, whylen, "no process id");
-        return HBM_ERR_INVALID;
-    }
-    uint64_t now = out->start_time ? start_time((long)out->pid) : 0; /* 0: /proc says nothing (hidepid) */
-    if ((kill((pid_t)out->pid, 0) && errno == ESRCH) || (now && now != out->start_time)) {
-        snprintf(why, whylen, "process %lld has exited", (long long)out->pid);
-        return HBM_ERR_STALE;
-    }
-    return HBM_OK;
+    return rc;
 }

@@ -11,12 +11,14 @@
 #include "hbmalloc.h"
 
 #define HBM__RECORD_MAGIC 0x317274626d6268ull /* "hbmbtr1" */
-#define HBM__RECORD_LAYOUT 1
+#define HBM__RECORD_LAYOUT 2                  /* 2: pid_ns, and the writer's lock on the file */
 
 typedef struct hbm__shared_record {
     uint64_t magic;
     uint32_t layout, size; /* HBM__RECORD_LAYOUT, sizeof(hbm__shared_record) */
     _Atomic uint64_t seq;  /* odd while being written */
+    uint64_t pid_ns;       /* the writer's PID namespace (inode of /proc/self/ns/pid; 0: unknown): r.pid means
+                            * something to a reader of the same namespace only */
     hbm_record r;
 } hbm__shared_record;
 
