@@ -3,9 +3,12 @@
  * one OOM, publishes that state (again, so as not to wait for the refresher), writes its own statistics
  * (hbm_get_stats, and the largest free block from a snapshot) as JSON to OUT, and then waits, allocations held,
  * until killed or until its standard input closes.
- * usage: publisher OUT [SCALE]   (SCALE multiplies the sizes, default 1) */
+ * usage: publisher OUT [SCALE [ALLOCATORS]]   (SCALE multiplies the sizes, default 1; ALLOCATORS: that many
+ * published allocators of device 0, default 1, OUT describing the first). HBM_PUBLISHER_NAME: the process's name
+ * (prctl PR_SET_NAME, any bytes: what top must show safely). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "hbmalloc.h"
@@ -23,14 +26,23 @@ int main(int argc, char **argv)
     if (argc < 2)
         return 2;
     size_t scale = argc > 2 ? strtoul(argv[2], NULL, 10) : 1;
-    hbm_allocator *a = NULL;
+    int count = argc > 3 ? atoi(argv[3]) : 1;
+    const char *name = getenv("HBM_PUBLISHER_NAME");
+    if (name)
+        prctl(PR_SET_NAME, name, 0, 0, 0);
+    hbm_allocator *a = NULL, *more[8] = {0};
     char err[512];
-    if (hbm_open(&a, "sim:capacity=8GiB", 0, "hbm_publish:True", err, sizeof err) != HBM_OK) {
-        fprintf(stderr, "publisher: %s\n", err);
-        return 1;
+    if (count < 1 || count > 9)
+        return 2;
+    for (int i = 0; i < count; i++) {
+        hbm_allocator **x = i ? &more[i - 1] : &a;
+        if (hbm_open(x, "sim:capacity=8GiB", 0, "hbm_publish:True", err, sizeof err) != HBM_OK) {
+            fprintf(stderr, "publisher: %s\n", err);
+            return 1;
+        }
+        if (hbm_warning(*x)[0])
+            fprintf(stderr, "publisher: %s\n", hbm_warning(*x));
     }
-    if (hbm_warning(a)[0])
-        fprintf(stderr, "publisher: %s\n", hbm_warning(a));
     void *p[8] = {0}, *big = NULL;
     for (int i = 0; i < 8; i++)
         if (hbm_malloc(a, (size_t)(i + 1) * 37 * MiB * scale, 0, &p[i]) != HBM_OK)
@@ -80,5 +92,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < 8; i += 2)
         hbm_free(a, p[i]);
     hbm_free(a, small);
+    for (int i = 0; i + 1 < count; i++)
+        hbm_destroy(more[i]);
     return hbm_destroy(a) == HBM_OK ? 0 : 1;
 }

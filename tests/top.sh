@@ -1,8 +1,10 @@
 #!/bin/sh
 # hbmalloc top as a user meets it: real processes on the sim backend publish (tests/publisher.c); top --once
 # --json against each process's own statistics; the text table; --csv over several refreshes; the Prometheus
-# file parsed by the format's reference parser (python3-prometheus-client); the live screen in tmux as a person
-# sees it, and Ctrl-C; a killed process's record ignored and --clean; files of other users or open to them refused.
+# file parsed by the format's reference parser (python3-prometheus-client), also with two allocators of one
+# process on one device and a process name that is not UTF-8 (one series each, valid UTF-8); the live screen in
+# tmux as a person sees it, and Ctrl-C; a killed process's record ignored and --clean; files of other users or
+# open to them refused; two jobs that are both PID 1 of their own PID namespace (where unshare can run).
 # usage: tests/top.sh HBMALLOC PUBLISHER OUTDIR   (OUTDIR keeps the screen captures)
 set -eu
 bin=$1 pub=$2 out=$3
@@ -12,8 +14,10 @@ tmp=$(mktemp -d)
 export HBMALLOC_TOP_DIR="$tmp/records"
 mkdir -m 700 "$HBMALLOC_TOP_DIR"
 session=hbmtop$$
+nspids=""
 cleanup() {
     tmux kill-session -t "$session" 2>/dev/null || true
+    [ -z "$nspids" ] || kill -9 $nspids 2>/dev/null || true # unshare --kill-child: their children go with them
     for f in "$tmp"/r*.json; do
         [ -e "$f" ] && kill -9 "$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f")" 2>/dev/null  || true
     done
@@ -106,6 +110,8 @@ from prometheus_client.parser import text_string_to_metric_families
 text = open(sys.argv[1]).read()
 own = {str(o["pid"]): o for o in (json.load(open(p)) for p in sys.argv[2:])}
 fams = {f.name: f for f in text_string_to_metric_families(text)}  # raises on a malformed line
+series = lambda s: (s.labels["rank"], s.labels["device"], s.labels["slot"])
+pid_of = {series(s): s.labels["pid"] for s in fams["hbmalloc_info"].samples}  # the PID is hbmalloc_info's label
 want = {"hbmalloc_allocated_bytes": ("gauge", "allocated_bytes"), "hbmalloc_reserved_bytes": ("gauge", "reserved_bytes"),
         "hbmalloc_largest_free_block_bytes": ("gauge", "largest_free_bytes"), "hbmalloc_ooms": ("counter", "num_ooms"),
         "hbmalloc_alloc_retries": ("counter", "num_alloc_retries"),
@@ -116,14 +122,52 @@ for name, (kind, key) in want.items():
     assert len(f.samples) == 2, f.samples
     for s in f.samples:
         assert s.name == name + ("_total" if kind == "counter" else ""), s.name
-        assert s.value == own[s.labels["pid"]][key], (name, s)
-        assert s.labels["device"] == "0" and s.labels["rank"] in ("0", "1"), s.labels
+        assert set(s.labels) == {"rank", "device", "slot"}, s.labels
+        assert s.value == own[pid_of[series(s)]][key], (name, s)
+        assert s.labels["device"] == "0" and s.labels["rank"] in ("0", "1") and s.labels["slot"] == "0", s.labels
 un = fams["hbmalloc_reserved_unallocated_bytes"].samples
-assert all(s.value == own[s.labels["pid"]]["reserved_bytes"] - own[s.labels["pid"]]["allocated_bytes"] for s in un)
+assert all(s.value == own[pid_of[series(s)]]["reserved_bytes"] - own[pid_of[series(s)]]["allocated_bytes"]
+           for s in un)
 info = fams["hbmalloc_info"].samples
 assert all(s.labels["command"] == "publisher" and "hbm_publish:True" in s.labels["settings"] for s in info), info
 print("textfile:", len(fams), "metric families parsed")
 PY
+
+# 4b. A valid file whatever the processes are: a third process with two allocators on device 0 and no RANK (their
+# series differ by slot alone), named with bytes that are not UTF-8, a quote, a backslash, a line feed and an
+# escape sequence. node_exporter rejects the whole file for one duplicate series or one invalid byte.
+mkfifo "$tmp/in2"
+HBM_PUBLISHER_NAME=$(printf 'a\377"\\\n\033[31mz') "$pub" "$tmp/r2.json" 1 2 <"$tmp/in2" &
+exec 5>"$tmp/in2"
+wait_for "$tmp/r2.json"
+pid2=$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$tmp/r2.json")
+"$bin" top --once --textfile "$tmp/prom" >"$tmp/top-odd.txt"
+$py - "$tmp/prom/hbmalloc.prom" "$pid2" "$tmp/top-odd.txt" <<'PY' || fail "the Prometheus file with two allocators of a process and an odd name"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+text = open(sys.argv[1], "rb").read().decode("utf-8")  # strict: raises on a byte that is not UTF-8
+seen = {}
+for f in text_string_to_metric_families(text):
+    for s in f.samples:
+        key = (s.name, tuple(sorted(s.labels.items())))
+        assert key not in seen, ("duplicate series", key)
+        seen[key] = s.value
+    if f.name != "hbmalloc_info":
+        assert len(f.samples) == 4, (f.name, f.samples)
+info = [dict(k[1]) for k in seen if k[0] == "hbmalloc_info" and dict(k[1])["pid"] == sys.argv[2]]
+assert sorted((i["rank"], i["device"], i["slot"]) for i in info) == [("-1", "0", "0"), ("-1", "0", "1")], info
+assert all(i["command"] == 'a\ufffd"\\\ufffd\ufffd[31mz' for i in info), info
+table = open(sys.argv[3], "rb").read()
+assert not any(c < 0x20 and c != 0x0a or c == 0x7f for c in table), "a control character in the table"
+table.decode("utf-8")
+print("textfile:", len(seen), "series, none twice; the odd name escaped:", ascii(info[0]["command"]))
+PY
+exec 5>&-
+i=0
+while kill -0 "$pid2" 2>/dev/null; do
+    i=$((i + 1)); [ $i -le 100 ] || fail "the third process did not exit"; sleep 0.1
+done
+rm "$tmp/r2.json"
 
 # 5. The live screen in tmux, as a person sees it: redrawn in place, both ranks, Ctrl-C quits.
 tmux new-session -d -s "$session" -x 150 -y 16 "$bin top --interval 0.3; echo exited=\$?; sleep 30"
@@ -201,4 +245,32 @@ for args in "--interval 0" "--interval x" "--textfile $tmp/none" "--bogus" "--cs
     "$bin" top --once $args >/dev/null 2>&1 || rc=$?
     [ "$rc" -eq 2 ] || fail "top $args: status $rc"
 done
+# 10. Two jobs in PID namespaces of their own, sharing the folder (containers with --ipc=host): both are PID 1.
+# Both publish (the names do not rest on the PID), and a reader here takes neither for dead: --clean removes
+# neither (the writer's lock, not the PID, is the proof of life). Needs unshare --pid (root or user namespaces).
+if unshare --pid --fork --kill-child --mount-proc true 2>/dev/null; then
+    for n in 0 1; do
+        mkfifo "$tmp/nsin$n"
+        unshare --pid --fork --kill-child --mount-proc "$pub" "$tmp/ns$n.json" <"$tmp/nsin$n" &
+        nspids="$nspids $!"
+    done
+    exec 3>"$tmp/nsin0" 4>"$tmp/nsin1"
+    wait_for "$tmp/ns0.json"
+    wait_for "$tmp/ns1.json"
+    "$bin" top --once --json --clean | $py -c "
+import json, sys
+t = json.load(sys.stdin)
+assert [r['pid'] for r in t['records']] == [1, 1] and t['stale'] == 0, t
+print('PID namespaces: two jobs that are both PID 1 published and live to a reader outside')" ||
+        fail "two jobs of other PID namespaces"
+    [ "$(ls "$HBMALLOC_TOP_DIR" | grep -c '^hbmalloc-')" -eq 2 ] || fail "--clean removed a live job's record"
+    exec 3>&- 4>&-
+    # shellcheck disable=SC2086
+    wait $nspids
+    nspids=""
+    [ -z "$(ls -A "$HBMALLOC_TOP_DIR")" ] || fail "records left by the namespaced jobs: $(ls -A "$HBMALLOC_TOP_DIR")"
+else
+    echo "SKIP (section 10): unshare --pid cannot run here (needs root or user namespaces); the namespace rule is" \
+        "covered by test_publish: a_record_of_another_pid_namespace_lives_while_its_lock_is_held"
+fi
 echo "top: ok"

@@ -5,11 +5,19 @@
  * (hbmalloc-UID-...) with hbm_record_read — which refuses files another user owns or could have written, and
  * tells records of exited processes apart — and writes what it read: a table (redrawn in place on a terminal),
  * a JSON document, CSV lines appended to a file, and/or a Prometheus text file for node_exporter's textfile
- * collector (written to a temporary name and renamed, as the collector's documentation asks).
+ * collector (written to a temporary file of its own, made with O_EXCL, and renamed, as the collector's
+ * documentation asks).
+ *
+ * A record is another process's writing, and a file name in a shared folder anyone's: texts are made valid UTF-8
+ * without control characters before anything shows them (a terminal must not take a process name for escape
+ * sequences), and arithmetic on the figures saturates instead of overflowing.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,11 +31,18 @@
 #include "top.h"
 #include "util.h"
 
+/* A record read, its texts made safe to show (safe_text). */
+typedef struct entry {
+    hbm_record r;
+    char name[256]; /* the file's name: orders the allocators of one process on one device */
+    unsigned slot;  /* its index among the entries of its rank and device (a Prometheus label) */
+} entry;
+
 typedef struct seen {
-    hbm_record *recs;
+    entry *recs;
     size_t n, cap;
     size_t stale, refused, removed;
-    char refused_file[256], refused_why[160]; /* the first refused file, and why */
+    char refused_file[256], refused_why[160]; /* the first refused file, and why (made safe to show) */
 } seen;
 
 typedef struct opts {
@@ -42,14 +57,60 @@ static void on_signal(int sig) { (void)sig; stop = 1; }
 
 static int cmp_rec(const void *x, const void *y)
 {
-    const hbm_record *a = x, *b = y;
-    /* ranks first in rank order, then processes without one by PID; devices in order */
+    const entry *ea = x, *eb = y;
+    const hbm_record *a = &ea->r, *b = &eb->r;
+    /* ranks first in rank order, then processes without one by PID; devices in order; then the file's name */
     int64_t ra = a->rank < 0 ? INT64_MAX : a->rank, rb = b->rank < 0 ? INT64_MAX : b->rank;
     if (ra != rb)
         return ra < rb ? -1 : 1;
     if (a->pid != b->pid)
         return a->pid < b->pid ? -1 : 1;
-    return (a->device > b->device) - (a->device < b->device);
+    if (a->device != b->device)
+        return a->device < b->device ? -1 : 1;
+    return strcmp(ea->name, eb->name);
+}
+
+/* s rewritten in place (cap bytes with its NUL) as valid UTF-8 without control characters: a byte that is not
+ * part of a well-formed character, C0 and C1 controls and DEL become U+FFFD; cut between characters to fit. */
+static void safe_text(char *s, size_t cap)
+{
+    char in[1024];
+    size_t n = strnlen(s, cap - 1), out = 0;
+    if (n >= sizeof in)
+        n = sizeof in - 1;
+    memcpy(in, s, n);
+    const unsigned char *u = (const unsigned char *)in;
+    for (size_t i = 0; i < n;) {
+        size_t k = hbm__utf8_char(u + i, n - i);
+        bool control = k == 1 ? u[i] < 0x20 || u[i] == 0x7f : k == 2 && u[i] == 0xc2 && u[i + 1] < 0xa0;
+        const char *put = k && !control ? in + i : "\xef\xbf\xbd"; /* U+FFFD */
+        size_t m = k && !control ? k : 3;
+        if (out + m > cap - 1)
+            break;
+        memcpy(s + out, put, m);
+        out += m;
+        i += k ? k : 1;
+    }
+    s[out] = 0;
+}
+
+static void safe_record(hbm_record *r)
+{
+    safe_text(r->backend, sizeof r->backend);
+    safe_text(r->settings, sizeof r->settings);
+    safe_text(r->source, sizeof r->source);
+    safe_text(r->command, sizeof r->command);
+}
+
+/* Prometheus: an entry's index among the entries of its rank and device, in their order (entries sorted), so
+ * that (rank, device, slot) names each series once. */
+static void number_slots(seen *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        s->recs[i].slot = 0;
+        for (size_t j = 0; j < i; j++)
+            s->recs[i].slot += s->recs[j].r.rank == s->recs[i].r.rank && s->recs[j].r.device == s->recs[i].r.device;
+    }
 }
 
 /* 0, or -1 when the folder cannot be read (errno). */
@@ -67,12 +128,18 @@ static int collect(const opts *o, seen *s)
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, prefix, plen)) /* not named for this user: not opened at all */
             continue;
-        char path[4096], why[160];
-        snprintf(path, sizeof path, "%s/%s", o->dir, e->d_name);
+        char path[PATH_MAX], why[160];
         if (hbm__grow((void **)&s->recs, &s->cap, s->n + 1, sizeof *s->recs))
             break; /* shown: the records read so far */
-        hbm_status rc = hbm_record_read(path, &s->recs[s->n], why, sizeof why);
+        entry *en = &s->recs[s->n];
+        hbm_status rc = HBM_ERR_INVALID;
+        if (snprintf(path, sizeof path, "%s/%s", o->dir, e->d_name) >= (int)sizeof path)
+            snprintf(why, sizeof why, "its path is longer than PATH_MAX (%d)", PATH_MAX);
+        else
+            rc = hbm_record_read(path, &en->r, why, sizeof why);
         if (rc == HBM_OK) {
+            safe_record(&en->r);
+            snprintf(en->name, sizeof en->name, "%s", e->d_name);
             s->n++;
         } else if (rc == HBM_ERR_STALE) {
             s->stale++;
@@ -82,19 +149,37 @@ static int collect(const opts *o, seen *s)
             if (!s->refused++) {
                 snprintf(s->refused_file, sizeof s->refused_file, "%s", e->d_name);
                 snprintf(s->refused_why, sizeof s->refused_why, "%s", why);
+                safe_text(s->refused_file, sizeof s->refused_file); /* anyone may name a file in /dev/shm */
+                safe_text(s->refused_why, sizeof s->refused_why);
             }
         }
     }
     closedir(d);
-    qsort(s->recs, s->n, sizeof *s->recs, cmp_rec);
+    if (s->n) /* recs is NULL until a record is read (UBSan: qsort's array is never NULL) */
+        qsort(s->recs, s->n, sizeof *s->recs, cmp_rec);
+    number_slots(s);
     return 0;
 }
 
-static int64_t unallocated(const hbm_record *r) { return r->reserved_bytes - r->allocated_bytes; }
-static double frag(const hbm_record *r)
+/* A record's figures are only as sane as its writer: sums and differences saturate (no signed overflow). */
+static int64_t sat_add(int64_t x, int64_t y)
 {
-    return r->reserved_bytes > 0 ? (double)unallocated(r) / (double)r->reserved_bytes : 0.0;
+    int64_t r;
+    return __builtin_add_overflow(x, y, &r) ? (y > 0 ? INT64_MAX : INT64_MIN) : r;
 }
+static int64_t sat_sub(int64_t x, int64_t y)
+{
+    int64_t r;
+    return __builtin_sub_overflow(x, y, &r) ? (y < 0 ? INT64_MAX : INT64_MIN) : r;
+}
+static int64_t unallocated(const hbm_record *r) { return sat_sub(r->reserved_bytes, r->allocated_bytes); }
+/* Unallocated over reserved, in [0, 1] whatever the record says. */
+static double ratio(int64_t unalloc, int64_t reserved)
+{
+    double f = reserved > 0 && unalloc > 0 ? (double)unalloc / (double)reserved : 0.0;
+    return f > 1.0 ? 1.0 : f;
+}
+static double frag(const hbm_record *r) { return ratio(unallocated(r), r->reserved_bytes); }
 
 static void size_text(int64_t n, char *buf, size_t len) { hbm__format_size(n < 0 ? 0 : (uint64_t)n, buf, len); }
 
@@ -141,6 +226,15 @@ static void print_row(FILE *f, const bool *on, char cell[NCOLS][40])
     fputc('\n', f);
 }
 
+/* The columns a text takes on a terminal: one per character (safe_text left no control character). */
+static int text_width(const char *s)
+{
+    int w = 0;
+    for (; *s; s++)
+        w += ((unsigned char)*s & 0xc0) != 0x80;
+    return w;
+}
+
 static void print_table(FILE *f, const opts *o, const seen *s)
 {
     char when[32];
@@ -152,8 +246,8 @@ static void print_table(FILE *f, const opts *o, const seen *s)
     bool on[NCOLS];
     int width = 0, command = (int)strlen(cols[C_COMMAND].head);
     for (size_t i = 0; i < s->n; i++)
-        if ((int)strlen(s->recs[i].command) > command)
-            command = (int)strlen(s->recs[i].command);
+        if (text_width(s->recs[i].r.command) > command)
+            command = text_width(s->recs[i].r.command);
     for (int c = 0; c < NCOLS; c++) {
         on[c] = true;
         width += (c == C_COMMAND ? command : cols[c].width) + (c > 0);
@@ -170,7 +264,7 @@ static void print_table(FILE *f, const opts *o, const seen *s)
     print_row(f, on, cell);
     int64_t ta = 0, tr = 0;
     for (size_t i = 0; i < s->n; i++) {
-        const hbm_record *r = &s->recs[i];
+        const hbm_record *r = &s->recs[i].r;
         if (r->rank >= 0)
             snprintf(cell[C_RANK], sizeof cell[C_RANK], "%lld", (long long)r->rank);
         else
@@ -188,8 +282,8 @@ static void print_table(FILE *f, const opts *o, const seen *s)
         snprintf(cell[C_EXP], sizeof cell[C_EXP], "%s", r->expandable_segments ? "yes" : "no");
         snprintf(cell[C_COMMAND], sizeof cell[C_COMMAND], "%s", r->command);
         print_row(f, on, cell);
-        ta += r->allocated_bytes;
-        tr += r->reserved_bytes;
+        ta = sat_add(ta, r->allocated_bytes);
+        tr = sat_add(tr, r->reserved_bytes);
     }
     if (s->n > 1) {
         bool sum[NCOLS];
@@ -200,8 +294,8 @@ static void print_table(FILE *f, const opts *o, const seen *s)
         snprintf(cell[C_RANK], sizeof cell[C_RANK], "all");
         size_text(ta, cell[C_ALLOC], sizeof cell[C_ALLOC]);
         size_text(tr, cell[C_RES], sizeof cell[C_RES]);
-        size_text(tr - ta, cell[C_UNALLOC], sizeof cell[C_UNALLOC]);
-        snprintf(cell[C_FRAG], sizeof cell[C_FRAG], "%.1f", tr > 0 ? 100.0 * (double)(tr - ta) / (double)tr : 0.0);
+        size_text(sat_sub(tr, ta), cell[C_UNALLOC], sizeof cell[C_UNALLOC]);
+        snprintf(cell[C_FRAG], sizeof cell[C_FRAG], "%.1f", 100.0 * ratio(sat_sub(tr, ta), tr));
         print_row(f, sum, cell);
     }
     if (!s->n)
@@ -224,7 +318,7 @@ static void print_json(FILE *f, const opts *o, const seen *s)
     hbm__json_str(f, o->dir);
     fprintf(f, ", \"stale\": %zu, \"refused\": %zu, \"records\": [", s->stale, s->refused);
     for (size_t i = 0; i < s->n; i++) {
-        const hbm_record *r = &s->recs[i];
+        const hbm_record *r = &s->recs[i].r;
         fprintf(f, "%s{\"pid\": %lld, \"start_time\": %llu, \"device\": %lld, \"rank\": %lld, \"local_rank\": %lld, "
                    "\"world_size\": %lld, \"updated_ns\": %llu, \"allocated_bytes\": %lld, \"reserved_bytes\": %lld, "
                    "\"reserved_unallocated_bytes\": %lld, \"fragmentation\": %.6f, \"active_bytes\": %lld, "
@@ -282,7 +376,7 @@ static int append_csv(const opts *o, const seen *s)
     char when[32];
     now_text(when, sizeof when, 1);
     for (size_t i = 0; i < s->n; i++) {
-        const hbm_record *r = &s->recs[i];
+        const hbm_record *r = &s->recs[i].r;
         fprintf(f, "%s,%lld,%lld,%lld,%lld,%lld,%lld,%.6f,%lld,%lld,%lld,%lld,%lld,%lld,%d,", when, (long long)r->pid,
                 (long long)r->rank, (long long)r->device, (long long)r->allocated_bytes, (long long)r->reserved_bytes,
                 (long long)unallocated(r), frag(r), (long long)r->largest_free_bytes,
@@ -294,25 +388,35 @@ static int append_csv(const opts *o, const seen *s)
     return fclose(f) ? -1 : 0;
 }
 
-/* A label value in the text format: backslash, double quote and line feed escaped. */
+/* A label value in the text format: UTF-8 (a byte that is not part of a well-formed character written as
+ * U+FFFD: the collector rejects the whole file otherwise), backslash, double quote and line feed escaped. */
 static void prom_label(FILE *f, const char *s)
 {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = strlen(s);
     fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            fputc('\\', f);
-        if (*s == '\n')
+    for (size_t i = 0; i < n;) {
+        size_t k = hbm__utf8_char(u + i, n - i);
+        if (!k)
+            fputs("\xef\xbf\xbd", f);
+        else if (u[i] == '\\' || u[i] == '"')
+            fprintf(f, "\\%c", u[i]);
+        else if (u[i] == '\n')
             fputs("\\n", f);
         else
-            fputc(*s, f);
+            fwrite(u + i, 1, k, f);
+        i += k ? k : 1;
     }
     fputc('"', f);
 }
 
-static void prom_labels(FILE *f, const hbm_record *r)
+/* The labels of a series: rank and device, and the slot among allocators of that rank and device (two of one
+ * process, or jobs without RANK) — unique by construction, and the same across restarts of a job, so that series
+ * do not multiply with PIDs. The PID is a label of hbmalloc_info only. */
+static void prom_labels(FILE *f, const entry *e)
 {
-    fprintf(f, "{pid=\"%lld\",rank=\"%lld\",device=\"%lld\"}", (long long)r->pid, (long long)r->rank,
-            (long long)r->device);
+    fprintf(f, "{rank=\"%lld\",device=\"%lld\",slot=\"%u\"}", (long long)e->r.rank, (long long)e->r.device,
+            e->slot);
 }
 
 /* What a metric shows: a field of the record, or one derived from it. */
@@ -346,19 +450,34 @@ static int write_textfile(const opts *o, const seen *s)
          UNALLOCATED, 0},
         {"hbmalloc_last_update_timestamp_seconds", "gauge", "When the process last updated its record.", SECONDS, 0},
     };
-    char tmp[4096], final[4096];
-    snprintf(tmp, sizeof tmp, "%s/.hbmalloc.prom.%ld", o->textfile, (long)getpid());
-    snprintf(final, sizeof final, "%s/hbmalloc.prom", o->textfile);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
+    char tmp[PATH_MAX], final[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s/.hbmalloc.prom.XXXXXX", o->textfile) >= (int)sizeof tmp ||
+        snprintf(final, sizeof final, "%s/hbmalloc.prom", o->textfile) >= (int)sizeof final) {
+        errno = ENAMETOOLONG;
         return -1;
+    }
+    /* A name of its own, made with O_EXCL (mkstemp): a link planted at a predictable one is never followed.
+     * Readable as a file fopen made would be (0666 less the umask): node_exporter may run as another user. */
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return -1;
+    mode_t mask = umask(0);
+    umask(mask);
+    FILE *f = fchmod(fd, 0666 & ~mask) ? NULL : fdopen(fd, "w");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        errno = e;
+        return -1;
+    }
     for (size_t m = 0; m < sizeof metrics / sizeof metrics[0]; m++) {
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", metrics[m].name, metrics[m].help, metrics[m].name,
                 metrics[m].type);
         for (size_t i = 0; i < s->n; i++) {
-            const hbm_record *r = &s->recs[i];
+            const hbm_record *r = &s->recs[i].r;
             fputs(metrics[m].name, f);
-            prom_labels(f, r);
+            prom_labels(f, &s->recs[i]);
             if (metrics[m].kind == SECONDS)
                 fprintf(f, " %.3f\n", (double)r->updated_ns / 1e9);
             else
@@ -367,11 +486,12 @@ static int write_textfile(const opts *o, const seen *s)
                                                        : *(const int64_t *)((const char *)r + metrics[m].off)));
         }
     }
-    fputs("# HELP hbmalloc_info The allocator's backend, settings and process name.\n# TYPE hbmalloc_info gauge\n", f);
+    fputs("# HELP hbmalloc_info The allocator's process, backend, settings and process name.\n"
+          "# TYPE hbmalloc_info gauge\n", f);
     for (size_t i = 0; i < s->n; i++) {
-        const hbm_record *r = &s->recs[i];
-        fprintf(f, "hbmalloc_info{pid=\"%lld\",rank=\"%lld\",device=\"%lld\",backend=", (long long)r->pid,
-                (long long)r->rank, (long long)r->device);
+        const hbm_record *r = &s->recs[i].r;
+        fprintf(f, "hbmalloc_info{rank=\"%lld\",device=\"%lld\",slot=\"%u\",pid=\"%lld\",backend=", (long long)r->rank,
+                (long long)r->device, s->recs[i].slot, (long long)r->pid);
         prom_label(f, r->backend);
         fputs(",settings=", f);
         prom_label(f, r->settings);
