@@ -20,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "lazy.h"
@@ -146,12 +148,17 @@ void hbm__plan_clear(hbm_allocator *a)
 hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
 {
     const char *path = a->conf.plan_file;
-    FILE *f = fopen(path, "r");
+    /* Opened without blocking (a FIFO blocks in open() until a writer comes, maybe never) and read only when it is
+     * a regular file (a device or a pipe could block or never end). */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
-    if (!f || fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) { /* a device or a pipe could block or never end */
-        snprintf(err, errlen, "hbm_plan_file: cannot open %.200s%s", path, f ? " (not a regular file)" : "");
-        if (f)
-            fclose(f);
+    int regular = fd >= 0 && !fstat(fd, &st) && S_ISREG(st.st_mode);
+    FILE *f = regular ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        snprintf(err, errlen, "hbm_plan_file: cannot open %.200s%s", path,
+                 fd >= 0 && !regular ? " (not a regular file)" : "");
+        if (fd >= 0)
+            close(fd);
         return HBM_ERR_CONF;
     }
     char line[256];

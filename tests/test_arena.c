@@ -1,6 +1,7 @@
 /* test_arena.c: the hbm_arena policy (src/arena.c): one region, every size of its stream best fit in it down to
  * 512 bytes, coalesced across it, kept by empty_cache; segments beyond it; other streams, private pools,
  * expandable segments and a device that cannot give it handled and said. */
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -324,6 +325,19 @@ static void bad_plan_files_are_refused_with_file_and_line(void **st)
     assert_non_null(strstr(err, "cannot open /nonexistent/p.plan"));
     assert_int_equal(hbm_open(&a, "sim:capacity=1GiB", 0, "hbm_plan_file:/dev/zero", err, sizeof err), HBM_ERR_CONF);
     assert_non_null(strstr(err, "(not a regular file)"));
+    /* Issue #28 item 12: a FIFO blocked hbm_open for ever (the file was opened before it was checked): it is opened
+     * without blocking and refused. The alarm turns the old hang into a failure. */
+    char dir[] = "/tmp/hbm_fifo_XXXXXX", fifo[64], settings[100];
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/plan", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(settings, sizeof settings, "hbm_plan_file:%s", fifo);
+    alarm(60);
+    assert_int_equal(hbm_open(&a, "sim:capacity=1GiB", 0, settings, err, sizeof err), HBM_ERR_CONF);
+    alarm(0);
+    assert_non_null(strstr(err, "(not a regular file)"));
+    unlink(fifo);
+    rmdir(dir);
 }
 
 int main(void)
