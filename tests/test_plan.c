@@ -1,6 +1,7 @@
 /* test_plan.c: offline plans (tools/plan.c): no two live allocations overlap, the search beats the greedy where
  * the greedy misses, the same seed gives the same plan, budgets bound the work. */
 #include "helpers.h"
+#include <unistd.h>
 
 #include "plan.h"
 #include "trace.h"
@@ -88,6 +89,38 @@ static void plans_are_repeatable_and_budgets_bound_the_work(void **st)
     trace_free(&t);
 }
 
+/* Issue #28 item 15: `plan --budget 18446744073709551615` never finished: the planner took up to 100,000
+ * evaluations of some n^2 steps each, whatever n. A budget is bounded by 100 times the default's work (4*10^11 / n^2
+ * evaluations, at most 100,000) and a larger one is refused with that bound, before any search (the alarm turns the
+ * old endless search into a failure). */
+static void a_budget_past_its_bound_is_refused_before_the_search(void **st)
+{
+    (void)st;
+    assert_int_equal(plan_budget_max(0), 100000);
+    assert_int_equal(plan_budget_max(1000), 100000);
+    assert_int_equal(plan_budget_max(7095), 7946);
+    assert_int_equal(plan_budget_max(10000000), 1);
+    /* 3000 allocations, 40 live at a time, of sizes the greedy orders do not pack to peak live. */
+    char *text = malloc(3000 * 64), *p = text;
+    uint64_t x = 12345;
+    for (int i = 0; i < 3000; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        p += sprintf(p, "a %d %llu\n", i, (unsigned long long)((x >> 33) % 100000 + 1) * 512);
+        if (i >= 40)
+            p += sprintf(p, "f %d\n", i - 40);
+    }
+    (void)p;
+    assert_int_equal(trace_read_text_mem("w", text, strlen(text), &t, err, sizeof err), 0);
+    free(text);
+    plan a;
+    plan_opts o = {.budget = UINT64_MAX, .seed = 1};
+    alarm(120);
+    assert_int_equal(plan_build(&t, &o, &a, err, sizeof err), -1);
+    alarm(0);
+    assert_non_null(strstr(err, "--budget 18446744073709551615: at most 44444 for 3000 allocations"));
+    trace_free(&t);
+}
+
 static void the_plan_file_lists_every_allocation(void **st)
 {
     (void)st;
@@ -117,6 +150,7 @@ int main(void)
         cmocka_unit_test(a_plan_with_overlapping_live_buffers_is_caught),
         cmocka_unit_test(plans_are_repeatable_and_budgets_bound_the_work),
         cmocka_unit_test(the_plan_file_lists_every_allocation),
+        cmocka_unit_test(a_budget_past_its_bound_is_refused_before_the_search),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

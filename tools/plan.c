@@ -55,9 +55,28 @@ static int build_buffers(const trace *t, plan *p)
     return 0;
 }
 
+/* The most evaluations a budget may ask for n allocations. An evaluation places each allocation against those
+ * placed, some n^2 steps: the default budget is 4*10^9 / n^2 of them (about 2 s for 7,000 allocations), and a
+ * budget may ask 100 times that work, at most the planner's own 100,000. `--budget 18446744073709551615` asked
+ * for 100,000 evaluations of 10^8 steps on a trace of 10,000 allocations: it never finished (issue #28 item 15). */
+#define PLAN_WORK_MAX 400000000000ull
+#define PLAN_BUDGET_MAX 100000ull
+
+uint64_t plan_budget_max(size_t n)
+{
+    uint64_t pairs = (uint64_t)n * n, most = pairs ? PLAN_WORK_MAX / pairs : PLAN_BUDGET_MAX;
+    return most < 1 ? 1 : most > PLAN_BUDGET_MAX ? PLAN_BUDGET_MAX : most;
+}
+
 int plan_build(const trace *t, const plan_opts *o, plan *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
+    if (o && o->budget > plan_budget_max(t->allocs)) {
+        snprintf(err, errlen, "--budget %llu: at most %llu for %llu allocations (an evaluation places each against "
+                 "those placed, about n^2 steps: 100 times the default's work at most)", (unsigned long long)o->budget,
+                 (unsigned long long)plan_budget_max(t->allocs), (unsigned long long)t->allocs);
+        return -1;
+    }
     int built = build_buffers(t, out);
     if (built == -2) {
         plan_free(out);

@@ -29,7 +29,7 @@ typedef struct plan_buf {
 } plan_buf;
 
 typedef struct plan_opts {
-    uint64_t budget; /* evaluations of the greedy (0: automatic, from the number of buffers) */
+    uint64_t budget; /* evaluations of the greedy (0: automatic, from the number of buffers; plan_budget_max) */
     uint64_t seed;   /* of the random orders */
 } plan_opts;
 
@@ -45,6 +45,8 @@ typedef struct plan {
 } plan;
 
 /* Plans every allocation of t. 0, or -1 with a message (out of host memory). */
+/* The largest budget plan_build takes for n allocations (100 times the default's work, at most 100,000). */
+uint64_t plan_budget_max(size_t n);
 int plan_build(const trace *t, const plan_opts *o, plan *out, char *err, size_t errlen);
 void plan_free(plan *p);
 /* No two buffers that live at the same time overlap, and height covers them: 0, or -1 naming the first pair. */
