@@ -150,6 +150,12 @@ check sweep_npu_rules 0 "left out (refused by torch_npu" "$bin" sweep "$ex" --ca
     --backend "sim:dialect=npu" --no-progress
 check sweep_grid 0 "sweep of .*: 3 settings" "$bin" sweep "$ex" --grid "max_split_size_mb=-,128,512" --no-progress
 check sweep_bad_grid 2 "expected key=v1,v2" "$bin" sweep "$ex" --grid "nonsense"
+# Issue #28 item 11: each replay holds its own allocator, whose blocks are as many as the trace's most live at once;
+# sweep ran all cores' worth at once (a 7 MB CSV: 247 MB at one job, 767 MB at four). The replays at once keep
+# within the readers' memory bound for the file: 100,000 rows of 7 bytes, all live together, one at a time.
+{ echo "id,lower,upper,size"; yes ",0,1,1" | head -n 100000; } >"$tmp/live.csv"
+check sweep_jobs_within_memory 0 "1 replay at a time, not 2: each holds up to" "$bin" sweep "$tmp/live.csv" --jobs 4 \
+    --grid "max_split_size_mb=-,64" --no-progress
 # The user's setting is a row of its own, identical results are one row, GC without a fraction is left out,
 # and the fraction goes into code unless the release reads it from the variable.
 check sweep_baseline 0 "same result: max_split_size_mb:256 (yours)" env PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:256 \

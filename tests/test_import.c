@@ -206,7 +206,7 @@ static unsigned char *finish(hbm__pickle_out *w, int n, size_t *len)
 
 /* Raw pickle bytes, for what pickle_out never writes (memo references, duplicate keys). */
 typedef struct raw {
-    unsigned char b[1 << 16];
+    unsigned char b[1 << 21];
     size_t n;
 } raw;
 
@@ -586,9 +586,9 @@ static void segment_addresses_a_file_chooses_are_all_keys(void **st)
     free(d);
 }
 
-static void recorded_settings_come_from_the_parsed_fields(void **st)
+/* A snapshot with no segments whose allocator_settings has the string `conf`; its dict is left open for fields. */
+static hbm__pickle_out *settings_snapshot(const char *conf)
 {
-    (void)st;
     hbm__pickle_out *w = hbm__pw_new();
     hbm__pw_dict(w);
     hbm__pw_str(w, "segments");
@@ -597,7 +597,14 @@ static void recorded_settings_come_from_the_parsed_fields(void **st)
     hbm__pw_str(w, "allocator_settings");
     hbm__pw_dict(w);
     hbm__pw_str(w, "PYTORCH_CUDA_ALLOC_CONF");
-    hbm__pw_str(w, "");
+    hbm__pw_str(w, conf);
+    return w;
+}
+
+static void recorded_settings_come_from_the_parsed_fields(void **st)
+{
+    (void)st;
+    hbm__pickle_out *w = settings_snapshot("");
     hbm__pw_str(w, "max_split_size");
     hbm__pw_int(w, 256 * MB);
     hbm__pw_str(w, "garbage_collection_threshold");
@@ -725,6 +732,195 @@ static void snapshots_round_trip_through_the_reader(void **st)
     hbm_destroy(a);
 }
 
+/* ---- issue #28: the readers' bounds (docs/RELIABILITY.md, "Probes of the readers") ---- */
+
+static void raw_long_str(raw *r, char c, uint32_t n) /* BINUNICODE: n copies of c */
+{
+    op_u32(r, 'X', n);
+    for (uint32_t k = 0; k < n; k++)
+        op(r, (unsigned char)c);
+}
+
+/* An alloc entry {'action': 'alloc', 'addr': addr, 'size': 512, 'frames': ...}: the caller writes the frames, then
+ * closes it with raw_event_end. */
+static void raw_event_begin(raw *r, int32_t addr)
+{
+    op(r, '}'), op(r, '('), raw_str(r, "action"), raw_str(r, "alloc"), raw_key_int(r, "addr", addr);
+    raw_key_int(r, "size", 512), raw_str(r, "frames");
+}
+
+static void raw_event_end(raw *r) { op(r, 'u'), op(r, 'a'); } /* SETITEMS, then APPEND to the history */
+
+static void raw_history_begin(raw *r) /* {'segments': [], 'device_traces': [[ */
+{
+    r->n = 0;
+    op(r, 0x80), op(r, 4), op(r, '}'), op(r, '('), raw_str(r, "segments"), op(r, ']'), raw_str(r, "device_traces");
+    op(r, ']'), op(r, ']');
+}
+
+static void raw_history_end(raw *r) { op(r, 'a'), op(r, 'u'), op(r, '.'); }
+
+/* Item 10: the importer built each allocation's stack text again for every allocation, one vsnprintf per
+ * character: a 417 KB snapshot whose allocations all name one frame with a 16,000-character name took 56 s, and
+ * every real snapshot 140 times longer than before stacks were kept. A text is now built once per frames list
+ * and once per sequence of frames (PyTorch pickles a fresh list of shared frame dicts for most events); what the
+ * interner reads (trace_meta.scanned) is the measure: one text, not one per allocation. */
+static void stacks_are_built_once_per_sequence_of_frames_not_per_allocation(void **st)
+{
+    (void)st;
+    static raw r;
+    enum { N = 100 };
+    raw_history_begin(&r);
+    for (int i = 0; i < N; i++) {
+        raw_event_begin(&r, (1 << 20) + 512 * i);
+        if (i == 0) { /* [F], F = {'name': 'f' * 16000, 'filename': 'x.py', 'line': 1}; the list is memo 2 */
+            op(&r, ']'), op_u32(&r, 'r', 2), op(&r, '}'), op_u32(&r, 'r', 1), op(&r, '(');
+            raw_str(&r, "name"), raw_long_str(&r, 'f', 16000), raw_str(&r, "filename"), raw_str(&r, "x.py");
+            raw_key_int(&r, "line", 1), op(&r, 'u'), op(&r, 'a');
+        } else if (i % 2) {
+            op(&r, ']'), op_u32(&r, 'j', 1), op(&r, 'a'); /* a fresh list of the same frame */
+        } else {
+            op_u32(&r, 'j', 2); /* the first list itself */
+        }
+        raw_event_end(&r);
+    }
+    raw_history_end(&r);
+    assert_int_equal(trace_read_pickle_mem("x", r.b, r.n, 0, &t, err, sizeof err), 0);
+    assert_int_equal(t.allocs, N);
+    const char *text = t.meta.ntexts > 1 ? t.meta.texts[1] : "";
+    assert_int_equal(strlen(text), 16000 + strlen("\tx.py\t1"));
+    assert_true(!strncmp(text, "ffff", 4) && !strcmp(text + 16000, "\tx.py\t1"));
+    for (size_t i = 0; i < t.n; i++)
+        assert_ptr_equal(trace_stack(&t, i), text);
+    assert_int_equal(t.meta.ntexts, 2);
+    if (t.meta.scanned > 2 * strlen(text))
+        fail_msg("%zu characters read to intern one stack of %zu for %d allocations", t.meta.scanned, strlen(text),
+                 N);
+    /* Step events put in (--steps) move the events' stacks, not their texts: none is read again. */
+    size_t scanned = t.meta.scanned;
+    char msg[300];
+    assert_int_equal(trace_mark_steps(&t, "10", msg, sizeof msg), 0);
+    assert_int_equal(t.meta.scanned, scanned);
+    for (size_t i = 0; i < t.n; i++)
+        assert_ptr_equal(trace_stack(&t, i), t.ev[i].kind == EV_ALLOC ? text : NULL);
+    trace_free(&t);
+}
+
+/* Item 10: frames that differ (here only in their line) make distinct stacks, each built: the text built is
+ * bounded by the file (2 characters per byte above 1 MiB), past which allocations keep no stack and are counted. */
+static void stack_text_built_is_bounded_by_the_file(void **st)
+{
+    (void)st;
+    static raw r;
+    enum { N = 300 };
+    raw_history_begin(&r);
+    for (int i = 0; i < N; i++) {
+        raw_event_begin(&r, (1 << 20) + 512 * i);
+        op(&r, ']'), op(&r, '}'), op(&r, '('), raw_str(&r, "name");
+        if (i == 0)
+            raw_long_str(&r, 'g', 16000), op_u32(&r, 'r', 1);
+        else
+            op_u32(&r, 'j', 1);
+        raw_str(&r, "filename"), raw_str(&r, "y.py"), raw_key_int(&r, "line", i), op(&r, 'u'), op(&r, 'a');
+        raw_event_end(&r);
+    }
+    raw_history_end(&r);
+    assert_int_equal(trace_read_pickle_mem("x", r.b, r.n, 0, &t, err, sizeof err), 0);
+    assert_int_equal(t.allocs, N);
+    assert_non_null(trace_stack(&t, 0));
+    assert_null(trace_stack(&t, N - 1));
+    assert_true(t.meta.dropped > 0 && t.meta.dropped < N);
+    assert_int_equal(t.meta.ntexts - 1 + t.meta.dropped, N);
+    if (t.meta.scanned > 2 * r.n + (1 << 20) + 16384)
+        fail_msg("%zu characters of stack text for a file of %zu bytes", t.meta.scanned, r.n);
+    trace_free(&t);
+}
+
+/* Item 11: memo references that repeat an event or a live block cost the file 2 bytes and the reader 24 to 80
+ * bytes each (25 bytes of memory per byte of file measured); at more than one per 8 bytes of file they are
+ * refused, before any event is built. Real entries take 25 bytes and more. */
+static void events_and_live_blocks_repeated_by_memo_references_are_refused(void **st)
+{
+    (void)st;
+    static raw r;
+    raw_history_begin(&r);
+    op(&r, '}'), op(&r, 'q'), op(&r, 1), op(&r, '('), raw_str(&r, "action"), raw_str(&r, "alloc");
+    raw_key_int(&r, "addr", 1 << 20), raw_key_int(&r, "size", 512), op(&r, 'u'), op(&r, 'a');
+    op(&r, '}'), op(&r, 'q'), op(&r, 2), op(&r, '('), raw_str(&r, "action"), raw_str(&r, "free_completed");
+    raw_key_int(&r, "addr", 1 << 20), op(&r, 'u'), op(&r, 'a'), op(&r, '(');
+    for (int k = 0; k < 2000; k++) /* BINGET: 2 bytes an event */
+        op(&r, 'h'), op(&r, 1), op(&r, 'h'), op(&r, 2);
+    op(&r, 'e');
+    raw_history_end(&r);
+    assert_int_equal(trace_read_pickle_mem("x", r.b, r.n, 0, &t, err, sizeof err), -1);
+    if (!strstr(err, "the history holds more events (4002) than a file of") || !strstr(err, "one per 8 bytes"))
+        fail_msg("%s", err);
+    /* A segment whose 2000 blocks are one live block repeated: within the walk's bound (a block per byte), past the
+     * bound on live blocks (one per 8 bytes). */
+    r.n = 0;
+    op(&r, 0x80), op(&r, 4), op(&r, '}'), op(&r, '('), raw_str(&r, "segments"), op(&r, ']'), op(&r, '}'), op(&r, '(');
+    raw_key_int(&r, "device", 0), raw_key_int(&r, "address", 1 << 20), raw_key_int(&r, "total_size", 512 * 2000);
+    raw_str(&r, "blocks"), op(&r, ']'), op(&r, '}'), op(&r, 'q'), op(&r, 1), op(&r, '('), raw_key_int(&r, "size", 512);
+    raw_str(&r, "state"), raw_str(&r, "active_allocated"), op(&r, 'u'), op(&r, 'a'), op(&r, '(');
+    for (int k = 1; k < 2000; k++)
+        op(&r, 'h'), op(&r, 1);
+    op(&r, 'e'), op(&r, 'u'), op(&r, 'a'), raw_str(&r, "device_traces"), op(&r, ']'), op(&r, ']'), op(&r, 'a');
+    op(&r, 'u'), op(&r, '.');
+    assert_true(r.n > 2000);
+    assert_int_equal(trace_read_pickle_mem("x", r.b, r.n, 0, &t, err, sizeof err), -1);
+    if (!strstr(err, "more live blocks than a file of"))
+        fail_msg("%s", err);
+}
+
+/* Item 11: one-byte opcodes that make a container (a 24-byte node) took 33 to 57 bytes of memory per byte of file
+ * (']' repeated, TUPLE1 nested) and were refused only after the whole file was parsed, as was a memo index far past
+ * the values (its table sized by the index). The parse's memory is bounded (8 bytes per byte above 1 MiB) and such
+ * a file is refused while it is read: at an offset inside it. */
+static void small_containers_nested_or_repeated_are_refused_while_read(void **st)
+{
+    (void)st;
+    static raw r;
+    for (int shape = 0; shape < 3; shape++) {
+        r.n = 0;
+        op(&r, 0x80), op(&r, 4), op(&r, 'N');
+        if (shape == 2) /* LONG_BINPUT at index 2^20 + 8: a table of 2^21 entries; a string makes the file as long */
+            op_u32(&r, 'r', (1 << 20) + 8), raw_long_str(&r, 's', 1 << 20);
+        while (r.n < (1 << 20) - 1)
+            op(&r, shape == 0 ? 0x85 : ']');
+        op(&r, '.');
+        unsigned long long at = 0;
+        reject(r.b, r.n, "need more than 8 bytes of memory per byte of file");
+        assert_int_equal(sscanf(err, "offset %llu:", &at), 1);
+        assert_true(at < r.n - 1);
+        assert_int_equal(trace_read_pickle_mem("x", r.b, r.n, 0, &t, err, sizeof err), -1);
+        assert_non_null(strstr(err, "8 bytes of memory per byte"));
+    }
+}
+
+/* Item 12: replay and view apply a snapshot's recorded settings, and a snapshot is a file anyone may hand over:
+ * hbm_plan_file:PATH in its PYTORCH_CUDA_ALLOC_CONF made the tool open any path (a FIFO blocked it for ever).
+ * Settings read from a file never name files: hbmalloc's keys pass only when they are policies, and the rest is
+ * kept for the report. */
+static void recorded_settings_never_name_files(void **st)
+{
+    (void)st;
+    hbm__pickle_out *w = settings_snapshot("hbm_plan_file:/tmp/x.plan,max_split_size_mb:64,roundup_power2_divisions:"
+                                           "[1:4,2:8],hbm_publish:True,hbm_arena_mb:64, hbm_plan_file :/dev/zero,"
+                                           "hbm_later_key:1");
+    hbm__pw_end(w);
+    hbm__pw_end(w);
+    unsigned char *d;
+    size_t len;
+    assert_int_equal(hbm__pw_finish(w, &d, &len), 0);
+    assert_int_equal(trace_read_pickle_mem("x", d, len, 0, &t, err, sizeof err), 0);
+    free(d);
+    assert_true(t.rec.has_settings);
+    assert_string_equal(t.rec.settings, "max_split_size_mb:64,roundup_power2_divisions:[1:4,2:8],hbm_arena_mb:64");
+    assert_string_equal(t.rec.settings_dropped,
+                        "hbm_plan_file:/tmp/x.plan,hbm_publish:True, hbm_plan_file :/dev/zero,hbm_later_key:1");
+    trace_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -743,6 +939,11 @@ int main(void)
         cmocka_unit_test(rmm_logs_keep_their_streams),
         cmocka_unit_test(times_and_stacks_stay_with_their_events),
         cmocka_unit_test(snapshots_round_trip_through_the_reader),
+        cmocka_unit_test(stacks_are_built_once_per_sequence_of_frames_not_per_allocation),
+        cmocka_unit_test(stack_text_built_is_bounded_by_the_file),
+        cmocka_unit_test(events_and_live_blocks_repeated_by_memo_references_are_refused),
+        cmocka_unit_test(small_containers_nested_or_repeated_are_refused_while_read),
+        cmocka_unit_test(recorded_settings_never_name_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

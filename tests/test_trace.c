@@ -1,5 +1,6 @@
 /* test_trace.c: hbmalloc's text trace format; every malformed line is rejected with line and column. */
 #include "helpers.h"
+#include <unistd.h>
 
 #include "trace.h"
 
@@ -138,6 +139,57 @@ static void missing_file_is_an_error(void **st)
     assert_non_null(strstr(err, "cannot open"));
 }
 
+/* Issue #28 item 14: a CR alone ended an event and dropped the rest of its line, so a file with CR-only line ends
+ * (classic Mac OS, some Windows tools) replayed its first event only; a UTF-8 byte order mark gave "unknown
+ * event". Lines end in LF, CRLF or a CR alone, in every reader; a BOM is read as nothing. */
+static void cr_only_line_ends_and_a_byte_order_mark_lose_no_event(void **st)
+{
+    (void)st;
+    assert_int_equal(read_str("a 1 100\ra 2 200\rf 1\rf 2\r"), 0);
+    assert_int_equal(t.n, 4);
+    assert_int_equal(t.ev[3].line, 4);
+    trace_free(&t);
+    assert_int_equal(read_str("hbmtrace 1\r\na 1 100\r\n\r\nf 1\ra 2 5 # c\re\n"), 0); /* mixed, comments */
+    assert_int_equal(t.n, 3 + 1);
+    assert_int_equal(t.ev[3].kind, EV_EMPTY_CACHE);
+    assert_int_equal(t.ev[3].line, 6);
+    trace_free(&t);
+    bad("a 1 100\rgarbage\n", "t:2:1:", "unknown event"); /* what follows a CR is a line: read, never dropped */
+    assert_int_equal(read_str("\xef\xbb\xbfhbmtrace 1\na 1 100\nf 1\n"), 0);
+    assert_int_equal(t.n, 2);
+    trace_free(&t);
+    bad("\xef\xbb\xbf\xef\xbb\xbf" "a 1 100\n", "t:1:1:", "unknown event"); /* one mark, at the start only */
+    /* The CSV readers, told apart by content after the mark. */
+    char path[] = "/tmp/hbm-test-trace-XXXXXX";
+    const char *csv[] = {"\xef\xbb\xbfid,lower,upper,size\r0,0,2,100\r1,1,3,200\r2,2,4,300\r",
+                         "\xef\xbb\xbfThread,Time,Action,Pointer,Size,Stream\r1,0,allocate,0x1000,100,0\r"
+                         "1,1,allocate,0x2000,200,0\r1,2,free,0x1000,100,0\r"};
+    const size_t events[] = {6, 3};
+    for (int k = 0; k < 2; k++) {
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, csv[k], strlen(csv[k])), (ssize_t)strlen(csv[k]));
+        close(fd);
+        if (trace_read_any(path, 0, &t, err, sizeof err))
+            fail_msg("%s", err);
+        assert_int_equal(t.n, events[k]);
+        trace_free(&t);
+        unlink(path);
+        strcpy(path + strlen(path) - 6, "XXXXXX");
+    }
+}
+
+/* Issue #28 item 11: a line "e" is two bytes and one event; at 32 bytes an event, a file of them took 17 bytes of
+ * memory per byte, past the readers' bound of 16 (docs/RELIABILITY.md). */
+static void an_event_takes_24_bytes(void **st)
+{
+    (void)st;
+    assert_int_equal(sizeof(trace_event), 24);
+    trace_event e = {.slot = TRACE_MAX_SLOTS - 1, .kind = EV_PENDING, .pended = 1};
+    assert_int_equal(e.slot, TRACE_MAX_SLOTS - 1);
+    assert_int_equal(e.kind, EV_PENDING);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -147,6 +199,8 @@ int main(void)
         cmocka_unit_test(every_id_is_a_key),
         cmocka_unit_test(lookups_stay_constant_whatever_the_ids),
         cmocka_unit_test(missing_file_is_an_error),
+        cmocka_unit_test(cr_only_line_ends_and_a_byte_order_mark_lose_no_event),
+        cmocka_unit_test(an_event_takes_24_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,10 +27,15 @@
 #include "pickle.h"
 #include "trace.h"
 #include "u64map.h"
+#include "../src/internal.h"
 #include "../src/util.h"
 
 #define SMALL_SEGMENT (2ull << 20) /* kSmallBuffer: the small pool's segments */
 #define MAX_BYTES (1ll << 48)      /* no device has more: a larger size in a file is refused */
+/* Bytes of file per event or live block, at least: an entry PyTorch or hbmalloc writes takes 25 bytes and more (91
+ * on average in a snapshot hbmalloc wrote, 164 in a real one), one repeated by a memo reference 2. Each costs 24 to
+ * 80 bytes of memory, which stays under the readers' 16 per byte of file (docs/RELIABILITY.md). */
+#define PER_RECORD 8
 
 /* acc += v, or -1 when the sum leaves int64 (sizes from a file are checked, never trusted). */
 static int add_checked(int64_t *acc, int64_t v) { return __builtin_add_overflow(*acc, v, acc) ? -1 : 0; }
@@ -61,39 +66,120 @@ static void event_fields(const pv *e, const pv **action, int64_t *addr, int64_t 
     pv_int(pv_get(e, "stream"), stream);
 }
 
-/* A string value into sb, controls (tab and newline separate frames) as spaces. */
-static void put_str(hbm__sbuf *sb, const pv *v)
+/* Allocations' stacks. A text is built once per frames list (a list reached through memo references is one node:
+ * its mark keeps the stack), and once per sequence of frames (PyTorch pickles a fresh list for most events, of
+ * frame dicts it shares: a snapshot of 20,000 events has some 12,000 lists and under 200 distinct stacks). Built
+ * text is bounded by the file: past STACK_BYTES_PER_BYTE characters per byte (charged at least STACK_MIN_CHARGE a
+ * build), later allocations keep no stack and are counted (trace_meta.dropped). Real snapshots build at most 1.8
+ * characters per byte (docs/RELIABILITY.md). */
+#define STACK_TEXT 16384          /* an allocation's frames as text: frames past it are left out */
+#define STACK_BYTES_PER_BYTE 2    /* characters of stack text built per byte of the file, above STACK_FLOOR */
+#define STACK_FLOOR (1u << 20)
+#define STACK_MIN_CHARGE 64       /* a build costs at least this: the sequences kept stay few */
+
+typedef struct stacks {
+    u64map seqs;           /* a sequence of frame nodes' hash -> the first list (its node) with that sequence */
+    size_t built, budget;  /* characters built so far, and the bound */
+    char text[STACK_TEXT];
+} stacks;
+
+/* Appends s[0..n) at *at; -1 when it does not fit. */
+static int put(char *out, size_t *at, const char *s, size_t n)
 {
-    size_t len = v && v->type == PV_STR ? v->u.str.len : 0;
-    for (size_t k = 0; k < len && sb->len + 1 < sb->cap; k++) {
-        char c = v->u.str.s[k];
-        hbm__sb_printf(sb, "%c", (unsigned char)c < 0x20 ? ' ' : c);
-    }
+    if (n >= STACK_TEXT - *at)
+        return -1;
+    memcpy(out + *at, s, n);
+    *at += n;
+    return 0;
 }
 
-/* An entry's frames as a stack text ("name\tfile\tline" each, innermost first, joined by '\n'; cut at the buffer's
- * end between frames). "" when it has none. */
-static void stack_text(const pv *e, char *out, size_t len)
+/* A string value, controls (tab and newline separate frames) as spaces. */
+static int put_str(char *out, size_t *at, const pv *v)
 {
-    const pv *frames = pv_get(e, "frames");
-    hbm__sbuf sb;
-    hbm__sb_init(&sb, out, len);
+    size_t n = v && v->type == PV_STR ? v->u.str.len : 0, from = *at;
+    if (put(out, at, n ? v->u.str.s : "", n))
+        return -1;
+    for (size_t k = from; k < *at; k++)
+        if ((unsigned char)out[k] < 0x20)
+            out[k] = ' ';
+    return 0;
+}
+
+/* The frames as a stack text ("name\tfile\tline" each, innermost first, joined by '\n'; frames that would pass
+ * STACK_TEXT - 1 characters left out, with the rest). Its length. Linear in what it writes. */
+static size_t stack_text(const pv *frames, char *out)
+{
+    size_t at = 0;
     for (uint32_t k = 0, n = pv_len(frames); k < n; k++) {
         const pv *f = pv_at(frames, k);
-        size_t mark = sb.len;
+        size_t mark = at;
         int64_t line = 0;
         pv_int(pv_get(f, "line"), &line);
-        hbm__sb_printf(&sb, "%s", k ? "\n" : "");
-        put_str(&sb, pv_get(f, "name"));
-        hbm__sb_printf(&sb, "\t");
-        put_str(&sb, pv_get(f, "filename"));
-        hbm__sb_printf(&sb, "\t%lld", (long long)line);
-        if (sb.len + 1 >= sb.cap) { /* this frame did not fit: the stack ends before it */
-            sb.len = mark;
-            out[mark] = 0;
+        char num[24];
+        int nl = snprintf(num, sizeof num, "\t%lld", (long long)line);
+        if ((k && put(out, &at, "\n", 1)) || put_str(out, &at, pv_get(f, "name")) || put(out, &at, "\t", 1) ||
+            put_str(out, &at, pv_get(f, "filename")) || put(out, &at, num, (size_t)nl) || at + 1 >= STACK_TEXT) {
+            at = mark; /* this frame did not fit: the stack ends before it */
             break;
         }
     }
+    out[at] = 0;
+    return at;
+}
+
+static uint64_t frames_hash(const pv *frames)
+{
+    uint32_t n = pv_len(frames);
+    uint64_t h = n;
+    for (uint32_t k = 0; k < n; k++)
+        h = hbm__mix64(h ^ (uint64_t)(uintptr_t)pv_at(frames, k));
+    return h;
+}
+
+static int same_frames(const pv *a, const pv *b)
+{
+    uint32_t n = pv_len(a);
+    if (pv_len(b) != n)
+        return 0;
+    for (uint32_t k = 0; k < n; k++)
+        if (pv_at(a, k) != pv_at(b, k))
+            return 0;
+    return 1;
+}
+
+/* The stack of an allocation whose entry has these frames: an index in t->meta.texts, 0 for none; -1 when host
+ * memory ran out. */
+static int64_t stack_of(stacks *sk, trace *t, const pv *frames)
+{
+    if (!pv_len(frames))
+        return 0;
+    if (frames->mark) /* this list's stack is known (index + 1) */
+        return frames->mark - 1;
+    uint64_t h = frames_hash(frames);
+    size_t i;
+    for (;; h++) { /* the next key on a collision of different sequences */
+        i = u64map_find(&sk->seqs, h);
+        if (!sk->seqs.used[i])
+            break;
+        const pv *first = (const pv *)(uintptr_t)sk->seqs.vals[i];
+        if (same_frames(first, frames)) {
+            pv_set_mark(frames, first->mark);
+            return first->mark - 1;
+        }
+    }
+    uint32_t k = 0;
+    if (sk->built < sk->budget) {
+        size_t n = stack_text(frames, sk->text);
+        sk->built += n > STACK_MIN_CHARGE ? n : STACK_MIN_CHARGE;
+        if (n && !(k = trace_meta_intern(t, sk->text)))
+            return -1;
+    } else {
+        t->meta.dropped++; /* the bound is spent: no stack (the list is marked, the next reference costs nothing) */
+    }
+    if (k >= UINT32_MAX - 1 || u64map_put_at(&sk->seqs, i, h, (uint64_t)(uintptr_t)frames))
+        return -1;
+    pv_set_mark(frames, k + 1);
+    return k;
 }
 
 /* The settings the snapshot's allocator ran with, from its parsed fields. 0 when there are none. */
@@ -141,6 +227,36 @@ static int recorded_settings(const pv *settings, char *out, size_t len)
             hbm__sb_printf(&sb, "%sroundup_power2_divisions:[%s]", sb.len ? "," : "", list);
     }
     return any;
+}
+
+/* The recorded PYTORCH_CUDA_ALLOC_CONF string as a replay may apply it: a snapshot is a file anyone may hand over,
+ * and settings read from a file never name files. hbmalloc's keys pass only when they are policies
+ * (hbm_plan_file names a file to open, hbm_publish writes them, a key added later is left out until it is listed
+ * here); PyTorch's keys name no files. The entries left out go to `dropped`, for the report. */
+static void settings_from_file(const char *raw, char *out, size_t len, char *dropped, size_t dlen)
+{
+    static const char *const policies[] = {"hbm_remap_free_pages", "hbm_expandable_page_mb", "hbm_arena_mb",
+                                           "hbm_arena_fraction", "hbm_step_plan"};
+    hbm__sbuf sb, db;
+    hbm__sb_init(&sb, out, len);
+    hbm__sb_init(&db, dropped, dlen);
+    for (const char *p = raw; *p;) {
+        const char *e = p;
+        for (int depth = 0; *e && (*e != ',' || depth); e++) /* roundup_power2_divisions:[1:4,2:8] is one entry */
+            depth += *e == '[' ? 1 : *e == ']' && depth ? -1 : 0;
+        const char *k = p;
+        while (k < e && (*k == ' ' || *k == '\t'))
+            k++;
+        size_t klen = 0;
+        while (k + klen < e && k[klen] != ':' && k[klen] != ' ' && k[klen] != '\t')
+            klen++;
+        int keep = klen < 4 || strncmp(k, "hbm_", 4);
+        for (size_t i = 0; !keep && i < sizeof policies / sizeof policies[0]; i++)
+            keep = strlen(policies[i]) == klen && !strncmp(k, policies[i], klen);
+        if (e > p)
+            hbm__sb_printf(keep ? &sb : &db, "%s%.*s", (keep ? sb.len : db.len) ? "," : "", (int)(e - p), p);
+        p = *e ? e + 1 : e;
+    }
 }
 
 typedef struct seg_rec {
@@ -269,6 +385,7 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     seg_rec *start_segs = NULL;
     blk_rec *start_blks = NULL;
     occupancy oc = {NULL, 0, 0, 0};
+    stacks *sk = NULL;
     const pv *segments = root, *traces = NULL, *settings = NULL;
     if (u64map_init(&segs.map) || u64map_init(&blks.map))
         goto nomem;
@@ -289,8 +406,9 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     if (settings && settings->type == PV_DICT) {
         copy_str(pv_get(settings, "PYTORCH_CUDA_ALLOC_CONF"), t->rec.settings_raw, sizeof t->rec.settings_raw);
         t->rec.has_settings = recorded_settings(settings, t->rec.settings, sizeof t->rec.settings);
-        if (!t->rec.has_settings && t->rec.settings_raw[0]) { /* only the string: use it */
-            snprintf(t->rec.settings, sizeof t->rec.settings, "%s", t->rec.settings_raw);
+        if (!t->rec.has_settings && t->rec.settings_raw[0]) { /* only the string: use it, as a file may */
+            settings_from_file(t->rec.settings_raw, t->rec.settings, sizeof t->rec.settings, t->rec.settings_dropped,
+                               sizeof t->rec.settings_dropped);
             t->rec.has_settings = 1;
         }
     }
@@ -355,6 +473,13 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
                 blk_rec *br = rec_add(&blks, (uint64_t)at);
                 if (!br)
                     goto nomem;
+                if (blks.n > len / PER_RECORD) { /* each costs some 80 bytes of memory: bounded by the file */
+                    snprintf(perr_msg, sizeof perr_msg, "the segments hold more live blocks than a file of %zu bytes "
+                             "can describe (memo references repeat them); refusing at over one per %d bytes", len,
+                             PER_RECORD);
+                    fail(err, errlen, name, perr_msg);
+                    goto done;
+                }
                 *br = (blk_rec){(uint64_t)at, (uint64_t)size, (uint64_t)req, stream, 1, 0};
             }
             if (add_checked(&at, size))
@@ -365,6 +490,12 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
         if (pv_len(pv_at(traces, d)))
             devices_seen |= 1ull << d;
     uint32_t nev = pv_len(events);
+    if (nev > len / PER_RECORD) { /* an event costs 24 bytes and more: memo references must not multiply them */
+        snprintf(perr_msg, sizeof perr_msg, "the history holds more events (%u) than a file of %zu bytes can describe "
+                 "(memo references repeat them); refusing at over one per %d bytes", nev, len, PER_RECORD);
+        fail(err, errlen, name, perr_msg);
+        goto done;
+    }
     if (!(devices_seen >> device & 1) && nev == 0 && devices_seen) {
         char list[200] = "";
         for (int d = 0; d < 64; d++)
@@ -529,7 +660,13 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
 
     /* The history, and the recording allocator's reserved memory along it. */
     int64_t cur = start, peak = start;
-    char stack[16384]; /* an allocation's frames as text */
+    if (!(sk = malloc(sizeof *sk)) || u64map_init(&sk->seqs)) {
+        free(sk);
+        sk = NULL;
+        goto nomem;
+    }
+    sk->built = 0;
+    sk->budget = STACK_BYTES_PER_BYTE * len + STACK_FLOOR;
     int track = t->rec.seedable; /* the full releases can be told only from a known start */
     for (size_t k = 0; track && k < ns; k++)
         if (occ_insert(&oc, start_segs[k].addr, start_segs[k].size))
@@ -606,10 +743,9 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
         for (int64_t us = 0; pushed < t->n; pushed++) {
             const pv *e = pv_at(events, i);
             pv_int(pv_get(e, "time_us"), &us);
-            if (t->ev[pushed].kind == EV_ALLOC)
-                stack_text(e, stack, sizeof stack);
-            if ((us || (t->ev[pushed].kind == EV_ALLOC && stack[0])) &&
-                trace_meta_set(t, pushed, us > 0 ? (uint64_t)us : 0, t->ev[pushed].kind == EV_ALLOC ? stack : NULL))
+            int64_t stack = t->ev[pushed].kind == EV_ALLOC ? stack_of(sk, t, pv_get(e, "frames")) : 0;
+            if (stack < 0 || ((us || stack) && trace_meta_set_index(t, pushed, us > 0 ? (uint64_t)us : 0,
+                                                                    (uint32_t)stack)))
                 goto nomem;
         }
     }
@@ -631,6 +767,9 @@ done:
     free(start_segs);
     free(start_blks);
     free(oc.v);
+    if (sk)
+        u64map_free(&sk->seqs);
+    free(sk);
     pickle_free(doc);
     if (rc)
         trace_free(t);

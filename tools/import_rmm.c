@@ -76,10 +76,7 @@ int trace_read_rmm_mem(const char *name, const char *data, size_t len, trace *t,
             more = field(&p, end, &f[k], &n[k]);
             k++;
         }
-        while (p < end && *p != '\n')
-            p++;
-        if (p < end)
-            p++;
+        p = trace_next_line(p, end); /* a CR alone ends the row too: the next row is never dropped with it */
         if (line == 1)
             continue; /* the header */
         if (k == 1 && n[0] == 0)

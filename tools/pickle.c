@@ -13,19 +13,42 @@
 #define SMALL_MIN (-1)
 #define SMALL_MAX 255 /* integers shared as one node each (BININT1 and -1) */
 
+_Static_assert(sizeof(pv) == 24, "a node is 24 bytes: the memory bound counts on it");
+
 typedef struct chunk {
     struct chunk *next;
     size_t used, cap;
     unsigned char mem[];
 } chunk;
 
+/* The parse's memory (nodes, item arrays, its stack and memo) is bounded by the file: past MEM_PER_BYTE bytes per
+ * byte, above MEM_FLOOR, the file is refused while it is read, not after. Real snapshots take 3 to 4; a 1-byte
+ * opcode that makes a container (']', TUPLE1) takes a 24-byte node, so files of them are refused (issue #28). */
+#define MEM_PER_BYTE 8
+#define MEM_FLOOR ((size_t)1 << 20)
+
 struct pickle_doc {
     chunk *chunks;
+    size_t used, limit; /* bytes of the parse's memory, and the bound */
+    int over;           /* an allocation was refused for the bound, not for want of host memory */
 };
+
+/* Counts n more bytes against the bound: 0, or -1 (over it) */
+static int charge(pickle_doc *d, size_t n)
+{
+    if (n > d->limit - d->used) {
+        d->over = 1;
+        return -1;
+    }
+    d->used += n;
+    return 0;
+}
 
 static void *arena(pickle_doc *d, size_t n)
 {
     n = (n + 7) & ~(size_t)7; /* pointers, int64 and double need no more */
+    if (charge(d, n))
+        return NULL;
     if (!d->chunks || d->chunks->used + n > d->chunks->cap) {
         size_t cap = n > (1 << 20) ? n : (1 << 20);
         chunk *c = malloc(sizeof *c + cap);
@@ -80,11 +103,19 @@ static pv *perr(parser *ps, size_t at, const char *fmt, const char *arg)
     return NULL;
 }
 
+/* Why memory was refused: the file's bound, or the host. */
+static const char *nomem(const parser *ps)
+{
+    return ps->doc->over ? "the file's values need more than 8 bytes of memory per byte of file (small containers "
+                           "nested or repeated, or a memo index far past the values): refusing"
+                         : "out of host memory";
+}
+
 static pv *node(parser *ps, pv_type t)
 {
     pv *v = arena(ps->doc, sizeof *v);
     if (!v)
-        return perr(ps, (size_t)(ps->p - ps->start), "%s", "out of host memory");
+        return perr(ps, (size_t)(ps->p - ps->start), "%s", nomem(ps));
     memset(v, 0, sizeof *v);
     v->type = (uint8_t)t;
     return v;
@@ -106,9 +137,9 @@ static int push(parser *ps, pv *v)
         return -1;
     if (ps->sp == ps->cap) {
         size_t cap = ps->cap ? ps->cap * 2 : 256;
-        pv **s = realloc(ps->stack, cap * sizeof *s);
+        pv **s = charge(ps->doc, (cap - ps->cap) * sizeof *s) ? NULL : realloc(ps->stack, cap * sizeof *s);
         if (!s) {
-            perr(ps, (size_t)(ps->p - ps->start), "%s", "out of host memory");
+            perr(ps, (size_t)(ps->p - ps->start), "%s", nomem(ps));
             return -1;
         }
         ps->stack = s;
@@ -143,7 +174,8 @@ static int seq_reserve(parser *ps, pv *seq, size_t extra, size_t at)
     size_t need = (size_t)seq->u.seq.n + extra;
     if (need <= seq->u.seq.cap)
         return 0;
-    size_t cap = seq->u.seq.cap ? (size_t)seq->u.seq.cap * 2 : 4;
+    size_t cap = seq->type == PV_TUPLE ? need /* filled once, never grown */
+                 : seq->u.seq.cap ? (size_t)seq->u.seq.cap * 2 : 4;
     if (cap < need)
         cap = need;
     if (cap > (size_t)(ps->end - ps->start) * 2 + 8 || cap > UINT32_MAX - 1) {
@@ -152,7 +184,7 @@ static int seq_reserve(parser *ps, pv *seq, size_t extra, size_t at)
     }
     pv **items = arena(ps->doc, cap * sizeof *items);
     if (!items) {
-        perr(ps, at, "%s", "out of host memory");
+        perr(ps, at, "%s", nomem(ps));
         return -1;
     }
     if (seq->u.seq.n)
@@ -170,9 +202,9 @@ static int seq_add(parser *ps, pv *seq, pv *item, size_t at)
     if (seq->type == PV_DICT && seq->u.seq.n == 2 * INDEX_MIN + 1) { /* passed INDEX_MIN pairs, once */
         if (ps->nbig == ps->cap_big) {
             size_t cap = ps->cap_big ? ps->cap_big * 2 : 64;
-            pv **big = realloc(ps->big, cap * sizeof *big);
+            pv **big = charge(ps->doc, (cap - ps->cap_big) * sizeof *big) ? NULL : realloc(ps->big, cap * sizeof *big);
             if (!big) {
-                perr(ps, at, "%s", "out of host memory");
+                perr(ps, at, "%s", nomem(ps));
                 return -1;
             }
             ps->big = big;
@@ -278,6 +310,7 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
         snprintf(err, errlen, "out of host memory");
         goto done;
     }
+    ps.doc->limit = len > (SIZE_MAX - MEM_FLOOR) / MEM_PER_BYTE ? SIZE_MAX : MEM_PER_BYTE * len + MEM_FLOOR;
     if (len < 2 || data[0] != 0x80) {
         perr(&ps, 0, "%s", "not a pickle (it does not start with a PROTO opcode)");
         goto done;
@@ -412,9 +445,9 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
                 size_t cap = ps.cap_memo ? ps.cap_memo : 1024;
                 while (cap <= idx)
                     cap *= 2;
-                pv **m = realloc(ps.memo, cap * sizeof *m);
+                pv **m = charge(ps.doc, (cap - ps.cap_memo) * sizeof *m) ? NULL : realloc(ps.memo, cap * sizeof *m);
                 if (!m) {
-                    perr(&ps, at, "%s", "out of host memory");
+                    perr(&ps, at, "%s", nomem(&ps));
                     break;
                 }
                 memset(m + ps.cap_memo, 0, (cap - ps.cap_memo) * sizeof *m);
@@ -502,7 +535,7 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
                 result = ps.stack[0];
             for (size_t i = 0; result && i < ps.nbig; i++)
                 if (index_dict(&ps, ps.big[i]))
-                    result = perr(&ps, at, "%s", "out of host memory");
+                    result = perr(&ps, at, "%s", nomem(&ps));
             goto done;
         default: {
             const char *name = opname(op);
@@ -579,3 +612,8 @@ const pv *pv_at(const pv *v, uint32_t i)
     return v && (v->type == PV_LIST || v->type == PV_TUPLE) && i < v->u.seq.n ? v->u.seq.items[i] : NULL;
 }
 
+void pv_set_mark(const pv *v, uint32_t mark)
+{
+    if (v)
+        ((pv *)v)->mark = mark; /* the node is the document's, not a string in the file: writable */
+}

@@ -24,6 +24,9 @@ typedef enum pv_type { PV_NONE, PV_BOOL, PV_INT, PV_FLOAT, PV_STR, PV_LIST, PV_T
 typedef struct pv {
     uint8_t type;
     uint8_t indexed; /* PV_DICT of more than INDEX_MIN pairs: items[2n..] hold its keys' sorted order */
+    uint32_t mark;   /* the caller's (0 after parsing; pv_set_mark): a value reached through memo references is one
+                        node, so a mark made at one place is seen at all of them (import_pytorch.c: a frames list's
+                        stack, built once) */
     union {
         int64_t i;   /* PV_BOOL, PV_INT */
         double f;    /* PV_FLOAT */
@@ -51,5 +54,7 @@ int pv_is_str(const pv *v, const char *s);
 int pv_int(const pv *v, int64_t *out); /* 0 if v is an int or bool */
 uint32_t pv_len(const pv *v);          /* items of a list/tuple, pairs of a dict, 0 otherwise */
 const pv *pv_at(const pv *seq, uint32_t i);
+/* Sets v's mark: the nodes belong to the document, which belongs to the caller. */
+void pv_set_mark(const pv *v, uint32_t mark);
 
 #endif

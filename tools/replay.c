@@ -345,6 +345,9 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
                 o->settings && o->settings[0] ? "'" : "");
     else
         fprintf(out, "settings:           %s\n", r->settings[0] ? r->settings : "?");
+    if (o->settings_from_trace && t->rec.settings_dropped[0])
+        fprintf(out, "                    note: the recorded '%s' is not applied: settings read from a file never "
+                     "name files (give it with --conf)\n", t->rec.settings_dropped);
     if (o->settings_from_trace && o->env_overridden[0])
         fprintf(out, "                    note: %s from the environment is not used (--conf chooses)\n",
                 o->env_overridden);

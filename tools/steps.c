@@ -97,8 +97,11 @@ int trace_mark_steps(trace *t, const char *how, char *msg, size_t msglen)
         snprintf(msg, msglen, "out of host memory");
         return -1;
     }
-    trace_meta was = t->meta; /* the events' times and stacks move with them */
+    trace_meta was = t->meta; /* the events' times and stacks move with them; the texts stay as they are */
     memset(&t->meta, 0, sizeof t->meta);
+    t->meta.texts = was.texts, t->meta.ntexts = was.ntexts, t->meta.cap_texts = was.cap_texts;
+    t->meta.index = was.index, t->meta.scanned = was.scanned, t->meta.dropped = was.dropped;
+    was.texts = NULL, was.ntexts = 0, was.index = (u64map){0};
     size_t m = 0, k = 0, next = from ? from : period;
     int rc = 0;
     for (size_t i = 0; i < t->n; i++) {
@@ -110,7 +113,7 @@ int trace_mark_steps(trace *t, const char *how, char *msg, size_t msglen)
             k++;
         }
         if (i < was.n && (was.time_us[i] || was.stack[i]) && !rc)
-            rc = trace_meta_set(t, m, was.time_us[i], was.stack[i] ? was.texts[was.stack[i]] : NULL);
+            rc = trace_meta_set_index(t, m, was.time_us[i], was.stack[i]);
         ev[m++] = t->ev[i];
     }
     trace_meta_free(&was);

@@ -126,6 +126,24 @@ static int parse_grid(const char *g, axis *ax, int *nax, char *err, size_t errle
     return 0;
 }
 
+/* Replays at once. The trace is shared; each replay holds its own allocator, whose blocks (an hbm__block and its
+ * place in the address map, some 180 bytes) are as many as the trace's most blocks live at once: 174 MB a replay
+ * for a lifetime CSV of 7 MB whose million rows all live together. The replays running together keep within the
+ * readers' memory bound for the file (4 MiB + 16 bytes per byte, docs/RELIABILITY.md), one at least; a trace not
+ * read from a file (bytes 0) is not bounded. */
+#define JOB_FLOOR ((uint64_t)256 << 10)
+#define JOB_PER_SLOT 256 /* bytes a replay holds per block live at once, over-estimated */
+
+static int jobs_in_memory(const trace *t, int want, sweep_outcome *out)
+{
+    uint64_t each = JOB_FLOOR + JOB_PER_SLOT * (uint64_t)t->nslots, bound = (4ull << 20) + 16 * (uint64_t)t->bytes;
+    uint64_t fit = bound / each;
+    out->job_bytes = each;
+    if (!t->bytes || fit >= (uint64_t)want)
+        return want;
+    return fit ? (int)fit : 1;
+}
+
 static int64_t peak_reserved(const sweep_row *r) { return r->r.stats.reserved_bytes[HBM_POOL_ALL].peak; }
 
 static int row_cmp(const void *x, const void *y)
@@ -378,6 +396,8 @@ int sweep_compute(const trace *t, const sweep_opts *o, sweep_outcome *out, char 
         nthreads = out->n;
     if (nthreads > 256)
         nthreads = 256;
+    out->wanted_jobs = nthreads;
+    out->jobs = nthreads = jobs_in_memory(t, nthreads, out);
     pool p = {t, o->backend_spec, out->rows, out->n, 0, 0, o->progress, PTHREAD_MUTEX_INITIALIZER};
     pthread_t th[256];
     setenv("HBMALLOC_QUIET", "1", 1);
@@ -512,7 +532,8 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
         fprintf(out, ",\"release\":");
         hbm__json_str(out, so.release);
         fprintf(out, ",\"settings_run\":%d,\"left_out_invalid\":%d,\"left_out_unsupported\":%d,"
-                     "\"left_out_inactive\":%d,\"baseline\":", so.n, so.rejected, so.unsupported, so.inactive);
+                     "\"left_out_inactive\":%d,\"jobs\":%d,\"baseline\":", so.n, so.rejected, so.unsupported,
+                so.inactive, so.jobs);
         hbm__json_str(out, so.baseline_note);
         fprintf(out, ",\"results\":[");
         for (int i = 0; i < so.n; i++) {
@@ -557,6 +578,13 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
         if (so.inactive)
             fprintf(out, ", %d left out (garbage_collection_threshold without a memory fraction < 1 never runs)",
                     so.inactive);
+        if (so.jobs < so.wanted_jobs) {
+            char each[32];
+            hbm__format_size(so.job_bytes, each, sizeof each);
+            fprintf(out, "; %d replay%s at a time, not %d: each holds up to %s (the allocator's blocks for the %zu "
+                         "live at once), and together they keep within 16 bytes per byte of the trace",
+                    so.jobs, so.jobs == 1 ? "" : "s", so.wanted_jobs, each, t->nslots);
+        }
         fprintf(out, "\nchecked against: %s%s\n%s\n", so.release,
                 o->version && *o->version ? "" : " (the newest known; give --torch / --torch-npu VERSION for yours)",
                 so.baseline_note);

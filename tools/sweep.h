@@ -44,6 +44,8 @@ struct sweep_outcome {
     char why[256];      /* why not, when vmm is 0 */
     char baseline_note[1200]; /* the user's setting: what it is, what the release makes of it, or why no row */
     char release[128];  /* the release the strings are checked against */
+    int jobs, wanted_jobs; /* replays run at a time, and what the cores (or --jobs) asked */
+    uint64_t job_bytes;    /* host memory a replay was reckoned to hold (sweep.c, jobs_in_memory) */
 };
 
 /* Replay the grid (and the baseline); 0, or 2 with err set. */

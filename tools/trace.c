@@ -42,7 +42,9 @@ void trace_free(trace *t)
 
 struct trace_builder {
     trace *t;
-    u64map ids; /* id -> slot | line << 32 */
+    u64map ids;      /* id -> slot | line << 32 */
+    uint64_t *dense; /* tb_new_dense: ids 0 .. ndense-1 in an array (8 bytes an id, no hashing), DEAD: not live */
+    size_t ndense;
     uint32_t *free_slots;
     size_t nfree, cap_free;
     uint32_t next_slot;
@@ -51,6 +53,8 @@ struct trace_builder {
     hbm_stream streams[64];
     size_t nstreams;
 };
+
+#define DEAD UINT64_MAX /* never slot | line << 32: a slot is below 2^28 */
 
 static int push(trace *t, trace_event e)
 {
@@ -73,23 +77,76 @@ trace_builder *tb_new(trace *t)
     return b;
 }
 
-int tb_is_live(trace_builder *b, uint64_t key) { return b->ids.used[u64map_find(&b->ids, key)]; }
+trace_builder *tb_new_dense(trace *t, size_t nkeys)
+{
+    trace_builder *b = calloc(1, sizeof *b);
+    if (!b || !(b->dense = malloc((nkeys ? nkeys : 1) * sizeof *b->dense))) {
+        free(b);
+        return NULL;
+    }
+    memset(b->dense, 0xff, (nkeys ? nkeys : 1) * sizeof *b->dense);
+    b->ndense = nkeys;
+    b->t = t;
+    return b;
+}
+
+/* The cell of key (u64map's, or the dense array's index): 1 when it is live, 0 when not, -1 for a key past a dense
+ * builder's range (never live). */
+static int id_find(trace_builder *b, uint64_t key, size_t *i)
+{
+    if (b->dense) {
+        *i = (size_t)key;
+        return key < b->ndense ? b->dense[key] != DEAD : -1;
+    }
+    *i = u64map_find(&b->ids, key);
+    return b->ids.used[*i];
+}
+
+static uint64_t id_val(const trace_builder *b, size_t i) { return b->dense ? b->dense[i] : b->ids.vals[i]; }
+
+static int id_put(trace_builder *b, size_t i, uint64_t key, uint64_t val)
+{
+    if (b->dense) {
+        b->dense[i] = val;
+        return 0;
+    }
+    return u64map_put_at(&b->ids, i, key, val);
+}
+
+static void id_del(trace_builder *b, size_t i)
+{
+    if (b->dense)
+        b->dense[i] = DEAD;
+    else
+        u64map_del_at(&b->ids, i);
+}
+
+int tb_is_live(trace_builder *b, uint64_t key)
+{
+    size_t i;
+    return id_find(b, key, &i) == 1;
+}
 
 size_t tb_probes(const trace_builder *b) { return b->ids.probes; }
 
 int tb_alloc(trace_builder *b, uint64_t key, uint64_t size, hbm_stream stream, uint32_t line, uint32_t *line_of_live)
 {
-    size_t i = u64map_find(&b->ids, key);
-    if (b->ids.used[i]) {
+    size_t i;
+    int live = id_find(b, key, &i);
+    if (live == 1) {
         if (line_of_live)
-            *line_of_live = (uint32_t)(b->ids.vals[i] >> 32);
+            *line_of_live = (uint32_t)(id_val(b, i) >> 32);
         return -1;
     }
+    if (live < 0)
+        return -2;
     trace_event e = {.size = size, .stream = stream, .kind = EV_ALLOC, .line = line};
+    if (!b->nfree && b->next_slot >= TRACE_MAX_SLOTS)
+        return -2;
     e.slot = b->nfree ? b->free_slots[--b->nfree] : b->next_slot++;
     if (push(b->t, e))
         return -2;
-    if (u64map_put_at(&b->ids, i, key, e.slot | (uint64_t)line << 32))
+    if (id_put(b, i, key, e.slot | (uint64_t)line << 32))
         return -2;
     size_t s = 0;
     while (s < b->nstreams && b->streams[s] != stream)
@@ -102,10 +159,10 @@ int tb_alloc(trace_builder *b, uint64_t key, uint64_t size, hbm_stream stream, u
 
 int tb_free(trace_builder *b, uint64_t key, uint32_t line)
 {
-    size_t i = u64map_find(&b->ids, key);
-    if (!b->ids.used[i])
+    size_t i;
+    if (id_find(b, key, &i) != 1)
         return -1;
-    uint32_t slot = (uint32_t)b->ids.vals[i];
+    uint32_t slot = (uint32_t)id_val(b, i);
     trace_event e = {.kind = EV_FREE, .slot = slot, .line = line, .pended = slot < b->cap_pending && b->pending[slot]};
     if (hbm__grow((void **)&b->free_slots, &b->cap_free, b->nfree + 1, sizeof *b->free_slots))
         return -2;
@@ -113,7 +170,7 @@ int tb_free(trace_builder *b, uint64_t key, uint32_t line)
         return -2;
     if (e.pended)
         b->pending[slot] = 0;
-    u64map_del_at(&b->ids, i);
+    id_del(b, i);
     b->free_slots[b->nfree++] = e.slot;
     b->t->frees++;
     return 0;
@@ -121,10 +178,10 @@ int tb_free(trace_builder *b, uint64_t key, uint32_t line)
 
 int tb_pending(trace_builder *b, uint64_t key, uint32_t line)
 {
-    size_t i = u64map_find(&b->ids, key);
-    if (!b->ids.used[i])
+    size_t i;
+    if (id_find(b, key, &i) != 1)
         return -1;
-    uint32_t slot = (uint32_t)b->ids.vals[i];
+    uint32_t slot = (uint32_t)id_val(b, i);
     if (slot < b->cap_pending && b->pending[slot])
         return -3;
     if (slot >= b->cap_pending) {
@@ -158,6 +215,7 @@ void tb_finish(trace_builder *b)
     b->t->nslots = b->next_slot;
     b->t->nstreams = b->nstreams;
     u64map_free(&b->ids);
+    free(b->dense);
     free(b->free_slots);
     free(b->pending);
     free(b);
@@ -186,6 +244,20 @@ static void skip_blank(reader *r)
 }
 
 static int at_eol(const reader *r) { return r->p >= r->end || *r->p == '\n' || *r->p == '\r' || *r->p == '#'; }
+
+const char *trace_next_line(const char *p, const char *end)
+{
+    while (p < end && *p != '\n' && *p != '\r')
+        p++;
+    if (p < end && *p++ == '\r' && p < end && *p == '\n')
+        p++;
+    return p;
+}
+
+size_t trace_bom(const char *data, size_t len)
+{
+    return len >= 3 && !memcmp(data, "\xef\xbb\xbf", 3) ? 3 : 0;
+}
 
 /* A decimal unsigned 64-bit number. */
 static int read_u64(reader *r, uint64_t *out, const char *what)
@@ -221,7 +293,8 @@ static int read_u64(reader *r, uint64_t *out, const char *what)
 
 int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t, char *err, size_t errlen)
 {
-    reader r = {name, data, data + len, data, 0, err, errlen};
+    size_t bom = trace_bom(data, len); /* a UTF-8 byte order mark (editors on Windows write one) is not text */
+    reader r = {name, data + bom, data + len, data + bom, 0, err, errlen};
     int rc = -1;
     trace_init(t);
     t->format = "hbmtrace";
@@ -235,7 +308,7 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
         const char *op = r.p;
         if (at_eol(&r)) {
             /* blank line or comment */
-        } else if (r.line_start == data && r.end - r.p >= 8 && !memcmp(r.p, "hbmtrace", 8)) {
+        } else if (r.line_start == data + bom && r.end - r.p >= 8 && !memcmp(r.p, "hbmtrace", 8)) {
             r.p += 8;
             uint64_t version;
             if (read_u64(&r, &version, "the format version"))
@@ -301,10 +374,7 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
             rfail(&r, op, "unknown event (events are: a ID SIZE [STREAM], f ID, p ID, e, s; '#' starts a comment)");
             goto out;
         }
-        while (r.p < r.end && *r.p != '\n')
-            r.p++;
-        if (r.p < r.end)
-            r.p++;
+        r.p = trace_next_line(r.p, r.end); /* LF, CRLF or CR: a CR alone ends a line too, never drops its rest */
     }
     rc = 0;
     goto out;
@@ -318,6 +388,14 @@ out:
     return rc;
 }
 
+const char *trace_not_a_file(int fd)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) || S_ISREG(sb.st_mode) || S_ISFIFO(sb.st_mode))
+        return NULL;
+    return S_ISDIR(sb.st_mode) ? "a directory" : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : "a socket";
+}
+
 int trace_slurp(const char *path, unsigned char **data, size_t *len, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
@@ -325,12 +403,9 @@ int trace_slurp(const char *path, unsigned char **data, size_t *len, char *err, 
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISFIFO(sb.st_mode)) {
-        /* A device (/dev/zero would be read up to the size limit), a directory or a socket: refused before reading. */
-        snprintf(err, errlen, "%s is not a regular file (%s): give a trace file (a pipe is read too)", path,
-                 S_ISDIR(sb.st_mode) ? "a directory" : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
-                                                                                                 : "a socket");
+    const char *what = trace_not_a_file(fileno(f));
+    if (what) { /* /dev/zero would be read up to the size limit: refused before reading */
+        snprintf(err, errlen, "%s is not a regular file (%s): give a trace file (a pipe is read too)", path, what);
         fclose(f);
         return -1;
     }
@@ -416,6 +491,9 @@ int trace_read_any(const char *path, int device, trace *t, char *err, size_t err
     if (trace_slurp(path, &data, &len, err, errlen))
         return -1;
     int rc;
+    size_t bom = trace_bom((const char *)data, len);
+    const unsigned char *all = data; /* freed below */
+    data += bom, len -= bom;
     const char *what = len > 0 && data[0] == 0x80 ? NULL : not_a_trace(data, len);
     if (what) {
         snprintf(err, errlen, "%s %s", path, what);
@@ -434,6 +512,8 @@ int trace_read_any(const char *path, int device, trace *t, char *err, size_t err
         rc = -1;
     } else
         rc = trace_read_text_mem(path, (const char *)data, len, t, err, errlen);
-    free(data);
+    if (!rc)
+        t->bytes = len + bom;
+    free((void *)all);
     return rc;
 }

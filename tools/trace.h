@@ -16,14 +16,18 @@
  * record_stream uses); its EV_FREE, later, is when that use completed (free_completed), and carries `pended`. */
 typedef enum trace_kind { EV_ALLOC = 0, EV_FREE = 1, EV_EMPTY_CACHE = 2, EV_STEP = 3, EV_PENDING = 4 } trace_kind;
 
+/* 24 bytes: a trace of N bytes holds up to N/2 events (a text line "e" is two bytes), and the readers keep their
+ * memory under 16 bytes per input byte (docs/RELIABILITY.md). */
 typedef struct trace_event {
-    uint64_t size;     /* EV_ALLOC: bytes requested */
-    hbm_stream stream; /* EV_ALLOC: stream */
-    uint32_t slot;     /* EV_ALLOC / EV_FREE / EV_PENDING: dense index of the block's id */
-    uint8_t kind;
-    uint8_t pended;    /* EV_FREE: the block's free was requested earlier (EV_PENDING): this completes it */
-    uint32_t line;     /* source line, for messages */
+    uint64_t size;       /* EV_ALLOC: bytes requested */
+    hbm_stream stream;   /* EV_ALLOC: stream */
+    uint32_t slot : 28;  /* EV_ALLOC / EV_FREE / EV_PENDING: dense index of the block's id (TRACE_MAX_SLOTS) */
+    uint32_t kind : 3;
+    uint32_t pended : 1; /* EV_FREE: the block's free was requested earlier (EV_PENDING): this completes it */
+    uint32_t line;       /* source line, for messages */
 } trace_event;
+
+#define TRACE_MAX_SLOTS ((size_t)1 << 28) /* blocks live at once: more is refused as out of host memory */
 
 /* The state a recording began in (PyTorch snapshots whose history starts mid-run), worked back from the
  * snapshot's segments at the end through the history: the segments reserved and the blocks live then. */
@@ -51,6 +55,7 @@ typedef struct trace_recorded {
     int has_settings;
     char settings[400];      /* what it ran: from the snapshot's parsed allocator_settings fields */
     char settings_raw[256];  /* the PYTORCH_CUDA_ALLOC_CONF string it recorded */
+    char settings_dropped[256]; /* entries of that string not applied: settings read from a file never name files */
     uint64_t preexisting;    /* blocks live when recording began: the first `preexisting` events allocate them */
     uint64_t freed_preexisting; /* of those, freed during the recording */
     uint64_t skipped_frees;  /* frees of blocks the history cannot place (not replayable) */
@@ -76,6 +81,9 @@ typedef struct trace_meta {
     char **texts;      /* the distinct stacks: frames innermost first, "name\tfile\tline" joined by '\n' */
     size_t ntexts, cap_texts;
     u64map index;      /* a stack's hash -> its index */
+    size_t scanned;    /* characters of stack text read to intern them: readers intern a stack once per distinct
+                          frames, not once per allocation (the tests' measure of the work) */
+    uint64_t dropped;  /* frames lists whose stack was not kept: the stack text built passed the readers' bound */
 } trace_meta;
 
 typedef struct trace {
@@ -85,6 +93,7 @@ typedef struct trace {
     size_t nstreams;   /* distinct streams seen */
     uint64_t allocs, frees, pending; /* pending: EV_PENDING events */
     const char *format; /* "hbmtrace", "pytorch-snapshot", "rmm-csv", "lifetimes-csv" */
+    size_t bytes;       /* of the file read (trace_read_any): what the memory bound of docs/RELIABILITY.md is for */
     trace_recorded rec;
     trace_meta meta;
 } trace;
@@ -92,6 +101,10 @@ typedef struct trace {
 /* Event i's time and stack (an allocation's frames, as hbm_label_intern takes them). 0, or -1 when host memory ran
  * out. */
 int trace_meta_set(trace *t, size_t i, uint64_t time_us, const char *stack);
+/* A stack kept once however many events name it: its index in texts, or 0 when host memory ran out. */
+uint32_t trace_meta_intern(trace *t, const char *stack);
+/* Event i's time and stack by index (trace_meta_intern's, 0: none). 0, or -1 when host memory ran out. */
+int trace_meta_set_index(trace *t, size_t i, uint64_t time_us, uint32_t stack);
 uint64_t trace_time(const trace *t, size_t i);
 const char *trace_stack(const trace *t, size_t i);
 void trace_meta_free(trace_meta *m);
@@ -99,6 +112,8 @@ void trace_meta_free(trace_meta *m);
 /* Builds a trace from (key, event) pairs, resolving keys (ids, addresses) to slots. */
 typedef struct trace_builder trace_builder;
 trace_builder *tb_new(trace *t);
+/* A builder whose keys are 0 .. nkeys-1 (row numbers): 8 bytes a key instead of a hash table's 34 or more. */
+trace_builder *tb_new_dense(trace *t, size_t nkeys);
 /* 0, or -1 (key already live: *line_of_live gets its line) or -2 (out of memory). */
 int tb_alloc(trace_builder *b, uint64_t key, uint64_t size, hbm_stream stream, uint32_t line, uint32_t *line_of_live);
 /* 0, or -1 (key not live) or -2 (out of memory). */
@@ -130,6 +145,14 @@ int trace_read_lifetimes_mem(const char *name, const char *data, size_t len, tra
 /* Any supported format, told apart by content; an empty, compressed, JSON or binary file is refused with what
  * it is and what to do. */
 int trace_read_any(const char *path, int device, trace *t, char *err, size_t errlen);
+/* Text lines end in LF, CRLF or a CR alone (every reader: a CR never drops the rest of its line). The start of the
+ * next line after p. */
+const char *trace_next_line(const char *p, const char *end);
+/* 3 when data begins with a UTF-8 byte order mark (read as nothing), else 0. */
+size_t trace_bom(const char *data, size_t len);
+/* What an open file is when it is no file to read ("a directory", "a device": /dev/zero never ends, "a socket"),
+ * NULL for a regular file or a pipe. */
+const char *trace_not_a_file(int fd);
 /* Read a whole file (bounded); 0 or -1 with a message. */
 int trace_slurp(const char *path, unsigned char **data, size_t *len, char *err, size_t errlen);
 
