@@ -228,4 +228,18 @@ expect 2 "$T/out" "unknown option"
 doc "$BIN" doctor --no-env --log "$T/missing.log" >"$T/out" 2>&1; rc=$?
 expect 2 "$T/out" "cannot open log"
 
+# Issue #28 item 13: a FIFO where a version file is expected blocked the doctor for ever (files were opened before
+# they were checked); a device named as a log (/dev/zero) was read without end. Version files are opened without
+# blocking and read only when regular; a log that is a device is refused by name.
+case=fifo-in-root
+cp -R "$D/root-good" "$T/root-fifo" && chmod -R u+w "$T/root-fifo"
+rm -f "$T/root-fifo/usr/local/Ascend/driver/version.info"
+mkfifo "$T/root-fifo/usr/local/Ascend/driver/version.info"
+doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt timeout 60 "$BIN" doctor --root "$T/root-fifo" >"$T/out" 2>&1; rc=$?
+[ "$rc" -ne 124 ] || fail "$case: blocked on the FIFO"
+expect 0 "$T/out" "firmware                 7.5.0.1.129"
+case=log-device
+doc timeout 60 "$BIN" doctor --no-env --log /dev/zero >"$T/out" 2>&1; rc=$?
+expect 2 "$T/out" "log /dev/zero is not a regular file (a device)"
+
 [ $fails -eq 0 ] && echo "doctor: all cases passed" || { echo "doctor: $fails failures"; exit 1; }

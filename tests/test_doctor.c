@@ -1,4 +1,9 @@
 /* test_doctor.c: hbmalloc doctor's parsers and log recognisers, on real log lines (tests/data/doctor/SOURCES.md). */
+#define _GNU_SOURCE /* fopencookie */
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+
 #include "helpers.h"
 
 #include "doctor.h"
@@ -199,6 +204,70 @@ static void npu_runtime_error_codes(void **st)
     doctor_free(&d);
 }
 
+/* A log as a stream: an OOM line, then `endless` bytes with no line end, then a read error (EIO). The heap's
+ * highest use while it is read is noted (mallinfo2; 0 where a sanitizer's allocator does not say). */
+typedef struct failing_log {
+    size_t at, endless;
+    size_t heap0, heap_peak;
+} failing_log;
+
+static const char oom_line[] = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 1.96 "
+                               "GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB reserved in "
+                               "total by PyTorch)\n";
+
+static size_t heap_in_use(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+static ssize_t failing_read(void *cookie, char *buf, size_t size)
+{
+    failing_log *l = cookie;
+    size_t h = heap_in_use();
+    l->heap_peak = h > l->heap_peak ? h : l->heap_peak;
+    size_t n = 0, first = sizeof oom_line - 1;
+    while (n < size && l->at < first)
+        buf[n++] = oom_line[l->at++];
+    while (n < size && l->at < first + l->endless)
+        buf[n++] = 'x', l->at++;
+    if (n)
+        return (ssize_t)n;
+    errno = EIO;
+    return -1;
+}
+
+/* Issue #28 item 13: a log line was read whole whatever its length (getline), so --log /dev/zero grew without
+ * bound, and under a memory limit getline's failure was taken for the end of the file: "No problems found", exit 0.
+ * Lines are read up to 64 KiB (the rest skipped), and a read error is a finding, after what was read before it. */
+static void a_read_error_is_a_finding_and_an_endless_line_stays_bounded(void **st)
+{
+    (void)st;
+    failing_log l = {0, 8 << 20, 0, 0};
+    l.heap0 = heap_in_use();
+    cookie_io_functions_t io = {.read = failing_read};
+    FILE *fp = fopencookie(&l, "r", io);
+    assert_non_null(fp);
+    doctor d;
+    doctor_init(&d);
+    char err[256];
+    assert_int_equal(doctor_log_stream(&d, fp, "failing.log", err, sizeof err), 0);
+    fclose(fp);
+    int oom = 0, unreadable = 0;
+    for (size_t i = 0; i < d.n; i++) {
+        oom |= !strncmp(d.f[i].id, "oom-", 4);
+        if (!strcmp(d.f[i].id, "log-unreadable")) {
+            unreadable = 1;
+            assert_int_equal(d.f[i].severity, SEV_ERROR);
+            has_text(d.f[i].evidence, "failing.log:3: the read failed");
+        }
+    }
+    assert_true(oom && unreadable);
+    if (l.heap_peak > l.heap0 + (1 << 20))
+        fail_msg("the heap grew by %zu bytes reading an endless line", l.heap_peak - l.heap0);
+    doctor_free(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -213,6 +282,7 @@ int main(void)
         cmocka_unit_test(hccl_codes_by_name_with_a_checklist),
         cmocka_unit_test(npu_runtime_error_codes),
         cmocka_unit_test(garbled_numbers_are_clamped_not_undefined),
+        cmocka_unit_test(a_read_error_is_a_finding_and_an_endless_line_stays_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

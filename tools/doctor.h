@@ -69,9 +69,10 @@ int doctor_main(int argc, char **argv);
 
 /* The environment under root ("/" normally; a test tree in tests). */
 void doctor_env(doctor *d, const char *root);
-/* One log file; 0, or -1 with err set (unreadable). */
+/* One log file; 0, or -1 with err set (it cannot be opened, or is a device, a directory or a socket). A read error
+ * partway is a finding (log-unreadable), never the end of the log. Lines are read up to 64 KiB each. */
 int doctor_log(doctor *d, const char *path, char *err, size_t errlen);
-/* The same from an open stream; name is what the findings cite. */
+/* The same from an open stream; name is what the findings cite. 0, or -1 when host memory ran out. */
 int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t errlen);
 
 /* A PyTorch or torch_npu version, or the probe warning only some releases print, in one log line. */

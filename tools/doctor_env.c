@@ -10,12 +10,14 @@
 #define _GNU_SOURCE /* memmem */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -101,14 +103,28 @@ int doctor_in_ranges(const char *v, const char *ranges)
 
 /* ---- files and commands ---- */
 
+/* A version file under --root, at most max bytes; NULL when it is absent or not a regular file. Opened without
+ * blocking (a FIFO blocks in open() until a writer comes, maybe never) and read only when it is a regular file (a
+ * device or a pipe could block or never end): the doctor is run when something is wrong with the machine. */
 static char *slurp_file(const char *path, size_t max)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
         return NULL;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return NULL;
+    }
     char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max, f) : 0;
-    fclose(f);
+    size_t n = 0;
+    while (buf && n < max) {
+        ssize_t got = read(fd, buf + n, max - n);
+        if (got <= 0)
+            break; /* the end, or an error: what was read is judged (a version line is short) */
+        n += (size_t)got;
+    }
+    close(fd);
     if (buf)
         buf[n] = 0;
     return buf;

@@ -8,6 +8,7 @@
  * and the first line that showed it.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "../src/backend/backend.h"
 #include "../src/util.h"
 #include "doctor.h"
+#include "trace.h"
 
 double doctor_size(const char *s, size_t *len)
 {
@@ -570,24 +572,60 @@ static int join_oom(const char *first, const ahead *a, char *buf, size_t cap)
     return 0;
 }
 
+/* One line of the log into buf (at most LOG_LINE - 1 bytes, NUL-terminated; the rest of a longer line is skipped:
+ * /dev/zero or a binary file has no line ends, and a line grown without bound ran out of memory, which getline
+ * reported as the end of the file). Its length, or -1 at the end of the file or a read error (ferror). */
+#define LOG_LINE (1 << 16)
+
+static ssize_t read_line(FILE *fp, char *buf)
+{
+    size_t n = 0;
+    int c = EOF, any = 0;
+    while ((c = getc_unlocked(fp)) != EOF) {
+        any = 1;
+        if (n + 1 < LOG_LINE)
+            buf[n++] = (char)c;
+        if (c == '\n')
+            break;
+    }
+    buf[n] = 0;
+    return any ? (ssize_t)n : -1;
+}
+
+/* A read error is a finding, never "no problems": what was read before it is reported, and so is where it stopped. */
+static void read_error(doctor *d, const char *name, long line, int errnum)
+{
+    finding *f = doctor_add(d, SEV_ERROR, "log-unreadable");
+    size_t plen = strlen(name);
+    plen = hbm__utf8_cut(name, plen > 200 ? 200 : plen);
+    snprintf(f->title, sizeof f->title, "the log could not be read to its end: %s", strerror(errnum));
+    snprintf(f->evidence, sizeof f->evidence, "%.*s:%ld: the read failed (%s)", (int)plen, name, line,
+             strerror(errnum));
+    snprintf(f->why, sizeof f->why, "what follows that line was not examined: the findings above are of the lines "
+                                    "before it, and the log may hold more");
+    doctor_next(f, "check that the file is whole and readable (a disk error, a file cut by a full disk, a network "
+                   "file system that went away), then run the doctor again");
+}
+
 int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t errlen)
 {
-    char *line = NULL;
-    size_t cap = 0;
+    char *line = malloc(LOG_LINE);
     ssize_t n;
     where w = {name, 0, NULL};
     ahead a = {{NULL}, {0}, 0};
-    int bad = 0;
+    if (!line) {
+        snprintf(err, errlen, "out of host memory reading log %.300s", name);
+        return -1;
+    }
     for (;;) {
         if (a.n) { /* lines read ahead and not part of an OOM message */
-            free(line);
-            line = a.line[0];
             n = (ssize_t)a.len[0];
-            cap = n + 1;
+            memcpy(line, a.line[0], (size_t)n + 1);
+            free(a.line[0]);
             memmove(a.line, a.line + 1, (size_t)(a.n - 1) * sizeof *a.line);
             memmove(a.len, a.len + 1, (size_t)(a.n - 1) * sizeof *a.len);
             a.n--;
-        } else if ((n = getline(&line, &cap, fp)) < 0) {
+        } else if ((n = read_line(fp, line)) < 0) {
             break;
         }
         w.line++;
@@ -595,17 +633,17 @@ int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t e
             continue;
         w.text = line;
         if (oom_start(line) && !oom_complete(line)) {
-            while (a.n < OOM_LOOKAHEAD) {
-                char *more = NULL;
-                size_t mcap = 0;
-                ssize_t m = getline(&more, &mcap, fp);
-                if (m < 0) {
-                    free(more);
+            char *more = malloc(LOG_LINE);
+            while (more && a.n < OOM_LOOKAHEAD) {
+                ssize_t m = read_line(fp, more);
+                char *copy = m < 0 ? NULL : malloc((size_t)m + 1);
+                if (!copy)
                     break;
-                }
-                a.line[a.n] = more;
+                memcpy(copy, more, (size_t)m + 1);
+                a.line[a.n] = copy;
                 a.len[a.n++] = (size_t)m;
             }
+            free(more);
             size_t jcap = (size_t)n + 16;
             for (int i = 0; i < a.n; i++)
                 jcap += a.len[i] + 1;
@@ -626,14 +664,12 @@ int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t e
         }
         one_line(d, &w, line);
     }
-    bad = ferror(fp);
+    int bad = ferror(fp), errnum = errno;
     free(line);
     for (int i = 0; i < a.n; i++)
         free(a.line[i]);
-    if (bad) {
-        snprintf(err, errlen, "error reading log %.300s at line %ld", name, w.line + 1);
-        return -1;
-    }
+    if (bad)
+        read_error(d, name, w.line + 1, errnum ? errnum : EIO);
     return 0;
 }
 
@@ -642,6 +678,12 @@ int doctor_log(doctor *d, const char *path, char *err, size_t errlen)
     FILE *fp = fopen(path, "rb");
     if (!fp) {
         snprintf(err, errlen, "cannot open log %.300s", path);
+        return -1;
+    }
+    const char *what = trace_not_a_file(fileno(fp));
+    if (what) { /* /dev/zero never ends: not a log */
+        snprintf(err, errlen, "log %.300s is not a regular file (%s): give a log file (a pipe is read too)", path, what);
+        fclose(fp);
         return -1;
     }
     int rc = doctor_log_stream(d, fp, path, err, errlen);
