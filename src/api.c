@@ -237,8 +237,9 @@ hbm_status hbm_destroy_report(hbm_allocator *a, char *msg, size_t msglen)
     a->tearing_down = true;
     /* Live blocks go back too: wait for the device's work first (a failure is counted and reported below; the
      * memory goes back regardless, there is nothing else to do with it). */
+    a->quiet_stamp = 0; /* live blocks too: an earlier wait covered only the free ones */
     if (a->segments && hbm__dev_quiesce_open(a) != HBM_OK)
-        a->quiesced = true;
+        a->quiet_stamp = hbm__free_stamp(a);
     hbm__engine_teardown(a);
     hbm__ptrmap_free(&a->live);
     hbm__unlock(a);
@@ -331,6 +332,7 @@ void hbm_reset_accumulated_stats(hbm_allocator *a)
         return;
     hbm__lock(a);
     hbm__stats_reset_accumulated(&a->stats);
+    a->stat_resets++; /* the frees counted there are compared across a wait with the lock open (device.c) */
     hbm__unlock(a);
 }
 

@@ -136,95 +136,119 @@ hbm_status hbm__dev_malloc_done(hbm_allocator *a, size_t size, int rc, uint64_t 
     return end(a, t0, HBM__OP_MALLOC, size, rc);
 }
 
+/* ---- waiting for the device before memory goes back to it ----
+ *
+ * The raw calls (no allocator state touched: they may run with the lock released) and their accounting, made
+ * under the lock. HBM__BE_QUEUE: a framework's queue could not be flushed (its own code is lost: it is not the
+ * backend's). */
+#define HBM__BE_QUEUE (-3)
+
 /* Launches still in a framework's host queue are not on the device's streams yet: push them first, so that an
  * event recorded or a stream synchronized covers them. */
-static hbm_status flush_queue(hbm_allocator *a)
+static int flush_raw(hbm_backend *b)
 {
-    hbm_host_queue *q = &BE(a)->queue;
-    if (!q->flush || a->flushed)
-        return HBM_OK;
-    int rc = q->flush(q->ctx);
-    if (rc == 0)
-        return HBM_OK;
+    hbm_host_queue *q = &b->queue;
+    return q->flush && q->flush(q->ctx) ? HBM__BE_QUEUE : 0;
+}
+
+/* All of the device's work: with a framework's queue, its own entry (torch_npu's npuSynchronizeDevice empties the
+ * task queue first); else the queue flushed, then the device synchronized. */
+static int device_sync_raw(hbm_backend *b, int device)
+{
+    hbm_host_queue *q = &b->queue;
+    int rc = q->sync_device ? 0 : flush_raw(b);
+    return rc ? rc : b->ops->device_sync(b->ctx, device, q->sync_device, q->ctx);
+}
+
+static hbm_status account(hbm_allocator *a, uint64_t t0, hbm__op op, int rc)
+{
+    (void)begin(a, op); /* counted now, under the lock; t0 was read before the call */
+    if (rc != HBM__BE_QUEUE)
+        return end(a, t0, op, 0, rc);
     a->dev.failed_calls++;
-    hbm__set_error(a, "%s device %d: the framework's launch queue could not be flushed (code %d): work it still "
-                   "holds is not covered", BE(a)->ops->name, a->device, rc);
+    hbm__set_error(a, "%s device %d: the framework's launch queue could not be flushed: the launches it still holds "
+                   "are not covered", BE(a)->ops->name, a->device);
     return HBM_ERR_BACKEND;
 }
 
-/* One wait for all of the device's work: with a framework's host queue, its own entry (torch_npu's
- * npuSynchronizeDevice empties the task queue first), else the queue flushed then the device synchronized. */
-static hbm_status device_sync(hbm_allocator *a)
+static uint64_t clock_start(hbm_allocator *a) { return BE(a)->caps.modelled_cost ? 0 : now_ns(); }
+
+/* Under the lock, before an event is recorded or a stream synchronized: the queue flushed, unless it was since the
+ * last free (a missed safe point with a framework's queue: counted, see hbm__dev_flush_open). */
+static hbm_status flush_locked(hbm_allocator *a)
 {
-    hbm_backend *b = BE(a);
-    hbm_host_queue *q = &b->queue;
-    int (*via)(void *) = q->sync_device;
-    if (!via) {
-        hbm_status rc = flush_queue(a);
-        if (rc != HBM_OK)
-            return rc;
-    }
-    uint64_t t0 = begin(a, HBM__OP_DEVSYNC);
-    return end(a, t0, HBM__OP_DEVSYNC, 0, b->ops->device_sync(b->ctx, a->device, via, q->ctx));
+    if (!BE(a)->queue.flush || a->flush_stamp == hbm__free_stamp(a))
+        return HBM_OK;
+    a->locked_framework_syncs++;
+    uint64_t t0 = clock_start(a);
+    return account(a, t0, HBM__OP_DEVSYNC, flush_raw(BE(a)));
 }
 
 /* Work queued on the device may still touch memory that is free in the cache (its owner launched it, then freed the
- * block, as frameworks do): before the first block goes back to the device, wait for all of it, once per locked
- * operation (hbm__unlock forgets it: new work may be launched as soon as the lock is released). This form never
- * releases the lock; with a framework's queue that is a missed safe point (hbm__dev_quiesce_open), counted. */
+ * block, as frameworks do): before the first block goes back to the device, wait for all of it. The wait holds
+ * until the next free (a->quiet_stamp). This form never releases the lock; with a framework's queue that is a
+ * missed safe point (hbm__dev_quiesce_open), counted. */
 hbm_status hbm__dev_quiesce(hbm_allocator *a)
 {
-    if (a->quiesced || !BE(a)->caps.device_work)
+    uint64_t stamp = hbm__free_stamp(a);
+    if (a->quiet_stamp == stamp || !BE(a)->caps.device_work)
         return HBM_OK;
-    if (BE(a)->queue.flush || BE(a)->queue.sync_device)
+    if (hbm__framework_queue(a))
         a->locked_framework_syncs++;
-    hbm_status rc = device_sync(a);
-    a->quiesced = rc == HBM_OK;
+    uint64_t t0 = clock_start(a);
+    hbm_status rc = account(a, t0, HBM__OP_DEVSYNC, device_sync_raw(BE(a), a->device));
+    if (rc == HBM_OK)
+        a->quiet_stamp = a->flush_stamp = stamp;
     return rc;
 }
 
 /* The same at a safe point of an operation: the caller reads no state across it. A framework's queue is waited for
  * with the allocator's lock released, as torch_npu's own allocator does (NPUCachingAllocator.cpp, UnlockGuard): the
  * queue's worker thread may free or allocate through this allocator while it drains (a garbage collection run by
- * an operator's compile; workspaces under TASK_QUEUE_ENABLE=2), and would wait for the lock forever. Blocks freed
+ * an operator's compile; workspaces under TASK_QUEUE_ENABLE=2), and would wait for the lock forever. A block freed
  * while the lock was open may carry work launched after the wait began: then it is waited for again. */
 hbm_status hbm__dev_quiesce_open(hbm_allocator *a)
 {
     hbm_backend *b = BE(a);
-    if (a->quiesced || !b->caps.device_work)
+    if (a->quiet_stamp == hbm__free_stamp(a) || !b->caps.device_work)
         return HBM_OK;
-    if (!b->queue.flush && !b->queue.sync_device)
+    if (!hbm__framework_queue(a))
         return hbm__dev_quiesce(a);
+    int device = a->device;
     for (int round = 0; round < 8; round++) {
-        uint64_t frees = a->nfrees;
+        uint64_t stamp = hbm__free_stamp(a), t0 = clock_start(a);
         hbm__unlock(a);
-        hbm_status rc = device_sync(a);
+        int raw = device_sync_raw(b, device);
         hbm__lock(a);
+        hbm_status rc = account(a, t0, HBM__OP_DEVSYNC, raw);
         if (rc != HBM_OK)
             return rc;
-        if (a->nfrees == frees) {
-            a->quiesced = true;
+        if (hbm__free_stamp(a) == stamp) {
+            a->quiet_stamp = a->flush_stamp = stamp;
             return HBM_OK;
         }
     }
     /* Frees kept coming while the queue drained: waiting with the lock held could deadlock (see above); nothing is
      * given back this time. */
     hbm__set_error(a, "%s device %d: blocks kept being freed while the framework's launch queue drained (8 rounds): "
-                   "nothing was given back to the device this time", b->ops->name, a->device);
+                   "nothing was given back to the device this time", b->ops->name, device);
     return HBM_ERR_BACKEND;
 }
 
-/* Launches a framework's queue still holds for blocks that other streams use, pushed to the device before events
- * are recorded for them: at a safe point, with the lock released (see hbm__dev_quiesce_open). */
+/* Before events are recorded for a block being freed: the launches a framework's queue still holds pushed to the
+ * device, at a safe point, with the lock released (see hbm__dev_quiesce_open). Launches made before any free
+ * counted in the stamp are on the device after it. */
 hbm_status hbm__dev_flush_open(hbm_allocator *a)
 {
-    if (!BE(a)->queue.flush)
+    if (!BE(a)->queue.flush || a->flush_stamp == hbm__free_stamp(a))
         return HBM_OK;
+    uint64_t t0 = clock_start(a);
     hbm__unlock(a);
-    hbm_status rc = flush_queue(a);
+    int raw = flush_raw(BE(a));
     hbm__lock(a);
+    hbm_status rc = account(a, t0, HBM__OP_DEVSYNC, raw);
     if (rc == HBM_OK)
-        a->flushed = true;
+        a->flush_stamp = hbm__free_stamp(a); /* frees made meanwhile flush for their own blocks */
     return rc;
 }
 
@@ -282,9 +306,7 @@ hbm_status hbm__dev_sync(hbm_allocator *a, hbm_stream stream)
 {
     if (!BE(a)->ops->stream_sync)
         return HBM_OK;
-    if (BE(a)->queue.flush && !a->flushed)
-        a->locked_framework_syncs++;
-    hbm_status rc = flush_queue(a);
+    hbm_status rc = flush_locked(a);
     if (rc != HBM_OK)
         return rc;
     CALL(a, HBM__OP_SYNC, 0, BE(a)->ops->stream_sync(CTX(a), a->device, stream));
@@ -343,9 +365,7 @@ hbm_status hbm__dev_event_destroy(hbm_allocator *a, uint64_t ev)
 
 hbm_status hbm__dev_event_record(hbm_allocator *a, uint64_t ev, hbm_stream stream)
 {
-    if (BE(a)->queue.flush && !a->flushed)
-        a->locked_framework_syncs++;
-    hbm_status rc = flush_queue(a);
+    hbm_status rc = flush_locked(a);
     if (rc != HBM_OK)
         return rc;
     CALL(a, HBM__OP_EVENT, 0, BE(a)->ops->event_record(CTX(a), a->device, ev, stream));

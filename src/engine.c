@@ -886,7 +886,6 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
     if (!ptr)
         return HBM_OK;
     hbm__lock(a);
-    a->nfrees++;
     hbm_status rc = HBM_OK;
     hbm__block *b = hbm__ptrmap_del(&a->live, (uintptr_t)ptr);
     if (!b) {

@@ -149,9 +149,12 @@ typedef struct hbm__event_queue {
 struct hbm_allocator {
     pthread_mutex_t lock;
     bool single_thread; /* set once at creation by hbm__set_single_thread: no lock is taken */
-    bool quiesced;      /* the device's work was waited for since the lock was taken (hbm__dev_quiesce) */
-    bool flushed;       /* a framework's launch queue was flushed since (hbm__dev_flush_open) */
-    uint64_t nfrees;    /* hbm_free calls: a wait with the lock open is redone when blocks were freed meanwhile */
+    /* When the device's work was last waited for (hbm__dev_quiesce) and a framework's launch queue last flushed
+     * (hbm__dev_flush_open), as the free stamp then (hbm__free_stamp; 0: never). A wait holds while no block has been
+     * freed since: a block can only carry work launched before the wait if it was freed after it. Nothing on the fast
+     * path maintains it: the stamp is the statistics' count of frees. */
+    uint64_t quiet_stamp, flush_stamp;
+    uint64_t stat_resets; /* hbm_reset_accumulated_stats calls, part of the free stamp */
     uint64_t locked_framework_syncs; /* a framework's queue waited for with the lock held: a missed safe point */
     hbm_backend *backend;
     bool owns_backend;
@@ -243,7 +246,6 @@ static inline void hbm__lock(hbm_allocator *a)
 
 static inline void hbm__unlock(hbm_allocator *a)
 {
-    a->quiesced = a->flushed = false; /* new work may be launched on any block as soon as the lock is released */
     if (!a->single_thread)
         pthread_mutex_unlock(&a->lock);
 }
@@ -316,6 +318,13 @@ hbm_status hbm__dev_quiesce(hbm_allocator *a);
 hbm_status hbm__dev_quiesce_open(hbm_allocator *a);
 /* A framework's queue flushed at a safe point, lock released (before events are recorded for a freed block). */
 hbm_status hbm__dev_flush_open(hbm_allocator *a);
+/* Changes whenever a block is freed (never 0): every hbm_free counts in allocation[ALL].freed, which only
+ * hbm_reset_accumulated_stats sets back, and that counts in stat_resets. */
+static inline uint64_t hbm__free_stamp(const hbm_allocator *a)
+{
+    return ((uint64_t)a->stats.allocation[HBM_POOL_ALL].freed ^ (a->stat_resets << 40)) + 1;
+}
+
 /* A framework's launch queue sits in front of the device (hbm_backend_set_host_queue). */
 static inline bool hbm__framework_queue(const hbm_allocator *a)
 {
