@@ -35,7 +35,8 @@ def main():
         return
     checks = [("oom", check_oom), ("memory_stats", check_stats), ("empty_cache", check_empty_cache),
               ("record_stream", check_record_stream), ("cuda_graph", check_graph), ("compile", check_compile),
-              ("snapshot_frames", check_snapshot)]
+              ("snapshot_frames", check_snapshot), ("history_defaults", check_history_defaults),
+              ("context_after_empty_cache", check_context), ("accelerator", check_accelerator)]
     for name, fn in checks:
         try:
             ok, detail = fn(torch, hbmalloc_torch, outdir)
@@ -168,6 +169,52 @@ def check_snapshot(torch, h, outdir):
     names = [f["name"] for f in allocs[-1]["frames"]] if allocs else []
     del t
     return "make_activation" in names, "frames of the last alloc: %s" % names[:4]
+
+
+def check_history_defaults(torch, h, outdir):
+    """_record_memory_history() with torch's defaults (max_entries=sys.maxsize, memory.py): entries recorded."""
+    torch.cuda.memory._record_memory_history()
+    keep = [torch.empty(n << 20, dtype=torch.uint8, device="cuda") for n in (1, 2, 3)]
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    allocs = [e for e in snap["device_traces"][torch.cuda.current_device()] if e["action"] == "alloc"]
+    del keep
+    return len(allocs) >= 3, "%d alloc entries recorded" % len(allocs)
+
+
+def check_context(torch, h, outdir):
+    """The caller's CUDA context and device are the same after empty_cache() (hbmalloc's device guard restores them:
+    docs/CONTRACTS.md, cuCtxGetCurrent / cuCtxSetCurrent)."""
+    import ctypes
+    cu = ctypes.CDLL("libcuda.so.1")
+    get = cu.cuCtxGetCurrent
+    get.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+
+    def current():
+        ctx = ctypes.c_void_p()
+        rc = get(ctypes.byref(ctx))
+        return rc, ctx.value
+
+    t = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    del t
+    before, dev = current(), torch.cuda.current_device()
+    torch.cuda.empty_cache()
+    h.empty_cache()
+    after = current()
+    x = torch.ones(16, device="cuda").sum().item()  # the next op runs where it should
+    return before == after and torch.cuda.current_device() == dev and x == 16.0, \
+        "context %s -> %s, device %d" % (before, after, dev)
+
+
+def check_accelerator(torch, h, outdir):
+    """torch.accelerator's memory API (2.8 and later) answers with hbmalloc's figures."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is None or not hasattr(acc, "memory_allocated"):
+        return True, "torch %s has no torch.accelerator memory API" % torch.__version__
+    t = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+    a, c = acc.memory_allocated(), torch.cuda.memory_allocated()
+    del t
+    return a == c > 0, "accelerator %d, cuda %d" % (a, c)
 
 
 if __name__ == "__main__":
