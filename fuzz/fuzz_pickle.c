@@ -1,8 +1,9 @@
 /* fuzz_pickle.c: the snapshot pickle reader on snapshot-shaped inputs (seeds in fuzz/corpus/pickle are real and
  * hbmalloc-written snapshots and memo-reference shapes; fuzz/pickle.dict gives the fuzzer the snapshot's keys and
- * opcodes). Besides crashes and undefined behaviour it checks the reader's bound: a trace read from N bytes has
- * at most 2N operations (an event or a live block costs at least a memo reference of 2 bytes), however the memo
- * shares values; what reads is replayed with the validator. */
+ * opcodes). Besides crashes and undefined behaviour it checks the reader's bounds, however the memo shares values:
+ * a trace read from N bytes has at most N operations (events and live blocks past one per 8 bytes are refused,
+ * each making at most a few), and the stack text it reads to intern stacks is at most twice what it may build
+ * (2N characters above 1 MiB, a stack of 16 KiB past it); what reads is replayed with the validator. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,8 +48,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             continue;
         }
-        if (t.n + t.rec.nseed_blocks + t.rec.nseed_segments > 2 * size + 16)
+        if (t.n + t.rec.nseed_blocks + t.rec.nseed_segments > size + 16)
             abort(); /* the work was not bounded by the input */
+        if (t.meta.scanned > 2 * (2 * size + (1 << 20) + 16384))
+            abort(); /* stacks were built again per allocation, or past the bound */
         fuzz_replay_and_free(&t);
     }
     free(copy);
