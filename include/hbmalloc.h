@@ -431,8 +431,9 @@ HBM_API int hbm_check(hbm_allocator *a, char *report, size_t len);
 /* ---- Live statistics for monitors (`hbmalloc top`, docs/MONITOR.md) --------------------------------------
  * An allocator with hbm_publish:True in its settings (the PyTorch plug-ins: unless hbm_publish:False) keeps its
  * statistics in a record in shared memory: a file of hbm_record_dir(), mode 0600, named
- * hbmalloc-UID-PID-DEVICE-N, updated at every segment change and OOM and at least once a second by a thread of
- * the library, removed by hbm_destroy and at exit. Its layout is the library's own: read it with hbm_record_read. */
+ * hbmalloc-UID-PID-DEVICE-RANDOM (64 random bits: no other user can take the name first), locked (flock) by its
+ * writer for its life, updated at every segment change and OOM and at least once a second by a thread of the
+ * library, removed by hbm_destroy and at exit. Its layout is the library's own: read it with hbm_record_read. */
 typedef struct hbm_record {
     int64_t pid;
     uint64_t start_time;   /* the process's start (/proc/PID/stat field 22): a reused PID is not taken for it */
@@ -460,8 +461,8 @@ HBM_API const char *hbm_record_dir(void);
  * (the reason in hbm_last_error; the allocator is unaffected). */
 #define HBM_PUBLISH_UNLESS_SET_OFF 2
 HBM_API hbm_status hbm_publish(hbm_allocator *a, int on);
-/* Read one record. HBM_OK: a live process's record, copied consistently; HBM_ERR_STALE: its process has exited
- * (or its PID was reused); HBM_ERR_INVALID: not a record, or not safe to trust — not a regular file, not owned
+/* Read one record. HBM_OK: a live process's record, copied consistently; HBM_ERR_STALE: its writer is gone (nobody
+ * holds the record's lock, in any PID namespace); HBM_ERR_INVALID: not a record, or not safe to trust — not a regular file, not owned
  * by this user, readable or writable by others — with the reason in why. Nothing is written or removed. */
 HBM_API hbm_status hbm_record_read(const char *path, hbm_record *out, char *why, size_t whylen);
 
