@@ -24,6 +24,18 @@ expect_expandable = os.environ.get("HBM_EXPECT_EXPANDABLE")
 if expect_expandable:
     os.environ.pop("HBMALLOC_CONF", None)
 lib = h.library(lib_path or None)
+# On the fake CUDA driver: the calling thread has no context, and every call of the plug-in must leave it so (the
+# device guard gives the caller's context back, NULL included: docs/CONTRACTS.md, cuCtxGetCurrent/cuCtxSetCurrent).
+fake_cuda = None
+backend = os.environ.get("HBMALLOC_BACKEND", "")
+if backend.startswith("cuda:lib="):
+    import ctypes
+    fake_cuda = ctypes.CDLL(backend[len("cuda:lib="):])
+
+
+def no_context_left(what):
+    if fake_cuda is not None:
+        assert fake_cuda.fake_cuda_current() == -1, "%s left a CUDA context current on the thread" % what
 if not lib_path:  # found by itself, in the installed package
     import hbmalloc
     assert os.path.dirname(lib.path) == hbmalloc.lib_dir(), (lib.path, hbmalloc.lib_dir())
@@ -40,6 +52,7 @@ def layer_forward(n):  # the frame the snapshot must show for these allocations
 
 ptrs = [layer_forward(n) for n in (1 << 20, 3 << 20, 100 << 20)]
 assert all(ptrs), "allocation failed: " + h._error()
+no_context_left("alloc")
 # The plug-in published this device's allocator without being asked (hbm_publish, docs/MONITOR.md): one record,
 # named for this user, process and device, readable by this user only.
 recs = glob.glob(os.path.join(top_dir, "hbmalloc-%d-%d-0-*" % (os.geteuid(), os.getpid())))
@@ -92,6 +105,7 @@ for p in (ptrs[0], ptrs[2], inner, opt):
     lib.hbm_torch_free(p, 0, 0, None)
 assert h.empty_cache() == 0
 assert h.stats()["reserved_bytes.all.current"] == 0
+no_context_left("free and empty_cache")
 
 
 # Step boundaries (hbm_step): step() counts; hook_optimizer calls it after each optimizer.step, through torch's
