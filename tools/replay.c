@@ -377,6 +377,9 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
     if (t->rec.skipped_frees)
         fprintf(out, "                    %llu frees of blocks the history cannot place were skipped\n",
                 (unsigned long long)t->rec.skipped_frees);
+    if (t->meta.dropped)
+        fprintf(out, "stacks:             those of %llu frames lists not kept: the stack text built passed 2 characters "
+                     "per byte of the snapshot (docs/TOOL.md)\n", (unsigned long long)t->meta.dropped);
     fprintf(out, "events replayed:    %zu of %zu\n", r->events_done, t->n);
     fprintf(out, "peak requested:     %s (%lld bytes)\n", preq, (long long)s->requested_bytes[HBM_POOL_ALL].peak);
     fprintf(out, "peak allocated:     %s (%lld bytes)\n", pa, (long long)s->allocated_bytes[HBM_POOL_ALL].peak);
