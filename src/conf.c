@@ -720,7 +720,79 @@ static const char *dialect_var(hbm_dialect d)
     return d == HBM_DIALECT_NPU ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
 }
 
+/* Optimal string alignment distance (an adjacent swap is one edit), or cap + 1 when it is more than cap. */
+static size_t edits(const char *a, const char *b, size_t cap)
+{
+    size_t n = strlen(a), m = strlen(b);
+    if (n > MAX_TOKEN_LEN || m > MAX_TOKEN_LEN || (n > m ? n - m : m - n) > cap)
+        return cap + 1;
+    size_t row[3][MAX_TOKEN_LEN + 1]; /* rows i-2, i-1 and i, in turn */
+    for (size_t j = 0; j <= m; j++)
+        row[0][j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t *cur = row[i % 3], *up = row[(i + 2) % 3], *up2 = row[(i + 1) % 3], best = cur[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t d = up[j - 1] + (a[i - 1] != b[j - 1]);
+            if (up[j] + 1 < d)
+                d = up[j] + 1;
+            if (cur[j - 1] + 1 < d)
+                d = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d)
+                d = up2[j - 2] + 1;
+            cur[j] = d;
+            if (d < best)
+                best = d;
+        }
+        if (best > cap)
+            return cap + 1;
+    }
+    return row[n % 3][m];
+}
+
+const char *hbm__nearest(const char *word, const char *const *names, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(names[i]), cap = len / 4 > 2 ? len / 4 : 2;
+        size_t d = edits(word, names[i], cap);
+        if (d <= cap && d < best_d && d < len) {
+            best = names[i];
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+static bool key_known(const rules *r, const key_def *k, hbm_dialect d);
+
+/* What the user likely meant by a key nobody knows: KEY=VALUE for KEY:VALUE, or the nearest key this release
+ * reads in this variable (hbmalloc's own keys only where they are allowed). */
+static void hint_key(const rules *r, const tok *key, const key_def *k, hbm__sbuf *sb)
+{
+    if (k)
+        return;
+    const char *eq = strchr(key->s, '=');
+    if (eq) {
+        char name[MAX_TOKEN_LEN];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - key->s), key->s);
+        if (find_key(name)) {
+            hbm__sb_printf(sb, "; a key and its value are separated by ':', not '=': write '%s:%s'", name, eq + 1);
+            return;
+        }
+    }
+    const char *names[sizeof keys / sizeof keys[0]];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (key_known(r, &keys[i], r->rel->dialect) && (r->strict || !is_hbm_key(&keys[i])))
+            names[n++] = keys[i].name;
+    const char *near = hbm__nearest(key->s, names, n);
+    if (near)
+        hbm__sb_printf(sb, "; did you mean '%s'?", near);
+}
+
 /* The framework's words for a key it does not know, and when it would. */
+
 static void unknown_key(const rules *r, const tok *key, const key_def *k, char *err, size_t errlen)
 {
     hbm_dialect d = r->rel->dialect;
@@ -737,6 +809,7 @@ static void unknown_key(const rules *r, const tok *key, const key_def *k, char *
     } else {
         hbm__sb_printf(&sb, "Unrecognized CachingAllocator option: %s (character %zu)", key->s, key->pos);
     }
+    hint_key(r, key, k, &sb);
     char since[200];
     if (k && hbm__release_key_since(d, key->s, since, sizeof since))
         hbm__sb_printf(&sb, "; %s is known from %s on, not to %s", key->s, since, r->rel->name);
@@ -956,8 +1029,8 @@ hbm_status hbm__conf_load(hbm__conf *c, const char *explicit_settings, hbm_diale
     snprintf(c->source, sizeof c->source, "%s", src);
     char inner[400];
     hbm_status rc = hbm__conf_parse(c, s, d, inner, sizeof inner);
-    if (rc != HBM_OK)
-        snprintf(err, errlen, "%s (from %s)", inner, src);
+    if (rc != HBM_OK) /* "explicit" is the caller's own string: hbm_open's argument (the tool's --conf) */
+        snprintf(err, errlen, "%s (from %s)", inner, strcmp(src, "explicit") ? src : HBM__FROM_ARGUMENT);
     return rc;
 }
 

@@ -55,6 +55,45 @@ check conf_bad 2 "strictly between 0 and 1" "$bin" conf "garbage_collection_thre
 check conf_npu 0 "dialect: npu" "$bin" conf "base_addr_aligned_kb:4" --dialect npu
 check conf_env 0 "source: PYTORCH_CUDA_ALLOC_CONF" env -u HBMALLOC_CONF PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$bin" conf
 check unknown_command 2 "unknown command" "$bin" frobnicate
+# Issue #29 item 4: plain `hbmalloc` and a mistyped command get a screen (one line per command) and the nearest
+# command, not the 80 lines of every option; --help stays whole.
+check no_command 2 "^  hbmalloc replay TRACE " "$bin"
+check unknown_command_nearest 2 "unknown command 'replya': did you mean 'hbmalloc replay'?" "$bin" replya
+check help_whole 0 "--min-capacity" "$bin" --help
+for args in "" "replya" "frobnicate"; do
+    # shellcheck disable=SC2086
+    n=$("$bin" $args 2>&1 | wc -l)
+    if [ "$n" -le 14 ]; then echo "ok   short_usage '$args' ($n lines)"
+    else echo "FAIL short_usage '$args': $n lines"; fails=$((fails + 1)); fi
+done
+# Item 13: a mistyped key gets the nearest one this release reads; KEY=VALUE is pointed at ':'; a --conf string's
+# error says --conf, not "explicit".
+check conf_did_you_mean 2 "Unrecognized key 'expandable_segment' .*; did you mean 'expandable_segments'?" "$bin" conf \
+    expandable_segment:True
+check conf_did_you_mean_npu 2 "did you mean 'max_split_size_mb'?" "$bin" conf max_split_size:64 --dialect npu
+check conf_equals_for_colon 2 "separated by ':', not '=': write 'max_split_size_mb:64'" "$bin" conf max_split_size_mb=64
+check replay_conf_error_from_conf 2 "did you mean 'expandable_segments'? (from --conf)$" "$bin" replay "$ex" \
+    --conf expandable_segment:True
+# Item 14: a capacity without a unit is bytes, and said so; past the simulated device's limit, the limit is named.
+check capacity_without_unit 1 "warning: --capacity 80 has no unit: 80 bytes (for 80 GiB, write --capacity 80GiB)" \
+    "$bin" replay "$ex" --conf "" --capacity 80
+check capacity_in_bytes_noted 0 "note: --capacity 85899345920 has no unit: read as bytes, 80.00 GiB" \
+    "$bin" replay "$ex" --conf "" --capacity 85899345920
+check capacity_past_the_limit 2 "--capacity '1PiB' is more than the simulated device's limit, 8 TiB" "$bin" replay \
+    "$ex" --capacity 1PiB
+# Item 16: `conf STRING` says first, in one line, what the release does with it (runs it as ..., refuses it, or:
+# depends on the device's virtual memory, and both outcomes); its source is the command line, not the variable.
+combo=max_split_size_mb:32,garbage_collection_threshold:0.6,expandable_segments:True
+check conf_verdict_depends 0 "^verdict: depends on the device's virtual memory: torch_npu 2.1.0.post6 (v6.0.rc2-pytorch2.1.0), on a device with it, refuses it (invalid settings: .*; on one without, runs it as 'max_split_size_mb:32,garbage_collection_threshold:0.6' (expandable segments off)" \
+    sh -c '"$1" conf "$2" --torch-npu 2.1.0.post6 | head -1' sh "$bin" "$combo"
+check conf_verdict_vmm_no 0 "^verdict: torch_npu 2.1.0.post6 (v6.0.rc2-pytorch2.1.0) runs it as 'max_split_size_mb:32,garbage_collection_threshold:0.6' (expandable segments off)$" \
+    sh -c '"$1" conf "$2" --torch-npu 2.1.0.post6 --vmm no | head -1' sh "$bin" "$combo"
+check conf_verdict_lenient 0 "^verdict: PyTorch 2.6 runs it as 'max_split_size_mb:64'$" \
+    sh -c '"$1" conf max_split_size_mb:64abc --torch 2.6 | head -1' sh "$bin"
+check conf_verdict_refused 2 "^hbmalloc conf: refused by PyTorch 2.6: invalid setting .garbage_collection_threshold:2" "$bin" conf \
+    garbage_collection_threshold:2 --torch 2.6
+check conf_source_command_line 0 "^source: the command line, read as PYTORCH_NPU_ALLOC_CONF is$" "$bin" conf \
+    expandable_segments:True --torch-npu 2.1.0.post6
 check version 0 "hbmalloc 0.1.0" "$bin" version
 # A pending free (`p`: a block freed while another stream uses it, PyTorch's record_stream): its range is not
 # reused until its `f` (a second 12 MiB segment, not one), and allocated bytes fall at the request (peak 12 MiB,

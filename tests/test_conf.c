@@ -296,6 +296,34 @@ static void hbmalloc_policy_keys(void **st)
                                 "needs expandable_segments:True)"));
 }
 
+/* Issue #29 item 13: "did you mean" for a key one or two edits away (an adjacent swap counts one), among the keys
+ * this release reads in this dialect; KEY=VALUE is told to use ':'; an explicit string's error names it as the
+ * caller's argument, not "explicit"; the verdict itself is unchanged (refused). */
+static void a_mistyped_key_is_told_the_nearest_one(void **st)
+{
+    (void)st;
+    reject("expandable_segment:True", HBM_DIALECT_CUDA, "Unrecognized key 'expandable_segment'");
+    reject("expandable_segment:True", HBM_DIALECT_CUDA, "; did you mean 'expandable_segments'?");
+    reject("garbage_colelction_threshold:0.6", HBM_DIALECT_CUDA, "did you mean 'garbage_collection_threshold'?");
+    reject("base_addr_aligned:4", HBM_DIALECT_NPU, "did you mean 'base_addr_aligned_kb'?");
+    reject("max_split_size_mb=64", HBM_DIALECT_CUDA, "separated by ':', not '=': write 'max_split_size_mb:64'");
+    /* Nothing near: no guess. Another dialect's key is not offered. */
+    assert_int_equal(parse("frobnicate:1", HBM_DIALECT_CUDA), HBM_ERR_CONF);
+    assert_null(strstr(err, "did you mean"));
+    assert_int_equal(parse("base_addr_aligned:4", HBM_DIALECT_CUDA), HBM_ERR_CONF);
+    assert_null(strstr(err, "did you mean"));
+    const char *const names[] = {"replay", "sweep", "plan", "view", "conf", "doctor", "top", "version"};
+    assert_string_equal(hbm__nearest("replya", names, 8), "replay");
+    assert_string_equal(hbm__nearest("veiw", names, 8), "view");
+    assert_null(hbm__nearest("frobnicate", names, 8));
+    assert_string_equal(hbm__nearest("to", names, 8), "top");
+    unsetenv("HBMALLOC_CONF");
+    assert_int_equal(hbm__conf_load(&conf, "expandable_segment:True", HBM_DIALECT_CUDA, err, sizeof err),
+                     HBM_ERR_CONF);
+    assert_non_null(strstr(err, "(from " HBM__FROM_ARGUMENT ")"));
+    assert_null(strstr(err, "explicit"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +344,7 @@ int main(void)
         cmocka_unit_test(hostile_strings_are_rejected_cleanly),
         cmocka_unit_test(environment_precedence),
         cmocka_unit_test(describe_lists_effective_values),
+        cmocka_unit_test(a_mistyped_key_is_told_the_nearest_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,20 +1,22 @@
 /*
  * hbmalloc.c: the command-line tool's dispatch and argument handling.
- *   hbmalloc replay | sweep | plan | view | conf | doctor | version [options]  (hbmalloc CMD --help)
+ *   hbmalloc replay | sweep | plan | view | conf | doctor | top | version [options]  (hbmalloc CMD --help)
  * Exit status: 0 success, 1 OOM during replay, 2 bad input or usage.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "../src/conf.h"
 #include "../src/releases.h"
 #include "../src/util.h"
 #include "doctor.h"
 #include "hbmalloc.h"
 #include "plan.h"
 #include "replay.h"
-#include "steps.h"
 #include "steps.h"
 #include "sweep.h"
 #include "top.h"
@@ -104,12 +106,59 @@ static const struct {
     {"version", "  version        print the version\n"},
 };
 
+/* `hbmalloc --help`: every command with its options. */
 static void usage(FILE *f)
 {
     fprintf(f, "usage: hbmalloc <command> [options]   (hbmalloc <command> --help: that command's options)\n\n"
                "commands:\n");
     for (size_t i = 0; i < sizeof help / sizeof help[0]; i++)
         fputs(help[i].text, f);
+}
+
+/* Plain `hbmalloc`, or a command it does not know: one line per command, on a screen. */
+static const struct {
+    const char *name, *what;
+} commands[] = {
+    {"replay", "replay TRACE      replay an allocation trace on a simulated device: peaks, device calls, OOMs"},
+    {"sweep", "sweep TRACE       replay it under a grid of settings and recommend one"},
+    {"plan", "plan TRACE        place every allocation in one region, as low as possible"},
+    {"view", "view TRACE -o F   draw it: an interactive page (.html), or .svg / .png"},
+    {"conf", "conf [SETTINGS]   the settings as PyTorch or torch_npu reads them, or why refused"},
+    {"doctor", "doctor            what is wrong with device memory here, and what to do"},
+    {"top", "top               the allocators of running jobs, live"},
+    {"version", "version           the version"},
+};
+
+static void short_usage(FILE *f)
+{
+    fputs("usage: hbmalloc <command> [options]\n", f);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  hbmalloc %s\n", commands[i].what);
+    fputs("hbmalloc <command> --help: its options; hbmalloc --help: all of them (docs/TOOL.md)\n", f);
+}
+
+static void unknown_command(const char *cmd)
+{
+    const char *names[sizeof commands / sizeof commands[0]];
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        names[i] = commands[i].name;
+    const char *near = hbm__nearest(cmd, names, sizeof names / sizeof names[0]);
+    if (near)
+        fprintf(stderr, "hbmalloc: unknown command '%s': did you mean 'hbmalloc %s'?\n\n", cmd, near);
+    else
+        fprintf(stderr, "hbmalloc: unknown command '%s'\n\n", cmd);
+    short_usage(stderr);
+}
+
+/* An error of the library, printed for a command: the settings string given to it came from --conf. */
+static void print_error(const char *cmd, const char *msg)
+{
+    const char *from = strstr(msg, "(from " HBM__FROM_ARGUMENT ")");
+    if (from)
+        fprintf(stderr, "hbmalloc %s: %.*s(from --conf)%s\n", cmd, (int)(from - msg), msg,
+                from + strlen("(from " HBM__FROM_ARGUMENT ")"));
+    else
+        fprintf(stderr, "hbmalloc %s: %s\n", cmd, msg);
 }
 
 /* `hbmalloc CMD --help`: 1 when printed. */
@@ -125,7 +174,40 @@ static int command_help(const char *cmd, int argc, char **argv)
     return 0;
 }
 
-static int sim_spec(char *spec, size_t n, const char *backend, const char *capacity)
+/* The simulated device's largest (src/backend/sim.c, SIM_MAX_CAPACITY). */
+#define SIM_CAPACITY_BYTES ((size_t)8 << 40)
+#define SIM_CAPACITY_MAX "8 TiB"
+
+/* --capacity: a size with a unit. A bare number is bytes, as everywhere in hbmalloc, but `--capacity 80` meant
+ * 80 GiB every time we saw it (an OOM at event 0 and no word why): said, with what was read. -1: refused. */
+static int capacity_arg(const char *cmd, const char *capacity, size_t *cap)
+{
+    size_t digits = strspn(capacity, "0123456789.");
+    const char *unit = capacity + digits;
+    bool past = digits && strchr("pPeE", unit[0]) && (!unit[1] || !strcasecmp(unit + 1, "b") ||
+                                                       !strcasecmp(unit + 1, "ib"));
+    if (!past && (hbm__parse_size(capacity, cap) || *cap == 0)) {
+        fprintf(stderr, "hbmalloc %s: --capacity '%s' is not a size: a number and a unit (e.g. 80GiB, 512MiB, "
+                        "2TiB; a bare number is bytes)\n", cmd, capacity);
+        return -1;
+    }
+    if (past || *cap > SIM_CAPACITY_BYTES) {
+        fprintf(stderr, "hbmalloc %s: --capacity '%s' is more than the simulated device's limit, %s\n", cmd, capacity,
+                SIM_CAPACITY_MAX);
+        return -1;
+    }
+    if (!*unit && *cap < ((size_t)1 << 20))
+        fprintf(stderr, "hbmalloc %s: warning: --capacity %s has no unit: %s bytes (for %s GiB, write --capacity "
+                        "%sGiB)\n", cmd, capacity, capacity, capacity, capacity);
+    else if (!*unit) {
+        char h[32];
+        hbm__format_size(*cap, h, sizeof h);
+        fprintf(stderr, "hbmalloc %s: note: --capacity %s has no unit: read as bytes, %s\n", cmd, capacity, h);
+    }
+    return 0;
+}
+
+static int sim_spec(const char *cmd, char *spec, size_t n, const char *backend, const char *capacity)
 {
     if (!strncmp(backend, "cuda", 4) && (!backend[4] || backend[4] == ':')) {
         /* A real device: its own capacity, and measured (not modelled) device time. */
@@ -133,10 +215,8 @@ static int sim_spec(char *spec, size_t n, const char *backend, const char *capac
         return 0;
     }
     size_t cap;
-    if (hbm__parse_size(capacity, &cap) || cap == 0) {
-        fprintf(stderr, "hbmalloc: --capacity '%s' is not a size (e.g. 80GiB, 512MiB, 1073741824)\n", capacity);
+    if (capacity_arg(cmd, capacity, &cap))
         return -1;
-    }
     if (strncmp(backend, "sim", 3) != 0 || (backend[3] && backend[3] != ':')) {
         fprintf(stderr, "hbmalloc: --backend must be a sim spec (sim:...) or cuda (a real GPU)\n");
         return -1;
@@ -170,6 +250,55 @@ static void note_hbm_keys(const char *s)
     if (s && (strstr(s, "hbm_remap_free_pages") || strstr(s, "hbm_expandable_page_mb")))
         printf("note: hbm_* keys belong in HBMALLOC_CONF only: PyTorch and torch_npu refuse them in "
                "PYTORCH_*_ALLOC_CONF (\"Unrecognized CachingAllocator option\")\n");
+}
+
+/* What a release does with a string on a device (vmm 1, 0, or -1 unknown): "runs it as '...'" or "refuses it (...)". */
+static void conf_outcome(const char *var, const char *s, hbm_dialect d, const char *version, int vmm, char *out,
+                         size_t len)
+{
+    char eff[2048];
+    const char *off = vmm == 0 && strstr(s, "expandable_segments:True") ? " (expandable segments off)" : "";
+    if (hbm_settings_effective(var, s, d, version, vmm, eff, sizeof eff) != HBM_OK)
+        snprintf(out, len, "refuses it (%s)", eff);
+    else if (!eff[0])
+        snprintf(out, len, "runs it with the defaults%s", off);
+    else
+        snprintf(out, len, "runs it as '%s'%s", eff, off);
+}
+
+/* `hbmalloc conf STRING`: the verdict, one line before the details. A torch_npu release decides expandable
+ * segments by the device's virtual memory: when --vmm is not given and the two devices differ, both outcomes. */
+static void conf_verdict(FILE *f, const char *var, const char *s, hbm_dialect d, const char *version, int vmm,
+                         int strict)
+{
+    char who[200], tag[80], yes[2300], no[2300];
+    if (strict)
+        snprintf(who, sizeof who, "hbmalloc (HBMALLOC_CONF)");
+    else
+        hbm_release_describe(d, version, who, sizeof who, tag, sizeof tag);
+    conf_outcome(var, s, d, version, vmm < 0 ? 1 : vmm, yes, sizeof yes);
+    conf_outcome(var, s, d, version, 0, no, sizeof no);
+    if (vmm < 0 && !strict && d == HBM_DIALECT_NPU && strcmp(yes, no)) {
+        fprintf(f, "verdict: depends on the device's virtual memory: %s, on a device with it, %s; on one without, "
+                   "%s. Say which with --vmm yes|no (hbmalloc doctor tells on the machine)\n", who, yes, no);
+    } else {
+        conf_outcome(var, s, d, version, vmm, yes, sizeof yes);
+        fprintf(f, "verdict: %s %s\n", who, yes);
+    }
+}
+
+/* The describe text's "source:" line names the variable a string is read as; a string from the command line is
+ * not in that variable: said so. */
+static void print_from_command_line(const char *out, const char *var)
+{
+    char line[128];
+    snprintf(line, sizeof line, "\nsource: %s\n", var);
+    const char *at = strstr(out, line);
+    if (!at) {
+        fputs(out, stdout);
+        return;
+    }
+    printf("%.*s\nsource: the command line, read as %s is%s", (int)(at - out), out, var, at + strlen(line) - 1);
 }
 
 static int cmd_conf(int argc, char **argv)
@@ -274,10 +403,27 @@ static int cmd_conf(int argc, char **argv)
         st = hbm_settings_check_release(var, s, d, version, vmm, out, sizeof out);
     }
     if (st != HBM_OK) {
-        fprintf(stderr, "hbmalloc conf: %s\n", out);
+        if (s) {
+            char who[200], tag[80];
+            if (strict)
+                snprintf(who, sizeof who, "hbmalloc (HBMALLOC_CONF)");
+            else
+                hbm_release_describe(d, version, who, sizeof who, tag, sizeof tag);
+            if (strstr(out, who)) /* the message names the release already */
+                fprintf(stderr, "hbmalloc conf: refused: %s\n", out);
+            else
+                fprintf(stderr, "hbmalloc conf: refused by %s: %s\n", who, out);
+        } else {
+            fprintf(stderr, "hbmalloc conf: %s\n", out);
+        }
         return 2;
     }
-    fputs(out, stdout);
+    if (s) {
+        conf_verdict(stdout, var, s, d, version, vmm, strict);
+        print_from_command_line(out, var);
+    } else {
+        fputs(out, stdout);
+    }
     if (strict)
         note_hbm_keys(s);
     return 0;
@@ -335,7 +481,7 @@ static int open_trace(trace_cmd *c)
         fprintf(stderr, "hbmalloc %s: missing TRACE\n", c->name);
         return 2;
     }
-    if (sim_spec(c->spec, sizeof c->spec, c->backend, c->capacity))
+    if (sim_spec(c->name, c->spec, sizeof c->spec, c->backend, c->capacity))
         return 2;
     if (trace_read_any(c->path, c->device, &c->t, err, sizeof err)) {
         fprintf(stderr, "hbmalloc %s: %s\n", c->name, err);
@@ -403,7 +549,7 @@ static int cmd_replay(int argc, char **argv)
         replay_result r;
         rc = replay_run(&c.t, &o, &r);
         if (rc == 2 && r.events_done == 0 && !r.oom && r.message[0] && !r.stats.num_device_alloc) {
-            fprintf(stderr, "hbmalloc replay: %s\n", r.message);
+            print_error("replay", r.message);
         } else {
             replay_print(stdout, c.path, &c.t, &o, &r);
             if (stats) {
@@ -580,7 +726,7 @@ static int cmd_view(int argc, char **argv)
         if (rc != 2)
             printf("wrote %s\n", outp);
         if (rc)
-            fprintf(stderr, "hbmalloc view: %s\n", err);
+            print_error("view", err);
     }
     for (size_t k = 0; k < opened; k++)
         if (k == 0 || npath > 1)
@@ -667,7 +813,7 @@ static int cmd_plan(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        usage(stderr);
+        short_usage(stderr);
         return 2;
     }
     const char *cmd = argv[1];
@@ -695,7 +841,6 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "hbmalloc: unknown command '%s'\n", cmd);
-    usage(stderr);
+    unknown_command(cmd);
     return 2;
 }
