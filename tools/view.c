@@ -29,11 +29,11 @@ extern char **environ;
 #define H 860
 #define PLOT_X 110
 #define PLOT_W 1040
-#define PLOT_Y 70
-#define PLOT_H 330
-#define MAP_Y 480
+#define PLOT_Y 86
+#define PLOT_H 314
+#define MAP_Y 496
 #define MAP_ROWS 16
-#define MAP_ROW_H 20
+#define MAP_ROW_H 19
 
 typedef struct series {
     int64_t *alloc, *resv;
@@ -63,6 +63,42 @@ static void xml_text(FILE *f, const char *s)
     }
 }
 
+/* Round ticks, as the page draws them (tools/view_page.html, binStep and decStep): a byte axis steps by 2^k
+ * bytes, an event axis by 1, 2 or 5 times a power of ten; each the smallest step giving at most `most`
+ * intervals up to max. */
+static uint64_t bin_step(uint64_t max, uint64_t most)
+{
+    uint64_t s = 1;
+    while (max / s > most || (max / s == most && max % s))
+        s *= 2;
+    return s;
+}
+
+static uint64_t dec_step(uint64_t max, uint64_t most)
+{
+    for (uint64_t s = 1;; s *= 10)
+        for (uint64_t m = 1; m <= 5; m += m == 2 ? 3 : 1)
+            if (max <= most * s * m)
+                return s * m;
+}
+
+/* A tick of a byte axis: "0", else a whole number of the largest binary unit the step counts (a step of 2^k
+ * bytes makes every tick a whole number of it): "16 GiB", "512 MiB". */
+static void tick_label(uint64_t v, uint64_t step, char *out, size_t len)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    uint64_t d = 1;
+    while (u < 5 && step >= d * 1024) {
+        d *= 1024;
+        u++;
+    }
+    if (v)
+        snprintf(out, len, "%llu %s", (unsigned long long)(v / d), unit[u]);
+    else
+        snprintf(out, len, "0");
+}
+
 static void polyline(FILE *f, const int64_t *v, size_t n, int64_t ymax, const char *colour, const char *id)
 {
     fprintf(f, "<polyline id=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", id, colour);
@@ -88,7 +124,7 @@ static const char *state_colour(hbm_block_state st)
     return st == HBM_BLOCK_ALLOCATED ? "#3b6fd4" : st == HBM_BLOCK_PENDING_FREE ? "#e8a33d" : "#d9d9d9";
 }
 
-/* The segment map: segments one after another over MAP_ROWS rows, sizes to scale. */
+/* The segment map: segments one after another over MAP_ROWS rows, sizes to scale, a ruler above the first row. */
 static void segment_map(FILE *f, const hbm_snapshot *s)
 {
     uint64_t total = 0;
@@ -97,6 +133,19 @@ static void segment_map(FILE *f, const hbm_snapshot *s)
     if (!total)
         return;
     double per_row = (double)total / MAP_ROWS, scale = PLOT_W / per_row;
+    uint64_t step = bin_step((uint64_t)per_row, 8);
+    char tick[32], row[32], every[32];
+    for (uint64_t v = 0; (double)v <= per_row; v += step) {
+        double x = PLOT_X + (double)v * scale;
+        tick_label(v, step, tick, sizeof tick);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#222\"/>\n", x, MAP_Y - 6, x, MAP_Y - 1);
+        fprintf(f, "<text class=\"mtick\" x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n", x,
+                MAP_Y - 8, tick);
+    }
+    hbm__format_size((uint64_t)per_row, row, sizeof row);
+    tick_label(step, step, every, sizeof every);
+    fprintf(f, "<text x=\"20\" y=\"%d\" fill=\"#555\">Every segment end to end over %d rows, to scale: a row is %s, "
+               "ticks every %s.</text>\n", MAP_Y - 26, MAP_ROWS, row, every);
     double pos = 0; /* bytes laid out so far */
     for (size_t i = 0; i < s->nsegments; i++) {
         const hbm_snap_segment *g = &s->segments[i];
@@ -105,14 +154,14 @@ static void segment_map(FILE *f, const hbm_snapshot *s)
             const hbm_snap_block *b = &s->blocks[g->first_block + k];
             double start = pos, end = pos + (double)b->size;
             while (start < end) { /* a block may wrap onto the next row */
-                int row = (int)(start / per_row);
-                if (row >= MAP_ROWS)
-                    row = MAP_ROWS - 1;
-                double row_end = (row + 1) * per_row, stop = end < row_end ? end : row_end;
-                double x = PLOT_X + (start - row * per_row) * scale, w = (stop - start) * scale;
+                int r = (int)(start / per_row);
+                if (r >= MAP_ROWS)
+                    r = MAP_ROWS - 1;
+                double row_end = (r + 1) * per_row, stop = end < row_end ? end : row_end;
+                double x = PLOT_X + (start - r * per_row) * scale, w = (stop - start) * scale;
                 if (w >= 0.2)
                     fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>\n", x,
-                            MAP_Y + row * (MAP_ROW_H + 2), w, MAP_ROW_H, state_colour(b->state));
+                            MAP_Y + r * (MAP_ROW_H + 2), w, MAP_ROW_H, state_colour(b->state));
                 if (stop <= start)
                     break;
                 start = stop;
@@ -120,19 +169,59 @@ static void segment_map(FILE *f, const hbm_snapshot *s)
             pos = end;
         }
         /* A thin line where each segment starts. */
-        int row = (int)(seg_start / per_row);
-        if (row >= MAP_ROWS)
-            row = MAP_ROWS - 1;
+        int r = (int)(seg_start / per_row);
+        if (r >= MAP_ROWS)
+            r = MAP_ROWS - 1;
         fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"0.8\" height=\"%d\" fill=\"#222\"/>\n",
-                PLOT_X + (seg_start - row * per_row) * scale, MAP_Y + row * (MAP_ROW_H + 2), MAP_ROW_H);
+                PLOT_X + (seg_start - r * per_row) * scale, MAP_Y + r * (MAP_ROW_H + 2), MAP_ROW_H);
     }
 }
 
-static void draw(FILE *f, const series *sr, const hbm_snapshot *peak, const hbm_stats *st, const char *name,
-                 const replay_opts *o, const replay_result *r)
+/* The map's figures (docs/TOOL.md, "Terms"): unallocated = reserved - allocated (pending frees are not
+ * allocated), fragmentation = 1 - largest cached free block / cached free bytes. */
+static void map_title(FILE *f, const hbm_snapshot *s)
+{
+    uint64_t reserved = 0, allocated = 0, free_b = 0, largest = 0;
+    size_t nseg = s ? s->nsegments : 0;
+    for (size_t i = 0; i < nseg; i++) {
+        const hbm_snap_segment *g = &s->segments[i];
+        reserved += g->total_size;
+        for (size_t k = 0; k < g->nblocks; k++) {
+            const hbm_snap_block *b = &s->blocks[g->first_block + k];
+            allocated += b->state == HBM_BLOCK_ALLOCATED ? b->size : 0;
+            if (b->state == HBM_BLOCK_INACTIVE) {
+                free_b += b->size;
+                largest = b->size > largest ? b->size : largest;
+            }
+        }
+    }
+    char total[32], unalloc[32], big[32], cached[32];
+    hbm__format_size(reserved, total, sizeof total);
+    hbm__format_size(reserved - allocated, unalloc, sizeof unalloc);
+    hbm__format_size(largest, big, sizeof big);
+    hbm__format_size(free_b, cached, sizeof cached);
+    fprintf(f, "<text id=\"maptitle\" x=\"20\" y=\"%d\"><tspan font-size=\"14\" font-weight=\"bold\">Segments at peak "
+               "reserved</tspan>: %zu segments, %s; unallocated %s (%.1f%% of reserved); fragmentation %.1f%% (largest "
+               "free block %s of %s cached free)</text>\n",
+            MAP_Y - 44, nseg, total, unalloc,
+            reserved ? 100.0 * (double)(reserved - allocated) / (double)reserved : 0.0,
+            free_b ? 100.0 * (1.0 - (double)largest / (double)free_b) : 0.0, big, cached);
+}
+
+/* Event e's x: point j of the curves is drawn at PLOT_X + j * PLOT_W / n; point 0 is after event `first`, or the
+ * seeded start before it. */
+static double event_x(size_t e, size_t first, int seeded, size_t n)
+{
+    return PLOT_X + (double)(e - first + (size_t)seeded) * PLOT_W / (double)n;
+}
+
+static void draw(FILE *f, const series *sr, size_t first, int seeded, const hbm_snapshot *peak, const hbm_stats *st,
+                 const char *name, const replay_opts *o, const replay_result *r)
 {
     int64_t pa = st->allocated_bytes[0].peak, pr = st->reserved_bytes[0].peak;
-    int64_t ymax = pr > 0 ? pr : 1;
+    /* The byte axis: round ticks, the top the first tick at or above the peak. */
+    uint64_t top = pr > 0 ? (uint64_t)pr : 1, ystep = bin_step(top, 6), ytop = (top + ystep - 1) / ystep * ystep;
+    int64_t ymax = (int64_t)ytop;
     char s_pa[32], s_pr[32], tick[32];
     hbm__format_size((uint64_t)pa, s_pa, sizeof s_pa);
     hbm__format_size((uint64_t)pr, s_pr, sizeof s_pr);
@@ -156,23 +245,35 @@ static void draw(FILE *f, const series *sr, const hbm_snapshot *peak, const hbm_
             PLOT_Y + PLOT_H);
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", PLOT_X, PLOT_Y + PLOT_H,
             PLOT_X + PLOT_W, PLOT_Y + PLOT_H);
-    for (int k = 0; k <= 4; k++) {
-        int64_t v = ymax * k / 4;
-        int y = PLOT_Y + PLOT_H - PLOT_H * k / 4;
-        hbm__format_size((uint64_t)v, tick, sizeof tick);
-        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#eee\"/>\n", PLOT_X + 1, y, PLOT_X + PLOT_W,
-                y);
-        fprintf(f, "<text class=\"ytick\" x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n", PLOT_X - 6, y + 4, tick);
+    for (uint64_t v = 0; v <= ytop; v += ystep) {
+        double y = PLOT_Y + PLOT_H - (double)v / (double)ytop * PLOT_H;
+        tick_label(v, ystep, tick, sizeof tick);
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>\n", PLOT_X + 1, y,
+                PLOT_X + PLOT_W, y);
+        fprintf(f, "<text class=\"ytick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", PLOT_X - 6, y + 4,
+                tick);
     }
-    for (int k = 0; k <= 5; k++) {
-        int x = PLOT_X + PLOT_W * k / 5;
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%zu</text>\n", x, PLOT_Y + PLOT_H + 18,
-                sr->n * (size_t)k / 5);
-    }
+    /* The event axis: round event numbers (the points are events, after a seeded start point). */
+    size_t nev = sr->n > (size_t)seeded ? sr->n - (size_t)seeded : 0, xstep = dec_step(nev ? nev : 1, 8);
+    for (size_t e = (first + xstep - 1) / xstep * xstep; nev && e < first + nev; e += xstep)
+        fprintf(f, "<text class=\"xtick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%zu</text>\n",
+                event_x(e, first, seeded, sr->n), PLOT_Y + PLOT_H + 18, e);
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">event</text>\n", PLOT_X + PLOT_W / 2,
             PLOT_Y + PLOT_H + 36);
     polyline(f, sr->resv, sr->n, ymax, "#e4572e", "reserved");
     polyline(f, sr->alloc, sr->n, ymax, "#3b6fd4", "allocated");
+    /* The peak on the axis: a dashed line at peak reserved, its value beside the peak (on the side with room). */
+    size_t jp = 0;
+    for (size_t j = 1; j < sr->n; j++)
+        jp = sr->resv[j] > sr->resv[jp] ? j : jp;
+    double yp = PLOT_Y + PLOT_H - (double)pr / (double)ymax * PLOT_H;
+    double xp = PLOT_X + (double)jp * PLOT_W / (double)(sr->n ? sr->n : 1);
+    int right = xp < PLOT_X + PLOT_W / 2;
+    fprintf(f, "<line id=\"peak\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e4572e\" "
+               "stroke-dasharray=\"4,3\"/>\n", PLOT_X, yp, PLOT_X + PLOT_W, yp);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" xml:space=\"preserve\"><tspan fill=\"#e4572e\">peak "
+               "reserved </tspan>%s"
+               "</text>\n", right ? xp + 8 : xp - 8, yp - 5, right ? "start" : "end", s_pr);
     if (r->oom) { /* the failed request ends the curves: a red line there, and what failed */
         int x = PLOT_X + PLOT_W;
         fprintf(f, "<line id=\"oom\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00000\" stroke-width=\"3\" "
@@ -180,25 +281,18 @@ static void draw(FILE *f, const series *sr, const hbm_snapshot *peak, const hbm_
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#c00000\" font-weight=\"bold\">OUT OF MEMORY at "
                    "event %zu</text>\n", x - 6, PLOT_Y + PLOT_H - 10, r->oom_event);
     }
+    /* The legend, above the plot (inside it, it would cover the curves). */
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e4572e\"/><text x=\"%d\" y=\"%d\">reserved "
                "(peak %s)</text>\n",
-            PLOT_X + 20, PLOT_Y + 8, PLOT_X + 38, PLOT_Y + 18, s_pr);
+            PLOT_X, PLOT_Y - 22, PLOT_X + 18, PLOT_Y - 12, s_pr);
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#3b6fd4\"/><text x=\"%d\" y=\"%d\">allocated "
                "(peak %s)</text>\n",
-            PLOT_X + 20, PLOT_Y + 26, PLOT_X + 38, PLOT_Y + 36, s_pa);
+            PLOT_X + 240, PLOT_Y - 22, PLOT_X + 258, PLOT_Y - 12, s_pa);
     /* segment map */
-    size_t nseg = peak ? peak->nsegments : 0;
-    char total[32];
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < nseg; i++)
-        bytes += peak->segments[i].total_size;
-    hbm__format_size(bytes, total, sizeof total);
-    fprintf(f, "<text x=\"20\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">Segments at peak reserved: %zu segments, "
-               "%s</text>\n",
-            MAP_Y - 20, nseg, total);
+    map_title(f, peak);
     if (peak)
         segment_map(f, peak);
-    int ly = MAP_Y + MAP_ROWS * (MAP_ROW_H + 2) + 16;
+    int ly = MAP_Y + MAP_ROWS * (MAP_ROW_H + 2) + 12;
     const char *labels[3] = {"allocated", "free (cached)", "freed, waiting on another stream"};
     const hbm_block_state states[3] = {HBM_BLOCK_ALLOCATED, HBM_BLOCK_INACTIVE, HBM_BLOCK_PENDING_FREE};
     for (int k = 0; k < 3; k++)
@@ -391,7 +485,7 @@ static int write_out(int kind, const char *path, const view_run *v, const trace 
         }
         rc = view_html_write(f, vr, pi, n) ? 2 : 0;
     } else {
-        draw(f, &v->sr, v->peak, &v->r.stats, names[0], o, &v->r);
+        draw(f, &v->sr, v->first, v->seeded, v->peak, &v->r.stats, names[0], o, &v->r);
     }
     if (fclose(f) != 0 || rc) {
         snprintf(err, errlen, "%s: write failed", svg);
