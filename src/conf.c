@@ -555,7 +555,13 @@ static int set_key(hbm__conf *cf, const key_def *k, const rules *r, const lexed 
         return 0;
     }
     case K_SEGMENT_SIZE: {
-        /* torch_npu: isDigit, then std::stoi, [20, 512]; deprecated; large_segment_size_mb wins. */
+        /* torch_npu from v7.2.0.1 (2.6.0.post4): isDigit, then std::stoi, [20, 512], kept in a member of its own
+         * (m_segment_size_mb: NPUCachingAllocator.cpp v7.2.0.1-pytorch2.6.0:1048, NPUAllocatorConfig.cpp
+         * master:199) that only the making of an expandable segment of the large pool reads, as its page size
+         * (v7.2.0.1-pytorch2.6.0:2320-2322; from 2.11 get_custom_expandable_segment_size, where a set
+         * large_segment_size_mb wins: v26.1.0-pytorch2.11.0:2532-2539, master:2762-2769). Whole segments keep
+         * 20 MiB (get_allocation_size: kLargeBuffer, v7.2.0.1-pytorch2.6.0:2557-2566; large_segment_size() from
+         * 2.13, master:2771-2778). Resolved after every key is read (parse_tokens): see segment_page. */
         const char *allowed = "expected a whole number of MiB in [20, 512] (torch_npu: \"CachingAllocator option "
                               "segment_size_mb error, must be [20, 512], dtype is int\")";
         if (!all_digits(c.val->s))
@@ -564,9 +570,9 @@ static int set_key(hbm__conf *cf, const key_def *k, const rules *r, const lexed 
             return -1;
         if (v < 20 || v > 512)
             return fail(&c, allowed);
-        if (cf->large_segment_size == 20 * HBM__MiB)
-            cf->large_segment_size = (size_t)v * HBM__MiB;
-        warn(cf, "segment_size_mb is deprecated, use large_segment_size_mb (torch_npu warns the same)");
+        cf->segment_size = (size_t)v * HBM__MiB;
+        if (r->rel->seg_page == HBM__SEG_PAGE_UNLESS) /* NPUAllocatorConfig.cpp v26.1.0-pytorch2.11.0:245 */
+            warn(cf, "segment_size_mb is deprecated, use large_segment_size_mb (torch_npu warns the same)");
         return 0;
     }
     case K_GC: {
@@ -636,6 +642,7 @@ static int set_key(hbm__conf *cf, const key_def *k, const rules *r, const lexed 
         if (get_uint(&c, &v, allowed) || v < 2 || v > 1024 || v % 2)
             return fail(&c, allowed);
         cf->expandable_page = (size_t)v * HBM__MiB;
+        cf->page_given = true;
         return 0;
     }
     case K_HBM_ARENA: { /* the last of the two arena keys wins, as repeated keys do */
@@ -828,6 +835,22 @@ static bool key_known(const rules *r, const key_def *k, hbm_dialect d)
     return hbm__release_has_key(r->rel, k->name);
 }
 
+/* torch_npu's segment_size_mb, once every key is read: the page of the large pool's expandable segments, unless
+ * hbm_expandable_page_mb (hbmalloc's own) is given or, from 2.11, large_segment_size_mb is set (compared with
+ * kLargeBuffer, 20 MiB: NPUCachingAllocator.cpp master:2764), which wins, with torch_npu's warning
+ * (NPUAllocatorConfig.cpp v26.1.0-pytorch2.11.0:489-491, master:355-359). */
+static void segment_page(hbm__conf *cf, const rules *r)
+{
+    if (!cf->segment_size)
+        return;
+    if (r->rel->seg_page == HBM__SEG_PAGE_UNLESS && cf->large_segment_size != 20 * HBM__MiB)
+        warn(cf, "segment_size_mb and large_segment_size_mb are both set: large_segment_size_mb sizes the pages of "
+                 "expandable segments (torch_npu warns the same: \"Both `segment_size_mb` and "
+                 "`large_segment_size_mb` are set\")");
+    else if (!cf->page_given)
+        cf->expandable_page = cf->segment_size;
+}
+
 static hbm_status parse_tokens(hbm__conf *cf, const lexed *lx, const rules *r, char *err, size_t errlen)
 {
     hbm_dialect d = cf->dialect;
@@ -905,6 +928,7 @@ static hbm_status parse_tokens(hbm__conf *cf, const lexed *lx, const rules *r, c
             }
         }
     }
+    segment_page(cf, r);
     if (d == HBM_DIALECT_NPU && cf->expandable_segments && (max_split_set || cf->gc_threshold > 0)) {
         static const char msg[] = "`max_split_size_mb` or `garbage_collection_threshold`, cannot be enabled with "
                                   "`expandable_segments`, please set `expandable_segments` to `False`.";
@@ -1051,6 +1075,12 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
         hbm__sb_printf(&sb, "max_split_size_mb: %zu\n", c->max_split_size / HBM__MiB);
     hbm__sb_printf(&sb, "max_non_split_rounding_mb: %zu\n", c->max_non_split_rounding / HBM__MiB);
     hbm__sb_printf(&sb, "large_segment_size_mb: %zu\n", c->large_segment_size / HBM__MiB);
+    if (npu && c->segment_size) /* torch_npu's own member, not the large segment (K_SEGMENT_SIZE) */
+        hbm__sb_printf(&sb, "segment_size_mb: %zu (the page of the large pool's expandable segments, as torch_npu; "
+                            "whole segments are %zu MiB%s)\n", c->segment_size / HBM__MiB,
+                       c->large_segment_size / HBM__MiB,
+                       c->expandable_page != c->segment_size ? "; not used: another setting sizes the pages"
+                       : !c->expandable_segments          ? "; no effect without expandable_segments:True" : "");
     if (c->gc_threshold > 0)
         hbm__sb_printf(&sb, "garbage_collection_threshold: %g%s\n", c->gc_threshold,
                        c->memory_fraction < 1.0 ? "" : " (inactive: PyTorch runs it only under a memory fraction < 1)");
@@ -1087,9 +1117,11 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
     if (c->publish >= 0)
         hbm__sb_printf(&sb, "hbm_publish: %s (statistics for hbmalloc top%s)\n", b2s(c->publish),
                        c->publish ? ", in a shared-memory record of this process" : ": not published");
-    if (c->expandable_page)
+    if (c->page_given)
         hbm__sb_printf(&sb, "hbm_expandable_page_mb: %zu (hbmalloc policy: large-pool page of expandable segments%s)\n",
                        c->expandable_page / HBM__MiB, !c->expandable_segments ? "; needs expandable_segments:True" : "");
+    else if (c->expandable_page)
+        hbm__sb_printf(&sb, "hbm_expandable_page_mb: default (segment_size_mb, as torch_npu)\n");
     else
         hbm__sb_printf(&sb, "hbm_expandable_page_mb: default (large_segment_size_mb, as PyTorch)\n");
     hbm__sb_printf(&sb, "%s: %s\n", npu ? "release_lock_on_npumalloc" : "release_lock_on_cudamalloc",
@@ -1182,8 +1214,10 @@ void hbm__conf_policy_string(const hbm__conf *c, char *out, size_t outlen)
         hbm__sb_printf(&sb, "%sbase_addr_aligned_kb:%u", SEP, c->base_addr_aligned_kb);
     if (c->remap_free_pages)
         hbm__sb_printf(&sb, "%shbm_remap_free_pages:True", SEP);
-    if (c->expandable_page)
+    if (c->page_given)
         hbm__sb_printf(&sb, "%shbm_expandable_page_mb:%zu", SEP, c->expandable_page / HBM__MiB);
+    else if (npu && c->segment_size && c->expandable_page == c->segment_size)
+        hbm__sb_printf(&sb, "%ssegment_size_mb:%zu", SEP, c->segment_size / HBM__MiB);
     if (c->plan_file[0])
         hbm__sb_printf(&sb, "%shbm_plan_file:%s", SEP, c->plan_file);
     if (c->step_plan)

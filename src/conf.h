@@ -31,7 +31,10 @@ typedef struct hbm__conf {
     unsigned base_addr_aligned_kb;   /* NPU, 16 */
     bool backend_async;              /* backend:cudaMallocAsync was asked for */
     bool remap_free_pages;           /* hbmalloc policy: move free pages to where a request grows */
-    size_t expandable_page;          /* hbmalloc policy: large-pool page of expandable segments; 0 = large_segment_size */
+    size_t expandable_page;          /* large-pool page of expandable segments; 0 = large_segment_size. Set by
+                                        hbm_expandable_page_mb, else by torch_npu's segment_size_mb */
+    bool page_given;                 /* hbm_expandable_page_mb was given (it wins over segment_size_mb) */
+    size_t segment_size;             /* NPU segment_size_mb as given (0: not), see conf.c's K_SEGMENT_SIZE */
     size_t arena_bytes;              /* hbmalloc policy: one region of this size, sub-allocated best fit (0: off) */
     double arena_fraction;           /* hbmalloc policy: the region as this share of free device memory (0: off) */
     bool step_plan;                  /* hbmalloc policy: learn the step (hbm_step) and serve later steps from a plan */

@@ -75,7 +75,7 @@ static void torch_release(hbm__release *r, int minor, bool newest)
 
 typedef struct npu_row {
     const char *version, *tag, *keys;
-    int combo, split_gt, split_digit, tokenizer, alloc_conf, warn_probe;
+    int combo, split_gt, split_digit, tokenizer, alloc_conf, warn_probe, seg_page;
 } npu_row;
 
 static const npu_row npu_rows[] = {
@@ -162,6 +162,7 @@ static void npu_release(hbm__release *r, const npu_row *row, bool newest)
     r->combo = row->combo;
     r->alloc_conf = row->alloc_conf;
     r->warn_probe = row->warn_probe;
+    r->seg_page = row->seg_page;
     r->keys = row->keys;
     r->tag = row->tag;
     r->large_segment_first = strstr(row->keys, "large_segment_size_mb") != NULL;

@@ -24,6 +24,14 @@ enum {
     HBM__COMBO_BEFORE_PROBE = 2 /* refused on every device */
 };
 
+/* What torch_npu's segment_size_mb sizes (scripts/gen-npu-releases.py reads it at each tag). Never a whole
+ * segment: get_allocation_size keeps 20 MiB (large_segment_size_mb where the release has it). */
+enum {
+    HBM__SEG_PAGE_NONE = 0,  /* the release has no segment_size_mb */
+    HBM__SEG_PAGE = 1,       /* the page of the large pool's expandable segments (v7.2.0.1 to 2.10) */
+    HBM__SEG_PAGE_UNLESS = 2 /* that page unless large_segment_size_mb is set, deprecated (2.11 on) */
+};
+
 typedef struct hbm__release {
     hbm_dialect dialect;  /* CUDA: PyTorch; NPU: torch_npu */
     char name[96];        /* "PyTorch 2.6", "torch_npu 2.1.0.post6 (v6.0.rc2-pytorch2.1.0)" */
@@ -37,6 +45,7 @@ typedef struct hbm__release {
     int combo;            /* HBM__COMBO_*: NPU only */
     bool alloc_conf;      /* PYTORCH_ALLOC_CONF is read as well */
     bool warn_probe;      /* torch_npu prints "expandable_segments feature is not supportted" at start-up */
+    int seg_page;         /* NPU: what segment_size_mb sizes (HBM__SEG_PAGE_*) */
     const char *keys;     /* NPU: the keys its parser names, space-separated; NULL for CUDA (see has_key) */
     const char *tag;      /* NPU: the release tag ("v6.0.rc2-pytorch2.1.0"); "" for CUDA */
 } hbm__release;

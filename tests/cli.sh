@@ -164,6 +164,17 @@ check conf_npu_field_report_newest 2 "cannot be enabled with" "$bin" conf \
 check conf_releases 0 "torch_npu 2.1.0.post6 .*v6.0.rc2-pytorch2.1.0" "$bin" conf --releases --dialect npu
 check conf_bad_version 2 "not a version" "$bin" conf expandable_segments:True --torch-npu latest
 check conf_help 0 "usage: hbmalloc conf" "$bin" conf --help
+# Item 17: torch_npu's segment_size_mb sizes the pages of the large pool's expandable segments, not whole segments
+# (NPUCachingAllocator.cpp, get_custom_expandable_segment_size vs get_allocation_size): without expandable segments
+# the replay reserves what the defaults reserve, with them it maps fewer, larger pages.
+check conf_segment_size_is_a_page 0 "^segment_size_mb: 64 (the page of the large pool's expandable segments" "$bin" conf \
+    segment_size_mb:64 --dialect npu
+check conf_segment_size_not_large 0 "^large_segment_size_mb: 20$" "$bin" conf segment_size_mb:64 --dialect npu
+want=$("$bin" replay "$ex" --backend sim:dialect=npu --conf "" | grep "^peak reserved")
+check replay_segment_size_keeps_segments 0 "^$want\$" "$bin" replay "$ex" --backend sim:dialect=npu \
+    --conf segment_size_mb:64
+check replay_segment_size_pages 0 "^device calls: .* 837 map" "$bin" replay "$ex" --backend sim:dialect=npu \
+    --conf expandable_segments:True,segment_size_mb:64
 # sweep: ranks, recommends, respects what the device supports.
 check sweep_recommends 0 "^export PYTORCH_CUDA_ALLOC_CONF='" "$bin" sweep "$ex" --capacity 60GiB --no-progress
 check sweep_json 0 '"settings_run":48' "$bin" sweep "$ex" --capacity 60GiB --json

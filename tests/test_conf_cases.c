@@ -24,6 +24,12 @@
  *   [NM]  Ascend/pytorch master 9e73e708a NPUAllocatorConfig.cpp: l. 123-126 base_addr_aligned_kb isDigit and
  *         no leading zeros, l. 181 page_size 1g, l. 251/254 unknown keys, l. 293 pinned_reserve_segment_size_mb
  *         toSizeT without a bound, l. 310-314 the combination check before the probe
+ *   [S]   Ascend/pytorch v7.2.0.1-pytorch2.6.0 NPUCachingAllocator.cpp (the first release with segment_size_mb):
+ *         l. 1048 m_segment_size_mb, a member of its own; l. 2320-2322 the page of a large-pool expandable segment;
+ *         l. 2557-2566 get_allocation_size: whole segments kLargeBuffer (20 MiB). The same at every tag to 2.10.
+ *   [SM]  Ascend/pytorch master NPUCachingAllocator.cpp l. 2762-2769 get_custom_expandable_segment_size
+ *         (large_segment_size_mb, when not 20 MiB, wins), l. 2771-2778 get_allocation_size (large_segment_size());
+ *         NPUAllocatorConfig.cpp l. 190 "deprecated", l. 355-359 "Both ... are set" (from 2.11)
  * Releases and the keys each knows: src/releases.c (PyTorch) and src/npu_releases.inc (torch_npu, generated
  * from the tags by scripts/gen-npu-releases.py).
  */
@@ -101,6 +107,21 @@ static const conf_case cases[] = {
      "max_split_mb", 64},
     {"[N2] torch_npu 2.1.0.post6 > 20", N, "2.1.0.post6", -1, "max_split_size_mb:20", 0, "> 20", NULL, 0},
     {"[N12] segment_size_mb [20, 512]", N, "2.12.0", -1, "segment_size_mb:600", 0, "[20, 512]", NULL, 0},
+    /* segment_size_mb sizes the pages of expandable segments, never whole segments (issue #29 item 17) */
+    {"[S] segment_size_mb: whole segments stay 20 MiB", N, "2.6.0.post4", -1,
+     "segment_size_mb:64,expandable_segments:True", 1, NULL, "large_segment_mb", 20},
+    {"[S] segment_size_mb: the expandable page", N, "2.6.0.post4", -1, "segment_size_mb:64,expandable_segments:True",
+     1, NULL, "page_mb", 64},
+    {"[S] 2.10: no large_segment_size_mb yet", N, "2.10.0.post4", -1, "segment_size_mb:128", 1, NULL, "page_mb", 128},
+    {"[SM] master: the expandable page", N, "", -1, "segment_size_mb:64", 1, "deprecated", "page_mb", 64},
+    {"[SM] master: whole segments stay 20 MiB", N, "", -1, "segment_size_mb:64", 1, "deprecated", "large_segment_mb",
+     20},
+    {"[SM] large_segment_size_mb wins the page", N, "", -1, "segment_size_mb:64,large_segment_size_mb:32", 1,
+     "are both set", "page_mb", 0},
+    {"[SM] large_segment_size_mb 20 is unset to torch_npu", N, "", -1, "large_segment_size_mb:20,segment_size_mb:64",
+     1, "deprecated", "page_mb", 64},
+    {"hbm_expandable_page_mb wins over segment_size_mb", N, "strict", -1,
+     "segment_size_mb:64,hbm_expandable_page_mb:2", 1, "deprecated", "page_mb", 2},
     /* ---- roundup_power2_divisions ---- */
     {"[A] '>' after the last entry", C, "", -1, "roundup_power2_divisions:[256:1,512:2,>:4]", 1, NULL, "div9", 2},
     {"[A] '>' fills above", C, "", -1, "roundup_power2_divisions:[256:1,512:2,>:4]", 1, NULL, "div10", 4},
@@ -180,6 +201,8 @@ static double field(const hbm__conf *c, const char *f)
         return (double)(c->max_non_split_rounding / MiB);
     if (!strcmp(f, "large_segment_mb"))
         return (double)(c->large_segment_size / MiB);
+    if (!strcmp(f, "page_mb"))
+        return (double)(c->expandable_page / MiB);
     if (!strcmp(f, "gc"))
         return c->gc_threshold;
     if (!strcmp(f, "fraction"))
@@ -289,7 +312,8 @@ static void policy_strings_round_trip(void **st)
             a.large_segment_size != b.large_segment_size || a.gc_threshold != b.gc_threshold ||
             a.memory_fraction != b.memory_fraction || a.expandable_segments != b.expandable_segments ||
             memcmp(a.roundup_divisions, b.roundup_divisions, sizeof a.roundup_divisions) ||
-            a.page_size_1g != b.page_size_1g || a.base_addr_aligned_kb != b.base_addr_aligned_kb)
+            a.page_size_1g != b.page_size_1g || a.base_addr_aligned_kb != b.base_addr_aligned_kb ||
+            a.expandable_page != b.expandable_page)
             fail_msg("case %zu '%s': policy '%s' reads back differently", i, k->s, pol);
         checked++;
     }
