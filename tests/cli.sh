@@ -178,7 +178,7 @@ check replay_segment_size_pages 0 "^device calls: .* 837 map" "$bin" replay "$ex
 # sweep: ranks, recommends, respects what the device supports.
 check sweep_recommends 0 "^export PYTORCH_CUDA_ALLOC_CONF='" "$bin" sweep "$ex" --capacity 60GiB --no-progress
 check sweep_json 0 '"settings_run":48' "$bin" sweep "$ex" --capacity 60GiB --json
-check sweep_old_firmware 0 "24 with expandable segments left out (firmware 22.0.3" "$bin" sweep "$ex" --capacity 60GiB \
+check sweep_old_firmware 0 "24 with expandable segments left out: firmware 22.0.3" "$bin" sweep "$ex" --capacity 60GiB \
     --backend "sim:firmware=22.0.3" --no-progress
 # Without virtual memory the sweep also sizes hbmalloc's arena: the smallest that runs the trace alone, proven by
 # its replay: it runs in one device allocation, and 1 MiB less does not.
@@ -196,10 +196,28 @@ less=$("$bin" replay "$fw" --capacity 40.8GiB --backend "sim:firmware=22.0.3" --
 [ "$less" -eq 0 ] && echo "ok   sweep_arena_smallest" || { echo "FAIL sweep_arena_smallest: $((mb - 1)) MiB also runs alone"; fails=$((fails + 1)); }
 check sweep_npu 0 "export PYTORCH_NPU_ALLOC_CONF=" "$bin" sweep "$ex" --capacity 60GiB --backend "sim:dialect=npu" \
     --no-progress
-check sweep_npu_rules 0 "left out (refused by torch_npu" "$bin" sweep "$ex" --capacity 60GiB \
+check sweep_npu_rules 0 "left out: refused by torch_npu" "$bin" sweep "$ex" --capacity 60GiB \
     --backend "sim:dialect=npu" --no-progress
-check sweep_grid 0 "sweep of .*: 3 settings" "$bin" sweep "$ex" --grid "max_split_size_mb=-,128,512" --no-progress
+check sweep_grid 0 "^3 settings, 2 distinct results" "$bin" sweep "$ex" --grid "max_split_size_mb=-,128,512" --no-progress
 check sweep_bad_grid 2 "expected key=v1,v2" "$bin" sweep "$ex" --grid "nonsense"
+# Issue #29 item 18: the report fits 120 columns (the export lines, to paste whole, apart), one row per distinct
+# result ranked 1, 2, 3, ... (it ranked 1, 2, 3, 6, 12: the settings' places), the settings below it, no nested
+# parentheses; the JSON ranks the same way.
+"$bin" sweep "$ex" --capacity 60GiB --no-progress --backend sim:firmware=22.0.3 >"$tmp/sweep.txt"
+if awk '!/^export / && length($0) > 120 { bad = 1; print "  " length($0) ": " $0 } END { exit bad }' "$tmp/sweep.txt"
+then echo "ok   sweep_fits_120_columns"; else echo "FAIL sweep_fits_120_columns"; fails=$((fails + 1)); fi
+if awk '/^ *[0-9]+  / { if ($1 != ++n) bad = 1 } END { exit bad || n < 5 }' "$tmp/sweep.txt"
+then echo "ok   sweep_ranks_are_consecutive"; else echo "FAIL sweep_ranks_are_consecutive"; cat "$tmp/sweep.txt"; fails=$((fails + 1)); fi
+if grep -q '([^)]*(' "$tmp/sweep.txt"; then echo "FAIL sweep_no_nested_parentheses: $(grep '([^)]*(' "$tmp/sweep.txt")"
+    fails=$((fails + 1)); else echo "ok   sweep_no_nested_parentheses"; fi
+check sweep_json_ranks 0 "^ranks 1..11 of 25 rows$" sh -c '"$1" sweep "$2" --capacity 60GiB --backend sim:firmware=22.0.3 --json |
+    python3 -c "import json, sys
+d = json.load(sys.stdin)
+r = d[\"results\"]
+ranks = [x[\"rank\"] for x in r if x[\"same_as_rank\"] == 0]
+assert ranks == list(range(1, len(ranks) + 1)) and len(ranks) == d[\"distinct_results\"], ranks
+assert all(x[\"same_as_rank\"] in (0, x[\"rank\"]) for x in r)
+print(\"ranks 1..%d of %d rows\" % (len(ranks), len(r)))"' sh "$bin" "$ex"
 # Issue #28 item 11: each replay holds its own allocator, whose blocks are as many as the trace's most live at once;
 # sweep ran all cores' worth at once (a 7 MB CSV: 247 MB at one job, 767 MB at four). The replays at once keep
 # within the readers' memory bound for the file: 100,000 rows of 7 bytes, all live together, one at a time.
@@ -216,15 +234,16 @@ check sweep_baseline_lenient 0 "which runs as 'max_split_size_mb:256'" env PYTOR
     "$bin" sweep "$ex" --capacity 60GiB --no-progress --grid "max_split_size_mb=-,64"
 check sweep_same_result 0 "same result: " "$bin" sweep "$ex" --capacity 60GiB --no-progress \
     --grid "max_split_size_mb=-,256,1024"
-check sweep_grid_fraction 0 "^ *1  garbage_collection_threshold:0.6,per_process_memory_fraction:0.9 " "$bin" sweep "$ex" \
-    --capacity 60GiB --no-progress --grid "garbage_collection_threshold=0.6;per_process_memory_fraction=-,0.9"
-check sweep_grid_inactive 0 "1 left out (garbage_collection_threshold without a memory fraction" "$bin" sweep "$ex" \
+check sweep_grid_fraction 0 "^      garbage_collection_threshold:0.6,per_process_memory_fraction:0.9$" sh -c '"$1" sweep "$2" \
+    --capacity 60GiB --no-progress --grid "garbage_collection_threshold=0.6;per_process_memory_fraction=-,0.9" |
+    grep -A1 "^   1 "' sh "$bin" "$ex"
+check sweep_grid_inactive 0 "1 left out: garbage_collection_threshold without a memory fraction" "$bin" sweep "$ex" \
     --capacity 60GiB --no-progress --grid "garbage_collection_threshold=0.6;per_process_memory_fraction=-,0.9"
 check sweep_fraction_in_code 0 "and in your code: torch.cuda.set_per_process_memory_fraction(0.99)" "$bin" sweep "$ex" \
     --capacity 60GiB --no-progress --torch 2.6
 check sweep_fraction_in_var 0 "^export PYTORCH_CUDA_ALLOC_CONF='garbage_collection_threshold:0.6,per_process_memory_fraction:0.99'" \
     "$bin" sweep "$ex" --capacity 60GiB --no-progress --torch 2.9
-check sweep_key_too_new 0 "left out (refused by PyTorch 2.1)" "$bin" sweep "$ex" --capacity 60GiB --no-progress \
+check sweep_key_too_new 0 "left out: refused by PyTorch 2.1$" "$bin" sweep "$ex" --capacity 60GiB --no-progress \
     --grid "large_segment_size_mb=-,64" --torch 2.1
 # Files that are no trace say what they are; lifetime CSVs are read directly, as scripts/lifetimes2trace.py reads them.
 : >"$tmp/empty.trace"
@@ -286,7 +305,7 @@ check steps_bad 2 "takes 'auto' or a whole number" "$bin" replay "$cpu" --steps 
 # Unmarked steps are found by the allocator itself (at 4096 allocations on the variable-length trace).
 check steps_found 0 "^steps 33$" "$bin" replay "$src/examples/finetune-varlen.trace" --check --stats \
     --backend sim:firmware=22.0.3 --conf hbm_step_plan:True
-check steps_sweep 0 "hbm_step_plan:True (hbmalloc plug-in)" "$bin" sweep "$cpu" --steps auto --backend sim:firmware=22.0.3 \
+check steps_sweep 0 "^      hbm_step_plan:True$" "$bin" sweep "$cpu" --steps auto --backend sim:firmware=22.0.3 \
     --no-progress --jobs 2
 printf 'a 1 100\nf 1\ns\na 1 100\nf 1\ns\na 1 100\nf 1\n' > "$tmp/steps.trace"
 check steps_in_trace 0 "^steps: *3 (the trace's s events)" "$bin" replay "$tmp/steps.trace" --conf ""

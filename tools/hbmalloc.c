@@ -586,7 +586,7 @@ static int sweep_html(const sweep_outcome *so, void *ctx)
             if (pass == 0 ? r->same_as >= 0 || n == SWEEP_PAGE_RUNS : !r->baseline || base_in)
                 continue;
             base_in |= r->baseline;
-            snprintf(text[n], sizeof text[n], "rank %d: %s%s", i + 1, r->conf[0] ? r->conf : "(defaults)",
+            snprintf(text[n], sizeof text[n], "rank %d: %s%s", r->rank, r->conf[0] ? r->conf : "(defaults)",
                      r->baseline ? " (yours)" : r->hbm ? " (hbmalloc plug-in)" : "");
             t[n] = &sp->c->t;
             o[n] = (replay_opts){.backend_spec = sp->c->spec, .settings = r->conf};

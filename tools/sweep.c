@@ -30,6 +30,7 @@
 #include "sweep.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@
 #define MAX_VALUES 8
 #define MAX_KEYS 6
 #define MAX_SETTINGS 4096
+#define WIDTH 120 /* the report's lines fit a terminal of this width (the export line, to paste whole, apart) */
 
 
 typedef struct axis {
@@ -428,12 +430,16 @@ int sweep_compute(const trace *t, const sweep_opts *o, sweep_outcome *out, char 
         }
     }
     qsort(out->rows, (size_t)out->n, sizeof *out->rows, row_cmp);
-    for (int i = 0; i < out->n; i++)
+    for (int i = 0; i < out->n; i++) {
         for (int j = 0; j < i; j++)
             if (out->rows[j].same_as < 0 && same_result(&out->rows[i], &out->rows[j])) {
                 out->rows[i].same_as = j;
                 break;
             }
+        /* One rank per distinct result, in order: 1, 2, 3 whatever the number of settings that share one. */
+        sweep_row *r = &out->rows[i];
+        r->rank = r->same_as >= 0 ? out->rows[r->same_as].rank : ++out->results;
+    }
     return 0;
 }
 
@@ -506,6 +512,85 @@ void sweep_advice(const sweep_outcome *out, const sweep_row *row, const char *ve
                  d == HBM_DIALECT_NPU ? "torch-npu" : "torch");
 }
 
+/* text after prefix, then on lines indented as `indent`, none longer than WIDTH: prose broken at a space, settings
+ * (no space in them) and lists of them after a ',' or ';'. */
+static void put_wrapped(FILE *out, const char *prefix, const char *indent, const char *text, bool prose)
+{
+    size_t col = strlen(prefix), room = WIDTH;
+    fputs(prefix, out);
+    while (*text) {
+        size_t n = strlen(text);
+        if (col + n <= room) {
+            fprintf(out, "%s\n", text);
+            return;
+        }
+        size_t cut = 0, fit = room > col ? room - col : 1;
+        for (size_t i = 1; i < n && i <= fit; i++)
+            if (prose ? text[i] == ' ' : text[i - 1] == ',' || text[i - 1] == ';')
+                cut = i;
+        if (!cut) /* one word longer than the line */
+            cut = strcspn(text, " ");
+        fprintf(out, "%.*s\n%s", (int)cut, text, indent);
+        col = strlen(indent);
+        text += cut;
+        while (*text == ' ')
+            text++;
+    }
+}
+
+/* The ranking, one line of figures per distinct result and its settings below it. */
+static void print_ranking(FILE *out, const sweep_outcome *so)
+{
+    fprintf(out, "\n%4s  %11s  %13s  %14s  %12s  %9s  %s\n", "rank", "peak alloc", "peak reserved",
+            "reserved/alloc", "device calls", "device ms", "OOM");
+    for (int i = 0; i < so->n; i++) {
+        const sweep_row *j = &so->rows[i];
+        if (j->same_as >= 0)
+            continue;
+        const hbm_stats *s = &j->r.stats;
+        char pa[32], pr[32], oom[48] = "-", line[400], more[200] = "";
+        hbm__format_size((uint64_t)s->allocated_bytes[0].peak, pa, sizeof pa);
+        hbm__format_size((uint64_t)s->reserved_bytes[0].peak, pr, sizeof pr);
+        if (j->rc)
+            snprintf(oom, sizeof oom, "at event %zu", j->r.oom_event);
+        int yours = j->baseline, same = 0;
+        for (int k = i + 1; k < so->n; k++)
+            if (so->rows[k].same_as == i) {
+                yours |= so->rows[k].baseline;
+                same++;
+            }
+        const char *who = j->hbm ? "hbmalloc plug-in" : yours ? "yours" : "";
+        fprintf(out, "%4d  %11s  %13s  %14.4f  %12lld  %9.3f  %-*s%s\n", j->rank, pa, pr,
+                s->allocated_bytes[0].peak ? (double)s->reserved_bytes[0].peak / (double)s->allocated_bytes[0].peak
+                                           : 0.0,
+                (long long)(s->num_device_alloc + s->num_device_free), (double)j->r.dev.device_ns / 1e6,
+                who[0] ? 16 : 0, oom, who);
+        snprintf(line, sizeof line, "%s", j->conf[0] ? j->conf : "the defaults");
+        put_wrapped(out, "      ", "        ", line, false);
+        /* The settings with the same result: two named (and yours), the rest counted. */
+        if (!same)
+            continue;
+        hbm__sbuf sb;
+        char list[1200];
+        hbm__sb_init(&sb, list, sizeof list);
+        int shown = 0;
+        for (int k = i + 1; k < so->n; k++) {
+            const sweep_row *r = &so->rows[k];
+            if (r->same_as != i || (shown >= 2 && !r->baseline))
+                continue;
+            hbm__sb_printf(&sb, "%s%s%s", shown ? "; " : "", r->conf[0] ? r->conf : "the defaults",
+                           r->baseline ? " (yours)" : "");
+            shown++;
+        }
+        if (same > shown)
+            snprintf(more, sizeof more, "; and %d more", same - shown);
+        char text[1400];
+        snprintf(text, sizeof text, "%s%s", list, more);
+        put_wrapped(out, "      same result: ", "        ", text, false);
+    }
+    fputc('\n', out);
+}
+
 int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
 {
     char err[768];
@@ -531,8 +616,8 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
         hbm__json_str(out, o->backend_spec);
         fprintf(out, ",\"release\":");
         hbm__json_str(out, so.release);
-        fprintf(out, ",\"settings_run\":%d,\"left_out_invalid\":%d,\"left_out_unsupported\":%d,"
-                     "\"left_out_inactive\":%d,\"jobs\":%d,\"baseline\":", so.n, so.rejected, so.unsupported,
+        fprintf(out, ",\"settings_run\":%d,\"distinct_results\":%d,\"left_out_invalid\":%d,\"left_out_unsupported\":%d,"
+                     "\"left_out_inactive\":%d,\"jobs\":%d,\"baseline\":", so.n, so.results, so.rejected, so.unsupported,
                 so.inactive, so.jobs);
         hbm__json_str(out, so.baseline_note);
         fprintf(out, ",\"results\":[");
@@ -544,8 +629,8 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
                     "\"oom_event\":%lld,"
                     "\"peak_allocated\":%lld,\"peak_reserved\":%lld,\"reserved_over_allocated\":%.6f,"
                     "\"device_allocs\":%lld,\"device_frees\":%lld,\"device_time_ms\":%.3f}",
-                    i ? "," : "", i + 1, j->conf, j->hbm ? "hbmalloc" : "framework", j->baseline ? "true" : "false",
-                    j->same_as < 0 ? 0 : j->same_as + 1,
+                    i ? "," : "", j->rank, j->conf, j->hbm ? "hbmalloc" : "framework", j->baseline ? "true" : "false",
+                    j->same_as < 0 ? 0 : j->rank,
                     j->rc ? "true" : "false", j->rc ? (long long)j->r.oom_event : -1LL,
                     (long long)s->allocated_bytes[0].peak, (long long)s->reserved_bytes[0].peak,
                     s->allocated_bytes[0].peak ? (double)s->reserved_bytes[0].peak / (double)s->allocated_bytes[0].peak
@@ -568,66 +653,31 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
             fputs("null", out);
         fprintf(out, "}\n");
     } else {
-        char dev[300];
+        char dev[300], head[2000], each[32];
+        hbm__sbuf sb;
         replay_device_line(o->backend_spec, dev, sizeof dev);
-        fprintf(out, "sweep of %s on %s: %d settings", o->name, dev, so.n);
+        hbm__sb_init(&sb, head, sizeof head);
+        fprintf(out, "sweep of:        %s\ndevice:          %s\n", o->name, dev);
+        hbm__sb_printf(&sb, "%d settings, %d distinct results", so.n, so.results);
         if (so.rejected)
-            fprintf(out, ", %d left out (refused by %s)", so.rejected, so.release);
+            hbm__sb_printf(&sb, "; %d left out: refused by %s", so.rejected, so.release);
         if (so.unsupported)
-            fprintf(out, ", %d with expandable segments left out (%s)", so.unsupported, so.why);
+            hbm__sb_printf(&sb, "; %d with expandable segments left out: %s", so.unsupported, so.why);
         if (so.inactive)
-            fprintf(out, ", %d left out (garbage_collection_threshold without a memory fraction < 1 never runs)",
-                    so.inactive);
+            hbm__sb_printf(&sb, "; %d left out: garbage_collection_threshold without a memory fraction < 1 never runs",
+                           so.inactive);
         if (so.jobs < so.wanted_jobs) {
-            char each[32];
             hbm__format_size(so.job_bytes, each, sizeof each);
-            fprintf(out, "; %d replay%s at a time, not %d: each holds up to %s (the allocator's blocks for the %zu "
-                         "live at once), and together they keep within 16 bytes per byte of the trace",
-                    so.jobs, so.jobs == 1 ? "" : "s", so.wanted_jobs, each, t->nslots);
+            hbm__sb_printf(&sb, "; %d replay%s at a time, not %d: each holds up to %s (the allocator's blocks for the "
+                                "%zu live at once), and together they keep within 16 bytes per byte of the trace",
+                           so.jobs, so.jobs == 1 ? "" : "s", so.wanted_jobs, each, t->nslots);
         }
-        fprintf(out, "\nchecked against: %s%s\n%s\n", so.release,
-                o->version && *o->version ? "" : " (the newest known; give --torch / --torch-npu VERSION for yours)",
-                so.baseline_note);
-        fprintf(out, "\n%4s  %-78s %12s %12s %7s %9s %10s  %s\n", "rank", "settings", "peak alloc", "peak reserv",
-                "ratio", "dev calls", "dev ms", "OOM");
-        for (int i = 0; i < so.n; i++) {
-            const sweep_row *j = &so.rows[i];
-            if (j->same_as >= 0)
-                continue;
-            const hbm_stats *s = &j->r.stats;
-            char pa[32], pr[32], label[300];
-            hbm__format_size((uint64_t)s->allocated_bytes[0].peak, pa, sizeof pa);
-            hbm__format_size((uint64_t)s->reserved_bytes[0].peak, pr, sizeof pr);
-            char oom[48] = "-";
-            if (j->rc)
-                snprintf(oom, sizeof oom, "at event %zu", j->r.oom_event);
-            snprintf(label, sizeof label, "%s%s", j->conf[0] ? j->conf : "(defaults)",
-                     j->baseline ? " (yours)" : j->hbm ? " (hbmalloc plug-in)" : "");
-            fprintf(out, "%4d  %-78s %12s %12s %7.4f %9lld %10.3f  %s\n", i + 1, label, pa, pr,
-                    s->allocated_bytes[0].peak ? (double)s->reserved_bytes[0].peak / (double)s->allocated_bytes[0].peak
-                                               : 0.0,
-                    (long long)(s->num_device_alloc + s->num_device_free), (double)j->r.dev.device_ns / 1e6, oom);
-            /* The rows with the same result, on one line of about 160 characters. */
-            int shown = 0, more = 0;
-            size_t width = 0;
-            for (int k = i + 1; k < so.n; k++) {
-                if (so.rows[k].same_as != i)
-                    continue;
-                const char *c = so.rows[k].conf[0] ? so.rows[k].conf : "(defaults)";
-                if (shown && width + strlen(c) > 160) {
-                    more++;
-                    continue;
-                }
-                width += (size_t)fprintf(out, "%s%s%s", shown ? "; " : "      same result: ", c,
-                                         so.rows[k].baseline ? " (yours)" : "");
-                shown++;
-            }
-            if (more)
-                fprintf(out, "; and %d more", more);
-            if (shown)
-                fputc('\n', out);
-        }
-        fputc('\n', out);
+        put_wrapped(out, "", "  ", head, true);
+        snprintf(head, sizeof head, "%s%s", so.release,
+                 o->version && *o->version ? "" : ", the newest known: give --torch / --torch-npu VERSION for yours");
+        put_wrapped(out, "checked against: ", "  ", head, true);
+        put_wrapped(out, "", "  ", so.baseline_note, true);
+        print_ranking(out, &so);
         if (!best && hbm_best)
             fprintf(out, "no setting of %s runs this trace without OOM at this capacity.\n", dialect_var(so.dialect));
         else if (!best)
@@ -639,25 +689,27 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
             hbm__format_size((uint64_t)peak_reserved(best), pr, sizeof pr);
             if (base && !base->rc) {
                 hbm__format_size((uint64_t)peak_reserved(base), pb, sizeof pb);
-                fprintf(out, "recommended (peak reserved %s, yours %s: %.1f%% less):\n", pr, pb,
+                fprintf(out, "recommended, rank %d: peak reserved %s, yours %s: %.1f%% less\n", best->rank, pr, pb,
                         100.0 * (double)(peak_reserved(base) - peak_reserved(best)) / (double)peak_reserved(base));
             } else if (base) {
-                fprintf(out, "recommended (peak reserved %s; yours runs out of memory at event %zu):\n", pr,
-                        base->r.oom_event);
+                fprintf(out, "recommended, rank %d: peak reserved %s; yours runs out of memory at event %zu\n",
+                        best->rank, pr, base->r.oom_event);
             } else {
-                fprintf(out, "recommended (peak reserved %s):\n", pr);
+                fprintf(out, "recommended, rank %d: peak reserved %s\n", best->rank, pr);
             }
             fprintf(out, "%s\n", exp);
             if (code[0])
-                fprintf(out, "and in your code: %s\n", code);
+                put_wrapped(out, "and in your code: ", "  ", code, true);
         }
     }
     if (!o->json && hbm_best) {
-        char pr[32];
+        char pr[32], line[600];
         hbm__format_size((uint64_t)peak_reserved(hbm_best), pr, sizeof pr);
-        fprintf(out, "with the hbmalloc plug-in (hbmalloc_torch.use(); PyTorch's own allocator does not read it), the "
-                     "%s (peak reserved %s; %s):\nexport HBMALLOC_CONF='%s'\n",
-                sweep_hbm_name(hbm_best), pr, sweep_hbm_note(hbm_best), hbm_best->conf);
+        snprintf(line, sizeof line, "with the hbmalloc plug-in, the %s, rank %d: peak reserved %s; %s. PyTorch's own "
+                                    "allocator does not read it, hbmalloc_torch.use() does:",
+                 sweep_hbm_name(hbm_best), hbm_best->rank, pr, sweep_hbm_note(hbm_best));
+        put_wrapped(out, "", "  ", line, true);
+        fprintf(out, "export HBMALLOC_CONF='%s'\n", hbm_best->conf);
     }
     int rc = best || hbm_best ? 0 : 1;
     if (o->after) {

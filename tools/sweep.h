@@ -31,11 +31,13 @@ typedef struct sweep_row {
     int baseline;       /* the user's setting */
     int hbm;            /* an hbmalloc policy (HBMALLOC_CONF, the plug-ins only): not a framework setting */
     int same_as;        /* index of an earlier row with identical results, or -1 */
+    int rank;           /* of its result among the distinct results: 1, 2, 3, ... (rows of one result share it) */
 } sweep_row;
 
 struct sweep_outcome {
     sweep_row *rows;    /* ranked: clean runs first, then lower peak reserved, less device time, shorter string */
     int n;
+    int results;        /* distinct results (the highest rank) */
     int rejected;       /* left out: the release refuses them */
     int unsupported;    /* left out: expandable segments on a device without virtual memory */
     int inactive;       /* left out: garbage collection without a memory fraction (it never runs) */
