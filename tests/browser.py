@@ -12,6 +12,7 @@ scrubbing) in OUT_DIR/browser.txt. Exit status: the number of failed checks.
 """
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -69,12 +70,53 @@ def figures(b):
                 ".map(td => [td.dataset.key, Number(td.dataset.value)]))")
 
 
-def hover_at(b, pt):
-    """Moves the mouse to page point pt (scrolled into view); the tooltip's text."""
-    b.js("window.scrollTo(0, %d)" % max(pt["y"] - 400, 0))
+def hover_at(b, pt, from_bottom=None):
+    """Moves the mouse to page point pt (scrolled into view; from_bottom: that far above the window's bottom edge);
+    the tooltip's text."""
+    h = b.js("document.documentElement.clientHeight")
+    b.js("window.scrollTo(0, %d)" % max(pt["y"] - (400 if from_bottom is None else h - from_bottom), 0))
     sx, sy = b.js("[window.scrollX, window.scrollY]")
-    b.call("Input.dispatchMouseEvent", type="mouseMoved", x=pt["x"] - sx, y=pt["y"] - sy)
-    return b.js("document.getElementById('tip').textContent")
+    b.mouse("moved", pt["x"] - sx, pt["y"] - sy)
+    return b.js("(() => { const t = document.getElementById('tip'); return t.style.display === 'block' ? t.textContent : ''; })()")
+
+
+def frame(b):
+    """Waits for the page to draw a frame (what the wheel does is drawn in the next one)."""
+    b.js("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
+def overflow(b):
+    """What sticks out of the window on the right: the page, or a part of it ('' when nothing)."""
+    return b.js("""(() => { const w = document.documentElement.clientWidth, out = [];
+        if (document.documentElement.scrollWidth > w) out.push('the page, ' + document.documentElement.scrollWidth + ' > ' + w);
+        for (const e of document.querySelectorAll('canvas, table, pre, .bar, #events, h1, p'))
+          if (e.getBoundingClientRect().right > w + 0.5 && e.offsetParent) out.push((e.id || e.tagName) + ' to ' + e.getBoundingClientRect().right);
+        for (const e of document.querySelectorAll('.wide')) if (e.scrollWidth > e.clientWidth) out.push('a table scrolls: ' + e.firstChild.id);
+        return out.join('; '); })()""")
+
+
+def labels_apart(b):
+    """The curves' labels (peaks, capacity, out of memory): inside their chart, no two overlapping ('' when so)."""
+    lab = b.js("hbmView.labels()")
+    boxes = lab["boxes"]
+    for k, a in enumerate(boxes):
+        if a["x"] < 0 or a["y"] < 0 or a["x"] + a["w"] > lab["width"] or a["y"] + a["h"] > lab["height"]:
+            return "%r at %s, outside the %d x %d chart" % (a["text"], a, lab["width"], lab["height"])
+        for c in boxes[k + 1:]:
+            if a["x"] < c["x"] + c["w"] and c["x"] < a["x"] + a["w"] and a["y"] < c["y"] + c["h"] and c["y"] < a["y"] + a["h"]:
+                return "%r overlaps %r" % (a["text"], c["text"])
+    return "" if boxes else "no labels"
+
+
+def tip_inside(b):
+    """The tooltip shown lies inside the window and its text inside it ('' when so)."""
+    return b.js("""(() => { const t = document.getElementById('tip'), r = t.getBoundingClientRect();
+        const w = document.documentElement.clientWidth, h = document.documentElement.clientHeight;
+        if (t.style.display !== 'block') return 'no tooltip';
+        if (r.left < 0 || r.top < 0 || r.right > w || r.bottom > h)
+          return 'the tooltip at ' + JSON.stringify(r) + ' in a window of ' + w + ' x ' + h;
+        if (t.scrollWidth > t.clientWidth) return 'its text is ' + t.scrollWidth + ' wide in ' + t.clientWidth;
+        return ''; })()""")
 
 
 trace = os.path.join(SRC, "examples", "cpu-transformer-trainstep.trace")
@@ -364,6 +406,148 @@ try:
     check("sweep_page_ranks", got[:len(want)] == want and any(g[0].endswith("(yours)") for g in got),
           "page %s, sweep %s" % (got, want))
     b.screenshot(os.path.join(OUT, "sweep.png"))
+    check("sweep_labels_apart", not labels_apart(b), labels_apart(b))
+
+    # Zoom (issue #29 item 8). cs336-lm-ctx128-fullstep's largest allocation, 157 MiB for 3 of 12,989 events, is a
+    # fraction of a pixel wide on the whole run. Dragging across the curves from 3 events before it to 3 after
+    # shows that stretch in every chart; the timeline's bands are chosen again among the allocations live there
+    # (some were not bands before); the allocation is hovered with its own tooltip, the trace's request at that
+    # event. Ctrl+wheel zooms, Shift+wheel pans, "whole run" goes back.
+    cs = os.path.join(SRC, "examples", "cs336-lm-ctx128-fullstep.trace")
+    csp = os.path.join(OUT, "view-cs336.html")
+    subprocess.run([BIN, "view", cs, "--conf", "", "-o", csp], check=True, stdout=subprocess.DEVNULL)
+    cev = trace_events(cs)
+    b.open(csp)
+    big = b.js("hbmView.largest()")
+    start, end = b.js("[D.allocs.start[%d], D.allocs.end[%d]]" % (big, big))
+    whole = b.js("hbmView.bands()")
+    check("zoom_opens_on_the_whole_run", b.js("hbmView.window()") is None and big in whole, "window %s" % b.js("hbmView.window()"))
+    for around in (400, 3):  # 9 events are less than a pixel of the whole run: 800 first, then 9 of those
+        x0, x1, y = b.js("(() => { window.scrollTo(0, 0); const r = document.getElementById('usage').getBoundingClientRect(); "
+                         "return [r.left + hbmView.x(%d, 0), r.left + hbmView.x(%d, 0), r.top + 150]; })()"
+                         % (start - around, end + around))
+        b.mouse("pressed", x0, y)
+        b.mouse("moved", (x0 + x1) / 2, y, buttons=1)
+        b.mouse("moved", x1, y, buttons=1)
+        b.mouse("released", x1, y)
+    win = b.js("hbmView.window()")
+    check("zoom_drag_shows_that_stretch", win is not None and abs(win[0] - (start - 3)) <= 1 and abs(win[1] - (end + 3)) <= 1,
+          "window %s, dragged over %d .. %d" % (win, start - 3, end + 3))
+    bands = b.js("hbmView.bands()")
+    live = b.js("hbmView.bands().every(k => D.allocs.start[k] <= %d && D.allocs.end[k] > %d)" % (win[1], win[0])) if win else False
+    check("zoom_chooses_the_bands_again", live and big in bands and set(bands) - set(whole),
+          "%d bands, %d not bands before, all live in view: %s" % (len(bands), len(set(bands) - set(whole)), live))
+    tip = hover_at(b, b.js("hbmView.bandPoint(%d)" % big))
+    m = re.match(r"allocation #%d: [\d.]+ MiB block \((\d+) bytes requested\)\nmade at event (\d+)" % big, tip)
+    check("zoom_largest_allocation_hovered", bool(m) and int(m.group(1)) == max(sz for k, _, sz in cev if k == "a")
+          and cev[int(m.group(2))][0] == "a" and cev[int(m.group(2))][2] == int(m.group(1)), "tooltip %r" % tip)
+    b.screenshot(os.path.join(OUT, "view-zoom.png"))
+    b.js("window.scrollTo(0, 0)")
+    r = b.js("(() => { const r = document.getElementById('timeline').getBoundingClientRect(); return [r.left + 600, r.top + 100]; })()")
+    b.mouse("wheel", r[0], r[1], deltaX=0, deltaY=600, modifiers=2)  # Ctrl+wheel down: out
+    frame(b)
+    wider = b.js("hbmView.window()")
+    check("zoom_ctrl_wheel", wider is not None and wider[1] - wider[0] > win[1] - win[0], "%s after %s" % (wider, win))
+    b.mouse("wheel", r[0], r[1], deltaX=0, deltaY=200, modifiers=8)  # Shift+wheel: later
+    frame(b)
+    later = b.js("hbmView.window()")
+    check("zoom_shift_wheel_pans", later is not None and later[0] > wider[0] and later[1] - later[0] == wider[1] - wider[0],
+          "%s after %s" % (later, wider))
+    b.js("document.getElementById('zoom-all').click()")
+    check("zoom_whole_run_again", b.js("hbmView.window()") is None and b.js("hbmView.bands()") == whole, "window %s"
+          % b.js("hbmView.window()"))
+    check("zoom_clean", not b.problems(), "; ".join(b.problems()))
+
+    # Unallocated and fragmentation (item 9), the terms of docs/TOOL.md: the figures at a moment, and the table of
+    # runs at each run's peak reserved, the same numbers.
+    b.js("hbmView.select(hbmView.peak())")
+    fig = figures(b)
+    check("figures_terms", fig["unallocated"] == fig["reserved"] - fig["allocated"] and
+          abs(fig["fragmentation"] - (1 - fig["largest free block"] / fig["cached free"])) < 1e-12, "%s" % fig)
+    b.open(ab)
+    head = b.js("[...document.querySelectorAll('#abtable th')].map(t => t.textContent)")
+    check("ab_table_terms", "unallocated at peak" in head and "fragmentation at peak" in head, "%s" % head)
+    for k in range(2):
+        b.js("hbmView.setRun(%d); hbmView.select(hbmView.peak())" % k)
+        fig = figures(b)
+        row = b.js("(() => { const d = document.querySelector('#abtable tr[data-run=\"%d\"]').dataset; "
+                   "return [Number(d.unallocAtPeak), Number(d.fragAtPeak)]; })()" % k)
+        check("ab_table_terms_" + "AB"[k], row[0] == fig["unallocated"] and abs(row[1] - fig["fragmentation"]) < 1e-12,
+              "table %s, figures at the peak %s" % (row, fig))
+    # The A/B labels (item 10): the runs' equal peaks one label, no two overlapping; each run's settings line once.
+    check("ab_labels_apart", not labels_apart(b), labels_apart(b))
+    text = b.js("document.body.innerText + [...document.querySelectorAll('option')].map(o => o.textContent).join('\\n')")
+    counts = [text.count(st) for st in b.js("RUNS.map(R => R.settings)")]
+    check("ab_settings_once", counts == [1, 1], "each run's settings line shown %s times" % counts)
+
+    # The events (item 11, memory_viz's allocator state history): a row per event saying what it did; a click on a
+    # row goes to the state after that event (the figures follow); the row of an allocation names its request.
+    b.open(page)
+    e = next(k for k in range(2000, len(ev)) if ev[k][0] == "a")
+    b.js("hbmView.select(%d)" % (e - 4))
+    row = b.js("(() => { const d = document.querySelector('#events [data-p=\"%d\"]'); d.scrollIntoView({block: 'center'}); "
+               "const r = d.getBoundingClientRect(); return [r.left + 40, r.top + r.height / 2, d.textContent]; })()" % (e + 1))
+    b.mouse("pressed", row[0], row[1])
+    b.mouse("released", row[0], row[1])
+    fig = figures(b)
+    check("event_click_goes_there", b.js("hbmView.selected()") == e + 1 and fig["live allocations"] == live_after(ev, e),
+          "selected %s, figures %s, trace %d after event %d" % (b.js("hbmView.selected()"), fig, live_after(ev, e), e))
+    check("event_row_says_what", re.match(r"event %d: alloc #\d+ .*\(%d B requested\)" % (e, ev[e][2]), row[2]) is not None,
+          "row %r, trace %s" % (row[2], ev[e]))
+    check("event_row_marked", b.js("document.querySelector('#events .sel').dataset.p") == str(e + 1), "")
+    f = next(k for k in range(e, len(ev)) if ev[k][0] == "f")
+    b.js("hbmView.select(%d)" % (f + 1))
+    text = b.js("document.querySelector('#events .sel').textContent")
+    check("event_row_free", re.match(r"event %d: free #\d+" % f, text) is not None, "row %r" % text)
+    b.screenshot(os.path.join(OUT, "view-events.png"))
+    # The active cached segment timeline (item 11): the empty_cache trace's 20 MiB segment, reserved at event 0 and
+    # released by the empty_cache at event 6, hovered; that event's row says so.
+    b.open(os.path.join(OUT, "view-empty_cache.html"))
+    tip = hover_at(b, b.js("hbmView.segPoint(hbmView.largestSeg())"))
+    check("segment_timeline_hover", tip.startswith("segment: 20.00 MiB at 0x") and "reserved at event 0," in tip
+          and "released at event 6 " in tip, "tooltip %r" % tip)
+    b.js("hbmView.select(7)")
+    text = b.js("document.querySelector('#events .sel').textContent")
+    check("event_row_empty_cache", text.startswith("event 6: empty_cache: segment_free 20.00 MiB"), "row %r" % text)
+    # A large run's list is its moments.
+    b.open(large)
+    b.js("hbmView.select(hbmView.first())")
+    row = b.js("(() => { const d = document.querySelectorAll('#events [data-p]')[1]; d.scrollIntoView({block: 'center'}); "
+               "const r = d.getBoundingClientRect(); return [r.left + 40, r.top + r.height / 2, Number(d.dataset.p)]; })()")
+    b.mouse("pressed", row[0], row[1])
+    b.mouse("released", row[0], row[1])
+    check("large_event_list_moments", b.js("hbmView.selected()") == row[2] and b.js("RUNS[0].moments[1].p") == row[2],
+          "selected %s, row %s" % (b.js("hbmView.selected()"), row[2]))
+    check("events_clean", not b.problems(), "; ".join(b.problems()))
+
+    # A window 900 pixels wide (item 10): nothing sticks out, the curves' labels inside their chart and apart; a
+    # tooltip of long frame paths (a snapshot's files renamed into deep folders) stays inside the window, its text
+    # inside it, also hovered at the window's bottom edge.
+    snapd = pickle.load(open(snap, "rb"))  # tests/data: plain data, read with Python's own pickle
+    deep = "/" + "/".join("a_folder_name_with_no_space_to_break_at_%d" % k for k in range(6))
+    for fr in [f for e in snapd["device_traces"][0] for f in e.get("frames", [])] + \
+              [f for g in snapd["segments"] for f in g.get("frames", []) + [x for blk in g["blocks"] for x in blk.get("frames", [])]]:
+        if fr.get("filename", "").endswith(".py"):
+            fr["filename"] = deep + "/" + os.path.basename(fr["filename"])
+    longp = os.path.join(OUT, "long-frames.pickle")
+    with open(longp, "wb") as f:
+        pickle.dump(snapd, f, protocol=4)
+    longv = os.path.join(OUT, "view-long-frames.html")
+    subprocess.run([BIN, "view", longp, "-o", longv], check=True, stdout=subprocess.DEVNULL)
+    b.width(900)
+    for name, path in (("view", page), ("cs336", csp), ("ab", ab), ("large", large), ("sweep", sw), ("long", longv)):
+        b.open(path)
+        check("narrow_%s_fits" % name, not overflow(b), overflow(b))
+        check("narrow_%s_labels_apart" % name, not labels_apart(b), labels_apart(b))
+        if name == "cs336":
+            b.screenshot(os.path.join(OUT, "view-900.png"))
+    for where in (None, 30):
+        tip = hover_at(b, b.js("hbmView.bandPoint(hbmView.largest())"), where)
+        check("narrow_tooltip_inside" + ("_at_the_bottom" if where else ""), deep in tip and not tip_inside(b),
+              tip_inside(b) or "tooltip %r" % tip[:200])
+    b.screenshot(os.path.join(OUT, "view-900-tooltip.png"))
+    check("narrow_clean", not b.problems(), "; ".join(b.problems()))
+    b.width(None)
 finally:
     b.close()
 

@@ -101,10 +101,26 @@ class Browser:
         for t in ("rawKeyDown", "keyUp"):
             self.call("Input.dispatchKeyEvent", type=t, key=key, code=code, windowsVirtualKeyCode=vk, modifiers=mods)
 
+    def width(self, w, h=1000):
+        """The window's size in CSS pixels (None: back to the browser's own 1280 x 1000)."""
+        if w is None:
+            self.call("Emulation.clearDeviceMetricsOverride")
+        else:
+            self.call("Emulation.setDeviceMetricsOverride", width=w, height=h, deviceScaleFactor=1, mobile=False)
+
+    def mouse(self, kind, x, y, **more):
+        """A mouse event at client point (x, y): moved, pressed, released (left button), or wheel."""
+        t = {"moved": "mouseMoved", "pressed": "mousePressed", "released": "mouseReleased", "wheel": "mouseWheel"}[kind]
+        if kind in ("pressed", "released"):
+            more.setdefault("button", "left")
+            more.setdefault("clickCount", 1)
+        self.call("Input.dispatchMouseEvent", type=t, x=x, y=y, **more)
+
     def screenshot(self, path):
-        h = self.js("document.documentElement.scrollHeight")
+        """The whole page, as wide as the window."""
+        w, h = self.js("[window.innerWidth, document.documentElement.scrollHeight]")
         png = base64.b64decode(self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                                         clip={"x": 0, "y": 0, "width": 1280, "height": h, "scale": 1})["data"])
+                                         clip={"x": 0, "y": 0, "width": w, "height": h, "scale": 1})["data"])
         with open(path, "wb") as f:
             f.write(png)
         return png

@@ -333,6 +333,7 @@ typedef struct view_run {
     int seeded;   /* the curves' first point is the seeded start state */
     hbm_device_counters dc;
     char device[300];
+    char conf[600]; /* the settings string in force, alone ("": the defaults): the page's short name for the run */
     char oom_message[2048];
 } view_run;
 
@@ -342,6 +343,26 @@ static void run_free(view_run *v)
     view_rec_free(v->vr);
     free(v->sr.alloc);
     free(v->sr.resv);
+}
+
+/* The settings string a runs under, without where it came from: the describe's "string:" line, unquoted. */
+static void settings_string(hbm_allocator *a, const replay_opts *o, char *out, size_t len)
+{
+    char *desc = o->settings_from_trace ? NULL : malloc(8192);
+    const char *p = desc && hbm_settings_describe(a, desc, 8192) == HBM_OK ? strstr(desc, "\nstring: ") : NULL;
+    if (o->settings_from_trace) {
+        snprintf(out, len, "%s", o->settings);
+    } else if (p) {
+        p += strlen("\nstring: ");
+        size_t n = strcspn(p, "\n");
+        if (n >= 2 && p[0] == '"' && p[n - 1] == '"') /* describe quotes it */
+            snprintf(out, len, "%.*s", (int)(n - 2), p + 1);
+        else
+            snprintf(out, len, "%.*s", (int)n, p);
+    } else {
+        out[0] = 0;
+    }
+    free(desc);
 }
 
 /* Replays t under o into v: 0, 1 (OOM: v->r says where) or 2 (err says why). */
@@ -362,6 +383,7 @@ static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, 
     else
         replay_settings_line(a, r->settings, sizeof r->settings);
     replay_device_line(o->backend_spec, v->device, sizeof v->device);
+    settings_string(a, o, v->conf, sizeof v->conf);
     int rc = 0;
     v->vr = html ? view_rec_new(t) : NULL;
     if (!sr->alloc || !sr->resv || !slot || (html && !v->vr)) {
@@ -438,9 +460,9 @@ static size_t argmax(const int64_t *v, size_t n) /* the first of the highest */
 static void page_info(const view_run *v, const trace *t, const replay_opts *o, const char *name, view_page_info *pi)
 {
     const char *c = strstr(o->backend_spec, "capacity=");
-    *pi = (view_page_info){.name = name, .settings = v->r.settings, .device = v->device, .events = t->n,
-                           .first = v->first, .seeded = v->seeded, .alloc = v->sr.alloc, .resv = v->sr.resv,
-                           .n = v->sr.n, .peak_j = argmax(v->sr.resv, v->sr.n),
+    *pi = (view_page_info){.name = name, .settings = v->r.settings, .conf = v->conf, .device = v->device,
+                           .events = t->n, .first = v->first, .seeded = v->seeded, .alloc = v->sr.alloc,
+                           .resv = v->sr.resv, .n = v->sr.n, .peak_j = argmax(v->sr.resv, v->sr.n),
                            .peak_alloc_j = argmax(v->sr.alloc, v->sr.n), .stats = &v->r.stats, .dev = &v->dc,
                            .capacity = c ? strtoull(c + 9, NULL, 10) : 0, .oom = v->r.oom,
                            .oom_event = v->r.oom_event, .oom_message = v->oom_message};

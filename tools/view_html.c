@@ -1,9 +1,11 @@
 /*
  * view_html.c: the interactive page of `hbmalloc view -o OUT.html`: one file,
  * no network (the script and styles are inline: tools/view_page.html, built
- * in), that draws allocated and reserved memory over the replay, the active
- * memory timeline (one band per allocation, hover for what it was) and the
- * segment map at any event (slider, arrow keys), from data gathered here.
+ * in), that draws allocated and reserved memory over the replay (zoomed and
+ * panned on the time axis), the active memory and active cached segment
+ * timelines (one band per allocation or reserved range, hover for what it
+ * was), the list of events and the segment map at any event (slider, arrow
+ * keys, a click on an event), from data gathered here.
  *
  * What is gathered, event by event, through the public API: each allocation's
  * place (the pointer), block size (hbm_block_size) and lifetime from the replay
@@ -29,7 +31,8 @@
 
 #define HARVEST 65536 /* events between readings of the history */
 #define MARK "hbmalloc view: empty_cache"
-#define TOP 1000              /* the timeline's bands: the page draws the 1000 largest allocations */
+#define TOP 1000              /* the timelines' bands: the page draws the 1000 largest allocations (segments) */
+#define SLICES 16             /* a large run sends the TOP largest of each sixteenth of it (the page zooms) */
 #define LARGE_POINTS 2000000  /* points of the curves a page holds whole */
 struct view_rec {
     v_alloc *al;
@@ -397,18 +400,74 @@ static void write_times(FILE *f, const view_rec *v, size_t x0, size_t npoints, s
     fputc(']', f);
 }
 
-/* The largest allocations first (the earlier of equal ones). */
-static const v_alloc *sort_al;
+/* A record's lifetime and size, for choosing what a large run's page gets. */
+typedef struct span {
+    uint32_t start, end;
+    uint64_t size;
+} span;
+
+/* The largest first (the earlier of equal ones). */
+static const span *sort_sp;
 static int by_size(const void *x, const void *y)
 {
     uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-    if (sort_al[a].size != sort_al[b].size)
-        return sort_al[a].size > sort_al[b].size ? -1 : 1;
+    if (sort_sp[a].size != sort_sp[b].size)
+        return sort_sp[a].size > sort_sp[b].size ? -1 : 1;
     return (a > b) - (a < b);
 }
 
+/* The records of a large run that its page gets for a timeline: those among the TOP largest live in some
+ * SLICES-th of positions x0 .. last, largest first, into idx (n entries); their number. Zoomed in, the page
+ * re-chooses its bands among them, so a window inside one slice has that slice's largest. Taken in order of size,
+ * a record is among a slice's TOP largest when fewer than TOP taken before it live there. */
+static size_t largest_per_slice(const span *sp, size_t n, uint32_t x0, uint32_t last, uint32_t *idx)
+{
+    size_t count[SLICES] = {0}, m = 0;
+    uint64_t width = (uint64_t)last - x0 + 1;
+    for (size_t k = 0; k < n; k++)
+        idx[k] = (uint32_t)k;
+    sort_sp = sp;
+    if (n)
+        qsort(idx, n, sizeof *idx, by_size);
+    for (size_t k = 0; k < n; k++) {
+        const span *r = &sp[idx[k]];
+        uint32_t lo = r->start > x0 ? r->start : x0, hi = r->end == OPEN || r->end > last ? last : r->end - 1;
+        if (r->end <= r->start || lo > hi) /* (an empty lifetime: live nowhere) */
+            continue;
+        int take = 0;
+        for (size_t s = (uint64_t)(lo - x0) * SLICES / width; s <= (uint64_t)(hi - x0) * SLICES / width; s++)
+            take |= count[s]++ < TOP;
+        if (take)
+            idx[m++] = idx[k];
+    }
+    return m;
+}
+
+/* `"runs":{columns}` of the reserved ranges idx[0 .. n) (idx NULL: all). */
+static void write_runs(FILE *f, const view_rec *v, const uint32_t *idx, size_t n, long long last)
+{
+#define RU(k) (v->run[idx ? idx[k] : (k)])
+    fputs(",\n\"runs\":{", f);
+    COLUMN(f, "start", n, RU(k_).start);
+    fputc(',', f);
+    COLUMN(f, "end", n, end_or(RU(k_).end, last));
+    fputc(',', f);
+    COLUMN(f, "addr", n, RU(k_).addr);
+    fputc(',', f);
+    COLUMN(f, "size", n, RU(k_).size);
+    fputc(',', f);
+    COLUMN(f, "stream", n, RU(k_).stream);
+    fputc(',', f);
+    COLUMN(f, "mapped", n, RU(k_).mapped);
+    fputc(',', f);
+    COLUMN(f, "range", n, RU(k_).range);
+    fputs("}", f);
+#undef RU
+}
+
 /* A run with more allocations or points than the page holds whole: the series thinned (the highest point of each
- * `stride`), the TOP largest allocations (the timeline's bands), and the map at moments (view_moments.c). */
+ * `stride`), the TOP largest allocations and reserved ranges of each slice of the run (the timelines' bands), and
+ * the map at moments (view_moments.c). */
 static int run_json_large(FILE *f, const view_rec *v, const view_page_info *p, size_t x0, long long last)
 {
     size_t stride = (p->n + LARGE_POINTS - 1) / LARGE_POINTS, nb = (p->n + stride - 1) / stride;
@@ -424,23 +483,47 @@ static int run_json_large(FILE *f, const view_rec *v, const view_page_info *p, s
         }
         fputc(']', f);
     }
-    uint32_t *idx = malloc((v->nal ? v->nal : 1) * sizeof *idx);
-    if (!idx)
+    size_t most = v->nal > v->nrun ? v->nal : v->nrun;
+    uint32_t *idx = malloc((most ? most : 1) * sizeof *idx);
+    span *sp = malloc((most ? most : 1) * sizeof *sp);
+    if (!idx || !sp) {
+        free(idx);
+        free(sp);
         return -1;
+    }
+    uint32_t end = (uint32_t)(x0 + p->n - 1);
     for (size_t k = 0; k < v->nal; k++)
-        idx[k] = (uint32_t)k;
-    sort_al = v->al;
-    qsort(idx, v->nal, sizeof *idx, by_size);
-    size_t top = v->nal < TOP ? v->nal : TOP;
+        sp[k] = (span){v->al[k].start, v->al[k].end, v->al[k].size};
+    size_t m = largest_per_slice(sp, v->nal, (uint32_t)x0, end, idx);
     fputs("},\n", f);
-    int rc = write_allocs(f, v, idx, top, last);
+    int rc = write_allocs(f, v, idx, m, last);
+    for (size_t k = 0; rc == 0 && k < v->nrun; k++)
+        sp[k] = (span){v->run[k].start, v->run[k].end, v->run[k].size};
+    if (rc == 0) {
+        m = largest_per_slice(sp, v->nrun, (uint32_t)x0, end, idx);
+        fprintf(f, ",\"runs_total\":%zu", v->nrun);
+        write_runs(f, v, idx, m, last);
+    }
     free(idx);
+    free(sp);
     if (rc)
         return -1;
     write_times(f, v, x0, nb, stride);
     uint32_t must[2] = {(uint32_t)(x0 + p->peak_j), (uint32_t)(x0 + p->n - 1)}; /* the peak; the last moment */
     return view_moments_write(f, v->al, v->nal, v->run, v->nrun, (uint32_t)x0, (uint32_t)(x0 + p->n - 1), p->alloc,
                               p->resv, must, 2);
+}
+
+/* `"kinds":"..."`: what events from .. to-1 of the trace were, a letter each (a alloc, f free, p free requested
+ * while another stream used the block, e empty_cache, s step), for the page's list of events. */
+static void write_kinds(FILE *f, const trace *t, size_t from, size_t to)
+{
+    static const char letter[] = {[EV_ALLOC] = 'a', [EV_FREE] = 'f', [EV_EMPTY_CACHE] = 'e', [EV_STEP] = 's',
+                                  [EV_PENDING] = 'p'};
+    fprintf(f, ",\n\"kinds_from\":%zu,\"kinds\":\"", from);
+    for (size_t i = from; i < to && i < t->n; i++)
+        fputc(t->ev[i].kind < sizeof letter && letter[t->ev[i].kind] ? letter[t->ev[i].kind] : '?', f);
+    fputc('"', f);
 }
 
 static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
@@ -456,13 +539,15 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
     }
     fputs(",\"settings\":", f);
     hbm__json_str_html(f, p->settings);
+    fputs(",\"conf\":", f);
+    hbm__json_str_html(f, p->conf ? p->conf : "");
     fputs(",\"device\":", f);
     hbm__json_str_html(f, p->device);
     fprintf(f, ",\"last\":%zu,\"peak_at\":%zu,\"peak_allocated_at\":%zu", x0 + (p->n ? p->n - 1 : 0), x0 + p->peak_j,
             x0 + p->peak_alloc_j);
     fprintf(f,
-            ",\"events\":%zu,\"x0\":%zu,\"capacity\":%llu,\"oom\":%lld,\"oom_message\":",
-            p->events, x0, (unsigned long long)p->capacity, p->oom ? (long long)p->oom_event : -1LL);
+            ",\"events\":%zu,\"x0\":%zu,\"seeded\":%d,\"capacity\":%llu,\"oom\":%lld,\"oom_message\":",
+            p->events, x0, p->seeded, (unsigned long long)p->capacity, p->oom ? (long long)p->oom_event : -1LL);
     hbm__json_str_html(f, p->oom ? p->oom_message : "");
     fprintf(f,
             ",\"stats\":{\"peak_allocated\":%lld,\"peak_reserved\":%lld,\"device_mallocs\":%llu,"
@@ -492,21 +577,9 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
     if (write_allocs(f, v, NULL, v->nal, last))
         return -1;
     write_times(f, v, x0, p->n, 1);
-    fputs(",\n\"runs\":{", f);
-    COLUMN(f, "start", v->nrun, v->run[k_].start);
-    fputc(',', f);
-    COLUMN(f, "end", v->nrun, end_or(v->run[k_].end, last));
-    fputc(',', f);
-    COLUMN(f, "addr", v->nrun, v->run[k_].addr);
-    fputc(',', f);
-    COLUMN(f, "size", v->nrun, v->run[k_].size);
-    fputc(',', f);
-    COLUMN(f, "stream", v->nrun, v->run[k_].stream);
-    fputc(',', f);
-    COLUMN(f, "mapped", v->nrun, v->run[k_].mapped);
-    fputc(',', f);
-    COLUMN(f, "range", v->nrun, v->run[k_].range);
-    fputs("}}", f);
+    write_runs(f, v, NULL, v->nrun, last);
+    write_kinds(f, v->t, p->first, p->oom ? p->oom_event + 1 : x0 + p->n - 1);
+    fputs("}", f);
     return 0;
 }
 

@@ -25,6 +25,7 @@ int view_rec_end(view_rec *v, hbm_allocator *a, char *err, size_t errlen);
 
 typedef struct view_page_info {
     const char *name, *settings, *device;
+    const char *conf;            /* the settings string alone ("": the defaults): the run's short name on the page */
     const char *label;           /* how the page names the run (NULL: by its settings or trace) */
     size_t events, first;        /* events of the trace; the first one replayed (after a seeded start) */
     int seeded;                  /* the points begin with the seeded start state, before event `first` */
