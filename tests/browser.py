@@ -441,6 +441,8 @@ try:
     m = re.match(r"allocation #%d: [\d.]+ MiB block \((\d+) bytes requested\)\nmade at event (\d+)" % big, tip)
     check("zoom_largest_allocation_hovered", bool(m) and int(m.group(1)) == max(sz for k, _, sz in cev if k == "a")
           and cev[int(m.group(2))][0] == "a" and cev[int(m.group(2))][2] == int(m.group(1)), "tooltip %r" % tip)
+    pt = b.js("hbmView.bandPoint(%d)" % big)  # (hovered with the page at its top: the screenshot does not scroll it)
+    hover_at(b, pt, b.js("document.documentElement.clientHeight") - pt["y"])
     b.screenshot(os.path.join(OUT, "view-zoom.png"))
     b.js("window.scrollTo(0, 0)")
     r = b.js("(() => { const r = document.getElementById('timeline').getBoundingClientRect(); return [r.left + 600, r.top + 100]; })()")
