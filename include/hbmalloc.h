@@ -42,7 +42,8 @@ typedef enum hbm_status {
     HBM_ERR_WRONG_DEVICE = 9, /* pointer belongs to another device's allocator */
     HBM_ERR_POOL_BUSY = 10,   /* private pool released while blocks are live: kept until they are freed */
     HBM_ERR_CAPTURE = 11,     /* refused while a graph capture is under way (it would synchronize the device) */
-    HBM_ERR_STALE = 12        /* hbm_record_read: the record of a process that has exited */
+    HBM_ERR_STALE = 12,       /* hbm_record_read: the record of a process that has exited */
+    HBM_ERR_ASLEEP = 13       /* the private pool sleeps (hbm_pool_sleep): wake it before allocating into it */
 } hbm_status;
 
 /* Short name of a status ("HBM_ERR_OOM"). */
@@ -135,6 +136,9 @@ HBM_API hbm_status hbm_mempool_end(hbm_allocator *a, hbm_mempool p);
 /* Drop the creator's hold on p. Its cached memory returns on the next empty_cache
  * once no block of it is live; with live blocks the answer is HBM_ERR_POOL_BUSY. */
 HBM_API hbm_status hbm_mempool_release(hbm_allocator *a, hbm_mempool p);
+/* Return pool p's free memory (whole free segments, free pages) to the device now, as torch's emptyCache(mempool_id):
+ * the device's work is waited for first. Its live blocks stay. */
+HBM_API hbm_status hbm_mempool_trim(hbm_allocator *a, hbm_mempool p);
 /* Bytes reserved by pool p (0 for an unknown pool). */
 HBM_API size_t hbm_mempool_reserved(hbm_allocator *a, hbm_mempool p);
 
@@ -150,6 +154,63 @@ typedef int (*hbm_stream_filter)(void *ctx, hbm_stream stream);
 HBM_API hbm_status hbm_mempool_begin_capture(hbm_allocator *a, hbm_mempool p, hbm_stream_filter filter, void *ctx);
 /* Number of capture routings in force (0: none). */
 HBM_API int hbm_captures_underway(hbm_allocator *a);
+/* hbm_malloc into pool p, whatever routing is in force (the pluggable allocator of a framework's MemPool, which
+ * asks for whole segments of one pool). */
+HBM_API hbm_status hbm_mempool_malloc(hbm_allocator *a, hbm_mempool p, size_t size, hbm_stream stream, void **out);
+
+/* ---- Pools that sleep (docs/SLEEP.md) -------------------------------------- */
+/* Name private pool p ("weights", "kv_cache", "cuda_graph"; pools may share a name) and let it sleep: its memory is
+ * mapped page by page on expandable segments whatever the expandable_segments setting, so that hbm_pool_sleep can
+ * give every physical page back while each block keeps its address. backup: sleeping copies the live blocks to
+ * pinned host memory and waking copies them back; without it they wake with undefined contents (a KV cache).
+ * Before the pool's first allocation. HBM_ERR_INVALID with the reason and the fix on a device without virtual
+ * memory (no address can be kept there), or with backup where the runtime has no pinned host copies. */
+HBM_API hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool p, const char *tag, int backup);
+
+typedef void (*hbm_sleep_progress)(void *ctx, uint64_t done, uint64_t total);
+typedef struct hbm_sleep_opts {
+    size_t chunk_bytes;          /* the backup is copied in pieces of this size, each a pinned buffer (0: 64 MiB) */
+    hbm_sleep_progress progress; /* bytes copied so far, after each piece, with the allocator's lock released */
+    void *ctx;
+    int release_host;            /* wake: free the pinned buffers (0: keep them for the next sleep) */
+} hbm_sleep_opts;
+
+/* Put pool p to sleep: wait for the device's work, copy its live blocks to host memory (backup pools), then unmap
+ * and release every physical page of it, free cached pages too, keeping its reservations and every block's address.
+ * Until hbm_pool_wake, allocations into it are refused (HBM_ERR_ASLEEP) and its blocks must not be touched by the
+ * device; frees work. A failure before any page is given back leaves it awake; after, it is asleep and the message
+ * says what is still held (sleep again to retry). HBM_ERR_CAPTURE during a graph capture. opts may be NULL. */
+HBM_API hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool p, const hbm_sleep_opts *opts);
+/* Wake pool p: new pages mapped at the same addresses under its live blocks, the backup copied back. On failure
+ * (the device is full: HBM_ERR_OOM; a refused call: HBM_ERR_BACKEND) nothing is lost: the pool stays asleep, its
+ * backup kept, and can be woken later. */
+HBM_API hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool p, const hbm_sleep_opts *opts);
+
+typedef enum hbm_pool_state {
+    HBM_POOL_AWAKE = 0,
+    HBM_POOL_ASLEEP = 1,
+    HBM_POOL_FALLING_ASLEEP = 2, /* a sleep is under way (another thread's) */
+    HBM_POOL_WAKING = 3          /* a wake is under way */
+} hbm_pool_state;
+
+typedef struct hbm_pool_info {
+    hbm_mempool id;
+    char tag[64];            /* "" when untagged */
+    int backup;
+    hbm_pool_state state;
+    uint64_t live_bytes;     /* allocated blocks */
+    uint64_t reserved_bytes; /* pages mapped now */
+    uint64_t asleep_bytes;   /* pages the sleep gave back that the wake maps again */
+    uint64_t backup_bytes;   /* live bytes held in host memory for the wake */
+    uint64_t host_bytes;     /* pinned host memory held: the backup, or kept for the next sleep */
+    uint64_t sleeps, wakes;
+    /* The last sleep and the last wake: wall time, time in device calls (modelled on the sim), device calls. */
+    uint64_t sleep_ns, sleep_device_ns, sleep_calls;
+    uint64_t wake_ns, wake_device_ns, wake_calls;
+} hbm_pool_info;
+HBM_API hbm_status hbm_pool_info_get(hbm_allocator *a, hbm_mempool p, hbm_pool_info *out);
+/* The ids of a's private pools, oldest first, up to cap; returns how many there are. */
+HBM_API size_t hbm_pool_list(hbm_allocator *a, hbm_mempool *ids, size_t cap);
 
 /* ---- Several devices ------------------------------------------------------- */
 /* One allocator per device of a backend, created on first use, addressed by index. */
@@ -229,8 +290,14 @@ typedef struct hbm_stats {
                                         past the plan's end), served by the caching policy */
     int64_t plan_replans;            /* hbm_step_plan: plans made (the first one included) */
     int64_t steps;                   /* step boundaries: hbm_step calls, or found (hbm_step_plan, unmarked) */
+    int64_t asleep_pools;            /* private pools asleep (hbm_pool_sleep) */
+    int64_t asleep_bytes;            /* their pages given back (not in reserved_bytes), mapped again at wake */
+    int64_t backup_bytes;            /* their live bytes held in host memory for the wake */
 } hbm_stats;
 
+/* The device's free and total memory as its runtime reports them (cudaMemGetInfo / aclrtGetMemInfo: what
+ * torch.cuda.mem_get_info() and nvidia-smi / npu-smi see), memory other processes hold included. */
+HBM_API hbm_status hbm_mem_get_info(hbm_allocator *a, size_t *free_bytes, size_t *total_bytes);
 /* Copy the allocator's statistics. */
 HBM_API hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out);
 /* peak = current for every stat. */
@@ -244,7 +311,7 @@ typedef struct hbm_stat_entry {
     char name[48];
     int64_t value;
 } hbm_stat_entry;
-#define HBM_STAT_ENTRIES 131
+#define HBM_STAT_ENTRIES 134
 /* Fill out[0..HBM_STAT_ENTRIES) in sorted order (as memory_stats() sorts); returns the count written. */
 HBM_API int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap);
 
@@ -257,6 +324,9 @@ typedef struct hbm_device_counters {
     uint64_t event_calls;              /* event create / record / query / destroy */
     uint64_t failed_calls;   /* calls that returned an error (including OOM) */
     uint64_t device_ns;      /* modelled (sim) or measured (real device) time in device calls */
+    uint64_t host_calls;     /* pinned host memory allocated or freed (a sleeping pool's backup) */
+    uint64_t copy_calls;     /* copies between device and host queued */
+    uint64_t copy_bytes;     /* bytes they moved */
 } hbm_device_counters;
 HBM_API void hbm_get_device_counters(hbm_allocator *a, hbm_device_counters *out);
 
@@ -314,7 +384,9 @@ typedef enum hbm_trace_action {
     HBM_TRACE_SEGMENT_MAP = 5,
     HBM_TRACE_SEGMENT_UNMAP = 6,
     HBM_TRACE_SNAPSHOT = 7,
-    HBM_TRACE_OOM = 8
+    HBM_TRACE_OOM = 8,
+    HBM_TRACE_SLEEP = 9, /* pages of a sleeping pool given back (addr, size: one run of them); "sleep" in snapshots */
+    HBM_TRACE_WAKE = 10  /* mapped again by its wake; "wake" */
 } hbm_trace_action;
 
 typedef struct hbm_trace_entry {
@@ -367,6 +439,7 @@ typedef struct hbm_snap_segment {
     size_t first_block, nblocks; /* into hbm_snapshot.blocks */
     uint64_t range_addr, range_size; /* an expandable segment's whole address range, of which this entry is a mapped
                                         run (the rest unmapped); otherwise the segment itself */
+    int is_asleep; /* its pool sleeps: the run's pages are given back, its blocks keep their addresses */
 } hbm_snap_segment;
 
 /* Memory state at one moment, and the history: PyTorch's snapshot structure. */

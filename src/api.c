@@ -28,6 +28,7 @@ const char *hbm_status_name(hbm_status s)
     case HBM_ERR_POOL_BUSY: return "HBM_ERR_POOL_BUSY";
     case HBM_ERR_CAPTURE: return "HBM_ERR_CAPTURE";
     case HBM_ERR_STALE: return "HBM_ERR_STALE";
+    case HBM_ERR_ASLEEP: return "HBM_ERR_ASLEEP";
     }
     return "HBM_ERR_UNKNOWN";
 }
@@ -304,6 +305,16 @@ hbm_status hbm_copy_last_oom(hbm_allocator *a, hbm_oom_info *out, char *msg, siz
     return rc;
 }
 
+hbm_status hbm_mem_get_info(hbm_allocator *a, size_t *free_bytes, size_t *total_bytes)
+{
+    if (!a || !free_bytes || !total_bytes)
+        return HBM_ERR_INVALID;
+    hbm__lock(a);
+    hbm_status rc = hbm__dev_info(a, free_bytes, total_bytes);
+    hbm__unlock(a);
+    return rc;
+}
+
 hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
 {
     if (!a || !out)
@@ -312,6 +323,7 @@ hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
     a->stats.num_expandable_segments = (int64_t)a->nexpandable;
     a->stats.arena_bytes = a->arena_seg ? (int64_t)a->arena_seg->size : 0;
     a->stats.plan_height = (int64_t)a->plan_height;
+    hbm__sleep_stats(a, &a->stats);
     *out = a->stats;
     hbm__unlock(a);
     return HBM_OK;

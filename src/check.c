@@ -74,6 +74,9 @@ typedef struct sums {
     size_t free_blocks, unmapped_blocks;
 } sums;
 
+/* sleep.c's checks report through this. */
+static void fail_cb(void *ck, const char *what) { FAIL((checker *)ck, "%s", what); }
+
 static void cmp_stat(checker *ck, const char *name, int k, int64_t got, int64_t want)
 {
     static const char *pool[3] = {"all", "small_pool", "large_pool"};
@@ -111,9 +114,10 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
         if (seg->addr < prev_end)
             FAIL(&ck, "segment %p overlaps the previous one", (void *)seg->addr);
         prev_end = seg->addr + seg->size;
+        const hbm__mempool *owner = seg->pool->owner;
         if (seg->expandable) {
             nexp++;
-            if (!a->expandable)
+            if (!a->expandable && !(owner && owner->sl)) /* a tagged pool is made of pages whatever the setting */
                 FAIL(&ck, "expandable segment %p exists while expandable segments are off", (void *)seg->addr);
         } else {
             s[k].segment++;
@@ -122,9 +126,16 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
             if (seg->size >= a->conf.max_split_size)
                 oversize_seg++;
         }
-        size_t mapped_bytes = 0, pages_mapped = 0;
-        for (size_t i = 0; seg->expandable && i < seg->npages; i++)
+        size_t mapped_bytes = 0, pages_mapped = 0, pages_asleep = 0;
+        for (size_t i = 0; seg->expandable && i < seg->npages; i++) {
             pages_mapped += seg->pages[i].mapped;
+            pages_asleep += seg->pages[i].asleep;
+            if (seg->pages[i].mapped && seg->pages[i].asleep)
+                FAIL(&ck, "page %zu of segment %p is both mapped and asleep", i, (void *)seg->addr);
+        }
+        if (pages_asleep != seg->asleep_pages || (pages_asleep && (!owner || !owner->sleep_state)))
+            FAIL(&ck, "segment %p has %zu pages asleep, its count says %zu, in a pool that is %s", (void *)seg->addr,
+                 pages_asleep, seg->asleep_pages, owner && owner->sleep_state ? "asleep" : "awake");
         if (!seg->head || seg->head->prev)
             FAIL(&ck, "segment %p has no head block, or its head has a predecessor", (void *)seg->addr);
         uintptr_t expect = seg->addr;
@@ -145,10 +156,12 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
                 size_t last = (b->addr + b->size - 1 - seg->addr) / seg->page;
                 if (!b->mapped && ((b->addr - seg->addr) % seg->page || b->size % seg->page))
                     FAIL(&ck, "unmapped block %p is not page-aligned", (void *)b->addr);
+                /* An asleep page is unmapped while its blocks stay as they were (mapped). */
                 for (size_t i = first; i <= last && i < seg->npages; i++)
-                    if (seg->pages[i].mapped != b->mapped) {
-                        FAIL(&ck, "block %p is %smapped but page %zu of its segment is %smapped", (void *)b->addr,
-                             b->mapped ? "" : "un", i, seg->pages[i].mapped ? "" : "un");
+                    if ((seg->pages[i].mapped || seg->pages[i].asleep) != b->mapped) {
+                        FAIL(&ck, "block %p is %smapped but page %zu of its segment is %s", (void *)b->addr,
+                             b->mapped ? "" : "un", i,
+                             seg->pages[i].mapped ? "mapped" : seg->pages[i].asleep ? "asleep" : "unmapped");
                         break;
                     }
                 if (b->mapped)
@@ -211,11 +224,12 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
             }
         }
         if (seg->expandable) {
-            if (mapped_bytes != pages_mapped * seg->page || pages_mapped != seg->mapped_pages)
-                FAIL(&ck, "expandable segment %p: blocks map %zu bytes, %zu pages are mapped, the count says %zu",
-                     (void *)seg->addr, mapped_bytes, pages_mapped, seg->mapped_pages);
-            s[k].reserved_bytes += (int64_t)mapped_bytes;
-            reserved += mapped_bytes;
+            if (mapped_bytes != (pages_mapped + pages_asleep) * seg->page || pages_mapped != seg->mapped_pages)
+                FAIL(&ck, "expandable segment %p: blocks map %zu bytes, %zu pages are mapped and %zu asleep, the count "
+                          "says %zu mapped",
+                     (void *)seg->addr, mapped_bytes, pages_mapped, pages_asleep, seg->mapped_pages);
+            s[k].reserved_bytes += (int64_t)(pages_mapped * seg->page); /* asleep pages are given back */
+            reserved += pages_mapped * seg->page;
         }
         if (expect != seg->addr + seg->size)
             FAIL(&ck, "blocks of segment %p cover %zu bytes, the segment has %zu", (void *)seg->addr,
@@ -260,6 +274,8 @@ int hbm_check(hbm_allocator *a, char *report, size_t len)
         FAIL(&ck, "blocks wait on %zu events, the queues hold %zu and %zu frees are deferred, the count says %zu",
              events, queued, a->ndeferred, a->pending_events);
 
+
+    hbm__sleep_check(a, fail_cb, &ck);
 
     /* Every pool's trees, default and private; counts add up per pool kind. */
     size_t count[3] = {0}, ucount[3] = {0};

@@ -23,7 +23,9 @@ static const char *op_name(hbm__op op)
     static const char *names[HBM__OP_KINDS] = {"malloc",      "free",           "memory info",  "address reserve",
                                                "address free", "physical create", "physical release", "map",
                                                "unmap",       "set access",     "stream synchronize", "event",
-                                               "event query", "event synchronize", "device synchronize"};
+                                               "event query", "event synchronize", "device synchronize",
+                                               "pinned host alloc", "pinned host free", "copy to host",
+                                               "copy to device"};
     return names[op];
 }
 
@@ -41,6 +43,10 @@ static uint64_t begin(hbm_allocator *a, hbm__op op)
     case HBM__OP_DEVSYNC: c->sync_calls++; break;
     case HBM__OP_EVENT:
     case HBM__OP_QUERY: c->event_calls++; break;
+    case HBM__OP_HOST_ALLOC:
+    case HBM__OP_HOST_FREE: c->host_calls++; break;
+    case HBM__OP_COPY_D2H:
+    case HBM__OP_COPY_H2D: c->copy_calls++; break;
     default: c->vmm_calls++; break;
     }
     return a->backend->caps.modelled_cost ? 0 : now_ns();
@@ -317,6 +323,43 @@ hbm_status hbm__dev_sync(hbm_allocator *a, hbm_stream stream)
 hbm_status hbm__dev_sync_unmap(hbm_allocator *a, hbm_stream stream)
 {
     return BE(a)->caps.unmap_syncs_device ? hbm__dev_quiesce(a) : hbm__dev_sync(a, stream);
+}
+
+/* ---- a sleeping pool's backup: pinned host memory and copies on a stream ---- */
+
+int hbm__dev_can_copy(const hbm_allocator *a)
+{
+    const hbm__backend_ops *o = BE(a)->ops;
+    return BE(a)->caps.host_copies && o->host_alloc && o->host_free && o->copy_d2h && o->copy_h2d;
+}
+
+hbm_status hbm__dev_host_alloc(hbm_allocator *a, size_t size, void **out)
+{
+    CALL(a, HBM__OP_HOST_ALLOC, size, BE(a)->ops->host_alloc(CTX(a), a->device, size, out));
+}
+
+hbm_status hbm__dev_host_free(hbm_allocator *a, void *p, size_t size)
+{
+    CALL(a, HBM__OP_HOST_FREE, size, BE(a)->ops->host_free(CTX(a), a->device, p));
+}
+
+/* Queued on `stream`, after a framework's queued launches (flushed first, as before a stream synchronize). */
+hbm_status hbm__dev_copy_d2h(hbm_allocator *a, void *dst, uintptr_t src, size_t size, hbm_stream stream)
+{
+    hbm_status rc = flush_locked(a);
+    if (rc != HBM_OK)
+        return rc;
+    a->dev.copy_bytes += size;
+    CALL(a, HBM__OP_COPY_D2H, size, BE(a)->ops->copy_d2h(CTX(a), a->device, dst, src, size, stream));
+}
+
+hbm_status hbm__dev_copy_h2d(hbm_allocator *a, uintptr_t dst, const void *src, size_t size, hbm_stream stream)
+{
+    hbm_status rc = flush_locked(a);
+    if (rc != HBM_OK)
+        return rc;
+    a->dev.copy_bytes += size;
+    CALL(a, HBM__OP_COPY_H2D, size, BE(a)->ops->copy_h2d(CTX(a), a->device, dst, src, size, stream));
 }
 
 hbm_status hbm_backend_set_host_queue(hbm_backend *b, const hbm_host_queue *q)

@@ -344,7 +344,8 @@ static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
     /* The fraction limit counts as a device OOM, before any device call. */
     if (a->fraction_set && a->total_reserved + size > a->allowed_max)
         return HBM_ERR_OOM;
-    if (a->expandable)
+    /* A tagged pool is made of pages whatever the setting: its pages can sleep, its blocks keep their addresses. */
+    if (a->expandable || (p->owner && p->owner->sl))
         return hbm__expand_alloc(a, p, stream, request, out);
     return hbm__segment_new(a, p, stream, size, out);
 }
@@ -391,7 +392,7 @@ hbm_status hbm__release_pool(hbm_allocator *a, hbm__pool *p)
 
 /* empty_cache: wait for pending frees, then return every whole free segment
  * of the default pools and of released private pools. */
-static hbm_status release_cached_blocks(hbm_allocator *a)
+hbm_status hbm__release_cached_blocks(hbm_allocator *a)
 {
     hbm_status re = hbm__sync_events(a);
     hbm_status rl = hbm__release_pool(a, &a->large);
@@ -600,7 +601,8 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
 
 /* ---- malloc ---- */
 
-HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream, void **out)
+/* `in`: the private pool asked for (hbm_mempool_malloc), else NULL (a constant where inlined: no cost). */
+HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream, hbm__mempool *in, void **out)
 {
     if (orig >= HBM__MAX_REQUEST - a->request_pad) {
         a->stats.num_ooms++;
@@ -624,9 +626,14 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
     size_t size = a->roundup ? round_size(&a->conf, padded)
                   : padded < HBM__MIN_BLOCK ? HBM__MIN_BLOCK
                                             : (padded + HBM__MIN_BLOCK - 1) & ~(HBM__MIN_BLOCK - 1);
-    hbm__pool *p = a->nroutes ? hbm__route_pool(a, size, stream)
-                   : size <= HBM__SMALL_SIZE ? &a->small
-                                             : &a->large;
+    hbm__pool *p;
+    if (in || a->nroutes) {
+        p = in ? (size <= HBM__SMALL_SIZE ? &in->small : &in->large) : hbm__route_pool(a, size, stream);
+        if (__builtin_expect(p->owner && p->owner->sleep_state, 0))
+            return hbm__sleep_refuse(a, p->owner);
+    } else {
+        p = size <= HBM__SMALL_SIZE ? &a->small : &a->large;
+    }
     hbm__block *b = NULL;
     uint64_t tag = 0; /* the step plan's record of this request */
     if (__builtin_expect(a->policy, 0) && !p->owner) {
@@ -657,7 +664,7 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
             rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
         if (rc == HBM_ERR_OOM && may_release) {
             if (hbm__dev_quiesce_open(a) == HBM_OK)
-                release_cached_blocks(a);
+                hbm__release_cached_blocks(a);
             rc = alloc_block(a, p, stream, size, alloc_size, true, &b);
         }
         bool rescued = false;
@@ -715,7 +722,29 @@ hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **o
     if (size == 0)
         return HBM_OK;
     hbm__lock(a);
-    hbm_status rc = engine_malloc(a, size, stream, out);
+    hbm_status rc = engine_malloc(a, size, stream, NULL, out);
+    to_sink(a, rc);
+    hbm__unlock(a);
+    return rc;
+}
+
+hbm_status hbm_mempool_malloc(hbm_allocator *a, hbm_mempool p, size_t size, hbm_stream stream, void **out)
+{
+    if (!a || !out)
+        return HBM_ERR_INVALID;
+    *out = NULL;
+    if (size == 0)
+        return HBM_OK;
+    hbm__lock(a);
+    hbm_status rc;
+    hbm__mempool *m = hbm__mempool_find(a, p);
+    if (!m || m->use_count == 0) {
+        hbm__set_error(a, "hbm_mempool_malloc: private pool %llu does not exist (or was released already)",
+                       (unsigned long long)p);
+        rc = HBM_ERR_INVALID;
+    } else {
+        rc = engine_malloc(a, size, stream, m, out);
+    }
     to_sink(a, rc);
     hbm__unlock(a);
     return rc;
@@ -737,7 +766,7 @@ hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, 
         hbm_label saved = a->context;
         if (label)
             a->context = label;
-        rc = engine_malloc(a, size, stream, out);
+        rc = engine_malloc(a, size, stream, NULL, out);
         a->context = saved;
     }
     to_sink(a, rc);
@@ -971,7 +1000,7 @@ hbm_status hbm_empty_cache(hbm_allocator *a)
                        a->backend->ops->name, a->device);
         rc = HBM_ERR_CAPTURE;
     } else if ((rc = hbm__dev_quiesce_open(a)) == HBM_OK) {
-        rc = release_cached_blocks(a);
+        rc = hbm__release_cached_blocks(a);
     }
     hbm__unlock(a);
     return rc;

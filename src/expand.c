@@ -14,6 +14,11 @@
  * are blocks with mapped == false in pool->unmapped. Statistics: mapped bytes
  * count in reserved_bytes; expandable segments are not counted in `segment`
  * nor in inactive_split (as in PyTorch). Runs with a->lock held.
+ *
+ * A sleeping pool's pages (sleep.c decides when): hbm__expand_sleep gives the
+ * mapped pages back and marks them asleep, blocks untouched (a live block keeps
+ * its address); hbm__expand_wake maps them again. An asleep page under a free
+ * block is simply forgotten by unmap_range (nothing is mapped there).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -228,7 +233,8 @@ static void clamp_to(const hbm__block *b, uintptr_t *lo, uintptr_t *hi)
 
 /* Unmap the pages lying wholly inside [lo, hi) ∩ b, a free mapped block; the
  * slivers before and after stay free and mapped. With keep, the handles go to
- * the pool's spares instead of back to the device. */
+ * the pool's spares instead of back to the device. Asleep pages (a sleeping
+ * pool's) have nothing mapped: they are forgotten, without a device call. */
 
 static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uintptr_t hi, bool keep, bool fresh)
 {
@@ -239,19 +245,28 @@ static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uin
     hi = seg->addr + (hi - seg->addr) / seg->page * seg->page;
     if (lo >= hi)
         return HBM_OK;
+    size_t first = (lo - seg->addr) / seg->page, n = (hi - lo) / seg->page, done = 0, real = 0;
+    bool any_mapped = !seg->asleep_pages;
+    for (size_t i = 0; !any_mapped && i < n; i++)
+        any_mapped = seg->pages[first + i].mapped;
     hbm_status rc = hbm__ensure_spares(a, 2);
     /* Unmapping does not wait for the device: wait for the segment's stream (or the device, on Ascend) first;
      * pages this request mapped a moment ago (fresh) were never handed out. */
-    if (rc == HBM_OK && !fresh)
+    if (rc == HBM_OK && !fresh && any_mapped)
         rc = hbm__dev_sync_unmap(a, seg->stream);
     if (rc != HBM_OK)
         return rc;
-    size_t first = (lo - seg->addr) / seg->page, n = (hi - lo) / seg->page, done = 0;
     for (; done < n; done++) {
         hbm__page *pg = &seg->pages[first + done];
+        if (pg->asleep) {
+            pg->asleep = false;
+            seg->asleep_pages--;
+            continue;
+        }
         if ((rc = hbm__dev_unmap(a, seg->addr + (first + done) * seg->page, seg->page)) != HBM_OK)
             break;
         pg->mapped = false;
+        real++;
         if ((keep && keep_spare(p, pg->handle)) || hbm__dev_release(a, pg->handle) == HBM_OK)
             pg->handle = 0; /* else kept, unmapped, for the next map to reuse */
     }
@@ -295,12 +310,14 @@ static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uin
     hbm__try_merge(a, p, b, b->prev);
     hbm__try_merge(a, p, b, b->next);
     hbm__unmapped_insert(p, b);
-    seg->mapped_pages -= done;
-    a->total_reserved -= hi - lo;
-    hbm__stat_arr_dec(a->stats.reserved_bytes, p, (int64_t)(hi - lo));
-    a->stats.num_device_free++;
-    hbm__trace(a, HBM_TRACE_SEGMENT_UNMAP, lo, hi - lo, seg->stream);
-    hbm__published(a);
+    if (real) {
+        seg->mapped_pages -= real;
+        a->total_reserved -= real * seg->page;
+        hbm__stat_arr_dec(a->stats.reserved_bytes, p, (int64_t)(real * seg->page));
+        a->stats.num_device_free++;
+        hbm__trace(a, HBM_TRACE_SEGMENT_UNMAP, lo, real * seg->page, seg->stream);
+        hbm__published(a);
+    }
     return rc;
 }
 
@@ -485,9 +502,102 @@ hbm_status hbm__expand_release_free(hbm_allocator *a, hbm__block *b)
 {
     hbm__segment *seg = b->seg;
     hbm_status rc = unmap_range(a, b, b->addr, b->addr + b->size, false, false);
-    if (rc == HBM_OK && seg->mapped_pages == 0 && !seg->head->next)
+    if (rc == HBM_OK && seg->mapped_pages == 0 && !seg->head->next && !seg->head->mapped)
         rc = release_segment(a, seg->head);
     return rc;
+}
+
+/* ---- a sleeping pool's pages ---- */
+
+/* Pages [first, first + n) of seg changed state: the statistics and the trace follow (one entry per run). */
+static void pages_moved(hbm_allocator *a, hbm__segment *seg, size_t first, size_t n, bool mapped)
+{
+    size_t bytes = n * seg->page;
+    uintptr_t at = seg->addr + first * seg->page;
+    if (mapped) {
+        seg->mapped_pages += n;
+        seg->asleep_pages -= n;
+        a->total_reserved += bytes;
+        hbm__stat_arr_inc(a->stats.reserved_bytes, seg->pool, (int64_t)bytes);
+        a->stats.num_device_alloc++;
+    } else {
+        seg->mapped_pages -= n;
+        seg->asleep_pages += n;
+        a->total_reserved -= bytes;
+        hbm__stat_arr_dec(a->stats.reserved_bytes, seg->pool, (int64_t)bytes);
+        a->stats.num_device_free++;
+    }
+    hbm__trace(a, mapped ? HBM_TRACE_WAKE : HBM_TRACE_SLEEP, at, bytes, seg->stream);
+}
+
+hbm_status hbm__expand_sleep(hbm_allocator *a, hbm__segment *seg, size_t *given)
+{
+    *given = 0;
+    if (!seg->mapped_pages)
+        return HBM_OK;
+    /* As before any unmap: the segment's work, or the device's (the caller waited for the device already). */
+    hbm_status rc = hbm__dev_sync_unmap(a, seg->stream);
+    for (size_t i = 0; rc == HBM_OK && i < seg->npages;) {
+        size_t run = 0;
+        for (; i + run < seg->npages && seg->pages[i + run].mapped; run++) {
+            hbm__page *pg = &seg->pages[i + run];
+            if ((rc = hbm__dev_unmap(a, seg->addr + (i + run) * seg->page, seg->page)) != HBM_OK)
+                break;
+            pg->mapped = false;
+            pg->asleep = true;
+            if (hbm__dev_release(a, pg->handle) == HBM_OK)
+                pg->handle = 0; /* else kept: the wake maps it again (the error stays in a->err) */
+        }
+        if (run) {
+            pages_moved(a, seg, i, run, false);
+            *given += run * seg->page;
+        }
+        i += run + (rc == HBM_OK);
+    }
+    return rc;
+}
+
+hbm_status hbm__expand_wake(hbm_allocator *a, hbm__segment *seg, size_t *mapped)
+{
+    *mapped = 0;
+    hbm_status rc = HBM_OK;
+    for (size_t i = 0; rc == HBM_OK && seg->asleep_pages && i < seg->npages;) {
+        size_t run = 0;
+        while (i + run < seg->npages && seg->pages[i + run].asleep)
+            run++;
+        if (!run) {
+            i++;
+            continue;
+        }
+        if ((rc = map_pages(a, seg, i, run)) != HBM_OK)
+            break;
+        for (size_t k = i; k < i + run; k++)
+            seg->pages[k].asleep = false;
+        pages_moved(a, seg, i, run, true);
+        *mapped += run * seg->page;
+        i += run;
+    }
+    return rc;
+}
+
+void hbm__expand_unwake(hbm_allocator *a, hbm__segment *seg, const bool *was_asleep)
+{
+    for (size_t i = 0; i < seg->npages;) {
+        size_t run = 0;
+        while (i + run < seg->npages && was_asleep[i + run] && seg->pages[i + run].mapped) {
+            hbm__page *pg = &seg->pages[i + run];
+            if (hbm__dev_unmap(a, seg->addr + (i + run) * seg->page, seg->page) != HBM_OK)
+                break; /* stays mapped: held, counted in reserved, given back by the next sleep */
+            pg->mapped = false;
+            pg->asleep = true;
+            if (hbm__dev_release(a, pg->handle) == HBM_OK)
+                pg->handle = 0;
+            run++;
+        }
+        if (run)
+            pages_moved(a, seg, i, run, false);
+        i += run ? run : 1;
+    }
 }
 
 hbm_status hbm__expand_release_pool(hbm_allocator *a, hbm__pool *p)

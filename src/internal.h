@@ -72,10 +72,12 @@ typedef struct hbm__trace_rec {
 } hbm__trace_rec;
 
 /* One page of an expandable segment: its physical handle (0: none) and whether it is mapped.
- * A handle whose release failed stays here, unmapped, and is reused by the next map. */
+ * A handle whose release failed stays here, unmapped, and is reused by the next map. A page of a sleeping pool
+ * (sleep.c) that blocks still cover is asleep: unmapped, its blocks kept as if mapped, mapped again at wake. */
 typedef struct hbm__page {
     uint64_t handle;
     bool mapped;
+    bool asleep;
 } hbm__page;
 
 struct hbm__segment {
@@ -90,6 +92,7 @@ struct hbm__segment {
     size_t page;        /* page size: 2 MiB small pool, large_segment_size large pool */
     size_t npages;
     size_t mapped_pages;
+    size_t asleep_pages; /* pages asleep (sleep.c): unmapped, blocks still cover them as if mapped */
     hbm__page *pages;
 };
 
@@ -116,6 +119,8 @@ struct hbm__mempool {
     hbm_mempool id;
     hbm__pool small, large;
     int use_count; /* the creator's hold plus active routings */
+    uint8_t sleep_state; /* hbm_pool_state: allocations into it are refused unless HBM_POOL_AWAKE (0) */
+    struct hbm__sleep *sl; /* a tagged pool's sleep (sleep.c); NULL: untagged, it never sleeps */
     hbm__mempool *next;
 };
 
@@ -330,6 +335,12 @@ static inline bool hbm__framework_queue(const hbm_allocator *a)
 {
     return a->backend->queue.flush || a->backend->queue.sync_device;
 }
+/* A sleeping pool's backup (sleep.c): whether the backend has pinned host memory and copies; the calls. */
+int hbm__dev_can_copy(const hbm_allocator *a);
+hbm_status hbm__dev_host_alloc(hbm_allocator *a, size_t size, void **out);
+hbm_status hbm__dev_host_free(hbm_allocator *a, void *p, size_t size);
+hbm_status hbm__dev_copy_d2h(hbm_allocator *a, void *dst, uintptr_t src, size_t size, hbm_stream stream);
+hbm_status hbm__dev_copy_h2d(hbm_allocator *a, uintptr_t dst, const void *src, size_t size, hbm_stream stream);
 /* Before unmapping pages of a segment on `stream`: that stream, or the device where the runtime needs it. */
 hbm_status hbm__dev_sync_unmap(hbm_allocator *a, hbm_stream stream);
 /* Whether expandable segments work on a's device; 0 with the reason. */
@@ -529,6 +540,18 @@ hbm_status hbm__release_pool(hbm_allocator *a, hbm__pool *p);
 /* Free a block whose free was requested and whose events completed (engine.c). */
 void hbm__free_block(hbm_allocator *a, hbm__block *b);
 
+/* ---- sleep.c: pools that sleep ---- */
+/* A block asked of a sleeping pool (engine_malloc): HBM_ERR_ASLEEP, with the pool's tag in the message. */
+hbm_status hbm__sleep_refuse(hbm_allocator *a, const hbm__mempool *m);
+/* A pool's sleep state freed (its pinned host memory back), when the pool goes (stream.c). */
+void hbm__sleep_free(hbm_allocator *a, hbm__mempool *m);
+/* The validator's part: every tagged pool's state, backup and counts agree; each broken rule goes to fail(ck). */
+void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what), void *ck);
+/* hbm_get_stats: the asleep figures. */
+void hbm__sleep_stats(hbm_allocator *a, hbm_stats *st);
+/* The pool with id, or NULL (stream.c). */
+hbm__mempool *hbm__mempool_find(hbm_allocator *a, hbm_mempool id);
+
 /* ---- expand.c: expandable segments ---- */
 /* Map pages for a request of `size` (rounded) on stream; the block returned is out of the free tree. */
 hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out);
@@ -545,6 +568,15 @@ hbm_status hbm__expand_touch(hbm_allocator *a, hbm__block *c, uintptr_t lo, uint
 /* b, a free mapped block of an expandable segment in its pool's free tree: its whole pages unmapped, the
  * reservation released when nothing of it is left mapped or in use. */
 hbm_status hbm__expand_release_free(hbm_allocator *a, hbm__block *b);
+/* A sleeping pool's pages (sleep.c). Unmap and release the mapped pages of seg, each marked asleep; stops at the
+ * first failure (the rest stays mapped). *given: bytes given back. */
+hbm_status hbm__expand_sleep(hbm_allocator *a, hbm__segment *seg, size_t *given);
+/* Map the asleep pages of seg again, a run of adjacent pages at a time (a run all or nothing); stops at the first
+ * failure. *mapped: bytes mapped. */
+hbm_status hbm__expand_wake(hbm_allocator *a, hbm__segment *seg, size_t *mapped);
+/* Unmap the pages of seg mapped since `since` (a wake that failed part-way: fresh pages, nothing to wait for),
+ * each marked asleep again. */
+void hbm__expand_unwake(hbm_allocator *a, hbm__segment *seg, const bool *was_asleep);
 /* Return a segment's pages and reservation at destroy (whatever their state). */
 void hbm__expand_teardown(hbm_allocator *a, hbm__segment *seg);
 void hbm__expand_teardown_pool(hbm_allocator *a, hbm__pool *p);
@@ -558,6 +590,9 @@ size_t hbm__allocation_size(const hbm__conf *c, size_t size);
 hbm_status hbm__set_fraction_locked(hbm_allocator *a, double fraction);
 /* Return every segment to the device and free all bookkeeping (hbm_destroy). */
 void hbm__engine_teardown(hbm_allocator *a);
+/* release_cached_blocks: pending frees waited for, the whole free segments and pages of the default pools and of
+ * released private pools back to the device (empty_cache; the OOM retry; a wake that found the device full). */
+hbm_status hbm__release_cached_blocks(hbm_allocator *a);
 /* Set the last error text (printf-style). */
 void hbm__set_error(hbm_allocator *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

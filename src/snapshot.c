@@ -164,7 +164,8 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
                 *cur = (hbm_snap_segment){.addr = b->addr, .stream = seg->stream, .is_small = seg->pool->is_small,
                                           .is_expandable = seg->expandable,
                                           .pool = seg->pool->owner ? seg->pool->owner->id : 0, .first_block = first,
-                                          .range_addr = seg->addr, .range_size = seg->size};
+                                          .range_addr = seg->addr, .range_size = seg->size,
+                                          .is_asleep = seg->pool->owner && seg->pool->owner->sleep_state};
             }
             hbm_snap_block *sb = grow_one(&blks);
             if (!sb) {
@@ -246,7 +247,8 @@ void hbm_snapshot_free(hbm_snapshot *s)
 static const char *action_name(hbm_trace_action a)
 {
     static const char *names[] = {"alloc",         "free_requested", "free_completed", "segment_alloc", "segment_free",
-                                  "segment_map",   "segment_unmap",  "snapshot",       "oom"};
+                                  "segment_map",   "segment_unmap",  "snapshot",       "oom",
+                                  "sleep",         "wake"};
     return (unsigned)a < sizeof names / sizeof names[0] ? names[a] : "unknown";
 }
 
@@ -400,6 +402,10 @@ static void emit_snapshot(emit *e, const hbm_snapshot *s)
         e_pool_id(e, (int64_t)g->pool);
         e_str(e, "is_expandable");
         e_bool(e, g->is_expandable);
+        if (g->is_asleep) { /* hbmalloc's own key (a sleeping pool, docs/SLEEP.md); readers of torch's ignore it */
+            e_str(e, "is_asleep");
+            e_bool(e, 1);
+        }
         e_str(e, "frames");
         e_open(e, 0);
         e_close(e);

@@ -99,7 +99,8 @@ int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap)
         {"expandable_segments", s->expandable_segments}, {"num_expandable_segments", s->num_expandable_segments},
         {"arena_bytes", s->arena_bytes}, {"plan_height", s->plan_height}, {"plan_hits", s->plan_hits},
         {"plan_misses", s->plan_misses}, {"plan_unplanned", s->plan_unplanned}, {"plan_replans", s->plan_replans},
-        {"steps", s->steps},
+        {"steps", s->steps}, {"asleep_pools", s->asleep_pools}, {"asleep_bytes", s->asleep_bytes},
+        {"backup_bytes", s->backup_bytes},
     };
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++, n++)
         if (n < cap) {

@@ -263,7 +263,7 @@ hbm_status hbm_record_stream(hbm_allocator *a, void *ptr, hbm_stream stream)
 
 /* ---- private pools ---- */
 
-static hbm__mempool *mempool_find(hbm_allocator *a, hbm_mempool id)
+hbm__mempool *hbm__mempool_find(hbm_allocator *a, hbm_mempool id)
 {
     for (hbm__mempool *m = a->mempools; m; m = m->next)
         if (m->id == id)
@@ -274,7 +274,7 @@ static hbm__mempool *mempool_find(hbm_allocator *a, hbm_mempool id)
 /* A pool still held by someone, or NULL with the error set. */
 static hbm__mempool *mempool_held(hbm_allocator *a, hbm_mempool id)
 {
-    hbm__mempool *m = mempool_find(a, id);
+    hbm__mempool *m = hbm__mempool_find(a, id);
     if (!m || m->use_count == 0) {
         hbm__set_error(a, "private pool %llu does not exist (or was released already)", (unsigned long long)id);
         return NULL;
@@ -290,11 +290,9 @@ static void mempool_usage(hbm_allocator *a, const hbm__mempool *m, size_t *live,
         if (s->pool != &m->small && s->pool != &m->large)
             continue;
         (*segments)++;
-        for (hbm__block *b = s->head; b; b = b->next) {
+        *reserved += s->expandable ? s->mapped_pages * s->page : s->size; /* a sleeping pool's pages are not */
+        for (hbm__block *b = s->head; b; b = b->next)
             *live += b->allocated || b->event_count > 0;
-            if (b->mapped)
-                *reserved += b->size;
-        }
     }
 }
 
@@ -420,13 +418,40 @@ hbm_status hbm_mempool_release(hbm_allocator *a, hbm_mempool id)
     return rc;
 }
 
+hbm_status hbm_mempool_trim(hbm_allocator *a, hbm_mempool id)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    hbm__lock(a);
+    hbm_status rc = HBM_OK;
+    hbm__mempool *m = mempool_held(a, id);
+    if (!m) {
+        rc = HBM_ERR_INVALID;
+    } else if (a->ncaptures) {
+        hbm__set_error(a, "hbm_mempool_trim during a graph capture: nothing was released (returning memory "
+                          "synchronizes the device)");
+        rc = HBM_ERR_CAPTURE;
+    } else if (m->sleep_state == HBM_POOL_FALLING_ASLEEP || m->sleep_state == HBM_POOL_WAKING) {
+        rc = hbm__sleep_refuse(a, m); /* its sleep or wake gives back what it holds */
+    } else {
+        m->use_count++; /* kept while the lock may open */
+        if ((rc = hbm__dev_quiesce_open(a)) == HBM_OK) {
+            hbm_status rl = hbm__release_pool(a, &m->large), rs = hbm__release_pool(a, &m->small);
+            rc = rl != HBM_OK ? rl : rs;
+        }
+        m->use_count--;
+    }
+    hbm__unlock(a);
+    return rc;
+}
+
 size_t hbm_mempool_reserved(hbm_allocator *a, hbm_mempool id)
 {
     if (!a)
         return 0;
     hbm__lock(a);
     size_t live = 0, reserved = 0, segments = 0;
-    hbm__mempool *m = mempool_find(a, id);
+    hbm__mempool *m = hbm__mempool_find(a, id);
     if (m)
         mempool_usage(a, m, &live, &reserved, &segments);
     hbm__unlock(a);
@@ -449,6 +474,7 @@ hbm_status hbm__release_mempools(hbm_allocator *a)
         mempool_usage(a, m, &live, &reserved, &segments);
         if (segments == 0) {
             *link = m->next;
+            hbm__sleep_free(a, m);
             hbm__expand_teardown_pool(a, &m->small);
             hbm__expand_teardown_pool(a, &m->large);
             free(m);
@@ -476,6 +502,7 @@ void hbm__stream_teardown(hbm_allocator *a)
     while (a->mempools) {
         hbm__mempool *m = a->mempools;
         a->mempools = m->next;
+        hbm__sleep_free(a, m);
         hbm__expand_teardown_pool(a, &m->small);
         hbm__expand_teardown_pool(a, &m->large);
         free(m);

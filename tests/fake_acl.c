@@ -23,7 +23,14 @@
  *   - physical props checked field by field (memAttr, location id then type),
  *     maps of one whole handle at a 2 MiB-aligned address inside a
  *     reservation, unmap and release by start address only, release only when
- *     nothing is mapped.
+ *     nothing is mapped;
+ *   - pinned host memory (aclrtMallocHost, aclrtFreeHost) and aclrtMemcpyAsync
+ *     (kinds HOST_TO_DEVICE = 1, DEVICE_TO_HOST = 2: acl_rt.h:76-80), a copy
+ *     being work on its stream that "aclrtSynchronizeStream" completes
+ *     (acl_rt.h:903-924); a physical page has bytes, so copies move real
+ *     contents (fake_acl_poke / fake_acl_peek: a kernel writing or reading);
+ *     freeing a host buffer a queued copy uses is a violation, and so is a copy
+ *     of memory another stream's queued work uses.
  *
  * Built twice: libfakeacl.so (CANN 8: everything) and, with FAKE_ACL_CANN6,
  * libfakeacl_old.so (no virtual-memory functions, no aclrtQueryEventStatus,
@@ -79,7 +86,8 @@ static struct {
     char driver[64], soc[64];
     struct { void *p; size_t size; } allocs[MAX];
     struct { uintptr_t va; size_t size; int huge; } resv[MAX];
-    struct { size_t size; int live, mapped; } handles[MAX];
+    struct { size_t size; int live, mapped; unsigned char *mem; } handles[MAX];
+    struct { void *p; size_t size; } hosts[MAX];
     struct { uintptr_t va; size_t size; long h; } maps[MAX];
     struct { int live, recorded, device; void *stream; unsigned long seq; } events[MAX];
     long nhandles, nevents;
@@ -109,8 +117,17 @@ static long env_long(const char *name, long dflt)
     return v && *v ? strtol(v, NULL, 10) : dflt;
 }
 
+API int fake_acl_poke(void *va, const void *src, size_t n);
+API int fake_acl_peek(void *va, void *dst, size_t n);
+API long fake_acl_hosts(void);
+API const char *fake_acl_log(void);
+
 API void fake_acl_reset(void)
 {
+    for (long i = 0; i < F.nhandles; i++)
+        free(F.handles[i].mem);
+    for (int i = 0; i < MAX; i++)
+        free(F.hosts[i].p);
     memset(&F, 0, sizeof F);
     F.memory = env_long("FAKE_ACL_MEMORY", 1L << 30);
     F.devices = env_long("FAKE_ACL_DEVICES", 1);
@@ -134,6 +151,7 @@ API void fake_acl_set(const char *key, long value)
     else if (!strcmp(key, "vmm")) F.vmm = value;
     else if (!strcmp(key, "fail_nth")) { F.fail_nth = value; F.calls = 0; }
     else if (!strcmp(key, "fail_code")) F.fail_code = value;
+    else if (!strcmp(key, "log")) { L.on = (int)value; L.n = 0; L.text[0] = 0; } /* fake_acl_log: the calls */
 }
 
 API void fake_acl_set_str(const char *key, const char *value)
@@ -444,6 +462,7 @@ API aclError aclrtDestroyEvent(void *ev)
 API aclError aclrtSynchronizeStream(void *stream)
 {
     ENTER(1);
+    fw_note("aclrtSynchronizeStream");
     fw_complete_stream(current, stream, ~0ul);
     return OK;
 }
@@ -452,8 +471,138 @@ API aclError aclrtSynchronizeStream(void *stream)
 API aclError aclrtSynchronizeDevice(void)
 {
     ENTER(1);
+    fw_note("aclrtSynchronizeDevice");
     fw_complete_device(current);
     return OK;
+}
+
+/* ---- pinned host memory and copies ---- */
+
+static int allocated(uintptr_t lo, uintptr_t hi);
+
+static long host_slot(uintptr_t p, size_t n)
+{
+    for (int i = 0; i < MAX; i++) {
+        uintptr_t b = (uintptr_t)F.hosts[i].p;
+        if (b && p >= b && n <= F.hosts[i].size && p - b <= F.hosts[i].size - n)
+            return i;
+    }
+    return -1;
+}
+
+/* The bytes of device range [va, va + n), to or from host: aclrtMalloc'd memory is host memory here, a mapped page
+ * its handle's. -1 when part of it is neither. */
+static int device_bytes(uintptr_t va, unsigned char *host, size_t n, int to_host)
+{
+    for (int i = 0; i < MAX; i++) {
+        uintptr_t p = (uintptr_t)F.allocs[i].p;
+        if (p && va >= p && va + n <= p + F.allocs[i].size) {
+            to_host ? memcpy(host, (void *)va, n) : memcpy((void *)va, host, n);
+            return 0;
+        }
+    }
+    while (n) {
+        int hit = -1;
+        for (int i = 0; i < MAX && hit < 0; i++)
+            if (F.maps[i].size && va >= F.maps[i].va && va < F.maps[i].va + F.maps[i].size)
+                hit = i;
+        if (hit < 0)
+            return -1;
+        size_t off = va - F.maps[hit].va, take = F.maps[hit].size - off < n ? F.maps[hit].size - off : n;
+        unsigned char *mem = F.handles[F.maps[hit].h].mem + off;
+        to_host ? memcpy(host, mem, take) : memcpy(mem, host, take);
+        va += take, host += take, n -= take;
+    }
+    return 0;
+}
+
+API aclError aclrtMallocHost(void **p, size_t size)
+{
+    ENTER(1);
+    fw_note("aclrtMallocHost");
+    if (!p || !size)
+        return fail(INVALID_PARAM, "EE1003: aclrtMallocHost: size 0");
+    pthread_mutex_lock(&lock);
+    aclError rc = fail(MEMORY_ALLOCATION, "EL0004: host memory allocation failed");
+    for (int i = 0; i < MAX; i++)
+        if (!F.hosts[i].p) {
+            if ((F.hosts[i].p = malloc(size))) {
+                F.hosts[i].size = size;
+                *p = F.hosts[i].p;
+                rc = OK;
+            }
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+API aclError aclrtFreeHost(void *p)
+{
+    ENTER(1);
+    fw_note("aclrtFreeHost");
+    pthread_mutex_lock(&lock);
+    long i = host_slot((uintptr_t)p, 1);
+    aclError rc = OK;
+    if (i < 0 || F.hosts[i].p != p) {
+        rc = fail(RT_PARAM_INVALID, "EE1003: aclrtFreeHost of memory aclrtMallocHost did not give");
+    } else {
+        if (fw_host_queued((uintptr_t)p, (uintptr_t)p + F.hosts[i].size))
+            fw_violation("aclrtFreeHost(%p) while a queued copy still uses it", p);
+        free(p);
+        F.hosts[i].p = NULL;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* Between pinned host memory and allocated or mapped device memory, queued on `stream` of the current device. */
+API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, int kind, void *stream)
+{
+    ENTER(1);
+    fw_note("aclrtMemcpyAsync");
+    if (kind != 1 && kind != 2)
+        return fail(INVALID_PARAM, "EE1003: aclrtMemcpyAsync: only HOST_TO_DEVICE (1) and DEVICE_TO_HOST (2) here");
+    if (!count || count > destMax)
+        return fail(INVALID_PARAM, "EE1003: aclrtMemcpyAsync: count 0 or larger than destMax");
+    uintptr_t dev = (uintptr_t)(kind == 2 ? src : dst);
+    void *host = kind == 2 ? dst : (void *)src;
+    pthread_mutex_lock(&lock);
+    aclError rc = OK;
+    if (host_slot((uintptr_t)host, count) < 0) {
+        rc = fail(INVALID_PARAM, "EE1003: aclrtMemcpyAsync: the host side is not memory aclrtMallocHost gave");
+    } else if (!allocated(dev, dev + count)) {
+        fw_violation("copy %s [%p, +%zu) on device %d, which is not allocated or mapped", kind == 2 ? "from" : "to",
+                     (void *)dev, count, current);
+        rc = fail(RT_PARAM_INVALID, "EE1003: aclrtMemcpyAsync: device memory not allocated or mapped");
+    } else {
+        if (fw_busy(dev, dev + count, current, stream, 1))
+            fw_violation("copy %s [%p, +%zu) on stream %p while another stream's work on it is still queued",
+                         kind == 2 ? "from" : "to", (void *)dev, count, stream);
+        device_bytes(dev, host, count, kind == 2);
+        if (fw_launch_copy(current, stream, dev, count, (uintptr_t)host))
+            rc = fail(MEMORY_ALLOCATION, "EE1005: too much queued work");
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+API int fake_acl_poke(void *va, const void *src, size_t n)
+{
+    return device_bytes((uintptr_t)va, (unsigned char *)src, n, 0);
+}
+
+API int fake_acl_peek(void *va, void *dst, size_t n) { return device_bytes((uintptr_t)va, dst, n, 1); }
+
+/* The virtual-memory, copy, host and synchronize calls since fake_acl_set("log", 1), in order. */
+API const char *fake_acl_log(void) { return L.text; }
+
+API long fake_acl_hosts(void)
+{
+    long n = 0;
+    for (int i = 0; i < MAX; i++)
+        n += F.hosts[i].p != NULL;
+    return n;
 }
 
 /* ---- the tests' side: work on the device, and what it saw ---- */
@@ -570,6 +719,7 @@ API aclError aclrtReleaseMemAddress(void *va)
 API aclError aclrtMallocPhysical(void **h, size_t size, const prop *p, unsigned long long flags)
 {
     ENTER(1);
+    fw_note("aclrtMallocPhysical");
     if (!size || size % PAGE || flags || !p)
         return fail(INVALID_PARAM, "EE1003: physical size not a multiple of 2 MiB, or flags not 0");
     if (p->handleType != 0 || p->allocationType != 0 || (p->memAttr != 4 && p->memAttr != 5) ||
@@ -578,10 +728,11 @@ API aclError aclrtMallocPhysical(void **h, size_t size, const prop *p, unsigned 
                                    "location (id, then type DEVICE, must name the current device)");
     pthread_mutex_lock(&lock);
     aclError rc = OK;
-    if (F.used + (long)size > F.memory || F.nhandles >= MAX)
+    unsigned char *mem = NULL;
+    if (F.used + (long)size > F.memory || F.nhandles >= MAX || !(mem = calloc(1, size)))
         rc = fail(MEMORY_ALLOCATION, "EL0004: Failed to allocate memory.");
     else {
-        F.handles[F.nhandles].size = size, F.handles[F.nhandles].live = 1;
+        F.handles[F.nhandles].size = size, F.handles[F.nhandles].live = 1, F.handles[F.nhandles].mem = mem;
         *h = (void *)(uintptr_t)++F.nhandles;
         F.used += (long)size;
     }
@@ -594,12 +745,15 @@ static long handle_index(void *h) { return (long)(uintptr_t)h - 1; }
 API aclError aclrtFreePhysical(void *h)
 {
     ENTER(1);
+    fw_note("aclrtFreePhysical");
     long i = handle_index(h);
     if (i < 0 || i >= F.nhandles || !F.handles[i].live)
         return fail(INVALID_HANDLE, "EE1003: free of an unknown physical handle");
     if (F.handles[i].mapped)
         return fail(RT_PARAM_INVALID, "EE1003: free of a physical handle that is still mapped");
     F.handles[i].live = 0;
+    free(F.handles[i].mem);
+    F.handles[i].mem = NULL;
     F.used -= (long)F.handles[i].size;
     return OK;
 }
@@ -607,6 +761,7 @@ API aclError aclrtFreePhysical(void *h)
 API aclError aclrtMapMem(void *va, size_t size, size_t offset, void *h, unsigned long long flags)
 {
     ENTER(1);
+    fw_note("aclrtMapMem");
     uintptr_t v = (uintptr_t)va;
     long hi = handle_index(h);
     int r = find_resv(v);
@@ -635,6 +790,7 @@ API aclError aclrtMapMem(void *va, size_t size, size_t offset, void *h, unsigned
 API aclError aclrtUnmapMem(void *va)
 {
     ENTER(1);
+    fw_note("aclrtUnmapMem");
     for (int i = 0; i < MAX; i++)
         if (F.maps[i].size && F.maps[i].va == (uintptr_t)va) {
             if (fw_busy(F.maps[i].va, F.maps[i].va + F.maps[i].size, 0, NULL, 0))

@@ -17,7 +17,14 @@
  *     synchronization": by default it does not here (the contract's worst
  *     case; free_syncs=1 makes it wait, as drivers commonly do);
  *   - access: a mapping has none until cuMemSetAccess, per device; peer devices
- *     (cuDeviceCanAccessPeer) need their own descriptor.
+ *     (cuDeviceCanAccessPeer) need their own descriptor;
+ *   - pinned host memory (cuMemHostAlloc, cuMemFreeHost, which does not wait:
+ *     cuda.h:8823 has no synchronization note) and asynchronous copies
+ *     (cuMemcpyDtoHAsync_v2, cuMemcpyHtoDAsync_v2, \note_async) that are work on
+ *     their stream (fake_work.h); a physical page has bytes (its handle's), so a
+ *     copy moves real contents, which fake_cuda_poke / fake_cuda_peek (a kernel
+ *     writing or reading) see. A copy of pageable memory is refused (hbmalloc
+ *     passes pinned memory only; the real driver would make it synchronous).
  *
  * It also exports the plain legacy name cuMemAlloc with the CUDA 2.0 ABI
  * (32-bit size): a loader that took it instead of cuMemAlloc_v2 fails loudly.
@@ -45,7 +52,8 @@ static struct {
     int initialised;
     struct { void *p; size_t size; } allocs[MAX];
     struct { CUdeviceptr va; size_t size; } resv[MAX];
-    struct { size_t size; int live, mapped; } handles[MAX];
+    struct { size_t size; int live, mapped; unsigned char *mem; } handles[MAX];
+    struct { void *p; size_t size; } hosts[MAX];
     long nhandles;
     struct { CUdeviceptr va; size_t size; unsigned long long h; unsigned access; } maps[MAX]; /* access: by device */
     struct { int live, recorded, device; void *stream; unsigned long seq; } events[MAX];
@@ -77,11 +85,25 @@ API long fake_cuda_get(const char *key)
     if (!strcmp(key, "allocs_not_relaxed")) return F.allocs_not_relaxed;
     if (!strcmp(key, "capture_mode")) return capture_mode;
     if (!strcmp(key, "launched")) return W.launched;
+    if (!strcmp(key, "hosts")) { /* pinned host allocations not freed */
+        long n = 0;
+        for (int i = 0; i < MAX; i++)
+            n += F.hosts[i].p != NULL;
+        return n;
+    }
     return -1;
 }
 
+API int fake_cuda_poke(CUdeviceptr va, const void *src, size_t n);
+API const char *fake_cuda_log(void);
+API int fake_cuda_peek(CUdeviceptr va, void *dst, size_t n);
+
 API void fake_cuda_reset(void)
 {
+    for (long i = 0; i < F.nhandles; i++)
+        free(F.handles[i].mem);
+    for (int i = 0; i < MAX; i++)
+        free(F.hosts[i].p);
     memset(&F, 0, sizeof F);
     F.memory = 1L << 30;
     F.devices = 1;
@@ -108,6 +130,7 @@ API void fake_cuda_set(const char *key, long value)
     else if (!strcmp(key, "fail_code")) F.fail_code = value;
     else if (!strcmp(key, "free_syncs")) F.free_syncs = value;
     else if (!strcmp(key, "peers")) F.peers = value; /* 1: every device can access every other's memory */
+    else if (!strcmp(key, "log")) { L.on = (int)value; L.n = 0; L.text[0] = 0; } /* fake_cuda_log: the calls */
 }
 
 API void fake_cuda_outstanding(long out[5])
@@ -220,6 +243,7 @@ API CUresult cuCtxGetCurrent(void **ctx)
 API CUresult cuCtxSynchronize(void)
 {
     CHECK();
+    fw_note("cuCtxSynchronize");
     NEED_CONTEXT();
     fw_complete_device(current);
     return OK;
@@ -338,6 +362,7 @@ API CUresult cuThreadExchangeStreamCaptureMode(int *mode)
 API CUresult cuMemCreate(unsigned long long *h, size_t size, const prop_t *prop, unsigned long long fl)
 {
     CHECK();
+    fw_note("cuMemCreate");
     *(capture_mode == 2 ? &F.allocs_relaxed : &F.allocs_not_relaxed) += 1;
     if (fl || prop->type != 1 || prop->loc.type != 1 || prop->loc.id < 0 || prop->loc.id >= F.devices ||
         size % (2 << 20))
@@ -346,8 +371,12 @@ API CUresult cuMemCreate(unsigned long long *h, size_t size, const prop_t *prop,
         return OOM;
     if (F.nhandles == MAX)
         return OOM;
+    unsigned char *mem = calloc(1, size); /* the page's bytes (untouched: no host memory until written) */
+    if (!mem)
+        return OOM;
     F.handles[F.nhandles].size = size;
     F.handles[F.nhandles].live = 1;
+    F.handles[F.nhandles].mem = mem;
     F.used += (long)size;
     *h = (unsigned long long)++F.nhandles;
     return OK;
@@ -356,9 +385,12 @@ API CUresult cuMemCreate(unsigned long long *h, size_t size, const prop_t *prop,
 API CUresult cuMemRelease(unsigned long long h)
 {
     CHECK();
+    fw_note("cuMemRelease");
     if (!h || (long)h > F.nhandles || !F.handles[h - 1].live)
         return INVALID_VALUE;
     F.handles[h - 1].live = 0;
+    free(F.handles[h - 1].mem);
+    F.handles[h - 1].mem = NULL;
     F.used -= (long)F.handles[h - 1].size;
     return OK;
 }
@@ -366,6 +398,7 @@ API CUresult cuMemRelease(unsigned long long h)
 API CUresult cuMemMap(CUdeviceptr va, size_t size, size_t off, unsigned long long h, unsigned long long fl)
 {
     CHECK();
+    fw_note("cuMemMap");
     if (off || fl || !h || (long)h > F.nhandles || !F.handles[h - 1].live || F.handles[h - 1].size != size)
         return INVALID_VALUE;
     int in_resv = 0;
@@ -391,6 +424,7 @@ API CUresult cuMemMap(CUdeviceptr va, size_t size, size_t off, unsigned long lon
 API CUresult cuMemUnmap(CUdeviceptr va, size_t size)
 {
     CHECK();
+    fw_note("cuMemUnmap");
     for (int i = 0; i < MAX; i++)
         if (F.maps[i].size && F.maps[i].va == va) {
             if (F.maps[i].size != size)
@@ -408,6 +442,7 @@ API CUresult cuMemUnmap(CUdeviceptr va, size_t size)
 API CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const void *desc, size_t count)
 {
     CHECK();
+    fw_note("cuMemSetAccess");
     const struct { int type, id, flags; } *d = desc;
     if (!desc || !count)
         return INVALID_VALUE;
@@ -441,6 +476,7 @@ API CUresult cuMemGetAllocationGranularity(size_t *g, const prop_t *prop, int op
 API CUresult cuStreamSynchronize(void *stream)
 {
     CHECK();
+    fw_note("cuStreamSynchronize");
     NEED_CONTEXT();
     fw_complete_stream(current, stream, ~0ul);
     return OK;
@@ -494,6 +530,126 @@ API CUresult cuEventSynchronize(void *ev)
         fw_complete_stream(F.events[i].device, F.events[i].stream, F.events[i].seq);
     return OK;
 }
+
+/* ---- pinned host memory and copies ---- */
+
+static int allocated(uintptr_t lo, uintptr_t hi);
+
+static long host_slot(uintptr_t p, size_t n)
+{
+    for (int i = 0; i < MAX; i++) {
+        uintptr_t b = (uintptr_t)F.hosts[i].p;
+        if (b && p >= b && n <= F.hosts[i].size && p - b <= F.hosts[i].size - n)
+            return i;
+    }
+    return -1;
+}
+
+/* The bytes of device range [va, va + n) to or from host memory: a cuMemAlloc'd block is host memory here, a mapped
+ * page its handle's. -1 when part of it is neither allocated nor mapped. */
+static int device_bytes(uintptr_t va, unsigned char *host, size_t n, int to_host)
+{
+    for (int i = 0; i < MAX; i++) {
+        uintptr_t p = (uintptr_t)F.allocs[i].p;
+        if (p && va >= p && va + n <= p + F.allocs[i].size) {
+            to_host ? memcpy(host, (void *)va, n) : memcpy((void *)va, host, n);
+            return 0;
+        }
+    }
+    while (n) {
+        int hit = -1;
+        for (int i = 0; i < MAX && hit < 0; i++)
+            if (F.maps[i].size && va >= F.maps[i].va && va < F.maps[i].va + F.maps[i].size)
+                hit = i;
+        if (hit < 0)
+            return -1;
+        size_t off = va - F.maps[hit].va, take = F.maps[hit].size - off < n ? F.maps[hit].size - off : n;
+        unsigned char *mem = F.handles[F.maps[hit].h - 1].mem + off;
+        to_host ? memcpy(host, mem, take) : memcpy(mem, host, take);
+        va += take, host += take, n -= take;
+    }
+    return 0;
+}
+
+API CUresult cuMemHostAlloc(void **pp, size_t size, unsigned flags)
+{
+    CHECK();
+    fw_note("cuMemHostAlloc");
+    NEED_CONTEXT();
+    if (!size || flags > 0xf)
+        return INVALID_VALUE;
+    for (int i = 0; i < MAX; i++)
+        if (!F.hosts[i].p) {
+            if (!(F.hosts[i].p = malloc(size)))
+                return OOM;
+            F.hosts[i].size = size;
+            *pp = F.hosts[i].p;
+            return OK;
+        }
+    return OOM;
+}
+
+API CUresult cuMemFreeHost(void *p)
+{
+    CHECK();
+    fw_note("cuMemFreeHost");
+    NEED_CONTEXT();
+    long i = host_slot((uintptr_t)p, 1);
+    if (i < 0 || F.hosts[i].p != p)
+        return INVALID_VALUE;
+    if (fw_host_queued((uintptr_t)p, (uintptr_t)p + F.hosts[i].size))
+        fw_violation("cuMemFreeHost(%p) while a queued copy still uses it", p);
+    free(p);
+    F.hosts[i].p = NULL;
+    return OK;
+}
+
+/* A copy is work on `stream` of the current device: its device range must be allocated or mapped with access, no
+ * other stream's work may still be queued on it (the copy would read or overwrite what that work uses), and its host
+ * buffer must be pinned. */
+static CUresult copy_async(CUdeviceptr dev, void *host, size_t n, void *stream, int to_host)
+{
+    CHECK();
+    fw_note(to_host ? "cuMemcpyDtoHAsync_v2" : "cuMemcpyHtoDAsync_v2");
+    NEED_CONTEXT();
+    if (!n || host_slot((uintptr_t)host, n) < 0)
+        return INVALID_VALUE;
+    if (!allocated(dev, dev + n) || !fake_cuda_can_access(current, dev, n)) {
+        fw_violation("copy %s [0x%llx, +%zu) on device %d, which is not mapped or not accessible",
+                     to_host ? "from" : "to", dev, n, current);
+        return INVALID_VALUE;
+    }
+    if (fw_busy(dev, dev + n, current, stream, 1))
+        fw_violation("copy %s [0x%llx, +%zu) on stream %p while another stream's work on it is still queued",
+                     to_host ? "from" : "to", dev, n, stream);
+    device_bytes(dev, host, n, to_host);
+    return fw_launch_copy(current, stream, dev, n, (uintptr_t)host) ? OOM : OK;
+}
+
+API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream)
+{
+    return copy_async(src, dst, n, stream, 1);
+}
+
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream)
+{
+    return copy_async(dst, (void *)src, n, stream, 0);
+}
+
+/* The CUDA 2.0 ABI (32-bit sizes) under the plain names. */
+API CUresult cuMemcpyDtoHAsync(void *d, unsigned int s, unsigned int n, void *st) { (void)d, (void)s, (void)n, (void)st; return NOT_SUPPORTED; }
+API CUresult cuMemcpyHtoDAsync(unsigned int d, const void *s, unsigned int n, void *st) { (void)d, (void)s, (void)n, (void)st; return NOT_SUPPORTED; }
+
+/* A kernel writing or reading device memory (tests): 0, or -1 when it is not mapped. */
+API int fake_cuda_poke(CUdeviceptr va, const void *src, size_t n)
+{
+    return device_bytes(va, (unsigned char *)src, n, 0);
+}
+
+API int fake_cuda_peek(CUdeviceptr va, void *dst, size_t n) { return device_bytes(va, dst, n, 1); }
+
+/* The virtual-memory, copy, host and synchronize calls since fake_cuda_set("log", 1), in order. */
+API const char *fake_cuda_log(void) { return L.text; }
 
 /* ---- the tests' side: work on the device, access, contexts ---- */
 
@@ -628,6 +784,9 @@ static void *lookup(const char *name, int version)
         {"cuEventRecord", (void *)cuEventRecord, 2000}, {"cuEventQuery", (void *)cuEventQuery, 2000},
         {"cuEventSynchronize", (void *)cuEventSynchronize, 2000}, {"cuEventDestroy", (void *)cuEventDestroy_v2, 4000},
         {"cuGetErrorName", (void *)cuGetErrorName, 6000}, {"cuGetErrorString", (void *)cuGetErrorString, 6000},
+        {"cuMemHostAlloc", (void *)cuMemHostAlloc, 2020}, {"cuMemFreeHost", (void *)cuMemFreeHost, 2000},
+        {"cuMemcpyDtoHAsync", (void *)cuMemcpyDtoHAsync_v2, 3020},
+        {"cuMemcpyHtoDAsync", (void *)cuMemcpyHtoDAsync_v2, 3020},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(table[i].name, name)) {

@@ -18,6 +18,14 @@
  * modelled by tests/fake_torch_npu.cpp) registers fw_host_busy: work it holds
  * counts as queued work on the ranges it touches.
  *
+ * A copy between the device and pinned host memory (cuMemcpyDtoHAsync,
+ * aclrtMemcpyAsync) is work too (fw_launch_copy): on its device range like a
+ * kernel, and on its host buffer, which must not be freed while it is queued
+ * (fw_host_queued). Its bytes move when it is launched: kernels here move none,
+ * so the order of bytes cannot differ; what can go wrong is reported instead
+ * (a copy of memory another stream's queued work still uses, a copy from
+ * unmapped memory, a host buffer freed under a copy).
+ *
  * Not modelled: the time work takes, the legacy default stream's implicit
  * ordering against other streams, graph replays, peer-to-peer traffic.
  */
@@ -35,7 +43,8 @@ typedef struct fw_item {
     int live, device;
     void *stream;
     uintptr_t lo, hi;
-    unsigned long seq; /* launch order, device-wide */
+    uintptr_t hlo, hhi; /* a copy's host buffer (0, 0: not a copy) */
+    unsigned long seq;  /* launch order, device-wide */
 } fw_item;
 
 static struct {
@@ -47,10 +56,29 @@ static struct {
     int (*host_busy)(uintptr_t lo, uintptr_t hi, int device, void *except, int use_except);
 } W;
 
+/* The calls a test asks to see, in order (fw_note; on while W.logging). */
+static struct {
+    int on;
+    char text[16384];
+    size_t n;
+} L;
+
+static void fw_note(const char *call)
+{
+    size_t k = strlen(call);
+    if (L.on && L.n + k + 2 < sizeof L.text) {
+        memcpy(L.text + L.n, call, k);
+        L.n += k;
+        L.text[L.n++] = ' ';
+        L.text[L.n] = 0;
+    }
+}
+
 static void fw_reset(void)
 {
     int (*keep)(uintptr_t, uintptr_t, int, void *, int) = W.host_busy;
     memset(&W, 0, sizeof W);
+    memset(&L, 0, sizeof L);
     W.host_busy = keep;
 }
 
@@ -70,16 +98,30 @@ static int fw_on(const fw_item *w, int device, void *stream)
     return w->live && w->stream == stream && (stream || w->device == device);
 }
 
-/* Queue work on (device, stream) touching [lo, lo + size). -1: no room. */
-static int fw_launch(int device, void *stream, uintptr_t lo, size_t size)
+/* Queue work on (device, stream) touching [lo, lo + size), and a copy's host buffer [hlo, hlo + size). -1: no room. */
+static int fw_launch_copy(int device, void *stream, uintptr_t lo, size_t size, uintptr_t hlo)
 {
     for (int i = 0; i < FW_MAX; i++)
         if (!W.items[i].live) {
-            W.items[i] = (fw_item){1, device, stream, lo, lo + size, ++W.seq};
+            W.items[i] = (fw_item){1, device, stream, lo, lo + size, hlo, hlo ? hlo + size : 0, ++W.seq};
             W.launched++;
             return 0;
         }
     return -1;
+}
+
+static int fw_launch(int device, void *stream, uintptr_t lo, size_t size)
+{
+    return fw_launch_copy(device, stream, lo, size, 0);
+}
+
+/* Whether a queued copy still uses host memory [lo, hi). */
+static int fw_host_queued(uintptr_t lo, uintptr_t hi)
+{
+    for (int i = 0; i < FW_MAX; i++)
+        if (W.items[i].live && W.items[i].hlo && W.items[i].hlo < hi && lo < W.items[i].hhi)
+            return 1;
+    return 0;
 }
 
 /* The sequence number an event recorded now on (device, stream) waits for. */

@@ -78,6 +78,7 @@ static inline void assert_sim_empty(hbm_backend *b)
     assert_int_equal(c.mapped_pages, 0);
     assert_int_equal(c.live_bytes, 0);
     assert_int_equal(c.live_events, 0);
+    assert_int_equal(c.live_host, 0);
 }
 
 

@@ -21,6 +21,12 @@ typedef struct fake {
     int (*current)(void);
     int (*set_device)(int);
     int (*reset_device)(int);
+    /* A sleeping pool: a kernel's bytes, the calls made, pinned host memory, the runtime's free memory. */
+    int (*poke)(void *, const void *, size_t);
+    int (*peek)(void *, void *, size_t);
+    const char *(*log)(void);
+    long (*hosts)(void);
+    int (*mem_info)(int, size_t *, size_t *);
     char spec[600];
 } fake;
 
@@ -45,10 +51,15 @@ static int load(fake *f, const char *path)
     *(void **)&f->current = dlsym(f->lib, "fake_acl_current");
     *(void **)&f->set_device = dlsym(f->lib, "aclrtSetDevice");
     *(void **)&f->reset_device = dlsym(f->lib, "aclrtResetDevice");
+    *(void **)&f->poke = dlsym(f->lib, "fake_acl_poke");
+    *(void **)&f->peek = dlsym(f->lib, "fake_acl_peek");
+    *(void **)&f->log = dlsym(f->lib, "fake_acl_log");
+    *(void **)&f->hosts = dlsym(f->lib, "fake_acl_hosts");
+    *(void **)&f->mem_info = dlsym(f->lib, "aclrtGetMemInfo");
     snprintf(f->spec, sizeof f->spec, "acl:lib=%s", path);
     return f->reset && f->set && f->set_str && f->outstanding && f->init && f->finalize && f->launch &&
                    f->first_use && f->progress && f->violations && f->contexts && f->current && f->set_device &&
-                   f->reset_device
+                   f->reset_device && f->poke && f->peek && f->log && f->hosts && f->mem_info
                ? 0
                : -1;
 }
@@ -502,6 +513,99 @@ static void a_missing_library_is_a_clear_error(void **st)
     assert_runtime_empty(&NEW, 0);
 }
 
+/* Where `call` first (last: 1) appears in the log, as a word; -1 when it does not. */
+static long at(const char *log, const char *call, int last)
+{
+    long found = -1;
+    size_t k = strlen(call);
+    for (const char *p = log; (p = strstr(p, call)); p += k)
+        if ((p == log || p[-1] == ' ') && p[k] == ' ') {
+            found = p - log;
+            if (!last)
+                break;
+        }
+    return found;
+}
+
+static long count(const char *log, const char *call)
+{
+    long n = 0;
+    size_t k = strlen(call);
+    for (const char *p = log; (p = strstr(p, call)); p += k)
+        n += (p == log || p[-1] == ' ') && p[k] == ' ';
+    return n;
+}
+
+/* A pool's sleep and wake as AscendCL sees them (docs/SLEEP.md, docs/CONTRACTS.md): aclrtSynchronizeDevice first (as
+ * torch_npu before it unmaps: a kernel on another stream still reads the block), the backup copied with
+ * aclrtMemcpyAsync (DEVICE_TO_HOST) on the pool's stream and aclrtSynchronizeStream'd, then aclrtUnmapMem and
+ * aclrtFreePhysical page by page; the wake aclrtMallocPhysical and aclrtMapMem (no access step on Ascend), then the
+ * copies back (HOST_TO_DEVICE), waited for. The fake records any unmap, copy or host free under queued work. */
+static void a_pool_sleeps_and_wakes_within_the_runtimes_contracts(void **st)
+{
+    (void)st;
+    long fw = framework_on(&NEW, 0);
+    hbm_allocator *a = open_acl(&NEW, "");
+    hbm_mempool mp;
+    assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
+    assert_int_equal(hbm_pool_tag(a, mp, "weights", 1), HBM_OK);
+    void *p = NULL;
+    assert_int_equal(hbm_mempool_malloc(a, mp, 30 * MiB, 5, &p), HBM_OK);
+    unsigned char *pat = malloc(30 * MiB), *back = malloc(30 * MiB);
+    for (size_t i = 0; i < 30 * MiB; i++)
+        pat[i] = (unsigned char)(i * 13 + (i >> 16));
+    assert_int_equal(NEW.poke(p, pat, 30 * MiB), 0);
+    assert_int_equal(NEW.first_use((void *)5, p, 30 * MiB), 0);
+    assert_int_equal(NEW.launch((void *)6, p, 30 * MiB), 0); /* another stream, never recorded */
+    size_t free0, total;
+    assert_int_equal(NEW.mem_info(1, &free0, &total), 0);
+    NEW.set("log", 1);
+    assert_int_equal(hbm_pool_sleep(a, mp, NULL), HBM_OK);
+    assert_no_violation(&NEW);
+    const char *log = NEW.log();
+    assert_true(at(log, "aclrtSynchronizeDevice", 0) >= 0);
+    assert_true(at(log, "aclrtSynchronizeDevice", 0) < at(log, "aclrtMemcpyAsync", 0));
+    assert_true(at(log, "aclrtMemcpyAsync", 1) < at(log, "aclrtSynchronizeStream", 0));
+    assert_true(at(log, "aclrtSynchronizeStream", 0) < at(log, "aclrtUnmapMem", 0));
+    assert_int_equal(count(log, "aclrtUnmapMem"), 2);
+    assert_int_equal(count(log, "aclrtFreePhysical"), 2);
+    size_t free1;
+    assert_int_equal(NEW.mem_info(1, &free1, &total), 0);
+    assert_int_equal(free1, free0 + 40 * MiB); /* npu-smi and the other phase see the pages back */
+    assert_int_equal(NEW.peek(p, back, 4096), -1);
+    NEW.set("log", 1);
+    assert_int_equal(hbm_pool_wake(a, mp, NULL), HBM_OK);
+    assert_no_violation(&NEW);
+    log = NEW.log();
+    assert_int_equal(count(log, "aclrtMallocPhysical"), 2);
+    assert_int_equal(count(log, "aclrtMapMem"), 2);
+    assert_true(at(log, "aclrtMapMem", 1) < at(log, "aclrtMemcpyAsync", 0));
+    assert_true(at(log, "aclrtMemcpyAsync", 1) < at(log, "aclrtSynchronizeStream", 1));
+    assert_int_equal(NEW.peek(p, back, 30 * MiB), 0);
+    assert_memory_equal(back, pat, 30 * MiB);
+    assert_valid(a);
+    hbm_free(a, p);
+    hbm_destroy(a);
+    assert_int_equal(NEW.hosts(), 0);
+    assert_int_equal(NEW.reset_device(0), 0);
+    assert_runtime_empty(&NEW, fw);
+    free(pat);
+    free(back);
+}
+
+/* CANN 6 has no virtual memory: a pool cannot sleep there, and the refusal says why and what to install. */
+static void a_runtime_without_virtual_memory_refuses_to_let_a_pool_sleep(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_acl(&OLD, "");
+    hbm_mempool mp;
+    assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
+    assert_int_equal(hbm_pool_tag(a, mp, "weights", 1), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "cannot sleep"));
+    assert_non_null(strstr(hbm_last_error(a), "HDK"));
+    hbm_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -521,6 +625,8 @@ int main(void)
         cmocka_unit_test_setup(segments_take_no_runtime_padding, reset),
         cmocka_unit_test_setup(the_runtime_stays_initialised_for_its_other_users, reset),
         cmocka_unit_test_setup(a_missing_library_is_a_clear_error, reset),
+        cmocka_unit_test_setup(a_pool_sleeps_and_wakes_within_the_runtimes_contracts, reset),
+        cmocka_unit_test_setup(a_runtime_without_virtual_memory_refuses_to_let_a_pool_sleep, reset),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

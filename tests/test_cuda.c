@@ -20,6 +20,10 @@ static int (*cu_retain)(void **, int);
 static int (*cu_release)(int);
 static int (*cu_set_current)(void *);
 static int (*cu_init)(unsigned);
+static int (*fake_poke)(uint64_t, const void *, size_t);
+static int (*fake_peek)(uint64_t, void *, size_t);
+static const char *(*fake_log)(void);
+static int (*cu_mem_info)(size_t *, size_t *);
 static char spec[600];
 
 static int setup(void **st)
@@ -43,11 +47,15 @@ static int setup(void **st)
     *(void **)&cu_release = dlsym(lib, "cuDevicePrimaryCtxRelease_v2");
     *(void **)&cu_set_current = dlsym(lib, "cuCtxSetCurrent");
     *(void **)&cu_init = dlsym(lib, "cuInit");
+    *(void **)&fake_poke = dlsym(lib, "fake_cuda_poke");
+    *(void **)&fake_peek = dlsym(lib, "fake_cuda_peek");
+    *(void **)&fake_log = dlsym(lib, "fake_cuda_log");
+    *(void **)&cu_mem_info = dlsym(lib, "cuMemGetInfo_v2");
     snprintf(spec, sizeof spec, "cuda:lib=%s", HBM_FAKE_CUDA);
     setenv("HBMALLOC_QUIET", "1", 1);
     return fake_reset && fake_set && fake_outstanding && fake_get && fake_launch && fake_first_use && fake_progress &&
                    fake_violations && fake_contexts && fake_current && fake_can_access && cu_retain && cu_release &&
-                   cu_set_current && cu_init
+                   cu_set_current && cu_init && fake_poke && fake_peek && fake_log && cu_mem_info
                ? 0
                : -1;
 }
@@ -387,6 +395,127 @@ static void each_device_gets_its_own_context_and_allocator(void **st)
     assert_driver_empty();
 }
 
+/* Where `call` first (last: 1) appears in the log, as a word; -1 when it does not. */
+static long at(const char *log, const char *call, int last)
+{
+    long found = -1;
+    size_t k = strlen(call);
+    for (const char *p = log; (p = strstr(p, call)); p += k)
+        if ((p == log || p[-1] == ' ') && p[k] == ' ') {
+            found = p - log;
+            if (!last)
+                break;
+        }
+    return found;
+}
+
+static long count(const char *log, const char *call)
+{
+    long n = 0;
+    size_t k = strlen(call);
+    for (const char *p = log; (p = strstr(p, call)); p += k)
+        n += (p == log || p[-1] == ' ') && p[k] == ' ';
+    return n;
+}
+
+static size_t driver_free(void)
+{
+    size_t f = 0, t = 0;
+    assert_int_equal(cu_mem_info(&f, &t), 0);
+    return f;
+}
+
+/* A pool's sleep and wake as the driver sees them (docs/SLEEP.md, docs/CONTRACTS.md): the device's work waited for
+ * first (cuCtxSynchronize: a kernel on another stream the allocator was never told of still reads the block), the
+ * backup copied on the pool's stream and waited for, then cuMemUnmap and cuMemRelease page by page; the wake
+ * cuMemCreate and cuMemMap, then cuMemSetAccess for the owner and its peer before anything touches the pages, the
+ * copies back waited for before the pinned buffer could be reused. The fake records any unmap, copy or host free
+ * under queued work; the contents come back byte for byte; the driver's free memory moves by the pages. */
+static void a_pool_sleeps_and_wakes_within_the_drivers_contracts(void **st)
+{
+    (void)st;
+    fake_set("devices", 2);
+    framework_thread_on(0);
+    hbm_allocator *a = open_cuda("");
+    hbm_mempool mp;
+    assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
+    assert_int_equal(hbm_pool_tag(a, mp, "weights", 1), HBM_OK);
+    void *p = NULL, *q = NULL;
+    assert_int_equal(hbm_mempool_malloc(a, mp, 30 * MiB, 3, &p), HBM_OK);
+    assert_int_equal(hbm_mempool_malloc(a, mp, 5 * MiB, 3, &q), HBM_OK);
+    unsigned char *pat = malloc(30 * MiB), *back = malloc(30 * MiB);
+    for (size_t i = 0; i < 30 * MiB; i++)
+        pat[i] = (unsigned char)(i * 7 + (i >> 16));
+    assert_int_equal(fake_poke((uintptr_t)p, pat, 30 * MiB), 0);
+    assert_int_equal(fake_poke((uintptr_t)q, pat + 1, 5 * MiB), 0);
+    assert_int_equal(fake_first_use((void *)3, (uintptr_t)p, 30 * MiB), 0); /* the pool's stream */
+    assert_int_equal(fake_launch((void *)5, (uintptr_t)p, 30 * MiB), 0);    /* another, never recorded */
+    size_t free0 = driver_free();
+    fake_set("log", 1);
+    assert_int_equal(hbm_pool_sleep(a, mp, NULL), HBM_OK);
+    assert_no_violation();
+    const char *log = fake_log();
+    assert_true(at(log, "cuCtxSynchronize", 0) >= 0);
+    assert_true(at(log, "cuCtxSynchronize", 0) < at(log, "cuMemcpyDtoHAsync_v2", 0));
+    assert_true(at(log, "cuMemcpyDtoHAsync_v2", 1) < at(log, "cuStreamSynchronize", 0));
+    assert_true(at(log, "cuStreamSynchronize", 0) < at(log, "cuMemUnmap", 0));
+    assert_int_equal(count(log, "cuMemUnmap"), 2); /* 35 MiB in two 20 MiB pages */
+    assert_int_equal(count(log, "cuMemRelease"), 2);
+    assert_int_equal(count(log, "cuMemHostAlloc"), 1);
+    assert_true(at(log, "cuMemUnmap", 0) < at(log, "cuMemRelease", 0));
+    assert_int_equal(driver_free(), free0 + 40 * MiB); /* mem_get_info sees the pages back */
+    assert_int_equal(fake_peek((uintptr_t)p, back, 4096), -1); /* nothing mapped under the block */
+    fake_set("log", 1);
+    assert_int_equal(hbm_pool_wake(a, mp, NULL), HBM_OK);
+    assert_no_violation();
+    log = fake_log();
+    assert_int_equal(count(log, "cuMemCreate"), 2);
+    assert_int_equal(count(log, "cuMemMap"), 2);
+    assert_true(at(log, "cuMemMap", 1) < at(log, "cuMemSetAccess", 0));
+    assert_true(at(log, "cuMemSetAccess", 0) < at(log, "cuMemcpyHtoDAsync_v2", 0));
+    assert_true(at(log, "cuMemcpyHtoDAsync_v2", 1) < at(log, "cuStreamSynchronize", 1));
+    assert_int_equal(count(log, "cuMemFreeHost"), 0); /* kept for the next sleep */
+    assert_true(fake_can_access(0, (uintptr_t)p, 30 * MiB) && fake_can_access(1, (uintptr_t)p, 30 * MiB));
+    assert_int_equal(fake_peek((uintptr_t)p, back, 30 * MiB), 0);
+    assert_memory_equal(back, pat, 30 * MiB);
+    assert_int_equal(fake_peek((uintptr_t)q, back, 5 * MiB), 0);
+    assert_memory_equal(back, pat + 1, 5 * MiB);
+    assert_int_equal(driver_free(), free0);
+    assert_int_equal(fake_get("hosts"), 1);
+    assert_valid(a);
+    hbm_free(a, p);
+    hbm_free(a, q);
+    hbm_destroy(a);
+    assert_driver_empty();
+    assert_int_equal(fake_get("hosts"), 0);
+    free(pat);
+    free(back);
+}
+
+/* A kernel that touches a sleeping block finds nothing mapped there: on a GPU an illegal address (the context is
+ * lost), which the fake records. hbmalloc cannot stop it; it refuses allocations into the pool and says so. */
+static void a_kernel_on_a_sleeping_block_finds_nothing_mapped(void **st)
+{
+    (void)st;
+    framework_thread_on(0);
+    hbm_allocator *a = open_cuda("");
+    hbm_mempool mp;
+    assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
+    assert_int_equal(hbm_pool_tag(a, mp, "kv_cache", 0), HBM_OK);
+    void *p = NULL;
+    assert_int_equal(hbm_mempool_malloc(a, mp, 8 * MiB, 0, &p), HBM_OK);
+    assert_int_equal(hbm_pool_sleep(a, mp, NULL), HBM_OK);
+    assert_no_violation();
+    assert_int_equal(fake_launch(NULL, (uintptr_t)p, 8 * MiB), 0);
+    char first[512];
+    assert_int_equal(fake_violations(first, sizeof first), 1);
+    assert_non_null(strstr(first, "not allocated or mapped"));
+    fake_progress(1);
+    assert_int_equal(hbm_pool_wake(a, mp, NULL), HBM_OK);
+    hbm_free(a, p);
+    hbm_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -402,6 +531,8 @@ int main(void)
         cmocka_unit_test_setup(expandable_pages_are_accessible_to_peer_devices, reset),
         cmocka_unit_test_setup(a_missing_library_is_a_clear_error, reset),
         cmocka_unit_test_setup(each_device_gets_its_own_context_and_allocator, reset),
+        cmocka_unit_test_setup(a_pool_sleeps_and_wakes_within_the_drivers_contracts, reset),
+        cmocka_unit_test_setup(a_kernel_on_a_sleeping_block_finds_nothing_mapped, reset),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -44,6 +44,8 @@ enum {
     ACL_EVENT_RECORDED_STATUS_COMPLETE = 1, /* aclrtQueryEventStatus */
     ACL_EVENT_STATUS_COMPLETE = 0,          /* the deprecated aclrtQueryEvent: the other way round */
     ACL_PKG_NAME_DRIVER = 7,
+    ACL_MEMCPY_HOST_TO_DEVICE = 1, /* aclrtMemcpyKind (TNPU v7.0.0 third_party/acl/inc/acl/acl_rt.h:76-80) */
+    ACL_MEMCPY_DEVICE_TO_HOST = 2,
 };
 
 typedef struct aclrtMemLocation {
@@ -104,6 +106,10 @@ typedef struct acl_fns {
     aclError (*GetVersion)(int *, int *, int *);
     aclError (*GetCANNVersion)(int, aclCANNPackageVersion *);
     const char *(*GetSocName)(void);
+    /* A sleeping pool's backup (acl_rt.h:845, 861, 926 of the CANN headers TNPU v7.0.0 vendored). */
+    aclError (*MallocHost)(void **, size_t);
+    aclError (*FreeHost)(void *);
+    aclError (*MemcpyAsync)(void *, size_t, const void *, size_t, int, aclrtStream);
 } acl_fns;
 
 typedef struct sym {
@@ -146,6 +152,9 @@ static const sym syms[] = {
     {"aclrtGetVersion", F(GetVersion), 0},
     {"aclsysGetCANNVersion", F(GetCANNVersion), 0},
     {"aclrtGetSocName", F(GetSocName), 0},
+    {"aclrtMallocHost", F(MallocHost), 0},
+    {"aclrtFreeHost", F(FreeHost), 0},
+    {"aclrtMemcpyAsync", F(MemcpyAsync), 0},
 };
 #undef F
 
@@ -468,6 +477,37 @@ static int acl_event_sync(void *ctx, int device, uint64_t ev)
     ON_DEVICE(c, device, c->fn.SynchronizeEvent((aclrtEvent)(uintptr_t)ev));
 }
 
+/* ---- a sleeping pool's backup ---- */
+
+static int acl_host_alloc(void *ctx, int device, size_t size, void **out)
+{
+    acl *c = ctx;
+    *out = NULL;
+    ON_DEVICE(c, device, c->fn.MallocHost(out, size));
+}
+
+static int acl_host_free(void *ctx, int device, void *p)
+{
+    acl *c = ctx;
+    ON_DEVICE(c, device, c->fn.FreeHost(p));
+}
+
+/* "After calling this interface, be sure to call aclrtSynchronizeStream to ensure that the task of memory replication
+ * has been completed" (acl_rt.h:903-924): work on the stream, waited for by the caller. */
+static int acl_copy_d2h(void *ctx, int device, void *dst, uintptr_t src, size_t size, hbm_stream stream)
+{
+    acl *c = ctx;
+    ON_DEVICE(c, device, c->fn.MemcpyAsync(dst, size, (const void *)src, size, ACL_MEMCPY_DEVICE_TO_HOST,
+                                           (aclrtStream)(uintptr_t)stream));
+}
+
+static int acl_copy_h2d(void *ctx, int device, uintptr_t dst, const void *src, size_t size, hbm_stream stream)
+{
+    acl *c = ctx;
+    ON_DEVICE(c, device, c->fn.MemcpyAsync((void *)dst, size, src, size, ACL_MEMCPY_HOST_TO_DEVICE,
+                                           (aclrtStream)(uintptr_t)stream));
+}
+
 /* The whole device's work, every stream: aclrtSynchronizeDevice, or the framework's own entry (`via`). */
 static int acl_device_sync(void *ctx, int device, int (*via)(void *), void *via_ctx)
 {
@@ -519,6 +559,10 @@ static const hbm__backend_ops acl_ops = {
     .stream_check = NULL,
     .device_sync = acl_device_sync,
     .vmm_probe = acl_vmm_probe,
+    .host_alloc = acl_host_alloc,
+    .host_free = acl_host_free,
+    .copy_d2h = acl_copy_d2h,
+    .copy_h2d = acl_copy_h2d,
 };
 
 /* Parse "major.minor[.release...]" of a driver (HDK) version: 24.1.rc2, 23.0.RC3, 22.0.3. */
@@ -681,5 +725,6 @@ int hbm__acl_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     b->caps.device_work = 1;
     b->caps.unmap_syncs_device = 1; /* torch_npu's ExpandableSegment::unmapHandles: npuSynchronizeDevice */
     detect_vmm(c, &b->caps);
+    b->caps.host_copies = c->fn.MallocHost && c->fn.FreeHost && c->fn.MemcpyAsync;
     return HBM_OK;
 }

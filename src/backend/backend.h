@@ -42,7 +42,11 @@ typedef enum hbm__op {
     HBM__OP_QUERY = 12,     /* ask whether an event has completed */
     HBM__OP_EVSYNC = 13,    /* wait for an event */
     HBM__OP_DEVSYNC = 14,   /* wait for all of the device's work (before memory goes back to it) */
-    HBM__OP_KINDS = 15
+    HBM__OP_HOST_ALLOC = 15, /* pinned host memory (a sleeping pool's backup) */
+    HBM__OP_HOST_FREE = 16,
+    HBM__OP_COPY_D2H = 17,  /* a device-to-host copy queued on a stream */
+    HBM__OP_COPY_H2D = 18,  /* a host-to-device copy queued on a stream */
+    HBM__OP_KINDS = 19
 } hbm__op;
 
 #define HBM__BE_NOT_READY (-2) /* event_query: the event has not completed */
@@ -65,6 +69,7 @@ typedef struct hbm__backend_caps {
      * device (torch_npu's). 0 on the simulated device, which runs no work. */
     int device_work;
     int unmap_syncs_device;
+    int host_copies; /* host_alloc, host_free and the copies work (a sleeping pool's backup) */
 } hbm__backend_caps;
 
 typedef struct hbm__backend_ops {
@@ -105,6 +110,15 @@ typedef struct hbm__backend_ops {
     /* Whether virtual memory works on this device (caps.has_vmm says the entry points exist). May be NULL: caps
      * alone decide. Probes once per device, with the caller's device restored; 0 with why (a user's words). */
     int (*vmm_probe)(void *ctx, int device, char *why, size_t whylen);
+    /* Pinned host memory and copies between it and the device (a sleeping pool's backup, docs/SLEEP.md). NULL
+     * where the runtime lacks them (backup is then refused, with the reason). A copy is device work queued on
+     * `stream`: it runs after the call returns, in that stream's order; neither its device range nor its host
+     * buffer may be unmapped, freed or read before the stream is synchronized. host_free takes what host_alloc
+     * gave. */
+    int (*host_alloc)(void *ctx, int device, size_t size, void **out);
+    int (*host_free)(void *ctx, int device, void *p);
+    int (*copy_d2h)(void *ctx, int device, void *dst, uintptr_t src, size_t size, hbm_stream stream);
+    int (*copy_h2d)(void *ctx, int device, uintptr_t dst, const void *src, size_t size, hbm_stream stream);
 } hbm__backend_ops;
 
 /* Capture modes, numbered as CUstreamCaptureMode and aclmdlRICaptureMode number them. */

@@ -40,6 +40,7 @@ enum {
     CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1,
+    CU_MEMHOSTALLOC_PORTABLE = 0x01, /* pinned for every context, not only the current one (cuda.h:3247) */
 };
 
 typedef struct CUmemLocation {
@@ -100,6 +101,11 @@ typedef struct cu_fns {
     CUresult (*EventDestroy)(CUevent);
     CUresult (*GetErrorName)(CUresult, const char **);
     CUresult (*GetErrorString)(CUresult, const char **);
+    /* A sleeping pool's backup (optional: without them backup is refused). */
+    CUresult (*MemHostAlloc)(void **, size_t, unsigned);
+    CUresult (*MemFreeHost)(void *);
+    CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 } cu_fns;
 
 /* Base name, the ABI version to ask cuGetProcAddress for, the export to dlsym on
@@ -146,6 +152,10 @@ static const sym syms[] = {
     {"cuEventDestroy", 4000, "cuEventDestroy_v2", F(EventDestroy), 1},
     {"cuGetErrorName", 6000, "cuGetErrorName", F(GetErrorName), 1},
     {"cuGetErrorString", 6000, "cuGetErrorString", F(GetErrorString), 1},
+    {"cuMemHostAlloc", 2020, "cuMemHostAlloc", F(MemHostAlloc), 0},
+    {"cuMemFreeHost", 2000, "cuMemFreeHost", F(MemFreeHost), 0},
+    {"cuMemcpyDtoHAsync", 3020, "cuMemcpyDtoHAsync_v2", F(MemcpyDtoHAsync), 0},
+    {"cuMemcpyHtoDAsync", 3020, "cuMemcpyHtoDAsync_v2", F(MemcpyHtoDAsync), 0},
 };
 #undef F
 
@@ -414,6 +424,36 @@ static int cu_event_sync(void *ctx, int device, uint64_t ev)
     ON_DEVICE(c, device, c->fn.EventSynchronize((CUevent)(uintptr_t)ev));
 }
 
+/* ---- a sleeping pool's backup ---- */
+
+/* Page-locked, for every context (PORTABLE): the copies run in the device's context, whatever was current. */
+static int cu_host_alloc(void *ctx, int device, size_t size, void **out)
+{
+    cuda *c = ctx;
+    *out = NULL;
+    ON_DEVICE(c, device, c->fn.MemHostAlloc(out, size, CU_MEMHOSTALLOC_PORTABLE));
+}
+
+/* cuMemFreeHost has no synchronization note (cuda.h:8823): the copies that used the buffer were waited for. */
+static int cu_host_free(void *ctx, int device, void *p)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, c->fn.MemFreeHost(p));
+}
+
+/* Asynchronous (\note_async, cuda.h:10571, 10612): device work on the stream, waited for by the caller. */
+static int cu_copy_d2h(void *ctx, int device, void *dst, uintptr_t src, size_t size, hbm_stream stream)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, c->fn.MemcpyDtoHAsync(dst, (CUdeviceptr)src, size, (CUstream)(uintptr_t)stream));
+}
+
+static int cu_copy_h2d(void *ctx, int device, uintptr_t dst, const void *src, size_t size, hbm_stream stream)
+{
+    cuda *c = ctx;
+    ON_DEVICE(c, device, c->fn.MemcpyHtoDAsync((CUdeviceptr)dst, src, size, (CUstream)(uintptr_t)stream));
+}
+
 /* Per thread, no context needed; CUstreamCaptureMode numbers modes as backend.h does. */
 static int cu_capture_mode(void *ctx, int device, int *mode)
 {
@@ -462,6 +502,10 @@ static const hbm__backend_ops cuda_ops = {
     .stream_check = NULL,
     .capture_mode = cu_capture_mode,
     .device_sync = cu_device_sync,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .copy_d2h = cu_copy_d2h,
+    .copy_h2d = cu_copy_h2d,
 };
 
 /* Virtual memory needs the 10.2 driver API, the entry points, and the device's own attribute. */
@@ -574,5 +618,6 @@ int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t er
     snprintf(b->caps.version, sizeof b->caps.version, "CUDA driver API %d.%d (%d), %.40s", c->driver_version / 1000,
              c->driver_version % 1000 / 10, c->driver_version, lib);
     detect_vmm(c, &b->caps);
+    b->caps.host_copies = c->fn.MemHostAlloc && c->fn.MemFreeHost && c->fn.MemcpyDtoHAsync && c->fn.MemcpyHtoDAsync;
     return HBM_OK;
 }

@@ -8,9 +8,18 @@
  * first-fit placement at 2 MiB alignment, so a replay gives the same
  * addresses every time. Host-backed mode (memory=host) hands out real host
  * memory so tests can write into blocks; its addresses are not deterministic.
+ * With vmm=on too, its virtual memory is real: a reservation is address space
+ * without access (PROT_NONE), a physical handle a memory file (memfd), a map
+ * puts that file at the address, an unmap takes it away again: a page mapped
+ * anew starts zeroed, and touching an unmapped page faults, as on a device.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memfd_create (glibc 2.27) */
+#endif
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +60,13 @@ typedef struct sim_resv {
     size_t npages;
 } sim_resv;
 
+/* Pinned host memory (host_alloc): real memory when host-backed, else a token no one reads (address-only mode
+ * models the cost, as it does for the device). */
+typedef struct sim_host {
+    uintptr_t p;
+    size_t size;
+} sim_host;
+
 /* Physical handles: a slot is reused once released, so the table is as large as the most handles
  * live at once; the handle's value carries the slot's generation (high 32 bits) beside its index + 1
  * (low 32 bits), so a stale handle, released and its slot reused, is still caught. */
@@ -59,6 +75,7 @@ typedef struct sim_handle {
     int device;
     int live;
     int mapped;         /* pages of reservations that point at it */
+    int fd;             /* host-backed virtual memory: the memory file behind it */
     uint32_t gen;       /* bumped at each release */
     uint32_t next_free; /* index + 1 of the next released slot, while this one is released */
 } sim_handle;
@@ -90,7 +107,11 @@ typedef struct sim {
     pthread_mutex_t lock; /* allocators of several devices may share one sim */
     int ndev;
     int host_backed;
+    int vmm_asked;       /* vmm=on given: with memory=host, virtual memory over memory files */
     sim_dev dev[SIM_MAX_DEVICES];
+    sim_host *hosts;     /* pinned host allocations */
+    size_t nhosts, cap_hosts;
+    uintptr_t next_token;
     sim_alloc *live; /* sorted by addr */
     size_t nlive, cap_live;
     uint64_t cost_base_ns[HBM__OP_KINDS];
@@ -366,8 +387,15 @@ static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *va)
     if (!rc && (hbm__grow((void **)&s->resv, &s->cap_resv, s->nresv + 1, sizeof(sim_resv)) ||
                 !(pages = calloc(size / s->granularity, sizeof *pages))))
         rc = HBM__SIM_ERR_HOST;
-    if (!rc && range_take(&s->dev[device], size, va))
+    if (!rc && s->host_backed) {
+        void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+            rc = HBM__BE_OOM;
+        else
+            *va = (uintptr_t)p;
+    } else if (!rc && range_take(&s->dev[device], size, va)) {
         rc = HBM__BE_OOM; /* address space exhausted */
+    }
     if (!rc) {
         s->resv[s->nresv++] = (sim_resv){*va, size, device, pages, size / s->granularity};
         s->counters.live_reservations++;
@@ -390,7 +418,10 @@ static int sim_unreserve(void *ctx, int device, uintptr_t va, size_t size)
         if (r->pages[i])
             rc = HBM__SIM_ERR_STILL_MAPPED;
     if (!rc) {
-        range_give(&s->dev[device], va, size);
+        if (s->host_backed)
+            munmap((void *)va, size);
+        else
+            range_give(&s->dev[device], va, size);
         free(r->pages);
         *r = s->resv[--s->nresv];
         s->counters.live_reservations--;
@@ -412,12 +443,18 @@ static int sim_create(void *ctx, int device, size_t size, uint64_t *handle)
     if (!rc && !s->free_handle && (s->nhandles >= UINT32_MAX ||
                                     hbm__grow((void **)&s->handles, &s->cap_handles, s->nhandles + 1, sizeof(sim_handle))))
         rc = HBM__SIM_ERR_HOST;
+    int fd = -1;
+    if (!rc && s->host_backed && ((fd = memfd_create("hbm-sim-page", MFD_CLOEXEC)) < 0 || ftruncate(fd, (off_t)size))) {
+        if (fd >= 0)
+            close(fd);
+        rc = HBM__SIM_ERR_HOST;
+    }
     if (!rc) {
         size_t slot = s->free_handle ? s->free_handle - 1 : s->nhandles++;
         sim_handle *x = &s->handles[slot];
         uint32_t gen = s->free_handle ? x->gen : 0;
         s->free_handle = s->free_handle ? x->next_free : 0;
-        *x = (sim_handle){size, device, 1, 0, gen, 0};
+        *x = (sim_handle){size, device, 1, 0, fd, gen, 0};
         *handle = (uint64_t)gen << 32 | (slot + 1);
         d->used += size;
         s->counters.live_handles++;
@@ -446,6 +483,9 @@ static int sim_release(void *ctx, int device, uint64_t handle)
     if (!rc && h->mapped)
         rc = HBM__SIM_ERR_STILL_MAPPED;
     if (!rc) {
+        if (h->fd >= 0)
+            close(h->fd);
+        h->fd = -1;
         h->live = 0;
         h->gen++;
         h->next_free = s->free_handle;
@@ -473,6 +513,9 @@ static int sim_map(void *ctx, int device, uintptr_t va, size_t size, uint64_t ha
     for (size_t i = 0; !rc && i < n; i++)
         if (r->pages[first + i])
             rc = HBM__SIM_ERR_STILL_MAPPED;
+    if (!rc && s->host_backed &&
+        mmap((void *)va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, h->fd, 0) == MAP_FAILED)
+        rc = HBM__SIM_ERR_HOST;
     for (size_t i = 0; !rc && i < n; i++)
         r->pages[first + i] = handle;
     if (!rc) {
@@ -495,6 +538,11 @@ static int sim_unmap(void *ctx, int device, uintptr_t va, size_t size)
     for (size_t i = 0; !rc && i < n; i++)
         if (!r->pages[first + i])
             rc = HBM__SIM_ERR_BAD_RANGE; /* not mapped */
+    /* The address stays reserved, without access: a touch of it faults, as on a device. */
+    if (!rc && s->host_backed &&
+        mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) ==
+            MAP_FAILED)
+        rc = HBM__SIM_ERR_HOST;
     for (size_t i = 0; !rc && i < n; i++) {
         s->handles[HANDLE_SLOT(r->pages[first + i])].mapped--;
         r->pages[first + i] = 0;
@@ -693,6 +741,132 @@ static int sim_sync(void *ctx, int device, hbm_stream stream)
     return rc;
 }
 
+/* ---- pinned host memory and copies (a sleeping pool's backup) ---- */
+
+static size_t host_find(const sim *s, uintptr_t p)
+{
+    for (size_t i = 0; i < s->nhosts; i++)
+        if (s->hosts[i].p == p)
+            return i;
+    return SIZE_MAX;
+}
+
+/* Whether [p, p + n) lies inside one live host allocation. */
+static int host_holds(const sim *s, uintptr_t p, size_t n)
+{
+    for (size_t i = 0; i < s->nhosts; i++)
+        if (p >= s->hosts[i].p && n <= s->hosts[i].size && p - s->hosts[i].p <= s->hosts[i].size - n)
+            return 1;
+    return 0;
+}
+
+/* Whether [p, p + n) of device memory can be read or written: inside one live allocation, or mapped pages of one
+ * reservation. */
+static int device_holds(const sim *s, int device, uintptr_t p, size_t n)
+{
+    size_t i = live_find(s, p + 1);
+    if (i > 0 && s->live[i - 1].device == device && p >= s->live[i - 1].addr &&
+        p + n <= s->live[i - 1].addr + s->live[i - 1].size)
+        return 1;
+    for (size_t k = 0; k < s->nresv; k++) {
+        const sim_resv *r = &s->resv[k];
+        if (r->device != device || p < r->va || p - r->va > r->size || n > r->size - (p - r->va))
+            continue;
+        for (size_t g = (p - r->va) / s->granularity; g * s->granularity < p - r->va + n; g++)
+            if (!r->pages[g])
+                return 0;
+        return 1;
+    }
+    return 0;
+}
+
+static int sim_host_alloc(void *ctx, int device, size_t size, void **out)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    s->counters.calls[HBM__OP_HOST_ALLOC]++;
+    int rc = device < 0 || device >= s->ndev ? HBM__SIM_ERR_DEVICE : capture_check(s, HBM__OP_HOST_ALLOC, NULL);
+    if (!rc)
+        rc = fault_check(s, HBM__OP_HOST_ALLOC, size);
+    if (!rc && (size == 0 || hbm__grow((void **)&s->hosts, &s->cap_hosts, s->nhosts + 1, sizeof *s->hosts)))
+        rc = HBM__SIM_ERR_HOST;
+    uintptr_t p = 0;
+    if (!rc && s->host_backed) {
+        void *m = NULL;
+        if (posix_memalign(&m, 4096, size))
+            rc = HBM__SIM_ERR_HOST;
+        p = (uintptr_t)m;
+    } else if (!rc) {
+        if (!s->next_token)
+            s->next_token = (uintptr_t)0xfe0000000000ull; /* never read: address-only mode */
+        p = s->next_token;
+        s->next_token += (size + 4095) / 4096 * 4096 + 4096;
+    }
+    if (!rc) {
+        s->hosts[s->nhosts++] = (sim_host){p, size};
+        s->counters.live_host++;
+        *out = (void *)p;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_host_free(void *ctx, int device, void *p)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    s->counters.calls[HBM__OP_HOST_FREE]++;
+    size_t i = host_find(s, (uintptr_t)p);
+    int rc = device < 0 || device >= s->ndev ? HBM__SIM_ERR_DEVICE : i == SIZE_MAX ? HBM__SIM_ERR_BAD_FREE : 0;
+    if (!rc)
+        rc = fault_check(s, HBM__OP_HOST_FREE, s->hosts[i].size);
+    if (!rc) {
+        if (s->host_backed)
+            free(p);
+        s->hosts[i] = s->hosts[--s->nhosts];
+        s->counters.live_host--;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* A copy is work on `stream`: it completes with the stream (at once unless the stream is held). Host-backed, the
+ * bytes move now. Either end outside live memory, or unmapped, is refused. */
+static int sim_copy(sim *s, hbm__op op, int device, uintptr_t dev, uintptr_t host, size_t size, hbm_stream stream)
+{
+    pthread_mutex_lock(&s->lock);
+    s->counters.calls[op]++;
+    int rc = device < 0 || device >= s->ndev ? HBM__SIM_ERR_DEVICE : capture_check(s, op, NULL);
+    if (!rc)
+        rc = fault_check(s, op, size);
+    sim_stream *st = rc ? NULL : stream_get(s, device, stream, 1);
+    if (!rc && !st)
+        rc = HBM__SIM_ERR_BAD_STREAM;
+    if (!rc && (!size || !host_holds(s, host, size) || !device_holds(s, device, dev, size)))
+        rc = HBM__SIM_ERR_BAD_RANGE;
+    if (!rc) {
+        if (s->host_backed && op == HBM__OP_COPY_D2H)
+            memcpy((void *)host, (const void *)dev, size);
+        else if (s->host_backed)
+            memcpy((void *)dev, (const void *)host, size);
+        st->submitted++;
+        if (!st->held)
+            st->completed = st->submitted;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int sim_copy_d2h(void *ctx, int device, void *dst, uintptr_t src, size_t size, hbm_stream stream)
+{
+    return sim_copy(ctx, HBM__OP_COPY_D2H, device, src, (uintptr_t)dst, size, stream);
+}
+
+static int sim_copy_h2d(void *ctx, int device, uintptr_t dst, const void *src, size_t size, hbm_stream stream)
+{
+    return sim_copy(ctx, HBM__OP_COPY_H2D, device, dst, (uintptr_t)src, size, stream);
+}
+
 static const char *sim_strerror(void *ctx, int code)
 {
     (void)ctx;
@@ -705,7 +879,9 @@ static const char *sim_strerror(void *ctx, int code)
     case HBM__SIM_ERR_HOST: return "host memory behind the simulated device ran out";
     case HBM__SIM_ERR_NO_VMM: return "the device has no virtual-memory support";
     case HBM__SIM_ERR_ALIGN: return "size is not a multiple of the allocation granularity";
-    case HBM__SIM_ERR_BAD_RANGE: return "address range is not inside one reservation, misaligned, or not mapped";
+    case HBM__SIM_ERR_BAD_RANGE:
+        return "address range is not inside one reservation, misaligned, or not mapped (a copy: not inside live "
+               "memory at both ends)";
     case HBM__SIM_ERR_BAD_HANDLE: return "no such physical handle (released, or of another device)";
     case HBM__SIM_ERR_STILL_MAPPED: return "range or handle is still mapped";
     case HBM__SIM_ERR_BAD_EVENT: return "no such event (destroyed, or of another device)";
@@ -741,9 +917,18 @@ static void sim_close(void *ctx)
             free((void *)s->live[i].addr);
     for (int d = 0; d < s->ndev; d++)
         free(s->dev[d].free_ranges);
-    for (size_t i = 0; i < s->nresv; i++)
+    for (size_t i = 0; i < s->nresv; i++) {
+        if (s->host_backed)
+            munmap((void *)s->resv[i].va, s->resv[i].size);
         free(s->resv[i].pages);
+    }
     free(s->resv);
+    for (size_t i = 0; i < s->nhandles; i++)
+        if (s->handles[i].live && s->handles[i].fd >= 0)
+            close(s->handles[i].fd);
+    for (size_t i = 0; s->host_backed && i < s->nhosts; i++)
+        free((void *)s->hosts[i].p);
+    free(s->hosts);
     free(s->handles);
     free(s->streams);
     free(s->stream_index);
@@ -777,6 +962,10 @@ static const hbm__backend_ops sim_ops = {
     .event_sync = sim_event_sync,
     .stream_check = sim_stream_check,
     .capture_mode = sim_capture_mode,
+    .host_alloc = sim_host_alloc,
+    .host_free = sim_host_free,
+    .copy_d2h = sim_copy_d2h,
+    .copy_h2d = sim_copy_h2d,
 };
 
 /* ---- spec parsing: "capacity=80GiB,memory=host,devices=2,..." ---- */
@@ -821,6 +1010,7 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
             return -1;
         }
         s->vmm = !strcmp(val, "on");
+        s->vmm_asked = s->vmm;
         if (!s->vmm)
             snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not,
                      "the device reports no virtual-memory support (sim vmm=off)");
@@ -905,7 +1095,7 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
         static const char *cost_keys[HBM__OP_KINDS] = {
             "malloc_us", "free_us", "info_us",  "reserve_us", "unreserve_us", "create_us", "release_us",
             "map_us",    "unmap_us", "access_us", "sync_us",   "event_us",     "query_us",  "evsync_us",
-            "devsync_us"};
+            "devsync_us", "hostalloc_us", "hostfree_us", "d2h_us", "h2d_us"};
         for (int op = 0; op < HBM__OP_KINDS; op++) {
             char per[32];
             snprintf(per, sizeof per, "%s_per_gib", cost_keys[op]);
@@ -969,6 +1159,16 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     s->cost_base_ns[HBM__OP_EVENT] = 1000;
     s->cost_base_ns[HBM__OP_QUERY] = 500;
     s->cost_base_ns[HBM__OP_EVSYNC] = 1000;
+    /* A sleeping pool's backup: pinning host memory costs about 0.3 s per GiB (cudaHostAlloc touches and locks
+     * every page), unpinning a third of that; copies at PCIe 5 x16 speed, about 43 GB/s (25 ms per GiB). */
+    s->cost_base_ns[HBM__OP_HOST_ALLOC] = 20000;
+    s->cost_per_gib_ns[HBM__OP_HOST_ALLOC] = 300000000;
+    s->cost_base_ns[HBM__OP_HOST_FREE] = 10000;
+    s->cost_per_gib_ns[HBM__OP_HOST_FREE] = 100000000;
+    s->cost_base_ns[HBM__OP_COPY_D2H] = 10000;
+    s->cost_per_gib_ns[HBM__OP_COPY_D2H] = 25000000;
+    s->cost_base_ns[HBM__OP_COPY_H2D] = 10000;
+    s->cost_per_gib_ns[HBM__OP_COPY_H2D] = 25000000;
     s->vmm = 1;
     s->granularity = 2 * HBM__MiB;
     b->caps.device_count = 1;
@@ -999,12 +1199,13 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
         }
     }
     b->caps.device_count = s->ndev;
-    if (s->vmm && s->host_backed) {
+    if (s->vmm && s->host_backed && !s->vmm_asked) {
         s->vmm = 0;
         snprintf(b->caps.vmm_why_not, sizeof b->caps.vmm_why_not,
-                 "the host-backed simulated device (memory=host) has no virtual-memory emulation");
+                 "the host-backed simulated device (memory=host) has no virtual memory unless vmm=on is given");
     }
     b->caps.has_vmm = s->vmm;
+    b->caps.host_copies = 1;
     b->caps.vmm_granularity = s->granularity;
     if (!b->caps.version[0])
         snprintf(b->caps.version, sizeof b->caps.version, "simulated device");

@@ -47,6 +47,7 @@ typedef struct hbm__sim_counters {
     uint64_t mapped_pages;           /* granularity pages mapped */
     uint64_t live_events;            /* events not yet destroyed */
     uint64_t capture_violations;     /* calls a graph capture forbids (CUDA's rules; see sim.c) */
+    uint64_t live_host;              /* pinned host allocations not yet freed */
 } hbm__sim_counters;
 
 /* The sim context behind a backend opened with "sim" (NULL for other backends). */
