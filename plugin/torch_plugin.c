@@ -22,6 +22,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -307,6 +308,8 @@ int hbm_torch__pool_begin(int device, uint64_t id0, uint64_t id1, hbm_stream_fil
     } else if (rc == 0) {
         m->ctxs[m->nctx++] = ctx;
         m->uses++;
+        if (created)
+            hbm_torch__tag_graph_pool(a, m->pool); /* captured inside hbmalloc.torch.pool(tag): it sleeps too */
     }
     if (rc != 0 && created) {
         hbm_mempool_release(a, m->pool);
@@ -537,6 +540,14 @@ HBM_TORCH_EXPORT const char *hbm_torch_error(void);
 HBM_TORCH_EXPORT const char *hbm_torch_npu_release(const char *version);
 
 static __thread char helper_error[1600]; /* the helper's calls, per thread */
+
+void hbm_torch__set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(helper_error, sizeof helper_error, fmt, ap);
+    va_end(ap);
+}
 
 /* alloc without the exception (tests, benchmarks, the helper): NULL and hbm_torch_error() on failure. */
 HBM_TORCH_EXPORT void *hbm_torch_raw_alloc(size_t size, int device, void *stream)

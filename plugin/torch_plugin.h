@@ -48,6 +48,13 @@ int hbm_torch__pool_release(int device, uint64_t id0, uint64_t id1, char *msg, s
  * throws. 0: it returned true; 1: false; 2: it threw. */
 int hbm_torch__call_bool_fn(void *fn);
 
+/* The helper's error text for the calling thread (hbm_torch_error()), printf-style. */
+void hbm_torch__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* torch_sleep.c: a graph's private pool just made by a capture on this thread: tagged with the thread's pool(tag),
+ * if any, so that the graph sleeps with it. */
+void hbm_torch__tag_graph_pool(hbm_allocator *a, hbm_mempool pool);
+
 /* pystack.c: the label of the calling allocation (0: none) and the capture switches. */
 hbm_label hbm_torch__call_label(hbm_allocator *a, int device);
 void hbm_torch__stacks_enable(int on);

@@ -54,6 +54,10 @@ static void (*hook_init)(int);
 static int (*record_stream)(void *, int, void *);
 static int (*empty_cache)(void);
 static const char *(*plugin_error)(void);
+static int (*pool_slot)(const char *, int);
+static int (*pool_sleep)(const char *, size_t, void *, void *);
+static int (*pool_wake)(const char *, int, void *, void *);
+static void (*pool_free)(void *, size_t, int, void *);
 
 #define LOAD(lib, var, name)                                                       \
     do {                                                                           \
@@ -138,6 +142,10 @@ static int setup(void **st)
     LOAD(plugin, record_stream, "hbm_torch_record_stream");
     LOAD(plugin, empty_cache, "hbm_torch_empty_cache");
     LOAD(plugin, plugin_error, "hbm_torch_error");
+    LOAD(plugin, pool_slot, "hbm_torch_pool_slot");
+    LOAD(plugin, pool_sleep, "hbm_torch_sleep");
+    LOAD(plugin, pool_wake, "hbm_torch_wake");
+    LOAD(plugin, pool_free, "hbm_torch_pool_free");
     /* set_init_fn: the device count, from NpuSysCtrl::Initialize; the plug-in opens its backend and looks for
      * torch_npu's entry. What it says on stderr is kept, to be checked. */
     fflush(stderr);
@@ -268,6 +276,46 @@ static void a_throwing_synchronize_is_an_error_not_a_crash(void **st)
     assert_clean();
 }
 
+/* A pool put to sleep (docs/SLEEP.md) while an operator's launch on its tensor still waits in the queue: the sleep
+ * drains the queue and waits for the device (npuSynchronizeDevice, the lock open: the worker may allocate
+ * meanwhile) before it copies the backup and unmaps, or the copy would read, and the unmap pull, memory the launch
+ * still uses. The pool's allocations come from its MemPool entry (hbm_torch_pool_alloc_SLOT), as torch_npu's
+ * MemPool asks for segments. */
+static void a_pool_sleeps_after_the_launches_still_in_the_queue(void **st)
+{
+    (void)st;
+    if (strcmp(mode, "noentry") == 0)
+        skip();
+    int slot = pool_slot("kv_cache", 1);
+    assert_true(slot >= 0);
+    char name[64];
+    snprintf(name, sizeof name, "hbm_torch_pool_alloc_%d", slot);
+    void *(*pool_alloc)(size_t, int, void *);
+    *(void **)&pool_alloc = dlsym(plugin, name);
+    assert_non_null(pool_alloc);
+    void *p = pool_alloc(30 * MiB, DEV, NULL);
+    assert_non_null(p);
+    launch(NULL, p, 30 * MiB); /* queued, not on the device yet */
+    void *x = must_alloc(2 * MiB, NULL);
+    consumer_work(worker_frees_and_allocates, x); /* at the next drain: the worker needs the lock */
+    long before = drains();
+    assert_int_equal(pool_sleep("kv_cache", 0, NULL, NULL), 1);
+    assert_clean();
+    if (strcmp(mode, "queue") == 0) {
+        assert_true(drains() > before);
+        assert_int_equal(queued(), 0);
+        assert_non_null(workspace);
+    }
+    assert_int_equal(pool_wake("kv_cache", 0, NULL, NULL), 1);
+    assert_clean();
+    launch(NULL, p, 30 * MiB); /* the tensor is used again, then given back by torch_npu's empty_cache */
+    pool_free(p, 30 * MiB, DEV, NULL);
+    assert_clean();
+    if (workspace)
+        hook_free_checked(workspace);
+    workspace = NULL;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -298,6 +346,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(events_for_a_freed_block_cover_launches_still_in_the_queue),
         cmocka_unit_test(the_queue_worker_may_free_and_allocate_while_hbmalloc_waits),
         cmocka_unit_test(a_throwing_synchronize_is_an_error_not_a_crash),
+        cmocka_unit_test(a_pool_sleeps_after_the_launches_still_in_the_queue),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     char cmd[600];

@@ -469,6 +469,51 @@ static void python_stacks_are_off_outside_python(void **state)
     h.raw_delete(p);
 }
 
+/* Pools that sleep (docs/SLEEP.md), with use(): hbmalloc.torch.pool(tag) routes the thread's allocations into the
+ * tag's pool, and a graph captured inside gets a private pool of the same tag, so sleep(tag) puts both to sleep and
+ * wake(tag) brings both back (torch_memory_saver's cuda_graph region); an allocation routed into the sleeping pool
+ * throws, with the reason. */
+static void a_graph_captured_inside_a_pool_sleeps_with_its_tag(void **state)
+{
+    (void)state;
+    auto begin = std::function<Begin>(sym<Begin>("hbm_torch_begin_allocate_to_pool"));
+    auto end = std::function<EndOrRelease>(sym<EndOrRelease>("hbm_torch_end_allocate_to_pool"));
+    auto release = std::function<EndOrRelease>(sym<EndOrRelease>("hbm_torch_release_pool"));
+    auto enter = sym<int(const char *, int, int)>("hbm_torch_pool_enter");
+    auto leave = sym<int(void)>("hbm_torch_pool_exit");
+    auto sleep_ = sym<int(const char *, size_t, void *, void *)>("hbm_torch_sleep");
+    auto wake_ = sym<int(const char *, int, void *, void *)>("hbm_torch_wake");
+    Host h;
+    assert_int_equal(enter("cuda_graph", 1, 0), 0);
+    void *x = h.malloc(3 << 20, 0, S(0x11)); /* the graph's static input, made before the capture */
+    cuda_stream capture = S(0x79);
+    MempoolId_t id{0, 7};
+    begin(0, id, [&](cuda_stream s) { return s == capture; });
+    void *g = h.malloc(6 << 20, 0, capture); /* the graph's own pool */
+    end(0, id);
+    assert_int_equal(leave(), 0);
+    assert_true(in_graph_pool(g));
+    long reserved = stat("reserved_bytes.all.current");
+    assert_int_equal(sleep_("cuda_graph", 0, nullptr, nullptr), 2);
+    assert_int_equal(stat("asleep_pools"), 2);
+    assert_int_equal(stat("reserved_bytes.all.current"), reserved - 40 * (1 << 20)); /* one 20 MiB page each */
+    assert_int_equal(enter("cuda_graph", 1, 0), 0);
+    bool threw = false;
+    try {
+        h.malloc(1 << 20, 0, S(0x11));
+    } catch (const std::exception &e) {
+        threw = std::string(e.what()).find("('cuda_graph') is asleep") != std::string::npos;
+    }
+    assert_true(threw);
+    assert_int_equal(leave(), 0);
+    assert_int_equal(wake_("cuda_graph", 0, nullptr, nullptr), 2);
+    assert_int_equal(stat("asleep_pools"), 0);
+    assert_int_equal(stat("reserved_bytes.all.current"), reserved);
+    h.raw_delete(g);
+    h.raw_delete(x);
+    release(0, id);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -502,6 +547,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(graph_pool_hooks_keep_captured_blocks_out_of_eager_use),
         cmocka_unit_test(a_throwing_filter_means_not_this_pool),
         cmocka_unit_test(python_stacks_are_off_outside_python),
+        cmocka_unit_test(a_graph_captured_inside_a_pool_sleeps_with_its_tag),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,10 @@
     with hbm.label("optimizer"):   # a category for the allocations made inside
         opt.step()
 
+    with hbm.pool("weights", backup=True):  # pools that sleep (docs/SLEEP.md), with or without use()
+        model = make_model()
+    hbm.sleep("weights"); ...; hbm.wake("weights")   # the memory goes back to the device in between
+
 What use() does, and why, is in docs/PYTORCH.md: it registers every hook the framework's pluggable-allocator
 class has (init, reset = empty_cache, memory fraction, base allocation, record_stream on CUDA, device stats and
 reset-peak on torch_npu, the graph-pool hooks), routes the Python memory API (torch._C's statistics, history and
@@ -32,6 +36,13 @@ import warnings
 # Oldest releases use() accepts, and why (docs/PYTORCH.md has the table).
 MIN_TORCH = (2, 0)        # torch.cuda.memory.CUDAPluggableAllocator
 MIN_TORCH_NPU = (2, 1)    # torch_npu.npu.memory.NPUPluggableAllocator (v6.0.rc1-pytorch2.1.0)
+# pool() without use(): torch's MemPool with hbmalloc as its allocator. Below these releases torch frees a pool's
+# segments itself in some paths, never asking hbmalloc (docs/SLEEP.md, "Which releases"): torch before 2.8 routes
+# the release by the thread's active MemPoolContext (CUDACachingAllocator.cpp v2.6:2923-2950; issue #146431; fixed
+# when the pool came to own its allocator, PR #154746, 2.8); torch_npu before 26.2.0 (the PyTorch 2.13 line)
+# always releases with aclrtFree (NPUCachingAllocator.cpp v7.0.0:2678-2686, v26.1.0:2858-2873; master:3208-3214).
+MIN_TORCH_MEMPOOL = (2, 8)
+MIN_TORCH_NPU_MEMPOOL = (2, 13)
 # torch_npu releases whose DeviceStats is torch_npu's own struct (NPUCachingAllocator.h), the layout
 # hbm_torch_npu_device_stats returns: every tagged release up to the 2.12 line; 2.13 uses torch's
 # c10::CachingDeviceAllocator::DeviceStats, whose layout depends on the torch version.
@@ -62,6 +73,9 @@ def device_type():
     return "npu" if importlib.util.find_spec("torch_npu") is not None else "cuda"
 
 
+_PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64)
+
+
 def _declare(lib):
     c = ctypes
     lib.hbm_torch_raw_alloc.restype = c.c_void_p
@@ -84,6 +98,14 @@ def _declare(lib):
     lib.hbm_torch_npu_release.restype = c.c_char_p
     lib.hbm_torch_npu_release.argtypes = [c.c_char_p]
     lib.hbm_torch_build.restype = c.c_char_p
+    lib.hbm_torch_pool_enter.argtypes = [c.c_char_p, c.c_int, c.c_int]
+    lib.hbm_torch_pool_slot.argtypes = [c.c_char_p, c.c_int]
+    lib.hbm_torch_pool_state.argtypes = [c.c_char_p]
+    lib.hbm_torch_sleep.argtypes = [c.c_char_p, c.c_size_t, _PROGRESS, c.c_void_p]
+    lib.hbm_torch_wake.argtypes = [c.c_char_p, c.c_int, _PROGRESS, c.c_void_p]
+    lib.hbm_torch_pools.restype = c.c_long
+    lib.hbm_torch_pools.argtypes = [c.c_char_p, c.c_long]
+    lib.hbm_torch_mem_info.argtypes = [c.c_int, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]
     for hook in ("hbm_torch_init", "hbm_torch_reset", "hbm_torch_memory_fraction", "hbm_torch_cuda_reset",
                  "hbm_torch_record_stream_fn", "hbm_torch_reset_peak"):
         getattr(lib, hook).restype = None
@@ -665,6 +687,127 @@ def record_stream(tensor, stream):
 def set_memory_fraction(fraction, device=0):
     if library().hbm_torch_set_memory_fraction(float(fraction), device) != 0:
         raise ValueError("hbmalloc: " + _error())
+
+
+# ---- pools that sleep and wake (docs/SLEEP.md) ----
+
+_mempools = {}  # (device type, tag, device index) -> (MemPool, its pluggable allocator): torch keeps neither alive
+_POOL_FIELDS = ("device", "id", "tag", "backup", "state", "live_bytes", "reserved_bytes", "asleep_bytes",
+                "backup_bytes", "host_bytes", "sleeps", "wakes", "sleep_ns", "sleep_device_ns", "sleep_calls",
+                "wake_ns", "wake_device_ns", "wake_calls")
+_STATES = ("awake", "asleep", "falling asleep", "waking")
+
+
+def _mempool_api(device, torch):
+    """torch.cuda (torch_npu.npu) with MemPool, use_mem_pool and the pluggable-allocator class, or why not."""
+    if device == "npu":
+        torch_npu = _need("torch_npu", "torch_npu (Ascend's PyTorch adapter)")
+        mod, have, need = torch_npu.npu, torch_npu.__version__, MIN_TORCH_NPU_MEMPOOL
+        cls = getattr(torch_npu.npu.memory, "NPUPluggableAllocator", None)
+        why = ("torch_npu before 26.2.0 (the PyTorch 2.13 line) gives a pool's segments back with aclrtFree, never "
+               "through the pool's allocator (NPUCachingAllocator.cpp release_block, v7.0.0:2678-2686, "
+               "v26.1.0:2858-2873)")
+    else:
+        mod, have, need = torch.cuda, torch.__version__, MIN_TORCH_MEMPOOL
+        cls = getattr(torch.cuda.memory, "CUDAPluggableAllocator", None)
+        why = ("torch before 2.8 gives a pool's segment back through the pool's allocator only while that pool is the "
+               "releasing thread's active MemPoolContext, else with cudaFree (CUDACachingAllocator.cpp "
+               "v2.6:2923-2950; pytorch issue #146431, fixed by PR #154746)")
+    if _version(have) < need or cls is None or not hasattr(mod, "MemPool") or not hasattr(mod, "use_mem_pool"):
+        raise RuntimeError("hbmalloc: pool() without use() needs %s >= %d.%d (installed: %s): %s, and hbmalloc's "
+                           "pages would be freed by a call that is not hbmalloc's. Call hbmalloc.torch.use() first "
+                           "(hbmalloc then serves every allocation, its pools sleep the same way), or upgrade"
+                           % ("torch_npu" if device == "npu" else "torch", need[0], need[1], have, why))
+    return mod, cls
+
+
+@contextlib.contextmanager
+def pool(tag, backup=False):
+    """Allocations made inside come from hbmalloc's pool `tag`, which sleep(tag) and wake(tag) put to sleep and
+    wake. backup=True: its contents survive a sleep (copied to pinned host memory); False: they come back undefined
+    (a KV cache). With use() the calling thread's allocations are routed into it, and a graph captured inside gets a
+    pool of the same tag; without use() it is torch's MemPool (use_mem_pool) with hbmalloc as the pool's allocator,
+    and torch's own allocator serves everything else (torch >= 2.8, torch_npu >= 2.13). A tag keeps its backup
+    setting; a sleeping tag refuses to be entered."""
+    lib = library()
+    name = str(tag).encode()
+    if lib.hbm_torch_pool_state(name) > 0:
+        raise RuntimeError("hbmalloc: pool %r is asleep: wake(%r) before allocating into it (its tensors must not "
+                           "be touched while it sleeps)" % (tag, tag))
+    if _state.get("hooks") is not None:  # use(): hbmalloc is the framework's allocator
+        if lib.hbm_torch_pool_enter(name, 1 if backup else 0, _current_device()) != 0:
+            raise RuntimeError("hbmalloc: " + _error())
+        try:
+            yield
+        finally:
+            if lib.hbm_torch_pool_exit() != 0:
+                raise RuntimeError("hbmalloc: " + _error())
+        return
+    device = device_type()
+    torch = _need("torch", "PyTorch")
+    mod, cls = _mempool_api(device, torch)
+    slot = lib.hbm_torch_pool_slot(name, 1 if backup else 0)
+    if slot < 0:
+        raise RuntimeError("hbmalloc: " + _error())
+    key = (device, str(tag), mod.current_device())
+    if key not in _mempools:
+        alloc = cls(lib.path, "hbm_torch_pool_alloc_%d" % slot, "hbm_torch_pool_free")
+        _mempools[key] = (mod.MemPool(alloc.allocator()), alloc)
+    with mod.use_mem_pool(_mempools[key][0]):
+        yield
+
+
+def _progress(fn):
+    return _PROGRESS(lambda ctx, done, total: fn(done, total)) if fn else _PROGRESS()
+
+
+def sleep(tag=None, progress=None, chunk_mb=64):
+    """Put pool `tag` (None: every tagged pool) to sleep on every device: the device's work is waited for, the live
+    tensors of backup pools are copied to pinned host memory in pieces of chunk_mb (progress(done, total) after each),
+    then every physical page of the pool goes back to the device; each tensor keeps its address. Its tensors must not
+    be touched until wake() (docs/SLEEP.md says what each device does if they are). Returns the pools put to sleep."""
+    cb = _progress(progress)
+    n = library().hbm_torch_sleep(str(tag).encode() if tag is not None else None, int(chunk_mb) << 20, cb, None)
+    if n < 0:
+        raise RuntimeError("hbmalloc: sleep(%r): %s" % (tag, _error()))
+    return n
+
+
+def wake(tag=None, progress=None, keep_host_buffers=True):
+    """Wake pool `tag` (None: every tagged pool): new pages at the same addresses, backups copied back. CUDA and NPU
+    graphs captured before the sleep replay as before. keep_host_buffers: the pinned buffers stay for the next sleep
+    (pinning is the slow part of a backup). On failure (the device is full) the pool stays asleep, nothing lost."""
+    cb = _progress(progress)
+    n = library().hbm_torch_wake(str(tag).encode() if tag is not None else None, 0 if keep_host_buffers else 1,
+                                 cb, None)
+    if n < 0:
+        raise RuntimeError("hbmalloc: wake(%r): %s" % (tag, _error()))
+    return n
+
+
+def pools():
+    """Every tagged pool of every device in use: its state ("awake", "asleep"), live, reserved and asleep bytes, its
+    backup and pinned host memory, and what the last sleep and wake cost (wall and device time in ns, device calls)."""
+    lib = library()
+    n = lib.hbm_torch_pools(None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    lib.hbm_torch_pools(buf, n + 1)
+    out = []
+    for line in buf.value.decode(errors="replace").splitlines():
+        vals = line.split("\t")
+        d = {k: (v if k == "tag" else int(v)) for k, v in zip(_POOL_FIELDS, vals)}
+        d["backup"] = bool(d["backup"])
+        d["state"] = _STATES[d["state"]] if 0 <= d["state"] < len(_STATES) else str(d["state"])
+        out.append(d)
+    return out
+
+
+def mem_get_info(device=0):
+    """(free, total) bytes of the device as its runtime reports them (what torch.cuda.mem_get_info() gives)."""
+    f, t = ctypes.c_size_t(), ctypes.c_size_t()
+    if library().hbm_torch_mem_info(device, ctypes.byref(f), ctypes.byref(t)) != 0:
+        raise RuntimeError("hbmalloc: " + _error())
+    return f.value, t.value
 
 
 if "torch" in sys.modules:  # torch imported before this module: watch what initialises the device (_watch_init)

@@ -1,0 +1,322 @@
+"""hbmalloc.torch.pool(), sleep() and wake() inside stand-in torch / torch_npu modules that follow the frameworks' own
+call paths (cited), on the host-backed simulated device with virtual memory (device memory is host memory there, so
+contents are checked byte for byte, and the device's free memory is the sim's).
+
+usage: torch_sleep.py LIB PLUGIN_DIR MODE, MODE one of
+  2.9         torch's own allocator global, pool() through torch.cuda.MemPool with hbmalloc as the pool's allocator
+  2.6         the same, refused: torch 2.6 releases a pool's segment with cudaFree unless the pool is the releasing
+              thread's active MemPoolContext
+  npu-2.13    torch_npu 26.2.0 (PyTorch 2.13 line): torch_npu.npu.MemPool with hbmalloc as the pool's allocator
+  npu-26.1.0  refused: torch_npu up to 26.1.0 releases a pool's segments with aclrtFree
+  use-2.9     hbmalloc.torch.use() first: pool() routes the thread's allocations (the alloc hook) into the pool
+
+What the stand-in native allocator models of CUDACachingAllocator / NPUCachingAllocator for a MemPool with a custom
+allocator (torch main, inferred for 2.8+ from the stored copies docs/CONTRACTS.md names; torch_npu master
+NPUCachingAllocator.cpp:2997-3001, 3208-3214): a segment is obtained with the pool allocator's raw_alloc(size) ->
+alloc_fn(size, current device, current stream), a NULL return is cudaErrorMemoryAllocation (allocPrimitive), sizes
+are get_allocation_size's (2 MiB, 20 MiB, rounded to 2 MiB), freed tensors stay cached in the pool, and segments go
+back through raw_delete -> free_fn(ptr, size, device, stream recorded at alloc) when the pool is emptied
+(~MemPool: releasePool then emptyCache(id)). Not modelled: splitting a segment between tensors, streams other than
+the current one, graph capture."""
+import ctypes
+import gc
+import os
+import sys
+import types
+
+lib_path, plugin_dir, mode = sys.argv[1:4]
+os.environ.pop("HBMALLOC_CONF", None)
+if plugin_dir:
+    sys.path.insert(0, plugin_dir)
+npu = mode.startswith("npu")
+use_mode = mode.startswith("use-")
+version = {"2.9": (2, 9), "2.6": (2, 6), "use-2.9": (2, 9), "npu-2.13": (2, 13), "npu-26.1.0": (2, 10)}[mode]
+MiB = 1 << 20
+seen = {"raw_alloc": [], "raw_delete": [], "hooks": {}}
+
+
+# ---- the native caching allocator's private-pool path ----
+
+def allocation_size(n):
+    # get_allocation_size (CUDACachingAllocator.cpp v2.6; the same rule at main): kSmallSize 1 MiB -> kSmallBuffer
+    # 2 MiB; below kMinLargeAlloc 10 MiB -> kLargeBuffer 20 MiB; else rounded up to kRoundLarge 2 MiB.
+    if n <= MiB:
+        return 2 * MiB
+    if n < 10 * MiB:
+        return 20 * MiB
+    return (n + 2 * MiB - 1) // (2 * MiB) * (2 * MiB)
+
+
+class Pluggable:
+    """CUDAPluggableAllocator (memory.py; CUDAPluggableAllocator.cpp): the functions named in the .so, looked up with
+    dlsym; raw_alloc(n) -> alloc_fn(n, current device, current stream) (v2.6:130-135), raw_delete(p) ->
+    free_fn(p, size, device, stream recorded at alloc) (v2.6:145-160). NPUPluggableAllocator the same."""
+
+    def __init__(self, path, alloc_name, free_name):
+        so = ctypes.CDLL(path)
+        self.alloc_fn = getattr(so, alloc_name)
+        self.alloc_fn.restype = ctypes.c_void_p
+        self.alloc_fn.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+        self.free_fn = getattr(so, free_name)
+        self.free_fn.restype = None
+        self.free_fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+        self.meta = {}
+        self.names = (alloc_name, free_name)
+        self._raw = types.SimpleNamespace(**{s: (lambda n: lambda fn: seen["hooks"].__setitem__(n, fn))(s) for s in (
+            "set_init_fn", "set_reset_fn", "set_memory_fraction_fn", "set_base_alloc_fn", "set_record_stream_fn",
+            "set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn", "set_release_pool")}, owner=self)
+
+    def allocator(self):
+        return self._raw
+
+    def raw_alloc(self, n):
+        p = self.alloc_fn(n, state["device"], None)
+        if p:
+            self.meta[p] = (n, state["device"], None)
+        seen["raw_alloc"].append((n, p))
+        return p
+
+    def raw_delete(self, p):
+        if p not in self.meta:
+            raise RuntimeError("Trying to free a pointer not allocated here")
+        n, dev, stream = self.meta.pop(p)
+        seen["raw_delete"].append(p)
+        self.free_fn(p, n, dev, stream)
+
+
+class OutOfMemoryError(RuntimeError):
+    pass
+
+
+class MemPool:
+    """MemPool(allocator) (memory.py main: super().__init__(allocator, True, ...); MemPool.cpp: createOrIncrefPool with
+    the allocator, which the PrivatePool owns from 2.8 on)."""
+    ids = 0
+
+    def __init__(self, allocator=None):
+        state["init"] = True  # MemPool.cpp: device_lazy_init
+        MemPool.ids += 1
+        self.id = (0, MemPool.ids)
+        self.allocator = allocator.owner
+        self.cached = []  # (ptr, size): segments whose tensor was freed
+
+    def malloc(self, n):
+        # get_free_block in the pool, else alloc_block -> allocPrimitive -> raw_alloc; NULL: free cached, retry, OOM.
+        fit = sorted((s, p) for p, s in self.cached if s >= n)
+        if fit:
+            s, p = fit[0]
+            self.cached.remove((p, s))
+            return p, s
+        size = allocation_size(n)
+        p = self.allocator.raw_alloc(size)
+        if not p:
+            self.empty_cache()
+            p = self.allocator.raw_alloc(size)
+        if not p:
+            raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % size)
+        return p, size
+
+    def empty_cache(self):
+        # release_cached_blocks for this pool: release_block -> raw_delete (main: the pool's own allocator).
+        for p, s in self.cached:
+            self.allocator.raw_delete(p)
+        self.cached = []
+
+    def __del__(self):
+        # ~MemPool: releasePool, then emptyCache(id) (CUDACachingAllocator.cpp v2.6:4007-4012; MemPool.cpp main).
+        self.empty_cache()
+
+
+state = {"device": 0, "init": False, "routed": [], "swapped": None}
+
+
+class Tensor:
+    """A tensor of n bytes: from the pool the thread routes to (beginAllocateCurrentThreadToPool), else from the
+    global allocator (hbmalloc's alloc hook after use(), else plain host memory standing for torch's own)."""
+
+    def __init__(self, n):
+        self.n = n
+        if state["routed"]:
+            self.pool = state["routed"][-1]
+            self.ptr, self.size = self.pool.malloc(n)
+        elif state["swapped"] is not None:
+            self.pool = None
+            self.ptr = lib.hbm_torch_raw_alloc(n, state["device"], None)  # the alloc hook's path, without the throw
+            if not self.ptr:
+                raise RuntimeError(hbm._error())
+        else:
+            self.pool, self.buf = None, ctypes.create_string_buffer(n)
+            self.ptr = ctypes.addressof(self.buf)
+
+    def data_ptr(self):
+        return self.ptr
+
+    def free(self):
+        if self.pool is not None:
+            self.pool.cached.append((self.ptr, self.size))
+            self.pool = None  # a dead tensor holds no pool
+        elif state["swapped"] is not None:
+            lib.hbm_torch_free(self.ptr, self.n, state["device"], None)
+
+
+def use_mem_pool(pool, device=None):
+    # memory.py main: _cuda_beginAllocateCurrentThreadToPool(device, pool.id); yield; finally
+    # _cuda_endAllocateToPool and _cuda_releasePool.
+    import contextlib
+
+    @contextlib.contextmanager
+    def ctx():
+        state["routed"].append(pool)
+        try:
+            yield
+        finally:
+            state["routed"].pop()
+    return ctx()
+
+
+# ---- torch / torch_npu modules ----
+
+torch = types.ModuleType("torch")
+torch.__version__ = "%d.%d.0" % version
+torch._C = types.ModuleType("torch._C")
+torch._C._GLIBCXX_USE_CXX11_ABI = True
+cuda = types.ModuleType("torch.cuda")
+cuda.memory = types.ModuleType("torch.cuda.memory")
+cuda.is_initialized = lambda: state["init"]
+cuda._lazy_init = lambda: state.__setitem__("init", True)
+cuda.current_device = lambda: state["device"]
+cuda.memory.memory_stats = types.SimpleNamespace(__doc__="")
+
+
+def change_current_allocator(a):
+    # CUDAPluggableAllocator.cpp v2.6:393-401: refused once the allocator is initialised.
+    if state["init"]:
+        raise RuntimeError("Can't swap an already initialized allocator")
+    state["swapped"] = a
+
+
+if not npu:
+    cuda.memory.CUDAPluggableAllocator = Pluggable
+    cuda.memory.change_current_allocator = change_current_allocator
+    if version >= (2, 5):  # MemPool from 2.5 (docs 2.5); its allocator owned by the pool from 2.8
+        cuda.MemPool = cuda.memory.MemPool = MemPool
+        cuda.use_mem_pool = cuda.memory.use_mem_pool = use_mem_pool
+torch.cuda = cuda
+sys.modules.update({"torch": torch, "torch._C": torch._C, "torch.cuda": cuda, "torch.cuda.memory": cuda.memory})
+if npu:
+    tn = types.ModuleType("torch_npu")
+    tn.__version__ = "%d.%d.0" % version
+    tn._C = types.ModuleType("torch_npu._C")
+    tn.npu = types.ModuleType("torch_npu.npu")
+    tn.npu.memory = types.ModuleType("torch_npu.npu.memory")
+    tn.npu.memory.NPUPluggableAllocator = Pluggable
+    tn.npu.current_device = lambda: state["device"]
+    tn.npu.is_initialized = lambda: state["init"]
+    # torch_npu.npu.MemPool / use_mem_pool: from 7.0.0 (memory.py 7.0.0:647-694; master :778, :823).
+    tn.npu.MemPool = tn.npu.memory.MemPool = MemPool
+    tn.npu.use_mem_pool = tn.npu.memory.use_mem_pool = use_mem_pool
+    sys.modules.update({"torch_npu": tn, "torch_npu.npu": tn.npu, "torch_npu.npu.memory": tn.npu.memory})
+
+import hbmalloc.torch as hbm  # noqa: E402
+
+lib = hbm.library(lib_path, "npu" if npu else "cuda")
+
+
+def fill(t, seed):
+    ctypes.memmove(t.data_ptr(), bytes((i * 7 + seed) & 0xff for i in range(256)) * (t.n // 256), t.n)
+
+
+def same(t, seed):
+    return ctypes.string_at(t.data_ptr(), t.n) == bytes((i * 7 + seed) & 0xff for i in range(256)) * (t.n // 256)
+
+
+if mode in ("2.6", "npu-26.1.0"):
+    try:
+        with hbm.pool("weights", backup=True):
+            raise AssertionError("pool() accepted a release that frees pool segments itself")
+    except RuntimeError as e:
+        text = str(e)
+        assert "pool() without use() needs" in text, text
+        assert ("aclrtFree" in text) if npu else ("MemPoolContext" in text and "cudaFree" in text), text
+        assert "use()" in text, text
+    print("ok")
+    sys.exit(0)
+
+if use_mode:
+    hbm.use(lib_path, device="cuda")
+    state["init"] = True
+
+# Weights (backup) and a KV cache (discarded), beside tensors of the global allocator, which a training loop uses.
+other = Tensor(8 * MiB)
+fill(other, 9)
+with hbm.pool("weights", backup=True):
+    w = [Tensor(n) for n in (3 * MiB, 512 * 1024, 30 * MiB)]
+with hbm.pool("kv_cache"):
+    kv = Tensor(40 * MiB)
+for i, t in enumerate(w):
+    fill(t, i)
+fill(kv, 5)
+if not use_mode:
+    # torch asked hbmalloc for whole segments, with the pool's own entry point (one per tag).
+    assert [n for n, p in seen["raw_alloc"]] == [20 * MiB, 2 * MiB, 30 * MiB, 40 * MiB], seen["raw_alloc"]
+    names = {(p.allocator.names[0]) for (_, _, _), (p, _) in hbm._mempools.items()}
+    assert names == {"hbm_torch_pool_alloc_0", "hbm_torch_pool_alloc_1"}, names
+info = {p["tag"]: p for p in hbm.pools()}
+assert set(info) == {"weights", "kv_cache"}, info
+assert info["weights"]["state"] == "awake" and info["weights"]["backup"] and not info["kv_cache"]["backup"]
+free0, total = hbm.mem_get_info(0)
+reserved = info["weights"]["reserved_bytes"] + info["kv_cache"]["reserved_bytes"]
+addrs = [t.data_ptr() for t in w] + [kv.data_ptr()]
+
+steps = []
+assert hbm.sleep(progress=lambda done, total: steps.append((done, total)), chunk_mb=16) == 2
+assert steps and steps[-1][0] == steps[-1][1] == info["weights"]["live_bytes"], steps
+free1, _ = hbm.mem_get_info(0)
+assert free1 == free0 + reserved, (free0, free1, reserved)  # mem_get_info: the pools' pages are the device's again
+info = {p["tag"]: p for p in hbm.pools()}
+assert info["weights"]["state"] == info["kv_cache"]["state"] == "asleep", info
+assert info["weights"]["reserved_bytes"] == 0 and info["weights"]["backup_bytes"] > 0
+assert same(other, 9)  # the global allocator's tensors are untouched
+# Entering a sleeping tag is refused with the way out; so is an allocation routed into it (use()).
+try:
+    with hbm.pool("weights", backup=True):
+        raise AssertionError("entered a sleeping pool")
+except RuntimeError as e:
+    assert "is asleep: wake('weights')" in str(e), str(e)
+if use_mode:
+    lib.hbm_torch_pool_enter(b"kv_cache", 0, 0)
+    assert not lib.hbm_torch_raw_alloc(MiB, 0, None)
+    assert "('kv_cache') is asleep" in hbm._error(), hbm._error()
+    lib.hbm_torch_pool_exit()
+if use_mode:  # the other phase (hbmalloc's default pools here) uses the memory the sleep gave back
+    big = Tensor(reserved - 4 * MiB)
+    big.free()
+    assert lib.hbm_torch_empty_cache() == 0
+
+assert hbm.wake("weights") == 1
+assert {p["tag"]: p["state"] for p in hbm.pools()} == {"weights": "awake", "kv_cache": "asleep"}
+assert hbm.wake() == 2  # kv_cache; weights is awake already
+assert [t.data_ptr() for t in w] + [kv.data_ptr()] == addrs  # every tensor where it was
+for i, t in enumerate(w):
+    assert same(t, i), "weights tensor %d lost its contents" % i
+fill(kv, 6)  # the KV cache is usable again (its old contents undefined)
+assert same(kv, 6)
+assert hbm.mem_get_info(0)[0] == free0
+for cycle in range(5):  # an RL loop: the pinned buffers are reused
+    hbm.sleep("weights")
+    hbm.wake("weights")
+assert all(same(t, i) for i, t in enumerate(w))
+p = {q["tag"]: q for q in hbm.pools()}["weights"]
+assert p["sleeps"] == 6 and p["wakes"] == 6 and p["host_bytes"] >= p["live_bytes"], p
+
+# Tensors die; the pool is emptied through raw_delete (torch's release_block), so the pages go back to the device.
+for t in w + [kv]:
+    t.free()
+other.free()
+if not use_mode:
+    hbm._mempools.clear()
+    gc.collect()
+    assert len(seen["raw_delete"]) == 4, seen["raw_delete"]
+    assert lib.hbm_torch_empty_cache() == 0
+    assert hbm.mem_get_info(0)[0] > free0
+print("ok")
