@@ -19,8 +19,9 @@
  * Process-wide state (the list of records, the thread) is guarded by `reg`, always taken before an allocator's
  * lock and tracked for fork (fork.c); every change of an allocator's publishing (hbm_publish) happens whole under
  * it, so two callers never both publish one allocator. A record belongs to the process that made it: a forked
- * child neither updates nor removes its parent's records. At exit the files are removed (atexit); a killed
- * process leaves its file, unlocked, which readers report as stale (HBM_ERR_STALE).
+ * child neither updates nor removes its parent's records. At exit the files are removed (atexit), and when
+ * SIGTERM, SIGINT or SIGHUP left at their default end the process (publish_signals.c); a killed process leaves its
+ * file, unlocked, which readers report as stale (HBM_ERR_STALE).
  *
  * Failing to publish never stops the job: hbm_publish returns an error with the reason, the allocator goes on.
  * This file must not touch the allocator beyond its statistics (read under its lock) and a->pub.
@@ -47,6 +48,7 @@
 #include "fork.h"
 #include "internal.h"
 #include "publish.h"
+#include "publish_signals.h"
 #include "util.h"
 
 #define REFRESH_NS 500000000L /* the thread's period: every record at least once a second */
@@ -220,6 +222,7 @@ static void child_after_fork(void)
 static void install(void)
 {
     atexit(at_exit);
+    hbm__pubsig_install(); /* and a signal that would end the process without atexit (publish_signals.c) */
     (void)hbm__fork_track(&reg, HBM__FORK_SET); /* untracked (no host memory): fork is then as unsafe as before */
     (void)pthread_atfork(NULL, NULL, child_after_fork); /* failing: a child keeps the lock while it lives */
 }
@@ -274,6 +277,7 @@ static int start_refresher(void)
 
 static void unpublish(struct hbm__pub *p)
 {
+    hbm__pubsig_remove(p->path);
     if (p->owner == getpid())
         unlink(p->path);
     munmap(p->rec, sizeof *p->rec);
@@ -378,6 +382,7 @@ static hbm_status publish_on(hbm_allocator *a)
     hbm__unlock(a);
     p->next = list;
     list = p;
+    hbm__pubsig_add(p->path);
     if (!exiting && start_refresher()) { /* kept: updated at segment changes only */
         hbm__lock(a);
         hbm__warning_add(a, "hbmalloc top: no refresher thread (pthread_create failed): the published statistics "

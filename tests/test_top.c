@@ -73,6 +73,38 @@ static int craft(const char *tag, int64_t reserved, int64_t allocated, const cha
     return fd;
 }
 
+/* A record with the figures the table's terms are made of, on a device, with the writer's lock held. */
+static int craft_figures(const char *tag, int device, int64_t rank, int64_t reserved, int64_t allocated, int64_t active,
+                         int64_t largest, int64_t capacity)
+{
+    hbm__shared_record s;
+    memset(&s, 0, sizeof s);
+    s.magic = HBM__RECORD_MAGIC;
+    s.layout = HBM__RECORD_LAYOUT;
+    s.size = sizeof s;
+    atomic_store(&s.seq, 2);
+    struct stat st;
+    s.pid_ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+    s.r.pid = getpid();
+    s.r.device = device;
+    s.r.rank = rank;
+    s.r.local_rank = s.r.world_size = -1;
+    s.r.reserved_bytes = s.r.peak_reserved_bytes = reserved;
+    s.r.allocated_bytes = allocated;
+    s.r.active_bytes = active;
+    s.r.largest_free_bytes = largest;
+    s.r.device_total = capacity;
+    strcpy(s.r.backend, "sim");
+    strcpy(s.r.command, "job");
+    char path[512];
+    snprintf(path, sizeof path, "%s/hbmalloc-%u-%ld-%d-%s", dir, (unsigned)geteuid(), (long)getpid(), device, tag);
+    int fd = open(path, O_CREAT | O_EXCL | O_RDWR, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, &s, sizeof s), (ssize_t)sizeof s);
+    assert_int_equal(flock(fd, LOCK_EX), 0);
+    return fd;
+}
+
 static char *slurp(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -145,7 +177,7 @@ static void crafted_figures_and_texts_are_shown_safely(void **state)
     assert_int_equal(run_top(4, json), 0);
     text = slurp(out, &n);
     assert_safe_text("the JSON", text, n);
-    assert_non_null(strstr(text, "\"reserved_unallocated_bytes\": 9223372036854775807, \"fragmentation\": 1.000000"));
+    assert_non_null(strstr(text, "\"reserved_unallocated_bytes\": 9223372036854775807, \"unallocated_share\": 1.000000"));
     free(text);
 
     snprintf(csv, sizeof csv, "%s/top.csv", dir);
@@ -207,11 +239,64 @@ static void a_link_planted_at_the_temporary_name_is_not_followed(void **state)
     rmdir(records);
 }
 
+
+/* Issue #29 items 6 and 9: each row says reserved of the device's capacity; "unallocated" is reserved - allocated
+ * and its share of reserved; "fragmentation" is 1 - the largest free cached block / free cached bytes (reserved -
+ * active), shown only where something is cached free; one total per device that more than one allocator uses,
+ * with that device's capacity once, instead of one "all" row summed across devices; --sort orders the rows. */
+static void rows_show_capacity_the_two_terms_and_a_total_per_device(void **state)
+{
+    (void)state;
+    /* device 0: two ranks; rank 0 has 400 MiB reserved, 100 allocated, 160 active: 240 MiB cached free whose
+     * largest block is 60 MiB (fragmentation 75%), 300 MiB unallocated (75%). Device 1: one allocator, nothing
+     * cached free. */
+    const int64_t M = (int64_t)1 << 20, G = (int64_t)1 << 30;
+    int w0 = craft_figures("a", 0, 0, 400 * M, 100 * M, 160 * M, 60 * M, 8 * G);
+    int w1 = craft_figures("b", 0, 1, 600 * M, 600 * M, 600 * M, 0, 8 * G);
+    int w2 = craft_figures("c", 1, 2, 2 * G, 2 * G, 2 * G, 0, 8 * G);
+    const char *table[] = {"--once", "--dir", dir};
+    assert_int_equal(run_top(3, table), 0);
+    size_t n;
+    char *text = slurp(out, &n);
+    char want[300];
+    snprintf(want, sizeof want, "\n0     %8ld    0  100.00 MiB  400.00 MiB   8.00 GiB    4.9%%  300.00 MiB    75.0%%  75.0%% "
+             "   60.00 MiB  400.00 MiB  400.00 MiB     0       0          0 no  job\n", (long)getpid());
+    if (!strstr(text, want))
+        fail_msg("rank 0's row:\n%s\nwanted:%s", text, want);
+    assert_non_null(strstr(text, "  600.00 MiB  600.00 MiB   8.00 GiB    7.3%     0 bytes     0.0%      - "));
+    assert_non_null(strstr(text, "\ntotal             0  700.00 MiB 1000.00 MiB   8.00 GiB   12.2%  300.00 MiB    30.0%"));
+    assert_null(strstr(text, "\ntotal             1")); /* one allocator on device 1: its row is its total */
+    assert_null(strstr(text, "\nall "));
+    free(text);
+
+    const char *json[] = {"--once", "--json", "--dir", dir};
+    assert_int_equal(run_top(4, json), 0);
+    text = slurp(out, &n);
+    assert_non_null(strstr(text, "\"reserved_unallocated_bytes\": 314572800, \"unallocated_share\": 0.750000, "
+                                 "\"free_cached_bytes\": 251658240, \"fragmentation\": 0.750000,"));
+    assert_non_null(strstr(text, "\"free_cached_bytes\": 0, \"fragmentation\": null,"));
+    free(text);
+
+    const char *sorted[] = {"--once", "--sort", "reserved", "--dir", dir};
+    assert_int_equal(run_top(5, sorted), 0);
+    text = slurp(out, &n);
+    char *r2 = strstr(text, "\n2 "), *r1 = strstr(text, "\n1 "), *r0 = strstr(text, "\n0 ");
+    assert_true(r2 && r1 && r0 && r2 < r1 && r1 < r0); /* 2 GiB, 600 MiB, 400 MiB */
+    free(text);
+    const char *bad[] = {"--once", "--sort", "size", "--dir", dir};
+    assert_int_equal(run_top(5, bad), 2);
+    close(w0);
+    close(w1);
+    close(w2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(crafted_figures_and_texts_are_shown_safely, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_link_planted_at_the_temporary_name_is_not_followed, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(rows_show_capacity_the_two_terms_and_a_total_per_device, make_dir,
+                                        remove_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,18 +5,28 @@
 # process on one device and a process name that is not UTF-8 (one series each, valid UTF-8); the live screen in
 # tmux as a person sees it, and Ctrl-C; a killed process's record ignored and --clean; files of other users or
 # open to them refused; two jobs that are both PID 1 of their own PID namespace (where unshare can run).
-# usage: tests/top.sh HBMALLOC PUBLISHER OUTDIR   (OUTDIR keeps the screen captures)
+# tmux runs on a server of the test's own (a socket in its folder, no configuration file), and every command it
+# runs is given the test's environment explicitly: a session of the user's tmux server takes that server's
+# environment (another HBMALLOC_TOP_DIR, every allocator of the machine), not the test's.
+# A job ended by SIGTERM, SIGINT or SIGHUP removes its records (the C API's and the PyTorch plug-in's), and a job
+# that handles SIGTERM itself keeps its handler.
+# usage: tests/top.sh HBMALLOC PUBLISHER OUTDIR [PLUGIN]   (OUTDIR keeps the screen captures; PLUGIN:
+# libhbmalloc_torch.so, loaded by python3 as torch loads it; without it, those checks are skipped)
 set -eu
-bin=$1 pub=$2 out=$3
+bin=$1 pub=$2 out=$3 plugin=${4:-}
 py=/usr/bin/python3 # Debian's: its prometheus_client
 mkdir -p "$out"
 tmp=$(mktemp -d)
 export HBMALLOC_TOP_DIR="$tmp/records"
 mkdir -m 700 "$HBMALLOC_TOP_DIR"
-session=hbmtop$$
+session=hbmtop
+tm() { tmux -S "$tmp/tmux" -f /dev/null "$@"; } # the test's own tmux server
+# A command line for tmux to run, with the environment top needs spelled out.
+in_tmux() { printf "env -i PATH='%s' HOME='%s' TERM=screen LANG=C.UTF-8 HBMALLOC_TOP_DIR='%s' %s" "$PATH" "$tmp" \
+    "$HBMALLOC_TOP_DIR" "$*"; }
 nspids=""
 cleanup() {
-    tmux kill-session -t "$session" 2>/dev/null || true
+    tm kill-server 2>/dev/null || true
     [ -z "$nspids" ] || kill -9 $nspids 2>/dev/null || true # unshare --kill-child: their children go with them
     for f in "$tmp"/r*.json; do
         [ -e "$f" ] && kill -9 "$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$f")" 2>/dev/null  || true
@@ -58,21 +68,31 @@ assert top["stale"] == 0 and top["refused"] == 0, top
 for r, o in zip(recs, own):
     for k, v in o.items():
         assert r[k] == v, (k, r[k], v)
+    # the two terms (docs/TOOL.md, Terms): unallocated = reserved - allocated (and its share of reserved);
+    # fragmentation = 1 - the largest free cached block / free cached bytes (reserved - active)
     assert r["reserved_unallocated_bytes"] == r["reserved_bytes"] - r["allocated_bytes"]
-    assert abs(r["fragmentation"] - r["reserved_unallocated_bytes"] / r["reserved_bytes"]) < 1e-6
+    assert abs(r["unallocated_share"] - r["reserved_unallocated_bytes"] / r["reserved_bytes"]) < 1e-6
+    assert r["free_cached_bytes"] == r["reserved_bytes"] - r["active_bytes"] > 0, r
+    assert abs(r["fragmentation"] - (1 - r["largest_free_bytes"] / r["free_cached_bytes"])) < 1e-6, r
+    assert r["peak_reserved_seen_bytes"] == r["peak_reserved_bytes"] and r["device_as_numbered"] == "sim 0", r
     assert r["command"] == "publisher" and r["world_size"] == 2 and r["local_rank"] == r["rank"], r
     assert "hbm_publish:True" in r["settings"] and r["backend"].startswith("sim"), r
     assert r["num_ooms"] == 1 and r["largest_free_bytes"] > 0 and r["inactive_split"] > 0, r
 print("top --json: 2 records equal to the processes' own statistics")
 PY
 
-# 2. The table, once.
+# 2. The table, once: each allocator's reserved memory of its device's capacity (8 GiB), unallocated and its share,
+# fragmentation, the peaks; one total per device (reserved of capacity summed: 778 MiB + 1.52 GiB of 8 GiB), not
+# one "all" row across devices.
 "$bin" top --once >"$tmp/top.txt"
-grep -q '^RANK  *PID  *DEV  *ALLOCATED  *RESERVED  *UNALLOC  *FRAG%  *LARGEST FREE  *OOMS  *RETRIES' "$tmp/top.txt" ||
-    fail "the table's header"
-grep -Eq "^0 +$pid0 +0 .* publisher\$" "$tmp/top.txt" || fail "rank 0's row: $(cat "$tmp/top.txt")"
+head="^RANK +PID +DEV +ALLOCATED +RESERVED +CAPACITY +RES/CAP +UNALLOC +UNALLOC% +FRAG% +LARGEST FREE +PEAK +MAX SEEN"
+grep -Eq "$head +OOMS +RETRIES +DEV MALLOC +EXP +COMMAND\$" "$tmp/top.txt" || fail "the table's header: $(cat "$tmp/top.txt")"
+grep -Eq "^0 +$pid0 +0 +745.00 MiB +778.00 MiB +8.00 GiB +9.5% +33.00 MiB +4.2% +0.0% +33.00 MiB +1.30 GiB .* publisher\$" \
+    "$tmp/top.txt" || fail "rank 0's row: $(cat "$tmp/top.txt")"
 grep -Eq "^1 +$pid1 +0 .* publisher\$" "$tmp/top.txt" || fail "rank 1's row"
-grep -q '^all ' "$tmp/top.txt" || fail "the total row"
+grep -Eq "^total +0 +2.18 GiB +2.28 GiB +8.00 GiB +28.5% +102.00 MiB +4.4% +2 +2 +16\$" "$tmp/top.txt" ||
+    fail "the device's total row: $(cat "$tmp/top.txt")"
+! grep -q '^all ' "$tmp/top.txt" || fail "an 'all' row across devices"
 
 # 3. --csv: a line per process per refresh, appended; Ctrl-C (SIGINT) ends it with status 0.
 "$bin" top --interval 0.2 --csv "$tmp/top.csv" >"$tmp/csv.out" &
@@ -93,6 +113,8 @@ for r in rows:
     o = own[int(r["pid"])]
     assert int(r["allocated_bytes"]) == o["allocated_bytes"] and int(r["num_ooms"]) == 1, r
     assert int(r["reserved_unallocated_bytes"]) == o["reserved_bytes"] - o["allocated_bytes"], r
+    assert abs(float(r["unallocated_share"]) - int(r["reserved_unallocated_bytes"]) / o["reserved_bytes"]) < 1e-6, r
+    assert r["fragmentation"] != "" and 0 <= float(r["fragmentation"]) <= 1, r
     assert r["command"] == "publisher"
 print("top --csv:", len(rows), "rows over", len(times), "distinct seconds")
 PY
@@ -169,33 +191,50 @@ while kill -0 "$pid2" 2>/dev/null; do
 done
 rm "$tmp/r2.json"
 
-# 5. The live screen in tmux, as a person sees it: redrawn in place, both ranks, Ctrl-C quits.
-tmux new-session -d -s "$session" -x 150 -y 16 "$bin top --interval 0.3; echo exited=\$?; sleep 30"
+# 5. The live screen in tmux, as a person sees it: redrawn in place, both ranks, their trend. Resized from 150 to 80
+# columns while it runs, it redraws at 80 at once (SIGWINCH) and no row wraps: the optional columns go. `s` sorts by
+# reserved (rank 1, the larger, first), `q` quits with status 0; in another, Ctrl-C does.
+wide() { $py -c 'import sys; w = max(len(l) for l in open(sys.argv[1], encoding="utf-8").read().splitlines()); print(w)' "$1"; }
+tm new-session -d -s "$session" -x 150 -y 16 "$(in_tmux "'$bin'" top --interval 0.3); echo exited=\$?; sleep 30"
 sleep 2
-tmux capture-pane -p -t "$session" >"$out/top-screen.txt"
+tm capture-pane -p -t "$session" >"$out/top-screen.txt"
 [ "$(grep -c '^hbmalloc top ' "$out/top-screen.txt")" -eq 1 ] ||
     fail "the screen is not redrawn in place (several frames visible): $(cat "$out/top-screen.txt")"
-grep -q 'every 0.3s, Ctrl-C quits' "$out/top-screen.txt" || fail "the title line: $(cat "$out/top-screen.txt")"
+grep -q 'every 0.3s  sort: rank (s)  quit: q' "$out/top-screen.txt" || fail "the title line: $(cat "$out/top-screen.txt")"
 grep -Eq "^0 +$pid0 " "$out/top-screen.txt" && grep -Eq "^1 +$pid1 " "$out/top-screen.txt" ||
     fail "the ranks on screen: $(cat "$out/top-screen.txt")"
-tmux send-keys -t "$session" C-c
-sleep 1
-tmux capture-pane -p -t "$session" >"$out/top-screen-after-ctrl-c.txt"
-grep -q 'exited=0$' "$out/top-screen-after-ctrl-c.txt" || fail "Ctrl-C: $(cat "$out/top-screen-after-ctrl-c.txt")"
-tmux kill-session -t "$session"
-# On an 80-column terminal the optional columns go (process name, expandable, device mallocs, unallocated) and no
-# row wraps.
-tmux new-session -d -s "$session" -x 80 -y 16 "$bin top --interval 0.3"
-sleep 2
-tmux capture-pane -p -t "$session" >"$out/top-screen-80.txt"
-tmux kill-session -t "$session"
-grep -Eq '^RANK +PID +DEV +ALLOCATED +RESERVED +FRAG% +LARGEST FREE +OOMS +RETRIES$' "$out/top-screen-80.txt" ||
+grep -Eq "^RANK .* TREND +OOMS" "$out/top-screen.txt" && grep -Eq "^0 +$pid0 .* [▁▂▃▄▅▆▇█]{2,8} +1 " "$out/top-screen.txt" ||
+    fail "the trend column: $(cat "$out/top-screen.txt")"
+[ "$(wide "$out/top-screen.txt")" -le 150 ] || fail "a line wider than 150 columns"
+tm resize-window -t "$session" -x 80 -y 16
+sleep 0.2 # well under the 0.3 s refresh: the resize redraws at once
+tm capture-pane -p -t "$session" >"$out/top-screen-80.txt"
+[ "$(wide "$out/top-screen-80.txt")" -le 80 ] || fail "a row wraps at 80 columns: $(cat "$out/top-screen-80.txt")"
+grep -Eq '^RANK +PID +DEV +ALLOCATED +RESERVED +RES/CAP +UNALLOC% +LARGEST FREE +OOMS$' "$out/top-screen-80.txt" ||
     fail "the 80-column header: $(cat "$out/top-screen-80.txt")"
 for p in $pid0 $pid1; do
     grep -E "^[01] +$p " "$out/top-screen-80.txt" | awk '{ exit !(NF == 12 && $12 == 1) }' ||
-        fail "an 80-column row (12 fields, ending in RETRIES): $(cat "$out/top-screen-80.txt")"
+        fail "an 80-column row (12 fields, ending in OOMS): $(cat "$out/top-screen-80.txt")"
 done
-echo "tmux: live screen checked at 150 and 80 columns ($out/top-screen.txt, top-screen-80.txt)"
+tm send-keys -t "$session" s
+sleep 0.2
+tm capture-pane -p -t "$session" >"$out/top-screen-sorted.txt"
+grep -q 'sort: reserved (s)' "$out/top-screen-sorted.txt" && [ "$(grep -Eo "^[01] +($pid0|$pid1) " \
+    "$out/top-screen-sorted.txt" | awk '{ printf "%s", $1 }')" = 10 ] ||
+    fail "s sorts by reserved, the larger first: $(cat "$out/top-screen-sorted.txt")"
+tm send-keys -t "$session" q
+sleep 0.5
+tm capture-pane -p -t "$session" >"$out/top-screen-after-q.txt"
+grep -q 'exited=0$' "$out/top-screen-after-q.txt" || fail "q: $(cat "$out/top-screen-after-q.txt")"
+tm kill-session -t "$session"
+tm new-session -d -s "$session" -x 100 -y 16 "$(in_tmux "'$bin'" top --interval 0.3); echo exited=\$?; sleep 30"
+sleep 1
+tm send-keys -t "$session" C-c
+sleep 1
+tm capture-pane -p -t "$session" >"$out/top-screen-after-ctrl-c.txt"
+grep -q 'exited=0$' "$out/top-screen-after-ctrl-c.txt" || fail "Ctrl-C: $(cat "$out/top-screen-after-ctrl-c.txt")"
+tm kill-session -t "$session"
+echo "tmux: live screen checked at 150 columns, resized to 80, sorted with s, q and Ctrl-C ($out/top-screen*.txt)"
 
 # 6. Files that must not be trusted: a record open to other users, another user's (root: CI), other users' names.
 rec0=$(ls "$HBMALLOC_TOP_DIR"/hbmalloc-"$(id -u)"-"$pid0"-*)
@@ -216,14 +255,75 @@ print('refused:', t['refused'], '(mode 0644%s)' % (', another owner' if $nowned 
 "$bin" top --once | grep -q "file.* refused, e.g. " || fail "the table does not say a file was refused"
 rm -f "$HBMALLOC_TOP_DIR"/hbmalloc-*-90?
 
-# 7. A killed process: its record stays, is ignored, and --clean removes it.
+# 7a. Ended by a signal: a job stopped by SIGTERM (its scheduler, torchrun), SIGINT or SIGHUP at their default
+# dispositions removes its record on its way out and still dies of the signal (status 128 + N); before, the record
+# stayed and every top counted it stale. (env --default-signal: a background job of sh starts with SIGINT ignored.)
+for sig in TERM:15 INT:2 HUP:1; do
+    name=${sig%:*} num=${sig#*:}
+    mkfifo "$tmp/sig$name"
+    env --default-signal=INT "$pub" "$tmp/sig$name.json" <"$tmp/sig$name" &
+    spid=$!
+    exec 6>"$tmp/sig$name"
+    wait_for "$tmp/sig$name.json"
+    [ -n "$(ls "$HBMALLOC_TOP_DIR"/hbmalloc-*-"$spid"-* 2>/dev/null)" ] || fail "no record of the SIG$name process"
+    kill -"$name" "$spid"
+    rc=0
+    wait "$spid" || rc=$?
+    exec 6>&-
+    [ "$rc" -eq $((128 + num)) ] || fail "SIG$name: exit status $rc, not $((128 + num)) (killed by the signal)"
+    [ -z "$(ls "$HBMALLOC_TOP_DIR"/hbmalloc-*-"$spid"-* 2>/dev/null)" ] || fail "SIG$name left the record"
+done
+echo "signals: SIGTERM, SIGINT and SIGHUP remove the record and still end the process"
+# The PyTorch plug-in's process (python3 loading the plug-in as torch does, publishing by default): SIGTERM removes
+# its record; a job whose own SIGTERM handler was there first keeps it: the handler runs, the job exits normally,
+# and atexit removes the record.
+if [ -n "$plugin" ]; then
+    for mode in default handler; do
+        env --default-signal=INT HBMALLOC_BACKEND=sim:capacity=1GiB HBMALLOC_CONF= HBMALLOC_QUIET=1 $py -c '
+import ctypes, os, signal, sys, time
+plugin, out, mode = sys.argv[1:4]
+if mode == "handler":
+    def on_term(sig, frame):
+        open(out + ".handled", "w").write("handled")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+lib = ctypes.CDLL(plugin)
+lib.hbm_torch_raw_alloc.restype = ctypes.c_void_p
+lib.hbm_torch_raw_alloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+assert lib.hbm_torch_raw_alloc(64 << 20, 0, None)
+open(out + ".tmp", "w").write(str(os.getpid()))
+os.rename(out + ".tmp", out)
+while True:
+    time.sleep(0.1)
+' "$plugin" "$tmp/py-$mode.pid" "$mode" &
+        ppid_=$!
+        wait_for "$tmp/py-$mode.pid"
+        [ -n "$(ls "$HBMALLOC_TOP_DIR"/hbmalloc-*-"$ppid_"-* 2>/dev/null)" ] || fail "the plug-in's process published nothing"
+        kill -TERM "$ppid_"
+        rc=0
+        wait "$ppid_" || rc=$?
+        [ -z "$(ls "$HBMALLOC_TOP_DIR"/hbmalloc-*-"$ppid_"-* 2>/dev/null)" ] || fail "SIGTERM left the plug-in's record ($mode)"
+        if [ "$mode" = default ]; then
+            [ "$rc" -eq 143 ] || fail "the plug-in's process: exit status $rc, not 143 (killed by SIGTERM)"
+        else
+            [ "$rc" -eq 0 ] && [ -s "$tmp/py-$mode.pid.handled" ] || fail "the job's own SIGTERM handler: status $rc"
+        fi
+    done
+    echo "signals: the plug-in's process removes its record on SIGTERM; a job's own SIGTERM handler is kept"
+else
+    echo "SKIP (the plug-in and SIGTERM): no plug-in given (a sanitizer build: python3 cannot load it)"
+fi
+
+# 7b. A killed process (SIGKILL cannot be caught): its record stays, is ignored, and --clean removes it.
 kill -9 "$pid1"
 sleep 0.3
 "$bin" top --once --json | $py -c "
 import json, sys
 t = json.load(sys.stdin)
 assert [r['rank'] for r in t['records']] == [0] and t['stale'] == 1, t" || fail "a killed process's record"
-"$bin" top --once | grep -q '1 record of exited processes ignored (--clean removes them)' || fail "the stale note"
+"$bin" top --once >"$tmp/top-stale.txt"
+grep -q '^1 record of exited processes ignored (--clean removes them)$' "$tmp/top-stale.txt" &&
+    grep -q '^hbmalloc top .* 1 allocator, 1 stale$' "$tmp/top-stale.txt" || fail "the stale note: $(cat "$tmp/top-stale.txt")"
 [ -n "$(ls "$HBMALLOC_TOP_DIR"/hbmalloc-*-"$pid1"-* 2>/dev/null)" ] || fail "top removed a record without --clean"
 "$bin" top --once --clean | grep -q 'ignored and removed' || fail "--clean"
 [ -z "$(ls "$HBMALLOC_TOP_DIR"/hbmalloc-*-"$pid1"-* 2>/dev/null)" ] || fail "--clean left the stale record"

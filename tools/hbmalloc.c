@@ -94,10 +94,12 @@ static const struct {
      "      --device N, --json\n"
      "    exit status: 0 planned (and checked: no two live allocations overlap), 2 bad input\n"},
     {"top",
-     "  top            the allocators of this user's running jobs, live: allocated, reserved, fragmentation,\n"
-     "                 largest free block, OOMs and retries per process and device (docs/MONITOR.md)\n"
-     "      --once             print once and exit (default: refresh until Ctrl-C)\n"
+     "  top            the allocators of this user's running jobs, live: allocated, reserved of the device's\n"
+     "                 capacity, unallocated, fragmentation, largest free block, peaks, a trend, OOMs and retries per\n"
+     "                 process and device, and a total per device (docs/MONITOR.md)\n"
+     "      --once             print once and exit (default: refresh until q or Ctrl-C)\n"
      "      --interval S       seconds between refreshes (default 1)\n"
+     "      --sort KEY         rank (default), reserved, allocated, unallocated or pid; s on the screen turns it\n"
      "      --json             a JSON document per refresh; --csv FILE: append a line per process and device\n"
      "      --textfile DIR     write DIR/hbmalloc.prom for node_exporter's textfile collector\n"
      "      --dir DIR          where the records are (default $HBMALLOC_TOP_DIR, else /dev/shm)\n"

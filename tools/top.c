@@ -12,10 +12,12 @@
  * without control characters before anything shows them (a terminal must not take a process name for escape
  * sequences), and arithmetic on the figures saturates instead of overflowing.
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdbool.h>
@@ -24,6 +26,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,24 +39,46 @@ typedef struct entry {
     hbm_record r;
     char name[256]; /* the file's name: orders the allocators of one process on one device */
     unsigned slot;  /* its index among the entries of its rank and device (a Prometheus label) */
+    size_t hist;    /* its history (seen.hist) */
+    char device[48]; /* the physical device, for the totals: "cuda 3", "npu 5", "sim 0" (device_of) */
 } entry;
+
+/* What top remembers of a record between refreshes, by the record's name. */
+#define TREND 8
+typedef struct history {
+    char name[256];
+    int64_t reserved[TREND]; /* at the last refreshes, oldest first */
+    int n;
+    int64_t peak_seen;       /* the highest peak reserved the record showed since top started */
+    unsigned frame;          /* the refresh it was last seen at */
+} history;
 
 typedef struct seen {
     entry *recs;
     size_t n, cap;
     size_t stale, refused, removed;
     char refused_file[256], refused_why[160]; /* the first refused file, and why (made safe to show) */
+    history *hist;
+    size_t nhist, caphist;
+    unsigned frame;
 } seen;
+
+/* The table's order: the key `s` turns to, or --sort. */
+enum { SORT_RANK, SORT_RESERVED, SORT_ALLOCATED, SORT_UNALLOC, SORT_PID, NSORTS };
+static const char *const sort_names[NSORTS] = {"rank", "reserved", "allocated", "unallocated", "pid"};
 
 typedef struct opts {
     const char *dir, *csv, *textfile;
     double interval;
-    int once, json, clean;
-    int columns; /* the terminal's width (0: not a terminal, every column) */
+    int once, json, clean, sort;
+    int keys;             /* the terminal's keys are read: q quits, s sorts */
+    int columns, lines;   /* the terminal's size, read at every refresh (0: not a terminal, every column) */
 } opts;
 
-static volatile sig_atomic_t stop;
+static volatile sig_atomic_t stop, resized;
 static void on_signal(int sig) { (void)sig; stop = 1; }
+/* SIGWINCH (the terminal's size changed) and SIGCONT (back from Ctrl-Z): redraw now, at the new size. */
+static void on_winch(int sig) { (void)sig; resized = 1; }
 
 static int cmp_rec(const void *x, const void *y)
 {
@@ -113,6 +138,8 @@ static void number_slots(seen *s)
     }
 }
 
+static void device_of(entry *e);
+
 /* 0, or -1 when the folder cannot be read (errno). */
 static int collect(const opts *o, seen *s)
 {
@@ -140,6 +167,7 @@ static int collect(const opts *o, seen *s)
         if (rc == HBM_OK) {
             safe_record(&en->r);
             snprintf(en->name, sizeof en->name, "%s", e->d_name);
+            device_of(en);
             s->n++;
         } else if (rc == HBM_ERR_STALE) {
             s->stale++;
@@ -173,13 +201,26 @@ static int64_t sat_sub(int64_t x, int64_t y)
     return __builtin_sub_overflow(x, y, &r) ? (y < 0 ? INT64_MAX : INT64_MIN) : r;
 }
 static int64_t unallocated(const hbm_record *r) { return sat_sub(r->reserved_bytes, r->allocated_bytes); }
-/* Unallocated over reserved, in [0, 1] whatever the record says. */
-static double ratio(int64_t unalloc, int64_t reserved)
+/* part over whole, in [0, 1] whatever the record says. */
+static double ratio(int64_t part, int64_t whole)
 {
-    double f = reserved > 0 && unalloc > 0 ? (double)unalloc / (double)reserved : 0.0;
+    double f = whole > 0 && part > 0 ? (double)part / (double)whole : 0.0;
     return f > 1.0 ? 1.0 : f;
 }
-static double frag(const hbm_record *r) { return ratio(unallocated(r), r->reserved_bytes); }
+/* "Unallocated" (docs/TOOL.md, Terms): reserved - allocated, PyTorch's "reserved but unallocated", and its share of
+ * reserved. */
+static double unallocated_share(const hbm_record *r) { return ratio(unallocated(r), r->reserved_bytes); }
+/* Free cached bytes: reserved less active (allocated, and freed blocks still waiting on another stream). */
+static int64_t free_cached(const hbm_record *r) { return sat_sub(r->reserved_bytes, r->active_bytes); }
+/* "Fragmentation" (docs/TOOL.md, Terms): 1 - the largest free cached block / free cached bytes, in [0, 1]; -1 when
+ * nothing is cached free (no fragmentation to speak of). */
+static double fragmentation(const hbm_record *r)
+{
+    int64_t cached = free_cached(r);
+    if (cached <= 0)
+        return -1.0;
+    return 1.0 - ratio(r->largest_free_bytes, cached);
+}
 
 static void size_text(int64_t n, char *buf, size_t len) { hbm__format_size(n < 0 ? 0 : (uint64_t)n, buf, len); }
 
@@ -193,38 +234,169 @@ static void now_text(char *buf, size_t len, int utc_iso)
         strftime(buf, len, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
 }
 
-/* The table's columns; on a terminal narrower than all of them, those with the highest `drop` go first (the
- * process name, expandable, device mallocs, unallocated), so that a row never wraps: the rest fit 80 columns. */
-enum { C_RANK, C_PID, C_DEV, C_ALLOC, C_RES, C_UNALLOC, C_FRAG, C_LARGEST, C_OOMS, C_RETRIES, C_DEVMALLOC, C_EXP,
-       C_COMMAND, NCOLS };
+/* The device a record's allocator is on, as the machine numbers it, for the totals per device: a process sees the
+ * devices its CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES lets it see, numbered from 0, so device 0 of two
+ * processes may be two devices. Their variable is read from /proc/PID/environ when the PID is still the record's
+ * process (its start time, /proc/PID/stat field 22, as the record has it: not a PID of another namespace or a
+ * reused one); else the index as the process gives it. The simulated device is every process's own: grouped by
+ * index, as if one. */
+static void device_of(entry *e)
+{
+    const hbm_record *r = &e->r;
+    bool npu = !strncmp(r->backend, "acl", 3) || !strncmp(r->backend, "npu", 3);
+    bool cuda = !strncmp(r->backend, "cuda", 4);
+    const char *kind = npu ? "npu" : cuda ? "cuda" : "sim";
+    snprintf(e->device, sizeof e->device, "%s %lld", kind, (long long)r->device);
+    if ((!npu && !cuda) || r->pid <= 0 || r->device < 0)
+        return;
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)r->pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* after the process name, which may hold anything */
+    unsigned long long start = 0;
+    for (int field = 2; p && *p && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    if (!p || sscanf(p + 1, "%llu", &start) != 1 || start != r->start_time)
+        return;
+    snprintf(path, sizeof path, "/proc/%lld/environ", (long long)r->pid);
+    char env[65536];
+    f = fopen(path, "r");
+    if (!f)
+        return;
+    n = fread(env, 1, sizeof env - 1, f);
+    fclose(f);
+    env[n] = 0;
+    const char *var = npu ? "ASCEND_RT_VISIBLE_DEVICES=" : "CUDA_VISIBLE_DEVICES=";
+    for (size_t i = 0; i < n; i += strlen(env + i) + 1) {
+        if (strncmp(env + i, var, strlen(var)))
+            continue;
+        const char *list = env + i + strlen(var);
+        for (int64_t k = 0; k < r->device && list; k++)
+            if ((list = strchr(list, ',')))
+                list++;
+        if (!list)
+            return;
+        char id[40];
+        size_t len = strcspn(list, ",");
+        snprintf(id, sizeof id, "%.*s", (int)(len < sizeof id ? len : sizeof id - 1), list);
+        for (char *c = id; *c; c++) /* a number, or a GPU UUID / MIG name: nothing else is shown */
+            if (!(isalnum((unsigned char)*c) || *c == '-' || *c == ':' || *c == '/'))
+                return;
+        if (id[0])
+            snprintf(e->device, sizeof e->device, "%s %.40s", kind, id);
+        return;
+    }
+}
+
+/* Each record's history: its reserved bytes at the last TREND refreshes and the highest peak shown; histories of
+ * records gone are dropped. */
+static void remember(seen *s)
+{
+    s->frame++;
+    for (size_t i = 0; i < s->n; i++) {
+        entry *e = &s->recs[i];
+        size_t h = 0;
+        while (h < s->nhist && strcmp(s->hist[h].name, e->name))
+            h++;
+        if (h == s->nhist) {
+            if (hbm__grow((void **)&s->hist, &s->caphist, s->nhist + 1, sizeof *s->hist)) {
+                e->hist = SIZE_MAX;
+                continue;
+            }
+            memset(&s->hist[h], 0, sizeof s->hist[h]);
+            snprintf(s->hist[h].name, sizeof s->hist[h].name, "%s", e->name);
+            s->nhist++;
+        }
+        history *hs = &s->hist[h];
+        if (hs->n == TREND)
+            memmove(hs->reserved, hs->reserved + 1, (TREND - 1) * sizeof hs->reserved[0]);
+        else
+            hs->n++;
+        hs->reserved[hs->n - 1] = e->r.reserved_bytes;
+        if (e->r.peak_reserved_bytes > hs->peak_seen)
+            hs->peak_seen = e->r.peak_reserved_bytes;
+        hs->frame = s->frame;
+        e->hist = h;
+    }
+    size_t kept = 0;
+    for (size_t h = 0; h < s->nhist; h++)
+        if (s->hist[h].frame == s->frame)
+            s->hist[kept++] = s->hist[h];
+    s->nhist = kept;
+    for (size_t i = 0; i < s->n; i++) /* the indexes after the compaction */
+        for (size_t h = 0; h < s->nhist && s->recs[i].hist != SIZE_MAX; h++)
+            if (!strcmp(s->hist[h].name, s->recs[i].name))
+                s->recs[i].hist = h;
+}
+
+static const history *history_of(const seen *s, const entry *e) { return e->hist < s->nhist ? &s->hist[e->hist] : NULL; }
+
+/* Reserved over the last refreshes, a bar each, against the highest of them. */
+static void trend_text(const history *h, char *buf, size_t len)
+{
+    static const char *const bars[8] = {"\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588"};
+    buf[0] = 0;
+    if (!h)
+        return;
+    int64_t top = 0;
+    for (int k = 0; k < h->n; k++)
+        if (h->reserved[k] > top)
+            top = h->reserved[k];
+    size_t used = 0;
+    for (int k = 0; k < h->n && used + 4 < len; k++) {
+        int level = top > 0 && h->reserved[k] > 0 ? (int)(7.0 * (double)h->reserved[k] / (double)top + 0.5) : 0;
+        used += (size_t)snprintf(buf + used, len - used, "%s", bars[level < 0 ? 0 : level > 7 ? 7 : level]);
+    }
+}
+
+static int sort_key;
+static int64_t sort_figure(const entry *e)
+{
+    switch (sort_key) {
+    case SORT_RESERVED: return e->r.reserved_bytes;
+    case SORT_ALLOCATED: return e->r.allocated_bytes;
+    case SORT_UNALLOC: return unallocated(&e->r);
+    default: return 0;
+    }
+}
+/* The table's order: the largest first for a figure, then top's own order (rank, PID, device, name). */
+static int cmp_shown(const void *x, const void *y)
+{
+    const entry *a = *(const entry *const *)x, *b = *(const entry *const *)y;
+    if (sort_key == SORT_PID && a->r.pid != b->r.pid)
+        return a->r.pid < b->r.pid ? -1 : 1;
+    int64_t fa = sort_figure(a), fb = sort_figure(b);
+    if (fa != fb)
+        return fa > fb ? -1 : 1;
+    return cmp_rec(a, b);
+}
+
+/* The table's columns; on a terminal narrower than all of them, those with the highest `drop` go first, so that a
+ * row never wraps: at 80 columns, rank, PID, device, allocated, reserved, its share of the capacity, the share
+ * unallocated, the largest free block and OOMs stay. */
+enum { C_RANK, C_PID, C_DEV, C_ALLOC, C_RES, C_CAP, C_USE, C_UNALLOC, C_UNPCT, C_FRAG, C_LARGEST, C_PEAK, C_SEEN,
+       C_TREND, C_OOMS, C_RETRIES, C_DEVMALLOC, C_EXP, C_COMMAND, NCOLS };
 static const struct {
     const char *head;
     int width, left, drop;
 } cols[NCOLS] = {
-    {"RANK", 5, 1, 0},     {"PID", 8, 0, 0},         {"DEV", 3, 0, 0},     {"ALLOCATED", 11, 0, 0},
-    {"RESERVED", 11, 0, 0}, {"UNALLOC", 11, 0, 1},     {"FRAG%", 6, 0, 0},   {"LARGEST FREE", 12, 0, 0},
-    {"OOMS", 5, 0, 0},     {"RETRIES", 7, 0, 0},     {"DEV MALLOC", 11, 0, 2}, {"EXP", 3, 1, 3},
-    {"COMMAND", 7, 1, 4},
+    [C_RANK] = {"RANK", 5, 1, 0},          [C_PID] = {"PID", 8, 0, 0},
+    [C_DEV] = {"DEV", 4, 0, 0},            [C_ALLOC] = {"ALLOCATED", 11, 0, 0},
+    [C_RES] = {"RESERVED", 11, 0, 0},      [C_CAP] = {"CAPACITY", 10, 0, 8},
+    [C_USE] = {"RES/CAP", 7, 0, 0},        [C_UNALLOC] = {"UNALLOC", 11, 0, 6},
+    [C_UNPCT] = {"UNALLOC%", 8, 0, 0},     [C_FRAG] = {"FRAG%", 6, 0, 3},
+    [C_LARGEST] = {"LARGEST FREE", 12, 0, 0}, [C_PEAK] = {"PEAK", 11, 0, 4},
+    [C_SEEN] = {"MAX SEEN", 11, 0, 7},     [C_TREND] = {"TREND", TREND, 1, 2},
+    [C_OOMS] = {"OOMS", 5, 0, 0},          [C_RETRIES] = {"RETRIES", 7, 0, 5},
+    [C_DEVMALLOC] = {"DEV MALLOC", 10, 0, 9}, [C_EXP] = {"EXP", 3, 1, 10},
+    [C_COMMAND] = {"COMMAND", 7, 1, 11},
 };
-
-static void print_row(FILE *f, const bool *on, char cell[NCOLS][40])
-{
-    int last = NCOLS - 1;
-    while (last > 0 && !on[last])
-        last--;
-    for (int c = 0, first = 1; c <= last; c++) {
-        if (!on[c])
-            continue;
-        if (!first)
-            fputc(' ', f);
-        first = 0;
-        if (cols[c].left && c == last)
-            fputs(cell[c], f); /* no padding at the end of a line */
-        else
-            fprintf(f, cols[c].left ? "%-*s" : "%*s", cols[c].width, cell[c]);
-    }
-    fputc('\n', f);
-}
+#define DROP_MAX 11
 
 /* The columns a text takes on a terminal: one per character (safe_text left no control character). */
 static int text_width(const char *s)
@@ -235,78 +407,218 @@ static int text_width(const char *s)
     return w;
 }
 
+/* A line of the screen: cut at the terminal's width, between characters, so that it never wraps. */
+static void put_line(FILE *f, const opts *o, const char *line)
+{
+    if (o->columns <= 0 || text_width(line) <= o->columns) {
+        fprintf(f, "%s\n", line);
+        return;
+    }
+    int w = 0;
+    size_t i = 0;
+    for (; line[i]; i++) {
+        if (((unsigned char)line[i] & 0xc0) != 0x80 && ++w > o->columns)
+            break;
+    }
+    fprintf(f, "%.*s\n", (int)i, line);
+}
+
+static void print_row(FILE *f, const opts *o, const bool *on, char cell[NCOLS][48], int command)
+{
+    char line[1024];
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, line, sizeof line);
+    int last = NCOLS - 1;
+    while (last > 0 && !on[last])
+        last--;
+    for (int c = 0, first = 1; c <= last; c++) {
+        if (!on[c])
+            continue;
+        if (!first)
+            hbm__sb_printf(&sb, " ");
+        first = 0;
+        int width = c == C_COMMAND ? command : cols[c].width;
+        int pad = width - text_width(cell[c]);
+        if (cols[c].left && c == last)
+            hbm__sb_printf(&sb, "%s", cell[c]); /* no padding at the end of a line */
+        else if (cols[c].left)
+            hbm__sb_printf(&sb, "%s%*s", cell[c], pad > 0 ? pad : 0, "");
+        else
+            hbm__sb_printf(&sb, "%*s%s", pad > 0 ? pad : 0, "", cell[c]);
+    }
+    while (sb.len && line[sb.len - 1] == ' ') /* empty cells at the end of a total */
+        line[--sb.len] = 0;
+    put_line(f, o, line);
+}
+
+static void percent_text(double share, char *buf, size_t len) { snprintf(buf, len, "%.1f%%", 100.0 * share); }
+
+static void row_cells(const seen *s, const entry *e, char cell[NCOLS][48])
+{
+    const hbm_record *r = &e->r;
+    const history *h = history_of(s, e);
+    if (r->rank >= 0)
+        snprintf(cell[C_RANK], 48, "%lld", (long long)r->rank);
+    else
+        snprintf(cell[C_RANK], 48, "-");
+    snprintf(cell[C_PID], 48, "%lld", (long long)r->pid);
+    snprintf(cell[C_DEV], 48, "%lld", (long long)r->device);
+    size_text(r->allocated_bytes, cell[C_ALLOC], 48);
+    size_text(r->reserved_bytes, cell[C_RES], 48);
+    size_text(r->device_total, cell[C_CAP], 48);
+    percent_text(ratio(r->reserved_bytes, r->device_total), cell[C_USE], 48);
+    size_text(unallocated(r), cell[C_UNALLOC], 48);
+    percent_text(unallocated_share(r), cell[C_UNPCT], 48);
+    double frag = fragmentation(r);
+    if (frag < 0)
+        snprintf(cell[C_FRAG], 48, "-");
+    else
+        percent_text(frag, cell[C_FRAG], 48);
+    size_text(r->largest_free_bytes, cell[C_LARGEST], 48);
+    size_text(r->peak_reserved_bytes, cell[C_PEAK], 48);
+    size_text(h && h->peak_seen > r->peak_reserved_bytes ? h->peak_seen : r->peak_reserved_bytes, cell[C_SEEN], 48);
+    trend_text(h, cell[C_TREND], 48);
+    snprintf(cell[C_OOMS], 48, "%lld", (long long)r->num_ooms);
+    snprintf(cell[C_RETRIES], 48, "%lld", (long long)r->num_alloc_retries);
+    snprintf(cell[C_DEVMALLOC], 48, "%lld", (long long)r->num_device_alloc);
+    snprintf(cell[C_EXP], 48, "%s", r->expandable_segments ? "yes" : "no");
+    snprintf(cell[C_COMMAND], 48, "%s", r->command);
+}
+
+/* One total per device that more than one allocator uses: the figures that add up (not the largest free block,
+ * the peaks or fragmentation, which do not). The capacity is the device's, once. */
+static void total_cells(const seen *s, const char *device, char cell[NCOLS][48])
+{
+    int64_t alloc = 0, res = 0, cap = 0, ooms = 0, retries = 0, mallocs = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const hbm_record *r = &s->recs[i].r;
+        if (strcmp(s->recs[i].device, device))
+            continue;
+        alloc = sat_add(alloc, r->allocated_bytes);
+        res = sat_add(res, r->reserved_bytes);
+        ooms = sat_add(ooms, r->num_ooms);
+        retries = sat_add(retries, r->num_alloc_retries);
+        mallocs = sat_add(mallocs, r->num_device_alloc);
+        if (r->device_total > cap)
+            cap = r->device_total;
+    }
+    for (int c = 0; c < NCOLS; c++)
+        cell[c][0] = 0;
+    snprintf(cell[C_RANK], 48, "total");
+    snprintf(cell[C_DEV], 48, "%s", strchr(device, ' ') + 1);
+    size_text(alloc, cell[C_ALLOC], 48);
+    size_text(res, cell[C_RES], 48);
+    size_text(cap, cell[C_CAP], 48);
+    percent_text(ratio(res, cap), cell[C_USE], 48);
+    size_text(sat_sub(res, alloc), cell[C_UNALLOC], 48);
+    percent_text(ratio(sat_sub(res, alloc), res), cell[C_UNPCT], 48);
+    snprintf(cell[C_OOMS], 48, "%lld", (long long)ooms);
+    snprintf(cell[C_RETRIES], 48, "%lld", (long long)retries);
+    snprintf(cell[C_DEVMALLOC], 48, "%lld", (long long)mallocs);
+}
+
 static void print_table(FILE *f, const opts *o, const seen *s)
 {
-    char when[32];
+    char when[32], line[1024];
     now_text(when, sizeof when, 0);
-    fprintf(f, "hbmalloc top  %s  %zu allocator%s", when, s->n, s->n == 1 ? "" : "s");
+    const char *clock = o->once ? when : when + 11; /* live: the time of day is enough, and the title fits 80 */
+    /* The devices that more than one allocator uses, in order of first appearance (top's order). */
+    const char *devices[64];
+    size_t ndev = 0;
+    for (size_t i = 0; i < s->n && ndev < 64; i++) {
+        size_t k = 0, users = 0;
+        while (k < ndev && strcmp(devices[k], s->recs[i].device))
+            k++;
+        for (size_t j = 0; j < s->n; j++)
+            users += !strcmp(s->recs[j].device, s->recs[i].device);
+        if (k == ndev && users > 1)
+            devices[ndev++] = s->recs[i].device;
+    }
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, line, sizeof line);
+    hbm__sb_printf(&sb, "hbmalloc top  %s  %zu allocator%s", clock, s->n, s->n == 1 ? "" : "s");
+    if (s->stale)
+        hbm__sb_printf(&sb, ", %zu stale", s->stale);
     if (!o->once)
-        fprintf(f, "  every %gs, Ctrl-C quits", o->interval);
-    fputs("\n\n", f);
+        hbm__sb_printf(&sb, "  every %gs  sort: %s%s", o->interval, sort_names[o->sort],
+                       o->keys ? " (s)  quit: q" : "  Ctrl-C quits");
+    put_line(f, o, line);
+    put_line(f, o, "");
     bool on[NCOLS];
     int width = 0, command = (int)strlen(cols[C_COMMAND].head);
     for (size_t i = 0; i < s->n; i++)
         if (text_width(s->recs[i].r.command) > command)
             command = text_width(s->recs[i].r.command);
     for (int c = 0; c < NCOLS; c++) {
-        on[c] = true;
-        width += (c == C_COMMAND ? command : cols[c].width) + (c > 0);
+        on[c] = c != C_TREND || !o->once; /* a trend needs refreshes */
+        width += on[c] ? (c == C_COMMAND ? command : cols[c].width) + (c > 0) : 0;
     }
-    for (int level = 4; level > 0 && o->columns && width > o->columns; level--)
+    for (int level = DROP_MAX; level > 0 && o->columns && width > o->columns; level--)
         for (int c = 0; c < NCOLS; c++)
             if (cols[c].drop == level && on[c]) {
                 on[c] = false;
                 width -= (c == C_COMMAND ? command : cols[c].width) + 1;
             }
-    char cell[NCOLS][40];
+    char cell[NCOLS][48];
     for (int c = 0; c < NCOLS; c++)
         snprintf(cell[c], sizeof cell[c], "%s", cols[c].head);
-    print_row(f, on, cell);
-    int64_t ta = 0, tr = 0;
-    for (size_t i = 0; i < s->n; i++) {
-        const hbm_record *r = &s->recs[i].r;
-        if (r->rank >= 0)
-            snprintf(cell[C_RANK], sizeof cell[C_RANK], "%lld", (long long)r->rank);
-        else
-            snprintf(cell[C_RANK], sizeof cell[C_RANK], "-");
-        snprintf(cell[C_PID], sizeof cell[C_PID], "%lld", (long long)r->pid);
-        snprintf(cell[C_DEV], sizeof cell[C_DEV], "%lld", (long long)r->device);
-        size_text(r->allocated_bytes, cell[C_ALLOC], sizeof cell[C_ALLOC]);
-        size_text(r->reserved_bytes, cell[C_RES], sizeof cell[C_RES]);
-        size_text(unallocated(r), cell[C_UNALLOC], sizeof cell[C_UNALLOC]);
-        snprintf(cell[C_FRAG], sizeof cell[C_FRAG], "%.1f", 100.0 * frag(r));
-        size_text(r->largest_free_bytes, cell[C_LARGEST], sizeof cell[C_LARGEST]);
-        snprintf(cell[C_OOMS], sizeof cell[C_OOMS], "%lld", (long long)r->num_ooms);
-        snprintf(cell[C_RETRIES], sizeof cell[C_RETRIES], "%lld", (long long)r->num_alloc_retries);
-        snprintf(cell[C_DEVMALLOC], sizeof cell[C_DEVMALLOC], "%lld", (long long)r->num_device_alloc);
-        snprintf(cell[C_EXP], sizeof cell[C_EXP], "%s", r->expandable_segments ? "yes" : "no");
-        snprintf(cell[C_COMMAND], sizeof cell[C_COMMAND], "%s", r->command);
-        print_row(f, on, cell);
-        ta = sat_add(ta, r->allocated_bytes);
-        tr = sat_add(tr, r->reserved_bytes);
+    print_row(f, o, on, cell, command);
+    /* On a terminal the rows that fit, and how many do not: the title, the notes and the totals stay in view. */
+    size_t room = s->n;
+    int notes = 2 * (s->stale > 0) + 2 * (s->refused > 0) + !s->n;
+    if (o->lines > 0 && !o->once) {
+        int free_lines = o->lines - 3 - (int)ndev - notes - 1;
+        room = free_lines > 1 ? (size_t)free_lines : 1;
+        if (room < s->n)
+            room--; /* the line that says how many more */
     }
-    if (s->n > 1) {
-        bool sum[NCOLS];
-        for (int c = 0; c < NCOLS; c++) {
-            sum[c] = on[c] && c <= C_FRAG;
-            cell[c][0] = 0;
-        }
-        snprintf(cell[C_RANK], sizeof cell[C_RANK], "all");
-        size_text(ta, cell[C_ALLOC], sizeof cell[C_ALLOC]);
-        size_text(tr, cell[C_RES], sizeof cell[C_RES]);
-        size_text(sat_sub(tr, ta), cell[C_UNALLOC], sizeof cell[C_UNALLOC]);
-        snprintf(cell[C_FRAG], sizeof cell[C_FRAG], "%.1f", 100.0 * ratio(sat_sub(tr, ta), tr));
-        print_row(f, sum, cell);
+    const entry **shown = malloc((s->n ? s->n : 1) * sizeof *shown);
+    for (size_t i = 0; shown && i < s->n; i++)
+        shown[i] = &s->recs[i];
+    if (shown && s->n) {
+        sort_key = o->sort;
+        qsort(shown, s->n, sizeof *shown, cmp_shown);
     }
-    if (!s->n)
-        fprintf(f, "(no process of this user publishes hbmalloc statistics in %s: the PyTorch plug-ins do by default, "
-                   "the C API with hbm_publish:True)\n", o->dir);
-    if (s->stale)
-        fprintf(f, "\n%zu record%s of exited processes ignored%s\n", s->stale, s->stale == 1 ? "" : "s",
-                o->clean ? (s->removed == s->stale ? " and removed" : ", not all removed") : " (--clean removes them)");
-    if (s->refused)
-        fprintf(f, "\n%zu file%s refused, e.g. %s: %s\n", s->refused, s->refused == 1 ? "" : "s", s->refused_file,
-                s->refused_why);
+    for (size_t i = 0; shown && i < s->n && i < room; i++) {
+        row_cells(s, shown[i], cell);
+        print_row(f, o, on, cell, command);
+    }
+    free(shown);
+    if (room < s->n) {
+        snprintf(line, sizeof line, "... %zu more (a taller terminal, s to sort, or --once for all)", s->n - room);
+        put_line(f, o, line);
+    }
+    for (size_t k = 0; k < ndev; k++) {
+        total_cells(s, devices[k], cell);
+        print_row(f, o, on, cell, command);
+    }
+    if (!s->n) {
+        snprintf(line, sizeof line, "(no process of this user publishes hbmalloc statistics in %s: the PyTorch "
+                                    "plug-ins do by default, the C API with hbm_publish:True)", o->dir);
+        put_line(f, o, line);
+    }
+    if (s->stale) {
+        snprintf(line, sizeof line, "%zu record%s of exited processes ignored%s", s->stale, s->stale == 1 ? "" : "s",
+                 o->clean ? (s->removed == s->stale ? " and removed" : ", not all removed") : " (--clean removes them)");
+        put_line(f, o, "");
+        put_line(f, o, line);
+    }
+    if (s->refused) {
+        snprintf(line, sizeof line, "%zu file%s refused, e.g. %s: %s", s->refused, s->refused == 1 ? "" : "s",
+                 s->refused_file, s->refused_why);
+        put_line(f, o, "");
+        put_line(f, o, line);
+    }
+}
+
+/* fragmentation as JSON: a number, or null when nothing is cached free. */
+static const char *frag_json(const hbm_record *r, char *buf, size_t len)
+{
+    double f = fragmentation(r);
+    if (f < 0)
+        return "null";
+    snprintf(buf, len, "%.6f", f);
+    return buf;
 }
 
 static void print_json(FILE *f, const opts *o, const seen *s)
@@ -319,9 +631,11 @@ static void print_json(FILE *f, const opts *o, const seen *s)
     fprintf(f, ", \"stale\": %zu, \"refused\": %zu, \"records\": [", s->stale, s->refused);
     for (size_t i = 0; i < s->n; i++) {
         const hbm_record *r = &s->recs[i].r;
+        char fj[32];
         fprintf(f, "%s{\"pid\": %lld, \"start_time\": %llu, \"device\": %lld, \"rank\": %lld, \"local_rank\": %lld, "
                    "\"world_size\": %lld, \"updated_ns\": %llu, \"allocated_bytes\": %lld, \"reserved_bytes\": %lld, "
-                   "\"reserved_unallocated_bytes\": %lld, \"fragmentation\": %.6f, \"active_bytes\": %lld, "
+                   "\"reserved_unallocated_bytes\": %lld, \"unallocated_share\": %.6f, \"free_cached_bytes\": %lld, "
+                   "\"fragmentation\": %s, \"active_bytes\": %lld, "
                    "\"requested_bytes\": %lld, \"inactive_split_bytes\": %lld, \"peak_allocated_bytes\": %lld, "
                    "\"peak_reserved_bytes\": %lld, \"largest_free_bytes\": %lld, \"allocation\": %lld, "
                    "\"segment\": %lld, \"active\": %lld, \"inactive_split\": %lld, \"num_ooms\": %lld, "
@@ -330,7 +644,8 @@ static void print_json(FILE *f, const opts *o, const seen *s)
                 i ? ", " : "", (long long)r->pid, (unsigned long long)r->start_time, (long long)r->device,
                 (long long)r->rank, (long long)r->local_rank, (long long)r->world_size,
                 (unsigned long long)r->updated_ns, (long long)r->allocated_bytes, (long long)r->reserved_bytes,
-                (long long)unallocated(r), frag(r), (long long)r->active_bytes, (long long)r->requested_bytes,
+                (long long)unallocated(r), unallocated_share(r), (long long)free_cached(r), frag_json(r, fj, sizeof fj),
+                (long long)r->active_bytes, (long long)r->requested_bytes,
                 (long long)r->inactive_split_bytes, (long long)r->peak_allocated_bytes,
                 (long long)r->peak_reserved_bytes, (long long)r->largest_free_bytes, (long long)r->allocation,
                 (long long)r->segment, (long long)r->active, (long long)r->inactive_split, (long long)r->num_ooms,
@@ -343,6 +658,10 @@ static void print_json(FILE *f, const opts *o, const seen *s)
         hbm__json_str(f, r->source);
         fputs(", \"command\": ", f);
         hbm__json_str(f, r->command);
+        const history *h = history_of(s, &s->recs[i]);
+        fprintf(f, ", \"peak_reserved_seen_bytes\": %lld, \"device_as_numbered\": ",
+                (long long)(h && h->peak_seen > r->peak_reserved_bytes ? h->peak_seen : r->peak_reserved_bytes));
+        hbm__json_str(f, s->recs[i].device);
         fputc('}', f);
     }
     fputs("]}\n", f);
@@ -370,16 +689,22 @@ static int append_csv(const opts *o, const seen *s)
     if (!f)
         return -1;
     if (ftell(f) == 0)
-        fputs("time,pid,rank,device,allocated_bytes,reserved_bytes,reserved_unallocated_bytes,fragmentation,"
+        fputs("time,pid,rank,device,allocated_bytes,reserved_bytes,reserved_unallocated_bytes,unallocated_share,"
+              "fragmentation,"
               "largest_free_bytes,peak_reserved_bytes,num_ooms,num_alloc_retries,num_device_alloc,num_device_free,"
               "expandable_segments,command\n", f);
     char when[32];
     now_text(when, sizeof when, 1);
     for (size_t i = 0; i < s->n; i++) {
         const hbm_record *r = &s->recs[i].r;
-        fprintf(f, "%s,%lld,%lld,%lld,%lld,%lld,%lld,%.6f,%lld,%lld,%lld,%lld,%lld,%lld,%d,", when, (long long)r->pid,
-                (long long)r->rank, (long long)r->device, (long long)r->allocated_bytes, (long long)r->reserved_bytes,
-                (long long)unallocated(r), frag(r), (long long)r->largest_free_bytes,
+        double frag = fragmentation(r);
+        char fc[32] = "";
+        if (frag >= 0)
+            snprintf(fc, sizeof fc, "%.6f", frag);
+        fprintf(f, "%s,%lld,%lld,%lld,%lld,%lld,%lld,%.6f,%s,%lld,%lld,%lld,%lld,%lld,%lld,%d,", when,
+                (long long)r->pid, (long long)r->rank, (long long)r->device, (long long)r->allocated_bytes,
+                (long long)r->reserved_bytes, (long long)unallocated(r), unallocated_share(r), fc,
+                (long long)r->largest_free_bytes,
                 (long long)r->peak_reserved_bytes, (long long)r->num_ooms, (long long)r->num_alloc_retries,
                 (long long)r->num_device_alloc, (long long)r->num_device_free, r->expandable_segments ? 1 : 0);
         csv_field(f, r->command);
@@ -512,13 +837,78 @@ static void usage_error(const char *fmt, const char *arg)
 {
     fprintf(stderr, "hbmalloc top: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nusage: hbmalloc top [--once] [--json] [--interval SECONDS] [--csv FILE] [--textfile DIR] "
-                    "[--dir DIR] [--clean]\n");
+    fprintf(stderr, "\nusage: hbmalloc top [--once] [--json] [--interval SECONDS] [--sort KEY] [--csv FILE] "
+                    "[--textfile DIR] [--dir DIR] [--clean]\n");
+}
+
+/* The terminal's keys, one at a time and not echoed, while top runs; put back as they were at the end. */
+static struct termios saved_tty;
+static bool tty_raw;
+static void keys_on(void)
+{
+    struct termios t;
+    if (tcgetattr(STDIN_FILENO, &t))
+        return;
+    if (!tty_raw)
+        saved_tty = t;
+    t.c_lflag &= ~(tcflag_t)(ICANON | ECHO); /* ISIG stays: Ctrl-C and Ctrl-Z work as anywhere */
+    t.c_cc[VMIN] = 0;
+    t.c_cc[VTIME] = 0;
+    tty_raw = tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
+}
+static void keys_off(void)
+{
+    if (tty_raw)
+        tcsetattr(STDIN_FILENO, TCSANOW, &saved_tty);
+    tty_raw = false;
+}
+
+/* Waits `seconds`, or until a key, a resize or a signal. 1: redraw now (s pressed, the size changed). */
+static int wait_or_key(opts *o, double seconds)
+{
+    struct timespec end, now;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += (time_t)seconds;
+    end.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+    if (end.tv_nsec >= 1000000000L) {
+        end.tv_sec++;
+        end.tv_nsec -= 1000000000L;
+    }
+    for (;;) {
+        if (stop)
+            return 0;
+        if (resized) {
+            resized = 0;
+            if (o->keys)
+                keys_on(); /* back from Ctrl-Z: the shell put the terminal back in lines */
+            return 1;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long ms = (long long)(end.tv_sec - now.tv_sec) * 1000 + (end.tv_nsec - now.tv_nsec) / 1000000;
+        if (ms <= 0)
+            return 0;
+        struct pollfd p = {o->keys ? STDIN_FILENO : -1, POLLIN, 0};
+        if (poll(&p, 1, ms > 1000000 ? 1000000 : (int)ms) <= 0 || !(p.revents & POLLIN))
+            continue; /* timed out (checked above), or a signal */
+        char c;
+        if (read(STDIN_FILENO, &c, 1) != 1) {
+            o->keys = 0; /* the terminal went away: no more keys, the refreshes go on */
+            continue;
+        }
+        if (c == 'q' || c == 'Q') {
+            stop = 1;
+            return 0;
+        }
+        if (c == 's' || c == 'S') {
+            o->sort = (o->sort + (c == 's' ? 1 : NSORTS - 1)) % NSORTS;
+            return 1;
+        }
+    }
 }
 
 int top_main(int argc, char **argv)
 {
-    opts o = {hbm_record_dir(), NULL, NULL, 1.0, 0, 0, 0, 0};
+    opts o = {hbm_record_dir(), NULL, NULL, 1.0, 0, 0, 0, SORT_RANK, 0, 0, 0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -533,6 +923,16 @@ int top_main(int argc, char **argv)
             o.interval = strtod(argv[++i], &end);
             if (*end || end == argv[i] || !(o.interval >= 0.1 && o.interval <= 3600)) {
                 usage_error("--interval takes seconds from 0.1 to 3600, not '%s'", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--sort") && more) {
+            const char *k = argv[++i];
+            o.sort = -1;
+            for (int s = 0; s < NSORTS; s++)
+                if (!strcmp(k, sort_names[s]))
+                    o.sort = s;
+            if (o.sort < 0) {
+                usage_error("--sort takes rank, reserved, allocated, unallocated or pid, not '%s'", k);
                 return 2;
             }
         } else if (!strcmp(a, "--csv") && more) {
@@ -552,24 +952,35 @@ int top_main(int argc, char **argv)
                     o.textfile);
         return 2;
     }
-    struct sigaction sa;
+    struct sigaction sa, old_int, old_term, old_winch, old_cont;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    sa.sa_handler = on_winch; /* no SA_RESTART: the wait ends at once, and the screen is drawn at the new size */
+    sigaction(SIGWINCH, &sa, &old_winch);
+    sigaction(SIGCONT, &sa, &old_cont);
     int tty = !o.json && isatty(STDOUT_FILENO);
-    struct winsize ws;
-    if (tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
-        o.columns = ws.ws_col;
+    if (tty && !o.once && isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp()) {
+        o.keys = 1;
+        keys_on();
+    }
     seen s = {0};
     int rc = 0;
     for (unsigned frame = 0; !stop; frame++) {
+        struct winsize ws;
+        o.columns = o.lines = 0; /* read at every refresh: the terminal may have been resized */
+        if (tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+            o.columns = ws.ws_col;
+            o.lines = ws.ws_row;
+        }
         if (collect(&o, &s)) {
             fprintf(stderr, "hbmalloc top: cannot read %s: %s (HBMALLOC_TOP_DIR or --dir names the folder)\n", o.dir,
                     strerror(errno));
             rc = 2;
             break;
         }
+        remember(&s);
         if (o.csv && append_csv(&o, &s)) {
             fprintf(stderr, "hbmalloc top: cannot append to %s: %s\n", o.csv, strerror(errno));
             rc = 2;
@@ -580,22 +991,35 @@ int top_main(int argc, char **argv)
             rc = 2;
             break;
         }
-        if (o.json) {
-            print_json(stdout, &o, &s);
-        } else if (!(o.csv || o.textfile) || o.once || tty) {
-            if (tty && !o.once)
-                fputs("\033[H\033[2J", stdout); /* redrawn in place, as npu-smi -l and top do */
-            else if (frame)
-                fputc('\n', stdout);
-            print_table(stdout, &o, &s);
+        for (int redraw = 1; redraw && !stop;) {
+            if (o.json) {
+                print_json(stdout, &o, &s);
+            } else if (!(o.csv || o.textfile) || o.once || tty) {
+                if (tty && !o.once)
+                    fputs("\033[H\033[2J", stdout); /* redrawn in place, as npu-smi -l and top do */
+                else if (frame)
+                    fputc('\n', stdout);
+                print_table(stdout, &o, &s);
+            }
+            fflush(stdout);
+            if (o.once)
+                break;
+            redraw = wait_or_key(&o, o.interval);
+            if (redraw && tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+                o.columns = ws.ws_col;
+                o.lines = ws.ws_row;
+            }
+            redraw &= !o.json && tty; /* a key or a resize changes only what a terminal shows */
         }
-        fflush(stdout);
         if (o.once)
             break;
-        struct timespec ts = {(time_t)o.interval, (long)((o.interval - (double)(time_t)o.interval) * 1e9)};
-        while (!stop && nanosleep(&ts, &ts) && errno == EINTR)
-            ;
     }
+    keys_off();
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGWINCH, &old_winch, NULL);
+    sigaction(SIGCONT, &old_cont, NULL);
     free(s.recs);
+    free(s.hist);
     return rc;
 }
