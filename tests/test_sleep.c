@@ -214,9 +214,12 @@ static void allocations_into_a_sleeping_pool_are_refused_and_frees_work(void **s
     hbm_allocator *a = open_sim(HOST_SIM, "");
     hbm_mempool mp = tagged(a, "kv_cache", 1);
     must(a, hbm_mempool_begin_thread(a, mp), "route");
-    void *keep = must_malloc(a, 30 * MiB, 0), *drop = must_malloc(a, 40 * MiB, 0);
+    void *keep = must_malloc(a, 30 * MiB, 0), *drop = must_malloc(a, 40 * MiB, 0), *cached = must_malloc(a, 60 * MiB, 0);
     fill(keep, 30 * MiB, 5);
+    hbm_free(a, cached); /* cached free pages: given back by the sleep, not mapped again by the wake */
+    size_t before = info(a, mp).reserved_bytes;
     must(a, hbm_pool_sleep(a, mp, NULL), "sleep");
+    assert_int_equal(info(a, mp).asleep_bytes, before - 60 * MiB);
     void *p = (void *)1;
     assert_int_equal(hbm_malloc(a, 4096, 0, &p), HBM_ERR_ASLEEP);
     assert_null(p);
