@@ -9,7 +9,10 @@
 #      caller's CUDA context and device unchanged after empty_cache(), torch.accelerator's figures (docs/CONTRACTS.md);
 #   4. train ResNet-50 and a GPT-2-sized transformer (random weights, variable sequence lengths) under
 #      PyTorch's allocator, hbmalloc, and hbmalloc with expandable segments; a table of peak reserved,
-#      step time relative to PyTorch's allocator, and device allocation calls, plus their memory snapshots.
+#      step time relative to PyTorch's allocator, and device allocation calls, plus their memory snapshots;
+#   5. pools that sleep and wake (scripts/gpu_sleep.py, docs/SLEEP.md): a 4 GiB backup pool and an 8 GiB discard
+#      pool slept and woken 20 times beside a training loop on torch's own allocator: mem_get_info at each step,
+#      addresses, contents and a CUDA graph's replay checked, seconds per GiB and device calls.
 # Output goes to $OUT (or ./gpu-check-out): gpu-check.md, results.jsonl, *.pickle snapshots, logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,8 +77,14 @@ for model in resnet50 gpt2; do
         fi
     done
 done
+log "pools that sleep and wake"
+if timeout 420 python3 scripts/gpu_sleep.py "$out" 4 8 20 >"$out/sleep.jsonl" 2>"$out/sleep.log"; then
+    log "sleep and wake: $(tail -n1 "$out/sleep.jsonl")"
+else
+    log "sleep and wake FAILED: $(tail -n3 "$out/sleep.log" | tr '\n' ' ') $(tail -n1 "$out/sleep.jsonl")"; status=1
+fi
 python3 - "$out" <<'PY'
-import json, sys
+import json, os, sys
 out = sys.argv[1]
 rows = [json.loads(l) for l in open(f"{out}/results.jsonl") if l.strip()]
 base = {r["model"]: r for r in rows if r["allocator"] == "native"}
@@ -89,6 +98,8 @@ for r in rows:
 door = [json.loads(l) for l in open(f"{out}/door.jsonl") if l.strip()]
 lines += ["", "| door check | ok | detail |", "|---|---|---|"]
 lines += [f"| {d['check']} | {'yes' if d['ok'] else 'NO'} | {d['detail'].replace('|', '/')} |" for d in door]
+if os.path.exists(f"{out}/sleep.md"):
+    lines += ["", "Pools that sleep and wake (scripts/gpu_sleep.py):", ""] + open(f"{out}/sleep.md").read().splitlines()
 open(f"{out}/gpu-check.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
