@@ -147,12 +147,14 @@ doc HBMALLOC_LIBASCENDCL="$FAKEACL" FAKE_ACL_VMM=0 FAKE_ACL_DRIVER=24.1.rc2 PYTO
     "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "loads                    yes" "AscendCL 1.15.0, driver 24.1.rc2, Ascend910B3" \
   "virtual memory           no: the probe aclrtReserveMemAddress(512 bytes) returned ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000)" \
+  "sleeping pools           no: a sleep cannot keep addresses without virtual memory" \
 
 grep -q "asks for expandable_segments:True, which this NPU cannot do" "$T/out" || fail "$case: no expandable finding"
 case=runtime-ok
 doc HBMALLOC_LIBASCENDCL="$FAKEACL" PYTORCH_NPU_ALLOC_CONF=expandable_segments:True \
     "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
-expect 0 "$T/out" "virtual memory           yes on every device (granularity 2048 KiB)" "No problems found."
+expect 0 "$T/out" "virtual memory           yes on every device (granularity 2048 KiB)" "No problems found." \
+  "sleeping pools           yes: hbmalloc.torch.sleep() keeps every address; backups in pinned host memory"
 
 case=bad-settings
 doc PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:10 "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?

@@ -463,6 +463,11 @@ static void probe_backend(doctor *d, const char *spec, int *vmm, char *why, size
                     b->caps.vmm_granularity >> 10);
     else
         doctor_fact(d, spec, "virtual memory", "no: %.380s", no);
+    /* Pools that sleep (docs/SLEEP.md) keep their addresses only with virtual memory. */
+    doctor_fact(d, spec, "sleeping pools", yes ? "yes: hbmalloc.torch.sleep() keeps every address%s"
+                                               : "no: a sleep cannot keep addresses without virtual memory%s",
+                !yes ? "" : b->caps.host_copies ? "; backups in pinned host memory"
+                                                : "; no backup (the runtime has no pinned host copies)");
     *vmm = yes;
     if (why)
         snprintf(why, whylen, "%s", yes ? "virtual memory available" : no);
