@@ -525,6 +525,9 @@ typedef struct hbm_record {
     char settings[512];          /* the settings in force, as hbmalloc conf prints them ("" for the defaults) */
     char source[32];             /* where they came from (HBMALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF, ...) */
     char command[32];            /* the process's name (/proc/PID/comm) */
+    int64_t asleep_bytes;        /* pages of sleeping pools given back (docs/SLEEP.md) */
+    int64_t backup_bytes;        /* their live bytes held in host memory */
+    char asleep_tags[128];       /* what sleeps, per tag: "weights 4.00 GiB, kv_cache 8.00 GiB" ("" when nothing) */
 } hbm_record;
 
 /* The folder records go in: $HBMALLOC_TOP_DIR when set, else /dev/shm (else /tmp). */

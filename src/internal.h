@@ -547,6 +547,8 @@ hbm_status hbm__sleep_refuse(hbm_allocator *a, const hbm__mempool *m);
 void hbm__sleep_free(hbm_allocator *a, hbm__mempool *m);
 /* The validator's part: every tagged pool's state, backup and counts agree; each broken rule goes to fail(ck). */
 void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what), void *ck);
+/* The published record's: asleep and backup bytes, and per tag "tag size, ..." (publish.c). */
+void hbm__sleep_record(hbm_allocator *a, int64_t *asleep, int64_t *backup, char *tags, size_t len);
 /* hbm_get_stats: the asleep figures. */
 void hbm__sleep_stats(hbm_allocator *a, hbm_stats *st);
 /* The pool with id, or NULL (stream.c). */

@@ -178,6 +178,7 @@ static void fill_stats(hbm_allocator *a, hbm_record *r)
     r->num_device_free = s->num_device_free;
     r->expandable_segments = s->expandable_segments;
     r->device_total = (int64_t)a->device_total;
+    hbm__sleep_record(a, &r->asleep_bytes, &r->backup_bytes, r->asleep_tags, sizeof r->asleep_tags);
 }
 
 static void update(struct hbm__pub *p)

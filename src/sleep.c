@@ -692,6 +692,41 @@ void hbm__sleep_stats(hbm_allocator *a, hbm_stats *st)
         st->asleep_bytes += (int64_t)(seg->asleep_pages * seg->page);
 }
 
+void hbm__sleep_record(hbm_allocator *a, int64_t *asleep, int64_t *backup, char *tags, size_t len)
+{
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, tags, len);
+    tags[0] = 0;
+    *asleep = *backup = 0;
+    /* One entry per tag (pools may share one: a graph's and its pool(tag)'s), oldest pool first: the list is newest
+     * first, so a tag is written at its last pool in the list. */
+    for (hbm__mempool *m = a->mempools; m; m = m->next)
+        if (m->sl && m->sleep_state) {
+            *asleep += (int64_t)asleep_bytes(a, m);
+            *backup += (int64_t)m->sl->backup_bytes;
+        }
+    size_t n = 0;
+    for (hbm__mempool *m = a->mempools; m; m = m->next)
+        n++;
+    for (size_t k = n; k-- > 0;) {
+        hbm__mempool *m = a->mempools;
+        for (size_t i = 0; i < k; i++)
+            m = m->next;
+        bool later = false; /* an older pool of this tag is written for it */
+        for (hbm__mempool *o = m->next; o && !later; o = o->next)
+            later = o->sl && o->sleep_state && m->sl && !strcmp(o->sl->tag, m->sl->tag);
+        if (!m->sl || !m->sleep_state || later)
+            continue;
+        size_t bytes = 0;
+        for (hbm__mempool *o = a->mempools; o; o = o->next)
+            if (o->sl && o->sleep_state && !strcmp(o->sl->tag, m->sl->tag))
+                bytes += asleep_bytes(a, o);
+        char size[32];
+        hbm__format_size(bytes, size, sizeof size);
+        hbm__sb_printf(&sb, "%s%s %s", tags[0] ? ", " : "", m->sl->tag, size);
+    }
+}
+
 void hbm__sleep_free(hbm_allocator *a, hbm__mempool *m)
 {
     hbm__sleep *sl = m->sl;

@@ -3,6 +3,7 @@
  * memory are real there, and a touch of an unmapped page faults. */
 #include "helpers.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -633,6 +634,49 @@ static void the_model_gives_the_cost_per_gib(void **st)
     }
 }
 
+/* What `hbmalloc top` reads: the published record says how much sleeps, per tag (a graph's pool and its pool(tag)'s
+ * counted together), and reserved leaves it out. */
+static void the_published_record_says_what_sleeps_per_tag(void **st)
+{
+    (void)st;
+    char dir[] = "/tmp/hbm-sleep-top-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    setenv("HBMALLOC_TOP_DIR", dir, 1);
+    hbm_allocator *a = open_sim("sim:capacity=8GiB", "");
+    must(a, hbm_publish(a, 1), "publish");
+    hbm_mempool w = tagged(a, "weights", 1), w2 = tagged(a, "weights", 1), kv = tagged(a, "kv_cache", 0);
+    void *p = in_pool(a, w, 50 * MiB, 0), *q = in_pool(a, w2, 10 * MiB, 0), *k = in_pool(a, kv, 30 * MiB, 0);
+    must(a, hbm_pool_sleep(a, w, NULL), "sleep");
+    must(a, hbm_pool_sleep(a, w2, NULL), "sleep");
+    must(a, hbm_pool_sleep(a, kv, NULL), "sleep");
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[512] = "";
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "hbmalloc-", 9))
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    closedir(d);
+    hbm_record r;
+    char why[256];
+    assert_int_equal(hbm_record_read(path, &r, why, sizeof why), HBM_OK);
+    assert_int_equal(r.asleep_bytes, (60 + 20 + 40) * MiB);
+    assert_int_equal(r.backup_bytes, 60 * MiB);
+    assert_string_equal(r.asleep_tags, "weights 80.00 MiB, kv_cache 40.00 MiB");
+    assert_int_equal(r.reserved_bytes, 0);
+    must(a, hbm_pool_wake(a, w, NULL), "wake");
+    must(a, hbm_pool_wake(a, w2, NULL), "wake");
+    must(a, hbm_pool_wake(a, kv, NULL), "wake");
+    assert_int_equal(hbm_record_read(path, &r, why, sizeof why), HBM_OK);
+    assert_int_equal(r.asleep_bytes, 0);
+    assert_string_equal(r.asleep_tags, "");
+    hbm_free(a, p);
+    hbm_free(a, q);
+    hbm_free(a, k);
+    hbm_destroy(a);
+    unsetenv("HBMALLOC_TOP_DIR");
+    rmdir(dir);
+}
+
 /* ---- threads racing a sleep ---- */
 
 typedef struct race {
@@ -720,6 +764,7 @@ int main(void)
         cmocka_unit_test(a_sleeping_pool_let_go_gives_everything_back),
         cmocka_unit_test(a_device_without_virtual_memory_refuses_with_the_fix),
         cmocka_unit_test(the_model_gives_the_cost_per_gib),
+        cmocka_unit_test(the_published_record_says_what_sleeps_per_tag),
         cmocka_unit_test(threads_racing_a_sleep_find_it_whole),
     };
     setenv("HBMALLOC_QUIET", "1", 1);

@@ -290,11 +290,57 @@ static void rows_show_capacity_the_two_terms_and_a_total_per_device(void **state
     close(w2);
 }
 
+/* Pools that sleep (docs/SLEEP.md): a line under the row says what sleeps per tag, made safe as every text of a
+ * record; the JSON has the figures. */
+static void a_row_says_what_sleeps(void **state)
+{
+    (void)state;
+    const int64_t M = (int64_t)1 << 20, G = (int64_t)1 << 30;
+    hbm__shared_record s;
+    memset(&s, 0, sizeof s);
+    s.magic = HBM__RECORD_MAGIC;
+    s.layout = HBM__RECORD_LAYOUT;
+    s.size = sizeof s;
+    atomic_store(&s.seq, 2);
+    struct stat st;
+    s.pid_ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+    s.r.pid = getpid();
+    s.r.rank = s.r.local_rank = s.r.world_size = -1;
+    s.r.reserved_bytes = s.r.allocated_bytes = 100 * M;
+    s.r.device_total = 8 * G;
+    s.r.asleep_bytes = 12 * G;
+    s.r.backup_bytes = 4 * G;
+    strcpy(s.r.asleep_tags, "weights 4.00 GiB, kv_\033[2Jcache 8.00 GiB");
+    strcpy(s.r.backend, "sim");
+    strcpy(s.r.command, "job");
+    char path[512];
+    snprintf(path, sizeof path, "%s/hbmalloc-%u-%ld-0-s", dir, (unsigned)geteuid(), (long)getpid());
+    int fd = open(path, O_CREAT | O_EXCL | O_RDWR, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, &s, sizeof s), (ssize_t)sizeof s);
+    assert_int_equal(flock(fd, LOCK_EX), 0);
+    const char *table[] = {"--once", "--dir", dir};
+    assert_int_equal(run_top(3, table), 0);
+    size_t n;
+    char *text = slurp(out, &n);
+    assert_non_null(strstr(text, "\n      asleep: weights 4.00 GiB, kv_"));
+    assert_non_null(strstr(text, "cache 8.00 GiB\n"));
+    assert_null(strchr(text, '\033'));
+    free(text);
+    const char *json[] = {"--once", "--json", "--dir", dir};
+    assert_int_equal(run_top(4, json), 0);
+    text = slurp(out, &n);
+    assert_non_null(strstr(text, "\"asleep_bytes\": 12884901888, \"backup_bytes\": 4294967296, \"asleep_tags\": "));
+    free(text);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(crafted_figures_and_texts_are_shown_safely, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_link_planted_at_the_temporary_name_is_not_followed, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(a_row_says_what_sleeps, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(rows_show_capacity_the_two_terms_and_a_total_per_device, make_dir,
                                         remove_dir),
     };

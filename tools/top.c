@@ -125,6 +125,7 @@ static void safe_record(hbm_record *r)
     safe_text(r->settings, sizeof r->settings);
     safe_text(r->source, sizeof r->source);
     safe_text(r->command, sizeof r->command);
+    safe_text(r->asleep_tags, sizeof r->asleep_tags);
 }
 
 /* Prometheus: an entry's index among the entries of its rank and device, in their order (entries sorted), so
@@ -566,6 +567,8 @@ static void print_table(FILE *f, const opts *o, const seen *s)
     /* On a terminal the rows that fit, and how many do not: the title, the notes and the totals stay in view. */
     size_t room = s->n;
     int notes = 2 * (s->stale > 0) + 2 * (s->refused > 0) + !s->n;
+    for (size_t i = 0; i < s->n; i++) /* a line under each row whose pools sleep */
+        notes += s->recs[i].r.asleep_bytes > 0;
     if (o->lines > 0 && !o->once) {
         int free_lines = o->lines - 3 - (int)ndev - notes - 1;
         room = free_lines > 1 ? (size_t)free_lines : 1;
@@ -582,6 +585,10 @@ static void print_table(FILE *f, const opts *o, const seen *s)
     for (size_t i = 0; shown && i < s->n && i < room; i++) {
         row_cells(s, shown[i], cell);
         print_row(f, o, on, cell, command);
+        if (shown[i]->r.asleep_bytes > 0) { /* pools that sleep (docs/SLEEP.md): their pages are not in reserved */
+            snprintf(line, sizeof line, "      asleep: %s", shown[i]->r.asleep_tags);
+            put_line(f, o, line);
+        }
     }
     free(shown);
     if (room < s->n) {
@@ -658,6 +665,9 @@ static void print_json(FILE *f, const opts *o, const seen *s)
         hbm__json_str(f, r->source);
         fputs(", \"command\": ", f);
         hbm__json_str(f, r->command);
+        fprintf(f, ", \"asleep_bytes\": %lld, \"backup_bytes\": %lld, \"asleep_tags\": ", (long long)r->asleep_bytes,
+                (long long)r->backup_bytes);
+        hbm__json_str(f, r->asleep_tags);
         const history *h = history_of(s, &s->recs[i]);
         fprintf(f, ", \"peak_reserved_seen_bytes\": %lld, \"device_as_numbered\": ",
                 (long long)(h && h->peak_seen > r->peak_reserved_bytes ? h->peak_seen : r->peak_reserved_bytes));
