@@ -336,6 +336,8 @@ static hbm_status release_segment(hbm_allocator *a, hbm__block *b)
         return rc;
     hbm__unmapped_remove(seg->pool, b);
     hbm__segments_remove(a, seg);
+    if (seg->pool->owner && seg->pool->owner->sl) /* a sleeping pool's backup of it has nowhere to go back to */
+        hbm__sleep_forget(a, seg->pool->owner, seg->addr, seg->size);
     hbm__block_recycle(a, b);
     free(seg->pages);
     free(seg);

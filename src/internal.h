@@ -547,6 +547,9 @@ hbm_status hbm__sleep_refuse(hbm_allocator *a, const hbm__mempool *m);
 void hbm__sleep_free(hbm_allocator *a, hbm__mempool *m);
 /* The validator's part: every tagged pool's state, backup and counts agree; each broken rule goes to fail(ck). */
 void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what), void *ck);
+/* A reservation of pool m is given back (expand.c): its backup runs, if any, are dropped (the addresses may be
+ * reserved again by another pool before the wake). */
+void hbm__sleep_forget(hbm_allocator *a, hbm__mempool *m, uintptr_t addr, size_t size);
 /* The published record's: asleep and backup bytes, and per tag "tag size, ..." (publish.c). */
 void hbm__sleep_record(hbm_allocator *a, int64_t *asleep, int64_t *backup, char *tags, size_t len);
 /* hbm_get_stats: the asleep figures. */

@@ -316,6 +316,8 @@ static hbm_status restore_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sl
         for (; j < sl->nruns && sl->runs[j].buf == sl->runs[i].buf && rc == HBM_OK; j++) {
             const backup_run *r = &sl->runs[j];
             hbm__segment *seg = hbm__segment_find(a, r->addr);
+            if (seg && !in_pool(seg, m))
+                seg = NULL; /* never: hbm__sleep_forget drops the runs of a segment given back */
             for (hbm__block *b = seg ? seg->head : NULL; b && b->addr < r->addr + r->size && rc == HBM_OK;
                  b = b->next) {
                 uintptr_t lo = b->addr > r->addr ? b->addr : r->addr;
@@ -440,7 +442,8 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
         drop_backup(sl);
     }
     m->use_count--;
-    record_sleep(a, sl, t0, &d0);
+    if (!again || given)
+        record_sleep(a, sl, t0, &d0);
     hbm__published(a);
     hbm__unlock(a);
     return rc;
@@ -692,6 +695,21 @@ void hbm__sleep_stats(hbm_allocator *a, hbm_stats *st)
         st->asleep_bytes += (int64_t)(seg->asleep_pages * seg->page);
 }
 
+void hbm__sleep_forget(hbm_allocator *a, hbm__mempool *m, uintptr_t addr, size_t size)
+{
+    (void)a;
+    hbm__sleep *sl = m->sl;
+    size_t k = 0;
+    for (size_t i = 0; i < sl->nruns; i++) {
+        if (sl->runs[i].addr >= addr && sl->runs[i].addr - addr < size) {
+            sl->backup_bytes -= sl->runs[i].size;
+            continue;
+        }
+        sl->runs[k++] = sl->runs[i];
+    }
+    sl->nruns = k;
+}
+
 void hbm__sleep_record(hbm_allocator *a, int64_t *asleep, int64_t *backup, char *tags, size_t len)
 {
     hbm__sbuf sb;
@@ -765,9 +783,8 @@ void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what)
                          sl->tag, (void *)r->addr, r->size);
                 fail(ck, msg);
             }
-            /* A run may outlive its blocks (freed while asleep) and then its segment: a released segment is one
-             * with no live block, which has nothing to get back. */
-            if (seg && (!in_pool(seg, m) || r->addr + r->size > seg->addr + seg->size)) {
+            /* A run outlives its blocks (freed while asleep), not their segment (hbm__sleep_forget). */
+            if (!seg || !in_pool(seg, m) || r->addr + r->size > seg->addr + seg->size) {
                 snprintf(msg, sizeof msg, "pool '%s': backup run %p (%zu bytes) is not inside one of its segments",
                          sl->tag, (void *)r->addr, r->size);
                 fail(ck, msg);

@@ -575,6 +575,31 @@ static void a_sleeping_pool_let_go_gives_everything_back(void **st)
     hbm_backend_close(b);
 }
 
+/* torch's MemPool gives a sleeping pool's segment back (hbm_mempool_trim, from its release_block): the reservation
+ * goes, and with it the backup of it, so that the wake never copies into whatever reserves those addresses next. */
+static void a_reservation_given_back_while_asleep_takes_its_backup_with_it(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim(HOST_SIM, "");
+    hbm_mempool w = tagged(a, "weights", 1), other = tagged(a, "other", 0);
+    void *p = in_pool(a, w, 30 * MiB, 0);
+    fill(p, 30 * MiB, 1);
+    must(a, hbm_pool_sleep(a, w, NULL), "sleep");
+    assert_int_equal(info(a, w).backup_bytes, 30 * MiB);
+    hbm_free(a, p);
+    must(a, hbm_mempool_trim(a, w), "trim"); /* torch's raw_delete of its last segment */
+    assert_valid(a);
+    assert_int_equal(info(a, w).backup_bytes, 0);
+    assert_int_equal(stats_of(a).num_expandable_segments, 0);
+    void *q = in_pool(a, other, 30 * MiB, 0); /* may take the addresses back */
+    fill(q, 30 * MiB, 2);
+    must(a, hbm_pool_wake(a, w, NULL), "wake");
+    assert_true(same(q, 30 * MiB, 2));
+    assert_valid(a);
+    hbm_free(a, q);
+    hbm_destroy(a);
+}
+
 /* A device without virtual memory cannot keep an address while its memory is away: tagging is refused with the
  * reason and the fix (Ascend HDK 23.0.0; the field report's 22.0.3). */
 static void a_device_without_virtual_memory_refuses_with_the_fix(void **st)
@@ -762,6 +787,7 @@ int main(void)
         cmocka_unit_test(a_big_backup_reports_progress_with_the_lock_open),
         cmocka_unit_test(statistics_and_snapshots_mark_a_sleeping_pool),
         cmocka_unit_test(a_sleeping_pool_let_go_gives_everything_back),
+        cmocka_unit_test(a_reservation_given_back_while_asleep_takes_its_backup_with_it),
         cmocka_unit_test(a_device_without_virtual_memory_refuses_with_the_fix),
         cmocka_unit_test(the_model_gives_the_cost_per_gib),
         cmocka_unit_test(the_published_record_says_what_sleeps_per_tag),
