@@ -239,12 +239,11 @@ HBM_TORCH_EXPORT void hbm_torch_pool_free(void *ptr, size_t size, int device, vo
 SLOT(0) SLOT(1) SLOT(2) SLOT(3) SLOT(4) SLOT(5) SLOT(6) SLOT(7)
 SLOT(8) SLOT(9) SLOT(10) SLOT(11) SLOT(12) SLOT(13) SLOT(14) SLOT(15)
 
-/* The pools of every device in use whose tag is `tag` (NULL: every tagged pool), fn applied to each; the number
- * done, or -1 with the first failure's text. */
-static int each_pool(const char *tag, hbm_status (*fn)(hbm_allocator *, hbm_mempool, const hbm_sleep_opts *),
-                     const hbm_sleep_opts *o)
+/* fn on every tagged pool of every device in use whose tag is `tag` (NULL: any tag). */
+static void each_tagged(const char *tag, void (*fn)(int device, hbm_allocator *a, const hbm_pool_info *info, void *ctx),
+                        void *ctx)
 {
-    int done = 0, failed = 0, n = hbm_torch_device_count();
+    int n = hbm_torch_device_count();
     for (int d = 0; d < n; d++) {
         hbm_allocator *a = hbm_torch_device_used(d) ? hbm_torch__allocator(d) : NULL;
         if (!a)
@@ -253,18 +252,37 @@ static int each_pool(const char *tag, hbm_status (*fn)(hbm_allocator *, hbm_memp
         size_t k = hbm_pool_list(a, ids, 256);
         for (size_t i = 0; i < k && i < 256; i++) {
             hbm_pool_info info;
-            if (hbm_pool_info_get(a, ids[i], &info) != HBM_OK || !info.tag[0] || (tag && strcmp(tag, info.tag)))
-                continue;
-            if (fn(a, ids[i], o) == HBM_OK) {
-                done++;
-            } else if (!failed++) {
-                char e[1200];
-                hbm_copy_last_error(a, e, sizeof e);
-                hbm_torch__set_error("device %d: %s", d, e);
-            }
+            if (hbm_pool_info_get(a, ids[i], &info) == HBM_OK && info.tag[0] && (!tag || !strcmp(tag, info.tag)))
+                fn(d, a, &info, ctx);
         }
     }
-    return failed ? -1 : done;
+}
+
+typedef struct apply_ctx {
+    hbm_status (*fn)(hbm_allocator *, hbm_mempool, const hbm_sleep_opts *);
+    const hbm_sleep_opts *o;
+    int done, failed;
+} apply_ctx;
+
+static void apply_one(int device, hbm_allocator *a, const hbm_pool_info *info, void *ctx)
+{
+    apply_ctx *c = ctx;
+    if (c->fn(a, info->id, c->o) == HBM_OK) {
+        c->done++;
+    } else if (!c->failed++) {
+        char e[1200];
+        hbm_copy_last_error(a, e, sizeof e);
+        hbm_torch__set_error("device %d: %s", device, e);
+    }
+}
+
+/* fn (a sleep or a wake) on each pool of the tag: the number done, or -1 with the first failure's text. */
+static int each_pool(const char *tag, hbm_status (*fn)(hbm_allocator *, hbm_mempool, const hbm_sleep_opts *),
+                     const hbm_sleep_opts *o)
+{
+    apply_ctx c = {fn, o, 0, 0};
+    each_tagged(tag, apply_one, &c);
+    return c.failed ? -1 : c.done;
 }
 
 HBM_TORCH_EXPORT int hbm_torch_sleep(const char *tag, size_t chunk, hbm_sleep_progress progress, void *ctx)
@@ -303,37 +321,36 @@ HBM_TORCH_EXPORT int hbm_torch_pool_state(const char *tag)
     return state;
 }
 
+typedef struct text_ctx {
+    char *buf;
+    long len, need;
+} text_ctx;
+
+static void pool_line(int device, hbm_allocator *a, const hbm_pool_info *f, void *ctx)
+{
+    (void)a;
+    text_ctx *t = ctx;
+    int w = snprintf(t->buf && t->need < t->len ? t->buf + t->need : NULL,
+                     t->buf && t->need < t->len ? (size_t)(t->len - t->need) : 0,
+                     "%d\t%llu\t%s\t%d\t%d\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu"
+                     "\t%llu\n",
+                     device, (unsigned long long)f->id, f->tag, f->backup, (int)f->state,
+                     (unsigned long long)f->live_bytes, (unsigned long long)f->reserved_bytes,
+                     (unsigned long long)f->asleep_bytes, (unsigned long long)f->backup_bytes,
+                     (unsigned long long)f->host_bytes, (unsigned long long)f->sleeps, (unsigned long long)f->wakes,
+                     (unsigned long long)f->sleep_ns, (unsigned long long)f->sleep_device_ns,
+                     (unsigned long long)f->sleep_calls, (unsigned long long)f->wake_ns,
+                     (unsigned long long)f->wake_device_ns, (unsigned long long)f->wake_calls);
+    t->need += w;
+}
+
 /* One line per tagged pool of every device in use, tab-separated: device, id, tag, backup, state, then the byte
  * counts and the last sleep's and wake's costs (hbm_pool_info's order). Returns the length (or the length needed). */
 HBM_TORCH_EXPORT long hbm_torch_pools(char *buf, long len)
 {
-    long need = 0;
-    int n = hbm_torch_device_count();
-    for (int d = 0; d < n; d++) {
-        hbm_allocator *a = hbm_torch_device_used(d) ? hbm_torch__allocator(d) : NULL;
-        if (!a)
-            continue;
-        hbm_mempool ids[256];
-        size_t k = hbm_pool_list(a, ids, 256);
-        for (size_t i = 0; i < k && i < 256; i++) {
-            hbm_pool_info f;
-            if (hbm_pool_info_get(a, ids[i], &f) != HBM_OK || !f.tag[0])
-                continue;
-            int w = snprintf(buf && need < len ? buf + need : NULL, buf && need < len ? (size_t)(len - need) : 0,
-                             "%d\t%llu\t%s\t%d\t%d\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu"
-                             "\t%llu\n",
-                             d, (unsigned long long)f.id, f.tag, f.backup, (int)f.state,
-                             (unsigned long long)f.live_bytes, (unsigned long long)f.reserved_bytes,
-                             (unsigned long long)f.asleep_bytes, (unsigned long long)f.backup_bytes,
-                             (unsigned long long)f.host_bytes, (unsigned long long)f.sleeps,
-                             (unsigned long long)f.wakes, (unsigned long long)f.sleep_ns,
-                             (unsigned long long)f.sleep_device_ns, (unsigned long long)f.sleep_calls,
-                             (unsigned long long)f.wake_ns, (unsigned long long)f.wake_device_ns,
-                             (unsigned long long)f.wake_calls);
-            need += w;
-        }
-    }
-    return need;
+    text_ctx t = {buf, len, 0};
+    each_tagged(NULL, pool_line, &t);
+    return t.need;
 }
 
 /* torch.cuda.mem_get_info()'s figures, as the runtime gives them to hbmalloc (tests on the simulated device). */

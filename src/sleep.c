@@ -59,7 +59,7 @@ struct hbm__sleep {
     size_t nbufs, cap_bufs;
     size_t backup_bytes;
     uint64_t sleeps, wakes;
-    uint64_t sleep_ns, sleep_device_ns, sleep_calls, wake_ns, wake_device_ns, wake_calls;
+    uint64_t sleep_cost[3], wake_cost[3]; /* the last sleep's and wake's: wall ns, device ns, device calls */
 };
 
 static uint64_t wall_ns(void)
@@ -110,6 +110,24 @@ static hbm__mempool *tagged_pool(hbm_allocator *a, hbm_mempool id, const char *o
     else
         return m;
     return NULL;
+}
+
+/* The pool a sleep or a wake (op) may work on: tagged, held, not being put to sleep or woken by another thread, and
+ * no graph capture under way (what the capture forbids, and the verb, in `refusal`). NULL with the status in *rc. */
+static hbm__mempool *pool_for(hbm_allocator *a, hbm_mempool id, const char *op, const char *refusal, hbm_status *rc)
+{
+    hbm__mempool *m = tagged_pool(a, id, op);
+    *rc = m ? HBM_OK : HBM_ERR_INVALID;
+    if (m && (m->sleep_state == HBM_POOL_FALLING_ASLEEP || m->sleep_state == HBM_POOL_WAKING)) {
+        hbm__set_error(a, "%s: pool '%s' is %s by another thread", op, tag_of(m), state_name(m->sleep_state));
+        *rc = HBM_ERR_INVALID;
+    } else if (m && a->ncaptures) {
+        hbm__set_error(a, "%s: pool '%s' on %s device %d during a graph capture: %s it before the capture begins or "
+                          "after it ends",
+                       op, tag_of(m), a->backend->ops->name, a->device, refusal);
+        *rc = HBM_ERR_CAPTURE;
+    }
+    return *rc == HBM_OK ? m : NULL;
 }
 
 /* ---- tagging ---- */
@@ -272,25 +290,61 @@ static void progress(hbm_allocator *a, const hbm_sleep_opts *o, uint64_t done, u
     hbm__lock(a);
 }
 
-/* Copy every run to host memory, a buffer at a time, each waited for. */
-static hbm_status take_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o)
+/* copy on every run, a buffer at a time: the buffer's copies queued, their streams waited for (a failed copy's too:
+ * the others must be done before the buffer is reused), then progress; *done: the bytes of the buffers done. */
+static hbm_status each_buffer(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o,
+                              hbm_status (*copy)(hbm_allocator *, hbm__mempool *, const backup_run *), uint64_t *done)
 {
     hbm__sleep *sl = m->sl;
-    hbm_status rc = plan_backup(a, m, o->chunk_bytes);
-    uint64_t done = 0;
+    hbm_status rc = HBM_OK;
+    *done = 0;
     for (size_t i = 0; i < sl->nruns && rc == HBM_OK;) {
         size_t j = i;
         for (; j < sl->nruns && sl->runs[j].buf == sl->runs[i].buf && rc == HBM_OK; j++)
-            rc = hbm__dev_copy_d2h(a, sl->runs[j].host, sl->runs[j].addr, sl->runs[j].size, sl->runs[j].stream);
-        hbm_status rs = sync_runs(a, sl, i, j); /* a failed piece too: the others must be done before reuse */
+            rc = copy(a, m, &sl->runs[j]);
+        hbm_status rs = sync_runs(a, sl, i, j);
         if (rc == HBM_OK)
             rc = rs;
         for (size_t k = i; k < j; k++)
-            done += sl->runs[k].size;
+            *done += sl->runs[k].size;
         i = j;
         if (rc == HBM_OK)
-            progress(a, o, done, sl->backup_bytes);
+            progress(a, o, *done, sl->backup_bytes);
     }
+    return rc;
+}
+
+static hbm_status copy_out(hbm_allocator *a, hbm__mempool *m, const backup_run *r)
+{
+    (void)m;
+    return hbm__dev_copy_d2h(a, r->host, r->addr, r->size, r->stream);
+}
+
+/* A piece back only where a block is still live (one freed while asleep has nothing to get back, and its pages may
+ * be gone). */
+static hbm_status copy_in(hbm_allocator *a, hbm__mempool *m, const backup_run *r)
+{
+    hbm_status rc = HBM_OK;
+    hbm__segment *seg = hbm__segment_find(a, r->addr);
+    if (seg && !in_pool(seg, m))
+        seg = NULL; /* never: hbm__sleep_forget drops the runs of a segment given back */
+    for (hbm__block *b = seg ? seg->head : NULL; b && b->addr < r->addr + r->size && rc == HBM_OK; b = b->next) {
+        uintptr_t lo = b->addr > r->addr ? b->addr : r->addr;
+        uintptr_t hi = b->addr + b->size < r->addr + r->size ? b->addr + b->size : r->addr + r->size;
+        if (b->allocated && lo < hi)
+            rc = hbm__dev_copy_h2d(a, lo, r->host + (lo - r->addr), hi - lo, r->stream);
+    }
+    return rc;
+}
+
+/* Copy every run to host memory. */
+static hbm_status take_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o)
+{
+    hbm__sleep *sl = m->sl;
+    uint64_t done = 0;
+    hbm_status rc = plan_backup(a, m, o->chunk_bytes);
+    if (rc == HBM_OK)
+        rc = each_buffer(a, m, o, copy_out, &done);
     if (rc != HBM_OK) {
         char s_done[32], s_all[32], why[sizeof a->err];
         memcpy(why, a->err, sizeof why);
@@ -304,38 +358,11 @@ static hbm_status take_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sleep
     return rc;
 }
 
-/* Copy the backup back, each piece only where a block is still live (one freed while asleep has nothing to get back,
- * and its pages may be gone). */
+/* Copy the backup back. */
 static hbm_status restore_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o)
 {
-    hbm__sleep *sl = m->sl;
-    hbm_status rc = HBM_OK;
-    uint64_t done = 0;
-    for (size_t i = 0; i < sl->nruns && rc == HBM_OK;) {
-        size_t j = i;
-        for (; j < sl->nruns && sl->runs[j].buf == sl->runs[i].buf && rc == HBM_OK; j++) {
-            const backup_run *r = &sl->runs[j];
-            hbm__segment *seg = hbm__segment_find(a, r->addr);
-            if (seg && !in_pool(seg, m))
-                seg = NULL; /* never: hbm__sleep_forget drops the runs of a segment given back */
-            for (hbm__block *b = seg ? seg->head : NULL; b && b->addr < r->addr + r->size && rc == HBM_OK;
-                 b = b->next) {
-                uintptr_t lo = b->addr > r->addr ? b->addr : r->addr;
-                uintptr_t hi = b->addr + b->size < r->addr + r->size ? b->addr + b->size : r->addr + r->size;
-                if (b->allocated && lo < hi)
-                    rc = hbm__dev_copy_h2d(a, lo, r->host + (lo - r->addr), hi - lo, r->stream);
-            }
-        }
-        hbm_status rs = sync_runs(a, sl, i, j);
-        if (rc == HBM_OK)
-            rc = rs;
-        for (size_t k = i; k < j; k++)
-            done += sl->runs[k].size;
-        i = j;
-        if (rc == HBM_OK)
-            progress(a, o, done, sl->backup_bytes);
-    }
-    return rc;
+    uint64_t done;
+    return each_buffer(a, m, o, copy_in, &done);
 }
 
 /* ---- sleep ---- */
@@ -365,11 +392,12 @@ static hbm_status settle(hbm_allocator *a, hbm__mempool *m)
     return rc;
 }
 
-static void record_sleep(hbm_allocator *a, hbm__sleep *sl, uint64_t t0, const hbm_device_counters *d0)
+/* What a sleep or a wake that began at t0 with the counters d0 cost: wall time, device time, device calls. */
+static void record_cost(const hbm_allocator *a, uint64_t t0, const hbm_device_counters *d0, uint64_t out[3])
 {
-    sl->sleep_ns = wall_ns() - t0;
-    sl->sleep_device_ns = a->dev.device_ns - d0->device_ns;
-    sl->sleep_calls = calls_of(&a->dev) - calls_of(d0);
+    out[0] = wall_ns() - t0;
+    out[1] = a->dev.device_ns - d0->device_ns;
+    out[2] = calls_of(&a->dev) - calls_of(d0);
 }
 
 hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts *opts)
@@ -382,19 +410,10 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
     uint64_t t0 = wall_ns();
     hbm__lock(a);
     hbm_device_counters d0 = a->dev;
-    hbm__mempool *m = tagged_pool(a, id, "hbm_pool_sleep");
-    hbm_status rc = m ? HBM_OK : HBM_ERR_INVALID;
-    if (rc == HBM_OK && m->sleep_state != HBM_POOL_AWAKE && m->sleep_state != HBM_POOL_ASLEEP) {
-        hbm__set_error(a, "hbm_pool_sleep: pool '%s' is %s by another thread", tag_of(m), state_name(m->sleep_state));
-        rc = HBM_ERR_INVALID;
-    } else if (rc == HBM_OK && a->ncaptures) {
-        hbm__set_error(a, "hbm_pool_sleep: pool '%s' on %s device %d during a graph capture: nothing was given back "
-                          "(sleeping waits for the device, which would invalidate the capture); sleep it before the "
-                          "capture begins or after it ends",
-                       tag_of(m), a->backend->ops->name, a->device);
-        rc = HBM_ERR_CAPTURE;
-    }
-    if (rc != HBM_OK) {
+    hbm_status rc;
+    hbm__mempool *m = pool_for(a, id, "hbm_pool_sleep", "nothing was given back (sleeping waits for the device, "
+                               "which would invalidate the capture); sleep", &rc);
+    if (!m) {
         hbm__unlock(a);
         return rc;
     }
@@ -443,7 +462,7 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
     }
     m->use_count--;
     if (!again || given)
-        record_sleep(a, sl, t0, &d0);
+        record_cost(a, t0, &d0, sl->sleep_cost);
     hbm__published(a);
     hbm__unlock(a);
     return rc;
@@ -522,13 +541,6 @@ static hbm_status map_all(hbm_allocator *a, const was_asleep *w, size_t n)
     return rc;
 }
 
-static void record_wake(hbm_allocator *a, hbm__sleep *sl, uint64_t t0, const hbm_device_counters *d0)
-{
-    sl->wake_ns = wall_ns() - t0;
-    sl->wake_device_ns = a->dev.device_ns - d0->device_ns;
-    sl->wake_calls = calls_of(&a->dev) - calls_of(d0);
-}
-
 hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts *opts)
 {
     if (!a)
@@ -538,22 +550,13 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
     hbm__lock(a);
     hbm_device_counters d0 = a->dev;
     hbm__mempool *m = tagged_pool(a, id, "hbm_pool_wake");
-    hbm_status rc = m ? HBM_OK : HBM_ERR_INVALID;
-    if (rc == HBM_OK && m->sleep_state == HBM_POOL_AWAKE) {
+    if (m && m->sleep_state == HBM_POOL_AWAKE) {
         hbm__unlock(a);
         return HBM_OK; /* nothing to do */
     }
-    if (rc == HBM_OK && m->sleep_state != HBM_POOL_ASLEEP) {
-        hbm__set_error(a, "hbm_pool_wake: pool '%s' is %s by another thread", tag_of(m), state_name(m->sleep_state));
-        rc = HBM_ERR_INVALID;
-    } else if (rc == HBM_OK && a->ncaptures) {
-        hbm__set_error(a, "hbm_pool_wake: pool '%s' on %s device %d during a graph capture: it stays asleep (its "
-                          "copies would be captured into the graph); wake it before the capture begins or after it "
-                          "ends",
-                       tag_of(m), a->backend->ops->name, a->device);
-        rc = HBM_ERR_CAPTURE;
-    }
-    if (rc != HBM_OK) {
+    hbm_status rc;
+    m = pool_for(a, id, "hbm_pool_wake", "it stays asleep (its copies would be captured into the graph); wake", &rc);
+    if (!m) {
         hbm__unlock(a);
         return rc;
     }
@@ -616,7 +619,7 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
     if (w)
         forget(w, nw);
     m->use_count--;
-    record_wake(a, sl, t0, &d0);
+    record_cost(a, t0, &d0, sl->wake_cost);
     hbm__published(a);
     hbm__unlock(a);
     return rc;
@@ -654,12 +657,12 @@ hbm_status hbm_pool_info_get(hbm_allocator *a, hbm_mempool id, hbm_pool_info *ou
                 out->host_bytes += sl->bufs[i].size;
             out->sleeps = sl->sleeps;
             out->wakes = sl->wakes;
-            out->sleep_ns = sl->sleep_ns;
-            out->sleep_device_ns = sl->sleep_device_ns;
-            out->sleep_calls = sl->sleep_calls;
-            out->wake_ns = sl->wake_ns;
-            out->wake_device_ns = sl->wake_device_ns;
-            out->wake_calls = sl->wake_calls;
+            out->sleep_ns = sl->sleep_cost[0];
+            out->sleep_device_ns = sl->sleep_cost[1];
+            out->sleep_calls = sl->sleep_cost[2];
+            out->wake_ns = sl->wake_cost[0];
+            out->wake_device_ns = sl->wake_cost[1];
+            out->wake_calls = sl->wake_cost[2];
         }
     }
     hbm__unlock(a);

@@ -82,6 +82,30 @@ static inline void assert_sim_empty(hbm_backend *b)
 }
 
 
+/* Where a call first (last: 1) appears, as a word, in a fake runtime's log of calls; -1 when it does not. */
+static inline long log_at(const char *log, const char *call, int last)
+{
+    long found = -1;
+    size_t k = strlen(call);
+    for (const char *p = log; (p = strstr(p, call)); p += k)
+        if ((p == log || p[-1] == ' ') && p[k] == ' ') {
+            found = p - log;
+            if (!last)
+                break;
+        }
+    return found;
+}
+
+/* How many times a call appears in such a log. */
+static inline long log_count(const char *log, const char *call)
+{
+    long n = 0;
+    size_t k = strlen(call);
+    for (const char *p = log; (p = strstr(p, call)); p += k)
+        n += (p == log || p[-1] == ' ') && p[k] == ' ';
+    return n;
+}
+
 /* The fault-sweep workload of the real-backend tests (CUDA, ACL): twelve allocations on two streams with
  * record_stream and an empty_cache half-way, the validator after each step. A failure must be HBM_ERR_BACKEND
  * whose message holds `expect`. live[6] keeps what is still allocated (the caller frees it). Returns the failures. */

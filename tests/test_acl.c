@@ -513,29 +513,6 @@ static void a_missing_library_is_a_clear_error(void **st)
     assert_runtime_empty(&NEW, 0);
 }
 
-/* Where `call` first (last: 1) appears in the log, as a word; -1 when it does not. */
-static long at(const char *log, const char *call, int last)
-{
-    long found = -1;
-    size_t k = strlen(call);
-    for (const char *p = log; (p = strstr(p, call)); p += k)
-        if ((p == log || p[-1] == ' ') && p[k] == ' ') {
-            found = p - log;
-            if (!last)
-                break;
-        }
-    return found;
-}
-
-static long count(const char *log, const char *call)
-{
-    long n = 0;
-    size_t k = strlen(call);
-    for (const char *p = log; (p = strstr(p, call)); p += k)
-        n += (p == log || p[-1] == ' ') && p[k] == ' ';
-    return n;
-}
-
 /* A pool's sleep and wake as AscendCL sees them (docs/SLEEP.md, docs/CONTRACTS.md): aclrtSynchronizeDevice first (as
  * torch_npu before it unmaps: a kernel on another stream still reads the block), the backup copied with
  * aclrtMemcpyAsync (DEVICE_TO_HOST) on the pool's stream and aclrtSynchronizeStream'd, then aclrtUnmapMem and
@@ -563,12 +540,12 @@ static void a_pool_sleeps_and_wakes_within_the_runtimes_contracts(void **st)
     assert_int_equal(hbm_pool_sleep(a, mp, NULL), HBM_OK);
     assert_no_violation(&NEW);
     const char *log = NEW.log();
-    assert_true(at(log, "aclrtSynchronizeDevice", 0) >= 0);
-    assert_true(at(log, "aclrtSynchronizeDevice", 0) < at(log, "aclrtMemcpyAsync", 0));
-    assert_true(at(log, "aclrtMemcpyAsync", 1) < at(log, "aclrtSynchronizeStream", 0));
-    assert_true(at(log, "aclrtSynchronizeStream", 0) < at(log, "aclrtUnmapMem", 0));
-    assert_int_equal(count(log, "aclrtUnmapMem"), 2);
-    assert_int_equal(count(log, "aclrtFreePhysical"), 2);
+    assert_true(log_at(log, "aclrtSynchronizeDevice", 0) >= 0);
+    assert_true(log_at(log, "aclrtSynchronizeDevice", 0) < log_at(log, "aclrtMemcpyAsync", 0));
+    assert_true(log_at(log, "aclrtMemcpyAsync", 1) < log_at(log, "aclrtSynchronizeStream", 0));
+    assert_true(log_at(log, "aclrtSynchronizeStream", 0) < log_at(log, "aclrtUnmapMem", 0));
+    assert_int_equal(log_count(log, "aclrtUnmapMem"), 2);
+    assert_int_equal(log_count(log, "aclrtFreePhysical"), 2);
     size_t free1;
     assert_int_equal(NEW.mem_info(1, &free1, &total), 0);
     assert_int_equal(free1, free0 + 40 * MiB); /* npu-smi and the other phase see the pages back */
@@ -577,10 +554,10 @@ static void a_pool_sleeps_and_wakes_within_the_runtimes_contracts(void **st)
     assert_int_equal(hbm_pool_wake(a, mp, NULL), HBM_OK);
     assert_no_violation(&NEW);
     log = NEW.log();
-    assert_int_equal(count(log, "aclrtMallocPhysical"), 2);
-    assert_int_equal(count(log, "aclrtMapMem"), 2);
-    assert_true(at(log, "aclrtMapMem", 1) < at(log, "aclrtMemcpyAsync", 0));
-    assert_true(at(log, "aclrtMemcpyAsync", 1) < at(log, "aclrtSynchronizeStream", 1));
+    assert_int_equal(log_count(log, "aclrtMallocPhysical"), 2);
+    assert_int_equal(log_count(log, "aclrtMapMem"), 2);
+    assert_true(log_at(log, "aclrtMapMem", 1) < log_at(log, "aclrtMemcpyAsync", 0));
+    assert_true(log_at(log, "aclrtMemcpyAsync", 1) < log_at(log, "aclrtSynchronizeStream", 1));
     assert_int_equal(NEW.peek(p, back, 30 * MiB), 0);
     assert_memory_equal(back, pat, 30 * MiB);
     assert_valid(a);

@@ -395,29 +395,6 @@ static void each_device_gets_its_own_context_and_allocator(void **st)
     assert_driver_empty();
 }
 
-/* Where `call` first (last: 1) appears in the log, as a word; -1 when it does not. */
-static long at(const char *log, const char *call, int last)
-{
-    long found = -1;
-    size_t k = strlen(call);
-    for (const char *p = log; (p = strstr(p, call)); p += k)
-        if ((p == log || p[-1] == ' ') && p[k] == ' ') {
-            found = p - log;
-            if (!last)
-                break;
-        }
-    return found;
-}
-
-static long count(const char *log, const char *call)
-{
-    long n = 0;
-    size_t k = strlen(call);
-    for (const char *p = log; (p = strstr(p, call)); p += k)
-        n += (p == log || p[-1] == ' ') && p[k] == ' ';
-    return n;
-}
-
 static size_t driver_free(void)
 {
     size_t f = 0, t = 0;
@@ -455,26 +432,26 @@ static void a_pool_sleeps_and_wakes_within_the_drivers_contracts(void **st)
     assert_int_equal(hbm_pool_sleep(a, mp, NULL), HBM_OK);
     assert_no_violation();
     const char *log = fake_log();
-    assert_true(at(log, "cuCtxSynchronize", 0) >= 0);
-    assert_true(at(log, "cuCtxSynchronize", 0) < at(log, "cuMemcpyDtoHAsync_v2", 0));
-    assert_true(at(log, "cuMemcpyDtoHAsync_v2", 1) < at(log, "cuStreamSynchronize", 0));
-    assert_true(at(log, "cuStreamSynchronize", 0) < at(log, "cuMemUnmap", 0));
-    assert_int_equal(count(log, "cuMemUnmap"), 2); /* 35 MiB in two 20 MiB pages */
-    assert_int_equal(count(log, "cuMemRelease"), 2);
-    assert_int_equal(count(log, "cuMemHostAlloc"), 1);
-    assert_true(at(log, "cuMemUnmap", 0) < at(log, "cuMemRelease", 0));
+    assert_true(log_at(log, "cuCtxSynchronize", 0) >= 0);
+    assert_true(log_at(log, "cuCtxSynchronize", 0) < log_at(log, "cuMemcpyDtoHAsync_v2", 0));
+    assert_true(log_at(log, "cuMemcpyDtoHAsync_v2", 1) < log_at(log, "cuStreamSynchronize", 0));
+    assert_true(log_at(log, "cuStreamSynchronize", 0) < log_at(log, "cuMemUnmap", 0));
+    assert_int_equal(log_count(log, "cuMemUnmap"), 2); /* 35 MiB in two 20 MiB pages */
+    assert_int_equal(log_count(log, "cuMemRelease"), 2);
+    assert_int_equal(log_count(log, "cuMemHostAlloc"), 1);
+    assert_true(log_at(log, "cuMemUnmap", 0) < log_at(log, "cuMemRelease", 0));
     assert_int_equal(driver_free(), free0 + 40 * MiB); /* mem_get_info sees the pages back */
     assert_int_equal(fake_peek((uintptr_t)p, back, 4096), -1); /* nothing mapped under the block */
     fake_set("log", 1);
     assert_int_equal(hbm_pool_wake(a, mp, NULL), HBM_OK);
     assert_no_violation();
     log = fake_log();
-    assert_int_equal(count(log, "cuMemCreate"), 2);
-    assert_int_equal(count(log, "cuMemMap"), 2);
-    assert_true(at(log, "cuMemMap", 1) < at(log, "cuMemSetAccess", 0));
-    assert_true(at(log, "cuMemSetAccess", 0) < at(log, "cuMemcpyHtoDAsync_v2", 0));
-    assert_true(at(log, "cuMemcpyHtoDAsync_v2", 1) < at(log, "cuStreamSynchronize", 1));
-    assert_int_equal(count(log, "cuMemFreeHost"), 0); /* kept for the next sleep */
+    assert_int_equal(log_count(log, "cuMemCreate"), 2);
+    assert_int_equal(log_count(log, "cuMemMap"), 2);
+    assert_true(log_at(log, "cuMemMap", 1) < log_at(log, "cuMemSetAccess", 0));
+    assert_true(log_at(log, "cuMemSetAccess", 0) < log_at(log, "cuMemcpyHtoDAsync_v2", 0));
+    assert_true(log_at(log, "cuMemcpyHtoDAsync_v2", 1) < log_at(log, "cuStreamSynchronize", 1));
+    assert_int_equal(log_count(log, "cuMemFreeHost"), 0); /* kept for the next sleep */
     assert_true(fake_can_access(0, (uintptr_t)p, 30 * MiB) && fake_can_access(1, (uintptr_t)p, 30 * MiB));
     assert_int_equal(fake_peek((uintptr_t)p, back, 30 * MiB), 0);
     assert_memory_equal(back, pat, 30 * MiB);

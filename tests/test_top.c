@@ -45,19 +45,25 @@ static int remove_dir(void **state)
     return 0;
 }
 
+/* A record's header as its writer makes it, for this process. */
+static void record_header(hbm__shared_record *s)
+{
+    memset(s, 0, sizeof *s);
+    s->magic = HBM__RECORD_MAGIC;
+    s->layout = HBM__RECORD_LAYOUT;
+    s->size = sizeof *s;
+    atomic_store(&s->seq, 2);
+    struct stat st;
+    s->pid_ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+    s->r.pid = getpid();
+}
+
 /* A record of this process named hbmalloc-UID-PID-0-<tag>, with these figures and texts; the writer's lock is
  * held on the returned descriptor (closing it ends the "writer"). */
 static int craft(const char *tag, int64_t reserved, int64_t allocated, const char *command, const char *backend)
 {
     hbm__shared_record s;
-    memset(&s, 0, sizeof s);
-    s.magic = HBM__RECORD_MAGIC;
-    s.layout = HBM__RECORD_LAYOUT;
-    s.size = sizeof s;
-    atomic_store(&s.seq, 2);
-    struct stat st;
-    s.pid_ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
-    s.r.pid = getpid();
+    record_header(&s);
     s.r.rank = s.r.local_rank = s.r.world_size = -1;
     s.r.reserved_bytes = reserved;
     s.r.allocated_bytes = allocated;
@@ -78,14 +84,7 @@ static int craft_figures(const char *tag, int device, int64_t rank, int64_t rese
                          int64_t largest, int64_t capacity)
 {
     hbm__shared_record s;
-    memset(&s, 0, sizeof s);
-    s.magic = HBM__RECORD_MAGIC;
-    s.layout = HBM__RECORD_LAYOUT;
-    s.size = sizeof s;
-    atomic_store(&s.seq, 2);
-    struct stat st;
-    s.pid_ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
-    s.r.pid = getpid();
+    record_header(&s);
     s.r.device = device;
     s.r.rank = rank;
     s.r.local_rank = s.r.world_size = -1;
@@ -297,14 +296,7 @@ static void a_row_says_what_sleeps(void **state)
     (void)state;
     const int64_t M = (int64_t)1 << 20, G = (int64_t)1 << 30;
     hbm__shared_record s;
-    memset(&s, 0, sizeof s);
-    s.magic = HBM__RECORD_MAGIC;
-    s.layout = HBM__RECORD_LAYOUT;
-    s.size = sizeof s;
-    atomic_store(&s.seq, 2);
-    struct stat st;
-    s.pid_ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
-    s.r.pid = getpid();
+    record_header(&s);
     s.r.rank = s.r.local_rank = s.r.world_size = -1;
     s.r.reserved_bytes = s.r.allocated_bytes = 100 * M;
     s.r.device_total = 8 * G;
