@@ -898,8 +898,12 @@ static int wait_or_key(opts *o, double seconds)
         if (ms <= 0)
             return 0;
         struct pollfd p = {o->keys ? STDIN_FILENO : -1, POLLIN, 0};
-        if (poll(&p, 1, ms > 1000000 ? 1000000 : (int)ms) <= 0 || !(p.revents & POLLIN))
+        if (poll(&p, 1, ms > 1000000 ? 1000000 : (int)ms) <= 0)
             continue; /* timed out (checked above), or a signal */
+        if (!(p.revents & POLLIN)) { /* the terminal hung up: no more keys, the refreshes go on */
+            o->keys = 0;
+            continue;
+        }
         char c;
         if (read(STDIN_FILENO, &c, 1) != 1) {
             o->keys = 0; /* the terminal went away: no more keys, the refreshes go on */
