@@ -528,6 +528,8 @@ typedef struct hbm_record {
     int64_t asleep_bytes;        /* pages of sleeping pools given back (docs/SLEEP.md) */
     int64_t backup_bytes;        /* their live bytes held in host memory */
     char asleep_tags[128];       /* what sleeps, per tag: "weights 4.00 GiB, kv_cache 8.00 GiB" ("" when nothing) */
+    /* The peaks since the allocator was made: a reset of the peaks (reset_peak_memory_stats) does not lower them. */
+    int64_t job_peak_allocated_bytes, job_peak_reserved_bytes;
 } hbm_record;
 
 /* The folder records go in: $HBMALLOC_TOP_DIR when set, else /dev/shm (else /tmp). */

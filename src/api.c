@@ -334,6 +334,11 @@ void hbm_reset_peak_stats(hbm_allocator *a)
     if (!a)
         return;
     hbm__lock(a);
+    int64_t pa = a->stats.allocated_bytes[HBM_POOL_ALL].peak, pr = a->stats.reserved_bytes[HBM_POOL_ALL].peak;
+    if (pa > a->peak_allocated_before_reset)
+        a->peak_allocated_before_reset = pa;
+    if (pr > a->peak_reserved_before_reset)
+        a->peak_reserved_before_reset = pr;
     hbm__stats_reset_peak(&a->stats);
     hbm__unlock(a);
 }

@@ -160,6 +160,9 @@ struct hbm_allocator {
      * path maintains it: the stamp is the statistics' count of frees. */
     uint64_t quiet_stamp, flush_stamp;
     uint64_t stat_resets; /* hbm_reset_accumulated_stats calls, part of the free stamp */
+    /* The highest peaks before the last reset of the peaks (hbm_reset_peak_stats): the job's peaks are these or the
+     * statistics' own, whichever is higher; kept off the fast path (a peak is only lost at a reset). */
+    int64_t peak_allocated_before_reset, peak_reserved_before_reset;
     uint64_t locked_framework_syncs; /* a framework's queue waited for with the lock held: a missed safe point */
     hbm_backend *backend;
     bool owns_backend;

@@ -167,6 +167,12 @@ static void fill_stats(hbm_allocator *a, hbm_record *r)
     r->inactive_split_bytes = s->inactive_split_bytes[HBM_POOL_ALL].current;
     r->peak_allocated_bytes = s->allocated_bytes[HBM_POOL_ALL].peak;
     r->peak_reserved_bytes = s->reserved_bytes[HBM_POOL_ALL].peak;
+    r->job_peak_allocated_bytes = r->peak_allocated_bytes > a->peak_allocated_before_reset
+                                      ? r->peak_allocated_bytes
+                                      : a->peak_allocated_before_reset;
+    r->job_peak_reserved_bytes = r->peak_reserved_bytes > a->peak_reserved_before_reset
+                                     ? r->peak_reserved_bytes
+                                     : a->peak_reserved_before_reset;
     r->largest_free_bytes = (int64_t)largest_free(a);
     r->allocation = s->allocation[HBM_POOL_ALL].current;
     r->segment = s->segment[HBM_POOL_ALL].current;

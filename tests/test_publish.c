@@ -108,6 +108,21 @@ static void assert_record_is(const hbm_record *r, hbm_allocator *a)
     assert_int_equal(r->largest_free_bytes, largest);
 }
 
+/* The record once the refresher has written it again after `before` (10 s allowed a loaded machine). */
+static hbm_record refreshed_record(uint64_t before)
+{
+    struct timespec t0, now;
+    hbm_record r;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+        r = read_only_record(NULL);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (r.updated_ns == before && now.tv_sec - t0.tv_sec < 10);
+    return r;
+}
+
 /* A segment change shows at once; a cache hit within a second (the refresher); destroy removes the file. */
 static void the_record_follows_the_allocator(void **state)
 {
@@ -143,18 +158,21 @@ static void the_record_follows_the_allocator(void **state)
     r = read_only_record(NULL);
     assert_int_equal(r.num_ooms, 1); /* an OOM updates it at once */
     uint64_t before = r.updated_ns;
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    do { /* the refresher, with no call into the allocator */
-        struct timespec ts = {0, 20000000};
-        nanosleep(&ts, NULL);
-        r = read_only_record(NULL);
-        clock_gettime(CLOCK_MONOTONIC, &now);
-    } while (r.updated_ns == before && now.tv_sec - t0.tv_sec < 10);
+    r = refreshed_record(before); /* the refresher, with no call into the allocator */
     assert_true(r.updated_ns > before); /* refreshed with no call (every 0.5 s; 10 s allowed a loaded machine) */
     assert_record_is(&r, a);
     assert_true(r.largest_free_bytes > 0 && r.inactive_split > 0); /* the 90 MiB left of the split segment */
+    /* The job's peaks survive a reset of the peaks (reset_peak_memory_stats); the record's own peaks do not. */
+    assert_int_equal(r.job_peak_reserved_bytes, r.peak_reserved_bytes);
+    assert_int_equal(r.job_peak_allocated_bytes, 130 * MiB);
     assert_int_equal(hbm_free(a, small), HBM_OK);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK); /* the free 100 MiB segment goes */
+    hbm_reset_peak_stats(a);
+    r = refreshed_record(read_only_record(NULL).updated_ns); /* the refresher writes the reset's figures */
+    assert_int_equal(r.peak_reserved_bytes, r.reserved_bytes);
+    assert_true(r.job_peak_reserved_bytes >= 130 * (int64_t)MiB && r.job_peak_reserved_bytes > r.peak_reserved_bytes);
+    assert_int_equal(r.job_peak_allocated_bytes, 130 * MiB);
+    assert_int_equal(r.peak_allocated_bytes, 30 * MiB);
     assert_int_equal(hbm_free(a, q), HBM_OK);
     assert_int_equal(hbm_destroy(a), HBM_OK);
     assert_int_equal(records(NULL, 0), 0);

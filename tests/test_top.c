@@ -67,7 +67,7 @@ static int craft(const char *tag, int64_t reserved, int64_t allocated, const cha
     s.r.rank = s.r.local_rank = s.r.world_size = -1;
     s.r.reserved_bytes = reserved;
     s.r.allocated_bytes = allocated;
-    s.r.peak_reserved_bytes = s.r.largest_free_bytes = s.r.num_ooms = INT64_MAX;
+    s.r.peak_reserved_bytes = s.r.job_peak_reserved_bytes = s.r.largest_free_bytes = s.r.num_ooms = INT64_MAX;
     memcpy(s.r.command, command, strnlen(command, sizeof s.r.command - 1)); /* no NUL needed: the reader adds one */
     memcpy(s.r.backend, backend, strnlen(backend, sizeof s.r.backend - 1));
     char path[512];
@@ -88,7 +88,7 @@ static int craft_figures(const char *tag, int device, int64_t rank, int64_t rese
     s.r.device = device;
     s.r.rank = rank;
     s.r.local_rank = s.r.world_size = -1;
-    s.r.reserved_bytes = s.r.peak_reserved_bytes = reserved;
+    s.r.reserved_bytes = s.r.peak_reserved_bytes = s.r.job_peak_reserved_bytes = reserved;
     s.r.allocated_bytes = allocated;
     s.r.active_bytes = active;
     s.r.largest_free_bytes = largest;

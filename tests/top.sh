@@ -74,7 +74,8 @@ for r, o in zip(recs, own):
     assert abs(r["unallocated_share"] - r["reserved_unallocated_bytes"] / r["reserved_bytes"]) < 1e-6
     assert r["free_cached_bytes"] == r["reserved_bytes"] - r["active_bytes"] > 0, r
     assert abs(r["fragmentation"] - (1 - r["largest_free_bytes"] / r["free_cached_bytes"])) < 1e-6, r
-    assert r["peak_reserved_seen_bytes"] == r["peak_reserved_bytes"] and r["device_as_numbered"] == "sim 0", r
+    assert r["job_peak_reserved_bytes"] == r["peak_reserved_bytes"] and r["device_as_numbered"] == "sim 0", r
+    assert r["job_peak_allocated_bytes"] == r["peak_allocated_bytes"], r
     assert r["command"] == "publisher" and r["world_size"] == 2 and r["local_rank"] == r["rank"], r
     assert "hbm_publish:True" in r["settings"] and r["backend"].startswith("sim"), r
     assert r["num_ooms"] == 1 and r["largest_free_bytes"] > 0 and r["inactive_split"] > 0, r
@@ -85,7 +86,7 @@ PY
 # fragmentation, the peaks; one total per device (reserved of capacity summed: 778 MiB + 1.52 GiB of 8 GiB), not
 # one "all" row across devices.
 "$bin" top --once >"$tmp/top.txt"
-head="^RANK +PID +DEV +ALLOCATED +RESERVED +CAPACITY +RES/CAP +UNALLOC +UNALLOC% +FRAG% +LARGEST FREE +PEAK +MAX SEEN"
+head="^RANK +PID +DEV +ALLOCATED +RESERVED +CAPACITY +RES/CAP +UNALLOC +UNALLOC% +FRAG% +LARGEST FREE +PEAK +JOB PEAK"
 grep -Eq "$head +OOMS +RETRIES +DEV MALLOC +EXP +COMMAND\$" "$tmp/top.txt" || fail "the table's header: $(cat "$tmp/top.txt")"
 grep -Eq "^0 +$pid0 +0 +745.00 MiB +778.00 MiB +8.00 GiB +9.5% +33.00 MiB +4.2% +0.0% +33.00 MiB +1.30 GiB .* publisher\$" \
     "$tmp/top.txt" || fail "rank 0's row: $(cat "$tmp/top.txt")"

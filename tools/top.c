@@ -49,7 +49,6 @@ typedef struct history {
     char name[256];
     int64_t reserved[TREND]; /* at the last refreshes, oldest first */
     int n;
-    int64_t peak_seen;       /* the highest peak reserved the record showed since top started */
     unsigned frame;          /* the refresh it was last seen at */
 } history;
 
@@ -319,8 +318,6 @@ static void remember(seen *s)
         else
             hs->n++;
         hs->reserved[hs->n - 1] = e->r.reserved_bytes;
-        if (e->r.peak_reserved_bytes > hs->peak_seen)
-            hs->peak_seen = e->r.peak_reserved_bytes;
         hs->frame = s->frame;
         e->hist = h;
     }
@@ -380,7 +377,7 @@ static int cmp_shown(const void *x, const void *y)
 /* The table's columns; on a terminal narrower than all of them, those with the highest `drop` go first, so that a
  * row never wraps: at 80 columns, rank, PID, device, allocated, reserved, its share of the capacity, the share
  * unallocated, the largest free block and OOMs stay. */
-enum { C_RANK, C_PID, C_DEV, C_ALLOC, C_RES, C_CAP, C_USE, C_UNALLOC, C_UNPCT, C_FRAG, C_LARGEST, C_PEAK, C_SEEN,
+enum { C_RANK, C_PID, C_DEV, C_ALLOC, C_RES, C_CAP, C_USE, C_UNALLOC, C_UNPCT, C_FRAG, C_LARGEST, C_PEAK, C_JOBPEAK,
        C_TREND, C_OOMS, C_RETRIES, C_DEVMALLOC, C_EXP, C_COMMAND, NCOLS };
 static const struct {
     const char *head;
@@ -392,7 +389,7 @@ static const struct {
     [C_USE] = {"RES/CAP", 7, 0, 0},        [C_UNALLOC] = {"UNALLOC", 11, 0, 6},
     [C_UNPCT] = {"UNALLOC%", 8, 0, 0},     [C_FRAG] = {"FRAG%", 6, 0, 3},
     [C_LARGEST] = {"LARGEST FREE", 12, 0, 0}, [C_PEAK] = {"PEAK", 11, 0, 4},
-    [C_SEEN] = {"MAX SEEN", 11, 0, 7},     [C_TREND] = {"TREND", TREND, 1, 2},
+    [C_JOBPEAK] = {"JOB PEAK", 11, 0, 7},     [C_TREND] = {"TREND", TREND, 1, 2},
     [C_OOMS] = {"OOMS", 5, 0, 0},          [C_RETRIES] = {"RETRIES", 7, 0, 5},
     [C_DEVMALLOC] = {"DEV MALLOC", 10, 0, 9}, [C_EXP] = {"EXP", 3, 1, 10},
     [C_COMMAND] = {"COMMAND", 7, 1, 11},
@@ -477,7 +474,7 @@ static void row_cells(const seen *s, const entry *e, char cell[NCOLS][48])
         percent_text(frag, cell[C_FRAG], 48);
     size_text(r->largest_free_bytes, cell[C_LARGEST], 48);
     size_text(r->peak_reserved_bytes, cell[C_PEAK], 48);
-    size_text(h && h->peak_seen > r->peak_reserved_bytes ? h->peak_seen : r->peak_reserved_bytes, cell[C_SEEN], 48);
+    size_text(r->job_peak_reserved_bytes, cell[C_JOBPEAK], 48);
     trend_text(h, cell[C_TREND], 48);
     snprintf(cell[C_OOMS], 48, "%lld", (long long)r->num_ooms);
     snprintf(cell[C_RETRIES], 48, "%lld", (long long)r->num_alloc_retries);
@@ -668,9 +665,8 @@ static void print_json(FILE *f, const opts *o, const seen *s)
         fprintf(f, ", \"asleep_bytes\": %lld, \"backup_bytes\": %lld, \"asleep_tags\": ", (long long)r->asleep_bytes,
                 (long long)r->backup_bytes);
         hbm__json_str(f, r->asleep_tags);
-        const history *h = history_of(s, &s->recs[i]);
-        fprintf(f, ", \"peak_reserved_seen_bytes\": %lld, \"device_as_numbered\": ",
-                (long long)(h && h->peak_seen > r->peak_reserved_bytes ? h->peak_seen : r->peak_reserved_bytes));
+        fprintf(f, ", \"job_peak_allocated_bytes\": %lld, \"job_peak_reserved_bytes\": %lld, \"device_as_numbered\": ",
+                (long long)r->job_peak_allocated_bytes, (long long)r->job_peak_reserved_bytes);
         hbm__json_str(f, s->recs[i].device);
         fputc('}', f);
     }
@@ -771,6 +767,8 @@ static int write_textfile(const opts *o, const seen *s)
           reserved_bytes),
         M("hbmalloc_active_bytes", "gauge", "Bytes in active blocks (active_bytes.all.current).", active_bytes),
         M("hbmalloc_peak_reserved_bytes", "gauge", "Peak of reserved_bytes since the last reset.", peak_reserved_bytes),
+        M("hbmalloc_job_peak_reserved_bytes", "gauge", "Peak of reserved_bytes since the job started (resets do "
+          "not lower it).", job_peak_reserved_bytes),
         M("hbmalloc_largest_free_block_bytes", "gauge", "The largest cached free block.", largest_free_bytes),
         M("hbmalloc_segments", "gauge", "Segments held from the device.", segment),
         M("hbmalloc_inactive_split_blocks", "gauge", "Free blocks of split segments (fragments).", inactive_split),
