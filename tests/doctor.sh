@@ -10,7 +10,7 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # A clean environment: only what each case sets.
 doc() { env -i PATH="$D/bin:/usr/bin:/bin" HBMALLOC_LIBCUDA=/nonexistent/libcuda.so.1 \
-        HBMALLOC_LIBASCENDCL=/nonexistent/libascendcl.so "$@"; }
+        HBMALLOC_LIBASCENDCL=/nonexistent/libascendcl.so HBMALLOC_PYTHON=/nonexistent/python3 "$@"; }
 expect() { # expect RC FILE TEXT...: the exit status, then each text in the output
   want=$1; out=$2; shift 2
   [ "$rc" -eq "$want" ] || fail "$case: exit status $rc, expected $want"
@@ -40,9 +40,50 @@ expect 1 "$T/out" "[warning] MULTI_STREAM_MEMORY_REUSE=1: HCCL collectives rely 
 doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt MULTI_STREAM_MEMORY_REUSE=7 "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "[error] MULTI_STREAM_MEMORY_REUSE='7' is refused"
 doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt MULTI_STREAM_MEMORY_REUSE=2 "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?
-expect 0 "$T/out" "MULTI_STREAM_MEMORY_REUSE 2" "No problems found."
+expect 0 "$T/out" "MULTI_STREAM_MEMORY_REUSE 2" "No problems found in what could be checked."
 doc NPU_SMI_INFO=$D/npu-smi/910b3-8.txt "$BIN" doctor --root "$D/root-good" >"$T/out" 2>&1; rc=$?
 expect 0 "$T/out" "unset: torch_npu's default 1 (HCCL relies on recordStream); hbmalloc_torch.use() sets 2"
+
+# No device runtime loads: what was not checked is said, and the verdict covers only the rest (issue #29 item 15).
+case=no-runtime
+doc "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
+expect 0 "$T/out" "Not checked" "the devices: no device runtime loads here" "HBMALLOC_LIBCUDA=PATH" \
+  "No problems found in what could be checked."
+grep -qx "No problems found." "$T/out" && fail "$case: a bare 'No problems found.' with nothing probed"
+doc "$BIN" doctor --root "$T" --json >"$T/out" 2>&1; rc=$?
+grep -q '"not_checked":\["the devices: no device runtime' "$T/out" || fail "$case: no not_checked in the JSON"
+
+# The framework the job would import (HBMALLOC_PYTHON): its release, its build, and whether use() takes it, asked
+# of hbmalloc.torch when that Python has it (else the same thresholds). Stand-in torch / torch_npu packages.
+case=python-framework
+mkpkg() { # DIR NAME BODY: a package whose __init__.py is BODY
+  mkdir -p "$1/$2"; printf '%s\n' "$3" >"$1/$2/__init__.py"; }
+NS='import types'
+mkpkg "$T/py-old" torch "$NS
+__version__ = '1.13.0a0'
+version = types.SimpleNamespace(cuda=None)
+cuda = types.SimpleNamespace(memory=types.SimpleNamespace())"
+mkpkg "$T/py-new" torch "$NS
+__version__ = '2.6.0+cu124'
+version = types.SimpleNamespace(cuda='12.4')
+cuda = types.SimpleNamespace(memory=types.SimpleNamespace(CUDAPluggableAllocator=object))"
+mkpkg "$T/py-new" torch_npu "$NS
+__version__ = '2.6.0.post1'
+npu = types.SimpleNamespace(memory=types.SimpleNamespace(NPUPluggableAllocator=object))"
+doc HBMALLOC_PYTHON=python3 PYTHONPATH="$T/py-old:$SRC/python" "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "torch                    1.13.0a0 (a CPU build: no CUDA): hbmalloc.torch.use() refuses it" \
+  "[warning] torch 1.13.0a0 cannot host hbmalloc: hbmalloc.torch.use() refuses it" \
+  "hbmalloc needs torch >= 2.0 (CUDAPluggableAllocator); installed 1.13.0a0" "pip install 'torch>=2.3'"
+grep -q "^    PyTorch" "$T/out" && fail "$case: a release hbmalloc does not know taken for the settings advice"
+doc HBMALLOC_PYTHON=python3 PYTHONPATH="$T/py-new" "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
+expect 0 "$T/out" "torch                    2.6.0+cu124 (built for CUDA 12.4): hbmalloc.torch.use() accepts it" \
+  "torch_npu                2.6.0.post1: hbmalloc.torch.use() accepts it" \
+  "PyTorch                  2.6.0+cu124 (the torch that " "torch_npu                2.6.0.post1 (the torch_npu that "
+mkpkg "$T/py-broken" torch "raise ImportError('libc10.so: cannot open shared object file')"
+doc HBMALLOC_PYTHON=python3 PYTHONPATH="$T/py-broken" "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
+expect 0 "$T/out" "torch                    not importable: ImportError: libc10.so: cannot open shared object file"
+doc "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
+expect 0 "$T/out" "/nonexistent/python3     not found, or failed (HBMALLOC_PYTHON names another)"
 
 # An OOM message the log wrapped (cut mid-word at 100 columns, then at word boundaries at 90) reads as the one-line
 # original; one whose end never comes is said to be unreadable, with no conclusion drawn.

@@ -155,8 +155,13 @@ static void print_text(const doctor *d, FILE *out, int env)
             fprintf(out, "    %-24s %s\n", x->key, x->value);
         }
     }
+    if (d->nnot_checked) {
+        fprintf(out, "\nNot checked\n");
+        for (int i = 0; i < d->nnot_checked; i++)
+            fprintf(out, "  - %s\n", d->not_checked[i]);
+    }
     if (!d->n) {
-        fprintf(out, "\nNo problems found.\n");
+        fprintf(out, d->nnot_checked ? "\nNo problems found in what could be checked.\n" : "\nNo problems found.\n");
         return;
     }
     fprintf(out, "\nFindings (%zu), most important first\n", d->n);
@@ -192,6 +197,12 @@ static void print_json(const doctor *d, FILE *out)
         fputs(",\"value\":", out);
         hbm__json_str(out, d->facts[i].value);
         fputc('}', out);
+    }
+    fputs("],\"not_checked\":[", out);
+    for (int i = 0; i < d->nnot_checked; i++) {
+        if (i)
+            fputc(',', out);
+        hbm__json_str(out, d->not_checked[i]);
     }
     fputs("],\"findings\":[", out);
     for (size_t i = 0; i < d->n; i++) {
@@ -289,8 +300,11 @@ int doctor_main(int argc, char **argv)
             return 2;
         }
     }
-    if (env)
+    if (env) {
+        doctor_python(&d);
         doctor_settings(&d);
+        doctor_unchecked(&d);
+    }
     if (d.torch_version[0])
         doctor_fact(&d, "framework", "PyTorch", "%s (%.300s)", d.torch_version, d.torch_from);
     if (d.torch_npu_version[0])

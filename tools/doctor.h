@@ -46,6 +46,9 @@ typedef struct doctor {
     int cuda_vmm;        /* 1 yes, 0 no, -1 unknown */
     char driver[64];     /* Ascend driver (HDK) version, if known */
     int ascend;          /* an Ascend machine: version files or a runtime seen */
+    int runtimes_loaded; /* device runtimes that loaded (CUDA driver, AscendCL) */
+    char not_checked[2][400]; /* what could not be checked, and how to check it: never "no problems" silently */
+    int nnot_checked;
     /* What the logs (or --torch / --torch-npu) say about the framework. */
     char torch_version[40], torch_npu_version[40];
     char torch_from[300], torch_npu_from[300]; /* where each came from */
@@ -69,6 +72,13 @@ int doctor_main(int argc, char **argv);
 
 /* The environment under root ("/" normally; a test tree in tests). */
 void doctor_env(doctor *d, const char *root);
+/* The Python a job would run (HBMALLOC_PYTHON, else python3 on PATH): the torch and torch_npu it imports, their
+ * builds, and whether hbmalloc.torch.use() accepts them; their versions serve the settings advice when no log or
+ * option gave one. */
+void doctor_python(doctor *d);
+/* When no device runtime loaded: said under "Not checked" (and the verdict says what it covers), never a bare "No
+ * problems found". */
+void doctor_unchecked(doctor *d);
 /* One log file; 0, or -1 with err set (it cannot be opened, or is a device, a directory or a socket). A read error
  * partway is a finding (log-unreadable), never the end of the log. Lines are read up to 64 KiB each. */
 int doctor_log(doctor *d, const char *path, char *err, size_t errlen);

@@ -176,9 +176,9 @@ static int cmd_timeout_ms(void)
     return s > 0 && s < 3600 ? (int)(s * 1000) : 10000;
 }
 
-/* Run a fixed command line (no user text in it) with a time limit; its stdout, at most 1 MiB. NULL when it did not
- * run or did not finish in time (*timed_out then 1: its process group was killed). */
-static char *run_limited(const char *cmdline, int *timed_out)
+/* Run argv (execvp) with a time limit; its stdout, at most 1 MiB. NULL when it did not run or did not finish in time
+ * (*timed_out then 1: its process group was killed). */
+static char *spawn_limited(char *const argv[], int limit, int *timed_out)
 {
     *timed_out = 0;
     int fd[2];
@@ -195,7 +195,10 @@ static char *run_limited(const char *cmdline, int *timed_out)
         dup2(fd[1], 1);
         close(fd[0]);
         close(fd[1]);
-        execl("/bin/sh", "sh", "-c", cmdline, (char *)NULL);
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0)
+            dup2(null, 2); /* what it says on stderr is not the doctor's output */
+        execvp(argv[0], argv);
         _exit(127);
     }
     setpgid(pid, pid);
@@ -204,7 +207,6 @@ static char *run_limited(const char *cmdline, int *timed_out)
     char *buf = malloc(cap + 1);
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int limit = cmd_timeout_ms();
     for (;;) {
         clock_gettime(CLOCK_MONOTONIC, &now);
         long left = limit - ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
@@ -243,6 +245,13 @@ static char *run_limited(const char *cmdline, int *timed_out)
         return NULL;
     }
     return buf;
+}
+
+/* A fixed command line (no user text in it), within the doctor's command limit. */
+static char *run_limited(const char *cmdline, int *timed_out)
+{
+    char *argv[] = {"/bin/sh", "-c", (char *)cmdline, NULL};
+    return spawn_limited(argv, cmd_timeout_ms(), timed_out);
 }
 
 static int count_hung(const doctor *d)
@@ -452,6 +461,7 @@ static void probe_backend(doctor *d, const char *spec, int *vmm, char *why, size
         return;
     }
     doctor_fact(d, spec, "loads", "yes");
+    d->runtimes_loaded++;
     doctor_fact(d, spec, "version", "%.300s", hbm_backend_version(b));
     int n = hbm_backend_devices(b), yes = 1;
     doctor_fact(d, spec, "devices", "%d", n);
@@ -696,4 +706,117 @@ void doctor_env(doctor *d, const char *root)
     }
     check_reuse_mode(d, present);
     d->ascend = present;
+}
+
+/* ---- the framework a job would run: the Python on PATH (or HBMALLOC_PYTHON) and what it imports ---- */
+
+/* Printed as KEY=VALUE lines; imports the frameworks and asks hbmalloc.torch whether use() would take them (the same
+ * rule as use(): hbmalloc.torch.would_accept), else the same thresholds. Nothing is swapped or allocated. */
+static const char python_probe[] =
+    "import importlib.util, sys\n"
+    "def say(k, v): print('%s=%s' % (k, str(v).replace('\\n', ' ')[:300]))\n"
+    "say('python', sys.executable)\n"
+    "try:\n"
+    "    import torch\n"
+    "    say('torch', torch.__version__)\n"
+    "    say('torch_cuda', getattr(getattr(torch, 'version', None), 'cuda', None) or '')\n"
+    "except Exception as e:\n"
+    "    say('torch_error', '%s: %s' % (type(e).__name__, e))\n"
+    "if 'torch' in sys.modules and importlib.util.find_spec('torch_npu') is not None:\n"
+    "    try:\n"
+    "        import torch_npu\n"
+    "        say('torch_npu', torch_npu.__version__)\n"
+    "    except Exception as e:\n"
+    "        say('torch_npu_error', '%s: %s' % (type(e).__name__, e))\n"
+    "for dev, mod in (('cuda', 'torch'), ('npu', 'torch_npu')):\n"
+    "    if mod not in sys.modules:\n"
+    "        continue\n"
+    "    try:\n"
+    "        import hbmalloc.torch as h\n"
+    "        ok, why = h.would_accept(dev)\n"
+    "    except ImportError:\n"
+    "        m = sys.modules[mod]\n"
+    "        v = tuple(int(x) for x in m.__version__.split('.')[:2] if x.isdigit())\n"
+    "        ok = v >= ((2, 1) if dev == 'npu' else (2, 0)) and hasattr((m.npu if dev == 'npu' else m.cuda).memory,\n"
+    "            'NPUPluggableAllocator' if dev == 'npu' else 'CUDAPluggableAllocator')\n"
+    "        why = '' if ok else 'no pluggable allocator in this release (hbmalloc needs torch >= 2.0, torch_npu >= 2.1)'\n"
+    "    say('accept_' + dev, 'yes' if ok else 'no: ' + why)\n";
+
+static const char *probe_value(const char *text, const char *key, char *out, size_t len)
+{
+    return get_key(text, key, '=', out, len) == 0 ? out : NULL;
+}
+
+void doctor_python(doctor *d)
+{
+    const char *py = getenv("HBMALLOC_PYTHON");
+    py = py && *py ? py : "python3";
+    char *argv[] = {(char *)py, "-c", (char *)python_probe, NULL};
+    int timed_out = 0;
+    /* Importing torch takes seconds (a cold CUDA build more): six times the commands' limit, 60 s by default. */
+    char *text = spawn_limited(argv, 6 * cmd_timeout_ms(), &timed_out);
+    if (!text) {
+        if (timed_out)
+            doctor_fact(d, "python", py, "did not finish importing torch within %d s", 6 * cmd_timeout_ms() / 1000);
+        else
+            doctor_fact(d, "python", py, "not found, or failed (HBMALLOC_PYTHON names another)");
+        return;
+    }
+    char path[300], torch[64], cuda[64], npu[64], err[320], acc[1200];
+    doctor_fact(d, "python", "interpreter", "%s", probe_value(text, "python", path, sizeof path) ? path : py);
+    const struct {
+        const char *dev, *name, *version_key, *error_key, *accept_key;
+    } fw[] = {{"cuda", "torch", "torch", "torch_error", "accept_cuda"},
+              {"npu", "torch_npu", "torch_npu", "torch_npu_error", "accept_npu"}};
+    for (int i = 0; i < 2; i++) {
+        char *ver = i ? npu : torch;
+        if (!probe_value(text, fw[i].version_key, ver, 64)) {
+            ver[0] = 0;
+            if (probe_value(text, fw[i].error_key, err, sizeof err))
+                doctor_fact(d, "python", fw[i].name, "not importable: %s", err);
+            else if (!i)
+                doctor_fact(d, "python", fw[i].name, "not importable");
+            continue;
+        }
+        int accepted = probe_value(text, fw[i].accept_key, acc, sizeof acc) && !strcmp(acc, "yes");
+        char build[96] = "";
+        if (!i)
+            snprintf(build, sizeof build, probe_value(text, "torch_cuda", cuda, sizeof cuda) && cuda[0]
+                                              ? " (built for CUDA %s)" : " (a CPU build: no CUDA)", cuda);
+        doctor_fact(d, "python", fw[i].name, "%s%s: hbmalloc.torch.use() %s", ver, build,
+                    accepted ? "accepts it" : "refuses it");
+        char *from = i ? d->torch_npu_from : d->torch_from;
+        char *known = i ? d->torch_npu_version : d->torch_version;
+        char probe[512];
+        if (!known[0] && hbm_settings_check_release(i ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF", "",
+                                                    i ? HBM_DIALECT_NPU : HBM_DIALECT_CUDA, ver, -1, probe,
+                                                    sizeof probe) == HBM_OK) {
+            /* the settings advice reads PYTORCH_*_ALLOC_CONF as this release does (a release hbmalloc knows) */
+            snprintf(known, 40, "%.39s", ver);
+            snprintf(from, 300, "the %s that %.200s imports", fw[i].name, path);
+        }
+        if (accepted)
+            continue;
+        finding *f = doctor_add(d, SEV_WARNING, i ? "torch-npu-refused" : "torch-refused");
+        snprintf(f->title, sizeof f->title, "%s %s cannot host hbmalloc: hbmalloc.torch.use() refuses it", fw[i].name,
+                 ver);
+        snprintf(f->evidence, sizeof f->evidence, "%.200s imports %s %s", path, fw[i].name, ver);
+        snprintf(f->why, sizeof f->why, "%.1300s", strncmp(acc, "no: ", 4) ? acc : acc + 4);
+        doctor_next(f, i ? "pip install 'torch_npu>=2.1' with its torch (torch_npu 2.x.y goes with torch 2.x.y)"
+                         : "pip install 'torch>=2.3' (the wheel for your CUDA; a venv's torch comes before the "
+                           "system's)");
+    }
+    free(text);
+}
+
+void doctor_unchecked(doctor *d)
+{
+    if (d->runtimes_loaded || d->nnot_checked >= 2)
+        return;
+    snprintf(d->not_checked[d->nnot_checked++], sizeof d->not_checked[0],
+             "the devices: no device runtime loads here (neither the NVIDIA driver's libcuda.so.1 nor CANN's "
+             "libascendcl.so), so their memory, their virtual memory (expandable_segments) and the settings on them "
+             "were not probed. Run hbmalloc doctor where the job runs (on Ascend after `source "
+             "/usr/local/Ascend/ascend-toolkit/set_env.sh`), or name the runtime: HBMALLOC_LIBCUDA=PATH, "
+             "HBMALLOC_LIBASCENDCL=PATH");
 }

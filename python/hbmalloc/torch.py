@@ -189,6 +189,40 @@ def _need(name, what):
                           "it" % (what, name, e, sys.executable), name=name) from e
 
 
+def _framework_refusal(device, torch):
+    """Why use() refuses the installed framework (its release has no pluggable allocator), or None."""
+    if device == "npu":
+        torch_npu = sys.modules.get("torch_npu") or importlib.import_module("torch_npu")
+        fw_version = getattr(torch_npu, "__version__", "0")
+        if _version(fw_version) < MIN_TORCH_NPU or not hasattr(torch_npu.npu.memory, "NPUPluggableAllocator"):
+            return ("hbmalloc needs torch_npu >= %d.%d (NPUPluggableAllocator); installed %s. Install "
+                    "torch_npu 2.1.0 or later with the torch release of the same number (torch_npu 2.x.y "
+                    "goes with torch 2.x.y) and the CANN it names, e.g. pip install torch==2.6.0 "
+                    "torch_npu==2.6.0; graph capture needs a v26.0.0 release or later (2.7.1.post4, "
+                    "2.8.0.post4, 2.9.0.post2, 2.10.0; https://gitee.com/ascend/pytorch lists them)"
+                    % (MIN_TORCH_NPU + (fw_version,)))
+        return None
+    if _version(torch.__version__) < MIN_TORCH or not hasattr(torch.cuda.memory, "CUDAPluggableAllocator"):
+        return ("hbmalloc needs torch >= %d.%d (CUDAPluggableAllocator); installed %s. Install "
+                "torch 2.0 or later (2.3 or later for CUDA graphs), the wheel for your CUDA "
+                "(https://pytorch.org/get-started/locally/), e.g. pip install 'torch>=2.3' in this "
+                "venv: it comes before a system torch such as Debian 12's python3-torch (1.13)"
+                % (MIN_TORCH + (torch.__version__,)))
+    return None
+
+
+def would_accept(device=None):
+    """(True, "") when use() would accept the installed framework, else (False, why): what `hbmalloc doctor` asks
+    (it imports the framework, nothing more: no allocator is swapped)."""
+    device = device or device_type()
+    try:
+        torch = importlib.import_module("torch")
+        refused = _framework_refusal(device, torch)
+    except ImportError as e:
+        return False, "import failed: %s" % e
+    return (refused is None), (refused or "")
+
+
 def use(path=None, device=None):
     """Make hbmalloc the framework's device allocator. Call before anything allocates on the device.
 
@@ -199,28 +233,18 @@ def use(path=None, device=None):
     if device == "npu":
         _need("torch_npu", "torch_npu (Ascend's PyTorch adapter)")
     _refuse_if_initialized(device, torch)
+    refused = _framework_refusal(device, torch)
+    if refused:
+        raise RuntimeError(refused)
     if device == "npu":
-        torch_npu = _need("torch_npu", "torch_npu (Ascend's PyTorch adapter)")
+        torch_npu = sys.modules["torch_npu"]
         fw_version = getattr(torch_npu, "__version__", "0")
-        if _version(fw_version) < MIN_TORCH_NPU or not hasattr(torch_npu.npu.memory, "NPUPluggableAllocator"):
-            raise RuntimeError("hbmalloc needs torch_npu >= %d.%d (NPUPluggableAllocator); installed %s. Install "
-                               "torch_npu 2.1.0 or later with the torch release of the same number (torch_npu 2.x.y "
-                               "goes with torch 2.x.y) and the CANN it names, e.g. pip install torch==2.6.0 "
-                               "torch_npu==2.6.0; graph capture needs a v26.0.0 release or later (2.7.1.post4, "
-                               "2.8.0.post4, 2.9.0.post2, 2.10.0; https://gitee.com/ascend/pytorch lists them)"
-                               % (MIN_TORCH_NPU + (fw_version,)))
         memory = torch_npu.npu.memory
         # PYTORCH_NPU_ALLOC_CONF is read as this torch_npu release reads it (docs/SETTINGS.md).
         os.environ.setdefault("HBMALLOC_TORCH_NPU_VERSION", fw_version)
         lib = library(path, device)
         alloc = memory.NPUPluggableAllocator(lib.path, "hbm_torch_alloc", "hbm_torch_free")
     else:
-        if _version(torch.__version__) < MIN_TORCH or not hasattr(torch.cuda.memory, "CUDAPluggableAllocator"):
-            raise RuntimeError("hbmalloc needs torch >= %d.%d (CUDAPluggableAllocator); installed %s. Install "
-                               "torch 2.0 or later (2.3 or later for CUDA graphs), the wheel for your CUDA "
-                               "(https://pytorch.org/get-started/locally/), e.g. pip install 'torch>=2.3' in this "
-                               "venv: it comes before a system torch such as Debian 12's python3-torch (1.13)"
-                               % (MIN_TORCH + (torch.__version__,)))
         memory = torch.cuda.memory
         os.environ.setdefault("HBMALLOC_TORCH_VERSION", torch.__version__)
         lib = library(path, device)
