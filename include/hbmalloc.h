@@ -396,6 +396,8 @@ typedef struct hbm_trace_entry {
     hbm_stream stream;
     uint64_t time_us; /* microseconds since the Unix epoch */
     const char *context; /* the call-site label, or NULL; points into the snapshot (hbm_snapshot.labels) */
+    const char *tag;     /* HBM_TRACE_SLEEP / WAKE: the pool's tag (NULL: not kept), in place of a context */
+    int backup;          /* HBM_TRACE_SLEEP / WAKE: the pool keeps a backup (its live bytes copied out and back) */
 } hbm_trace_entry;
 
 /* Keep the last max_entries trace entries in a ring buffer (0 turns history off and clears it). The ring grows as

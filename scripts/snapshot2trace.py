@@ -12,6 +12,10 @@ uses) -> `p` (a pending free, completed by the `f`). Blocks that were live
 before recording started (they sit in the snapshot's segments but have no
 alloc event) are allocated first, so the replay sees the same live memory.
 Frees of addresses the trace never allocated are skipped and counted.
+A pool's sleep and wake (hbmalloc's snapshots: `sleep` / `wake` entries, one per
+run of pages, with the pool's `tag` and `backup`) -> `z` / `w` of pool 0, the runs
+of one sleep together: the snapshot does not say which pool each allocation went
+to, so they are drawn by `hbmalloc view`, not replayed (docs/TRACE_FORMAT.md).
 """
 import argparse
 import hashlib
@@ -22,6 +26,19 @@ import sys
 class SafeUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         raise pickle.UnpicklingError(f"refusing global {module}.{name}: not a plain snapshot")
+
+
+def tag_word(tag):
+    """A tag as the text format writes it: '-' when not known, else its UTF-8 bytes with blanks, '#', '%', controls
+    and non-ASCII as %XX."""
+    if tag is None:
+        return "-"
+    return "".join(chr(b) if 0x21 <= b <= 0x7e and b not in b"#%" else "%%%02X" % b for b in tag.encode()) or "-"
+
+
+def nap_line(key, size):
+    act, tag, backup = key
+    return f"{'z' if act == 'sleep' else 'w'} 0 {size} {tag_word(tag)}{' backup' if backup else ''}\n"
 
 
 def main():
@@ -69,8 +86,22 @@ def main():
         out.write(f"a {next_id} {size} {stream}\n")
         next_id += 1
     skipped = 0
+    nap = None  # the sleep or wake being written: its runs follow one another
     for k, e in enumerate(events):
         act = e["action"]
+        if act in ("sleep", "wake"):
+            key = (act, e.get("tag"), bool(e.get("backup")))
+            if nap and nap[0] == key and nap[2] == k - 1:
+                nap[1] += e["size"]
+                nap[2] = k
+                continue
+            if nap:
+                out.write(nap_line(*nap[:2]))
+            nap = [key, e["size"], k]
+            continue
+        if nap:
+            out.write(nap_line(*nap[:2]))
+            nap = None
         if act == "alloc":
             ids[e["addr"]] = next_id
             out.write(f"a {next_id} {e['size']} {e.get('stream', 0)}\n")
@@ -85,6 +116,8 @@ def main():
                 skipped += 1
                 continue
             out.write(f"f {i}\n")
+    if nap:
+        out.write(nap_line(*nap[:2]))
     out.close()
     print(f"{args.output}: {len(pre)} pre-existing blocks, {next_id} allocations, {skipped} unknown frees skipped",
           file=sys.stderr)

@@ -529,7 +529,7 @@ static void pages_moved(hbm_allocator *a, hbm__segment *seg, size_t first, size_
         hbm__stat_arr_dec(a->stats.reserved_bytes, seg->pool, (int64_t)bytes);
         a->stats.num_device_free++;
     }
-    hbm__trace(a, mapped ? HBM_TRACE_WAKE : HBM_TRACE_SLEEP, at, bytes, seg->stream);
+    hbm__sleep_trace(a, seg->pool->owner, mapped ? HBM_TRACE_WAKE : HBM_TRACE_SLEEP, at, bytes, seg->stream);
 }
 
 hbm_status hbm__expand_sleep(hbm_allocator *a, hbm__segment *seg, size_t *given)

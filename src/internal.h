@@ -67,9 +67,10 @@ typedef struct hbm__labels {
 typedef struct hbm__trace_rec {
     uint64_t addr, size, time_us;
     hbm_stream stream;
-    hbm_trace_action action;
-    hbm_label label;
+    uint32_t action;  /* hbm_trace_action; a sleep or wake entry of a pool that keeps a backup adds HBM__TRACE_BACKUP */
+    hbm_label label;  /* a sleep or wake entry: its pool's tag */
 } hbm__trace_rec;
+#define HBM__TRACE_BACKUP 0x100u
 
 /* One page of an expandable segment: its physical handle (0: none) and whether it is mapped.
  * A handle whose release failed stays here, unmapped, and is reused by the next map. A page of a sleeping pool
@@ -408,7 +409,7 @@ hbm_status hbm__ensure_spares(hbm_allocator *a, int n);
 size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src);
 
 /* ---- snapshot.c: history; labels.c: label texts ---- */
-void hbm__record(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size, hbm_stream stream,
+void hbm__record(hbm_allocator *a, uint32_t action, uint64_t addr, uint64_t size, hbm_stream stream,
                  hbm_label label);
 static inline void hbm__trace(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size,
                               hbm_stream stream)
@@ -555,6 +556,10 @@ void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what)
 void hbm__sleep_forget(hbm_allocator *a, hbm__mempool *m, uintptr_t addr, size_t size);
 /* The published record's: asleep and backup bytes, and per tag "tag size, ..." (publish.c). */
 void hbm__sleep_record(hbm_allocator *a, int64_t *asleep, int64_t *backup, char *tags, size_t len);
+/* A history entry of m's pages put to sleep or mapped again (action HBM_TRACE_SLEEP or WAKE): with its tag and
+ * whether it keeps a backup, which snapshots write beside the run of pages. */
+void hbm__sleep_trace(hbm_allocator *a, const hbm__mempool *m, hbm_trace_action action, uint64_t addr, uint64_t size,
+                      hbm_stream stream);
 /* hbm_get_stats: the asleep figures. */
 void hbm__sleep_stats(hbm_allocator *a, hbm_stats *st);
 /* The pool with id, or NULL (stream.c). */

@@ -52,6 +52,7 @@ typedef struct host_buf {
 typedef struct hbm__sleep hbm__sleep;
 struct hbm__sleep {
     char tag[64];
+    hbm_label tag_label; /* the tag as a label: history entries of its pages carry it (0: the label table was full) */
     bool backup;
     backup_run *runs;
     size_t nruns, cap_runs;
@@ -176,6 +177,8 @@ hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool id, const char *tag, int b
     } else {
         snprintf(m->sl->tag, sizeof m->sl->tag, "%s", tag);
         m->sl->backup = backup != 0;
+        if (hbm__label_intern(&a->labels, tag, &m->sl->tag_label) != HBM_OK)
+            m->sl->tag_label = 0; /* the history's entries then go without the tag; the pool sleeps all the same */
         rc = HBM_OK;
     }
     hbm__unlock(a);
@@ -711,6 +714,13 @@ void hbm__sleep_forget(hbm_allocator *a, hbm__mempool *m, uintptr_t addr, size_t
         sl->runs[k++] = sl->runs[i];
     }
     sl->nruns = k;
+}
+
+void hbm__sleep_trace(hbm_allocator *a, const hbm__mempool *m, hbm_trace_action action, uint64_t addr, uint64_t size,
+                      hbm_stream stream)
+{
+    if (a->history && m && m->sl)
+        hbm__record(a, action | (m->sl->backup ? HBM__TRACE_BACKUP : 0), addr, size, stream, m->sl->tag_label);
 }
 
 void hbm__sleep_record(hbm_allocator *a, int64_t *asleep, int64_t *backup, char *tags, size_t len)

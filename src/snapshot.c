@@ -37,7 +37,7 @@ static __attribute__((cold, noinline)) void grow_history(hbm_allocator *a)
                 a->backend->ops->name, a->device, cap, cap, max);
 }
 
-void hbm__record(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size, hbm_stream stream,
+void hbm__record(hbm_allocator *a, uint32_t action, uint64_t addr, uint64_t size, hbm_stream stream,
                  hbm_label label)
 {
     struct timespec ts;
@@ -192,8 +192,14 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
             rc = HBM_ERR_NOMEM;
         for (size_t i = 0; s->trace && i < a->history_n; i++) {
             const hbm__trace_rec *r = &a->history[(a->history_head + i) % a->history_cap];
-            s->trace[i] = (hbm_trace_entry){r->action, r->addr, r->size, r->stream, r->time_us,
-                                            (const char *)(uintptr_t)r->label};
+            hbm_trace_action act = (hbm_trace_action)(r->action & ~HBM__TRACE_BACKUP);
+            s->trace[i] = (hbm_trace_entry){act, r->addr, r->size, r->stream, r->time_us,
+                                            (const char *)(uintptr_t)r->label, NULL,
+                                            (r->action & HBM__TRACE_BACKUP) != 0};
+            if (act == HBM_TRACE_SLEEP || act == HBM_TRACE_WAKE) { /* the label is the pool's tag */
+                s->trace[i].tag = s->trace[i].context;
+                s->trace[i].context = NULL;
+            }
         }
         s->ntrace = s->trace ? a->history_n : 0;
     }
@@ -208,7 +214,8 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
         if (!ids || !ctx)
             rc = HBM_ERR_NOMEM;
         for (size_t k = 0; rc == HBM_OK && k < n; k++) {
-            ctx[k] = k < s->nblocks ? &s->blocks[k].context : &s->trace[k - s->nblocks].context;
+            hbm_trace_entry *t = k < s->nblocks ? NULL : &s->trace[k - s->nblocks];
+            ctx[k] = !t ? &s->blocks[k].context : t->tag ? &t->tag : &t->context;
             ids[k] = (hbm_label)(uintptr_t)*ctx[k];
         }
         if (rc == HBM_OK)
@@ -221,7 +228,7 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
         for (size_t k = 0; k < s->nblocks; k++)
             s->blocks[k].context = NULL;
         for (size_t k = 0; k < s->ntrace; k++)
-            s->trace[k].context = NULL;
+            s->trace[k].context = s->trace[k].tag = NULL;
     }
     if (rc != HBM_OK) {
         hbm_snapshot_free(s);
@@ -438,6 +445,14 @@ static void emit_snapshot(emit *e, const hbm_snapshot *s)
             e_kv_int(e, "stream", (int64_t)t->stream);
             e_kv_int(e, "time_us", (int64_t)t->time_us);
             emit_frames(e, t->context);
+            if (t->action == HBM_TRACE_SLEEP || t->action == HBM_TRACE_WAKE) {
+                /* hbmalloc's own keys (docs/SLEEP.md): the pool's tag and whether its contents were copied out (a
+                 * sleep) or back (a wake); torch's readers ignore them, hbmalloc's draw the sleep from them. */
+                if (t->tag)
+                    e_kv_str(e, "tag", t->tag);
+                e_str(e, "backup");
+                e_bool(e, t->backup);
+            }
             e_close(e);
         }
         e_close(e);

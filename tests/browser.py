@@ -108,6 +108,17 @@ def labels_apart(b):
     return "" if boxes else "no labels"
 
 
+def nap_pixel(b, k, chart):
+    """The colour drawn at the middle of marker k's triangle in a chart (the canvas's own pixel)."""
+    return b.js("""(() => { const c = document.getElementById('%s'), r = c.getBoundingClientRect(), d = window.devicePixelRatio || 1;
+        const p = hbmView.napPoint(%d, '%s'), x = (p.x - window.scrollX - r.left) * d, y = (p.y - window.scrollY - r.top) * d;
+        const o = document.createElement('canvas'), g = o.getContext('2d', {willReadFrequently: true}); /* (the chart's
+        own context read twice would warn on the console) */
+        o.width = o.height = 1; g.drawImage(c, Math.round(x), Math.round(y), 1, 1, 0, 0, 1, 1);
+        return Array.from(g.getImageData(0, 0, 1, 1).data.slice(0, 3)); })()"""
+                % (chart, k, chart))
+
+
 def tip_inside(b):
     """The tooltip shown lies inside the window and its text inside it ('' when so)."""
     return b.js("""(() => { const t = document.getElementById('tip'), r = t.getBoundingClientRect();
@@ -305,6 +316,93 @@ try:
     tip = hover_at(b, b.js("hbmView.gapPoint()"))
     check("unmapped_tooltip", tip.startswith("unmapped: 40.00 MiB of address space"), "tooltip %r" % tip)
     b.screenshot(os.path.join(OUT, "view-unmapped.png"))
+
+    # Pools that sleep and wake (issue #31 item 4, docs/SLEEP.md): an RL loop's weights (a pool with backup) and KV
+    # cache (discard) put to sleep while the other phase trains in the memory they gave back, three times. The trace
+    # says which pool each allocation went to (`u`), so its sleeps and wakes are replayed (hbm_pool_sleep / wake):
+    # each is a marker on every chart's time axis whose tooltip names the pool, its bytes and its backup; the events
+    # list names them; while they sleep the figures count their pages apart (asleep, not reserved) and their blocks
+    # as allocated, kept in the map at their addresses (a mark each, hovered), at every event and at the moments of
+    # a large run alike. Their snapshot (`replay --snapshot`) cannot place its allocations in pools: drawn, hollow,
+    # not replayed.
+    W, KV = 40 << 20, 60 << 20
+    rl = ["hbmtrace 1", "u 1"] + ["a %d %d" % (k, W) for k in range(1, 5)] + ["u 2", "a 5 %d" % KV, "a 6 %d" % KV, "u 0"]
+    nid, naps = 100, []
+    for it in range(3):
+        ids = list(range(nid, nid + 6))  # the rollout's activations
+        rl += ["a %d %d" % (i, (8 + 4 * k) << 20) for k, i in enumerate(ids)] + ["f %d" % i for i in ids]
+        naps += [len(rl), len(rl) + 1]
+        rl += ["z 1 %d weights backup" % (4 * W), "z 2 %d kv%%20cache" % (2 * KV)]
+        ids = list(range(nid + 6, nid + 14))  # the other model's training step
+        rl += ["a %d %d" % (i, 50 << 20) for i in ids] + ["f %d" % i for i in ids] + ["e"]
+        naps += [len(rl), len(rl) + 1]
+        rl += ["w 1 %d weights backup" % (4 * W), "w 2 %d kv%%20cache" % (2 * KV)]
+        nid += 14
+    sleep_trace = os.path.join(OUT, "sleep.trace")
+    with open(sleep_trace, "w") as f:
+        f.write("\n".join(rl) + "\n")
+    event_of = [k - 1 for k in naps]  # the trace's lines (after the header) are its events
+    asleep_at = event_of[1] + 2  # after the first training allocation: both pools asleep
+    for name, extra in (("sleep", []), ("sleep-moments", ["--detail", "1"])):
+        out = os.path.join(OUT, "view-%s.html" % name)
+        subprocess.run([BIN, "view", sleep_trace, "--conf", "", *extra, "-o", out], check=True, stdout=subprocess.DEVNULL)
+        b.open(out)
+        check(name + "_page_clean", not b.problems(), "; ".join(b.problems()))
+        check(name + "_markers", b.js("hbmView.naps()") == [e + 1 for e in event_of], "%s, trace %s"
+              % (b.js("hbmView.naps()"), [e + 1 for e in event_of]))
+        b.js("hbmView.select(%d)" % (asleep_at + 1))
+        fig = figures(b)
+        at = b.js("hbmView.selected()")
+        if name == "sleep":
+            check(name + "_figures_asleep", fig.get("asleep") == 4 * W + 2 * KV and fig.get("allocated asleep") ==
+                  4 * W + 2 * KV and fig.get("unallocated") == fig["reserved"] - (fig["allocated"] - 4 * W - 2 * KV),
+                  "%s" % fig)
+        else:  # the nearest moment: asleep too when it falls between the sleeps and the wakes
+            inside = event_of[1] + 1 < at <= event_of[2]
+            check(name + "_figures_asleep", not inside or fig.get("allocated") >= 4 * W + 2 * KV, "%s at %d" % (fig, at))
+        b.js("(() => { for (let p = hbmView.first(); p <= hbmView.last(); p++) hbmView.select(p); })()")
+        check(name + "_map_agrees", not b.problems(), "; ".join(b.problems()))
+    b.open(os.path.join(OUT, "view-sleep.html"))
+    b.js("hbmView.select(%d)" % (asleep_at + 1))
+    for k, chart in enumerate(("usage", "timeline", "segtl")):
+        tip = hover_at(b, b.js("hbmView.napPoint(%d, '%s')" % (k % 2, chart)))
+        want = ["sleep of pool 'weights'", "backup: its live blocks copied to host memory first", "at event %d" % event_of[0],
+                "replayed (hbm_pool_sleep): reserved ", "160.00 MiB of pages given back in the recording"] if k % 2 == 0 else \
+               ["sleep of pool 'kv cache'", "discard: its blocks' contents given up", "at event %d" % event_of[1],
+                "120.00 MiB of pages given back in the recording"]
+        check("sleep_marker_tooltip_" + chart, all(w in tip for w in want), "tooltip %r" % tip)
+    for chart in ("usage", "timeline", "segtl"):  # drawn: a filled triangle, a sleep's purple, a wake's green
+        got = [nap_pixel(b, k, chart) for k in (0, 2)]
+        check("markers_drawn_" + chart, got == [[0x6a, 0x3d, 0x9a], [0x1b, 0x9e, 0x77]], "%s" % got)
+    tip = hover_at(b, b.js("hbmView.napPoint(2, 'usage')"))
+    check("wake_marker_tooltip", tip.startswith("wake of pool 'weights'\nbackup: its live blocks copied back") and
+          "160.00 MiB mapped again in the recording" in tip, "tooltip %r" % tip)
+    b.js("hbmView.select(%d)" % (event_of[0] + 1))
+    row = b.js("document.querySelector('#events .sel').textContent")
+    check("sleep_event_row", row == "event %d: sleep: pool 'weights' (backup): reserved \u2212160.00 MiB (the recording: "
+          "160.00 MiB given back)" % event_of[0], "row %r" % row)
+    b.js("hbmView.select(%d)" % (asleep_at + 1))
+    tip = hover_at(b, b.js("hbmView.asleepPoint()"))
+    check("asleep_pages_in_the_map", re.match(r"asleep: \d+\.\d\d MiB of pages at 0x[0-9a-f]+ of pool '(weights|kv cache)', "
+                                              r"given back at event %d" % event_of[0 if "weights" in tip else 1], tip)
+          is not None and "keep their addresses in them" in tip, "tooltip %r" % tip)
+    pt = b.js("hbmView.napPoint(0, 'usage')")
+    hover_at(b, pt, b.js("document.documentElement.clientHeight") - pt["y"])  # (at the page's top: the screenshot)
+    b.screenshot(os.path.join(OUT, "view-sleep.png"))
+    check("sleep_clean", not b.problems(), "; ".join(b.problems()))
+    snap_json = os.path.join(OUT, "sleep.json")
+    subprocess.run([BIN, "replay", sleep_trace, "--conf", "", "--snapshot", snap_json], check=True, stdout=subprocess.DEVNULL)
+    out = os.path.join(OUT, "view-sleep-snapshot.html")
+    subprocess.run([BIN, "view", snap_json, "--conf", "", "-o", out], check=True, stdout=subprocess.DEVNULL)
+    b.open(out)
+    check("snapshot_sleeps_drawn", len(b.js("hbmView.naps()")) == 12 and b.js("D.naps.placed.every(v => !v)"),
+          "%s" % b.js("D.naps"))
+    check("snapshot_markers_hollow", nap_pixel(b, 0, "usage") == [255, 255, 255], "%s" % nap_pixel(b, 0, "usage"))
+    tip = hover_at(b, b.js("hbmView.napPoint(0, 'usage')"))
+    check("snapshot_sleep_tooltip", tip.startswith("sleep of pool 'weights'") and "160.00 MiB of pages given back in the "
+          "recording; drawn, not replayed" in tip, "tooltip %r" % tip)
+    b.js("(() => { for (let p = hbmView.first(); p <= hbmView.last(); p++) hbmView.select(p); })()")
+    check("snapshot_sleeps_clean", not b.problems(), "; ".join(b.problems()))
 
     # A run with more allocations than the page holds whole (--detail 100 makes the CPU trace one): the map at
     # moments, drawn by hbmalloc; the figures there the same as the whole page's at the same event.

@@ -108,6 +108,40 @@ check late_free_allocated 0 "peak allocated:     24.00 MiB" "$bin" replay "$tmp/
 # (block 1's use completes at the trace's end, after the last allocation: no poll saw it, the snapshot has it pending)
 check pending_from_a_snapshot 0 "4 events: 2 alloc, 1 free (1 pending first" "$bin" replay "$tmp/pending.pickle" --conf ""
 check pending_from_a_snapshot_replayed 0 "device calls:       2 malloc" "$bin" replay "$tmp/pending.pickle" --conf ""
+# Pools that sleep (docs/TRACE_FORMAT.md: u, z, w): a text trace that says which pool each allocation went to
+# replays its sleeps and wakes (hbm_pool_sleep / wake) and gives back what it recorded; its snapshot (pickle or
+# JSON) keeps each sleep's tag and backup, which the readers and scripts/snapshot2trace.py read back, drawn, not
+# replayed (the snapshot does not say which pool an allocation went to).
+printf 'u 1\na 1 83886080\nu 2\na 2 41943040\nu 0\na 3 1000\nz 1 83886080 weights backup\nz 2 41943040 kv%%20cache\n' \
+    >"$tmp/sleep.trace"
+printf 'a 4 200000000\nf 4\ne\nw 1 83886080 weights backup\nw 2 41943040 kv%%20cache\n' >>"$tmp/sleep.trace"
+check sleep_replayed 0 "^sleep and wake:     4 of 4 replayed (hbm_pool_sleep, hbm_pool_wake on the pools the trace names): 120.00 MiB of pages put to sleep, 120.00 MiB mapped again (the recording: 120.00 MiB and 120.00 MiB); reserved fell by 120.00 MiB" \
+    "$bin" replay "$tmp/sleep.trace" --conf "" --check
+check sleep_counted 0 "(13 events: 4 alloc, 1 free; 2 sleeps, 2 wakes; 1 stream)" "$bin" replay "$tmp/sleep.trace" --conf ""
+# (the sleeping pools' 120 MiB of blocks hold no memory while the other phase's 191 MiB is live: not 311 MiB)
+check sleep_min_capacity 0 "^minimum capacity:   194.00 MiB" "$bin" replay "$tmp/sleep.trace" --conf "" --min-capacity
+"$bin" replay "$tmp/sleep.trace" --conf "" --snapshot "$tmp/sleep.json" >/dev/null
+"$bin" replay "$tmp/sleep.trace" --conf "" --snapshot "$tmp/sleep.pickle" >/dev/null
+check sleep_snapshot_keys 0 '"action":"sleep","addr":[0-9]*,"size":83886080,"stream":0,"time_us":[0-9]*,"frames":\[\],"tag":"weights","backup":true}' \
+    cat "$tmp/sleep.json"
+for f in sleep.json sleep.pickle; do
+    check "sleep_from_$f" 0 "^sleep and wake:     4 drawn by view, not replayed: .*the recording gave back 120.00 MiB at those sleeps" \
+        "$bin" replay "$tmp/$f" --conf ""
+done
+python3 "$src/scripts/snapshot2trace.py" "$tmp/sleep.pickle" -o "$tmp/sleep-converted.trace" 2>/dev/null
+check sleep_converted 0 "^z 0 83886080 weights backup$" cat "$tmp/sleep-converted.trace"
+check sleep_converted_tag 0 "^w 0 41943040 kv%20cache$" cat "$tmp/sleep-converted.trace"
+check sleep_converted_read 0 "2 sleeps, 2 wakes" "$bin" replay "$tmp/sleep-converted.trace" --conf ""
+printf 'u 1\na 1 1000\nz 1 0 w\na 2 1000\n' >"$tmp/asleep.trace"
+check sleep_alloc_refused 2 "asleep.trace:4:1: allocation into pool 1, asleep since line 3" "$bin" replay "$tmp/asleep.trace"
+check sleep_needs_vmm 2 "pool 1 (line 7) 'weights': pool 'weights' cannot sleep on sim device 0" "$bin" replay \
+    "$tmp/sleep.trace" --backend sim:vmm=off
+# hbmalloc's JSON snapshots, and torch's _snapshot() dumped as JSON, read as their pickles.
+python3 -c "import json, pickle, sys; json.dump(pickle.load(open(sys.argv[1], 'rb')), open(sys.argv[2], 'w'))" \
+    "$src/tests/data/linear-10k-50k-grad.pickle" "$tmp/grad.json"
+check json_as_pickle 0 "^same$" sh -c '[ "$("$1" replay "$2" | sed 1d | grep -v "^replay time")" = \
+    "$("$1" replay "$3" | sed 1d | grep -v "^replay time")" ] && echo same' sh "$bin" "$src/tests/data/linear-10k-50k-grad.pickle" \
+    "$tmp/grad.json"
 # PyTorch snapshots are read directly (format told apart by content).
 snap=$src/tests/data/linear-10k-50k-grad.pickle
 check replay_pickle 0 "recorded: *peak reserved 4.13 GiB (4439670784 bytes)" "$bin" replay "$snap"
@@ -248,8 +282,11 @@ check sweep_key_too_new 0 "left out: refused by PyTorch 2.1$" "$bin" sweep "$ex"
 # Files that are no trace say what they are; lifetime CSVs are read directly, as scripts/lifetimes2trace.py reads them.
 : >"$tmp/empty.trace"
 check input_empty 2 "is empty: no events to replay" "$bin" replay "$tmp/empty.trace"
-printf '{"segments": []}\n' >"$tmp/snap.json"
-check input_json 2 "is JSON: .*pickle.dump(json.load" "$bin" replay "$tmp/snap.json"
+printf '{"snapshot": []}\n' >"$tmp/snap.json"
+check input_json_not_a_snapshot 2 "snap.json: not a PyTorch memory snapshot (no list of segments)" "$bin" replay \
+    "$tmp/snap.json"
+printf '{"segments": [\n  {"device": 0,}]}\n' >"$tmp/bad.json"
+check input_json_malformed 2 "bad.json: line 2, column 16: expected a key" "$bin" replay "$tmp/bad.json"
 printf 'a 1 1024\n' | gzip >"$tmp/t.gz"
 check input_gzip 2 "is gzip-compressed: decompress it first" "$bin" replay "$tmp/t.gz"
 printf 'a 1 \001\002\000\n' >"$tmp/bin.dat"

@@ -1,5 +1,6 @@
 /* test_import.c: PyTorch snapshot pickles, RMM logs and hostile files; snapshots written and read back. */
 #include "helpers.h"
+#include <stdarg.h>
 #include <unistd.h>
 
 #include "pickle.h"
@@ -732,6 +733,334 @@ static void snapshots_round_trip_through_the_reader(void **st)
     hbm_destroy(a);
 }
 
+/* ---- pools that sleep (issue #31 item 4): a live run's sleeps and wakes, read back and replayed ---- */
+
+#define HOST_SIM "sim:capacity=512MiB,memory=host,vmm=on"
+
+typedef struct live_run {
+    hbm_allocator *a;
+    char text[2048]; /* the run as a text trace, written as it goes */
+    size_t len;
+    int64_t fell[4], rose[4]; /* reserved at each sleep and wake of the run */
+    uint64_t slept[4];        /* each sleep's pages put to sleep */
+    int nsleep, nwake;
+} live_run;
+
+static void say(live_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(live_run *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    r->len += (size_t)vsnprintf(r->text + r->len, sizeof r->text - r->len, fmt, ap);
+    va_end(ap);
+    assert_true(r->len < sizeof r->text);
+}
+
+static void *live_alloc(live_run *r, int id, size_t n)
+{
+    void *p = must_malloc(r->a, n, 0);
+    say(r, "a %d %zu\n", id, n);
+    return p;
+}
+
+static void live_nap(live_run *r, hbm_mempool mp, int number, const char *tag, int backup, int wake)
+{
+    int64_t before = stats_of(r->a).reserved_bytes[0].current;
+    hbm_status rc = wake ? hbm_pool_wake(r->a, mp, NULL) : hbm_pool_sleep(r->a, mp, NULL);
+    if (rc != HBM_OK)
+        fail_msg("%s: %s", wake ? "wake" : "sleep", hbm_last_error(r->a));
+    int64_t after = stats_of(r->a).reserved_bytes[0].current;
+    hbm_pool_info pi;
+    assert_int_equal(hbm_pool_info_get(r->a, mp, &pi), HBM_OK);
+    if (wake) {
+        r->rose[r->nwake++] = after - before;
+    } else {
+        r->slept[r->nsleep] = pi.asleep_bytes;
+        r->fell[r->nsleep++] = before - after;
+    }
+    say(r, "%c %d %lld %s%s\n", wake ? 'w' : 'z', number, (long long)(wake ? after - before : (int64_t)pi.asleep_bytes),
+        tag, backup ? " backup" : "");
+}
+
+/* A weights pool (backup) and a KV cache (discard) put to sleep while the other phase allocates, then woken: the
+ * live run writes its trace as it goes, then its snapshot. */
+static hbm_snapshot *live_sleeps(live_run *r, int wake)
+{
+    memset(r, 0, sizeof *r);
+    hbm_allocator *a = r->a = open_sim(HOST_SIM, "");
+    assert_int_equal(hbm_history_enable(a, 1000), HBM_OK);
+    hbm_mempool w, kv;
+    assert_int_equal(hbm_mempool_create(a, &w), HBM_OK);
+    assert_int_equal(hbm_pool_tag(a, w, "weights", 1), HBM_OK);
+    assert_int_equal(hbm_mempool_create(a, &kv), HBM_OK);
+    assert_int_equal(hbm_pool_tag(a, kv, "kv cache", 0), HBM_OK);
+    assert_int_equal(hbm_mempool_begin_thread(a, w), HBM_OK);
+    say(r, "hbmtrace 1\nu 1\n");
+    live_alloc(r, 1, 50 * MiB + 1000);
+    live_alloc(r, 2, 3000);
+    void *gone = live_alloc(r, 3, 25 * MiB);
+    assert_int_equal(hbm_mempool_end(a, w), HBM_OK);
+    assert_int_equal(hbm_mempool_begin_thread(a, kv), HBM_OK);
+    say(r, "u 2\n");
+    live_alloc(r, 4, 30 * MiB);
+    assert_int_equal(hbm_mempool_end(a, kv), HBM_OK);
+    say(r, "u 0\n");
+    live_alloc(r, 5, 5 * MiB);
+    hbm_free(a, gone); /* its free pages go back at the sleep, not to sleep */
+    say(r, "f 3\n");
+    live_nap(r, w, 1, "weights", 1, 0);
+    live_nap(r, kv, 2, "kv%20cache", 0, 0);
+    void *other = live_alloc(r, 6, 200 * MiB); /* the other phase, in the memory the sleeps gave back */
+    hbm_free(a, other);
+    say(r, "f 6\ne\n");
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    if (wake) {
+        live_nap(r, w, 1, "weights", 1, 1);
+        live_nap(r, kv, 2, "kv%20cache", 0, 1);
+    }
+    hbm_snapshot *s;
+    assert_int_equal(hbm_snapshot_take(a, &s), HBM_OK);
+    return s;
+}
+
+static void read_saved(const hbm_snapshot *s, hbm_snapshot_format fmt)
+{
+    char path[] = "/tmp/hbm-sleeps-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    assert_int_equal(hbm_snapshot_save(s, path, fmt, err, sizeof err), HBM_OK);
+    if (trace_read_any(path, 0, &t, err, sizeof err))
+        fail_msg("%s", err);
+    unlink(path);
+}
+
+/* The snapshot's entries: one per run of pages, with the pool's tag and backup; the readers make one event of each
+ * sleep and wake (its runs together), which the trace cannot place in a pool (its history does not say where the
+ * allocations went): drawn, not replayed; and the recorded reserved memory goes down and up with them. */
+static void a_live_run_s_sleeps_are_read_from_its_snapshot_pickle_and_json(void **st)
+{
+    (void)st;
+    live_run r;
+    hbm_snapshot *s = live_sleeps(&r, 1);
+    int runs = 0;
+    for (size_t i = 0; i < s->ntrace; i++)
+        if (s->trace[i].action == HBM_TRACE_SLEEP) {
+            runs++;
+            assert_non_null(s->trace[i].tag);
+            assert_null(s->trace[i].context);
+            assert_int_equal(s->trace[i].backup, !strcmp(s->trace[i].tag, "weights"));
+        }
+    assert_int_equal(runs, 3); /* weights: its large pages, its small page; the KV cache's pages */
+    hbm_stats live = stats_of(r.a);
+    for (int fmt = 0; fmt < 2; fmt++) {
+        read_saved(s, fmt ? HBM_SNAPSHOT_JSON : HBM_SNAPSHOT_PICKLE);
+        assert_int_equal(t.sleeps, 2);
+        assert_int_equal(t.wakes, 2);
+        assert_int_equal(t.unplaced, 4);
+        const char *tags[4] = {"weights", "kv cache", "weights", "kv cache"};
+        int k = 0;
+        for (size_t i = 0; i < t.n; i++) {
+            const trace_event *e = &t.ev[i];
+            if (e->kind != EV_SLEEP && e->kind != EV_WAKE)
+                continue;
+            assert_int_equal(e->kind, k < 2 ? EV_SLEEP : EV_WAKE);
+            assert_string_equal(trace_tag(&t, e), tags[k]);
+            assert_int_equal(e->pended, k % 2 == 0);
+            assert_int_equal(e->stream, 0);
+            assert_int_equal(e->size, k < 2 ? r.slept[k] : (uint64_t)r.rose[k - 2]);
+            assert_true(trace_time(&t, i) > 0);
+            k++;
+        }
+        assert_int_equal(k, 4);
+        assert_int_equal(t.rec.peak_reserved, live.reserved_bytes[0].peak);
+        assert_int_equal(t.rec.end_reserved, live.reserved_bytes[0].current);
+        trace_free(&t);
+    }
+    hbm_snapshot_free(s);
+    hbm_destroy(r.a);
+    /* Taken while they sleep: their runs are in the segments (is_asleep), their pages not reserved. */
+    s = live_sleeps(&r, 0);
+    live = stats_of(r.a);
+    read_saved(s, HBM_SNAPSHOT_JSON);
+    assert_int_equal(t.rec.end_reserved, live.reserved_bytes[0].current);
+    assert_int_equal(t.rec.peak_reserved, live.reserved_bytes[0].peak);
+    assert_int_equal(t.rec.start_reserved, 0);
+    trace_free(&t);
+    hbm_snapshot_free(s);
+    hbm_destroy(r.a);
+}
+
+/* The same run as a text trace, which says which pool each allocation went to: replayed, its sleeps and wakes give
+ * back and map again what the live run's did, and reserved memory is the live run's at every one of them. */
+static void a_text_trace_s_sleeps_replay_as_the_live_run(void **st)
+{
+    (void)st;
+    live_run r;
+    hbm_snapshot *s = live_sleeps(&r, 1);
+    hbm_stats live = stats_of(r.a);
+    if (trace_read_text_mem("live", r.text, r.len, &t, err, sizeof err))
+        fail_msg("%s\n%s", err, r.text);
+    replay_opts o = {.backend_spec = HOST_SIM, .settings = "", .quiet = 1};
+    replay_result res;
+    assert_int_equal(replay_run(&t, &o, &res), 0);
+    assert_int_equal(res.naps.slept, r.slept[0] + r.slept[1]);
+    assert_int_equal(res.naps.rec_slept, r.slept[0] + r.slept[1]);
+    assert_int_equal(res.naps.fell, (uint64_t)(r.fell[0] + r.fell[1]));
+    assert_int_equal(res.naps.woke, (uint64_t)(r.rose[0] + r.rose[1]));
+    assert_int_equal(res.naps.rec_woke, res.naps.woke);
+    assert_true(r.fell[0] > (int64_t)r.slept[0]); /* the freed block's pages went too */
+    assert_int_equal(res.stats.reserved_bytes[0].peak, live.reserved_bytes[0].peak);
+    assert_int_equal(res.stats.reserved_bytes[0].current, live.reserved_bytes[0].current);
+    /* Event by event: reserved memory after each is the live run's (the snapshot's history, summed). */
+    hbm_allocator *a = open_sim(HOST_SIM, "");
+    replay_pools pools;
+    assert_int_equal(replay_pools_open(a, &t, &pools, err, sizeof err), 0);
+    void **slot = calloc(t.nslots + 1, sizeof *slot);
+    int k = 0;
+    for (size_t i = 0; i < t.n; i++) {
+        int64_t before = stats_of(a).reserved_bytes[0].current;
+        assert_int_equal(replay_event(a, &t.ev[i], slot, &pools), HBM_OK);
+        int64_t d = stats_of(a).reserved_bytes[0].current - before;
+        if (t.ev[i].kind == EV_SLEEP)
+            assert_int_equal(-d, r.fell[k++]);
+        else if (t.ev[i].kind == EV_WAKE)
+            assert_int_equal(d, r.rose[k++ - 2]);
+    }
+    assert_int_equal(k, 4);
+    assert_valid(a);
+    free(slot);
+    replay_pools_close(&pools);
+    hbm_destroy(a);
+    trace_free(&t);
+    hbm_snapshot_free(s);
+    hbm_destroy(r.a);
+}
+
+/* A snapshot of an hbmalloc before the tags (sleep entries with neither `tag` nor `backup`), as JSON by hand: the
+ * runs of one sleep make one event, its tag not said. */
+static void an_older_snapshot_s_sleeps_have_no_tag(void **st)
+{
+    (void)st;
+    const char *j = "{\"segments\": [{\"device\": 0, \"address\": 4096, \"total_size\": 41943040, \"stream\": 0, "
+                    "\"is_expandable\": true, \"blocks\": []}], \"device_traces\": [[\n"
+                    "{\"action\": \"segment_map\", \"addr\": 4096, \"size\": 41943040, \"stream\": 0},\n"
+                    "{\"action\": \"sleep\", \"addr\": 4096, \"size\": 20971520, \"stream\": 0},\n"
+                    "{\"action\": \"sleep\", \"addr\": 20975616, \"size\": 20971520, \"stream\": 0},\n"
+                    "{\"action\": \"wake\", \"addr\": 4096, \"size\": 41943040, \"stream\": 0, \"tag\": \"w\\u00e9\","
+                    " \"backup\": true}]]}";
+    assert_int_equal(trace_read_json_mem("old", (const unsigned char *)j, strlen(j), 0, &t, err, sizeof err), 0);
+    assert_int_equal(t.n, 2);
+    assert_int_equal(t.ev[0].kind, EV_SLEEP);
+    assert_int_equal(t.ev[0].size, 40 * MiB);
+    assert_string_equal(trace_tag(&t, &t.ev[0]), "");
+    assert_false(t.ev[0].pended);
+    assert_int_equal(t.ev[1].kind, EV_WAKE);
+    assert_string_equal(trace_tag(&t, &t.ev[1]), "w\xc3\xa9");
+    assert_true(t.ev[1].pended);
+    assert_int_equal(t.rec.peak_reserved, 40 * MiB);
+    trace_free(&t);
+}
+
+/* JSON into the pickle reader's values: escapes, numbers as Python writes them, errors with line and column, the same
+ * memory bound. */
+static void json_is_read_into_the_same_values(void **st)
+{
+    (void)st;
+    pickle_doc *doc;
+    char e[200];
+    const char *j = "{\"s\": \"a\\\"b\\\\c\\n\\u00e9\\ud83d\\ude00\\ud800x\", \"big\": 18446744073709551615, "
+                    "\"neg\": -5,"
+                    " \"f\": 0.25, \"e\": 1e3, \"nan\": NaN, \"l\": [true, false, null, [], {}], \"s\": 7}";
+    pv *root = json_parse((const unsigned char *)j, strlen(j), &doc, e, sizeof e);
+    if (!root)
+        fail_msg("%s", e);
+    int64_t v;
+    assert_int_equal(pv_int(pv_get(root, "big"), &v), 0);
+    assert_int_equal((uint64_t)v, UINT64_MAX); /* 64 bits kept, as the pickle reader keeps them */
+    assert_int_equal(pv_int(pv_get(root, "neg"), &v), 0);
+    assert_int_equal(v, -5);
+    assert_int_equal(pv_int(pv_get(root, "s"), &v), 0); /* the last of equal keys, as Python keeps */
+    assert_int_equal(v, 7);
+    assert_true(pv_get(root, "f")->type == PV_FLOAT && pv_get(root, "f")->u.f == 0.25);
+    assert_true(pv_get(root, "e")->u.f == 1000.0);
+    assert_true(pv_get(root, "nan")->u.f != pv_get(root, "nan")->u.f);
+    const pv *l = pv_get(root, "l");
+    assert_int_equal(pv_len(l), 5);
+    assert_int_equal(pv_at(l, 0)->type, PV_BOOL);
+    assert_int_equal(pv_at(l, 2)->type, PV_NONE);
+    assert_int_equal(pv_at(l, 3)->type, PV_LIST);
+    assert_int_equal(pv_at(l, 4)->type, PV_DICT);
+    pickle_free(doc);
+    const char *esc = "[\"a\\\"b\\\\c\\n\\u00e9\\ud83d\\ude00\\ud800x\"]";
+    root = json_parse((const unsigned char *)esc, strlen(esc), &doc, e, sizeof e);
+    assert_non_null(root);
+    const pv *str = pv_at(root, 0);
+    const char want[] = "a\"b\\c\n\xc3\xa9\xf0\x9f\x98\x80\xef\xbf\xbdx";
+    assert_int_equal(str->u.str.len, sizeof want - 1);
+    assert_memory_equal(str->u.str.s, want, sizeof want - 1);
+    pickle_free(doc);
+    /* A dict of many keys is indexed: every key found. */
+    char big[4096];
+    size_t n = (size_t)snprintf(big, sizeof big, "{");
+    for (int k = 0; k < 100; k++)
+        n += (size_t)snprintf(big + n, sizeof big - n, "%s\"k%d\": %d", k ? ", " : "", k, k * 3);
+    snprintf(big + n, sizeof big - n, "}");
+    root = json_parse((const unsigned char *)big, strlen(big), &doc, e, sizeof e);
+    assert_non_null(root);
+    for (int k = 0; k < 100; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%d", k);
+        assert_int_equal(pv_int(pv_get(root, key), &v), 0);
+        assert_int_equal(v, k * 3);
+    }
+    pickle_free(doc);
+    static const struct {
+        const char *in, *err;
+    } bad[] = {
+        {"{\"a\": [1, 2,]}", "line 1, column 13: expected a value"},
+        {"{\"a\": 1,}", "line 1, column 9: expected a key"},
+        {"{\"a\" 1}", "line 1, column 6: expected ':'"},
+        {"[1 2]", "line 1, column 4: expected ',' or ']'"},
+        {"{\n\"a\": \"x", "line 2, column 6: the file ends inside this string"},
+        {"[1, 2", "the file ends inside an object or array"},
+        {"[01]", "line 1, column 2: expected a value"},
+        {"[1.]", "'.' must be followed by digits"},
+        {"[1e]", "exponent must have digits"},
+        {"[\"\\q\"]", "line 1, column 3: an unknown escape"},
+        {"[\"a\tb\"]", "a control character inside a string"},
+        {"[18446744073709551616]", "wider than 64 bits"},
+        {"[-9223372036854775809]", "wider than 64 bits"},
+        {"[1] x", "line 1, column 5: text after the value"},
+        {"  ", "no value: the file is blank"},
+        {"[tru]", "expected a value"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        if (json_parse((const unsigned char *)bad[k].in, strlen(bad[k].in), &doc, e, sizeof e))
+            fail_msg("accepted %s", bad[k].in);
+        if (!strstr(e, bad[k].err))
+            fail_msg("%s: '%s', expected '%s'", bad[k].in, e, bad[k].err);
+    }
+    /* Nesting past 512 levels; small containers past the memory bound (8 bytes a byte over 1 MiB). */
+    char *deep = malloc(2000);
+    memset(deep, '[', 600);
+    memset(deep + 600, ']', 600);
+    assert_null(json_parse((const unsigned char *)deep, 1200, &doc, e, sizeof e));
+    assert_non_null(strstr(e, "deeper than 512"));
+    free(deep);
+    size_t cap = 3 * (1 << 20);
+    char *many = malloc(cap);
+    n = 0;
+    many[n++] = '[';
+    while (n + 4 < cap) {
+        memcpy(many + n, "[],", 3);
+        n += 3;
+    }
+    memcpy(many + n - 1, "]", 1);
+    assert_null(json_parse((const unsigned char *)many, n, &doc, e, sizeof e));
+    assert_non_null(strstr(e, "more than 8 bytes of memory per byte of file"));
+    free(many);
+}
+
 /* ---- issue #28: the readers' bounds (docs/RELIABILITY.md, "Probes of the readers") ---- */
 
 static void raw_long_str(raw *r, char c, uint32_t n) /* BINUNICODE: n copies of c */
@@ -944,6 +1273,10 @@ int main(void)
         cmocka_unit_test(events_and_live_blocks_repeated_by_memo_references_are_refused),
         cmocka_unit_test(small_containers_nested_or_repeated_are_refused_while_read),
         cmocka_unit_test(recorded_settings_never_name_files),
+        cmocka_unit_test(a_live_run_s_sleeps_are_read_from_its_snapshot_pickle_and_json),
+        cmocka_unit_test(a_text_trace_s_sleeps_replay_as_the_live_run),
+        cmocka_unit_test(an_older_snapshot_s_sleeps_have_no_tag),
+        cmocka_unit_test(json_is_read_into_the_same_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

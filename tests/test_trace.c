@@ -190,6 +190,79 @@ static void an_event_takes_24_bytes(void **st)
     assert_int_equal(e.kind, EV_PENDING);
 }
 
+/* Pools that sleep (docs/TRACE_FORMAT.md): `u` routes the allocations that follow into a private pool, `z` and `w`
+ * put one to sleep and wake it, with the recording's bytes, its tag (escaped) and whether it keeps a backup. */
+static void pools_sleeps_and_wakes_are_read_with_their_tags(void **st)
+{
+    (void)st;
+    assert_int_equal(read_str("u 7\na 1 4096\nu 0\na 2 100\nz 7 20971520 weights backup\nf 2\n"
+                              "w 7 20971520 weights backup\nu 9\na 3 10\nz 9 0 kv%20cache%25\nw 9 0 kv%20cache%25\n"
+                              "z 0 2097152 -  # a sleep the trace cannot place\n"),
+                     0);
+    assert_int_equal(t.n, 12);
+    assert_int_equal(t.npools, 2);
+    assert_int_equal(t.pools[0].number, 7);
+    assert_string_equal(t.meta.texts[t.pools[0].tag], "weights");
+    assert_true(t.pools[0].backup);
+    assert_int_equal(t.pools[1].number, 9);
+    assert_string_equal(t.meta.texts[t.pools[1].tag], "kv cache%");
+    assert_false(t.pools[1].backup);
+    assert_int_equal(t.ev[0].kind, EV_POOL);
+    assert_int_equal(t.ev[0].stream, 1); /* pool 7 is the first the trace names */
+    assert_int_equal(t.ev[2].kind, EV_POOL);
+    assert_int_equal(t.ev[2].stream, 0);
+    const trace_event *z = &t.ev[4], *w = &t.ev[6], *z0 = &t.ev[11];
+    assert_int_equal(z->kind, EV_SLEEP);
+    assert_int_equal(z->stream, 1);
+    assert_int_equal(z->size, 20971520);
+    assert_true(z->pended);
+    assert_string_equal(trace_tag(&t, z), "weights");
+    assert_int_equal(w->kind, EV_WAKE);
+    assert_string_equal(trace_tag(&t, w), "weights");
+    assert_string_equal(trace_tag(&t, &t.ev[9]), "kv cache%");
+    assert_false(t.ev[9].pended);
+    assert_int_equal(z0->kind, EV_SLEEP);
+    assert_int_equal(z0->stream, 0);
+    assert_string_equal(trace_tag(&t, z0), "");
+    assert_int_equal(t.sleeps, 3);
+    assert_int_equal(t.wakes, 2);
+    assert_int_equal(t.unplaced, 1);
+    assert_int_equal(t.allocs, 3);
+    trace_free(&t);
+    /* A tag of 63 bytes (hbm_pool_tag's most), escapes of any byte but NUL; "%2D" is the tag "-", not "not said". */
+    char line[200];
+    snprintf(line, sizeof line, "z 3 0 %063d\nw 3 0 %063d\nz 4 0 %%2D\n", 0, 0);
+    assert_int_equal(read_str(line), 0);
+    assert_int_equal(strlen(trace_tag(&t, &t.ev[0])), 63);
+    assert_string_equal(trace_tag(&t, &t.ev[2]), "-");
+    trace_free(&t);
+}
+
+static void malformed_pool_lines_name_line_and_column(void **st)
+{
+    (void)st;
+    bad("u 1\na 1 10\nz 1 0 w\na 2 10\n", "t:4:1:", "allocation into pool 1, asleep since line 3 (its 'w' wakes it");
+    bad("z 1 0 w\nw 1 0 w backup\n", "t:2:3:", "pool 1 is 'w' (line 1): a pool keeps its tag and its backup");
+    bad("z 1 0 w\nz 1 0 x\n", "t:2:3:", "a pool keeps its tag");
+    bad("z 1 0 -\n", "t:1:3:", "a pool the trace names needs its tag");
+    bad("z 1 0\n", "t:1:6:", "expected the pool's tag");
+    bad("z 1\n", "t:1:4:", "expected the pool's bytes");
+    bad("z x 0 w\n", "t:1:3:", "expected a pool number");
+    bad("z 1 0 a%zz\n", "t:1:8:", "two hex digits");
+    bad("z 1 0 a%00\n", "t:1:8:", "not 00");
+    bad("z 1 0 a%4\n", "t:1:8:", "two hex digits");
+    bad("z 1 0 w backups\n", "t:1:9:", "expected 'backup' or the end of the line");
+    bad("z 1 0 w backup x\n", "t:1:16:", "unexpected text");
+    bad("u\n", "t:1:2:", "expected a pool number");
+    bad("u 1 2\n", "t:1:5:", "unexpected text");
+    char line[200];
+    snprintf(line, sizeof line, "z 3 0 %064d\n", 0);
+    bad(line, "t:1:7:", "a tag is at most 63 bytes");
+    /* Awake again, or in another pool, allocations go on. */
+    assert_int_equal(read_str("u 1\nz 1 0 w\nu 0\na 1 10\nw 1 0 w\nu 1\na 2 10\n"), 0);
+    trace_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -201,6 +274,8 @@ int main(void)
         cmocka_unit_test(missing_file_is_an_error),
         cmocka_unit_test(cr_only_line_ends_and_a_byte_order_mark_lose_no_event),
         cmocka_unit_test(an_event_takes_24_bytes),
+        cmocka_unit_test(pools_sleeps_and_wakes_are_read_with_their_tags),
+        cmocka_unit_test(malformed_pool_lines_name_line_and_column),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -85,5 +85,31 @@ for name, args, want_rc in cases:
     m = re.search(r"unallocated ([\d.]+ \w+) \(([\d.]+)% of reserved\); fragmentation ([\d.]+)% \(largest free block "
                   r"[\d.]+ \w+ of ([\d.]+ \w+) cached free\)", title)
     check(name + "_map_terms", m is not None, title)
+# A pool's sleeps and wakes (docs/SLEEP.md): a marker each over the curves, its title the pool, the recording's bytes
+# and the backup, hollow when the trace cannot place it; allocated memory passes reserved while a pool sleeps (its
+# blocks stay allocated), so the byte axis holds peak allocated too; a map at a peak while a pool sleeps leaves its
+# pages out, counted apart.
+nap = os.path.join(OUT, "sleep.trace")
+with open(nap, "w") as f:
+    f.write("hbmtrace 1\nu 1\na 1 83886080\nu 0\nz 1 83886080 weights backup\na 2 41943040\nf 2\ne\n"
+            "w 1 83886080 weights backup\nz 0 2097152 old\n")
+svg = os.path.join(OUT, "sleep.svg")
+r = subprocess.run([BIN, "view", nap, "--conf", "", "-o", svg], capture_output=True, text=True)
+check("sleep_written", r.returncode == 0, r.stderr)
+doc = xml.dom.minidom.parse(svg)
+marks = [(g.getAttribute("data-kind"), g.getAttribute("data-event"), g.getElementsByTagName("title")[0].firstChild.data,
+          g.getElementsByTagName("path")[0].getAttribute("fill")) for g in doc.getElementsByTagName("g")
+         if g.getAttribute("class") == "nap"]
+check("sleep_markers", marks == [
+    ("sleep", "3", "sleep of pool 'weights' (backup) at event 3; 80.00 MiB given back in the recording", "#6a3d9a"),
+    ("wake", "7", "wake of pool 'weights' (backup) at event 7; 80.00 MiB mapped again in the recording", "#1b9e77"),
+    ("sleep", "8", "sleep of pool 'old' (discard) at event 8; 2.00 MiB given back in the recording; drawn, not replayed "
+     "(the trace does not say which pool)", "white")], "%s" % marks)
+peak_alloc = int(doc.documentElement.getAttribute("data-peak-allocated"))
+ys = byte_ticks(texts(doc, "ytick"))
+check("sleep_axis_holds_peak_allocated", isinstance(ys, list) and ys[-1] >= peak_alloc >
+      int(doc.documentElement.getAttribute("data-peak-reserved")), "ticks %s, peak allocated %d" % (ys, peak_alloc))
+body = open(svg).read()
+check("sleep_legend", ">a pool put to sleep<" in body and ">woken (hollow: not replayed)<" in body, "no legend")
 print("%d check(s) failed" % fails if fails else "all view_svg checks passed")
 sys.exit(min(fails, 100))

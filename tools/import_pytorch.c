@@ -1,12 +1,15 @@
 /*
- * import_pytorch.c: PyTorch memory snapshots (torch.cuda.memory._dump_snapshot)
- * into the event list. Owns the snapshot's meaning: which events to replay,
- * what the allocator ran with, the state the recording began in, and what
- * the recording allocator itself reserved.
+ * import_pytorch.c: PyTorch memory snapshots (torch.cuda.memory._dump_snapshot;
+ * the pickle, or the same as JSON) into the event list. Owns the snapshot's
+ * meaning: which events to replay, what the allocator ran with, the state the
+ * recording began in, and what the recording allocator itself reserved.
  *
  * Replayed: `alloc` (size = the caller's request) and `free_completed`, and a
  * `free_requested` that its `free_completed` does not follow at once (a block
- * with record_stream uses) as a pending free.
+ * with record_stream uses) as a pending free. hbmalloc's `sleep` and `wake`
+ * entries (a sleeping pool's runs of pages) become one event per sleep or
+ * wake, with its tag and backup, of no pool: the history does not say which
+ * pool an allocation went to, so they are drawn, not replayed.
  * The state at the start is worked back from the snapshot's segments at the
  * end through the history: a `segment_free` means the segment existed
  * before it, a `segment_alloc` that it did not, a `free_completed` that the
@@ -369,16 +372,41 @@ static void occ_block(occupancy *o, uint64_t addr, int delta)
     o->empty += g->live == 0;
 }
 
-int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t len, int device, trace *t, char *err,
-                          size_t errlen)
+/* Sleep and wake entries (hbmalloc's snapshots: a sleeping pool's pages given back and mapped again, one entry per
+ * run of pages) are, for the reserved memory worked out here, what segment_unmap and segment_map are. */
+static int is_unmap(const pv *act) { return pv_is_str(act, "segment_unmap") || pv_is_str(act, "sleep"); }
+static int is_map(const pv *act) { return pv_is_str(act, "segment_map") || pv_is_str(act, "wake"); }
+
+/* A sleep or wake entry: the runs of one pool's sleep (or wake) follow one another, each an entry with the pool's
+ * tag and whether it keeps a backup; they make one event, of their bytes together. *last: the entry that made the
+ * last such event. 0 or -2. */
+static int nap_entry(trace *t, trace_builder *b, const pv *e, const pv *act, int64_t size, uint32_t i, int64_t *last)
+{
+    char tag[64];
+    int64_t backup = 0;
+    copy_str(pv_get(e, "tag"), tag, sizeof tag);
+    pv_int(pv_get(e, "backup"), &backup);
+    uint32_t k = tag[0] ? trace_meta_intern(t, tag) : 0;
+    if (tag[0] && !k)
+        return -2;
+    int wake = pv_is_str(act, "wake");
+    trace_event *prev = t->n ? &t->ev[t->n - 1] : NULL;
+    if (prev && *last + 1 == (int64_t)i && prev->kind == (wake ? EV_WAKE : EV_SLEEP) && prev->slot == k &&
+        prev->pended == (backup != 0)) {
+        prev->size += (uint64_t)size;
+        *last = i;
+        return 0;
+    }
+    *last = i;
+    return tb_nap(b, wake, 0, (uint64_t)size, k, backup != 0, i + 1);
+}
+
+/* The snapshot's values (pickle or JSON: the same tree) into t; frees doc. */
+static int read_snapshot(const char *name, pv *root, pickle_doc *doc, size_t len, int device, trace *t, char *err,
+                         size_t errlen)
 {
     char perr_msg[256];
-    pickle_doc *doc;
-    trace_init(t);
     t->format = "pytorch-snapshot";
-    pv *root = pickle_parse(data, len, &doc, perr_msg, sizeof perr_msg);
-    if (!root)
-        return fail(err, errlen, name, perr_msg);
     int rc = -1;
     trace_builder *b = NULL;
     recs segs = {NULL, 0, 0, sizeof(seg_rec), {0}}, blks = {NULL, 0, 0, sizeof(blk_rec), {0}};
@@ -439,7 +467,8 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
         pv_int(pv_get(seg, "stream"), &stream);
         if (!pv_int(pv_get(seg, "is_expandable"), &e) && e)
             expandable = 1;
-        if (add_checked(&end_reserved, total))
+        int64_t asleep = 0; /* hbmalloc's key: a sleeping pool's run, its pages given back (not reserved) */
+        if ((pv_int(pv_get(seg, "is_asleep"), &asleep) || !asleep) && add_checked(&end_reserved, total))
             goto overflow;
         t->rec.segments_end++;
         seg_rec *sr = rec_add(&segs, (uint64_t)addr);
@@ -550,8 +579,8 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
             if (sr->alive)
                 lost++;
             *sr = (seg_rec){(uint64_t)addr, (uint64_t)size, stream, (uint64_t)size == SMALL_SEGMENT, 1};
-        } else if (pv_is_str(act, "segment_map") || pv_is_str(act, "segment_unmap")) {
-            if (add_checked(&seg_delta, pv_is_str(act, "segment_map") ? size : -size))
+        } else if (is_map(act) || is_unmap(act)) {
+            if (add_checked(&seg_delta, is_map(act) ? size : -size))
                 goto overflow;
             expandable = 1;
         }
@@ -586,8 +615,8 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     int segment_events = 0;
     for (uint32_t i = 0; i < nev && !segment_events; i++) {
         const pv *act = pv_get(pv_at(events, i), "action");
-        segment_events = pv_is_str(act, "segment_alloc") || pv_is_str(act, "segment_free") ||
-                         pv_is_str(act, "segment_map") || pv_is_str(act, "segment_unmap");
+        segment_events = pv_is_str(act, "segment_alloc") || pv_is_str(act, "segment_free") || is_map(act) ||
+                         is_unmap(act);
     }
     int blind = nev > 0 && !segment_events; /* allocations recorded, segments not: the start is unknown */
     int seedable = !blind && !expandable && !lost && seeded_bytes == start;
@@ -668,6 +697,7 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
     sk->built = 0;
     sk->budget = STACK_BYTES_PER_BYTE * len + STACK_FLOOR;
     int track = t->rec.seedable; /* the full releases can be told only from a known start */
+    int64_t last_nap = -1;       /* the last sleep or wake entry (nap_entry) */
     for (size_t k = 0; track && k < ns; k++)
         if (occ_insert(&oc, start_segs[k].addr, start_segs[k].size))
             goto nomem;
@@ -715,18 +745,22 @@ int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t le
                 res = tb_pending(b, (uint64_t)addr, i + 1);
                 res = res == -2 ? -2 : 0; /* a block the history cannot place: its free_completed is skipped too */
             }
-        } else if (pv_is_str(act, "segment_alloc") || pv_is_str(act, "segment_map")) {
+        } else if (pv_is_str(act, "segment_alloc") || is_map(act)) {
             t->rec.present = 1;
             if (add_checked(&cur, size))
                 goto overflow;
             if (cur > peak)
                 peak = cur;
+            if (pv_is_str(act, "wake"))
+                res = nap_entry(t, b, pv_at(events, i), act, size, i, &last_nap);
             if (track && occ_insert(&oc, (uint64_t)addr, (uint64_t)size))
                 goto nomem;
-        } else if (pv_is_str(act, "segment_free") || pv_is_str(act, "segment_unmap")) {
+        } else if (pv_is_str(act, "segment_free") || is_unmap(act)) {
             t->rec.present = 1;
             if (add_checked(&cur, -size))
                 goto overflow;
+            if (pv_is_str(act, "sleep"))
+                res = nap_entry(t, b, pv_at(events, i), act, size, i, &last_nap);
             if (track && pv_is_str(act, "segment_free")) {
                 occ_remove(&oc, (uint64_t)addr);
                 const pv *next = i + 1 < nev ? pv_get(pv_at(events, i + 1), "action") : NULL;
@@ -774,4 +808,29 @@ done:
     if (rc)
         trace_free(t);
     return rc;
+}
+
+/* A snapshot's file parsed by parse (pickle or JSON) and read. */
+static int read_parsed(pv *(*parse)(const unsigned char *, size_t, pickle_doc **, char *, size_t), const char *name,
+                       const unsigned char *data, size_t len, int device, trace *t, char *err, size_t errlen)
+{
+    char perr_msg[256];
+    pickle_doc *doc;
+    trace_init(t);
+    pv *root = parse(data, len, &doc, perr_msg, sizeof perr_msg);
+    if (!root)
+        return fail(err, errlen, name, perr_msg);
+    return read_snapshot(name, root, doc, len, device, t, err, errlen);
+}
+
+int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t len, int device, trace *t, char *err,
+                          size_t errlen)
+{
+    return read_parsed(pickle_parse, name, data, len, device, t, err, errlen);
+}
+
+int trace_read_json_mem(const char *name, const unsigned char *data, size_t len, int device, trace *t, char *err,
+                        size_t errlen)
+{
+    return read_parsed(json_parse, name, data, len, device, t, err, errlen);
 }

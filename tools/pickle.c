@@ -1,9 +1,11 @@
 /*
- * pickle.c: see pickle.h. Owns parsing and emitting of the snapshot pickle
- * subset; knows nothing of what the values mean.
+ * pickle.c: see pickle.h. Owns parsing of the snapshot pickle subset and of
+ * JSON into the same values (one node model, one memory bound, one index of
+ * large dicts); knows nothing of what the values mean.
  */
 #include "pickle.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,22 +297,47 @@ static const char *opname(unsigned char op)
     }
 }
 
+/* A parse of data begun (both formats): its document, bounded by the file, and its stack of open containers. 0, or
+ * -1 with err set. */
+static int parse_begin(parser *ps, const unsigned char *data, size_t len, char *err, size_t errlen)
+{
+    memset(ps, 0, sizeof *ps);
+    ps->p = ps->start = data;
+    ps->end = data + len;
+    ps->err = err;
+    ps->errlen = errlen;
+    ps->doc = calloc(1, sizeof *ps->doc);
+    ps->marks = malloc(MAX_DEPTH * sizeof *ps->marks);
+    if (!ps->doc || !ps->marks) {
+        snprintf(err, errlen, "out of host memory");
+        return -1;
+    }
+    ps->doc->limit = len > (SIZE_MAX - MEM_FLOOR) / MEM_PER_BYTE ? SIZE_MAX : MEM_PER_BYTE * len + MEM_FLOOR;
+    return 0;
+}
+
+/* Its end: the root and its document to the caller, or NULL and nothing kept. */
+static pv *parse_end(parser *ps, pv *result, pickle_doc **docp)
+{
+    free(ps->stack);
+    free(ps->marks);
+    free(ps->memo);
+    free(ps->big);
+    if (!result) {
+        pickle_free(ps->doc);
+        return NULL;
+    }
+    *docp = ps->doc;
+    return result;
+}
+
 pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char *err, size_t errlen)
 {
-    parser ps = {0};
-    ps.p = ps.start = data;
-    ps.end = data + len;
-    ps.err = err;
-    ps.errlen = errlen;
-    ps.doc = calloc(1, sizeof *ps.doc);
-    ps.marks = malloc(MAX_DEPTH * sizeof *ps.marks);
+    parser ps;
     *docp = NULL;
     pv *result = NULL;
-    if (!ps.doc || !ps.marks) {
-        snprintf(err, errlen, "out of host memory");
+    if (parse_begin(&ps, data, len, err, errlen))
         goto done;
-    }
-    ps.doc->limit = len > (SIZE_MAX - MEM_FLOOR) / MEM_PER_BYTE ? SIZE_MAX : MEM_PER_BYTE * len + MEM_FLOOR;
     if (len < 2 || data[0] != 0x80) {
         perr(&ps, 0, "%s", "not a pickle (it does not start with a PROTO opcode)");
         goto done;
@@ -547,16 +574,299 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
         }
     }
 done:
-    free(ps.stack);
-    free(ps.marks);
-    free(ps.memo);
-    free(ps.big);
-    if (!result) {
-        pickle_free(ps.doc);
+    return parse_end(&ps, result, docp);
+}
+
+/* ---- JSON ---- */
+
+/* A JSON error at p: "line L, column C: message" (the first one only). NULL. */
+static pv *jerr(parser *ps, const unsigned char *p, const char *msg)
+{
+    if (ps->failed)
         return NULL;
+    size_t line = 1, col = 1;
+    for (const unsigned char *q = ps->start; q < p && q < ps->end; q++, col++)
+        if (*q == '\n') {
+            line++;
+            col = 0;
+        }
+    snprintf(ps->err, ps->errlen, "line %zu, column %zu: %s", line, col, msg);
+    ps->failed = 1;
+    return NULL;
+}
+
+static void json_blank(parser *ps)
+{
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
+        ps->p++;
+}
+
+static int hex4(const unsigned char *p)
+{
+    int v = 0;
+    for (int k = 0; k < 4; k++) {
+        int d = p[k] >= '0' && p[k] <= '9' ? p[k] - '0' : p[k] >= 'a' && p[k] <= 'f' ? p[k] - 'a' + 10
+                : p[k] >= 'A' && p[k] <= 'F'                                       ? p[k] - 'A' + 10
+                                                                                    : -1;
+        if (d < 0)
+            return -1;
+        v = v << 4 | d;
     }
-    *docp = ps.doc;
-    return result;
+    return v;
+}
+
+static size_t utf8(unsigned char *out, unsigned cp)
+{
+    if (cp < 0x80)
+        return out[0] = (unsigned char)cp, 1;
+    if (cp < 0x800)
+        return out[0] = (unsigned char)(0xc0 | cp >> 6), out[1] = (unsigned char)(0x80 | (cp & 0x3f)), 2;
+    if (cp < 0x10000) {
+        out[0] = (unsigned char)(0xe0 | cp >> 12);
+        out[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+        out[2] = (unsigned char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    out[0] = (unsigned char)(0xf0 | cp >> 18);
+    out[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f));
+    out[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+    out[3] = (unsigned char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/* A string at ps->p (its opening quote): the file's bytes when it has no escape, else a decoded copy (never longer:
+ * an escape of 2, 6 or 12 characters gives 1 to 4 bytes; a lone surrogate U+FFFD). */
+static pv *json_string(parser *ps)
+{
+    const unsigned char *open = ps->p++, *s = ps->p;
+    int escaped = 0;
+    while (ps->p < ps->end && *ps->p != '"') {
+        if (*ps->p < 0x20)
+            return jerr(ps, ps->p, "a control character inside a string (JSON escapes them)");
+        if (*ps->p == '\\') {
+            escaped = 1;
+            ps->p++;
+        }
+        ps->p++;
+    }
+    if (ps->p >= ps->end)
+        return jerr(ps, open, "the file ends inside this string (truncated)");
+    size_t n = (size_t)(ps->p - s);
+    ps->p++;
+    if (n > UINT32_MAX)
+        return jerr(ps, open, "a string longer than 4 GiB");
+    pv *v = node(ps, PV_STR);
+    if (!v)
+        return NULL;
+    if (!escaped) {
+        v->u.str.s = (const char *)s;
+        v->u.str.len = (uint32_t)n;
+        return v;
+    }
+    unsigned char *out = arena(ps->doc, n ? n : 1);
+    if (!out)
+        return jerr(ps, open, nomem(ps));
+    size_t k = 0;
+    for (const unsigned char *q = s; q < s + n;) {
+        if (*q != '\\') {
+            out[k++] = *q++;
+            continue;
+        }
+        const unsigned char *e = q++;
+        static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+        const char *m = *q ? strchr(from, *q) : NULL;
+        if (m) {
+            out[k++] = (unsigned char)to[m - from];
+            q++;
+            continue;
+        }
+        int cp = *q == 'u' && s + n - q >= 5 ? hex4(q + 1) : -1;
+        if (cp < 0)
+            return jerr(ps, e, "an unknown escape in a string (JSON has \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)");
+        q += 5;
+        if (cp >= 0xd800 && cp < 0xdc00 && s + n - q >= 6 && q[0] == '\\' && q[1] == 'u') {
+            int lo = hex4(q + 2);
+            if (lo >= 0xdc00 && lo < 0xe000) {
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                q += 6;
+            }
+        }
+        if (cp >= 0xd800 && cp < 0xe000)
+            cp = 0xfffd; /* a lone surrogate: no character */
+        k += utf8(out + k, (unsigned)cp);
+    }
+    v->u.str.s = (const char *)out;
+    v->u.str.len = (uint32_t)k;
+    return v;
+}
+
+/* A number (integers that fit in 64 bits as integers, as Python writes them; an unsigned one past 2^63 keeps its
+ * 64 bits, as the pickle reader's LONG1), or true, false, null, NaN, Infinity, -Infinity (Python's json writes the
+ * last three). */
+static pv *json_scalar(parser *ps)
+{
+    const unsigned char *s = ps->p;
+    static const struct {
+        const char *word;
+        int type;
+        int64_t i;
+    } words[] = {{"true", PV_BOOL, 1}, {"false", PV_BOOL, 0}, {"null", PV_NONE, 0}, {"NaN", PV_FLOAT, 0},
+                 {"Infinity", PV_FLOAT, 1}, {"-Infinity", PV_FLOAT, -1}};
+    for (size_t k = 0; k < sizeof words / sizeof words[0]; k++) {
+        size_t n = strlen(words[k].word);
+        if ((size_t)(ps->end - s) >= n && !memcmp(s, words[k].word, n)) {
+            ps->p += n;
+            if (words[k].type != PV_FLOAT)
+                return shared(ps, (pv_type)words[k].type, words[k].i);
+            pv *v = node(ps, PV_FLOAT);
+            if (v)
+                v->u.f = words[k].i ? words[k].i * (double)INFINITY : (double)NAN;
+            return v;
+        }
+    }
+    const unsigned char *q = s + (s < ps->end && *s == '-');
+    int digits = 0, frac = 0;
+    while (q < ps->end && *q >= '0' && *q <= '9')
+        q++, digits++;
+    if (!digits || (digits > 1 && q[-digits] == '0'))
+        return jerr(ps, s, "expected a value (a string, number, object, array, true, false or null)");
+    if (q < ps->end && *q == '.') {
+        frac = 1;
+        const unsigned char *d = ++q;
+        while (q < ps->end && *q >= '0' && *q <= '9')
+            q++;
+        if (q == d)
+            return jerr(ps, s, "a number's '.' must be followed by digits");
+    }
+    if (q < ps->end && (*q == 'e' || *q == 'E')) {
+        frac = 1;
+        q += q + 1 < ps->end && (q[1] == '+' || q[1] == '-') ? 2 : 1;
+        const unsigned char *d = q;
+        while (q < ps->end && *q >= '0' && *q <= '9')
+            q++;
+        if (q == d)
+            return jerr(ps, s, "a number's exponent must have digits");
+    }
+    ps->p = q;
+    char buf[64];
+    if ((size_t)(q - s) >= sizeof buf)
+        return jerr(ps, s, "a number of more than 63 characters");
+    memcpy(buf, s, (size_t)(q - s));
+    buf[q - s] = 0;
+    if (frac) {
+        pv *v = node(ps, PV_FLOAT);
+        if (v)
+            v->u.f = strtod(buf, NULL);
+        return v;
+    }
+    uint64_t u = 0;
+    for (const char *c = buf + (buf[0] == '-'); *c; c++) {
+        if (u > (UINT64_MAX - (uint64_t)(*c - '0')) / 10)
+            return jerr(ps, s, "an integer wider than 64 bits");
+        u = u * 10 + (uint64_t)(*c - '0');
+    }
+    if (buf[0] == '-' && u > (uint64_t)INT64_MAX + 1)
+        return jerr(ps, s, "an integer wider than 64 bits");
+    int64_t i = buf[0] == '-' ? (int64_t)(0 - u) : (int64_t)u;
+    pv *v = (buf[0] != '-' && u <= SMALL_MAX) || i == -1 ? shared(ps, PV_INT, i) : node(ps, PV_INT);
+    if (v)
+        v->u.i = i;
+    return v;
+}
+
+pv *json_parse(const unsigned char *data, size_t len, pickle_doc **docp, char *err, size_t errlen)
+{
+    parser ps;
+    uint8_t *is_dict = malloc(MAX_DEPTH); /* the open containers' kinds */
+    *docp = NULL;
+    pv *result = NULL;
+    if (parse_begin(&ps, data, len, err, errlen) || !is_dict) {
+        snprintf(err, errlen, "out of host memory");
+        goto done;
+    }
+    /* A value; then, inside a container, ',' and the next (a dict's: a key and ':' first) or its end. */
+    for (int want_key = 0, first = 0; !ps.failed;) {
+        json_blank(&ps);
+        if (ps.p >= ps.end) {
+            jerr(&ps, ps.p,
+                 ps.nmarks ? "the file ends inside an object or array (truncated)" : "no value: the file is blank");
+            break;
+        }
+        const unsigned char *at = ps.p;
+        if (first && (*at == '}' || *at == ']')) { /* an empty container, or (want_key) a dict's end after '{' */
+        } else if (want_key) {
+            if (*at != '"') {
+                jerr(&ps, at, "expected a key (a string) in this object");
+                break;
+            }
+            if (push(&ps, json_string(&ps)))
+                break;
+            json_blank(&ps);
+            if (ps.p >= ps.end || *ps.p != ':') {
+                jerr(&ps, ps.p, "expected ':' after the key");
+                break;
+            }
+            ps.p++;
+            want_key = 0;
+            first = 0;
+            continue;
+        } else if (*at == '{' || *at == '[') {
+            if (ps.nmarks == MAX_DEPTH) {
+                jerr(&ps, at, "nesting deeper than 512 levels");
+                break;
+            }
+            is_dict[ps.nmarks] = *at == '{';
+            ps.marks[ps.nmarks++] = ps.sp;
+            ps.p++;
+            want_key = *at == '{';
+            first = 1;
+            continue;
+        } else if (push(&ps, *at == '"' ? json_string(&ps) : json_scalar(&ps))) {
+            break;
+        }
+        first = 0;
+        /* After a value (or at the close of an empty container): close what ends here, then ',' or the end. */
+        for (;;) {
+            json_blank(&ps);
+            if (!ps.nmarks) {
+                if (ps.p != ps.end)
+                    jerr(&ps, ps.p, "text after the value");
+                else
+                    result = ps.stack[0];
+                goto finish;
+            }
+            int dict = is_dict[ps.nmarks - 1];
+            if (ps.p >= ps.end) {
+                jerr(&ps, ps.p, "the file ends inside an object or array (truncated)");
+                goto finish;
+            }
+            if (*ps.p == (dict ? '}' : ']')) {
+                size_t m = ps.marks[--ps.nmarks];
+                pv *v = node(&ps, dict ? PV_DICT : PV_LIST);
+                if (v)
+                    seq_add_all(&ps, v, m, (size_t)(ps.p - ps.start));
+                ps.sp = m;
+                ps.p++;
+                if (push(&ps, v) || ps.failed)
+                    goto finish;
+                continue;
+            }
+            if (*ps.p == ',') {
+                ps.p++;
+                want_key = dict;
+                break;
+            }
+            jerr(&ps, ps.p, dict ? "expected ',' or '}' in this object" : "expected ',' or ']' in this array");
+            goto finish;
+        }
+    }
+finish:
+    for (size_t i = 0; result && i < ps.nbig; i++)
+        if (index_dict(&ps, ps.big[i]))
+            result = jerr(&ps, ps.p, nomem(&ps));
+done:
+    free(is_dict);
+    return parse_end(&ps, result, docp);
 }
 
 const pv *pv_get(const pv *d, const char *key)

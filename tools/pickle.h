@@ -1,7 +1,8 @@
 /*
  * pickle.h: a reader for the subset of Python's pickle format that PyTorch
  * memory snapshots use (protocols 2-5: dicts, lists, tuples, strings, ints,
- * floats, bools, None, memo operations, frames). It never executes anything:
+ * floats, bools, None, memo operations, frames), and for JSON into the same
+ * values (hbmalloc's JSON snapshots). It never executes anything:
  * an opcode outside the subset (GLOBAL, REDUCE, ...) is rejected with its
  * name and byte offset, and so is a truncated or malformed file. Nesting,
  * element counts and lengths are bounded by the file itself.
@@ -46,6 +47,9 @@ typedef struct pickle_doc pickle_doc;
 /* Parse data (kept by the caller while the document lives). Returns the root or NULL with
  * "offset N: message" in err. */
 pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **doc, char *err, size_t errlen);
+/* JSON (RFC 8259, and Python's NaN, Infinity, -Infinity) into the same values: objects as dicts, arrays as lists;
+ * the same bounds. Returns the root or NULL with "line L, column C: message" in err. */
+pv *json_parse(const unsigned char *data, size_t len, pickle_doc **doc, char *err, size_t errlen);
 void pickle_free(pickle_doc *doc);
 
 /* Helpers */

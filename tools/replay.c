@@ -115,6 +115,61 @@ int replay_seed(hbm_allocator *a, const trace *t, void **slot, replay_result *r)
     return rc;
 }
 
+int replay_pools_open(hbm_allocator *a, const trace *t, replay_pools *p, char *msg, size_t len)
+{
+    memset(p, 0, sizeof *p);
+    if (!t->npools)
+        return 0;
+    if (!(p->id = calloc(t->npools, sizeof *p->id))) {
+        snprintf(msg, len, "out of host memory");
+        return -1;
+    }
+    for (; p->n < t->npools; p->n++) {
+        const trace_pool *tp = &t->pools[p->n];
+        hbm_status st = hbm_mempool_create(a, &p->id[p->n]);
+        if (st == HBM_OK && tp->tag)
+            st = hbm_pool_tag(a, p->id[p->n], t->meta.texts[tp->tag], tp->backup);
+        if (st != HBM_OK) {
+            snprintf(msg, len, "pool %llu (line %u)%s%.64s%s: %s", (unsigned long long)tp->number, tp->line,
+                     tp->tag ? " '" : "", tp->tag ? t->meta.texts[tp->tag] : "", tp->tag ? "'" : "", hbm_last_error(a));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void replay_pools_close(replay_pools *p)
+{
+    free(p->id);
+    memset(p, 0, sizeof *p);
+}
+
+/* The pages of the pool of a sleep or wake event that sleep now (0: a pool the trace does not place). */
+static uint64_t asleep_of(hbm_allocator *a, const trace_event *e, const replay_pools *pools)
+{
+    hbm_pool_info pi;
+    return e->stream && e->stream <= pools->n && hbm_pool_info_get(a, pools->id[e->stream - 1], &pi) == HBM_OK
+               ? pi.asleep_bytes
+               : 0;
+}
+
+/* What a sleep or wake event did (the pool's asleep pages and reserved memory before and after it ran), beside
+ * what the recording says. */
+static void note_nap(replay_naps *n, const trace_event *e, uint64_t asleep0, uint64_t asleep1, uint64_t resv0,
+                     uint64_t resv1)
+{
+    if (!e->stream) {
+        n->drawn += e->kind == EV_SLEEP ? e->size : 0;
+    } else if (e->kind == EV_SLEEP) {
+        n->slept += asleep1 > asleep0 ? asleep1 - asleep0 : 0;
+        n->fell += resv0 > resv1 ? resv0 - resv1 : 0;
+        n->rec_slept += e->size;
+    } else {
+        n->woke += resv1 > resv0 ? resv1 - resv0 : 0;
+        n->rec_woke += e->size;
+    }
+}
+
 int replay_run(const trace *t, const replay_opts *o, replay_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -133,6 +188,13 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     void **slot = calloc(t->nslots ? t->nslots : 1, sizeof *slot);
     if (!slot) {
         snprintf(r->message, sizeof r->message, "out of host memory");
+        hbm_destroy(a);
+        return 2;
+    }
+    replay_pools pools;
+    if (replay_pools_open(a, t, &pools, r->message, sizeof r->message)) {
+        replay_pools_close(&pools);
+        free(slot);
         hbm_destroy(a);
         return 2;
     }
@@ -164,7 +226,11 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
             cur->misses += a->stats.plan_misses - at_start.plan_misses;
             cur->unplanned += a->stats.plan_unplanned - at_start.plan_unplanned;
         }
-        st = replay_event(a, e, slot);
+        int nap = e->kind == EV_SLEEP || e->kind == EV_WAKE;
+        uint64_t asleep0 = nap ? asleep_of(a, e, &pools) : 0, resv0 = a->total_reserved;
+        st = replay_event(a, e, slot, &pools);
+        if (nap && st == HBM_OK)
+            note_nap(&r->naps, e, asleep0, asleep_of(a, e, &pools), resv0, a->total_reserved);
         if (cur && st == HBM_OK) {
             if (e->kind == EV_STEP) {
                 at_start = a->stats;
@@ -232,6 +298,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
         }
     }
     free(slot);
+    replay_pools_close(&pools);
     hbm_destroy(a);
     return rc;
 }
@@ -242,7 +309,26 @@ char replay_pending_mark;
 
 #define PENDING_STREAM(slot) (((hbm_stream)1 << 62) + (slot))
 
-hbm_status replay_event(hbm_allocator *a, const trace_event *e, void **slot)
+/* EV_POOL, EV_SLEEP and EV_WAKE: pool k + 1 of the trace is pools->id[k]; pool 0 of a sleep or a wake is one the
+ * trace does not place (a snapshot's history does not say which pool an allocation went to: sleeping a pool without
+ * its blocks would give back nothing the recording did), so it is drawn, not replayed. */
+static hbm_status pool_event(hbm_allocator *a, const trace_event *e, replay_pools *pools)
+{
+    hbm_mempool id = pools && e->stream && e->stream <= pools->n ? pools->id[e->stream - 1] : 0;
+    if (e->kind == EV_POOL) {
+        hbm_status st = pools && pools->current ? hbm_mempool_end(a, pools->id[pools->current - 1]) : HBM_OK;
+        if (st == HBM_OK && id)
+            st = hbm_mempool_begin_thread(a, id);
+        if (pools)
+            pools->current = st == HBM_OK && id ? (uint32_t)e->stream : 0;
+        return st;
+    }
+    if (!id)
+        return HBM_OK;
+    return e->kind == EV_SLEEP ? hbm_pool_sleep(a, id, NULL) : hbm_pool_wake(a, id, NULL);
+}
+
+hbm_status replay_event(hbm_allocator *a, const trace_event *e, void **slot, replay_pools *pools)
 {
     hbm_status st;
     switch (e->kind) {
@@ -268,7 +354,8 @@ hbm_status replay_event(hbm_allocator *a, const trace_event *e, void **slot)
         slot[e->slot] = NULL;
         return st;
     case EV_STEP: return hbm_step(a);
-    default: return hbm_empty_cache(a);
+    case EV_EMPTY_CACHE: return hbm_empty_cache(a);
+    default: return pool_event(a, e, pools);
     }
 }
 
@@ -319,6 +406,31 @@ static void print_steps(FILE *out, const replay_opts *o, const replay_result *r)
     }
 }
 
+/* The sleeps and wakes: replayed (a pool the trace places), what reserved memory did at them against the recording;
+ * or drawn only, and why. */
+static void print_naps(FILE *out, const trace *t, const replay_result *r)
+{
+    const replay_naps *n = &r->naps;
+    char slept[32], woke[32], fell[32], rs[32], rw[32], dr[32];
+    hbm__format_size(n->slept, slept, sizeof slept);
+    hbm__format_size(n->woke, woke, sizeof woke);
+    hbm__format_size(n->fell, fell, sizeof fell);
+    hbm__format_size(n->rec_slept, rs, sizeof rs);
+    hbm__format_size(n->rec_woke, rw, sizeof rw);
+    hbm__format_size(n->drawn, dr, sizeof dr);
+    uint64_t placed = t->sleeps + t->wakes - t->unplaced;
+    fprintf(out, "sleep and wake:     ");
+    if (placed)
+        fprintf(out, "%llu of %llu replayed (hbm_pool_sleep, hbm_pool_wake on the pools the trace names): %s of pages "
+                     "put to sleep, %s mapped again (the recording: %s and %s); reserved fell by %s at the sleeps "
+                     "(their cached free pages too)\n",
+                (unsigned long long)placed, (unsigned long long)(t->sleeps + t->wakes), slept, woke, rs, rw, fell);
+    if (t->unplaced)
+        fprintf(out, "%s%llu drawn by view, not replayed: the trace does not say which pool each allocation went to "
+                     "(a snapshot's history does not); the recording gave back %s at those sleeps\n",
+                placed ? "                    " : "", (unsigned long long)t->unplaced, dr);
+}
+
 void replay_print(FILE *out, const char *name, const trace *t, const replay_opts *o, const replay_result *r)
 {
     char pa[32], pr[32], preq[32];
@@ -333,8 +445,12 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
     if (t->pending)
         snprintf(pend, sizeof pend, " (%llu pending first: another stream used the block)",
                  (unsigned long long)t->pending);
-    fprintf(out, "trace:              %s (%zu events: %llu alloc, %llu free%s; %zu stream%s)\n", name, t->n,
-            (unsigned long long)t->allocs, (unsigned long long)t->frees, pend, t->nstreams,
+    char naps[80] = "";
+    if (t->sleeps || t->wakes)
+        snprintf(naps, sizeof naps, "; %llu sleep%s, %llu wake%s", (unsigned long long)t->sleeps,
+                 t->sleeps == 1 ? "" : "s", (unsigned long long)t->wakes, t->wakes == 1 ? "" : "s");
+    fprintf(out, "trace:              %s (%zu events: %llu alloc, %llu free%s%s; %zu stream%s)\n", name, t->n,
+            (unsigned long long)t->allocs, (unsigned long long)t->frees, pend, naps, t->nstreams,
             t->nstreams == 1 ? "" : "s");
     char dev[300];
     replay_device_line(o->backend_spec, dev, sizeof dev);
@@ -394,6 +510,8 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
                                                 (double)t->rec.peak_reserved) / (double)t->rec.peak_reserved
                                      : 0.0);
     }
+    if (t->sleeps || t->wakes)
+        print_naps(out, t, r);
     fprintf(out, "device calls:       %llu malloc, %llu free, %llu map, %llu unmap, %llu other "
                  "(num_device_alloc %lld, num_device_free %lld)\n",
             (unsigned long long)r->dev.malloc_calls, (unsigned long long)r->dev.free_calls,
@@ -415,25 +533,40 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
         fprintf(out, "error: %s\n", r->message);
 }
 
-/* The most bytes the trace holds live at once, as requested. */
+/* The most bytes the trace holds live at once, as requested, on the device: the blocks of a pool that sleeps hold
+ * none (its pages were given back) until it wakes. */
 static uint64_t peak_live(const trace *t)
 {
     uint64_t *size = calloc(t->nslots ? t->nslots : 1, sizeof *size), live = 0, peak = 0;
-    if (!size)
-        return 0;
-    for (size_t i = 0; i < t->n; i++) {
+    uint32_t *pool = calloc(t->nslots ? t->nslots : 1, sizeof *pool), in = 0; /* each block's pool (index + 1) */
+    uint64_t *held = calloc(t->npools + 1, sizeof *held);                    /* each pool's live bytes */
+    uint8_t *asleep = calloc(t->npools + 1, 1);
+    for (size_t i = 0; size && pool && held && asleep && i < t->n; i++) {
         const trace_event *e = &t->ev[i];
         if (e->kind == EV_ALLOC) {
             size[e->slot] = e->size;
+            pool[e->slot] = in;
+            held[in] += e->size;
             live += e->size;
             if (live > peak)
                 peak = live;
         } else if (e->kind == EV_FREE) {
-            live -= size[e->slot];
+            held[pool[e->slot]] -= size[e->slot];
+            if (!asleep[pool[e->slot]])
+                live -= size[e->slot];
             size[e->slot] = 0;
+        } else if (e->kind == EV_POOL) {
+            in = (uint32_t)e->stream;
+        } else if ((e->kind == EV_SLEEP || e->kind == EV_WAKE) && e->stream &&
+                   asleep[e->stream] != (e->kind == EV_SLEEP)) {
+            asleep[e->stream] = e->kind == EV_SLEEP;
+            live = asleep[e->stream] ? live - held[e->stream] : live + held[e->stream];
         }
     }
     free(size);
+    free(pool);
+    free(held);
+    free(asleep);
     return peak;
 }
 

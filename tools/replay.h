@@ -31,6 +31,14 @@ typedef struct replay_step {
 
 #define REPLAY_STEPS 64 /* steps reported one by one; the rest only in the totals */
 
+/* A trace's sleeps and wakes as replayed: what reserved memory did at them, beside what the recording says. */
+typedef struct replay_naps {
+    uint64_t slept, woke;        /* the replayed sleeps' pages put to sleep, the wakes' pages mapped again */
+    uint64_t fell;               /* reserved bytes given back at the sleeps: their pages, and cached free pages */
+    uint64_t rec_slept, rec_woke; /* the recording's bytes of those same events */
+    uint64_t drawn;              /* the recording's bytes at the sleeps not replayed (of pools the trace cannot place) */
+} replay_naps;
+
 typedef struct replay_result {
     hbm_stats stats;
     hbm_device_counters dev;
@@ -45,10 +53,24 @@ typedef struct replay_result {
     int seeded;               /* began from the recorded start state */
     size_t nsteps;            /* steps begun (step events + 1), when the trace has step events; else 0 */
     replay_step step[REPLAY_STEPS];
+    replay_naps naps;
 } replay_result;
 
-/* One event of t on a: hbm_malloc, hbm_free, hbm_empty_cache or hbm_step. */
-hbm_status replay_event(hbm_allocator *a, const trace_event *e, void **slot);
+/* The private pools of a trace (t->pools) as a replay made them: pool k + 1 of the events is id[k]. */
+typedef struct replay_pools {
+    hbm_mempool *id;
+    size_t n;
+    uint32_t current; /* where allocations go (EV_POOL): a pool's index + 1, 0: the default pools */
+} replay_pools;
+
+/* Makes t's private pools on a, each tagged as its sleeps and wakes say (before its first allocation, as a tagged
+ * pool must be): 0, or -1 with msg set. */
+int replay_pools_open(hbm_allocator *a, const trace *t, replay_pools *p, char *msg, size_t len);
+void replay_pools_close(replay_pools *p);
+/* One event of t on a: hbm_malloc, hbm_free, hbm_empty_cache, hbm_step; with pools (from replay_pools_open),
+ * hbm_mempool_begin_thread / end, hbm_pool_sleep and hbm_pool_wake. A sleep or wake of a pool the trace does not
+ * place is not replayed (docs/TRACE_FORMAT.md). */
+hbm_status replay_event(hbm_allocator *a, const trace_event *e, void **slot, replay_pools *pools);
 /* What a slot holds between a block's EV_PENDING and its EV_FREE on the sim: the block is freed, its free waits on
  * the held stream (replay_event). */
 extern char replay_pending_mark;

@@ -9,6 +9,9 @@
  *   p <id>                     free requested, other streams still using the block
  *   e                          empty_cache
  *   s                          a step ends
+ *   u <pool>                   the allocations that follow go into private pool <pool> (0: the default pools)
+ *   z <pool> <bytes> <tag> [backup]   the pool falls asleep (0: a pool the trace does not place)
+ *   w <pool> <bytes> <tag> [backup]   it wakes
  *
  * Every malformed line is rejected with its line and column; so is an
  * allocation of a live id or a free of an id that is not live. Owns parsing
@@ -34,6 +37,7 @@ void trace_free(trace *t)
     free(t->ev);
     free(t->rec.seed_segments);
     free(t->rec.seed_blocks);
+    free(t->pools);
     trace_meta_free(&t->meta);
     memset(t, 0, sizeof *t);
 }
@@ -210,6 +214,25 @@ int tb_step(trace_builder *b, uint32_t line)
     return push(b->t, e) ? -2 : 0;
 }
 
+int tb_nap(trace_builder *b, int wake, uint32_t pool, uint64_t bytes, uint32_t tag, int backup, uint32_t line)
+{
+    if (tag >= TRACE_MAX_SLOTS)
+        return -2; /* (tags are the trace's texts: past 2^28 distinct ones, the reader's memory bound came first) */
+    trace_event e = {.size = bytes, .stream = pool, .slot = tag, .kind = wake ? EV_WAKE : EV_SLEEP,
+                     .pended = backup != 0, .line = line};
+    if (push(b->t, e))
+        return -2;
+    *(wake ? &b->t->wakes : &b->t->sleeps) += 1;
+    b->t->unplaced += pool == 0;
+    return 0;
+}
+
+int tb_pool(trace_builder *b, uint32_t pool, uint32_t line)
+{
+    trace_event e = {.stream = pool, .kind = EV_POOL, .line = line};
+    return push(b->t, e) ? -2 : 0;
+}
+
 void tb_finish(trace_builder *b)
 {
     b->t->nslots = b->next_slot;
@@ -291,6 +314,116 @@ static int read_u64(reader *r, uint64_t *out, const char *what)
     return 0;
 }
 
+/* The private pools a text trace names: each number's index in t->pools, and whether it sleeps (the line that put
+ * it to sleep, 0: awake). */
+typedef struct pools_seen {
+    u64map index;   /* number -> index + 1 */
+    uint32_t *asleep;
+    size_t cap, cap_pools;
+    uint32_t current; /* where allocations go now (u): index + 1, 0: the default pools */
+} pools_seen;
+
+/* Pool `number`'s index + 1 in t->pools (added when new); 0 for number 0; -1 when host memory ran out. */
+static int64_t pool_of(trace *t, pools_seen *ps, uint64_t number, uint32_t line)
+{
+    if (!number)
+        return 0;
+    size_t i = u64map_find(&ps->index, number);
+    if (ps->index.used[i])
+        return (int64_t)ps->index.vals[i];
+    if (hbm__grow((void **)&t->pools, &ps->cap_pools, t->npools + 1, sizeof *t->pools) ||
+        hbm__grow((void **)&ps->asleep, &ps->cap, t->npools + 1, sizeof *ps->asleep) ||
+        u64map_put_at(&ps->index, i, number, t->npools + 1))
+        return -1;
+    t->pools[t->npools] = (trace_pool){number, 0, 0, line};
+    ps->asleep[t->npools] = 0;
+    return (int64_t)++t->npools;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* A pool's tag: a word, %XX escapes decoded (docs/TRACE_FORMAT.md), "-" when the trace does not say. Its index in
+ * t->meta.texts (0: not said) into *tag; 0, -1 (message set) or -2 (out of memory). */
+static int read_tag(reader *r, trace *t, uint32_t *tag)
+{
+    char buf[64];
+    size_t n = 0;
+    skip_blank(r);
+    const char *start = r->p;
+    if (at_eol(r))
+        return rfail(r, start, "expected the pool's tag ('-' when not known), found the end of the line");
+    for (; !at_eol(r) && *r->p != ' ' && *r->p != '\t'; r->p++) {
+        char c = *r->p;
+        if (c == '%') {
+            int hi = r->end - r->p > 2 ? hexval(r->p[1]) : -1, lo = hi >= 0 ? hexval(r->p[2]) : -1;
+            if (hi < 0 || lo < 0 || (hi | lo) == 0)
+                return rfail(r, r->p, "a tag's '%' is followed by two hex digits (a byte, not 00)");
+            c = (char)(hi << 4 | lo);
+            r->p += 2;
+        }
+        if (n + 1 >= sizeof buf)
+            return rfail(r, start, "a tag is at most 63 bytes (hbm_pool_tag's limit)");
+        buf[n++] = c;
+    }
+    buf[n] = 0;
+    if (!strcmp(buf, "-") && r->p - start == 1) {
+        *tag = 0;
+        return 0;
+    }
+    return (*tag = trace_meta_intern(t, buf)) ? 0 : -2;
+}
+
+/* `z` or `w`: <pool> <bytes> <tag> [backup]. 0, -1 (message set) or -2. */
+static int read_nap(reader *r, trace *t, trace_builder *b, pools_seen *ps, int wake)
+{
+    uint64_t number, bytes;
+    uint32_t tag;
+    skip_blank(r);
+    const char *pool_at = r->p;
+    if (read_u64(r, &number, "a pool number (0: not known)") || read_u64(r, &bytes, "the pool's bytes"))
+        return -1;
+    int rc = read_tag(r, t, &tag);
+    if (rc)
+        return rc;
+    skip_blank(r);
+    int backup = 0;
+    if (!at_eol(r)) {
+        const char *w = r->p;
+        while (!at_eol(r) && *r->p != ' ' && *r->p != '\t')
+            r->p++;
+        if (r->p - w != 6 || memcmp(w, "backup", 6))
+            return rfail(r, w, "expected 'backup' or the end of the line");
+        backup = 1;
+    }
+    int64_t k = pool_of(t, ps, number, r->line);
+    if (k < 0)
+        return -2;
+    char msg[200];
+    if (k) {
+        trace_pool *p = &t->pools[k - 1];
+        if (!tag)
+            return rfail(r, pool_at, "a pool the trace names needs its tag (a replay tags it so)");
+        if (p->tag && (p->tag != tag || p->backup != backup)) {
+            snprintf(msg, sizeof msg, "pool %llu is '%.64s'%s (line %u): a pool keeps its tag and its backup",
+                     (unsigned long long)number, t->meta.texts[p->tag], p->backup ? " with backup" : "", p->line);
+            return rfail(r, pool_at, msg);
+        }
+        if (!p->tag) {
+            p->tag = tag;
+            p->backup = backup;
+            p->line = r->line;
+        }
+        ps->asleep[k - 1] = wake ? 0 : r->line;
+    }
+    return tb_nap(b, wake, (uint32_t)k, bytes, tag, backup, r->line);
+}
+
 int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t, char *err, size_t errlen)
 {
     size_t bom = trace_bom(data, len); /* a UTF-8 byte order mark (editors on Windows write one) is not text */
@@ -299,7 +432,8 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
     trace_init(t);
     t->format = "hbmtrace";
     trace_builder *b = tb_new(t);
-    if (!b)
+    pools_seen ps = {0};
+    if (!b || u64map_init(&ps.index))
         goto nomem;
     while (r.p < r.end) {
         r.line++;
@@ -317,13 +451,23 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                 rfail(&r, op, "unsupported hbmtrace version (this reader knows version 1)");
                 goto out;
             }
-        } else if ((*op == 'a' || *op == 'f' || *op == 'p' || *op == 'e' || *op == 's') &&
+        } else if (strchr("afpesuzw", *op) &&
                    (r.p + 1 >= r.end || r.p[1] == ' ' || r.p[1] == '\t' || r.p[1] == '\n' || r.p[1] == '\r' ||
                     r.p[1] == '#')) {
             r.p++;
             int res = 0;
             if (*op == 'e' || *op == 's') {
                 res = *op == 'e' ? tb_empty_cache(b, r.line) : tb_step(b, r.line);
+            } else if (*op == 'z' || *op == 'w') {
+                if ((res = read_nap(&r, t, b, &ps, *op == 'w')) == -1)
+                    goto out;
+            } else if (*op == 'u') {
+                uint64_t number;
+                if (read_u64(&r, &number, "a pool number (0: the default pools)"))
+                    goto out;
+                int64_t k = pool_of(t, &ps, number, r.line);
+                res = k < 0 ? -2 : tb_pool(b, (uint32_t)k, r.line);
+                ps.current = k < 0 ? 0 : (uint32_t)k;
             } else {
                 uint64_t id, size = 0, stream = 0;
                 const char *id_at = (skip_blank(&r), r.p);
@@ -336,6 +480,13 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                     skip_blank(&r);
                     if (!at_eol(&r) && read_u64(&r, &stream, "a stream number"))
                         goto out;
+                    if (ps.current && ps.asleep[ps.current - 1]) {
+                        snprintf(msg, sizeof msg, "allocation into pool %llu, asleep since line %u (its 'w' wakes it; "
+                                 "'u 0' allocates into the default pools)",
+                                 (unsigned long long)t->pools[ps.current - 1].number, ps.asleep[ps.current - 1]);
+                        rfail(&r, op, msg);
+                        goto out;
+                    }
                     uint32_t live_line = 0;
                     res = tb_alloc(b, id, size, stream, r.line, &live_line);
                     if (res == -1) {
@@ -367,11 +518,13 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                 goto nomem;
             skip_blank(&r);
             if (!at_eol(&r)) {
-                rfail(&r, r.p, "unexpected text after the event (events are: a ID SIZE [STREAM], f ID, p ID, e, s)");
+                rfail(&r, r.p, "unexpected text after the event (events are: a ID SIZE [STREAM], f ID, p ID, e, s, "
+                               "u POOL, z POOL BYTES TAG [backup], w POOL BYTES TAG [backup])");
                 goto out;
             }
         } else {
-            rfail(&r, op, "unknown event (events are: a ID SIZE [STREAM], f ID, p ID, e, s; '#' starts a comment)");
+            rfail(&r, op, "unknown event (events are: a ID SIZE [STREAM], f ID, p ID, e, s, u POOL, z POOL BYTES TAG "
+                          "[backup], w POOL BYTES TAG [backup]; '#' starts a comment)");
             goto out;
         }
         r.p = trace_next_line(r.p, r.end); /* LF, CRLF or CR: a CR alone ends a line too, never drops its rest */
@@ -383,6 +536,8 @@ nomem:
 out:
     if (b)
         tb_finish(b);
+    u64map_free(&ps.index);
+    free(ps.asleep);
     if (rc)
         trace_free(t);
     return rc;
@@ -467,13 +622,6 @@ static const char *not_a_trace(const unsigned char *d, size_t len)
         return "is gzip-compressed: decompress it first (gzip -dc FILE > FILE.pickle), then pass the result";
     if (len >= 4 && !memcmp(d, "PK\3\4", 4))
         return "is a zip archive: extract the snapshot or trace from it first";
-    size_t i = 0;
-    while (i < len && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r'))
-        i++;
-    if (i < len && (d[i] == '{' || d[i] == '['))
-        return "is JSON: hbmalloc reads PyTorch snapshots as the pickle torch.cuda.memory._dump_snapshot writes; "
-               "from a JSON dump of torch.cuda.memory._snapshot(): python3 -c \"import json,pickle,sys; "
-               "pickle.dump(json.load(open(sys.argv[1])), open(sys.argv[2],'wb'))\" FILE.json FILE.pickle";
     size_t sample = len < 4096 ? len : 4096, odd = 0;
     for (size_t k = 0; k < sample; k++)
         odd += d[k] == 0 || (d[k] < 0x20 && d[k] != '\t' && d[k] != '\n' && d[k] != '\r');
@@ -494,12 +642,18 @@ int trace_read_any(const char *path, int device, trace *t, char *err, size_t err
     size_t bom = trace_bom((const char *)data, len);
     const unsigned char *all = data; /* freed below */
     data += bom, len -= bom;
-    const char *what = len > 0 && data[0] == 0x80 ? NULL : not_a_trace(data, len);
+    size_t lead = 0; /* JSON: a snapshot as hbm_snapshot_save writes it, or torch's _snapshot() dumped */
+    while (lead < len && (data[lead] == ' ' || data[lead] == '\t' || data[lead] == '\n' || data[lead] == '\r'))
+        lead++;
+    int json = lead < len && (data[lead] == '{' || data[lead] == '[');
+    const char *what = (len > 0 && data[0] == 0x80) || json ? NULL : not_a_trace(data, len);
     if (what) {
         snprintf(err, errlen, "%s %s", path, what);
         rc = -1;
     } else if (len > 0 && data[0] == 0x80)
         rc = trace_read_pickle_mem(path, data, len, device, t, err, errlen);
+    else if (json)
+        rc = trace_read_json_mem(path, data, len, device, t, err, errlen);
     else if (len >= 12 && !memcmp(data, "Thread,Time,", 12))
         rc = trace_read_rmm_mem(path, (const char *)data, len, t, err, errlen);
     else if (trace_is_lifetimes((const char *)data, len))

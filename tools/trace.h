@@ -13,19 +13,45 @@
 #include "u64map.h"
 
 /* EV_PENDING: the block is freed while other streams still use it (PyTorch's free_requested of a block with
- * record_stream uses); its EV_FREE, later, is when that use completed (free_completed), and carries `pended`. */
-typedef enum trace_kind { EV_ALLOC = 0, EV_FREE = 1, EV_EMPTY_CACHE = 2, EV_STEP = 3, EV_PENDING = 4 } trace_kind;
+ * record_stream uses); its EV_FREE, later, is when that use completed (free_completed), and carries `pended`.
+ * EV_SLEEP / EV_WAKE: a tagged private pool put to sleep / woken (hbm_pool_sleep, hbm_pool_wake; docs/SLEEP.md).
+ * EV_POOL: the allocations that follow go into a private pool (hbm_mempool_begin_thread), or back to the default
+ * pools. */
+typedef enum trace_kind {
+    EV_ALLOC = 0,
+    EV_FREE = 1,
+    EV_EMPTY_CACHE = 2,
+    EV_STEP = 3,
+    EV_PENDING = 4,
+    EV_SLEEP = 5,
+    EV_WAKE = 6,
+    EV_POOL = 7
+} trace_kind;
 
 /* 24 bytes: a trace of N bytes holds up to N/2 events (a text line "e" is two bytes), and the readers keep their
  * memory under 16 bytes per input byte (docs/RELIABILITY.md). */
 typedef struct trace_event {
-    uint64_t size;       /* EV_ALLOC: bytes requested */
-    hbm_stream stream;   /* EV_ALLOC: stream */
-    uint32_t slot : 28;  /* EV_ALLOC / EV_FREE / EV_PENDING: dense index of the block's id (TRACE_MAX_SLOTS) */
+    uint64_t size;       /* EV_ALLOC: bytes requested; EV_SLEEP / EV_WAKE: the pool's bytes the recording gave back /
+                            mapped again (0: not said) */
+    hbm_stream stream;   /* EV_ALLOC: stream; EV_SLEEP / EV_WAKE / EV_POOL: the pool, an index in t->pools + 1 (0: the
+                            default pools; a sleep or wake of pool 0 is one the trace cannot place: drawn, not
+                            replayed) */
+    uint32_t slot : 28;  /* EV_ALLOC / EV_FREE / EV_PENDING: dense index of the block's id (TRACE_MAX_SLOTS);
+                            EV_SLEEP / EV_WAKE: the pool's tag, an index in t->meta.texts (0: not said; trace_tag) */
     uint32_t kind : 3;
-    uint32_t pended : 1; /* EV_FREE: the block's free was requested earlier (EV_PENDING): this completes it */
+    uint32_t pended : 1; /* EV_FREE: the block's free was requested earlier (EV_PENDING): this completes it;
+                            EV_SLEEP / EV_WAKE: the pool keeps a backup (its live bytes copied to host memory and
+                            back) */
     uint32_t line;       /* source line, for messages */
 } trace_event;
+
+/* A private pool the trace names (text traces: `u`, `z`, `w`), by its number in the trace. */
+typedef struct trace_pool {
+    uint64_t number; /* as the trace writes it */
+    uint32_t tag;    /* its tag (t->meta.texts), from its sleeps and wakes; 0: never slept (an untagged pool) */
+    int backup;
+    uint32_t line;   /* where the trace gives its tag (else where it first names it) */
+} trace_pool;
 
 #define TRACE_MAX_SLOTS ((size_t)1 << 28) /* blocks live at once: more is refused as out of host memory */
 
@@ -92,6 +118,10 @@ typedef struct trace {
     size_t nslots;     /* slots needed: the most blocks live at once */
     size_t nstreams;   /* distinct streams seen */
     uint64_t allocs, frees, pending; /* pending: EV_PENDING events */
+    uint64_t sleeps, wakes;  /* EV_SLEEP, EV_WAKE events */
+    uint64_t unplaced;       /* of them, those of a pool the trace does not name (drawn, not replayed) */
+    trace_pool *pools;       /* the private pools the trace names: pool k + 1 of the events is pools[k] */
+    size_t npools;
     const char *format; /* "hbmtrace", "pytorch-snapshot", "rmm-csv", "lifetimes-csv" */
     size_t bytes;       /* of the file read (trace_read_any): what the memory bound of docs/RELIABILITY.md is for */
     trace_recorded rec;
@@ -106,6 +136,8 @@ uint32_t trace_meta_intern(trace *t, const char *stack);
 /* Event i's time and stack by index (trace_meta_intern's, 0: none). 0, or -1 when host memory ran out. */
 int trace_meta_set_index(trace *t, size_t i, uint64_t time_us, uint32_t stack);
 uint64_t trace_time(const trace *t, size_t i);
+/* An EV_SLEEP / EV_WAKE event's tag ("" when the trace does not say). */
+const char *trace_tag(const trace *t, const trace_event *e);
 const char *trace_stack(const trace *t, size_t i);
 void trace_meta_free(trace_meta *m);
 
@@ -126,6 +158,11 @@ int tb_is_live(trace_builder *b, uint64_t key);
 size_t tb_probes(const trace_builder *b);
 int tb_empty_cache(trace_builder *b, uint32_t line);
 int tb_step(trace_builder *b, uint32_t line);
+/* A pool's sleep (wake 0) or wake (1): pool as EV_SLEEP's stream (0: not said), tag an index in t->meta.texts (0: not
+ * said; then backup 0 means not said either). 0 or -2. */
+int tb_nap(trace_builder *b, int wake, uint32_t pool, uint64_t bytes, uint32_t tag, int backup, uint32_t line);
+/* The allocations that follow go into pool (0: the default pools). 0 or -2. */
+int tb_pool(trace_builder *b, uint32_t pool, uint32_t line);
 void tb_finish(trace_builder *b); /* frees the builder; the trace keeps the events */
 
 void trace_init(trace *t);
@@ -137,13 +174,16 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
 /* A PyTorch memory snapshot pickle (device's history). */
 int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t len, int device, trace *t, char *err,
                           size_t errlen);
+/* The same snapshot as JSON (hbm_snapshot_save's HBM_SNAPSHOT_JSON; json.dump of torch.cuda.memory._snapshot()). */
+int trace_read_json_mem(const char *name, const unsigned char *data, size_t len, int device, trace *t, char *err,
+                        size_t errlen);
 /* RMM logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream). */
 int trace_read_rmm_mem(const char *name, const char *data, size_t len, trace *t, char *err, size_t errlen);
 /* Tensor-lifetime CSV (id,lower,upper,size[,...]): allocation at lower, free at upper. */
 int trace_is_lifetimes(const char *data, size_t len);
 int trace_read_lifetimes_mem(const char *name, const char *data, size_t len, trace *t, char *err, size_t errlen);
-/* Any supported format, told apart by content; an empty, compressed, JSON or binary file is refused with what
- * it is and what to do. */
+/* Any supported format, told apart by content; an empty, compressed or binary file is refused with what it is and
+ * what to do. */
 int trace_read_any(const char *path, int device, trace *t, char *err, size_t errlen);
 /* Text lines end in LF, CRLF or a CR alone (every reader: a CR never drops the rest of its line). The start of the
  * next line after p. */

@@ -91,6 +91,11 @@ uint64_t trace_time(const trace *t, size_t i)
     return i < t->meta.n ? t->meta.time_us[i] : 0;
 }
 
+const char *trace_tag(const trace *t, const trace_event *e)
+{
+    return e->slot && e->slot < t->meta.ntexts ? t->meta.texts[e->slot] : "";
+}
+
 const char *trace_stack(const trace *t, size_t i)
 {
     return i < t->meta.n && t->meta.stack[i] ? t->meta.texts[t->meta.stack[i]] : NULL;

@@ -124,12 +124,13 @@ static const char *state_colour(hbm_block_state st)
     return st == HBM_BLOCK_ALLOCATED ? "#3b6fd4" : st == HBM_BLOCK_PENDING_FREE ? "#e8a33d" : "#d9d9d9";
 }
 
-/* The segment map: segments one after another over MAP_ROWS rows, sizes to scale, a ruler above the first row. */
+/* The segment map: segments one after another over MAP_ROWS rows, sizes to scale, a ruler above the first row. The
+ * runs of a sleeping pool are left out: their pages were given back (map_title counts them apart). */
 static void segment_map(FILE *f, const hbm_snapshot *s)
 {
     uint64_t total = 0;
     for (size_t i = 0; i < s->nsegments; i++)
-        total += s->segments[i].total_size;
+        total += s->segments[i].is_asleep ? 0 : s->segments[i].total_size;
     if (!total)
         return;
     double per_row = (double)total / MAP_ROWS, scale = PLOT_W / per_row;
@@ -149,6 +150,8 @@ static void segment_map(FILE *f, const hbm_snapshot *s)
     double pos = 0; /* bytes laid out so far */
     for (size_t i = 0; i < s->nsegments; i++) {
         const hbm_snap_segment *g = &s->segments[i];
+        if (g->is_asleep)
+            continue;
         double seg_start = pos;
         for (size_t k = 0; k < g->nblocks; k++) {
             const hbm_snap_block *b = &s->blocks[g->first_block + k];
@@ -181,10 +184,15 @@ static void segment_map(FILE *f, const hbm_snapshot *s)
  * allocated), fragmentation = 1 - largest cached free block / cached free bytes. */
 static void map_title(FILE *f, const hbm_snapshot *s)
 {
-    uint64_t reserved = 0, allocated = 0, free_b = 0, largest = 0;
-    size_t nseg = s ? s->nsegments : 0;
+    uint64_t reserved = 0, allocated = 0, free_b = 0, largest = 0, asleep = 0;
+    size_t nseg = s ? s->nsegments : 0, nasleep = 0;
     for (size_t i = 0; i < nseg; i++) {
         const hbm_snap_segment *g = &s->segments[i];
+        if (g->is_asleep) { /* a sleeping pool's run: no memory, its blocks kept at their addresses */
+            asleep += g->total_size;
+            nasleep++;
+            continue;
+        }
         reserved += g->total_size;
         for (size_t k = 0; k < g->nblocks; k++) {
             const hbm_snap_block *b = &s->blocks[g->first_block + k];
@@ -200,12 +208,18 @@ static void map_title(FILE *f, const hbm_snapshot *s)
     hbm__format_size(reserved - allocated, unalloc, sizeof unalloc);
     hbm__format_size(largest, big, sizeof big);
     hbm__format_size(free_b, cached, sizeof cached);
+    char slept[80] = "";
+    if (nasleep) {
+        char a[32];
+        hbm__format_size(asleep, a, sizeof a);
+        snprintf(slept, sizeof slept, "; %s asleep (a sleeping pool's pages: not drawn)", a);
+    }
     fprintf(f, "<text id=\"maptitle\" x=\"20\" y=\"%d\"><tspan font-size=\"14\" font-weight=\"bold\">Segments at peak "
                "reserved</tspan>: %zu segments, %s; unallocated %s (%.1f%% of reserved); fragmentation %.1f%% (largest "
-               "free block %s of %s cached free)</text>\n",
-            MAP_Y - 44, nseg, total, unalloc,
+               "free block %s of %s cached free)%s</text>\n",
+            MAP_Y - 44, nseg - nasleep, total, unalloc,
             reserved ? 100.0 * (double)(reserved - allocated) / (double)reserved : 0.0,
-            free_b ? 100.0 * (1.0 - (double)largest / (double)free_b) : 0.0, big, cached);
+            free_b ? 100.0 * (1.0 - (double)largest / (double)free_b) : 0.0, big, cached, slept);
 }
 
 /* Event e's x: point j of the curves is drawn at PLOT_X + j * PLOT_W / n; point 0 is after event `first`, or the
@@ -215,12 +229,53 @@ static double event_x(size_t e, size_t first, int seeded, size_t n)
     return PLOT_X + (double)(e - first + (size_t)seeded) * PLOT_W / (double)n;
 }
 
-static void draw(FILE *f, const series *sr, size_t first, int seeded, const hbm_snapshot *peak, const hbm_stats *st,
-                 const char *name, const replay_opts *o, const replay_result *r)
+/* A pool's sleeps and wakes over the curves (as the page draws them): a dashed line at each and a triangle at the
+ * plot's top, pointing down for a sleep, up for a wake, hollow when not replayed (a pool the trace does not place);
+ * its title says which pool, the bytes and the backup. Whether there were any. */
+static int draw_naps(FILE *f, const trace *t, size_t first, int seeded, size_t n)
+{
+    static const char *const colour[2] = {"#6a3d9a", "#1b9e77"};
+    size_t done = n > (size_t)seeded ? first + n - (size_t)seeded : first; /* events replayed */
+    int any = 0;
+    for (size_t i = first; i < done && i < t->n; i++) {
+        const trace_event *e = &t->ev[i];
+        if (e->kind != EV_SLEEP && e->kind != EV_WAKE)
+            continue;
+        int wake = e->kind == EV_WAKE;
+        double x = event_x(i, first, seeded, n);
+        char bytes[32];
+        hbm__format_size(e->size, bytes, sizeof bytes);
+        fprintf(f, "<g class=\"nap\" data-event=\"%zu\" data-kind=\"%s\"><title>%s of ", i, wake ? "wake" : "sleep",
+                wake ? "wake" : "sleep");
+        if (e->slot) {
+            fputs("pool '", f);
+            xml_text(f, trace_tag(t, e));
+            fprintf(f, "' (%s)", e->pended ? "backup" : "discard");
+        } else {
+            fputs(e->pended ? "a pool (backup)" : "a pool", f);
+        }
+        fprintf(f, " at event %zu", i);
+        if (e->size)
+            fprintf(f, "; %s %s in the recording", bytes, wake ? "mapped again" : "given back");
+        fprintf(f, "%s</title>\n", e->stream ? "" : "; drawn, not replayed (the trace does not say which pool)");
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" stroke-dasharray=\"3,3\"/>\n", x,
+                PLOT_Y, x, PLOT_Y + PLOT_H, colour[wake]);
+        fprintf(f, "<path d=\"M%.1f,%d L%.1f,%d L%.1f,%d Z\" fill=\"%s\" stroke=\"%s\" stroke-width=\"1.5\"/></g>\n",
+                x - 5, PLOT_Y + (wake ? 8 : 0), x + 5, PLOT_Y + (wake ? 8 : 0), x, PLOT_Y + (wake ? 0 : 8),
+                e->stream ? colour[wake] : "white", colour[wake]);
+        any = 1;
+    }
+    return any;
+}
+
+static void draw(FILE *f, const trace *t, const series *sr, size_t first, int seeded, const hbm_snapshot *peak,
+                 const hbm_stats *st, const char *name, const replay_opts *o, const replay_result *r)
 {
     int64_t pa = st->allocated_bytes[0].peak, pr = st->reserved_bytes[0].peak;
-    /* The byte axis: round ticks, the top the first tick at or above the peak. */
-    uint64_t top = pr > 0 ? (uint64_t)pr : 1, ystep = bin_step(top, 6), ytop = (top + ystep - 1) / ystep * ystep;
+    /* The byte axis: round ticks, the top the first tick at or above the peak (allocated passes reserved while a pool
+     * sleeps: its blocks stay allocated, its pages are given back). */
+    int64_t hi = pr > pa ? pr : pa;
+    uint64_t top = hi > 0 ? (uint64_t)hi : 1, ystep = bin_step(top, 6), ytop = (top + ystep - 1) / ystep * ystep;
     int64_t ymax = (int64_t)ytop;
     char s_pa[32], s_pr[32], tick[32];
     hbm__format_size((uint64_t)pa, s_pa, sizeof s_pa);
@@ -262,6 +317,7 @@ static void draw(FILE *f, const series *sr, size_t first, int seeded, const hbm_
             PLOT_Y + PLOT_H + 36);
     polyline(f, sr->resv, sr->n, ymax, "#e4572e", "reserved");
     polyline(f, sr->alloc, sr->n, ymax, "#3b6fd4", "allocated");
+    int naps = draw_naps(f, t, first, seeded, sr->n);
     /* The peak on the axis: a dashed line at peak reserved, its value beside the peak (on the side with room). */
     size_t jp = 0;
     for (size_t j = 1; j < sr->n; j++)
@@ -288,6 +344,13 @@ static void draw(FILE *f, const series *sr, size_t first, int seeded, const hbm_
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#3b6fd4\"/><text x=\"%d\" y=\"%d\">allocated "
                "(peak %s)</text>\n",
             PLOT_X + 240, PLOT_Y - 22, PLOT_X + 258, PLOT_Y - 12, s_pa);
+    if (naps)
+        fprintf(f, "<path d=\"M%d,%d L%d,%d L%d,%d Z\" fill=\"#6a3d9a\"/><text x=\"%d\" y=\"%d\">a pool put to sleep"
+                   "</text>\n<path d=\"M%d,%d L%d,%d L%d,%d Z\" fill=\"#1b9e77\"/><text x=\"%d\" y=\"%d\">woken (hollow: not "
+                   "replayed)</text>\n",
+                PLOT_X + 480, PLOT_Y - 21, PLOT_X + 492, PLOT_Y - 21, PLOT_X + 486, PLOT_Y - 12, PLOT_X + 498,
+                PLOT_Y - 12, PLOT_X + 640, PLOT_Y - 12, PLOT_X + 652, PLOT_Y - 12, PLOT_X + 646, PLOT_Y - 21,
+                PLOT_X + 658, PLOT_Y - 12);
     /* segment map */
     map_title(f, peak);
     if (peak)
@@ -391,6 +454,9 @@ static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, 
         rc = 2;
     }
     int64_t best = -1;
+    replay_pools pools = {0};
+    if (rc == 0 && replay_pools_open(a, t, &pools, err, errlen))
+        rc = 2;
     if (rc == 0 && o->seed && t->rec.seedable) { /* begin where the recording began, as replay does */
         rc = replay_seed(a, t, slot, r);
         if (rc)
@@ -408,12 +474,11 @@ static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, 
     }
     for (size_t i = v->first; rc == 0 && i < t->n; i++) {
         const trace_event *e = &t->ev[i];
-        if (v->vr && view_rec_before(v->vr, a, e, slot)) {
-            snprintf(err, errlen, "out of host memory");
+        if (v->vr && view_rec_before(v->vr, a, e, slot, err, errlen)) {
             rc = 2;
             break;
         }
-        hbm_status st = replay_event(a, e, slot);
+        hbm_status st = replay_event(a, e, slot, &pools);
         if (v->vr && view_rec_after(v->vr, a, e, i, slot, st, err, errlen)) {
             rc = 2;
             break;
@@ -445,6 +510,7 @@ static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, 
     hbm_get_stats(a, &r->stats);
     hbm_get_device_counters(a, &v->dc);
     free(slot);
+    replay_pools_close(&pools);
     hbm_destroy(a);
     return rc ? rc : r->oom;
 }
@@ -507,7 +573,7 @@ static int write_out(int kind, const char *path, const view_run *v, const trace 
         }
         rc = view_html_write(f, vr, pi, n) ? 2 : 0;
     } else {
-        draw(f, &v->sr, v->first, v->seeded, v->peak, &v->r.stats, names[0], o, &v->r);
+        draw(f, t[0], &v->sr, v->first, v->seeded, v->peak, &v->r.stats, names[0], o, &v->r);
     }
     if (fclose(f) != 0 || rc) {
         snprintf(err, errlen, "%s: write failed", svg);

@@ -14,7 +14,10 @@
  * every HARVEST events so that its buffer stays small. History entries carry no
  * event number: a segment entry belongs to the allocation or free whose own
  * entry follows it, or, when it carries MARK (set as the allocator-wide label
- * around empty_cache events), to that empty_cache event.
+ * around empty_cache events), to that empty_cache event. A pool's sleep or
+ * wake is read on its own (the history read before it and after it): every
+ * entry it left is its own, its pages given back (sleep entries: ranges
+ * asleep, the blocks in them kept at their addresses) or mapped again.
  *
  * Positions: the page counts events done, p = i + 1 after event i (a seeded
  * start is p = first). An allocation is live at p when start <= p < end.
@@ -53,6 +56,11 @@ struct view_rec {
     size_t cursor; /* the last allocation or free event that the history's entries
                       were matched to */
     size_t since;  /* events since the history was last read */
+    v_nap *nap;    /* the sleeps and wakes, in order */
+    size_t nnap, capnap;
+    v_run *asleep; /* pages of sleeping pools, given back: range is the sleep's nap */
+    size_t nasleep, capasleep;
+    size_t whole;  /* the history is being read for this sleep or wake event alone (SIZE_MAX: not) */
 };
 
 view_rec *view_rec_new(const trace *t)
@@ -70,6 +78,7 @@ view_rec *view_rec_new(const trace *t)
         return NULL;
     }
     v->cursor = SIZE_MAX;
+    v->whole = SIZE_MAX;
     return v;
 }
 
@@ -80,6 +89,8 @@ void view_rec_free(view_rec *v)
     free(v->al);
     free(v->run);
     free(v->range);
+    free(v->nap);
+    free(v->asleep);
     free(v->slot_rec);
     free(v->emits);
     u64map_free(&v->open);
@@ -131,6 +142,39 @@ static int unmap(view_rec *v, uint64_t lo, uint64_t hi, uint32_t p)
             return -1;
     }
     return 0;
+}
+
+/* A sleep entry: the mapped runs over [lo, hi) end at p, and the pages sleep from there (nap: the sleep's). */
+static int fall_asleep(view_rec *v, uint64_t lo, uint64_t hi, uint32_t p)
+{
+    if (unmap(v, lo, hi, p) || hbm__grow((void **)&v->asleep, &v->capasleep, v->nasleep + 1, sizeof *v->asleep))
+        return -1;
+    v->asleep[v->nasleep++] = (v_run){p, OPEN, lo, hi - lo, 0, 1, v->nnap ? (int32_t)(v->nnap - 1) : -1};
+    return 0;
+}
+
+/* A wake entry: the pages over [lo, hi) are mapped again at p; what of an asleep range lies outside sleeps on. */
+static int wake_up(view_rec *v, uint64_t lo, uint64_t hi, hbm_stream stream, uint32_t p)
+{
+    for (size_t k = 0, n = v->nasleep; k < n; k++) {
+        v_run z = v->asleep[k];
+        if (z.end != OPEN || z.addr >= hi || z.addr + z.size <= lo)
+            continue;
+        v->asleep[k].end = p;
+        v_run rest[2] = {z, z};
+        rest[0].size = lo > z.addr ? lo - z.addr : 0;
+        rest[1].addr = hi;
+        rest[1].size = z.addr + z.size > hi ? z.addr + z.size - hi : 0;
+        for (int r = 0; r < 2; r++) {
+            if (!rest[r].size)
+                continue;
+            if (hbm__grow((void **)&v->asleep, &v->capasleep, v->nasleep + 1, sizeof *v->asleep))
+                return -1;
+            rest[r].start = p;
+            v->asleep[v->nasleep++] = rest[r];
+        }
+    }
+    return open_run(v, lo, hi - lo, stream, 1, p);
 }
 
 /* The next event after the cursor that left an allocation's or a free's entry,
@@ -191,12 +235,21 @@ static int harvest(view_rec *v, hbm_allocator *a, char *err, size_t errlen)
         case HBM_TRACE_SEGMENT_ALLOC:
         case HBM_TRACE_SEGMENT_MAP:
         case HBM_TRACE_SEGMENT_FREE:
-        case HBM_TRACE_SEGMENT_UNMAP: {
-            at = e->context && !strcmp(e->context, MARK) ? next_event(v, 1) : next_event(v, 0);
+        case HBM_TRACE_SEGMENT_UNMAP:
+        case HBM_TRACE_SLEEP:
+        case HBM_TRACE_WAKE: {
+            at = v->whole != SIZE_MAX                            ? v->whole
+                 : e->context && !strcmp(e->context, MARK)       ? next_event(v, 1)
+                 : e->action == HBM_TRACE_SLEEP || e->action == HBM_TRACE_WAKE ? SIZE_MAX
+                                                                  : next_event(v, 0);
             if (at == SIZE_MAX) /* the failed allocation at an OOM: its releases */
                 at = v->last;
             uint32_t p = (uint32_t)at + 1;
-            if (e->action == HBM_TRACE_SEGMENT_ALLOC || e->action == HBM_TRACE_SEGMENT_MAP) {
+            if (e->action == HBM_TRACE_SLEEP) {
+                rc = fall_asleep(v, e->addr, e->addr + e->size, p);
+            } else if (e->action == HBM_TRACE_WAKE) {
+                rc = wake_up(v, e->addr, e->addr + e->size, e->stream, p);
+            } else if (e->action == HBM_TRACE_SEGMENT_ALLOC || e->action == HBM_TRACE_SEGMENT_MAP) {
                 rc = open_run(v, e->addr, e->size, e->stream, e->action == HBM_TRACE_SEGMENT_MAP, p);
             } else if (e->action == HBM_TRACE_SEGMENT_UNMAP) {
                 rc = unmap(v, e->addr, e->addr + e->size, p);
@@ -249,12 +302,30 @@ int view_rec_begin(view_rec *v, hbm_allocator *a, const trace *t, void **slot, s
     return hbm_history_enable(a, 4 * HARVEST + 4096) == HBM_OK ? 0 : -1;
 }
 
-int view_rec_before(view_rec *v, hbm_allocator *a, const trace_event *e, void **slot)
+static int64_t reserved_now(hbm_allocator *a)
+{
+    hbm_stats s;
+    hbm_get_stats(a, &s);
+    return s.reserved_bytes[0].current;
+}
+
+int view_rec_before(view_rec *v, hbm_allocator *a, const trace_event *e, void **slot, char *err, size_t errlen)
 {
     v->had_ptr = e->kind == EV_FREE && slot[e->slot] && slot[e->slot] != PENDING_MARK;
-    if (e->kind == EV_EMPTY_CACHE && hbm_history_context(a, MARK) != HBM_OK)
+    if (e->kind == EV_EMPTY_CACHE && hbm_history_context(a, MARK) != HBM_OK) {
+        snprintf(err, errlen, "out of host memory");
         return -1;
-    return 0;
+    }
+    if (e->kind != EV_SLEEP && e->kind != EV_WAKE)
+        return 0;
+    /* A sleep or a wake: what came before is read now, so that every entry the next reading finds is its own. */
+    if (hbm__grow((void **)&v->nap, &v->capnap, v->nnap + 1, sizeof *v->nap)) {
+        snprintf(err, errlen, "out of host memory");
+        return -1;
+    }
+    v->nap[v->nnap] = (v_nap){0, e->slot, e->kind == EV_WAKE, e->pended, e->stream != 0, e->size,
+                              reserved_now(a), 0};
+    return e->stream ? harvest(v, a, err, errlen) : 0; /* (one not replayed leaves no entry) */
 }
 
 int view_rec_after(view_rec *v, hbm_allocator *a, const trace_event *e, size_t i, void **slot, hbm_status st, char *err,
@@ -280,6 +351,17 @@ int view_rec_after(view_rec *v, hbm_allocator *a, const trace_event *e, size_t i
     if (st == HBM_OK && e->kind == EV_FREE && v->slot_rec[e->slot] != OPEN) {
         v->al[v->slot_rec[e->slot]].end = (uint32_t)i + 1;
         v->slot_rec[e->slot] = OPEN;
+    }
+    if (e->kind == EV_SLEEP || e->kind == EV_WAKE) { /* its entries, all of them its own (view_rec_before) */
+        v_nap *n = &v->nap[v->nnap++];
+        n->p = (uint32_t)i + 1;
+        n->resv1 = reserved_now(a);
+        if (!e->stream)
+            return 0;
+        v->whole = i;
+        int rc = harvest(v, a, err, errlen);
+        v->whole = SIZE_MAX;
+        return rc;
     }
     if (++v->since >= HARVEST)
         return harvest(v, a, err, errlen);
@@ -510,16 +592,60 @@ static int run_json_large(FILE *f, const view_rec *v, const view_page_info *p, s
         return -1;
     write_times(f, v, x0, nb, stride);
     uint32_t must[2] = {(uint32_t)(x0 + p->peak_j), (uint32_t)(x0 + p->n - 1)}; /* the peak; the last moment */
-    return view_moments_write(f, v->al, v->nal, v->run, v->nrun, (uint32_t)x0, (uint32_t)(x0 + p->n - 1), p->alloc,
-                              p->resv, must, 2);
+    return view_moments_write(f, v->al, v->nal, v->run, v->nrun, v->asleep, v->nasleep, (uint32_t)x0,
+                              (uint32_t)(x0 + p->n - 1), p->alloc, p->resv, must, 2);
+}
+
+/* `"naps":{columns}`: the sleeps and wakes (each event's position, tag, bytes, whether replayed) for the markers on
+ * the charts' time axis, and `"asleep":{columns}`: the pages asleep (the map keeps their blocks there). */
+static void write_naps(FILE *f, const view_rec *v, long long last)
+{
+    if (!v->nnap)
+        return;
+    const v_nap *n = v->nap;
+    fputs(",\n\"naps\":{", f);
+    COLUMN(f, "p", v->nnap, n[k_].p);
+    fputc(',', f);
+    COLUMN(f, "wake", v->nnap, n[k_].wake);
+    fputc(',', f);
+    COLUMN(f, "backup", v->nnap, n[k_].backup);
+    fputc(',', f);
+    COLUMN(f, "placed", v->nnap, n[k_].placed);
+    fputc(',', f);
+    COLUMN(f, "bytes", v->nnap, n[k_].bytes);
+    fputc(',', f);
+    COLUMN(f, "resv0", v->nnap, n[k_].resv0);
+    fputc(',', f);
+    COLUMN(f, "resv1", v->nnap, n[k_].resv1);
+    fputs(",\"tag\":[", f);
+    for (size_t k = 0; k < v->nnap; k++) {
+        fputs(k ? "," : "", f);
+        if (n[k].tag)
+            hbm__json_str_html(f, v->t->meta.texts[n[k].tag]);
+        else
+            fputs("null", f);
+    }
+    fputs("]},\n\"asleep\":{", f);
+    const v_run *z = v->asleep;
+    COLUMN(f, "start", v->nasleep, z[k_].start);
+    fputc(',', f);
+    COLUMN(f, "end", v->nasleep, end_or(z[k_].end, last));
+    fputc(',', f);
+    COLUMN(f, "addr", v->nasleep, z[k_].addr);
+    fputc(',', f);
+    COLUMN(f, "size", v->nasleep, z[k_].size);
+    fputc(',', f);
+    COLUMN(f, "nap", v->nasleep, z[k_].range);
+    fputc('}', f);
 }
 
 /* `"kinds":"..."`: what events from .. to-1 of the trace were, a letter each (a alloc, f free, p free requested
- * while another stream used the block, e empty_cache, s step), for the page's list of events. */
+ * while another stream used the block, e empty_cache, s step, z a pool's sleep, w its wake, u allocations into a
+ * pool from there), for the page's list of events. */
 static void write_kinds(FILE *f, const trace *t, size_t from, size_t to)
 {
     static const char letter[] = {[EV_ALLOC] = 'a', [EV_FREE] = 'f', [EV_EMPTY_CACHE] = 'e', [EV_STEP] = 's',
-                                  [EV_PENDING] = 'p'};
+                                  [EV_PENDING] = 'p', [EV_SLEEP] = 'z', [EV_WAKE] = 'w', [EV_POOL] = 'u'};
     fprintf(f, ",\n\"kinds_from\":%zu,\"kinds\":\"", from);
     for (size_t i = from; i < to && i < t->n; i++)
         fputc(t->ev[i].kind < sizeof letter && letter[t->ev[i].kind] ? letter[t->ev[i].kind] : '?', f);
@@ -566,6 +692,7 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
     if (p->n && (v->nal > p->detail || p->n > LARGE_POINTS)) {
         if (run_json_large(f, v, p, x0, last))
             return -1;
+        write_naps(f, v, last);
         fputs("}", f);
         return 0;
     }
@@ -578,6 +705,7 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
         return -1;
     write_times(f, v, x0, p->n, 1);
     write_runs(f, v, NULL, v->nrun, last);
+    write_naps(f, v, last);
     write_kinds(f, v->t, p->first, p->oom ? p->oom_event + 1 : x0 + p->n - 1);
     fputs("}", f);
     return 0;

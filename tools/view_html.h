@@ -17,7 +17,7 @@ void view_rec_free(view_rec *v);
 int view_rec_begin(view_rec *v, hbm_allocator *a, const trace *t, void **slot, size_t first);
 /* Around event i: before it runs, and after it ran with status st. 0, or -1 (out of memory or a history that
  * cannot be read: err says). */
-int view_rec_before(view_rec *v, hbm_allocator *a, const trace_event *e, void **slot);
+int view_rec_before(view_rec *v, hbm_allocator *a, const trace_event *e, void **slot, char *err, size_t errlen);
 int view_rec_after(view_rec *v, hbm_allocator *a, const trace_event *e, size_t i, void **slot, hbm_status st, char *err,
                    size_t errlen);
 /* At the end (or at the OOM): the rest of the history read. 0 or -1. */

@@ -104,8 +104,19 @@ static void write_marks(FILE *f, const char *name, const marks *m)
     fputc(']', f);
 }
 
-int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run, size_t nrun, uint32_t x0,
-                       uint32_t last, const int64_t *alloc, const int64_t *resv, const uint32_t *must, size_t nmust)
+/* Whether addr lies in pages of a sleeping pool at p (its block keeps its address there: not outside the map, not
+ * in it either: asleep). */
+static int asleep_at(const v_run *z, size_t nz, uint32_t p, uint64_t addr)
+{
+    for (size_t k = 0; k < nz; k++)
+        if (z[k].start <= p && (z[k].end == OPEN || z[k].end > p) && addr >= z[k].addr && addr < z[k].addr + z[k].size)
+            return 1;
+    return 0;
+}
+
+int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run, size_t nrun, const v_run *asleep,
+                       size_t nasleep, uint32_t x0, uint32_t last, const int64_t *alloc, const int64_t *resv,
+                       const uint32_t *must, size_t nmust)
 {
     size_t nm = 0;
     uint32_t *pos = malloc((MOMENTS + nmust) * sizeof *pos);
@@ -158,7 +169,17 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
         c->bounds.n = c->segs.n = c->holes.n = 0;
         /* The pieces, as the page's stateAt makes them: allocated blocks and the free gaps between them. */
         uint64_t unmapped = 0, allocated = 0, pending = 0, free_b = 0, largest = 0, nfree = 0, outside = 0;
-        uint64_t covered = 0, segments = 0;
+        uint64_t covered = 0, segments = 0, asleep_b = 0, asleep_alloc = 0;
+        for (size_t k = 0; k < nasleep; k++)
+            if (asleep[k].start <= p && (asleep[k].end == OPEN || asleep[k].end > p))
+                asleep_b += asleep[k].size;
+#define STRAY(x) /* a block before the next range: asleep, or outside every range */                                  \
+    do {                                                                                                               \
+        if (asleep_at(asleep, nasleep, p, (x)->addr))                                                                  \
+            asleep_alloc += (x)->size;                                                                                 \
+        else                                                                                                           \
+            outside++;                                                                                                 \
+    } while (0)
         size_t b = 0;
         const v_run *prev = NULL;
         for (size_t k = 0; rc == 0 && k < nrlive; k++) {
@@ -176,10 +197,8 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
                 rc = mark(&c->holes, px < PIXELS ? px : PIXELS - 1);
             }
             uint64_t at = lo > covered ? lo : covered;
-            while (b < nlive && blk[b].addr < lo) {
-                outside++;
-                b++;
-            }
+            for (; b < nlive && blk[b].addr < lo; b++)
+                STRAY(&al[blk[b].i]);
             for (; rc == 0 && b < nlive && blk[b].addr < hi; b++) {
                 const v_alloc *x = &al[blk[b].i];
                 if (x->addr > at) {
@@ -206,17 +225,23 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
             covered = at > hi ? at : hi;
             prev = r;
         }
-        outside += nlive - b;
+        for (; b < nlive; b++)
+            STRAY(&al[blk[b].i]);
+#undef STRAY
         size_t j = p - x0;
         fprintf(f,
                 "%s{\"p\":%u,\"reserved\":%llu,\"allocated\":%llu,\"pending\":%llu,\"unmapped\":%llu,\"free\":%llu,"
                 "\"largest\":%llu,\"nfree\":%llu,\"segments\":%llu,\"live\":%zu,\"runs\":%zu,\"outside\":%llu,"
-                "\"stats_reserved\":%lld,\"stats_allocated\":%lld,\"rle\":[",
+                "\"stats_reserved\":%lld,\"stats_allocated\":%lld,",
                 m ? ",\n" : "", p, (unsigned long long)reserved, (unsigned long long)allocated,
                 (unsigned long long)pending, (unsigned long long)unmapped, (unsigned long long)free_b,
                 (unsigned long long)largest, (unsigned long long)nfree, (unsigned long long)segments, nlive, nrlive,
                 (unsigned long long)outside, (long long)resv[j],
                 (long long)alloc[j]);
+        if (nasleep) /* pages of sleeping pools: their bytes, and the live blocks in them (allocated, not mapped) */
+            fprintf(f, "\"asleep\":%llu,\"asleep_allocated\":%llu,", (unsigned long long)asleep_b,
+                    (unsigned long long)asleep_alloc);
+        fputs("\"rle\":[", f);
         for (size_t px = 0, k = 0; reserved && px < PIXELS; px = k) {
             int code = pixel_code(c, px);
             for (k = px + 1; k < PIXELS && pixel_code(c, k) == code; k++)
