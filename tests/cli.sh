@@ -427,5 +427,19 @@ if command -v rsvg-convert >/dev/null && command -v python3 >/dev/null; then
 else
     echo "FAIL view_renders: rsvg-convert or python3 missing (scripts/deps.sh installs them)"; fails=$((fails + 1))
 fi
+# What a file that is no trace is, said as such (issue #29 item 12): a README, a torch.save checkpoint (a zip whose
+# first member is data.pkl: no memory snapshot in it), another zip.
+check not_a_trace_readme 2 "README.md is not a trace: its line 3 ('A caching allocator" "$bin" replay "$src/README.md"
+python3 - "$tmp" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1] + "/model.pt", "w") as z:  # torch.save's layout: archive/data.pkl first
+    z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+    z.writestr("archive/version", "3")
+with zipfile.ZipFile(sys.argv[1] + "/traces.zip", "w") as z:
+    z.writestr("snapshot.pickle", b"\x80\x02}q\x00.")
+PY
+check not_a_trace_checkpoint 2 "is a torch.save archive (a checkpoint, or saved tensors): it holds no memory snapshot" \
+    "$bin" replay "$tmp/model.pt"
+check not_a_trace_zip 2 "is a zip archive: hbmalloc reads the snapshot or trace itself" "$bin" replay "$tmp/traces.zip"
 if [ "$fails" -ne 0 ]; then echo "$fails CLI check(s) failed"; exit 1; fi
 echo "all CLI checks passed"
