@@ -17,9 +17,9 @@
 
 #include "bench_util.h"
 #include "hbmalloc.h"
-#include "internal.h"
-#include "steps.h"
-#include "trace.h"
+#include "core/engine.h"
+#include "trace/steps.h"
+#include "trace/trace.h"
 
 #define RUNS 3
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "hbmalloc.h"
-#include "trace.h"
+#include "trace/trace.h"
 #include "bench_util.h"
 
 #define REPS 15

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "pool.h"
-#include "trace.h"
+#include "core/segments.h"
+#include "core/pool.h"
+#include "trace/trace.h"
 
 typedef struct split {
     size_t mapped, allocated, free_whole, free_partial;

@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "hbmalloc.h"
-#include "internal.h"
-#include "pickle.h"
-#include "trace.h"
+#include "core/engine.h"
+#include "trace/pickle.h"
+#include "trace/trace.h"
 #include "bench_util.h"
 
 #define REPS 15

@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "hbmalloc.h"
-#include "trace.h"
+#include "trace/trace.h"
 
 static inline double bench_now_s(void)
 {

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "doctor.h"
+#include "doctor/doctor.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -10,7 +10,7 @@
 
 #include "backend/sim.h"
 #include "hbmalloc.h"
-#include "internal.h"
+#include "core/types.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

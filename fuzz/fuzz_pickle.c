@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pickle.h"
+#include "trace/pickle.h"
 #include "fuzz_replay.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

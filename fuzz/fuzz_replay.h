@@ -9,9 +9,9 @@
 
 #include <string.h>
 
-#include "replay.h"
-#include "steps.h"
-#include "trace.h"
+#include "run/replay.h"
+#include "trace/steps.h"
+#include "trace/trace.h"
 
 static inline void fuzz_replay_and_free(trace *t)
 {

@@ -6,7 +6,7 @@
 
 #include "hbmalloc.h"
 #include "fuzz_replay.h"
-#include "plan.h"
+#include "run/plan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

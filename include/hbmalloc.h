@@ -491,7 +491,7 @@ typedef struct hbm_plan_info {
 } hbm_plan_info;
 
 /* Offsets for n buffers such that no two live at the same allocation overlap, the
- * region as low as the search finds (planner.c: eight greedy orders, then up to `budget`
+ * region as low as the search finds (lifetime_planner.c: eight greedy orders, then up to `budget`
  * evaluations of an improvement search, 0: automatic; deterministic for a seed).
  * HBM_ERR_INVALID for an empty lifetime, a zero size or sizes summing past 2^62. */
 HBM_API hbm_status hbm_plan_lifetimes(hbm_lifetime *b, size_t n, uint64_t budget, uint64_t seed,

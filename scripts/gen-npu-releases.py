@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Write src/npu_releases.inc: what each torch_npu release's allocator-settings parser accepts.
+"""Write src/conf/npu_releases.inc: what each torch_npu release's allocator-settings parser accepts.
 
-Usage: scripts/gen-npu-releases.py CLONE > src/npu_releases.inc
+Usage: scripts/gen-npu-releases.py CLONE > src/conf/npu_releases.inc
 CLONE is a git clone of https://gitee.com/ascend/pytorch (mirrored at github.com/Ascend/pytorch)
 with its tags. For every release tag (alphas, betas and 0-day builds left out except the newest
 line) it reads the torch_npu version (setup.py VERSION or version.txt) and, from

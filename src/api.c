@@ -8,9 +8,14 @@
 #include <string.h>
 
 #include "backend/sim.h"
-#include "internal.h"
-#include "releases.h"
-#include "util.h"
+#include "core/engine.h"
+#include "core/stats.h"
+#include "core/sleep.h"
+#include "backend/device.h"
+#include "policy/step_plan.h"
+#include "policy/arena.h"
+#include "conf/releases.h"
+#include "util/util.h"
 
 const char *hbm_status_name(hbm_status s)
 {

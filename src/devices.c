@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/engine.h"
 
 #define MAX_DEVICES 64
 

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 
 #include "fork.h"
-#include "util.h"
+#include "util/util.h"
 
 typedef struct tracked {
     pthread_mutex_t *m;

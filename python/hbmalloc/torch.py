@@ -373,7 +373,7 @@ def _npu_record_stream_is_c(lib, version):
     """torch_npu's 6.0.x releases (v6.0.rc1 to v6.0.0.1, the 2.1 to 2.4 lines) take set_record_stream_fn as
     void(void*, aclrtStream): a C hook (NPUPluggableAllocator.h; torch_npu/csrc/npu/Module.cpp, `using FuncType =
     void(void*, aclrtStream)`). From 7.0.0 it is void(void*, c10_npu::NPUStream), which no C function can take.
-    The release is the one hbmalloc's table names for the version (src/npu_releases.inc)."""
+    The release is the one hbmalloc's table names for the version (src/conf/npu_releases.inc)."""
     tag = lib.hbm_torch_npu_release(str(version).encode())
     return bool(tag) and tag.decode().startswith("v6.0.")
 

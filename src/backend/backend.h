@@ -13,7 +13,7 @@
  *   - a call that needs a device makes it current for the call only: the
  *     calling thread's current device or context is the same after the call
  *     (frameworks cache it per thread and run their next work there).
- * src/device.c is the one caller: it counts, times and turns codes into messages.
+ * src/backend/device.c is the one caller: it counts, times and turns codes into messages.
  */
 #ifndef HBM_BACKEND_H
 #define HBM_BACKEND_H

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../util.h"
+#include "util/util.h"
 #include "backend.h"
 
 /* ---- the driver's types and constants (cuda.h, CUDA 13; layouts checked below) ---- */

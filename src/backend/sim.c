@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../fork.h"
-#include "../util.h"
+#include "fork.h"
+#include "util/util.h"
 #include "backend.h"
 #include "sim.h"
 
@@ -584,7 +584,7 @@ static size_t stream_slot(const sim *s, int device, hbm_stream id)
     return k;
 }
 
-/* Streams are found through a hash index: a replay plays each pending free on a stream of its own (tools/replay.c),
+/* Streams are found through a hash index: a replay plays each pending free on a stream of its own (tools/run/replay.c),
  * so a run may have thousands. */
 static sim_stream *stream_get(sim *s, int device, hbm_stream id, int create)
 {

@@ -1,0 +1,55 @@
+/* device.h: the device door (device.c), the only caller of a backend: every device call the library makes. */
+#ifndef HBM_BACKEND_DEVICE_H
+#define HBM_BACKEND_DEVICE_H
+
+#include "core/types.h"
+
+hbm_status hbm__dev_malloc(hbm_allocator *a, size_t size, uintptr_t *out);
+int hbm__dev_malloc_raw(hbm_allocator *a, size_t size, uintptr_t *out, uint64_t *t0);
+hbm_status hbm__dev_malloc_done(hbm_allocator *a, size_t size, int rc, uint64_t t0);
+hbm_status hbm__dev_free(hbm_allocator *a, uintptr_t ptr, size_t size);
+hbm_status hbm__dev_info(hbm_allocator *a, size_t *free_bytes, size_t *total_bytes);
+hbm_status hbm__dev_reserve(hbm_allocator *a, size_t size, uintptr_t *va);
+hbm_status hbm__dev_unreserve(hbm_allocator *a, uintptr_t va, size_t size);
+hbm_status hbm__dev_create(hbm_allocator *a, size_t size, uint64_t *handle);
+hbm_status hbm__dev_release(hbm_allocator *a, uint64_t handle);
+hbm_status hbm__dev_map(hbm_allocator *a, uintptr_t va, size_t size, uint64_t handle);
+hbm_status hbm__dev_unmap(hbm_allocator *a, uintptr_t va, size_t size);
+hbm_status hbm__dev_access(hbm_allocator *a, uintptr_t va, size_t size);
+hbm_status hbm__dev_sync(hbm_allocator *a, hbm_stream stream);
+/* Wait for all the device's work before memory goes back to it (once per locked operation; hbm__unlock forgets). */
+hbm_status hbm__dev_quiesce(hbm_allocator *a);
+/* The same at a safe point (no state read across it): a framework's queue is waited for with the lock released. */
+hbm_status hbm__dev_quiesce_open(hbm_allocator *a);
+/* A framework's queue flushed at a safe point, lock released (before events are recorded for a freed block). */
+hbm_status hbm__dev_flush_open(hbm_allocator *a);
+/* Changes whenever a block is freed (never 0): every hbm_free counts in allocation[ALL].freed, which only
+ * hbm_reset_accumulated_stats sets back, and that counts in stat_resets. */
+static inline uint64_t hbm__free_stamp(const hbm_allocator *a)
+{
+    return ((uint64_t)a->stats.allocation[HBM_POOL_ALL].freed ^ (a->stat_resets << 40)) + 1;
+}
+
+/* A framework's launch queue sits in front of the device (hbm_backend_set_host_queue). */
+static inline bool hbm__framework_queue(const hbm_allocator *a)
+{
+    return a->backend->queue.flush || a->backend->queue.sync_device;
+}
+/* A sleeping pool's backup (sleep.c): whether the backend has pinned host memory and copies; the calls. */
+int hbm__dev_can_copy(const hbm_allocator *a);
+hbm_status hbm__dev_host_alloc(hbm_allocator *a, size_t size, void **out);
+hbm_status hbm__dev_host_free(hbm_allocator *a, void *p, size_t size);
+hbm_status hbm__dev_copy_d2h(hbm_allocator *a, void *dst, uintptr_t src, size_t size, hbm_stream stream);
+hbm_status hbm__dev_copy_h2d(hbm_allocator *a, uintptr_t dst, const void *src, size_t size, hbm_stream stream);
+/* Before unmapping pages of a segment on `stream`: that stream, or the device where the runtime needs it. */
+hbm_status hbm__dev_sync_unmap(hbm_allocator *a, hbm_stream stream);
+/* Whether expandable segments work on a's device; 0 with the reason. */
+int hbm__dev_vmm(hbm_allocator *a, char *why, size_t whylen);
+hbm_status hbm__dev_event_create(hbm_allocator *a, uint64_t *ev);
+hbm_status hbm__dev_event_destroy(hbm_allocator *a, uint64_t ev);
+hbm_status hbm__dev_event_record(hbm_allocator *a, uint64_t ev, hbm_stream stream);
+hbm_status hbm__dev_event_sync(hbm_allocator *a, uint64_t ev);
+int hbm__dev_event_done(hbm_allocator *a, uint64_t ev);
+hbm_status hbm__dev_stream_check(hbm_allocator *a, hbm_stream stream);
+
+#endif

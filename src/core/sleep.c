@@ -1,0 +1,821 @@
+/*
+ * sleep.c: pools that sleep and wake (docs/SLEEP.md).
+ *
+ * Owns a tagged private pool's sleep: its tag, whether it keeps a backup, the
+ * backup itself (runs of live bytes in pinned host buffers) and the order of a
+ * sleep and a wake: wait for everything that could still touch the pool, copy,
+ * give the pages back; map them again, copy back. The pages themselves are
+ * expandable.c's (hbm__expand_sleep, hbm__expand_wake); this file never maps or
+ * unmaps, and never touches a block: a sleeping pool keeps its reservations
+ * and every block where it was, so each live block keeps its address.
+ *
+ * Why a tagged pool is always made of pages: an address survives only where
+ * the physical memory under it can be taken away and put back, which is what
+ * virtual memory (expandable segments) gives; a device without it cannot keep
+ * the address, and tagging is refused there with the reason (docs/SLEEP.md
+ * argues against a mode that relocates). Why an allocation into a sleeping
+ * pool is refused rather than waking it: a wake maps the whole pool back and
+ * copies gigabytes, which must not hide in an allocation of the other phase
+ * (it would also take back the memory the sleep was for). Frees work.
+ *
+ * Runs with a->lock held, except where a sleep or a wake waits for a
+ * framework's queue (hbm__dev_quiesce_open) or calls the caller's progress
+ * callback: then the pool is in a transitional state (allocations into it are
+ * refused, another sleep or wake of it too) and holds a use, so that it cannot
+ * be deleted meanwhile.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/engine.h"
+#include "core/segments.h"
+#include "core/history.h"
+#include "core/labels.h"
+#include "core/streams.h"
+#include "core/sleep.h"
+#include "core/expandable.h"
+#include "backend/device.h"
+#include "io/publish_hook.h"
+#include "core/pool.h"
+#include "util/util.h"
+
+#define HBM__SLEEP_CHUNK ((size_t)64 << 20) /* a backup piece: one pinned buffer, one copy, one progress call */
+
+/* A piece of the backup: live bytes at addr on the device, at host in one of the buffers. */
+typedef struct backup_run {
+    uintptr_t addr;
+    size_t size;
+    unsigned char *host;
+    hbm_stream stream; /* the segment's: the copy is queued there */
+    size_t buf;        /* which buffer */
+} backup_run;
+
+typedef struct host_buf {
+    void *p;
+    size_t size;
+} host_buf;
+
+typedef struct hbm__sleep hbm__sleep;
+struct hbm__sleep {
+    char tag[64];
+    hbm_label tag_label; /* the tag as a label: history entries of its pages carry it (0: the label table was full) */
+    bool backup;
+    backup_run *runs;
+    size_t nruns, cap_runs;
+    host_buf *bufs; /* pinned host memory: the backup, or kept from the last one for the next */
+    size_t nbufs, cap_bufs;
+    size_t backup_bytes;
+    uint64_t sleeps, wakes;
+    uint64_t sleep_cost[3], wake_cost[3]; /* the last sleep's and wake's: wall ns, device ns, device calls */
+};
+
+static uint64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t calls_of(const hbm_device_counters *c)
+{
+    return c->malloc_calls + c->free_calls + c->info_calls + c->map_calls + c->unmap_calls + c->vmm_calls +
+           c->sync_calls + c->event_calls + c->host_calls + c->copy_calls;
+}
+
+static bool in_pool(const hbm__segment *seg, const hbm__mempool *m)
+{
+    return seg->pool == &m->small || seg->pool == &m->large;
+}
+
+static const char *tag_of(const hbm__mempool *m) { return m->sl ? m->sl->tag : ""; }
+
+static const char *state_name(uint8_t s)
+{
+    static const char *names[] = {"awake", "asleep", "being put to sleep", "being woken"};
+    return s < 4 ? names[s] : "in an unknown state";
+}
+
+hbm_status hbm__sleep_refuse(hbm_allocator *a, const hbm__mempool *m)
+{
+    hbm__set_error(a, "private pool %llu ('%s') is %s: no allocation goes into it until it is woken "
+                      "(hbm_pool_wake; hbmalloc.torch.wake('%s')); its blocks must not be touched meanwhile",
+                   (unsigned long long)m->id, tag_of(m), state_name(m->sleep_state), tag_of(m));
+    return HBM_ERR_ASLEEP;
+}
+
+/* The pool named, held and tagged, or NULL with the error set. */
+static hbm__mempool *tagged_pool(hbm_allocator *a, hbm_mempool id, const char *op)
+{
+    hbm__mempool *m = hbm__mempool_find(a, id);
+    if (!m || m->use_count == 0)
+        hbm__set_error(a, "%s: private pool %llu does not exist (or was released already)", op,
+                       (unsigned long long)id);
+    else if (!m->sl)
+        hbm__set_error(a, "%s: private pool %llu has no tag: only a tagged pool sleeps (hbm_pool_tag before its "
+                          "first allocation; hbmalloc.torch.pool(tag))",
+                       op, (unsigned long long)id);
+    else
+        return m;
+    return NULL;
+}
+
+/* The pool a sleep or a wake (op) may work on: tagged, held, not being put to sleep or woken by another thread, and
+ * no graph capture under way (what the capture forbids, and the verb, in `refusal`). NULL with the status in *rc. */
+static hbm__mempool *pool_for(hbm_allocator *a, hbm_mempool id, const char *op, const char *refusal, hbm_status *rc)
+{
+    hbm__mempool *m = tagged_pool(a, id, op);
+    *rc = m ? HBM_OK : HBM_ERR_INVALID;
+    if (m && (m->sleep_state == HBM_POOL_FALLING_ASLEEP || m->sleep_state == HBM_POOL_WAKING)) {
+        hbm__set_error(a, "%s: pool '%s' is %s by another thread", op, tag_of(m), state_name(m->sleep_state));
+        *rc = HBM_ERR_INVALID;
+    } else if (m && a->ncaptures) {
+        hbm__set_error(a, "%s: pool '%s' on %s device %d during a graph capture: %s it before the capture begins or "
+                          "after it ends",
+                       op, tag_of(m), a->backend->ops->name, a->device, refusal);
+        *rc = HBM_ERR_CAPTURE;
+    }
+    return *rc == HBM_OK ? m : NULL;
+}
+
+/* ---- tagging ---- */
+
+hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool id, const char *tag, int backup)
+{
+    if (!a || !tag || !*tag)
+        return HBM_ERR_INVALID;
+    hbm__lock(a);
+    hbm_status rc = HBM_ERR_INVALID;
+    hbm__mempool *m = hbm__mempool_find(a, id);
+    bool plain = false;
+    for (hbm__segment *seg = hbm__segments_first(a); m && seg; seg = hbm__segments_next(seg))
+        plain |= in_pool(seg, m) && !seg->expandable;
+    if (a->vmm < 0)
+        a->vmm = hbm__dev_vmm(a, a->vmm_why, sizeof a->vmm_why);
+    if (!m || m->use_count == 0) {
+        hbm__set_error(a, "hbm_pool_tag: private pool %llu does not exist (or was released already)",
+                       (unsigned long long)id);
+    } else if (strlen(tag) >= sizeof m->sl->tag) {
+        hbm__set_error(a, "hbm_pool_tag: tag '%.40s...' is longer than %zu bytes", tag, sizeof m->sl->tag - 1);
+    } else if (a->vmm != 1) {
+        hbm__set_error(a, "pool '%s' cannot sleep on %s device %d: %s. A sleeping pool keeps every tensor's address "
+                          "only by unmapping the memory under it and mapping new memory there at wake, which needs "
+                          "virtual memory (the API behind expandable segments). Fix: on Ascend, CANN 7.0.0 or later "
+                          "on an HDK (driver and firmware) of 23.0.0 or later (see `npu-smi info`, `hbmalloc doctor`); "
+                          "on CUDA, driver 10.2 or "
+                          "later on a device that reports VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED. Without it, free the "
+                          "tensors and empty_cache() instead, and re-create them (docs/SLEEP.md)",
+                       tag, a->backend->ops->name, a->device, a->vmm_why[0] ? a->vmm_why : "no virtual memory");
+    } else if (backup && !hbm__dev_can_copy(a)) {
+        hbm__set_error(a, "pool '%s': backup needs pinned host memory and copies on a stream, which the %s backend "
+                          "does not offer here (cuMemHostAlloc / aclrtMallocHost and the async copies); tag it "
+                          "without backup (its contents are then undefined after a wake)",
+                       tag, a->backend->ops->name);
+    } else if (plain) {
+        hbm__set_error(a, "hbm_pool_tag: private pool %llu already holds whole segments (made before it was tagged, "
+                          "with expandable segments off): tag a pool before its first allocation",
+                       (unsigned long long)id);
+    } else if (m->sleep_state) {
+        hbm__set_error(a, "hbm_pool_tag: pool '%s' is %s: its tag and backup change only while it is awake",
+                       tag_of(m), state_name(m->sleep_state));
+    } else if (!m->sl && !(m->sl = calloc(1, sizeof *m->sl))) {
+        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+        rc = HBM_ERR_NOMEM;
+    } else {
+        snprintf(m->sl->tag, sizeof m->sl->tag, "%s", tag);
+        m->sl->backup = backup != 0;
+        if (hbm__label_intern(&a->labels, tag, &m->sl->tag_label) != HBM_OK)
+            m->sl->tag_label = 0; /* the history's entries then go without the tag; the pool sleeps all the same */
+        rc = HBM_OK;
+    }
+    hbm__unlock(a);
+    return rc;
+}
+
+/* ---- the backup ---- */
+
+static void free_bufs(hbm_allocator *a, hbm__sleep *sl, size_t from)
+{
+    while (sl->nbufs > from) {
+        host_buf *b = &sl->bufs[sl->nbufs - 1];
+        if (hbm__dev_host_free(a, b->p, b->size) != HBM_OK)
+            break; /* kept: tried again when the pool goes */
+        sl->nbufs--;
+    }
+}
+
+static void drop_backup(hbm__sleep *sl)
+{
+    sl->nruns = 0;
+    sl->backup_bytes = 0;
+}
+
+static hbm_status add_run(hbm_allocator *a, hbm__sleep *sl, backup_run r)
+{
+    if (hbm__grow((void **)&sl->runs, &sl->cap_runs, sl->nruns + 1, sizeof *sl->runs)) {
+        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+        return HBM_ERR_NOMEM;
+    }
+    sl->runs[sl->nruns++] = r;
+    return HBM_OK;
+}
+
+/* The pool's live bytes as runs (adjacent live blocks joined, in address order), cut into pieces that each lie in
+ * one pinned buffer: the buffers kept from the last backup first, new ones of `chunk` bytes (the last one smaller)
+ * after them; buffers left over are freed. The host pointers are set; nothing is copied yet. */
+static hbm_status plan_backup(hbm_allocator *a, hbm__mempool *m, size_t chunk)
+{
+    hbm__sleep *sl = m->sl;
+    drop_backup(sl);
+    size_t total = 0, covered = 0, keep = 0;
+    for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg))
+        for (hbm__block *b = in_pool(seg, m) ? seg->head : NULL; b; b = b->next)
+            total += b->allocated ? b->size : 0;
+    while (keep < sl->nbufs && covered < total)
+        covered += sl->bufs[keep++].size;
+    free_bufs(a, sl, keep);
+    while (covered < total) {
+        size_t want = total - covered < chunk ? total - covered : chunk;
+        void *p = NULL;
+        if (hbm__grow((void **)&sl->bufs, &sl->cap_bufs, sl->nbufs + 1, sizeof *sl->bufs)) {
+            hbm__set_error(a, "out of host memory for allocator bookkeeping");
+            return HBM_ERR_NOMEM;
+        }
+        hbm_status rc = hbm__dev_host_alloc(a, want, &p);
+        if (rc != HBM_OK)
+            return rc; /* the buffers made so far are kept for the next try */
+        sl->bufs[sl->nbufs++] = (host_buf){p, want};
+        covered += want;
+    }
+    size_t buf = 0, used = 0; /* the buffer being filled and how much of it */
+    for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
+        for (hbm__block *b = in_pool(seg, m) ? seg->head : NULL; b;) {
+            if (!b->allocated) {
+                b = b->next;
+                continue;
+            }
+            uintptr_t lo = b->addr, hi = b->addr + b->size;
+            for (b = b->next; b && b->allocated; b = b->next)
+                hi = b->addr + b->size;
+            while (lo < hi) {
+                size_t room = sl->bufs[buf].size - used, take = room < hi - lo ? room : hi - lo;
+                hbm_status rc =
+                    add_run(a, sl, (backup_run){lo, take, (unsigned char *)sl->bufs[buf].p + used, seg->stream, buf});
+                if (rc != HBM_OK) {
+                    drop_backup(sl);
+                    return rc;
+                }
+                lo += take;
+                sl->backup_bytes += take;
+                if ((used += take) == sl->bufs[buf].size)
+                    buf++, used = 0;
+            }
+        }
+    }
+    return HBM_OK;
+}
+
+/* Wait for the streams the runs [from, to) were queued on (the copies are device work). */
+static hbm_status sync_runs(hbm_allocator *a, const hbm__sleep *sl, size_t from, size_t to)
+{
+    hbm_status rc = HBM_OK;
+    for (size_t i = from; i < to && rc == HBM_OK; i++) {
+        bool seen = false;
+        for (size_t k = from; k < i && !seen; k++)
+            seen = sl->runs[k].stream == sl->runs[i].stream;
+        if (!seen)
+            rc = hbm__dev_sync(a, sl->runs[i].stream);
+    }
+    return rc;
+}
+
+/* The caller's progress callback, with the lock released (it may take the GIL, which another thread holds while
+ * it waits for this lock: torch's allocation path). */
+static void progress(hbm_allocator *a, const hbm_sleep_opts *o, uint64_t done, uint64_t total)
+{
+    if (!o->progress)
+        return;
+    hbm__unlock(a);
+    o->progress(o->ctx, done, total);
+    hbm__lock(a);
+}
+
+/* copy on every run, a buffer at a time: the buffer's copies queued, their streams waited for (a failed copy's too:
+ * the others must be done before the buffer is reused), then progress; *done: the bytes of the buffers done. */
+static hbm_status each_buffer(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o,
+                              hbm_status (*copy)(hbm_allocator *, hbm__mempool *, const backup_run *), uint64_t *done)
+{
+    hbm__sleep *sl = m->sl;
+    hbm_status rc = HBM_OK;
+    *done = 0;
+    for (size_t i = 0; i < sl->nruns && rc == HBM_OK;) {
+        size_t j = i;
+        for (; j < sl->nruns && sl->runs[j].buf == sl->runs[i].buf && rc == HBM_OK; j++)
+            rc = copy(a, m, &sl->runs[j]);
+        hbm_status rs = sync_runs(a, sl, i, j);
+        if (rc == HBM_OK)
+            rc = rs;
+        for (size_t k = i; k < j; k++)
+            *done += sl->runs[k].size;
+        i = j;
+        if (rc == HBM_OK)
+            progress(a, o, *done, sl->backup_bytes);
+    }
+    return rc;
+}
+
+static hbm_status copy_out(hbm_allocator *a, hbm__mempool *m, const backup_run *r)
+{
+    (void)m;
+    return hbm__dev_copy_d2h(a, r->host, r->addr, r->size, r->stream);
+}
+
+/* A piece back only where a block is still live (one freed while asleep has nothing to get back, and its pages may
+ * be gone). */
+static hbm_status copy_in(hbm_allocator *a, hbm__mempool *m, const backup_run *r)
+{
+    hbm_status rc = HBM_OK;
+    hbm__segment *seg = hbm__segment_find(a, r->addr);
+    if (seg && !in_pool(seg, m))
+        seg = NULL; /* never: hbm__sleep_forget drops the runs of a segment given back */
+    for (hbm__block *b = seg ? seg->head : NULL; b && b->addr < r->addr + r->size && rc == HBM_OK; b = b->next) {
+        uintptr_t lo = b->addr > r->addr ? b->addr : r->addr;
+        uintptr_t hi = b->addr + b->size < r->addr + r->size ? b->addr + b->size : r->addr + r->size;
+        if (b->allocated && lo < hi)
+            rc = hbm__dev_copy_h2d(a, lo, r->host + (lo - r->addr), hi - lo, r->stream);
+    }
+    return rc;
+}
+
+/* Copy every run to host memory. */
+static hbm_status take_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o)
+{
+    hbm__sleep *sl = m->sl;
+    uint64_t done = 0;
+    hbm_status rc = plan_backup(a, m, o->chunk_bytes);
+    if (rc == HBM_OK)
+        rc = each_buffer(a, m, o, copy_out, &done);
+    if (rc != HBM_OK) {
+        char s_done[32], s_all[32], why[sizeof a->err];
+        memcpy(why, a->err, sizeof why);
+        hbm__format_size(done, s_done, sizeof s_done);
+        hbm__format_size(sl->backup_bytes, s_all, sizeof s_all);
+        hbm__set_error(a, "pool '%s': the backup to host memory stopped after %s of %s (%.900s); the pool stays awake, "
+                          "nothing was given back",
+                       sl->tag, s_done, s_all, why);
+        drop_backup(sl);
+    }
+    return rc;
+}
+
+/* Copy the backup back. */
+static hbm_status restore_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o)
+{
+    uint64_t done;
+    return each_buffer(a, m, o, copy_in, &done);
+}
+
+/* ---- sleep ---- */
+
+/* Nothing may still touch the pool's memory: on a device that runs work, all of it (a framework's queue first,
+ * with the lock open: hbm__dev_quiesce_open), live blocks included, not just what was freed since the last wait;
+ * on the simulated device, which runs none, the streams of the pool and those its blocks were recorded on (a held
+ * stream is completed). Then the frees waiting on events complete. */
+static hbm_status settle(hbm_allocator *a, hbm__mempool *m)
+{
+    hbm_status rc = HBM_OK;
+    if (a->backend->caps.device_work) {
+        a->quiet_stamp = 0;
+        rc = hbm__dev_quiesce_open(a);
+    } else {
+        for (hbm__segment *seg = hbm__segments_first(a); seg && rc == HBM_OK; seg = hbm__segments_next(seg)) {
+            if (!in_pool(seg, m))
+                continue;
+            rc = hbm__dev_sync(a, seg->stream);
+            for (hbm__block *b = seg->head; b && rc == HBM_OK; b = b->next)
+                for (uint32_t u = 0; b->allocated && u < b->nuses && rc == HBM_OK; u++)
+                    rc = hbm__dev_sync(a, b->uses[u]);
+        }
+    }
+    if (rc == HBM_OK && a->pending_events)
+        rc = hbm__sync_events(a);
+    return rc;
+}
+
+/* What a sleep or a wake that began at t0 with the counters d0 cost: wall time, device time, device calls. */
+static void record_cost(const hbm_allocator *a, uint64_t t0, const hbm_device_counters *d0, uint64_t out[3])
+{
+    out[0] = wall_ns() - t0;
+    out[1] = a->dev.device_ns - d0->device_ns;
+    out[2] = calls_of(&a->dev) - calls_of(d0);
+}
+
+hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts *opts)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    hbm_sleep_opts o = opts ? *opts : (hbm_sleep_opts){0};
+    if (!o.chunk_bytes)
+        o.chunk_bytes = HBM__SLEEP_CHUNK;
+    uint64_t t0 = wall_ns();
+    hbm__lock(a);
+    hbm_device_counters d0 = a->dev;
+    hbm_status rc;
+    hbm__mempool *m = pool_for(a, id, "hbm_pool_sleep", "nothing was given back (sleeping waits for the device, "
+                               "which would invalidate the capture); sleep", &rc);
+    if (!m) {
+        hbm__unlock(a);
+        return rc;
+    }
+    hbm__sleep *sl = m->sl;
+    bool again = m->sleep_state == HBM_POOL_ASLEEP; /* a sleep that left pages mapped: give them back now */
+    m->sleep_state = HBM_POOL_FALLING_ASLEEP;
+    m->use_count++; /* not deleted while the lock is open */
+    rc = settle(a, m);
+    if (rc == HBM_OK && !again) { /* free pages back, empty reservations too: they hold nothing to wake */
+        hbm_status rl = hbm__release_pool(a, &m->large), rs = hbm__release_pool(a, &m->small);
+        rc = rl != HBM_OK ? rl : rs;
+    }
+    if (rc == HBM_OK && sl->backup && !again)
+        rc = take_backup(a, m, &o);
+    size_t given = 0, held = 0;
+    if (rc == HBM_OK) {
+        for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
+            if (!in_pool(seg, m) || !seg->expandable)
+                continue;
+            size_t g = 0;
+            hbm_status r = rc == HBM_OK ? hbm__expand_sleep(a, seg, &g) : HBM_OK;
+            given += g;
+            held += seg->mapped_pages * seg->page;
+            if (r != HBM_OK)
+                rc = r;
+        }
+        if (rc != HBM_OK) {
+            char why[sizeof a->err], s_given[32], s_held[32];
+            memcpy(why, a->err, sizeof why);
+            hbm__format_size(given, s_given, sizeof s_given);
+            hbm__format_size(held, s_held, sizeof s_held);
+            if (given || again)
+                hbm__set_error(a, "pool '%s': sleeping gave back %s, but %s of its pages are still mapped (%.900s); the "
+                                  "pool is asleep: sleep it again to give them back, or wake it",
+                               sl->tag, s_given, s_held, why);
+            else
+                hbm__set_error(a, "pool '%s': nothing was given back (%.900s); the pool stays awake", sl->tag, why);
+        }
+    }
+    if (rc == HBM_OK || given || again) {
+        m->sleep_state = HBM_POOL_ASLEEP;
+        sl->sleeps += !again;
+    } else {
+        m->sleep_state = HBM_POOL_AWAKE;
+        drop_backup(sl);
+    }
+    m->use_count--;
+    if (!again || given)
+        record_cost(a, t0, &d0, sl->sleep_cost);
+    hbm__published(a);
+    hbm__unlock(a);
+    return rc;
+}
+
+/* ---- wake ---- */
+
+typedef struct was_asleep {
+    hbm__segment *seg;
+    bool *pages;
+} was_asleep;
+
+/* Which pages were asleep before the wake, per segment of the pool: a wake that fails gives back what it mapped. */
+static hbm_status remember(hbm_allocator *a, hbm__mempool *m, was_asleep **out, size_t *n)
+{
+    size_t k = 0;
+    for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg))
+        k += in_pool(seg, m) && seg->asleep_pages;
+    was_asleep *w = calloc(k ? k : 1, sizeof *w);
+    if (!w) {
+        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+        return HBM_ERR_NOMEM;
+    }
+    *n = 0;
+    for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
+        if (!in_pool(seg, m) || !seg->asleep_pages)
+            continue;
+        bool *pg = malloc(seg->npages * sizeof *pg);
+        if (!pg) {
+            for (size_t i = 0; i < *n; i++)
+                free(w[i].pages);
+            free(w);
+            hbm__set_error(a, "out of host memory for allocator bookkeeping");
+            return HBM_ERR_NOMEM;
+        }
+        for (size_t i = 0; i < seg->npages; i++)
+            pg[i] = seg->pages[i].asleep;
+        w[(*n)++] = (was_asleep){seg, pg};
+    }
+    *out = w;
+    return HBM_OK;
+}
+
+static void forget(was_asleep *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(w[i].pages);
+    free(w);
+}
+
+static size_t asleep_bytes(hbm_allocator *a, const hbm__mempool *m)
+{
+    size_t n = 0;
+    for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg))
+        if (in_pool(seg, m))
+            n += seg->asleep_pages * seg->page;
+    return n;
+}
+
+/* Map every asleep page of the pool; when the device is full, hbmalloc's own cached memory goes back first (the OOM
+ * retry of an allocation) and the wake tries once more. */
+static hbm_status map_all(hbm_allocator *a, const was_asleep *w, size_t n)
+{
+    hbm_status rc = HBM_OK;
+    bool retried = false;
+    for (size_t i = 0; i < n && rc == HBM_OK; i++) {
+        size_t mapped;
+        rc = hbm__expand_wake(a, w[i].seg, &mapped);
+        if (rc == HBM_ERR_OOM && !retried) {
+            retried = true;
+            if ((rc = hbm__dev_quiesce_open(a)) == HBM_OK)
+                hbm__release_cached_blocks(a);
+            rc = hbm__expand_wake(a, w[i].seg, &mapped);
+        }
+    }
+    return rc;
+}
+
+hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts *opts)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    hbm_sleep_opts o = opts ? *opts : (hbm_sleep_opts){0};
+    uint64_t t0 = wall_ns();
+    hbm__lock(a);
+    hbm_device_counters d0 = a->dev;
+    hbm__mempool *m = tagged_pool(a, id, "hbm_pool_wake");
+    if (m && m->sleep_state == HBM_POOL_AWAKE) {
+        hbm__unlock(a);
+        return HBM_OK; /* nothing to do */
+    }
+    hbm_status rc;
+    m = pool_for(a, id, "hbm_pool_wake", "it stays asleep (its copies would be captured into the graph); wake", &rc);
+    if (!m) {
+        hbm__unlock(a);
+        return rc;
+    }
+    hbm__sleep *sl = m->sl;
+    m->sleep_state = HBM_POOL_WAKING;
+    m->use_count++;
+    /* Pages under blocks freed while asleep hold nothing: forgotten, without a device call (a free page a failed
+     * sleep left mapped is given back here too), and reservations left empty released. */
+    hbm_status rl = hbm__release_pool(a, &m->large), rs = hbm__release_pool(a, &m->small);
+    (void)rl, (void)rs; /* a failure only keeps free pages mapped */
+    size_t need = asleep_bytes(a, m);
+    was_asleep *w = NULL;
+    size_t nw = 0;
+    if (a->fraction_set && a->total_reserved + need > a->allowed_max) {
+        char s_need[32], s_max[32];
+        hbm__format_size(need, s_need, sizeof s_need);
+        hbm__format_size(a->allowed_max, s_max, sizeof s_max);
+        hbm__set_error(a, "pool '%s' stays asleep: waking it needs %s, past the memory-fraction limit of %s "
+                          "(per_process_memory_fraction %g)",
+                       sl->tag, s_need, s_max, a->fraction);
+        rc = HBM_ERR_OOM;
+    } else {
+        rc = remember(a, m, &w, &nw);
+    }
+    if (rc == HBM_OK && (rc = map_all(a, w, nw)) != HBM_OK) {
+        char why[sizeof a->err], s_need[32], s_free[32];
+        size_t dev_free = 0, dev_total = 0;
+        memcpy(why, a->err, sizeof why);
+        if (hbm__dev_info(a, &dev_free, &dev_total) != HBM_OK)
+            dev_free = 0;
+        hbm__format_size(need, s_need, sizeof s_need);
+        hbm__format_size(dev_free, s_free, sizeof s_free);
+        if (rc == HBM_ERR_OOM)
+            hbm__set_error(a, "pool '%s' stays asleep: waking it needs %s of device memory and %s device %d has %s "
+                              "free (after hbmalloc's own cache was given back); free memory in the other phase and "
+                              "wake it again. Nothing was lost",
+                           sl->tag, s_need, a->backend->ops->name, a->device, s_free);
+        else
+            hbm__set_error(a, "pool '%s' stays asleep: mapping its pages failed (%.900s); nothing was lost, wake it again",
+                           sl->tag, why);
+    }
+    if (rc == HBM_OK && sl->nruns && (rc = restore_backup(a, m, &o)) != HBM_OK) {
+        char why[sizeof a->err];
+        memcpy(why, a->err, sizeof why);
+        hbm__set_error(a, "pool '%s' stays asleep: copying its backup back failed (%.900s); the backup is kept, wake it "
+                          "again",
+                       sl->tag, why);
+    }
+    if (rc != HBM_OK) { /* back as it was: what this wake mapped is given back (fresh pages; the copies waited for) */
+        for (size_t i = 0; i < nw; i++)
+            hbm__expand_unwake(a, w[i].seg, w[i].pages);
+        m->sleep_state = HBM_POOL_ASLEEP;
+    } else {
+        drop_backup(sl);
+        if (o.release_host)
+            free_bufs(a, sl, 0);
+        m->sleep_state = HBM_POOL_AWAKE;
+        sl->wakes++;
+    }
+    if (w)
+        forget(w, nw);
+    m->use_count--;
+    record_cost(a, t0, &d0, sl->wake_cost);
+    hbm__published(a);
+    hbm__unlock(a);
+    return rc;
+}
+
+/* ---- state ---- */
+
+hbm_status hbm_pool_info_get(hbm_allocator *a, hbm_mempool id, hbm_pool_info *out)
+{
+    if (!a || !out)
+        return HBM_ERR_INVALID;
+    hbm__lock(a);
+    hbm__mempool *m = hbm__mempool_find(a, id);
+    hbm_status rc = m ? HBM_OK : HBM_ERR_INVALID;
+    if (!m) {
+        hbm__set_error(a, "hbm_pool_info_get: private pool %llu does not exist", (unsigned long long)id);
+    } else {
+        memset(out, 0, sizeof *out);
+        out->id = m->id;
+        out->state = (hbm_pool_state)m->sleep_state;
+        for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
+            if (!in_pool(seg, m))
+                continue;
+            out->reserved_bytes += seg->expandable ? seg->mapped_pages * seg->page : seg->size;
+            out->asleep_bytes += seg->asleep_pages * seg->page;
+            for (hbm__block *b = seg->head; b; b = b->next)
+                out->live_bytes += b->allocated ? b->size : 0;
+        }
+        const hbm__sleep *sl = m->sl;
+        if (sl) {
+            snprintf(out->tag, sizeof out->tag, "%s", sl->tag);
+            out->backup = sl->backup;
+            out->backup_bytes = sl->backup_bytes;
+            for (size_t i = 0; i < sl->nbufs; i++)
+                out->host_bytes += sl->bufs[i].size;
+            out->sleeps = sl->sleeps;
+            out->wakes = sl->wakes;
+            out->sleep_ns = sl->sleep_cost[0];
+            out->sleep_device_ns = sl->sleep_cost[1];
+            out->sleep_calls = sl->sleep_cost[2];
+            out->wake_ns = sl->wake_cost[0];
+            out->wake_device_ns = sl->wake_cost[1];
+            out->wake_calls = sl->wake_cost[2];
+        }
+    }
+    hbm__unlock(a);
+    return rc;
+}
+
+size_t hbm_pool_list(hbm_allocator *a, hbm_mempool *ids, size_t cap)
+{
+    if (!a)
+        return 0;
+    hbm__lock(a);
+    size_t n = 0;
+    for (hbm__mempool *m = a->mempools; m; m = m->next)
+        n++;
+    size_t k = n;
+    for (hbm__mempool *m = a->mempools; m; m = m->next) /* newest first in the list: filled from the back */
+        if (--k < cap && ids)
+            ids[k] = m->id;
+    hbm__unlock(a);
+    return n;
+}
+
+void hbm__sleep_stats(hbm_allocator *a, hbm_stats *st)
+{
+    st->asleep_pools = st->asleep_bytes = st->backup_bytes = 0;
+    for (hbm__mempool *m = a->mempools; m; m = m->next) {
+        if (!m->sl)
+            continue;
+        st->asleep_pools += m->sleep_state != HBM_POOL_AWAKE;
+        st->backup_bytes += (int64_t)m->sl->backup_bytes;
+    }
+    for (hbm__segment *seg = hbm__segments_first(a); seg && st->asleep_pools; seg = hbm__segments_next(seg))
+        st->asleep_bytes += (int64_t)(seg->asleep_pages * seg->page);
+}
+
+void hbm__sleep_forget(hbm_allocator *a, hbm__mempool *m, uintptr_t addr, size_t size)
+{
+    (void)a;
+    hbm__sleep *sl = m->sl;
+    size_t k = 0;
+    for (size_t i = 0; i < sl->nruns; i++) {
+        if (sl->runs[i].addr >= addr && sl->runs[i].addr - addr < size) {
+            sl->backup_bytes -= sl->runs[i].size;
+            continue;
+        }
+        sl->runs[k++] = sl->runs[i];
+    }
+    sl->nruns = k;
+}
+
+void hbm__sleep_trace(hbm_allocator *a, const hbm__mempool *m, hbm_trace_action action, uint64_t addr, uint64_t size,
+                      hbm_stream stream)
+{
+    if (a->history && m && m->sl)
+        hbm__record(a, action | (m->sl->backup ? HBM__TRACE_BACKUP : 0), addr, size, stream, m->sl->tag_label);
+}
+
+void hbm__sleep_record(hbm_allocator *a, int64_t *asleep, int64_t *backup, char *tags, size_t len)
+{
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, tags, len);
+    tags[0] = 0;
+    *asleep = *backup = 0;
+    /* One entry per tag (pools may share one: a graph's and its pool(tag)'s), oldest pool first: the list is newest
+     * first, so a tag is written at its last pool in the list. */
+    for (hbm__mempool *m = a->mempools; m; m = m->next)
+        if (m->sl && m->sleep_state) {
+            *asleep += (int64_t)asleep_bytes(a, m);
+            *backup += (int64_t)m->sl->backup_bytes;
+        }
+    size_t n = 0;
+    for (hbm__mempool *m = a->mempools; m; m = m->next)
+        n++;
+    for (size_t k = n; k-- > 0;) {
+        hbm__mempool *m = a->mempools;
+        for (size_t i = 0; i < k; i++)
+            m = m->next;
+        bool later = false; /* an older pool of this tag is written for it */
+        for (hbm__mempool *o = m->next; o && !later; o = o->next)
+            later = o->sl && o->sleep_state && m->sl && !strcmp(o->sl->tag, m->sl->tag);
+        if (!m->sl || !m->sleep_state || later)
+            continue;
+        size_t bytes = 0;
+        for (hbm__mempool *o = a->mempools; o; o = o->next)
+            if (o->sl && o->sleep_state && !strcmp(o->sl->tag, m->sl->tag))
+                bytes += asleep_bytes(a, o);
+        char size[32];
+        hbm__format_size(bytes, size, sizeof size);
+        hbm__sb_printf(&sb, "%s%s %s", tags[0] ? ", " : "", m->sl->tag, size);
+    }
+}
+
+void hbm__sleep_free(hbm_allocator *a, hbm__mempool *m)
+{
+    hbm__sleep *sl = m->sl;
+    if (!sl)
+        return;
+    for (size_t i = 0; i < sl->nbufs; i++)
+        hbm__dev_host_free(a, sl->bufs[i].p, sl->bufs[i].size);
+    free(sl->bufs);
+    free(sl->runs);
+    free(sl);
+    m->sl = NULL;
+}
+
+void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what), void *ck)
+{
+    char msg[256];
+    for (hbm__mempool *m = a->mempools; m; m = m->next) {
+        const hbm__sleep *sl = m->sl;
+        if (m->sleep_state > HBM_POOL_WAKING || (m->sleep_state && !sl)) {
+            snprintf(msg, sizeof msg, "private pool %llu is in sleep state %d without a tag", (unsigned long long)m->id,
+                     m->sleep_state);
+            fail(ck, msg);
+        }
+        if (!sl)
+            continue;
+        size_t sum = 0, held = 0;
+        for (size_t i = 0; i < sl->nbufs; i++)
+            held += sl->bufs[i].size;
+        for (size_t i = 0; i < sl->nruns; i++) {
+            const backup_run *r = &sl->runs[i];
+            hbm__segment *seg = hbm__segment_find(a, r->addr);
+            sum += r->size;
+            if (r->buf >= sl->nbufs || r->host < (unsigned char *)sl->bufs[r->buf].p ||
+                r->host + r->size > (unsigned char *)sl->bufs[r->buf].p + sl->bufs[r->buf].size) {
+                snprintf(msg, sizeof msg, "pool '%s': backup run %p (%zu bytes) lies outside its host buffer",
+                         sl->tag, (void *)r->addr, r->size);
+                fail(ck, msg);
+            }
+            /* A run outlives its blocks (freed while asleep), not their segment (hbm__sleep_forget). */
+            if (!seg || !in_pool(seg, m) || r->addr + r->size > seg->addr + seg->size) {
+                snprintf(msg, sizeof msg, "pool '%s': backup run %p (%zu bytes) is not inside one of its segments",
+                         sl->tag, (void *)r->addr, r->size);
+                fail(ck, msg);
+            }
+        }
+        if (sum != sl->backup_bytes || (sl->nruns && m->sleep_state == HBM_POOL_AWAKE) || sum > held) {
+            snprintf(msg, sizeof msg, "pool '%s' (%s) holds a backup of %zu bytes in runs of %zu, in %zu bytes of host "
+                     "buffers",
+                     sl->tag, state_name(m->sleep_state), sl->backup_bytes, sum, held);
+            fail(ck, msg);
+        }
+    }
+}

@@ -1,0 +1,114 @@
+/*
+ * stats.c: PyTorch's memory_stats() counters: resets and the flat names
+ * ("allocated_bytes.all.peak"). The engine updates the counters where
+ * PyTorch does (see core/stats.h); this file must not change them
+ * otherwise.
+ */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/stats.h"
+
+#define ARRAYS(X)                                                                                       \
+    X(allocation) X(segment) X(active) X(inactive_split) X(allocated_bytes) X(reserved_bytes) X(active_bytes) \
+        X(inactive_split_bytes) X(requested_bytes)
+
+static void each_stat(hbm_stats *s, void (*fn)(hbm_stat *))
+{
+#define ARR(name)                                 \
+    for (int k = 0; k < HBM_POOL_KINDS; k++)     \
+        fn(&s->name[k]);
+    ARRAYS(ARR)
+#undef ARR
+    fn(&s->oversize_allocations);
+    fn(&s->oversize_segments);
+}
+
+static void reset_peak(hbm_stat *st) { st->peak = st->current; }
+static void reset_acc(hbm_stat *st) { st->allocated = st->freed = 0; }
+
+void hbm__stats_reset_peak(hbm_stats *s) { each_stat(s, reset_peak); }
+
+void hbm__stats_reset_accumulated(hbm_stats *s)
+{
+    each_stat(s, reset_acc);
+    s->num_alloc_retries = 0;
+    s->num_ooms = 0;
+    s->num_sync_all_streams = 0;
+    s->num_device_alloc = 0;
+    s->num_device_free = 0;
+}
+
+static int entry_cmp(const void *x, const void *y)
+{
+    return strcmp(((const hbm_stat_entry *)x)->name, ((const hbm_stat_entry *)y)->name);
+}
+
+/* "a.b" into dst. The longest name, "inactive_split_bytes.large_pool.allocated", has 41 bytes of the 47
+ * (spelled out rather than snprintf'd: GCC's -Wformat-truncation cannot see that bound). */
+static void join(char *dst, size_t cap, const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    assert(la + 1 + lb < cap);
+    if (la + 1 + lb >= cap)
+        la = lb = 0;
+    memcpy(dst, a, la);
+    dst[la] = '.';
+    memcpy(dst + la + 1, b, lb);
+    dst[la + 1 + lb] = 0;
+}
+
+static int put_stat(hbm_stat_entry *out, int n, int cap, const char *prefix, const hbm_stat *st)
+{
+    static const char *field[4] = {"current", "peak", "allocated", "freed"};
+    const int64_t v[4] = {st->current, st->peak, st->allocated, st->freed};
+    for (int f = 0; f < 4; f++, n++)
+        if (n < cap) {
+            join(out[n].name, sizeof out[n].name, prefix, field[f]);
+            out[n].value = v[f];
+        }
+    return n;
+}
+
+int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap)
+{
+    static const char *pool[HBM_POOL_KINDS] = {"all", "small_pool", "large_pool"};
+    char prefix[48];
+    int n = 0;
+    if (!s || !out || cap <= 0)
+        return 0;
+#define ARR(name)                                                    \
+    for (int k = 0; k < HBM_POOL_KINDS; k++) {                       \
+        join(prefix, sizeof prefix, #name, pool[k]);                 \
+        n = put_stat(out, n, cap, prefix, &s->name[k]);              \
+    }
+    ARRAYS(ARR)
+#undef ARR
+    n = put_stat(out, n, cap, "oversize_allocations", &s->oversize_allocations);
+    n = put_stat(out, n, cap, "oversize_segments", &s->oversize_segments);
+    const struct {
+        const char *name;
+        int64_t v;
+    } scalars[] = {
+        {"num_alloc_retries", s->num_alloc_retries}, {"num_ooms", s->num_ooms},
+        {"num_sync_all_streams", s->num_sync_all_streams}, {"num_device_alloc", s->num_device_alloc},
+        {"num_device_free", s->num_device_free}, {"max_split_size", s->max_split_size},
+        /* hbmalloc extensions */
+        {"expandable_segments", s->expandable_segments}, {"num_expandable_segments", s->num_expandable_segments},
+        {"arena_bytes", s->arena_bytes}, {"plan_height", s->plan_height}, {"plan_hits", s->plan_hits},
+        {"plan_misses", s->plan_misses}, {"plan_unplanned", s->plan_unplanned}, {"plan_replans", s->plan_replans},
+        {"steps", s->steps}, {"asleep_pools", s->asleep_pools}, {"asleep_bytes", s->asleep_bytes},
+        {"backup_bytes", s->backup_bytes},
+    };
+    for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++, n++)
+        if (n < cap) {
+            snprintf(out[n].name, sizeof out[n].name, "%s", scalars[i].name);
+            out[n].value = scalars[i].v;
+        }
+    if (n > cap)
+        n = cap;
+    qsort(out, (size_t)n, sizeof *out, entry_cmp);
+    return n;
+}

@@ -1,0 +1,263 @@
+/*
+ * types.h: the allocator's data structures (blocks, segments, pools, private pools, the allocator handle) and its
+ * lock. Every module of the library includes it; each module's functions are declared in its own header
+ * (core/engine.h, core/stats.h, backend/device.h, ...). Nothing outside src/ includes it, except the tests, through
+ * their declared header (tests/unit/helpers.h).
+ */
+#ifndef HBM_CORE_TYPES_H
+#define HBM_CORE_TYPES_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "conf/conf.h"
+#include "core/ptrmap.h"
+#include "core/rb.h"
+#include "fork.h"
+#include "hbmalloc.h"
+
+/* PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp), in bytes. */
+#define HBM__MIN_BLOCK ((size_t)512)               /* kMinBlockSize: every size is a multiple */
+#define HBM__SMALL_SIZE ((size_t)1048576)          /* kSmallSize: <= 1 MiB goes to the small pool */
+#define HBM__SMALL_BUFFER ((size_t)2097152)        /* kSmallBuffer: every small segment is 2 MiB */
+#define HBM__MIN_LARGE_ALLOC ((size_t)10485760)    /* kMinLargeAlloc: below, a whole large segment */
+#define HBM__ROUND_LARGE ((size_t)2097152)         /* kRoundLarge: larger segments round to 2 MiB */
+#define HBM__HUGE_PAGE ((size_t)1073741824)        /* torch_npu page_size:1g segment unit */
+#define HBM__MAX_REQUEST ((size_t)1 << 60)         /* PyTorch refuses >= 1 EiB outright */
+
+typedef struct hbm__segment hbm__segment;
+typedef struct hbm__pool hbm__pool;
+typedef struct hbm__mempool hbm__mempool;
+
+typedef struct hbm__block {
+    hbm__rb node;                   /* in pool->free_tree while free */
+    struct hbm__block *prev, *next; /* neighbours inside the segment, address order */
+    hbm__segment *seg;
+    hbm_stream stream; /* the segment's stream, kept here for the comparator */
+    uintptr_t addr;
+    size_t size;
+    size_t requested; /* the caller's size while allocated */
+    uint64_t gc_base; /* pool->search_count when the block entered the free tree */
+    bool allocated;
+    bool in_tree;     /* in pool->free_tree (free and mapped) or pool->unmapped (unmapped) */
+    bool loose;       /* free in a lazy pool, outside its tree, not coalesced: on pool->loose (plan_region.c) */
+    bool mapped;      /* false only for unmapped ranges of expandable segments */
+    int event_count;  /* events still to complete before a freed block is reusable */
+    hbm_stream *uses; /* other streams that used the block (record_stream) */
+    uint32_t nuses, cap_uses;
+    hbm_label label;  /* call-site label of the allocation (context_when_allocated); read only while the
+                         block is allocated or pending, so never reset */
+    uint32_t rec_step, rec_k; /* hbm_step_plan: recorded as allocation rec_k of step rec_step - 1 (0: not);
+                                 cleared when freed, so free blocks have 0 */
+} hbm__block;
+
+/* Interned label texts (labels.c): text[id - 1]; slot is an open-addressing table of ids. */
+typedef struct hbm__labels {
+    char **text;
+    uint32_t n, cap;
+    uint32_t *slot;
+    uint32_t nslot; /* a power of two, or 0 */
+    size_t bytes;   /* of text kept, bounded by HBM_LABELS_MAX_BYTES */
+    int full;       /* the last refusal was the bound, not host memory */
+} hbm__labels;
+
+/* One history entry as the ring keeps it: the label as an id (snapshots resolve it). */
+typedef struct hbm__trace_rec {
+    uint64_t addr, size, time_us;
+    hbm_stream stream;
+    uint32_t action;  /* hbm_trace_action; a sleep or wake entry of a pool that keeps a backup adds HBM__TRACE_BACKUP */
+    hbm_label label;  /* a sleep or wake entry: its pool's tag */
+} hbm__trace_rec;
+#define HBM__TRACE_BACKUP 0x100u
+
+/* One page of an expandable segment: its physical handle (0: none) and whether it is mapped.
+ * A handle whose release failed stays here, unmapped, and is reused by the next map. A page of a sleeping pool
+ * (sleep.c) that blocks still cover is asleep: unmapped, its blocks kept as if mapped, mapped again at wake. */
+typedef struct hbm__page {
+    uint64_t handle;
+    bool mapped;
+    bool asleep;
+} hbm__page;
+
+struct hbm__segment {
+    hbm__rb node; /* in allocator->segments, by address */
+    uintptr_t addr;
+    size_t size;
+    hbm_stream stream;
+    hbm__pool *pool;
+    hbm__block *head; /* lowest-address block */
+    /* Expandable segments: a virtual reservation mapped page by page. */
+    bool expandable;
+    size_t page;        /* page size: 2 MiB small pool, large_segment_size large pool */
+    size_t npages;
+    size_t mapped_pages;
+    size_t asleep_pages; /* pages asleep (sleep.c): unmapped, blocks still cover them as if mapped */
+    hbm__page *pages;
+};
+
+struct hbm__pool {
+    hbm__rb *free_tree;    /* free mapped blocks ordered by (stream, size, address) */
+    size_t nfree;          /* blocks in free_tree */
+    hbm__rb *unmapped;     /* unmapped ranges of expandable segments, by (stream, address) */
+    size_t nunmapped;
+    uint64_t *spare_handles; /* hbm_remap_free_pages: handles unmapped for a request in progress */
+    size_t nspare, cap_spare;
+    uint64_t search_count; /* get_free_blocks_call_count: the GC age clock */
+    bool is_small;
+    bool is_arena;         /* the arena's pool (arena.c): counted as large, split to 512 bytes, never released */
+    uint8_t lazy;          /* the arena's pool while a plan is served (plan_region.c): a freed block is left loose;
+                              HBM__LAZY_PAGES when its region is made of pages (uncounted in inactive_split) */
+    hbm__block *loose;     /* its loose blocks, linked through their tree nodes (node.r next, node.l previous) */
+    size_t nloose;
+    hbm__pool *sibling;    /* the other pool (small <-> large) of the same owner */
+    hbm__mempool *owner;   /* NULL for the default pools */
+};
+
+/* A private pool (MemPool / graph pool): its own small and large pools. */
+struct hbm__mempool {
+    hbm_mempool id;
+    hbm__pool small, large;
+    int use_count; /* the creator's hold plus active routings */
+    uint8_t sleep_state; /* hbm_pool_state: allocations into it are refused unless HBM_POOL_AWAKE (0) */
+    struct hbm__sleep *sl; /* a tagged pool's sleep (sleep.c); NULL: untagged, it never sleeps */
+    hbm__mempool *next;
+};
+
+/* Allocations made on a stream, by a thread, or on a stream a capture's filter accepts go to a private pool. */
+typedef enum hbm__route_kind { HBM__ROUTE_STREAM, HBM__ROUTE_THREAD, HBM__ROUTE_CAPTURE } hbm__route_kind;
+
+typedef struct hbm__route {
+    hbm__mempool *mp;
+    hbm__route_kind kind;
+    hbm_stream stream;
+    pthread_t thread;
+    hbm_stream_filter filter; /* HBM__ROUTE_CAPTURE */
+    void *filter_ctx;
+} hbm__route;
+
+/* Frees waiting on one stream's events, oldest first. */
+typedef struct hbm__event_queue {
+    hbm_stream stream;
+    struct {
+        uint64_t event;
+        hbm__block *block;
+    } *items;
+    size_t head, n, cap; /* ring buffer */
+} hbm__event_queue;
+
+/*
+ * One allocator per device. `lock` guards every field below it; every public
+ * entry point takes it for its whole duration (device calls included, as
+ * PyTorch does without release_lock_on_cudamalloc).
+ */
+struct hbm_allocator {
+    pthread_mutex_t lock;
+    bool single_thread; /* set once at creation by hbm__set_single_thread: no lock is taken */
+    /* When the device's work was last waited for (hbm__dev_quiesce) and a framework's launch queue last flushed
+     * (hbm__dev_flush_open), as the free stamp then (hbm__free_stamp; 0: never). A wait holds while no block has been
+     * freed since: a block can only carry work launched before the wait if it was freed after it. Nothing on the fast
+     * path maintains it: the stamp is the statistics' count of frees. */
+    uint64_t quiet_stamp, flush_stamp;
+    uint64_t stat_resets; /* hbm_reset_accumulated_stats calls, part of the free stamp */
+    /* The highest peaks before the last reset of the peaks (hbm_reset_peak_stats): the job's peaks are these or the
+     * statistics' own, whichever is higher; kept off the fast path (a peak is only lost at a reset). */
+    int64_t peak_allocated_before_reset, peak_reserved_before_reset;
+    uint64_t locked_framework_syncs; /* a framework's queue waited for with the lock held: a missed safe point */
+    hbm_backend *backend;
+    bool owns_backend;
+    int device;
+    hbm__conf conf;
+    hbm__pool small, large;
+    hbm__rb *segments; /* every segment, by address */
+    size_t nsegments;
+    hbm__ptrmap live; /* allocated blocks by address */
+    hbm__block *spare_blocks; /* recycled block objects, linked through next */
+    size_t nspare_blocks;
+    struct hbm__slab *slabs;  /* where every block object lives (engine.c) */
+    hbm_stats stats;
+    size_t total_reserved; /* bytes held from the device (total_allocated_memory) */
+    size_t device_total;   /* device capacity, read at create */
+    bool fraction_set;     /* a fraction < 1 is in force */
+    size_t allowed_max;    /* allowed_memory_maximum when fraction_set */
+    size_t reserved_when_limited; /* reserved when the fraction was last set: it may stay above a lowered limit
+                                     (as in PyTorch), and cannot grow while above it */
+    double fraction;
+    size_t request_pad;    /* the backend's pad, copied here for the malloc path */
+    bool roundup;          /* some roundup_power2_divisions entry is > 1 */
+    bool expandable;       /* expandable segments in force (asked for, and the device can) */
+    int vmm;               /* virtual memory on this device: 1 yes, 0 no (vmm_why says why), -1 not probed */
+    char vmm_why[256];
+    size_t nexpandable;    /* expandable segments (reservations) held */
+    /* hbm_arena_mb / hbm_arena_fraction (arena.c): one region reserved at the first allocation, its stream's
+     * requests of every size served from it best fit before segments are made. */
+    hbm__pool arena;
+    bool arena_wanted;     /* asked for, expandable segments not in force, not yet reserved or refused */
+    hbm_stream arena_stream;
+    hbm__segment *arena_seg; /* the arena, once reserved: arena_stream's requests look in it first */
+    /* hbm_plan_file (arena.c): allocation k of the arena's stream goes to plan_off[k] in the arena when it fits
+     * in plan_size[k] and that range is free; else the arena's best fit. */
+    uint64_t *plan_off, *plan_size;
+    uint32_t *plan_below; /* the allocation planned right below k and live when k comes (UINT32_MAX: none) */
+    size_t plan_n, plan_next;
+    uint64_t plan_height;
+    uintptr_t plan_cursor; /* where the last planned allocation went: the walk to the next starts there if live */
+    hbm__block **plan_last; /* plan_last[k]: the block last served at position k, a hint checked before use */
+    size_t plan_last_cap;
+    /* The region's address index (arena.c, region_block): plan_hint[c] is a block of the region found in its chunk
+     * c of 2^plan_hint_shift bytes, checked before use; made for the range [plan_hint_addr, + plan_hint_size),
+     * remade when the region is another range. */
+    hbm__block **plan_hint;
+    size_t plan_hint_n;
+    unsigned plan_hint_shift;
+    uintptr_t plan_hint_addr;
+    size_t plan_hint_size;
+    struct hbm__stepplan *sp; /* hbm_step_plan (step_plan.c): NULL when off */
+    struct hbm__pub *pub;     /* hbm_publish (publish.c): the shared-memory record, NULL when not published */
+    bool policy; /* an arena, plan file or step plan is asked for: engine_malloc's policy branch is taken */
+    hbm__mempool *mempools;
+    hbm_mempool next_mempool_id;
+    hbm__route *routes;    /* searched last first, as PyTorch searches captures */
+    size_t nroutes, cap_routes;
+    size_t ncaptures;      /* routes of kind HBM__ROUTE_CAPTURE: capture mode while > 0 */
+    hbm__block **deferred; /* freed during a capture with other streams' uses: events recorded after it */
+    size_t ndeferred, cap_deferred;
+    size_t nstuck;         /* freed during a capture when even `deferred` could not grow: never reused */
+    hbm__event_queue *queues;
+    size_t nqueues, cap_queues;
+    size_t pending_events; /* events in all queues, and the deferred frees (one each) */
+    uint64_t *spare_events; /* recorded-and-completed events, for reuse */
+    size_t nspare_events, cap_spare_events;
+    hbm__trace_rec *history; /* ring buffer, NULL when off */
+    size_t history_cap, history_n, history_head;
+    size_t history_max; /* entries asked for: the ring grows to it as entries come (snapshot.c) */
+    hbm_label context;        /* the allocator-wide label, or the call's own during hbm_malloc_labeled */
+    hbm__labels labels;       /* every label ever interned, kept until destroy */
+    hbm_device_counters dev;
+    hbm_oom_info last_oom; /* valid when has_oom */
+    bool has_oom;
+    char oom_msg[1536];    /* the last OOM's message (err may be overwritten since) */
+    char warning[1024];    /* the capability fallback, if any (also printed once at create) */
+    char err[1536];
+    /* hbm_destroy: device calls that failed while giving memory back, the bytes they held, the first error. */
+    bool tearing_down;
+    uint64_t teardown_failed, teardown_bytes;
+    char teardown_first[512];
+};
+
+/* Every public entry point brackets its work with these. */
+static inline void hbm__lock(hbm_allocator *a)
+{
+    if (!a->single_thread)
+        pthread_mutex_lock(&a->lock);
+}
+
+static inline void hbm__unlock(hbm_allocator *a)
+{
+    if (!a->single_thread)
+        pthread_mutex_unlock(&a->lock);
+}
+
+#endif

@@ -1,0 +1,550 @@
+/*
+ * step_plan.c: the hbm_step_plan policy, for devices without virtual memory.
+ * A training step allocates the same tensors in the same order every time
+ * (STAlloc, EuroSys'26, measured it on Megatron; the shared CPU trace repeats
+ * with a period of 1000 allocations). So, with the user marking the steps
+ * (hbm_step after optimizer.step), the allocator records each step's
+ * allocations of one stream (size, and the span of allocations each lives
+ * over) while the caching policy serves them, plans offsets for one step in
+ * one region (hbm_plan_lifetimes: no two buffers that live at the same time
+ * overlap), reserves that region in one device allocation (the arena) and
+ * serves allocation k of each later step at its planned offset when it fits
+ * and that range is free. Everything else falls back to the caching policy:
+ * allocations the plan has no place for (kept across steps), sizes past the
+ * planned one, ranges still in use (a late free, record_stream's events).
+ *
+ * The plans, in the order they come:
+ * - at the end of step 1 (the first after the warm-up step 0): step 1's
+ *   allocations freed within it; those alive at the boundary are not planned
+ *   (kept for good, or freed in the next step: not known yet);
+ * - at the end of step 2, when it had as many allocations as step 1: step 1
+ *   again, cyclically: a tensor allocated late in a step and freed early in
+ *   the next (the loss, a gradient bucket) lives over [start, end of step) and
+ *   [0, wrap) of the next, and gets a place; sizes are the largest seen at
+ *   each position over the steps of that length (the envelope, for
+ *   variable-length batches);
+ * - later, whenever a step's misses pass 1/32 of its allocations: again, from
+ *   the last two steps (with a back-off while re-planning does not help).
+ * Plans are kept per step shape (the steps with as many allocations, up to
+ * four: a training step, an evaluation step, ...); the next step is served
+ * with the plan of the shape the last one had, and a step whose first
+ * allocations are another kept shape's changes to that shape's plan. A step
+ * within a few allocations of a kept shape (one skipped or added) uses that
+ * shape's plan and changes nothing of it. A plan higher than the region gets a
+ * new one: the old is given back, or, while blocks of it are in use, becomes
+ * an ordinary segment of the caching policy, released once they are freed.
+ *
+ * A job that never calls hbm_step has its steps found: at 1024, 2048, 4096,
+ * ... allocations the allocator looks for the period of its allocation
+ * sequence (step_period.c, the keys of `hbmalloc replay --steps auto`); once found,
+ * a boundary falls every period. The first hbm_step call ends that.
+ *
+ * Owns the recording, the choice of plan and the serving order (the lookahead);
+ * the arena is arena.c's, the cut at a planned offset hbm__plan_block's.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/engine.h"
+#include "backend/device.h"
+#include "policy/step_period.h"
+#include "policy/step_plan.h"
+#include "policy/arena.h"
+#include "policy/plan_region.h"
+#include "util/util.h"
+
+#define LIVE UINT32_MAX       /* not freed yet */
+#define NEXT (UINT32_MAX - 1) /* freed during the next step, at its allocation `wrap` */
+#define MAX_STEP_ALLOCS (1u << 22)
+#define LOOKAHEAD 4            /* planned positions searched past the expected one for an exact size, */
+#define LOOKBACK 2             /* and before it */
+#define PLAN_WORK 50000000ull  /* pair tests the search may make at one boundary, beyond the eight greedy orders */
+#define SHAPES 4               /* step shapes kept with their plans */
+#define PREFIX 8               /* first allocations by which a step under way picks another shape's plan */
+#define DETECT_FROM 1024       /* unmarked steps: the period is looked for at 1024, 2048, 4096, ... allocations */
+#define MIN_PERIOD HBM__MIN_STEP /* a step of fewer allocations is not worth a plan */
+#define QUIET_AFTER 2          /* clean steps before recording stops (the steady state) */
+
+typedef struct step_rec {
+    uint64_t size;
+    uint32_t end;  /* allocations of its step made when it was freed, or LIVE, or NEXT */
+    uint32_t wrap; /* NEXT: allocations of the next step made when it was freed */
+} step_rec;
+
+/* A step shape (the steps with n allocations: a training step, an evaluation step, ...) and its plan. */
+typedef struct shape {
+    size_t n;                /* 0: the slot is free */
+    uint64_t prefix[PREFIX]; /* the first sizes of its last step: how a step under way is recognised */
+    uint64_t *env;           /* the largest size seen at each position */
+    uint64_t *off, *size;    /* its plan (off NULL: none yet); size 0: a position not planned */
+    uint32_t *below;         /* plan_below for it */
+    uint64_t height;
+    bool cyclic;             /* the plan covers the tensors alive across a boundary */
+    uint32_t used;           /* the step it last ended, for eviction */
+    uint32_t backoff, wait;  /* steps of this shape to wait before the next re-plan on misses */
+} shape;
+
+typedef struct hbm__stepplan {
+    hbm_stream stream; /* the stream of the first allocation: the only one recorded and served */
+    bool have_stream;
+    uint32_t step;        /* hbm_step calls so far: the number of the step under way */
+    step_rec *rec[2];     /* by step parity: the step under way and the one before */
+    size_t n[2], cap[2];
+    bool overflow[2];     /* more than MAX_STEP_ALLOCS allocations: not planned */
+    shape shapes[SHAPES];
+    int serving;          /* the shape whose plan is in force (a->plan_* show it), -1: none */
+    size_t auto_period;   /* not marked: the period found in the allocations (0: none yet), a boundary every one */
+    size_t check_at;      /* not marked: allocations of the step at which a boundary falls or the period is looked
+                             for; SIZE_MAX once hbm_step was called (the job marks its steps) */
+    bool planned;         /* some shape has a plan */
+    int64_t misses_before; /* plan_misses when the step began */
+    uint32_t settle; /* boundaries after a new plan at which cached segments are still released */
+    /* The steady state: after QUIET_AFTER whole recorded steps that a cyclic plan served without a miss, steps are
+     * no longer recorded (only counted: sp->n), until a step misses; then the next one is recorded again, and a
+     * re-plan, if one is due, comes from it. */
+    bool quiet;           /* the step under way is not recorded */
+    uint32_t clean;       /* recorded steps in a row of one shape served without a miss by its cyclic plan */
+    int last_served;      /* the shape served in the step before */
+    size_t inexact;       /* allocations of this step not of their planned size (a step of other lengths) */
+} hbm__stepplan;
+
+hbm_status hbm__stepplan_init(hbm_allocator *a)
+{
+    a->sp = calloc(1, sizeof *a->sp);
+    if (!a->sp)
+        return HBM_ERR_NOMEM;
+    a->sp->serving = -1;
+    a->sp->check_at = DETECT_FROM;
+    return HBM_OK;
+}
+
+void hbm__stepplan_free(hbm_allocator *a)
+{
+    if (!a->sp)
+        return;
+    free(a->sp->rec[0]);
+    free(a->sp->rec[1]);
+    for (int i = 0; i < SHAPES; i++) {
+        shape *h = &a->sp->shapes[i];
+        free(h->env);
+        free(h->off);
+        free(h->size);
+        free(h->below);
+    }
+    free(a->sp);
+    a->sp = NULL;
+    a->plan_off = a->plan_size = NULL; /* they showed a shape's plan */
+    a->plan_below = NULL;
+    a->plan_n = 0;
+}
+
+/* Records the request as this step's next allocation: its tag for hbm__step_allocated (0: not recorded). */
+static uint64_t record(hbm__stepplan *sp, size_t size)
+{
+    int cur = sp->step & 1;
+    size_t k = sp->n[cur];
+    if (__builtin_expect(k >= sp->cap[cur], 0)) { /* room already: no call (this is every allocation's path) */
+        if (sp->overflow[cur] || k >= MAX_STEP_ALLOCS ||
+            hbm__grow((void **)&sp->rec[cur], &sp->cap[cur], k + 1, sizeof(step_rec))) {
+            sp->overflow[cur] = true; /* no plan from this step; the allocation itself goes on */
+            return 0;
+        }
+        if (sp->cap[cur] > MAX_STEP_ALLOCS) /* grown past the bound: the test above stops there all the same */
+            sp->cap[cur] = MAX_STEP_ALLOCS;
+    }
+    sp->rec[cur][k] = (step_rec){size, LIVE, 0};
+    sp->n[cur] = k + 1;
+    return ((uint64_t)(sp->step + 1) << 32) | k;
+}
+
+static void serve(hbm_allocator *a, int i);
+static int shape_for_prefix(hbm__stepplan *sp, size_t k);
+static hbm_status boundary(hbm_allocator *a);
+
+/* A job that does not mark its steps: the period of its allocations so far (all in step 0), as --steps auto finds
+ * it (hbm__step_period). Found (at least twice over, over half of the allocations so far, of MIN_PERIOD allocations
+ * or more): a boundary now, and one every period from here. */
+static void detect(hbm_allocator *a)
+{
+    hbm__stepplan *sp = a->sp;
+    const step_rec *r = sp->rec[0];
+    size_t n = sp->n[0], len;
+    int by;
+    uint64_t *size = malloc(n * sizeof *size);
+    uint32_t *freed = malloc(n * sizeof *freed);
+    size_t period = 0;
+    if (size && freed) { /* else looked for again at the next power of two */
+        for (size_t k = 0; k < n; k++)
+            size[k] = r[k].size, freed[k] = r[k].end;
+        /* at least half of what was seen: a repeat inside a step (its layers) is shorter */
+        period = hbm__step_period(size, freed, n, n / 2, MIN_PERIOD, &len, &by);
+        if (period && hbm__period_accumulates(size, freed, n, period))
+            period = 0; /* looked for again at the next power of two */
+    }
+    free(size);
+    free(freed);
+    if (period) {
+        sp->auto_period = period;
+        sp->check_at = period;
+        a->stats.steps++;
+        (void)boundary(a); /* out of host memory is said in hbm_last_error; allocation goes on */
+    }
+}
+
+/* Whether position j's planned range holds no live block now (the live map at its start says; a block beginning
+ * below it and reaching in is found by hbm__plan_block's own check). */
+static bool planned_range_free(hbm_allocator *a, size_t j)
+{
+    return !hbm__ptrmap_get(&a->live, a->arena_seg->addr + a->plan_off[j]);
+}
+
+hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *tag)
+{
+    hbm__stepplan *sp = a->sp;
+    if (__builtin_expect(!sp->have_stream, 0)) {
+        sp->stream = stream;
+        sp->have_stream = true;
+    }
+    if (stream != sp->stream)
+        return NULL;
+    size_t *n = &sp->n[sp->step & 1];
+    if (__builtin_expect(*n >= sp->check_at, 0)) { /* steps found, not marked: a boundary, or the period looked for */
+        if (sp->auto_period) {
+            a->stats.steps++;
+            (void)boundary(a);
+        } else {
+            detect(a);
+            if (!sp->auto_period)
+                sp->check_at = 2 * *n; /* looked for again at the next power of two */
+        }
+        n = &sp->n[sp->step & 1];
+    }
+    if (sp->quiet && *n >= PREFIX) /* the steady state: counted, not recorded (but for the first allocations, by
+                                      which a step's shape is recognised) */
+        ++*n;
+    else
+        *tag = record(sp, size);
+    size_t k = a->plan_next;
+    if (__builtin_expect(k < a->plan_n && size == a->plan_size[k] && k >= PREFIX && a->arena_seg, 1)) {
+        a->plan_next = k + 1; /* the steady state: the size planned at the position expected */
+        return hbm__plan_take(a, k, size);
+    }
+    if (!sp->planned)
+        return NULL;
+    if (a->arena_wanted)
+        hbm__arena_create(a, stream);
+    if (k < PREFIX && (k >= a->plan_n || size != a->plan_size[k])) { /* the step begins unlike this shape */
+        int other = shape_for_prefix(sp, k);
+        if (other >= 0)
+            serve(a, other);
+    }
+    if (k >= a->plan_n || !a->plan_size[k]) {
+        a->plan_next++;
+        a->stats.plan_unplanned++;
+        return NULL;
+    }
+    if (!a->arena_seg) { /* the device could not give the region (hbm_warning says so) */
+        a->plan_next++;
+        a->stats.plan_misses++;
+        return NULL;
+    }
+    if (size != a->plan_size[k]) { /* not the size planned here: a position skipped or one inserted before? */
+        sp->inexact++;
+        size_t lo = k >= LOOKBACK ? k - LOOKBACK : 0;
+        for (size_t j = lo; j < a->plan_n && j <= k + LOOKAHEAD; j++)
+            if (j != k && a->plan_size[j] == size && planned_range_free(a, j)) {
+                k = j; /* served there, and the step's count follows from there */
+                break;
+            }
+        if (size > a->plan_size[k]) {
+            a->plan_next = k + 1;
+            a->stats.plan_misses++;
+            return NULL;
+        }
+    }
+    a->plan_next = k + 1;
+    return hbm__plan_take(a, k, size); /* counts the hit or the miss */
+}
+
+void hbm__step_freed(hbm_allocator *a, hbm__block *b)
+{
+    hbm__stepplan *sp = a->sp;
+    uint32_t s = b->rec_step - 1, k = b->rec_k;
+    b->rec_step = 0;
+    if (!sp)
+        return;
+    int cur = sp->step & 1;
+    if (s == sp->step && k < sp->n[cur]) {
+        sp->rec[cur][k].end = (uint32_t)sp->n[cur];
+    } else if (s + 1 == sp->step && k < sp->n[!cur] && sp->rec[!cur][k].end == LIVE) {
+        sp->rec[!cur][k].end = NEXT;
+        sp->rec[!cur][k].wrap = (uint32_t)sp->n[cur];
+    }
+}
+
+/* Shows shape i's plan as the one in force (a->plan_*, which hbm__plan_block serves). */
+static void serve(hbm_allocator *a, int i)
+{
+    shape *h = &a->sp->shapes[i];
+    a->sp->serving = i;
+    a->plan_off = h->off;
+    a->plan_size = h->size;
+    a->plan_below = h->below;
+    a->plan_n = h->off ? h->n : 0;
+    hbm__lazy_plan(a); /* plan_last's hints were the other plan's */
+}
+
+static void shape_clear(shape *h)
+{
+    free(h->env);
+    free(h->off);
+    free(h->size);
+    free(h->below);
+    memset(h, 0, sizeof *h);
+}
+
+/* The shape of the step `src`: the one with as many allocations (*exact), else one within a few of it (a step
+ * with an allocation skipped or added: *exact false, nothing updated), else a new one (in a free slot, or the least
+ * recently used one's). The exact or new one's envelope and prefix take in the step. NULL: out of host memory. */
+static shape *shape_of(hbm_allocator *a, int src, bool *exact)
+{
+    hbm__stepplan *sp = a->sp;
+    size_t n = sp->n[src], near = n / 64 > 2 ? n / 64 : 2;
+    int at = -1, close = -1;
+    for (int i = 0; i < SHAPES && at < 0; i++) {
+        size_t m = sp->shapes[i].n;
+        if (m == n)
+            at = i;
+        else if (m && (m > n ? m - n : n - m) <= near && sp->shapes[i].off)
+            close = i;
+    }
+    *exact = at >= 0 || close < 0;
+    if (at < 0 && close >= 0) {
+        sp->shapes[close].used = sp->step;
+        return &sp->shapes[close];
+    }
+    if (at < 0) {
+        at = 0;
+        for (int i = 1; i < SHAPES; i++)
+            if (!sp->shapes[i].n || (sp->shapes[at].n && sp->shapes[i].used < sp->shapes[at].used))
+                at = sp->shapes[at].n ? i : at;
+        if (sp->serving == at) {
+            sp->serving = -1, a->plan_n = 0, a->plan_off = a->plan_size = NULL, a->plan_below = NULL;
+            hbm__lazy_plan(a); /* no plan in force: the region is coalesced */
+        }
+        shape_clear(&sp->shapes[at]);
+        shape *h = &sp->shapes[at];
+        if (!(h->env = calloc(n ? n : 1, sizeof *h->env)))
+            return NULL;
+        h->n = n;
+    }
+    shape *h = &sp->shapes[at];
+    for (size_t k = 0; k < n; k++)
+        if (sp->rec[src][k].size > h->env[k])
+            h->env[k] = sp->rec[src][k].size;
+    for (size_t k = 0; k < PREFIX; k++)
+        h->prefix[k] = k < n ? sp->rec[src][k].size : 0;
+    h->used = sp->step;
+    return h;
+}
+
+/* A step under way whose first allocations are not its expected shape's: another shape whose last step began
+ * with exactly these sizes (the k + 1 recorded so far), or -1. */
+static int shape_for_prefix(hbm__stepplan *sp, size_t k)
+{
+    const step_rec *r = sp->rec[sp->step & 1];
+    for (int i = 0; i < SHAPES; i++) {
+        const shape *h = &sp->shapes[i];
+        if (i == sp->serving || !h->off || h->n <= k)
+            continue;
+        size_t j = 0;
+        while (j <= k && h->prefix[j] == r[j].size)
+            j++;
+        if (j > k)
+            return i;
+    }
+    return -1;
+}
+
+/* Plans the step `src`: its allocations freed within it and, when cyclic (src is the step before the one just
+ * ended), those freed early in the next. Replaces the plan in force; HBM_ERR_NOMEM leaves it. */
+static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
+{
+    hbm__stepplan *sp = a->sp;
+    size_t n = sp->n[src];
+    const step_rec *r = sp->rec[src];
+    hbm_lifetime *l = malloc((n ? n : 1) * sizeof *l);
+    uint32_t *pos = malloc((n ? n : 1) * sizeof *pos);
+    uint32_t *start = calloc(n ? n : 1, sizeof *start), *end = calloc(n ? n : 1, sizeof *end);
+    uint64_t *off = calloc(n ? n : 1, sizeof *off), *size = calloc(n ? n : 1, sizeof *size);
+    hbm_status rc = HBM_ERR_NOMEM;
+    hbm_plan_info info = {0};
+    size_t m = 0;
+    if (!l || !pos || !start || !end || !off || !size)
+        goto done;
+    for (size_t k = 0; k < n; k++) {
+        uint32_t e = r[k].end, wrap = 0;
+        if (e == NEXT && cyclic && r[k].wrap <= k) {
+            e = (uint32_t)n;
+            wrap = r[k].wrap;
+        } else if (e == NEXT || e == LIVE) {
+            continue; /* kept across steps (or, not cyclic, not known yet): the caching policy's */
+        }
+        uint64_t sz = h->env[k] > r[k].size ? h->env[k] : r[k].size;
+        l[m] = (hbm_lifetime){.size = sz, .start = (uint32_t)k, .end = e, .wrap = wrap};
+        pos[m++] = (uint32_t)k;
+    }
+    uint64_t budget = m ? PLAN_WORK / ((uint64_t)m * m) : 0;
+    if ((rc = hbm_plan_lifetimes(l, m, budget ? budget : 1, 1, &info)) != HBM_OK)
+        goto done;
+    for (size_t i = 0; i < m; i++) {
+        off[pos[i]] = l[i].offset;
+        size[pos[i]] = l[i].size;
+        start[pos[i]] = l[i].start;
+        end[pos[i]] = l[i].wrap ? (uint32_t)n : l[i].end;
+    }
+    a->plan_off = off; /* for hbm__plan_neighbours, which writes a->plan_below */
+    a->plan_size = size;
+    a->plan_n = n;
+    a->plan_below = NULL;
+    if (hbm__plan_neighbours(a, start, end)) {
+        rc = HBM_ERR_NOMEM;
+        free(a->plan_below); /* made when only its scratch could not be */
+        a->plan_below = NULL;
+        int i = sp->serving;
+        sp->serving = -1;
+        if (i >= 0)
+            serve(a, i);
+        else
+            a->plan_off = a->plan_size = NULL, a->plan_n = 0;
+        goto done;
+    }
+    free(h->off);
+    free(h->size);
+    free(h->below);
+    h->off = off;
+    h->size = size;
+    h->below = a->plan_below;
+    h->height = info.height;
+    h->cyclic = cyclic;
+    off = size = NULL;
+    serve(a, (int)(h - sp->shapes));
+    a->plan_height = 0; /* the region: the highest plan kept */
+    for (int i = 0; i < SHAPES; i++)
+        if (sp->shapes[i].off && sp->shapes[i].height > a->plan_height)
+            a->plan_height = sp->shapes[i].height;
+    sp->planned = m > 0 || sp->planned;
+    a->stats.plan_replans++;
+    rc = HBM_OK;
+done:
+    free(l);
+    free(pos);
+    free(start);
+    free(end);
+    free(off);
+    free(size);
+    return rc;
+}
+
+/* The region for the plan in force: reserved at the next allocation, in place of the cached segments; a larger
+ * one than the arena held replaces it once no block of it is in use. */
+static void want_region(hbm_allocator *a, bool new_plan)
+{
+    if (!a->sp->planned)
+        return;
+    if (a->arena_seg && a->arena_seg->size < a->plan_height)
+        hbm__arena_retire(a);
+    /* What the old plan missed, and the tensors carried over the boundary before the new plan placed them, were
+     * served from segments: once freed they are cached for nothing. Released at the new plan's first two
+     * boundaries; later, a segment freed and made again every step would cost device calls the cache saves. */
+    if (new_plan)
+        a->sp->settle = 3;
+    if (a->sp->settle) {
+        a->sp->settle--;
+        hbm__release_cached(a);
+    }
+    if (!a->arena_seg)
+        a->arena_wanted = true;
+}
+
+static hbm_status boundary(hbm_allocator *a)
+{
+    hbm__stepplan *sp = a->sp;
+    int cur = sp->step & 1, prev = !cur;
+    size_t n = sp->n[cur];
+    hbm_status rc = HBM_OK;
+    int64_t misses = a->stats.plan_misses - sp->misses_before, replans = a->stats.plan_replans;
+    bool same = sp->step >= 2 && !sp->overflow[prev] && sp->n[prev] == n;
+    shape *h;
+    bool exact;
+    bool recorded = !sp->quiet;
+    if (sp->quiet) {
+        sp->overflow[cur] = true; /* no records: never the step a plan is made from */
+        if ((uint64_t)misses > 0) /* it missed: the next step is recorded, and a re-plan (if due) made from it */
+            sp->quiet = false, sp->clean = 0;
+    } else if (sp->step >= 1 && !sp->overflow[cur] && n) {
+        if (!(h = shape_of(a, cur, &exact))) {
+            rc = HBM_ERR_NOMEM;
+        } else if (!exact) { /* a known shape with an allocation more or less: its plan stays */
+            if (sp->serving != (int)(h - sp->shapes))
+                serve(a, (int)(h - sp->shapes));
+        } else if (!h->off || (!h->cyclic && same)) {
+            rc = make_plan(a, h, same ? prev : cur, same);
+        } else if (sp->serving != (int)(h - sp->shapes)) {
+            serve(a, (int)(h - sp->shapes)); /* the next step is likely of the shape this one had */
+        } else if ((uint64_t)misses > n / 32 + 1) {
+            if (h->wait == 0) {
+                rc = make_plan(a, h, same ? prev : cur, same);
+                h->wait = h->backoff;
+                h->backoff = h->backoff ? (h->backoff < 64 ? h->backoff * 2 : 64) : 1;
+            } else {
+                h->wait--;
+            }
+        } else {
+            h->backoff = 0;
+            h->wait = 0;
+        }
+    }
+    if (recorded) { /* steady: a cyclic plan in force served this whole step without a miss */
+        bool steady = rc == HBM_OK && misses == 0 && !sp->inexact && sp->serving >= 0 && sp->serving == sp->last_served &&
+                      sp->shapes[sp->serving].cyclic && sp->shapes[sp->serving].n == n &&
+                      a->stats.plan_replans == replans; /* (steps of changing lengths are recorded all along) */
+        sp->clean = steady ? sp->clean + 1 : 0;
+        sp->quiet = sp->clean >= QUIET_AFTER;
+    }
+    sp->last_served = sp->serving;
+    sp->inexact = 0;
+    if (rc != HBM_OK)
+        hbm__set_error(a, "hbm_step: out of host memory recording or planning step %u (%zu allocations); the plan "
+                          "in force, if any, stays",
+                       sp->step, n);
+    want_region(a, a->stats.plan_replans != replans);
+    /* The next step: its records overwrite the step before this one. */
+    sp->step++;
+    sp->n[prev] = 0;
+    sp->overflow[prev] = false;
+    a->plan_next = 0;
+    sp->misses_before = a->stats.plan_misses;
+    return rc;
+}
+
+hbm_status hbm_step(hbm_allocator *a)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    hbm__lock(a);
+    a->stats.steps++;
+    if (a->sp && a->sp->check_at != SIZE_MAX) { /* marked from now on: the period found, if any, is dropped */
+        a->sp->auto_period = 0;
+        a->sp->check_at = SIZE_MAX;
+    }
+    /* A boundary may give segments back (a retired region, cached misses). Under a framework's launch queue the wait
+     * for the device must be made here, with the lock open (hbm__dev_quiesce_open); elsewhere the release waits
+     * itself, only when it happens. */
+    if (a->sp && hbm__framework_queue(a))
+        hbm__dev_quiesce_open(a);
+    hbm_status rc = a->sp ? boundary(a) : HBM_OK;
+    hbm__unlock(a);
+    return rc;
+}

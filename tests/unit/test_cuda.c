@@ -1,0 +1,515 @@
+/* test_cuda.c: the CUDA backend against tests/fakes/fake_cuda.c, loaded through the same dlopen path. */
+#include "helpers.h"
+
+#include <dlfcn.h>
+
+static void *lib;
+static void (*fake_reset)(void);
+static void (*fake_set)(const char *, long);
+static void (*fake_outstanding)(long[5]);
+static long (*fake_get)(const char *);
+/* The fake's device work and contexts (fake_work.h), and the driver calls a framework thread makes itself. */
+static int (*fake_launch)(void *, uint64_t, size_t);
+static int (*fake_first_use)(void *, uint64_t, size_t);
+static void (*fake_progress)(long);
+static long (*fake_violations)(char *, size_t);
+static long (*fake_contexts)(int);
+static int (*fake_current)(void);
+static int (*fake_can_access)(int, uint64_t, size_t);
+static int (*cu_retain)(void **, int);
+static int (*cu_release)(int);
+static int (*cu_set_current)(void *);
+static int (*cu_init)(unsigned);
+static int (*fake_poke)(uint64_t, const void *, size_t);
+static int (*fake_peek)(uint64_t, void *, size_t);
+static const char *(*fake_log)(void);
+static int (*cu_mem_info)(size_t *, size_t *);
+static char spec[600];
+
+static int setup(void **st)
+{
+    (void)st;
+    lib = dlopen(HBM_FAKE_CUDA, RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return -1;
+    fake_reset = (void (*)(void))dlsym(lib, "fake_cuda_reset");
+    fake_set = (void (*)(const char *, long))dlsym(lib, "fake_cuda_set");
+    fake_outstanding = (void (*)(long[5]))dlsym(lib, "fake_cuda_outstanding");
+    fake_get = (long (*)(const char *))dlsym(lib, "fake_cuda_get");
+    *(void **)&fake_launch = dlsym(lib, "fake_cuda_launch");
+    *(void **)&fake_first_use = dlsym(lib, "fake_cuda_first_use");
+    *(void **)&fake_progress = dlsym(lib, "fake_cuda_progress");
+    *(void **)&fake_violations = dlsym(lib, "fake_cuda_violations");
+    *(void **)&fake_contexts = dlsym(lib, "fake_cuda_contexts");
+    *(void **)&fake_current = dlsym(lib, "fake_cuda_current");
+    *(void **)&fake_can_access = dlsym(lib, "fake_cuda_can_access");
+    *(void **)&cu_retain = dlsym(lib, "cuDevicePrimaryCtxRetain");
+    *(void **)&cu_release = dlsym(lib, "cuDevicePrimaryCtxRelease_v2");
+    *(void **)&cu_set_current = dlsym(lib, "cuCtxSetCurrent");
+    *(void **)&cu_init = dlsym(lib, "cuInit");
+    *(void **)&fake_poke = dlsym(lib, "fake_cuda_poke");
+    *(void **)&fake_peek = dlsym(lib, "fake_cuda_peek");
+    *(void **)&fake_log = dlsym(lib, "fake_cuda_log");
+    *(void **)&cu_mem_info = dlsym(lib, "cuMemGetInfo_v2");
+    snprintf(spec, sizeof spec, "cuda:lib=%s", HBM_FAKE_CUDA);
+    setenv("HBMALLOC_QUIET", "1", 1);
+    return fake_reset && fake_set && fake_outstanding && fake_get && fake_launch && fake_first_use && fake_progress &&
+                   fake_violations && fake_contexts && fake_current && fake_can_access && cu_retain && cu_release &&
+                   cu_set_current && cu_init && fake_poke && fake_peek && fake_log && cu_mem_info
+               ? 0
+               : -1;
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    dlclose(lib);
+    return 0;
+}
+
+static int reset(void **st)
+{
+    (void)st;
+    fake_reset();
+    return 0;
+}
+
+/* The device's work was never broken: nothing freed, unmapped or reused under queued work. */
+static void assert_no_violation(void)
+{
+    char first[512];
+    long n = fake_violations(first, sizeof first);
+    if (n)
+        fail_msg("%ld device-work violations; the first: %s", n, first);
+}
+
+/* What a framework thread does before it works on a device (PyTorch's device guard): its primary context current. */
+static void framework_thread_on(int device)
+{
+    void *ctx;
+    assert_int_equal(cu_init(0), 0);
+    assert_int_equal(cu_retain(&ctx, device), 0);
+    assert_int_equal(cu_set_current(ctx), 0);
+}
+
+static void assert_driver_empty(void)
+{
+    assert_no_violation();
+    long o[5];
+    fake_outstanding(o);
+    if (o[0] || o[1] || o[2] || o[3] || o[4])
+        fail_msg("the fake driver still holds %ld allocations, %ld reservations, %ld handles, %ld mappings, %ld events",
+                 o[0], o[1], o[2], o[3], o[4]);
+}
+
+static hbm_allocator *open_cuda(const char *settings)
+{
+    hbm_allocator *a = NULL;
+    char err[600];
+    if (hbm_open(&a, spec, 0, settings, err, sizeof err) != HBM_OK)
+        fail_msg("%s", err);
+    return a;
+}
+
+/* As PyTorch's alloc_block (CUDAStreamCaptureModeGuard): cuMemAlloc and cuMemCreate run with the thread in
+ * relaxed capture mode, so a graph captured by another thread in global mode is not invalidated; the thread's
+ * mode is restored afterwards. */
+static void device_memory_is_obtained_in_relaxed_capture_mode(void **st)
+{
+    (void)st;
+    const char *confs[] = {"", "expandable_segments:True"};
+    for (int i = 0; i < 2; i++) {
+        fake_reset();
+        hbm_allocator *a = open_cuda(confs[i]);
+        void *p = NULL;
+        assert_int_equal(hbm_malloc(a, 30 << 20, 0, &p), HBM_OK);
+        assert_true(fake_get("allocs_relaxed") >= 1);
+        assert_int_equal(fake_get("allocs_not_relaxed"), 0);
+        assert_int_equal(fake_get("capture_mode"), 0); /* back to global */
+        hbm_free(a, p);
+        hbm_destroy(a);
+        assert_driver_empty();
+    }
+}
+
+static void allocates_through_the_versioned_entry_points(void **st)
+{
+    (void)st;
+    /* getproc 2: cuGetProcAddress_v2; 1: cuGetProcAddress; 0: neither, the explicit _v2 exports.
+     * The fake's plain cuMemAlloc is the 32-bit CUDA 2.0 ABI and fails: using it would show. */
+    for (long mode = 2; mode >= 0; mode--) {
+        fake_reset();
+        fake_set("getproc", mode);
+        hbm_allocator *a = open_cuda("");
+        void *p = must_malloc(a, 5 * MiB, 0);
+        memset(p, 0x5a, 5 * MiB); /* cuMemAlloc is host memory in the fake */
+        hbm_free(a, p);
+        assert_ptr_equal(must_malloc(a, 5 * MiB, 0), p);
+        char out[2048];
+        hbm_settings_describe(a, out, sizeof out);
+        assert_non_null(strstr(out, "cuda 0 (CUDA driver API 12.4 (12040)"));
+        assert_int_equal(hbm_sim_hold_stream(a, 1, 1), HBM_ERR_INVALID); /* the simulated device's only */
+        assert_valid(a);
+        hbm_destroy(a);
+        assert_driver_empty();
+    }
+}
+
+static void out_of_memory_names_the_cuda_device(void **st)
+{
+    (void)st;
+    fake_set("memory", 256L << 20);
+    hbm_allocator *a = open_cuda("");
+    void *p;
+    assert_int_equal(hbm_malloc(a, 300 * MiB, 0, &p), HBM_ERR_OOM);
+    assert_non_null(strstr(hbm_last_error(a), "out of memory on cuda device 0"));
+    assert_non_null(strstr(hbm_last_error(a), "total capacity of 256.00 MiB"));
+    hbm_destroy(a);
+}
+
+static void expandable_segments_use_the_virtual_memory_api(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_cuda("expandable_segments:True");
+    assert_string_equal(hbm_warning(a), "");
+    void *p = must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(stats_of(a).num_expandable_segments, 1);
+    long o[5];
+    fake_outstanding(o);
+    assert_int_equal(o[1], 1); /* one reservation */
+    assert_int_equal(o[2], 2); /* two 20 MiB handles */
+    assert_int_equal(o[3], 2); /* mapped one by one */
+    hbm_free(a, p);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_driver_empty();
+    assert_valid(a);
+    hbm_destroy(a);
+    assert_driver_empty();
+}
+
+static void no_virtual_memory_gives_the_reason_and_whole_segments(void **st)
+{
+    (void)st;
+    fake_set("vmm", 0);
+    hbm_allocator *a = open_cuda("expandable_segments:True");
+    assert_non_null(strstr(hbm_warning(a), "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 0"));
+    must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(stats_of(a).segment[HBM_POOL_ALL].current, 1);
+    hbm_destroy(a);
+    fake_reset();
+    fake_set("version", 9020);
+    a = open_cuda("expandable_segments:True");
+    assert_non_null(strstr(hbm_warning(a), "CUDA driver 9.2 predates virtual memory management"));
+    hbm_destroy(a);
+}
+
+static void driver_errors_carry_the_driver_text_and_leak_nothing(void **st)
+{
+    (void)st;
+    int total_errors = 0;
+    for (int expandable = 0; expandable < 2; expandable++)
+        for (long k = 1; k <= 40; k++) {
+            fake_reset();
+            hbm_allocator *a = open_cuda(expandable ? "expandable_segments:True" : "");
+            fake_set("fail_nth", k);
+            void *live[6] = {0};
+            int errors = fault_workload(a, "CUDA_ERROR_UNKNOWN (999): unknown error (injected", live);
+            fake_set("fail_nth", 0);
+            for (int i = 0; i < 6; i++)
+                if (live[i])
+                    assert_int_equal(hbm_free(a, live[i]), HBM_OK);
+            hbm_destroy(a);
+            assert_driver_empty();
+            total_errors += errors;
+        }
+    assert_true(total_errors > 20); /* most of the 80 runs hit an injected failure */
+}
+
+/* record_stream: work queued on stream 2 keeps the block from stream 1 until its event completes. */
+static void cross_stream_frees_wait_for_cuda_events(void **st)
+{
+    (void)st;
+    framework_thread_on(0);
+    hbm_allocator *a = open_cuda("");
+    void *p = must_malloc(a, 4096, 1);
+    assert_int_equal(fake_first_use((void *)1, (uintptr_t)p, 4096), 0);
+    assert_int_equal(hbm_record_stream(a, p, 2), HBM_OK);
+    assert_int_equal(fake_launch((void *)2, (uintptr_t)p, 4096), 0); /* stream 2 reads it, still running */
+    hbm_free(a, p);
+    void *q = must_malloc(a, 4096, 1);
+    assert_ptr_not_equal(q, p); /* the event has not completed */
+    assert_int_equal(fake_first_use((void *)1, (uintptr_t)q, 4096), 0);
+    fake_progress(1); /* stream 1's first use of p completes; stream 2's read does not */
+    void *r = must_malloc(a, 4096, 1);
+    assert_ptr_not_equal(r, p);
+    fake_progress(100); /* everything completes, the event with it */
+    void *again = must_malloc(a, 4096, 1);
+    assert_ptr_equal(again, p); /* its free completed at this malloc: reused, safely */
+    assert_int_equal(fake_first_use((void *)1, (uintptr_t)again, 4096), 0);
+    /* Again with the work still running: empty_cache waits for the event (synchronize_and_free_events). */
+    assert_int_equal(hbm_record_stream(a, again, 2), HBM_OK);
+    assert_int_equal(fake_launch((void *)2, (uintptr_t)again, 4096), 0);
+    hbm_free(a, again);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_int_equal(stats_of(a).num_sync_all_streams, 1);
+    assert_ptr_equal(must_malloc(a, 4096, 1), p);
+    assert_no_violation();
+    assert_valid(a);
+    hbm_destroy(a);
+    assert_driver_empty();
+}
+
+/* cuMemFree "may perform implicit synchronization" (cuda.h): may. A kernel still reading a block its owner freed
+ * must be waited for before the segment goes back, at empty_cache, at the OOM retry and at destroy. */
+static void segments_go_back_only_after_the_device_has_finished_with_them(void **st)
+{
+    (void)st;
+    framework_thread_on(0);
+    fake_set("memory", 64L << 20);
+    hbm_allocator *a = open_cuda("");
+    void *p = must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(fake_first_use(NULL, (uintptr_t)p, 30 * MiB), 0); /* a kernel on the default stream */
+    hbm_free(a, p);                                                   /* freed while it runs, as torch does */
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_no_violation();
+    /* The OOM retry frees cached segments too. */
+    p = must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(fake_first_use(NULL, (uintptr_t)p, 30 * MiB), 0);
+    hbm_free(a, p);
+    void *big = must_malloc(a, 50 * MiB, 0); /* 30 cached + 50 > 64: the cached segment is freed first */
+    assert_int_equal(stats_of(a).num_alloc_retries, 1);
+    assert_no_violation();
+    /* Destroy gives back live blocks too. */
+    assert_int_equal(fake_first_use(NULL, (uintptr_t)big, 50 * MiB), 0);
+    hbm_destroy(a);
+    assert_driver_empty();
+    /* Expandable segments: pages are unmapped after the segment's stream has finished (PyTorch's unmapHandles). */
+    fake_reset();
+    framework_thread_on(0);
+    a = open_cuda("expandable_segments:True");
+    p = must_malloc(a, 30 * MiB, 3);
+    assert_int_equal(fake_first_use((void *)3, (uintptr_t)p, 30 * MiB), 0);
+    hbm_free(a, p);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK);
+    assert_no_violation();
+    p = must_malloc(a, 30 * MiB, 3);
+    assert_int_equal(fake_first_use((void *)3, (uintptr_t)p, 30 * MiB), 0);
+    hbm_destroy(a);
+    assert_driver_empty();
+}
+
+/* Each driver call runs on the allocator's device and leaves the caller's context as it was: a framework thread on
+ * device 1 (or on none) is still there after every call, empty_cache of every device included. No context is made
+ * on a device no allocator serves. */
+static void the_callers_context_is_the_same_after_every_call(void **st)
+{
+    (void)st;
+    fake_set("devices", 3);
+    hbm_devices *d;
+    char err[600];
+    assert_int_equal(hbm_devices_open(&d, spec, "expandable_segments:True", err, sizeof err), HBM_OK);
+    assert_int_equal(fake_contexts(0) + fake_contexts(1) + fake_contexts(2), 0); /* opening creates none */
+    framework_thread_on(1);
+    void *p0, *p1;
+    assert_int_equal(hbm_devices_malloc(d, 0, 30 * MiB, 0, &p0), HBM_OK);
+    assert_int_equal(fake_current(), 1);
+    assert_int_equal(hbm_devices_malloc(d, 1, 30 * MiB, 0, &p1), HBM_OK);
+    assert_int_equal(fake_current(), 1);
+    assert_int_equal(hbm_record_stream(hbm_devices_get(d, 0), p0, 7), HBM_OK);
+    assert_int_equal(fake_current(), 1);
+    assert_int_equal(hbm_devices_free(d, 0, p0), HBM_OK);
+    assert_int_equal(fake_current(), 1);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(hbm_empty_cache(hbm_devices_get(d, i)), HBM_OK);
+        assert_int_equal(fake_current(), 1);
+    }
+    assert_int_equal(fake_contexts(2), 0); /* device 2 serves nothing: no context there */
+    assert_int_equal(cu_set_current(NULL), 0); /* a thread with no context keeps none */
+    assert_int_equal(hbm_devices_free(d, 1, p1), HBM_OK);
+    assert_int_equal(hbm_empty_cache(hbm_devices_get(d, 1)), HBM_OK);
+    assert_int_equal(fake_current(), -1);
+    hbm_devices_close(d);
+    assert_driver_empty();
+}
+
+/* cudaDeviceEnablePeerAccess does not cover cuMemMap'd memory: PyTorch grants access to every peer with
+ * cuMemSetAccess, so a peer copy from another GPU reads the pages. */
+static void expandable_pages_are_accessible_to_peer_devices(void **st)
+{
+    (void)st;
+    fake_set("devices", 2);
+    hbm_allocator *a = NULL;
+    char err[600];
+    assert_int_equal(hbm_open(&a, spec, 0, "expandable_segments:True", err, sizeof err), HBM_OK);
+    void *p = must_malloc(a, 30 * MiB, 0);
+    assert_true(fake_can_access(0, (uintptr_t)p, 30 * MiB));
+    assert_true(fake_can_access(1, (uintptr_t)p, 30 * MiB)); /* the peer */
+    framework_thread_on(1);
+    assert_int_equal(fake_launch(NULL, (uintptr_t)p, 30 * MiB), 0); /* a kernel on device 1 reads device 0's pages */
+    fake_progress(1);                                              /* and completes (the owner synchronizes) */
+    assert_int_equal(cu_set_current(NULL), 0);
+    hbm_free(a, p);
+    hbm_destroy(a);
+    assert_driver_empty();
+    /* Devices that cannot reach each other get no descriptor (cuMemSetAccess would refuse it). */
+    fake_reset();
+    fake_set("devices", 2);
+    fake_set("peers", 0);
+    assert_int_equal(hbm_open(&a, spec, 0, "expandable_segments:True", err, sizeof err), HBM_OK);
+    p = must_malloc(a, 30 * MiB, 0);
+    assert_false(fake_can_access(1, (uintptr_t)p, 30 * MiB));
+    hbm_free(a, p);
+    hbm_destroy(a);
+    assert_driver_empty();
+}
+
+static void a_missing_library_is_a_clear_error(void **st)
+{
+    (void)st;
+    hbm_allocator *a;
+    char err[600];
+    assert_int_equal(hbm_open(&a, "cuda:lib=/nonexistent/libcuda.so.1", 0, "", err, sizeof err), HBM_ERR_BACKEND);
+    assert_non_null(strstr(err, "cannot load /nonexistent/libcuda.so.1"));
+    assert_int_equal(hbm_open(&a, "cuda:bogus=1", 0, "", err, sizeof err), HBM_ERR_INVALID);
+    assert_non_null(strstr(err, "unknown option"));
+    fake_set("devices", 0);
+    assert_int_equal(hbm_open(&a, spec, 0, "", err, sizeof err), HBM_ERR_BACKEND);
+    assert_non_null(strstr(err, "no CUDA device"));
+}
+
+static void each_device_gets_its_own_context_and_allocator(void **st)
+{
+    (void)st;
+    fake_set("devices", 2);
+    hbm_devices *d;
+    char err[600];
+    assert_int_equal(hbm_devices_open(&d, spec, "", err, sizeof err), HBM_OK);
+    assert_int_equal(hbm_devices_count(d), 2);
+    void *p0, *p1;
+    assert_int_equal(hbm_devices_malloc(d, 0, 3 * MiB, 0, &p0), HBM_OK);
+    assert_int_equal(hbm_devices_malloc(d, 1, 3 * MiB, 0, &p1), HBM_OK);
+    assert_int_equal(hbm_devices_free(d, 0, p1), HBM_ERR_WRONG_DEVICE);
+    assert_int_equal(hbm_devices_free(d, 1, p1), HBM_OK);
+    assert_int_equal(hbm_devices_free(d, 0, p0), HBM_OK);
+    hbm_devices_close(d);
+    assert_driver_empty();
+}
+
+static size_t driver_free(void)
+{
+    size_t f = 0, t = 0;
+    assert_int_equal(cu_mem_info(&f, &t), 0);
+    return f;
+}
+
+/* A pool's sleep and wake as the driver sees them (docs/SLEEP.md, docs/CONTRACTS.md): the device's work waited for
+ * first (cuCtxSynchronize: a kernel on another stream the allocator was never told of still reads the block), the
+ * backup copied on the pool's stream and waited for, then cuMemUnmap and cuMemRelease page by page; the wake
+ * cuMemCreate and cuMemMap, then cuMemSetAccess for the owner and its peer before anything touches the pages, the
+ * copies back waited for before the pinned buffer could be reused. The fake records any unmap, copy or host free
+ * under queued work; the contents come back byte for byte; the driver's free memory moves by the pages. */
+static void a_pool_sleeps_and_wakes_within_the_drivers_contracts(void **st)
+{
+    (void)st;
+    fake_set("devices", 2);
+    framework_thread_on(0);
+    hbm_allocator *a = open_cuda("");
+    hbm_mempool mp;
+    assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
+    assert_int_equal(hbm_pool_tag(a, mp, "weights", 1), HBM_OK);
+    void *p = NULL, *q = NULL;
+    assert_int_equal(hbm_mempool_malloc(a, mp, 30 * MiB, 3, &p), HBM_OK);
+    assert_int_equal(hbm_mempool_malloc(a, mp, 5 * MiB, 3, &q), HBM_OK);
+    unsigned char *pat = malloc(30 * MiB), *back = malloc(30 * MiB);
+    for (size_t i = 0; i < 30 * MiB; i++)
+        pat[i] = (unsigned char)(i * 7 + (i >> 16));
+    assert_int_equal(fake_poke((uintptr_t)p, pat, 30 * MiB), 0);
+    assert_int_equal(fake_poke((uintptr_t)q, pat + 1, 5 * MiB), 0);
+    assert_int_equal(fake_first_use((void *)3, (uintptr_t)p, 30 * MiB), 0); /* the pool's stream */
+    assert_int_equal(fake_launch((void *)5, (uintptr_t)p, 30 * MiB), 0);    /* another, never recorded */
+    size_t free0 = driver_free();
+    fake_set("log", 1);
+    assert_int_equal(hbm_pool_sleep(a, mp, NULL), HBM_OK);
+    assert_no_violation();
+    const char *log = fake_log();
+    assert_true(log_at(log, "cuCtxSynchronize", 0) >= 0);
+    assert_true(log_at(log, "cuCtxSynchronize", 0) < log_at(log, "cuMemcpyDtoHAsync_v2", 0));
+    assert_true(log_at(log, "cuMemcpyDtoHAsync_v2", 1) < log_at(log, "cuStreamSynchronize", 0));
+    assert_true(log_at(log, "cuStreamSynchronize", 0) < log_at(log, "cuMemUnmap", 0));
+    assert_int_equal(log_count(log, "cuMemUnmap"), 2); /* 35 MiB in two 20 MiB pages */
+    assert_int_equal(log_count(log, "cuMemRelease"), 2);
+    assert_int_equal(log_count(log, "cuMemHostAlloc"), 1);
+    assert_true(log_at(log, "cuMemUnmap", 0) < log_at(log, "cuMemRelease", 0));
+    assert_int_equal(driver_free(), free0 + 40 * MiB); /* mem_get_info sees the pages back */
+    assert_int_equal(fake_peek((uintptr_t)p, back, 4096), -1); /* nothing mapped under the block */
+    fake_set("log", 1);
+    assert_int_equal(hbm_pool_wake(a, mp, NULL), HBM_OK);
+    assert_no_violation();
+    log = fake_log();
+    assert_int_equal(log_count(log, "cuMemCreate"), 2);
+    assert_int_equal(log_count(log, "cuMemMap"), 2);
+    assert_true(log_at(log, "cuMemMap", 1) < log_at(log, "cuMemSetAccess", 0));
+    assert_true(log_at(log, "cuMemSetAccess", 0) < log_at(log, "cuMemcpyHtoDAsync_v2", 0));
+    assert_true(log_at(log, "cuMemcpyHtoDAsync_v2", 1) < log_at(log, "cuStreamSynchronize", 1));
+    assert_int_equal(log_count(log, "cuMemFreeHost"), 0); /* kept for the next sleep */
+    assert_true(fake_can_access(0, (uintptr_t)p, 30 * MiB) && fake_can_access(1, (uintptr_t)p, 30 * MiB));
+    assert_int_equal(fake_peek((uintptr_t)p, back, 30 * MiB), 0);
+    assert_memory_equal(back, pat, 30 * MiB);
+    assert_int_equal(fake_peek((uintptr_t)q, back, 5 * MiB), 0);
+    assert_memory_equal(back, pat + 1, 5 * MiB);
+    assert_int_equal(driver_free(), free0);
+    assert_int_equal(fake_get("hosts"), 1);
+    assert_valid(a);
+    hbm_free(a, p);
+    hbm_free(a, q);
+    hbm_destroy(a);
+    assert_driver_empty();
+    assert_int_equal(fake_get("hosts"), 0);
+    free(pat);
+    free(back);
+}
+
+/* A kernel that touches a sleeping block finds nothing mapped there: on a GPU an illegal address (the context is
+ * lost), which the fake records. hbmalloc cannot stop it; it refuses allocations into the pool and says so. */
+static void a_kernel_on_a_sleeping_block_finds_nothing_mapped(void **st)
+{
+    (void)st;
+    framework_thread_on(0);
+    hbm_allocator *a = open_cuda("");
+    hbm_mempool mp;
+    assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
+    assert_int_equal(hbm_pool_tag(a, mp, "kv_cache", 0), HBM_OK);
+    void *p = NULL;
+    assert_int_equal(hbm_mempool_malloc(a, mp, 8 * MiB, 0, &p), HBM_OK);
+    assert_int_equal(hbm_pool_sleep(a, mp, NULL), HBM_OK);
+    assert_no_violation();
+    assert_int_equal(fake_launch(NULL, (uintptr_t)p, 8 * MiB), 0);
+    char first[512];
+    assert_int_equal(fake_violations(first, sizeof first), 1);
+    assert_non_null(strstr(first, "not allocated or mapped"));
+    fake_progress(1);
+    assert_int_equal(hbm_pool_wake(a, mp, NULL), HBM_OK);
+    hbm_free(a, p);
+    hbm_destroy(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(allocates_through_the_versioned_entry_points, reset),
+        cmocka_unit_test_setup(device_memory_is_obtained_in_relaxed_capture_mode, reset),
+        cmocka_unit_test_setup(out_of_memory_names_the_cuda_device, reset),
+        cmocka_unit_test_setup(expandable_segments_use_the_virtual_memory_api, reset),
+        cmocka_unit_test_setup(no_virtual_memory_gives_the_reason_and_whole_segments, reset),
+        cmocka_unit_test_setup(driver_errors_carry_the_driver_text_and_leak_nothing, reset),
+        cmocka_unit_test_setup(cross_stream_frees_wait_for_cuda_events, reset),
+        cmocka_unit_test_setup(segments_go_back_only_after_the_device_has_finished_with_them, reset),
+        cmocka_unit_test_setup(the_callers_context_is_the_same_after_every_call, reset),
+        cmocka_unit_test_setup(expandable_pages_are_accessible_to_peer_devices, reset),
+        cmocka_unit_test_setup(a_missing_library_is_a_clear_error, reset),
+        cmocka_unit_test_setup(each_device_gets_its_own_context_and_allocator, reset),
+        cmocka_unit_test_setup(a_pool_sleeps_and_wakes_within_the_drivers_contracts, reset),
+        cmocka_unit_test_setup(a_kernel_on_a_sleeping_block_finds_nothing_mapped, reset),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

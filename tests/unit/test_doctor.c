@@ -1,0 +1,288 @@
+/* test_doctor.c: hbmalloc doctor's parsers and log recognisers, on real log lines (tests/data/doctor/SOURCES.md). */
+#define _GNU_SOURCE /* fopencookie */
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+
+#include "helpers.h"
+
+#include "doctor/doctor.h"
+
+#define LOGS HBM_TEST_DATA "/doctor/logs/"
+
+static void versions_compare_by_torch_npu_grammar(void **st)
+{
+    (void)st;
+    assert_int_equal(doctor_vercmp("24.1.rc2", "24.1.0"), -1); /* a release candidate precedes its release */
+    assert_int_equal(doctor_vercmp("23.0.rc3", "23.0.0"), -1);
+    assert_int_equal(doctor_vercmp("23.0.RC3", "23.0.rc3"), 0);
+    assert_int_equal(doctor_vercmp("22.0.3", "23.0.0"), -1);
+    assert_int_equal(doctor_vercmp("25.3.rc1", "23.0.0"), 1);
+    assert_int_equal(doctor_vercmp("23.0", "23.0.0"), 0);
+    assert_int_equal(doctor_vercmp("7.3.0.1.231", "7.2.99"), 1);
+    assert_int_equal(doctor_vercmp("7.10.0", "7.9.0"), 1); /* numbers, not text */
+}
+
+static void firmware_ranges_from_version_info(void **st)
+{
+    (void)st;
+    /* The user report behind DEVICE_APIS.md 2.7: driver 24.1.rc2 takes [7.0.0, 7.2.99], firmware 7.3.0.1.231. */
+    assert_int_equal(doctor_in_ranges("7.3.0.1.231", "[7.0.0,7.2.99]"), 0);
+    assert_int_equal(doctor_in_ranges("7.1.0.7.220", "[7.0.0,7.2.99]"), 1);
+    assert_int_equal(doctor_in_ranges("7.5.0", "[6.4.0,6.4.99],[7.0.0,8.9.9]"), 1);
+    assert_int_equal(doctor_in_ranges("6.5.0", "[6.4.0,6.4.99],[7.0.0,8.9.9]"), 0);
+    assert_int_equal(doctor_in_ranges("24.1.rc3", "[23.0.0,23.0.0.],[24.0,24.0.],[24.1,24.1.]"), 1);
+    assert_int_equal(doctor_in_ranges("24.2.0", "[23.0.0,23.0.0.],[24.0,24.0.],[24.1,24.1.]"), 0);
+    assert_int_equal(doctor_in_ranges("7.0.0", "7.0.0-7.2.99"), -1);
+}
+
+static void sizes_as_pytorch_prints_them(void **st)
+{
+    (void)st;
+    size_t n;
+    assert_true(doctor_size("20.00 MiB)", &n) == 20.0 * 1048576 && n == 9);
+    assert_true(doctor_size("0 bytes free", &n) == 0 && n == 7);
+    assert_true(doctor_size("1.50 KiB", &n) == 1536 && n == 8);
+    assert_true(doctor_size("79.15 GiB", &n) > 79.0 * 1073741824);
+    doctor_size("12 apples", &n);
+    assert_int_equal(n, 0);
+    doctor_size("MiB", &n);
+    assert_int_equal(n, 0);
+}
+
+static const finding *only(doctor *d, const char *log, const char *id)
+{
+    char err[512];
+    if (doctor_log(d, log, err, sizeof err))
+        fail_msg("%s", err);
+    for (size_t i = 0; i < d->n; i++)
+        if (!strcmp(d->f[i].id, id))
+            return &d->f[i];
+    fail_msg("%s: no finding %s (%zu findings, first %s)", log, id, d->n, d->n ? d->f[0].id : "-");
+    return NULL;
+}
+
+static void has_text(const char *hay, const char *needle)
+{
+    if (!strstr(hay, needle))
+        fail_msg("expected \"%s\" in:\n%s", needle, hay);
+}
+
+static void npu_out_of_memory_old_format(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    const finding *f = only(&d, LOGS "npu_oom_vllm_ascend_19.log", "oom-fragmentation");
+    /* 10.65 GiB reserved - 10.24 GiB allocated = 419.84 MiB, more than the 22 MiB asked for. */
+    has_text(f->title, "419.84 MiB reserved but unallocated");
+    has_text(f->title, "22.00 MiB request");
+    has_text(f->why, "60.97 GiB in all, 19.52 MiB of it free");
+    has_text(f->next[0], "PYTORCH_NPU_ALLOC_CONF='expandable_segments:True'");
+    has_text(f->next[f->nnext - 1], "hbmalloc sweep oom.pickle --capacity 60.97GiB --backend sim:dialect=npu ");
+    assert_int_equal(d.n, 1);
+    doctor_free(&d);
+}
+
+/* No split limit is typed from a log: which value helps depends on the job, so the doctor names the replay that
+ * proves one (with the device's capacity, the NPU dialect and no virtual memory filled in). */
+static void npu_out_of_memory_without_virtual_memory_asks_for_a_replay(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    d.npu_vmm = 0; /* what the environment found */
+    snprintf(d.npu_vmm_why, sizeof d.npu_vmm_why, "Ascend HDK 22.0.3 is older than 23.0.0");
+    const finding *f = only(&d, LOGS "npu_oom_sglang_29838.log", "oom-fragmentation");
+    has_text(f->next[0], "this NPU cannot do them (Ascend HDK 22.0.3 is older than 23.0.0)");
+    has_text(f->next[0], "hbmalloc doctor --trace oom.pickle");
+    for (int k = 0; k < f->nnext; k++)
+        if (strstr(f->next[k], "max_split_size_mb:") || strstr(f->next[k], "garbage_collection_threshold:"))
+            fail_msg("a typed split/GC setting: %s", f->next[k]);
+    has_text(f->next[f->nnext - 1], "--backend sim:dialect=npu,vmm=off");
+    has_text(f->why, "2.88 GiB of device memory is used by other processes"); /* 61.27 - 5.04 MiB - 58.39 */
+    doctor_free(&d);
+}
+
+static void cuda_out_of_memory_both_formats(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    const finding *f = only(&d, LOGS "cuda_oom_pytorch_16417.log", "oom-fragmentation");
+    has_text(f->title, "194.87 MiB reserved but unallocated");
+    has_text(f->next[0], "PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'");
+    doctor_free(&d);
+    doctor_init(&d);
+    /* 9.35 GiB cached but 22.78 GiB asked: capacity, not fragmentation. 18.73 GiB in use - 18.43 GiB held. */
+    f = only(&d, LOGS "cuda_oom_cads_4.log", "oom-capacity");
+    has_text(f->title, "22.78 GiB request");
+    has_text(f->why, "Even the cached free memory could not hold the request");
+    doctor_free(&d);
+    doctor_init(&d);
+    f = only(&d, LOGS "cuda_oom_unilm_137.log", "oom-capacity"); /* 10.86 - 10.85 GiB = 10.24 MiB < 128 MiB */
+    has_text(f->why, "10.24 MiB");
+    doctor_free(&d);
+}
+
+static void repeated_failures_are_counted_once(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    char err[512];
+    assert_int_equal(doctor_log(&d, LOGS "npu_oom_vllm_ascend_19.log", err, sizeof err), 0);
+    assert_int_equal(doctor_log(&d, LOGS "npu_oom_vllm_ascend_19.log", err, sizeof err), 0);
+    assert_int_equal(d.n, 1);
+    assert_int_equal(d.f[0].count, 2);
+    assert_int_equal(doctor_log(&d, LOGS "does-not-exist.log", err, sizeof err), -1);
+    has_text(err, "cannot open log");
+    doctor_free(&d);
+}
+
+static void expandable_segments_warning_with_its_odd_spacing(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    const finding *f = only(&d, LOGS "expandable_mmcv_3216.log", "expandable-ignored");
+    has_text(f->evidence, "expandable_mmcv_3216.log:2:");
+    has_text(f->why, "207000");
+    assert_int_equal(d.n, 1); /* "currently defaults to false" is not a failure */
+    doctor_free(&d);
+}
+
+static void hccl_codes_by_name_with_a_checklist(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    const finding *f = only(&d, LOGS "hccl_vllm_ascend_672.log", "hccl-error");
+    has_text(f->title, "hcclCommInitRootInfoConfig returned 15 (HCCL_E_RUNTIME)");
+    has_text(f->next[0], "one card");
+    doctor_free(&d);
+    doctor_init(&d);
+    f = only(&d, LOGS "hccl_vllm_ascend_405.log", "hccl-error");
+    has_text(f->title, "HcclGetRootInfo returned 11 (HCCL_E_TCP_CONNECT)");
+    has_text(f->next[f->nnext - 1], "HCCL_HOST_SOCKET_PORT_RANGE");
+    doctor_free(&d);
+    doctor_init(&d);
+    f = only(&d, LOGS "hccl_gpustack_2021.log", "hccl-error");
+    has_text(f->title, "HcclCommInitRootInfo returned 2 (HCCL_E_PTR)"); /* 2 is HCCL_E_PTR, not HCCL_E_PARA */
+    has_text(f->why, "unconfirmed");
+    assert_int_equal(d.n, 1);
+    doctor_free(&d);
+}
+
+/* Found by fuzz_doctor: a 40-digit version part overflowed; a 60-digit size overflowed the byte count. */
+static void garbled_numbers_are_clamped_not_undefined(void **st)
+{
+    (void)st;
+    assert_int_equal(doctor_vercmp("7.7777777777777777777777777777777777777777.0", "7.2.99"), 1);
+    assert_int_equal(doctor_vercmp("24.1.rc99999999999999999999999999", "24.1.0"), -1);
+    static char line[] = "CUDA out of memory. Tried to allocate 777777777777777777777777777777777777777777777777777777777"
+                         "77 GiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB "
+                         "reserved in total by PyTorch)\n";
+    FILE *fp = fmemopen(line, strlen(line), "rb");
+    doctor d;
+    doctor_init(&d);
+    char err[256];
+    assert_int_equal(doctor_log_stream(&d, fp, "garbled.log", err, sizeof err), 0);
+    fclose(fp);
+    assert_int_equal(d.n, 1);
+    has_text(d.f[0].title, "GiB request failed");
+    doctor_free(&d);
+}
+
+static void npu_runtime_error_codes(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    const finding *f = only(&d, LOGS "acl_vllm_ascend_116.log", "acl-error");
+    has_text(f->title, "c10_npu::acl::AclrtSynchronizeStreamWithTimeout returned 507001");
+    doctor_free(&d);
+}
+
+/* A log as a stream: an OOM line, then `endless` bytes with no line end, then a read error (EIO). The heap's
+ * highest use while it is read is noted (mallinfo2; 0 where a sanitizer's allocator does not say). */
+typedef struct failing_log {
+    size_t at, endless;
+    size_t heap0, heap_peak;
+} failing_log;
+
+static const char oom_line[] = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 1.96 "
+                               "GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB reserved in "
+                               "total by PyTorch)\n";
+
+static size_t heap_in_use(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+static ssize_t failing_read(void *cookie, char *buf, size_t size)
+{
+    failing_log *l = cookie;
+    size_t h = heap_in_use();
+    l->heap_peak = h > l->heap_peak ? h : l->heap_peak;
+    size_t n = 0, first = sizeof oom_line - 1;
+    while (n < size && l->at < first)
+        buf[n++] = oom_line[l->at++];
+    while (n < size && l->at < first + l->endless)
+        buf[n++] = 'x', l->at++;
+    if (n)
+        return (ssize_t)n;
+    errno = EIO;
+    return -1;
+}
+
+/* Issue #28 item 13: a log line was read whole whatever its length (getline), so --log /dev/zero grew without
+ * bound, and under a memory limit getline's failure was taken for the end of the file: "No problems found", exit 0.
+ * Lines are read up to 64 KiB (the rest skipped), and a read error is a finding, after what was read before it. */
+static void a_read_error_is_a_finding_and_an_endless_line_stays_bounded(void **st)
+{
+    (void)st;
+    failing_log l = {0, 8 << 20, 0, 0};
+    l.heap0 = heap_in_use();
+    cookie_io_functions_t io = {.read = failing_read};
+    FILE *fp = fopencookie(&l, "r", io);
+    assert_non_null(fp);
+    doctor d;
+    doctor_init(&d);
+    char err[256];
+    assert_int_equal(doctor_log_stream(&d, fp, "failing.log", err, sizeof err), 0);
+    fclose(fp);
+    int oom = 0, unreadable = 0;
+    for (size_t i = 0; i < d.n; i++) {
+        oom |= !strncmp(d.f[i].id, "oom-", 4);
+        if (!strcmp(d.f[i].id, "log-unreadable")) {
+            unreadable = 1;
+            assert_int_equal(d.f[i].severity, SEV_ERROR);
+            has_text(d.f[i].evidence, "failing.log:3: the read failed");
+        }
+    }
+    assert_true(oom && unreadable);
+    if (l.heap_peak > l.heap0 + (1 << 20))
+        fail_msg("the heap grew by %zu bytes reading an endless line", l.heap_peak - l.heap0);
+    doctor_free(&d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(versions_compare_by_torch_npu_grammar),
+        cmocka_unit_test(firmware_ranges_from_version_info),
+        cmocka_unit_test(sizes_as_pytorch_prints_them),
+        cmocka_unit_test(npu_out_of_memory_old_format),
+        cmocka_unit_test(npu_out_of_memory_without_virtual_memory_asks_for_a_replay),
+        cmocka_unit_test(cuda_out_of_memory_both_formats),
+        cmocka_unit_test(repeated_failures_are_counted_once),
+        cmocka_unit_test(expandable_segments_warning_with_its_odd_spacing),
+        cmocka_unit_test(hccl_codes_by_name_with_a_checklist),
+        cmocka_unit_test(npu_runtime_error_codes),
+        cmocka_unit_test(garbled_numbers_are_clamped_not_undefined),
+        cmocka_unit_test(a_read_error_is_a_finding_and_an_endless_line_stays_bounded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

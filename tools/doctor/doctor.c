@@ -1,0 +1,327 @@
+/*
+ * doctor.c: `hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR]`.
+ * Gathers the environment and the logs' findings, orders them (errors first,
+ * then warnings, each in the order seen) and prints what is wrong, why and
+ * what to do next, for people or as JSON. Exit status: 0 nothing wrong, 1
+ * something to act on (a warning or an error), 2 bad usage or unreadable log.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h"
+#include "doctor.h"
+#include "hbmalloc.h"
+
+void doctor_init(doctor *d)
+{
+    memset(d, 0, sizeof *d);
+    d->npu_vmm = d->cuda_vmm = -1;
+}
+
+void doctor_free(doctor *d)
+{
+    free(d->f);
+    free(d->facts);
+    memset(d, 0, sizeof *d);
+}
+
+finding *doctor_add(doctor *d, int severity, const char *id)
+{
+    static finding spare; /* out of host memory: the finding is dropped, the run goes on */
+    if (hbm__grow((void **)&d->f, &d->cap, d->n + 1, sizeof *d->f)) {
+        memset(&spare, 0, sizeof spare);
+        return &spare;
+    }
+    finding *f = &d->f[d->n];
+    memset(f, 0, sizeof *f);
+    f->severity = severity;
+    f->order = (long)d->n++;
+    f->count = 1;
+    snprintf(f->id, sizeof f->id, "%s", id);
+    return f;
+}
+
+void doctor_next(finding *f, const char *fmt, ...)
+{
+    if (f->nnext >= DOC_MAX_NEXT)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->next[f->nnext++], sizeof f->next[0], fmt, ap);
+    va_end(ap);
+}
+
+void doctor_fact(doctor *d, const char *section, const char *key, const char *fmt, ...)
+{
+    if (hbm__grow((void **)&d->facts, &d->capfacts, d->nfacts + 1, sizeof *d->facts))
+        return;
+    fact *x = &d->facts[d->nfacts++];
+    snprintf(x->section, sizeof x->section, "%s", section);
+    snprintf(x->key, sizeof x->key, "%s", key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->value, sizeof x->value, fmt, ap);
+    va_end(ap);
+}
+
+static int by_importance(const void *pa, const void *pb)
+{
+    const finding *a = pa, *b = pb;
+    if (a->cause != b->cause)
+        return b->cause - a->cause; /* what explains the rest comes first */
+    if (a->severity != b->severity)
+        return b->severity - a->severity;
+    return a->order < b->order ? -1 : a->order > b->order;
+}
+
+/* What a root cause explains: a driver/firmware pair that refuses virtual memory turns expandable segments off
+ * (the settings finding, torch_npu's warning), which leaves an NPU's fragmentation uncured; a mismatched pair also
+ * fails the device calls HCCL's set-up makes (DOCTOR.md). */
+static const struct {
+    const char *cause;
+    const char *effects[6];
+} causal[] = {
+    {"ascend-driver-firmware-mismatch",
+     {"expandable-unsupported", "expandable-ignored", "npu:oom-fragmentation", "hccl-error", "acl-error", NULL}},
+    {"ascend-hdk-too-old", {"expandable-unsupported", "expandable-ignored", "npu:oom-fragmentation", NULL}},
+};
+
+static int explained(const finding *cause, const finding *e)
+{
+    for (size_t i = 0; i < sizeof causal / sizeof causal[0]; i++) {
+        if (strcmp(causal[i].cause, cause->id))
+            continue;
+        for (int k = 0; causal[i].effects[k]; k++) {
+            const char *id = causal[i].effects[k];
+            int npu_only = !strncmp(id, "npu:", 4);
+            if (!strcmp(npu_only ? id + 4 : id, e->id) && (!npu_only || !strncmp(e->title, "NPU ", 4)))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* Causes first, each naming the numbers of what it explains; a cause of an error is an error. */
+static void rank_by_cause(doctor *d)
+{
+    for (size_t i = 0; i < d->n; i++)
+        for (size_t j = 0; j < d->n; j++)
+            if (i != j && explained(&d->f[i], &d->f[j])) {
+                d->f[i].cause = 1;
+                if (d->f[j].severity > d->f[i].severity)
+                    d->f[i].severity = d->f[j].severity;
+            }
+    qsort(d->f, d->n, sizeof *d->f, by_importance);
+    for (size_t i = 0; i < d->n; i++) {
+        if (!d->f[i].cause)
+            continue;
+        hbm__sbuf sb;
+        hbm__sb_init(&sb, d->f[i].explains, sizeof d->f[i].explains);
+        size_t total = 0, done = 0;
+        for (size_t j = 0; j < d->n; j++)
+            total += j != i && explained(&d->f[i], &d->f[j]);
+        for (size_t j = 0; j < d->n; j++)
+            if (j != i && explained(&d->f[i], &d->f[j])) {
+                done++;
+                hbm__sb_printf(&sb, "%s%zu", done == 1 ? "" : done == total ? " and " : ", ", j + 1);
+            }
+    }
+}
+
+/* Findings that ask for action (warnings and errors): these make the exit status 1. */
+static int actionable(const doctor *d)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (d->f[i].severity > SEV_INFO)
+            return 1;
+    return 0;
+}
+
+static const char *sev_name(int s) { return s == SEV_ERROR ? "error" : s == SEV_WARNING ? "warning" : "info"; }
+
+static void print_text(const doctor *d, FILE *out, int env)
+{
+    fprintf(out, "hbmalloc doctor %s\n", HBM_VERSION_STRING);
+    if (env) {
+        fprintf(out, "\nEnvironment\n");
+        const char *last = "";
+        for (size_t i = 0; i < d->nfacts; i++) {
+            const fact *x = &d->facts[i];
+            if (strcmp(x->section, last))
+                fprintf(out, "  %s\n", x->section);
+            last = x->section;
+            fprintf(out, "    %-24s %s\n", x->key, x->value);
+        }
+    }
+    if (d->nnot_checked) {
+        fprintf(out, "\nNot checked\n");
+        for (int i = 0; i < d->nnot_checked; i++)
+            fprintf(out, "  - %s\n", d->not_checked[i]);
+    }
+    if (!d->n) {
+        fprintf(out, d->nnot_checked ? "\nNo problems found in what could be checked.\n" : "\nNo problems found.\n");
+        return;
+    }
+    fprintf(out, "\nFindings (%zu), most important first\n", d->n);
+    for (size_t i = 0; i < d->n; i++) {
+        const finding *f = &d->f[i];
+        fprintf(out, "\n%zu. [%s] %s\n", i + 1, sev_name(f->severity), f->title);
+        if (f->explains[0])
+            fprintf(out, "   explains %s\n", f->explains);
+        if (f->count > 1)
+            fprintf(out, "   seen %d times, first at %s\n", f->count, f->evidence);
+        else
+            fprintf(out, "   seen: %s\n", f->evidence);
+        if (f->why[0])
+            fprintf(out, "   why: %s\n", f->why);
+        if (f->nnext) {
+            fprintf(out, "   next:\n");
+            for (int k = 0; k < f->nnext; k++)
+                fprintf(out, "     %d) %s\n", k + 1, f->next[k]);
+        }
+    }
+    if (!actionable(d))
+        fprintf(out, "\nNothing to act on.\n");
+}
+
+static void print_json(const doctor *d, FILE *out)
+{
+    fprintf(out, "{\"tool\":\"hbmalloc doctor\",\"version\":\"%s\",\"environment\":[", HBM_VERSION_STRING);
+    for (size_t i = 0; i < d->nfacts; i++) {
+        fputs(i ? ",{\"section\":" : "{\"section\":", out);
+        hbm__json_str(out, d->facts[i].section);
+        fputs(",\"key\":", out);
+        hbm__json_str(out, d->facts[i].key);
+        fputs(",\"value\":", out);
+        hbm__json_str(out, d->facts[i].value);
+        fputc('}', out);
+    }
+    fputs("],\"not_checked\":[", out);
+    for (int i = 0; i < d->nnot_checked; i++) {
+        if (i)
+            fputc(',', out);
+        hbm__json_str(out, d->not_checked[i]);
+    }
+    fputs("],\"findings\":[", out);
+    for (size_t i = 0; i < d->n; i++) {
+        const finding *f = &d->f[i];
+        fprintf(out, "%s{\"severity\":\"%s\",\"id\":", i ? "," : "", sev_name(f->severity));
+        hbm__json_str(out, f->id);
+        fputs(",\"title\":", out);
+        hbm__json_str(out, f->title);
+        fputs(",\"evidence\":", out);
+        hbm__json_str(out, f->evidence);
+        fprintf(out, ",\"count\":%d,\"explains\":", f->count);
+        hbm__json_str(out, f->explains);
+        fputs(",\"why\":", out);
+        hbm__json_str(out, f->why);
+        fputs(",\"next\":[", out);
+        for (int k = 0; k < f->nnext; k++) {
+            if (k)
+                fputc(',', out);
+            hbm__json_str(out, f->next[k]);
+        }
+        fputs("]}", out);
+    }
+    fputs("]}\n", out);
+}
+
+int doctor_main(int argc, char **argv)
+{
+    const char *logs[64], *root = "/", *trace_path = NULL, *capacity = NULL, *torch = NULL, *torch_npu = NULL;
+    int nlogs = 0, json = 0, env = 1;
+    static const char usage[] = "usage: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR] [--torch VERSION] "
+                                "[--torch-npu VERSION] [--trace SNAPSHOT [--capacity SIZE]]\n";
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (!strcmp(a, "--log") && has_value) {
+            if (nlogs == 64) {
+                fprintf(stderr, "hbmalloc doctor: at most 64 --log files\n");
+                return 2;
+            }
+            logs[nlogs++] = argv[++i];
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--no-env")) {
+            env = 0;
+        } else if (!strcmp(a, "--root") && has_value) {
+            root = argv[++i];
+        } else if (!strcmp(a, "--trace") && has_value) {
+            trace_path = argv[++i];
+        } else if (!strcmp(a, "--capacity") && has_value) {
+            capacity = argv[++i];
+        } else if (!strcmp(a, "--torch") && has_value) {
+            torch = argv[++i];
+        } else if (!strcmp(a, "--torch-npu") && has_value) {
+            torch_npu = argv[++i];
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            printf("\nWhat is wrong with this machine's device memory or communication setup, or with a training log,\n"
+                   "why, and what to do next (docs/DOCTOR.md). --torch / --torch-npu: your framework release (else\n"
+                   "read from the logs), against which settings are checked. --trace: a memory snapshot of the job,\n"
+                   "replayed under the sweep's grid on this device to prove the advice (--capacity when no\n"
+                   "out-of-memory message gives it).\nexit status: 0 nothing to act on, 1 findings to act on, 2 bad usage\n");
+            return 0;
+        } else {
+            fprintf(stderr, "hbmalloc doctor: unknown option or missing value: '%s'\n%s", a, usage);
+            return 2;
+        }
+    }
+    char err[1024];
+    if (torch && hbm_settings_check_release("PYTORCH_CUDA_ALLOC_CONF", "", HBM_DIALECT_CUDA, torch, -1, err,
+                                            sizeof err) != HBM_OK) {
+        fprintf(stderr, "hbmalloc doctor: --torch: %s\n", err);
+        return 2;
+    }
+    if (torch_npu && hbm_settings_check_release("PYTORCH_NPU_ALLOC_CONF", "", HBM_DIALECT_NPU, torch_npu, -1, err,
+                                                sizeof err) != HBM_OK) {
+        fprintf(stderr, "hbmalloc doctor: --torch-npu: %s\n", err);
+        return 2;
+    }
+    doctor d;
+    doctor_init(&d);
+    if (torch) {
+        snprintf(d.torch_version, sizeof d.torch_version, "%s", torch);
+        snprintf(d.torch_from, sizeof d.torch_from, "--torch");
+    }
+    if (torch_npu) {
+        snprintf(d.torch_npu_version, sizeof d.torch_npu_version, "%s", torch_npu);
+        snprintf(d.torch_npu_from, sizeof d.torch_npu_from, "--torch-npu");
+    }
+    if (env)
+        doctor_env(&d, root);
+    for (int i = 0; i < nlogs; i++) {
+        if (doctor_log(&d, logs[i], err, sizeof err)) {
+            fprintf(stderr, "hbmalloc doctor: %s\n", err);
+            doctor_free(&d);
+            return 2;
+        }
+    }
+    if (env) {
+        doctor_python(&d);
+        doctor_settings(&d);
+        doctor_unchecked(&d);
+    }
+    if (d.torch_version[0])
+        doctor_fact(&d, "framework", "PyTorch", "%s (%.300s)", d.torch_version, d.torch_from);
+    if (d.torch_npu_version[0])
+        doctor_fact(&d, "framework", "torch_npu", "%s%s (%.300s)", d.torch_npu_version,
+                    d.npu_version_inferred ? " or another v6.0.rc2 release, inferred" : "", d.torch_npu_from);
+    if (trace_path && doctor_prove(&d, trace_path, capacity, err, sizeof err)) {
+        fprintf(stderr, "hbmalloc doctor: %s\n", err);
+        doctor_free(&d);
+        return 2;
+    }
+    if (d.n)
+        rank_by_cause(&d);
+    if (json)
+        print_json(&d, stdout);
+    else
+        print_text(&d, stdout, env);
+    int act = actionable(&d);
+    doctor_free(&d);
+    return act ? 1 : 0;
+}

@@ -1,0 +1,637 @@
+/*
+ * view.c: a self-contained picture of a replay: allocated and reserved bytes
+ * over the trace (one point per event, thinned to the width), and the segment
+ * map at the moment of peak reserved memory with blocks coloured by state.
+ * SVG with no external references; ".png" is that SVG rendered by librsvg's
+ * rsvg-convert (refused, with what to install, when it is not on PATH: never
+ * an SVG in a file named .png); ".html" is the interactive page of
+ * view_html.c, fed from the same replay. Owns drawing only: every number
+ * comes from the public API.
+ */
+#include "view.h"
+
+#include <errno.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#include "util/util.h"
+#include "view_html.h"
+#include "which.h"
+
+#define W 1200
+#define H 860
+#define PLOT_X 110
+#define PLOT_W 1040
+#define PLOT_Y 86
+#define PLOT_H 314
+#define MAP_Y 496
+#define MAP_ROWS 16
+#define MAP_ROW_H 19
+
+typedef struct series {
+    int64_t *alloc, *resv;
+    size_t n;
+} series;
+
+/* Text in an SVG (XML 1.0): markup escaped; controls and bytes that are not well-formed UTF-8 (a
+ * file name can hold any) written as U+FFFD, so that the picture always parses. */
+static void xml_text(FILE *f, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0, k; i < n; i += k ? k : 1) {
+        k = hbm__utf8_char(p + i, n - i);
+        if (!k || (p[i] < 0x20 && p[i] != '\t'))
+            fputs("\xef\xbf\xbd", f);
+        else if (p[i] == '<')
+            fputs("&lt;", f);
+        else if (p[i] == '>')
+            fputs("&gt;", f);
+        else if (p[i] == '&')
+            fputs("&amp;", f);
+        else if (p[i] == '"')
+            fputs("&quot;", f);
+        else
+            fwrite(p + i, 1, k, f);
+    }
+}
+
+/* Round ticks, as the page draws them (tools/view/view_page.html, binStep and decStep): a byte axis steps by 2^k
+ * bytes, an event axis by 1, 2 or 5 times a power of ten; each the smallest step giving at most `most`
+ * intervals up to max. */
+static uint64_t bin_step(uint64_t max, uint64_t most)
+{
+    uint64_t s = 1;
+    while (max / s > most || (max / s == most && max % s))
+        s *= 2;
+    return s;
+}
+
+static uint64_t dec_step(uint64_t max, uint64_t most)
+{
+    for (uint64_t s = 1;; s *= 10)
+        for (uint64_t m = 1; m <= 5; m += m == 2 ? 3 : 1)
+            if (max <= most * s * m)
+                return s * m;
+}
+
+/* A tick of a byte axis: "0", else a whole number of the largest binary unit the step counts (a step of 2^k
+ * bytes makes every tick a whole number of it): "16 GiB", "512 MiB". */
+static void tick_label(uint64_t v, uint64_t step, char *out, size_t len)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    uint64_t d = 1;
+    while (u < 5 && step >= d * 1024) {
+        d *= 1024;
+        u++;
+    }
+    if (v)
+        snprintf(out, len, "%llu %s", (unsigned long long)(v / d), unit[u]);
+    else
+        snprintf(out, len, "0");
+}
+
+static void polyline(FILE *f, const int64_t *v, size_t n, int64_t ymax, const char *colour, const char *id)
+{
+    fprintf(f, "<polyline id=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", id, colour);
+    /* One point per pixel column: the maximum over the events it covers, so peaks stay visible. */
+    for (int px = 0; px < PLOT_W && n; px++) {
+        size_t lo = (size_t)px * n / PLOT_W, hi = (size_t)(px + 1) * n / PLOT_W;
+        if (hi <= lo)
+            hi = lo + 1;
+        if (lo >= n)
+            break;
+        int64_t m = v[lo];
+        for (size_t i = lo; i < hi && i < n; i++)
+            if (v[i] > m)
+                m = v[i];
+        double y = PLOT_Y + PLOT_H - (double)m / (double)ymax * PLOT_H;
+        fprintf(f, "%d,%.1f ", PLOT_X + px, y);
+    }
+    fputs("\"/>\n", f);
+}
+
+static const char *state_colour(hbm_block_state st)
+{
+    return st == HBM_BLOCK_ALLOCATED ? "#3b6fd4" : st == HBM_BLOCK_PENDING_FREE ? "#e8a33d" : "#d9d9d9";
+}
+
+/* The segment map: segments one after another over MAP_ROWS rows, sizes to scale, a ruler above the first row. The
+ * runs of a sleeping pool are left out: their pages were given back (map_title counts them apart). */
+static void segment_map(FILE *f, const hbm_snapshot *s)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < s->nsegments; i++)
+        total += s->segments[i].is_asleep ? 0 : s->segments[i].total_size;
+    if (!total)
+        return;
+    double per_row = (double)total / MAP_ROWS, scale = PLOT_W / per_row;
+    uint64_t step = bin_step((uint64_t)per_row, 8);
+    char tick[32], row[32], every[32];
+    for (uint64_t v = 0; (double)v <= per_row; v += step) {
+        double x = PLOT_X + (double)v * scale;
+        tick_label(v, step, tick, sizeof tick);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#222\"/>\n", x, MAP_Y - 6, x, MAP_Y - 1);
+        fprintf(f, "<text class=\"mtick\" x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n", x,
+                MAP_Y - 8, tick);
+    }
+    hbm__format_size((uint64_t)per_row, row, sizeof row);
+    tick_label(step, step, every, sizeof every);
+    fprintf(f, "<text x=\"20\" y=\"%d\" fill=\"#555\">Every segment end to end over %d rows, to scale: a row is %s, "
+               "ticks every %s.</text>\n", MAP_Y - 26, MAP_ROWS, row, every);
+    double pos = 0; /* bytes laid out so far */
+    for (size_t i = 0; i < s->nsegments; i++) {
+        const hbm_snap_segment *g = &s->segments[i];
+        if (g->is_asleep)
+            continue;
+        double seg_start = pos;
+        for (size_t k = 0; k < g->nblocks; k++) {
+            const hbm_snap_block *b = &s->blocks[g->first_block + k];
+            double start = pos, end = pos + (double)b->size;
+            while (start < end) { /* a block may wrap onto the next row */
+                int r = (int)(start / per_row);
+                if (r >= MAP_ROWS)
+                    r = MAP_ROWS - 1;
+                double row_end = (r + 1) * per_row, stop = end < row_end ? end : row_end;
+                double x = PLOT_X + (start - r * per_row) * scale, w = (stop - start) * scale;
+                if (w >= 0.2)
+                    fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>\n", x,
+                            MAP_Y + r * (MAP_ROW_H + 2), w, MAP_ROW_H, state_colour(b->state));
+                if (stop <= start)
+                    break;
+                start = stop;
+            }
+            pos = end;
+        }
+        /* A thin line where each segment starts. */
+        int r = (int)(seg_start / per_row);
+        if (r >= MAP_ROWS)
+            r = MAP_ROWS - 1;
+        fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"0.8\" height=\"%d\" fill=\"#222\"/>\n",
+                PLOT_X + (seg_start - r * per_row) * scale, MAP_Y + r * (MAP_ROW_H + 2), MAP_ROW_H);
+    }
+}
+
+/* The map's figures (docs/TOOL.md, "Terms"): unallocated = reserved - allocated (pending frees are not
+ * allocated), fragmentation = 1 - largest cached free block / cached free bytes. */
+static void map_title(FILE *f, const hbm_snapshot *s)
+{
+    uint64_t reserved = 0, allocated = 0, free_b = 0, largest = 0, asleep = 0;
+    size_t nseg = s ? s->nsegments : 0, nasleep = 0;
+    for (size_t i = 0; i < nseg; i++) {
+        const hbm_snap_segment *g = &s->segments[i];
+        if (g->is_asleep) { /* a sleeping pool's run: no memory, its blocks kept at their addresses */
+            asleep += g->total_size;
+            nasleep++;
+            continue;
+        }
+        reserved += g->total_size;
+        for (size_t k = 0; k < g->nblocks; k++) {
+            const hbm_snap_block *b = &s->blocks[g->first_block + k];
+            allocated += b->state == HBM_BLOCK_ALLOCATED ? b->size : 0;
+            if (b->state == HBM_BLOCK_INACTIVE) {
+                free_b += b->size;
+                largest = b->size > largest ? b->size : largest;
+            }
+        }
+    }
+    char total[32], unalloc[32], big[32], cached[32];
+    hbm__format_size(reserved, total, sizeof total);
+    hbm__format_size(reserved - allocated, unalloc, sizeof unalloc);
+    hbm__format_size(largest, big, sizeof big);
+    hbm__format_size(free_b, cached, sizeof cached);
+    char slept[80] = "";
+    if (nasleep) {
+        char a[32];
+        hbm__format_size(asleep, a, sizeof a);
+        snprintf(slept, sizeof slept, "; %s asleep (a sleeping pool's pages: not drawn)", a);
+    }
+    fprintf(f, "<text id=\"maptitle\" x=\"20\" y=\"%d\"><tspan font-size=\"14\" font-weight=\"bold\">Segments at peak "
+               "reserved</tspan>: %zu segments, %s; unallocated %s (%.1f%% of reserved); fragmentation %.1f%% (largest "
+               "free block %s of %s cached free)%s</text>\n",
+            MAP_Y - 44, nseg - nasleep, total, unalloc,
+            reserved ? 100.0 * (double)(reserved - allocated) / (double)reserved : 0.0,
+            free_b ? 100.0 * (1.0 - (double)largest / (double)free_b) : 0.0, big, cached, slept);
+}
+
+/* Event e's x: point j of the curves is drawn at PLOT_X + j * PLOT_W / n; point 0 is after event `first`, or the
+ * seeded start before it. */
+static double event_x(size_t e, size_t first, int seeded, size_t n)
+{
+    return PLOT_X + (double)(e - first + (size_t)seeded) * PLOT_W / (double)n;
+}
+
+/* A pool's sleeps and wakes over the curves (as the page draws them): a dashed line at each and a triangle at the
+ * plot's top, pointing down for a sleep, up for a wake, hollow when not replayed (a pool the trace does not place);
+ * its title says which pool, the bytes and the backup. Whether there were any. */
+static int draw_naps(FILE *f, const trace *t, size_t first, int seeded, size_t n)
+{
+    static const char *const colour[2] = {"#6a3d9a", "#1b9e77"};
+    size_t done = n > (size_t)seeded ? first + n - (size_t)seeded : first; /* events replayed */
+    int any = 0;
+    for (size_t i = first; i < done && i < t->n; i++) {
+        const trace_event *e = &t->ev[i];
+        if (e->kind != EV_SLEEP && e->kind != EV_WAKE)
+            continue;
+        int wake = e->kind == EV_WAKE;
+        double x = event_x(i, first, seeded, n);
+        char bytes[32];
+        hbm__format_size(e->size, bytes, sizeof bytes);
+        fprintf(f, "<g class=\"nap\" data-event=\"%zu\" data-kind=\"%s\"><title>%s of ", i, wake ? "wake" : "sleep",
+                wake ? "wake" : "sleep");
+        if (e->slot) {
+            fputs("pool '", f);
+            xml_text(f, trace_tag(t, e));
+            fprintf(f, "' (%s)", e->pended ? "backup" : "discard");
+        } else {
+            fputs(e->pended ? "a pool (backup)" : "a pool", f);
+        }
+        fprintf(f, " at event %zu", i);
+        if (e->size)
+            fprintf(f, "; %s %s in the recording", bytes, wake ? "mapped again" : "given back");
+        fprintf(f, "%s</title>\n", e->stream ? "" : "; drawn, not replayed (the trace does not say which pool)");
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" stroke-dasharray=\"3,3\"/>\n", x,
+                PLOT_Y, x, PLOT_Y + PLOT_H, colour[wake]);
+        fprintf(f, "<path d=\"M%.1f,%d L%.1f,%d L%.1f,%d Z\" fill=\"%s\" stroke=\"%s\" stroke-width=\"1.5\"/></g>\n",
+                x - 5, PLOT_Y + (wake ? 8 : 0), x + 5, PLOT_Y + (wake ? 8 : 0), x, PLOT_Y + (wake ? 0 : 8),
+                e->stream ? colour[wake] : "white", colour[wake]);
+        any = 1;
+    }
+    return any;
+}
+
+static void draw(FILE *f, const trace *t, const series *sr, size_t first, int seeded, const hbm_snapshot *peak,
+                 const hbm_stats *st, const char *name, const replay_opts *o, const replay_result *r)
+{
+    int64_t pa = st->allocated_bytes[0].peak, pr = st->reserved_bytes[0].peak;
+    /* The byte axis: round ticks, the top the first tick at or above the peak (allocated passes reserved while a pool
+     * sleeps: its blocks stay allocated, its pages are given back). */
+    int64_t hi = pr > pa ? pr : pa;
+    uint64_t top = hi > 0 ? (uint64_t)hi : 1, ystep = bin_step(top, 6), ytop = (top + ystep - 1) / ystep * ystep;
+    int64_t ymax = (int64_t)ytop;
+    char s_pa[32], s_pr[32], tick[32];
+    hbm__format_size((uint64_t)pa, s_pa, sizeof s_pa);
+    hbm__format_size((uint64_t)pr, s_pr, sizeof s_pr);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+            "font-family=\"sans-serif\" font-size=\"12\" data-peak-allocated=\"%lld\" data-peak-reserved=\"%lld\">\n",
+            W, H, W, H, (long long)pa, (long long)pr);
+    fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+    fputs("<text x=\"20\" y=\"28\" font-size=\"16\" font-weight=\"bold\">", f);
+    xml_text(f, name);
+    fputs("</text>\n<text x=\"20\" y=\"48\">settings: ", f);
+    char line[700], dev[300];
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(r->settings, "\n"), r->settings);
+    xml_text(f, line);
+    replay_device_line(o->backend_spec, dev, sizeof dev);
+    fputs("; device ", f);
+    xml_text(f, dev);
+    fprintf(f, "; peak allocated %s, peak reserved %s%s</text>\n", s_pa, s_pr, r->oom ? "; OUT OF MEMORY" : "");
+    /* axes */
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", PLOT_X, PLOT_Y, PLOT_X,
+            PLOT_Y + PLOT_H);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", PLOT_X, PLOT_Y + PLOT_H,
+            PLOT_X + PLOT_W, PLOT_Y + PLOT_H);
+    for (uint64_t v = 0; v <= ytop; v += ystep) {
+        double y = PLOT_Y + PLOT_H - (double)v / (double)ytop * PLOT_H;
+        tick_label(v, ystep, tick, sizeof tick);
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>\n", PLOT_X + 1, y,
+                PLOT_X + PLOT_W, y);
+        fprintf(f, "<text class=\"ytick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", PLOT_X - 6, y + 4,
+                tick);
+    }
+    /* The event axis: round event numbers (the points are events, after a seeded start point). */
+    size_t nev = sr->n > (size_t)seeded ? sr->n - (size_t)seeded : 0, xstep = dec_step(nev ? nev : 1, 8);
+    for (size_t e = (first + xstep - 1) / xstep * xstep; nev && e < first + nev; e += xstep)
+        fprintf(f, "<text class=\"xtick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%zu</text>\n",
+                event_x(e, first, seeded, sr->n), PLOT_Y + PLOT_H + 18, e);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">event</text>\n", PLOT_X + PLOT_W / 2,
+            PLOT_Y + PLOT_H + 36);
+    polyline(f, sr->resv, sr->n, ymax, "#e4572e", "reserved");
+    polyline(f, sr->alloc, sr->n, ymax, "#3b6fd4", "allocated");
+    int naps = draw_naps(f, t, first, seeded, sr->n);
+    /* The peak on the axis: a dashed line at peak reserved, its value beside the peak (on the side with room). */
+    size_t jp = 0;
+    for (size_t j = 1; j < sr->n; j++)
+        jp = sr->resv[j] > sr->resv[jp] ? j : jp;
+    double yp = PLOT_Y + PLOT_H - (double)pr / (double)ymax * PLOT_H;
+    double xp = PLOT_X + (double)jp * PLOT_W / (double)(sr->n ? sr->n : 1);
+    int right = xp < PLOT_X + PLOT_W / 2;
+    fprintf(f, "<line id=\"peak\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e4572e\" "
+               "stroke-dasharray=\"4,3\"/>\n", PLOT_X, yp, PLOT_X + PLOT_W, yp);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" xml:space=\"preserve\"><tspan fill=\"#e4572e\">peak "
+               "reserved </tspan>%s"
+               "</text>\n", right ? xp + 8 : xp - 8, yp - 5, right ? "start" : "end", s_pr);
+    if (r->oom) { /* the failed request ends the curves: a red line there, and what failed */
+        int x = PLOT_X + PLOT_W;
+        fprintf(f, "<line id=\"oom\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00000\" stroke-width=\"3\" "
+                   "stroke-dasharray=\"6,3\"/>\n", x, PLOT_Y, x, PLOT_Y + PLOT_H);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#c00000\" font-weight=\"bold\">OUT OF MEMORY at "
+                   "event %zu</text>\n", x - 6, PLOT_Y + PLOT_H - 10, r->oom_event);
+    }
+    /* The legend, above the plot (inside it, it would cover the curves). */
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e4572e\"/><text x=\"%d\" y=\"%d\">reserved "
+               "(peak %s)</text>\n",
+            PLOT_X, PLOT_Y - 22, PLOT_X + 18, PLOT_Y - 12, s_pr);
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#3b6fd4\"/><text x=\"%d\" y=\"%d\">allocated "
+               "(peak %s)</text>\n",
+            PLOT_X + 240, PLOT_Y - 22, PLOT_X + 258, PLOT_Y - 12, s_pa);
+    if (naps)
+        fprintf(f, "<path d=\"M%d,%d L%d,%d L%d,%d Z\" fill=\"#6a3d9a\"/><text x=\"%d\" y=\"%d\">a pool put to sleep"
+                   "</text>\n<path d=\"M%d,%d L%d,%d L%d,%d Z\" fill=\"#1b9e77\"/><text x=\"%d\" y=\"%d\">woken (hollow: not "
+                   "replayed)</text>\n",
+                PLOT_X + 480, PLOT_Y - 21, PLOT_X + 492, PLOT_Y - 21, PLOT_X + 486, PLOT_Y - 12, PLOT_X + 498,
+                PLOT_Y - 12, PLOT_X + 640, PLOT_Y - 12, PLOT_X + 652, PLOT_Y - 12, PLOT_X + 646, PLOT_Y - 21,
+                PLOT_X + 658, PLOT_Y - 12);
+    /* segment map */
+    map_title(f, peak);
+    if (peak)
+        segment_map(f, peak);
+    int ly = MAP_Y + MAP_ROWS * (MAP_ROW_H + 2) + 12;
+    const char *labels[3] = {"allocated", "free (cached)", "freed, waiting on another stream"};
+    const hbm_block_state states[3] = {HBM_BLOCK_ALLOCATED, HBM_BLOCK_INACTIVE, HBM_BLOCK_PENDING_FREE};
+    for (int k = 0; k < 3; k++)
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
+                PLOT_X + 240 * k, ly, state_colour(states[k]), PLOT_X + 240 * k + 18, ly + 10, labels[k]);
+    fputs("</svg>\n", f);
+}
+
+enum { OUT_SVG, OUT_HTML, OUT_PNG };
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), m = strlen(tail);
+    return n > m && !strcmp(s + n - m, tail);
+}
+
+/* rsvg-convert -f png -o png svg: 0, or -1 with err set (png removed). */
+static int render_png(const char *svg, const char *png, char *err, size_t errlen)
+{
+    char *argv[] = {"rsvg-convert", "-f", "png", "-o", (char *)png, (char *)svg, NULL};
+    pid_t pid;
+    int st = 0, rc = posix_spawnp(&pid, "rsvg-convert", NULL, NULL, argv, environ);
+    if (rc == 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        return 0;
+    snprintf(err, errlen, "%s: rsvg-convert %s", png,
+             rc ? strerror(rc) : WIFEXITED(st) ? "failed" : "was killed");
+    unlink(png);
+    return -1;
+}
+
+/* One replay and what the pictures need from it (the allocator is gone when it returns). */
+typedef struct view_run {
+    series sr;
+    hbm_snapshot *peak; /* the layout at peak reserved (the SVG's map) */
+    replay_result r;
+    view_rec *vr; /* the page's data (HTML only) */
+    size_t first; /* the first event replayed */
+    int seeded;   /* the curves' first point is the seeded start state */
+    hbm_device_counters dc;
+    char device[300];
+    char conf[600]; /* the settings string in force, alone ("": the defaults): the page's short name for the run */
+    char oom_message[2048];
+} view_run;
+
+static void run_free(view_run *v)
+{
+    hbm_snapshot_free(v->peak);
+    view_rec_free(v->vr);
+    free(v->sr.alloc);
+    free(v->sr.resv);
+}
+
+/* The settings string a runs under, without where it came from: the describe's "string:" line, unquoted. */
+static void settings_string(hbm_allocator *a, const replay_opts *o, char *out, size_t len)
+{
+    char *desc = o->settings_from_trace ? NULL : malloc(8192);
+    const char *p = desc && hbm_settings_describe(a, desc, 8192) == HBM_OK ? strstr(desc, "\nstring: ") : NULL;
+    if (o->settings_from_trace) {
+        snprintf(out, len, "%s", o->settings);
+    } else if (p) {
+        p += strlen("\nstring: ");
+        size_t n = strcspn(p, "\n");
+        if (n >= 2 && p[0] == '"' && p[n - 1] == '"') /* describe quotes it */
+            snprintf(out, len, "%.*s", (int)(n - 2), p + 1);
+        else
+            snprintf(out, len, "%.*s", (int)n, p);
+    } else {
+        out[0] = 0;
+    }
+    free(desc);
+}
+
+/* Replays t under o into v: 0, 1 (OOM: v->r says where) or 2 (err says why). */
+static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, char *err, size_t errlen)
+{
+    memset(v, 0, sizeof *v);
+    hbm_allocator *a;
+    if (hbm_open(&a, o->backend_spec, 0, o->settings, err, errlen) != HBM_OK)
+        return 2;
+    series *sr = &v->sr;
+    replay_result *r = &v->r;
+    sr->alloc = calloc(t->n + 1, sizeof(int64_t));
+    sr->resv = calloc(t->n + 1, sizeof(int64_t));
+    void **slot = calloc(t->nslots + 1, sizeof *slot);
+    if (o->settings_from_trace)
+        snprintf(r->settings, sizeof r->settings, "%s%.600s%s (what the snapshot's allocator ran)",
+                 o->settings[0] ? "'" : "", o->settings[0] ? o->settings : "the defaults", o->settings[0] ? "'" : "");
+    else
+        replay_settings_line(a, r->settings, sizeof r->settings);
+    replay_device_line(o->backend_spec, v->device, sizeof v->device);
+    settings_string(a, o, v->conf, sizeof v->conf);
+    int rc = 0;
+    v->vr = html ? view_rec_new(t) : NULL;
+    if (!sr->alloc || !sr->resv || !slot || (html && !v->vr)) {
+        snprintf(err, errlen, "out of host memory");
+        rc = 2;
+    }
+    int64_t best = -1;
+    replay_pools pools = {0};
+    if (rc == 0 && replay_pools_open(a, t, &pools, err, errlen))
+        rc = 2;
+    if (rc == 0 && o->seed && t->rec.seedable) { /* begin where the recording began, as replay does */
+        rc = replay_seed(a, t, slot, r);
+        if (rc)
+            snprintf(err, errlen, "%s", r->message);
+        v->first = t->rec.preexisting;
+        v->seeded = 1;
+        hbm_stats s; /* the state the recording began in is the curves' first point */
+        hbm_get_stats(a, &s);
+        sr->alloc[sr->n] = s.allocated_bytes[0].current;
+        sr->resv[sr->n++] = s.reserved_bytes[0].current;
+    }
+    if (rc == 0 && v->vr && view_rec_begin(v->vr, a, t, slot, v->first)) {
+        snprintf(err, errlen, "out of host memory");
+        rc = 2;
+    }
+    for (size_t i = v->first; rc == 0 && i < t->n; i++) {
+        const trace_event *e = &t->ev[i];
+        if (v->vr && view_rec_before(v->vr, a, e, slot, err, errlen)) {
+            rc = 2;
+            break;
+        }
+        hbm_status st = replay_event(a, e, slot, &pools);
+        if (v->vr && view_rec_after(v->vr, a, e, i, slot, st, err, errlen)) {
+            rc = 2;
+            break;
+        }
+        if (st == HBM_ERR_OOM) {
+            r->oom = 1;
+            r->oom_event = i;
+            snprintf(v->oom_message, sizeof v->oom_message, "%s", hbm_last_error(a));
+            break;
+        }
+        if (st != HBM_OK) {
+            snprintf(err, errlen, "event %zu: %s", i, hbm_last_error(a));
+            rc = 2;
+            break;
+        }
+        hbm_stats s;
+        hbm_get_stats(a, &s);
+        sr->alloc[sr->n] = s.allocated_bytes[0].current;
+        sr->resv[sr->n++] = s.reserved_bytes[0].current;
+        if (!html && s.reserved_bytes[0].current > best) { /* the layout at each new peak: the last one is kept */
+            best = s.reserved_bytes[0].current;
+            hbm_snapshot_free(v->peak);
+            v->peak = NULL;
+            hbm_snapshot_take(a, &v->peak);
+        }
+    }
+    if (rc == 0 && v->vr && view_rec_end(v->vr, a, err, errlen))
+        rc = 2;
+    hbm_get_stats(a, &r->stats);
+    hbm_get_device_counters(a, &v->dc);
+    free(slot);
+    replay_pools_close(&pools);
+    hbm_destroy(a);
+    return rc ? rc : r->oom;
+}
+
+static size_t argmax(const int64_t *v, size_t n) /* the first of the highest */
+{
+    size_t m = 0;
+    for (size_t j = 1; j < n; j++)
+        m = v[j] > v[m] ? j : m;
+    return m;
+}
+
+static void page_info(const view_run *v, const trace *t, const replay_opts *o, const char *name, view_page_info *pi)
+{
+    const char *c = strstr(o->backend_spec, "capacity=");
+    *pi = (view_page_info){.name = name, .settings = v->r.settings, .conf = v->conf, .device = v->device,
+                           .events = t->n, .first = v->first, .seeded = v->seeded, .alloc = v->sr.alloc,
+                           .resv = v->sr.resv, .n = v->sr.n, .peak_j = argmax(v->sr.resv, v->sr.n),
+                           .peak_alloc_j = argmax(v->sr.alloc, v->sr.n), .stats = &v->r.stats, .dev = &v->dc,
+                           .capacity = c ? strtoull(c + 9, NULL, 10) : 0, .oom = v->r.oom,
+                           .oom_event = v->r.oom_event, .oom_message = v->oom_message};
+}
+
+static int out_kind(const char *path, char *err, size_t errlen)
+{
+    int kind = ends_with(path, ".svg") ? OUT_SVG : ends_with(path, ".html") ? OUT_HTML : ends_with(path, ".png") ? OUT_PNG
+                                                                                                             : -1;
+    if (kind < 0)
+        snprintf(err, errlen, "%s: the picture is written as .svg, .html or .png; name the file so", path);
+    if (kind == OUT_PNG && !tool_on_path("rsvg-convert")) {
+        snprintf(err, errlen, "%s: a PNG is rendered from the SVG by librsvg's rsvg-convert, which is not on PATH "
+                              "(Debian: apt install librsvg2-bin); or write %.*s.svg", path,
+                 (int)(strlen(path) - 4), path);
+        kind = -1;
+    }
+    return kind;
+}
+
+/* Writes the picture or page to path (a PNG: the SVG beside it first, then rendered). 0, or 2 with err set. */
+static int write_out(int kind, const char *path, const view_run *v, const trace *const *t, const replay_opts *o,
+                     const char *const *names, const char *const *labels, size_t n, size_t detail, char *err,
+                     size_t errlen)
+{
+    char svg[4200];
+    snprintf(svg, sizeof svg, kind == OUT_PNG ? "%s.svg.tmp" : "%s", path);
+    FILE *f = fopen(svg, "w");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot write: %s", svg, strerror(errno));
+        return 2;
+    }
+    int rc = 0;
+    if (kind == OUT_HTML) {
+        view_page_info pi[VIEW_RUNS_MAX];
+        const view_rec *vr[VIEW_RUNS_MAX];
+        for (size_t k = 0; k < n; k++) {
+            page_info(&v[k], t[k], &o[k], names[k], &pi[k]);
+            pi[k].label = labels ? labels[k] : NULL;
+            pi[k].detail = detail;
+            vr[k] = v[k].vr;
+        }
+        rc = view_html_write(f, vr, pi, n) ? 2 : 0;
+    } else {
+        draw(f, t[0], &v->sr, v->first, v->seeded, v->peak, &v->r.stats, names[0], o, &v->r);
+    }
+    if (fclose(f) != 0 || rc) {
+        snprintf(err, errlen, "%s: write failed", svg);
+        rc = 2;
+    }
+    if (kind == OUT_PNG) {
+        if (rc == 0 && render_png(svg, path, err, errlen))
+            rc = 2;
+        unlink(svg);
+    }
+    return rc;
+}
+
+int view_write_runs(const trace *const *t, const replay_opts *o, const char *const *names, const char *const *labels,
+                    size_t n, size_t detail, const char *path, char *err, size_t errlen)
+{
+    int kind = out_kind(path, err, errlen);
+    if (kind < 0)
+        return 2;
+    if (n > 1 && kind != OUT_HTML) {
+        snprintf(err, errlen, "%s: runs side by side (several --conf or traces) are drawn as a page: name it .html",
+                 path);
+        return 2;
+    }
+    if (n < 1 || n > VIEW_RUNS_MAX) {
+        snprintf(err, errlen, "at most %d runs side by side", VIEW_RUNS_MAX);
+        return 2;
+    }
+    view_run *v = calloc(n, sizeof *v);
+    if (!v) {
+        snprintf(err, errlen, "out of host memory");
+        return 2;
+    }
+    int rc = 0, oom = 0;
+    size_t oom_run = 0;
+    for (size_t k = 0; k < n && rc != 2; k++) {
+        rc = run_one(&v[k], t[k], &o[k], kind == OUT_HTML, err, errlen);
+        if (rc == 1 && !oom) {
+            oom = 1;
+            oom_run = k;
+        }
+    }
+    if (rc != 2)
+        rc = write_out(kind, path, v, t, o, names, labels, n, detail ? detail : VIEW_DETAIL, err, errlen);
+    if (rc == 0 && oom) {
+        const view_run *w = &v[oom_run];
+        snprintf(err, errlen, "%s%sout of memory at event %zu (trace line %u): %s; the picture stops there, marked",
+                 n > 1 ? w->r.settings : "", n > 1 ? ": " : "", w->r.oom_event, t[oom_run]->ev[w->r.oom_event].line,
+                 w->oom_message);
+        rc = 1;
+    }
+    for (size_t k = 0; k < n; k++)
+        run_free(&v[k]);
+    free(v);
+    return rc;
+}
+
+int view_write(const trace *t, const replay_opts *o, const char *name, const char *path, char *err, size_t errlen)
+{
+    return view_write_runs(&t, o, &name, NULL, 1, 0, path, err, errlen);
+}
