@@ -17,7 +17,6 @@
 
 #include "bench_util.h"
 #include "hbmalloc.h"
-#include "core/engine.h"
 #include "trace/steps.h"
 #include "trace/trace.h"
 
@@ -50,7 +49,7 @@ int main(int argc, char **argv)
             return 2;
         }
         if (!locked)
-            hbm__set_single_thread(a);
+            hbm_set_single_thread(a);
         CALLGRIND_START_INSTRUMENTATION;
         bench_replay(a, &t, slot, 1);
         CALLGRIND_STOP_INSTRUMENTATION;

@@ -13,42 +13,48 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/segments.h"
-#include "core/pool.h"
+#include "hbmalloc.h"
 #include "trace/trace.h"
 
 typedef struct split {
     size_t mapped, allocated, free_whole, free_partial;
 } split;
 
-/* Bytes of [lo, hi) that whole pages of seg cover. */
-static size_t whole_pages(const hbm__segment *seg, uintptr_t lo, uintptr_t hi)
+/* Bytes of [lo, hi) that whole pages of g's segment cover (pages counted from the start of its address range). */
+static size_t whole_pages(const hbm_snap_segment *g, uint64_t lo, uint64_t hi)
 {
-    size_t pg = seg->page;
-    uintptr_t first = seg->addr + (lo - seg->addr + pg - 1) / pg * pg, end = seg->addr + (hi - seg->addr) / pg * pg;
-    return end > first ? end - first : 0;
+    uint64_t pg = g->page_size, base = g->range_addr;
+    uint64_t first = base + (lo - base + pg - 1) / pg * pg, end = base + (hi - base) / pg * pg;
+    return end > first ? (size_t)(end - first) : 0;
 }
 
-/* [0] small pool, [1] large pool; whole (non-expandable) segments count as one page each. */
+/* [0] small pool, [1] large pool; whole (non-expandable) segments count as one page each. From a snapshot: one
+ * entry per segment, or per mapped run of an expandable one. */
 static void measure(hbm_allocator *a, split out[2])
 {
     memset(out, 0, 2 * sizeof *out);
-    for (hbm__segment *s = hbm__segments_first(a); s; s = hbm__segments_next(s)) {
-        split *k = &out[s->pool->is_small ? 0 : 1];
-        for (const hbm__block *b = s->head; b; b = b->next) {
-            if (!b->mapped)
-                continue;
+    hbm_snapshot *s;
+    if (hbm_snapshot_take(a, &s) != HBM_OK) {
+        fprintf(stderr, "bench_pages: out of host memory for a snapshot\n");
+        exit(2);
+    }
+    for (size_t i = 0; i < s->nsegments; i++) {
+        const hbm_snap_segment *g = &s->segments[i];
+        split *k = &out[g->is_small ? 0 : 1];
+        for (size_t j = g->first_block; j < g->first_block + g->nblocks; j++) {
+            const hbm_snap_block *b = &s->blocks[j];
             k->mapped += b->size;
-            if (b->allocated || b->event_count > 0) {
+            if (b->state != HBM_BLOCK_INACTIVE) {
                 k->allocated += b->size;
             } else {
-                size_t whole = s->expandable ? whole_pages(s, b->addr, b->addr + b->size)
-                                             : (s->head == b && !b->next ? b->size : 0);
+                size_t whole = g->is_expandable ? whole_pages(g, b->addr, b->addr + b->size)
+                                                : (g->nblocks == 1 ? b->size : 0);
                 k->free_whole += whole;
                 k->free_partial += b->size - whole;
             }
         }
     }
+    hbm_snapshot_free(s);
 }
 
 static double mib(size_t v) { return (double)v / 1048576.0; }
@@ -85,13 +91,17 @@ int main(int argc, char **argv)
                 fprintf(stderr, "%s: event %zu: %s\n", argv[f], i, hbm_last_error(a));
                 return 2;
             }
-            if (a->total_reserved > peak) {
-                peak = a->total_reserved;
+            hbm_usage u;
+            hbm_memory_usage(a, &u);
+            if (u.reserved > peak) {
+                peak = u.reserved;
                 measure(a, at);
             }
         }
         const char *name = strrchr(argv[f], '/') ? strrchr(argv[f], '/') + 1 : argv[f];
-        size_t peak_alloc = (size_t)a->stats.allocated_bytes[HBM_POOL_ALL].peak;
+        hbm_stats st;
+        hbm_get_stats(a, &st);
+        size_t peak_alloc = (size_t)st.allocated_bytes[HBM_POOL_ALL].peak;
         for (int k = 0; k < 2; k++) {
             if (k == 0)
                 printf("| %s | %.1f MiB | %.1f MiB | %.4f ", name, mib(peak_alloc), mib(peak),

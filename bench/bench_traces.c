@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "hbmalloc.h"
-#include "core/engine.h"
 #include "trace/pickle.h"
 #include "trace/trace.h"
 #include "bench_util.h"
@@ -25,7 +24,7 @@ static double replay_once(const trace *t, void **slot)
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
-    hbm__set_single_thread(a); /* as hbmalloc replay and sweep do */
+    hbm_set_single_thread(a); /* as hbmalloc replay and sweep do */
     double t0 = bench_now_s();
     bench_replay(a, t, slot, 1);
     double dt = bench_now_s() - t0;

@@ -8,9 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/sim.h"
 #include "hbmalloc.h"
-#include "core/types.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -33,8 +31,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (hbm_backend_open(&b, spec, err, sizeof err) != HBM_OK ||
         hbm_create(&a, b, 0, settings[data[0] & 7], err, sizeof err) != HBM_OK)
         abort();
-    void *sim = hbm__sim_ctx(b);
-    int host = hbm__sim_is_host_backed(sim);
+    hbm_sim_state st;
+    hbm_sim_get_state(b, &st);
+    int host = st.host_backed;
     struct {
         unsigned char *p;
         size_t n;
@@ -91,7 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             rc = hbm_empty_cache(a);
             break;
         case 7:
-            hbm__sim_stream_hold(sim, 0, 3 + x % 2, y & 1);
+            hbm_sim_hold(b, 0, 3 + x % 2, y & 1);
             break;
         case 8:
             if (routed)
@@ -101,11 +100,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             routed = !routed;
             break;
         case 9: {
-            hbm__sim_clear_faults(sim);
-            hbm__sim_fault f = {.kind = (int)(y % HBM__OP_KINDS), .nth = 1 + (x & 3), .min_size = 0,
-                                .max_size = SIZE_MAX, .code = (y & 0x100) ? HBM__BE_OOM : HBM__SIM_ERR_INJECTED};
-            if (f.kind != HBM__OP_INFO)
-                hbm__sim_add_fault(sim, &f);
+            hbm_sim_clear_faults(b);
+            hbm_sim_fault f = {.call = (int)(y % HBM_SIM_CALLS), .nth = 1 + (x & 3), .min_size = 0,
+                               .max_size = SIZE_MAX, .oom = (y & 0x100) != 0};
+            if (f.call != HBM_SIM_INFO)
+                hbm_sim_add_fault(b, &f);
             break;
         }
         }
@@ -114,7 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (hbm_check(a, err, sizeof err))
             abort();
     }
-    hbm__sim_clear_faults(sim);
+    hbm_sim_clear_faults(b);
     for (int k = 0; k < LIVE; k++)
         if (live[k].p && hbm_free(a, live[k].p) != HBM_OK)
             abort();
@@ -124,8 +123,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (hbm_empty_cache(a) != HBM_OK || hbm_check(a, NULL, 0))
         abort();
     hbm_destroy(a);
-    hbm__sim_counters c;
-    hbm__sim_get_counters(sim, &c);
+    hbm_sim_state c;
+    hbm_sim_get_state(b, &c);
     if (c.live_allocations || c.live_reservations || c.live_handles || c.mapped_pages || c.live_events)
         abort(); /* destroy left something on the device */
     hbm_backend_close(b);

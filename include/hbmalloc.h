@@ -53,6 +53,10 @@ HBM_API const char *hbm_status_name(hbm_status s);
 typedef struct hbm_backend hbm_backend;     /* an opened device backend */
 typedef struct hbm_allocator hbm_allocator; /* caching allocator of one device */
 typedef uint64_t hbm_stream;                /* backend stream handle; 0 = default stream */
+typedef enum hbm_dialect {
+    HBM_DIALECT_CUDA = 0, /* PYTORCH_CUDA_ALLOC_CONF keys and rules */
+    HBM_DIALECT_NPU = 1   /* PYTORCH_NPU_ALLOC_CONF keys and rules (torch_npu) */
+} hbm_dialect;
 
 /* Open a backend from a spec string: "sim" or "sim:capacity=80GiB,memory=host,...".
  * See docs/SIM.md for the simulated device's options. err receives a message on failure. */
@@ -65,6 +69,33 @@ HBM_API const char *hbm_backend_name(const hbm_backend *b);
  * there, such as the one a free after hbm_record_stream waits on, does not complete); released, all of it completes.
  * How hbmalloc replay plays a recorded pending free (docs/TRACE_FORMAT.md). HBM_ERR_INVALID on another backend. */
 HBM_API hbm_status hbm_sim_hold_stream(hbm_allocator *a, hbm_stream stream, int hold);
+/* The simulated device's test controls (docs/SIM.md), for tests of a program's error paths; HBM_ERR_INVALID (or 0, or
+ * nothing) on another backend. A fault rule fails calls of one kind (call, or -1: any) whose size lies in
+ * [min_size, max_size]: only the nth match counted from the rule's adding (nth 0: every match), as the device being
+ * out of memory (oom 1, which the allocator's retry ladder handles) or as a device error (HBM_ERR_BACKEND). */
+typedef enum hbm_sim_call {
+    HBM_SIM_MALLOC, HBM_SIM_FREE, HBM_SIM_INFO, HBM_SIM_RESERVE, HBM_SIM_UNRESERVE, HBM_SIM_CREATE, HBM_SIM_RELEASE,
+    HBM_SIM_MAP, HBM_SIM_UNMAP, HBM_SIM_ACCESS, HBM_SIM_SYNC, HBM_SIM_EVENT, HBM_SIM_QUERY, HBM_SIM_EVSYNC,
+    HBM_SIM_DEVSYNC, HBM_SIM_HOST_ALLOC, HBM_SIM_HOST_FREE, HBM_SIM_COPY_D2H, HBM_SIM_COPY_H2D, HBM_SIM_CALLS
+} hbm_sim_call;
+typedef struct hbm_sim_fault {
+    int call; /* hbm_sim_call, or -1: any */
+    uint64_t nth;
+    size_t min_size, max_size;
+    int oom;
+} hbm_sim_fault;
+HBM_API hbm_status hbm_sim_add_fault(hbm_backend *b, const hbm_sim_fault *f);
+HBM_API void hbm_sim_clear_faults(hbm_backend *b);
+/* What the simulated device still holds (all zero once every allocator on it is destroyed) and how it was called. */
+typedef struct hbm_sim_state {
+    uint64_t calls[HBM_SIM_CALLS]; /* every call, failed ones too */
+    uint64_t injected;             /* calls failed by a fault rule */
+    uint64_t live_allocations, live_reservations, live_handles, mapped_pages, live_events, live_host;
+    int host_backed;               /* memory=host: every byte is real host memory */
+} hbm_sim_state;
+HBM_API hbm_status hbm_sim_get_state(hbm_backend *b, hbm_sim_state *out);
+/* The simulated device's hbm_sim_hold_stream for any device of the backend. */
+HBM_API hbm_status hbm_sim_hold(hbm_backend *b, int device, hbm_stream stream, int hold);
 /* A framework's host-side launch queue in front of the device (torch_npu's task queue, TASK_QUEUE_ENABLE): work
  * it launched may still wait there, not yet on the device's streams. hbmalloc calls flush before it records an event
  * or synchronizes a stream, and sync_device (when set) instead of its own device synchronize, with the device
@@ -81,6 +112,19 @@ HBM_API int hbm_backend_vmm(hbm_backend *b, int device, char *why, size_t whylen
 /* The device count and the runtime's version text ("AscendCL 1.15.0, driver 24.1.rc3, Ascend910B3"). */
 HBM_API int hbm_backend_devices(const hbm_backend *b);
 HBM_API const char *hbm_backend_version(const hbm_backend *b);
+/* What a backend's runtime offers, found when it was opened. */
+typedef struct hbm_backend_info {
+    int devices;
+    hbm_dialect dialect;    /* whose settings its devices read (acl, and the sim opened with dialect=npu: torch_npu's) */
+    size_t vmm_granularity; /* the page of its virtual-memory mappings (0: none) */
+    int host_copies;        /* pinned host memory and copies: a sleeping pool can keep a backup */
+} hbm_backend_info;
+HBM_API hbm_status hbm_backend_get_info(const hbm_backend *b, hbm_backend_info *out);
+/* Free and total memory of `device`, asked of the device itself (no allocator needed: what a tool sizes a run by). */
+HBM_API hbm_status hbm_backend_mem_info(hbm_backend *b, int device, size_t *free_bytes, size_t *total_bytes);
+/* The name of a device runtime's error code ("ACL_ERROR_RT_MEMORY_ALLOCATION" for backend "acl"), or NULL when the
+ * backend does not know it. */
+HBM_API const char *hbm_backend_error_name(const char *backend, int code);
 
 /* Create an allocator for device `device` of backend b. settings is a
  * PYTORCH_*_ALLOC_CONF string; NULL means: HBMALLOC_CONF, else the PyTorch
@@ -98,6 +142,9 @@ HBM_API hbm_status hbm_open(hbm_allocator **out, const char *backend_spec, int d
  * HBMALLOC_QUIET is set), as no allocator is left to ask. */
 HBM_API hbm_status hbm_destroy(hbm_allocator *a);
 HBM_API hbm_status hbm_destroy_report(hbm_allocator *a, char *msg, size_t msglen);
+/* Right after hbm_create / hbm_open, before any other call: the calling thread alone will use a, so no call takes its
+ * lock (a replay, a benchmark). Stops publishing (hbm_publish), whose refresher thread would need the lock. */
+HBM_API void hbm_set_single_thread(hbm_allocator *a);
 
 /* ---- Allocation ---------------------------------------------------------- */
 /* Allocate size bytes for use on stream. size 0 gives *out = NULL and HBM_OK. */
@@ -300,6 +347,14 @@ typedef struct hbm_stats {
 HBM_API hbm_status hbm_mem_get_info(hbm_allocator *a, size_t *free_bytes, size_t *total_bytes);
 /* Copy the allocator's statistics. */
 HBM_API hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out);
+/* The few figures a caller follows event by event, without copying every statistic. */
+typedef struct hbm_usage {
+    uint64_t allocated;      /* bytes of live blocks (torch.cuda.memory_allocated) */
+    uint64_t reserved;       /* bytes held from the device (torch.cuda.memory_reserved) */
+    uint64_t requested;      /* bytes the live blocks' callers asked for */
+    uint64_t plan_positions; /* allocations per step of the plan in force (hbm_step_plan, hbm_plan_file; 0: none) */
+} hbm_usage;
+HBM_API hbm_status hbm_memory_usage(hbm_allocator *a, hbm_usage *out);
 /* peak = current for every stat. */
 HBM_API void hbm_reset_peak_stats(hbm_allocator *a);
 /* allocated = freed = 0 and the num_* counters to 0. */
@@ -331,10 +386,6 @@ typedef struct hbm_device_counters {
 HBM_API void hbm_get_device_counters(hbm_allocator *a, hbm_device_counters *out);
 
 /* ---- Settings ---------------------------------------------------------- */
-typedef enum hbm_dialect {
-    HBM_DIALECT_CUDA = 0, /* PYTORCH_CUDA_ALLOC_CONF keys and rules */
-    HBM_DIALECT_NPU = 1   /* PYTORCH_NPU_ALLOC_CONF keys and rules (torch_npu) */
-} hbm_dialect;
 
 /* Parse a settings string and write the effective settings, one "key: value" per line,
  * into out; on error returns HBM_ERR_CONF and writes the message into out. */
@@ -362,6 +413,12 @@ HBM_API hbm_status hbm_settings_effective(const char *var, const char *settings,
  * PyTorch). HBM_ERR_CONF with the reason in name for a version older than every known release, or not a version. */
 HBM_API hbm_status hbm_release_describe(hbm_dialect d, const char *version, char *name, size_t namelen, char *tag,
                                         size_t taglen);
+/* Every release of the dialect's framework whose parser hbmalloc reproduces, one per line, with what sets it apart
+ * (`hbmalloc conf --releases`). */
+HBM_API void hbm_release_list(hbm_dialect d, char *out, size_t len);
+/* How an error names a settings string given to hbm_create as an argument: "(from " HBM_SETTINGS_ARGUMENT ")" (the
+ * tool says "(from --conf)" instead). */
+#define HBM_SETTINGS_ARGUMENT "the settings argument"
 /* Rebuild a recorded state (a replay of a snapshot whose recording began mid-run): a whole segment of `size`
  * bytes on `stream`, in the small pool when `small`, with n blocks allocated at `offsets` (increasing, non-
  * overlapping, inside the segment, all in 512-byte units) of `sizes` bytes for requests of `requested` bytes;
@@ -442,6 +499,7 @@ typedef struct hbm_snap_segment {
     uint64_t range_addr, range_size; /* an expandable segment's whole address range, of which this entry is a mapped
                                         run (the rest unmapped); otherwise the segment itself */
     int is_asleep; /* its pool sleeps: the run's pages are given back, its blocks keep their addresses */
+    uint64_t page_size; /* an expandable segment's page (what is mapped and unmapped at once); 0: a whole segment */
 } hbm_snap_segment;
 
 /* Memory state at one moment, and the history: PyTorch's snapshot structure. */
@@ -496,6 +554,19 @@ typedef struct hbm_plan_info {
  * HBM_ERR_INVALID for an empty lifetime, a zero size or sizes summing past 2^62. */
 HBM_API hbm_status hbm_plan_lifetimes(hbm_lifetime *b, size_t n, uint64_t budget, uint64_t seed,
                                       hbm_plan_info *info);
+
+/* The training step of a sequence of n allocations, found as the step plan finds it in a job that does not mark
+ * its steps (docs/POLICY.md): size[k] the k-th allocation's size, freed[k] how many allocations had been made when
+ * it was freed (>= n: not freed). Each allocation is keyed by its size and by which earlier allocations were freed
+ * just before it, or by either alone; the step is the period of the longest end, of at least half of the
+ * allocations and at least HBM_MIN_STEP long, that repeats under any of these keys and whose live bytes come back
+ * each period. Returns that period (0: none, or no host memory); *len the repeating end's length, *by the keys
+ * that repeat (HBM_STEP_BY_SIZE | HBM_STEP_BY_FREES), *layers (may be NULL) the period of a repeat refused because
+ * its live bytes grow or shrink (the layers of one step, not steps; 0: none). */
+#define HBM_MIN_STEP 4
+enum { HBM_STEP_BY_SIZE = 1, HBM_STEP_BY_FREES = 2 };
+HBM_API size_t hbm_step_period(const uint64_t *size, const uint32_t *freed, size_t n, size_t *len, int *by,
+                               size_t *layers);
 
 /* ---- Correctness ---------------------------------------------------------- */
 /* Walk every segment and prove the invariants (blocks tile segments, the free index

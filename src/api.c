@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/sim.h"
 #include "core/engine.h"
 #include "core/stats.h"
 #include "core/sleep.h"
@@ -42,62 +41,6 @@ static void put_err(char *err, size_t errlen, const char *msg)
 {
     if (err && errlen)
         snprintf(err, errlen, "%s", msg);
-}
-
-hbm_status hbm_backend_open(hbm_backend **out, const char *spec, char *err, size_t errlen)
-{
-    char local[512];
-    if (!out || !spec) {
-        put_err(err, errlen, "hbm_backend_open: NULL argument");
-        return HBM_ERR_INVALID;
-    }
-    *out = NULL;
-    const char *colon = strchr(spec, ':');
-    size_t nlen = colon ? (size_t)(colon - spec) : strlen(spec);
-    const char *opts = colon ? colon + 1 : "";
-    hbm_backend *b = calloc(1, sizeof *b);
-    if (!b) {
-        put_err(err, errlen, "out of host memory");
-        return HBM_ERR_NOMEM;
-    }
-    hbm_status rc;
-    local[0] = 0;
-    snprintf(b->spec, sizeof b->spec, "%s", spec);
-    if (nlen == 3 && !strncmp(spec, "sim", 3)) {
-        rc = hbm__sim_open(b, opts, local, sizeof local);
-    } else if (nlen == 4 && !strncmp(spec, "cuda", 4)) {
-        rc = hbm__cuda_open(b, opts, local, sizeof local);
-    } else if ((nlen == 3 && !strncmp(spec, "acl", 3)) || (nlen == 3 && !strncmp(spec, "npu", 3))) {
-        rc = hbm__acl_open(b, opts, local, sizeof local);
-    } else {
-        snprintf(local, sizeof local, "unknown backend '%.*s' in '%s' (available: sim, cuda, acl or its alias npu)", (int)nlen, spec, spec);
-        rc = HBM_ERR_INVALID;
-    }
-    if (rc != HBM_OK) {
-        put_err(err, errlen, local);
-        free(b);
-        return rc;
-    }
-    *out = b;
-    return HBM_OK;
-}
-
-void hbm_backend_close(hbm_backend *b)
-{
-    if (!b)
-        return;
-    b->ops->close(b->ctx);
-    free(b);
-}
-
-const char *hbm_backend_name(const hbm_backend *b) { return b ? b->ops->name : "(none)"; }
-
-hbm_status hbm_sim_hold_stream(hbm_allocator *a, hbm_stream stream, int hold)
-{
-    void *sim = a ? hbm__sim_ctx(a->backend) : NULL;
-    if (!sim)
-        return HBM_ERR_INVALID;
-    return hbm__sim_stream_hold(sim, a->device, stream, hold) ? HBM_ERR_NOMEM : HBM_OK;
 }
 
 /* hbm_create after the lock is tracked: a failure gives back what was made, with its message. */
@@ -275,7 +218,7 @@ hbm_status hbm_destroy(hbm_allocator *a)
     return rc;
 }
 
-void hbm__set_single_thread(hbm_allocator *a)
+void hbm_set_single_thread(hbm_allocator *a)
 {
     hbm_publish(a, 0); /* its refresher would take a lock no call takes any more */
     a->single_thread = true;
@@ -318,6 +261,19 @@ hbm_status hbm_mem_get_info(hbm_allocator *a, size_t *free_bytes, size_t *total_
     hbm_status rc = hbm__dev_info(a, free_bytes, total_bytes);
     hbm__unlock(a);
     return rc;
+}
+
+hbm_status hbm_memory_usage(hbm_allocator *a, hbm_usage *out)
+{
+    if (!a || !out)
+        return HBM_ERR_INVALID;
+    hbm__lock(a);
+    *out = (hbm_usage){.allocated = (uint64_t)a->stats.allocated_bytes[HBM_POOL_ALL].current,
+                       .reserved = a->total_reserved,
+                       .requested = (uint64_t)a->stats.requested_bytes[HBM_POOL_ALL].current,
+                       .plan_positions = a->plan_n};
+    hbm__unlock(a);
+    return HBM_OK;
 }
 
 hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)

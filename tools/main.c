@@ -10,9 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "conf/conf.h"
-#include "conf/releases.h"
-#include "util/util.h"
+#include "util.h"
 #include "doctor/doctor.h"
 #include "hbmalloc.h"
 #include "run/plan.h"
@@ -155,10 +153,10 @@ static void unknown_command(const char *cmd)
 /* An error of the library, printed for a command: the settings string given to it came from --conf. */
 static void print_error(const char *cmd, const char *msg)
 {
-    const char *from = strstr(msg, "(from " HBM__FROM_ARGUMENT ")");
+    const char *from = strstr(msg, "(from " HBM_SETTINGS_ARGUMENT ")");
     if (from)
         fprintf(stderr, "hbmalloc %s: %.*s(from --conf)%s\n", cmd, (int)(from - msg), msg,
-                from + strlen("(from " HBM__FROM_ARGUMENT ")"));
+                from + strlen("(from " HBM_SETTINGS_ARGUMENT ")"));
     else
         fprintf(stderr, "hbmalloc %s: %s\n", cmd, msg);
 }
@@ -369,7 +367,7 @@ static int cmd_conf(int argc, char **argv)
         char *out = malloc(64 * 1024);
         if (!out)
             return 2;
-        hbm__release_list(d, out, 64 * 1024);
+        hbm_release_list(d, out, 64 * 1024);
         fputs(out, stdout);
         free(out);
         return 0;

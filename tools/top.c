@@ -32,7 +32,7 @@
 
 #include "hbmalloc.h"
 #include "top.h"
-#include "util/util.h"
+#include "util.h"
 
 /* A record read, its texts made safe to show (safe_text). */
 typedef struct entry {

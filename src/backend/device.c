@@ -1,16 +1,139 @@
 /*
- * device.c: the only caller of a backend. Counts every call, adds up the
- * time spent in device calls (the backend's cost model, or the measured wall
- * time of a real device) and turns backend codes into hbm_status values and
- * messages. Must not make policy decisions.
+ * device.c: the only caller of a backend. Opens and closes backends, counts every call, adds up the time spent in
+ * device calls (the backend's cost model, or the measured wall time of a real device) and turns backend codes into
+ * hbm_status values and messages; the public backend queries and the simulated device's test controls go through
+ * here too. Must not make policy decisions.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "core/engine.h"
 #include "backend/device.h"
+#include "backend/sim.h"
+#include "core/engine.h"
 #include "util/util.h"
+
+static void put_err(char *err, size_t errlen, const char *msg)
+{
+    if (err && errlen)
+        snprintf(err, errlen, "%s", msg);
+}
+
+hbm_status hbm_backend_open(hbm_backend **out, const char *spec, char *err, size_t errlen)
+{
+    char local[512];
+    if (!out || !spec) {
+        put_err(err, errlen, "hbm_backend_open: NULL argument");
+        return HBM_ERR_INVALID;
+    }
+    *out = NULL;
+    const char *colon = strchr(spec, ':');
+    size_t nlen = colon ? (size_t)(colon - spec) : strlen(spec);
+    const char *opts = colon ? colon + 1 : "";
+    hbm_backend *b = calloc(1, sizeof *b);
+    if (!b) {
+        put_err(err, errlen, "out of host memory");
+        return HBM_ERR_NOMEM;
+    }
+    hbm_status rc;
+    local[0] = 0;
+    snprintf(b->spec, sizeof b->spec, "%s", spec);
+    if (nlen == 3 && !strncmp(spec, "sim", 3)) {
+        rc = hbm__sim_open(b, opts, local, sizeof local);
+    } else if (nlen == 4 && !strncmp(spec, "cuda", 4)) {
+        rc = hbm__cuda_open(b, opts, local, sizeof local);
+    } else if ((nlen == 3 && !strncmp(spec, "acl", 3)) || (nlen == 3 && !strncmp(spec, "npu", 3))) {
+        rc = hbm__acl_open(b, opts, local, sizeof local);
+    } else {
+        snprintf(local, sizeof local, "unknown backend '%.*s' in '%s' (available: sim, cuda, acl or its alias npu)", (int)nlen, spec, spec);
+        rc = HBM_ERR_INVALID;
+    }
+    if (rc != HBM_OK) {
+        put_err(err, errlen, local);
+        free(b);
+        return rc;
+    }
+    *out = b;
+    return HBM_OK;
+}
+
+void hbm_backend_close(hbm_backend *b)
+{
+    if (!b)
+        return;
+    b->ops->close(b->ctx);
+    free(b);
+}
+
+const char *hbm_backend_name(const hbm_backend *b) { return b ? b->ops->name : "(none)"; }
+
+hbm_status hbm_sim_hold_stream(hbm_allocator *a, hbm_stream stream, int hold)
+{
+    return a ? hbm_sim_hold(a->backend, a->device, stream, hold) : HBM_ERR_INVALID;
+}
+
+_Static_assert((int)HBM_SIM_CALLS == (int)HBM__OP_KINDS, "hbm_sim_call mirrors hbm__op");
+
+hbm_status hbm_backend_mem_info(hbm_backend *b, int device, size_t *free_bytes, size_t *total_bytes)
+{
+    if (!b || !free_bytes || !total_bytes || device < 0 || device >= b->caps.device_count)
+        return HBM_ERR_INVALID;
+    *free_bytes = *total_bytes = 0;
+    return b->ops->mem_info(b->ctx, device, free_bytes, total_bytes) ? HBM_ERR_BACKEND : HBM_OK;
+}
+
+const char *hbm_backend_error_name(const char *backend, int code)
+{
+    return backend && (!strcmp(backend, "acl") || !strcmp(backend, "npu")) ? hbm__acl_error_name(code) : NULL;
+}
+
+/* ---- the simulated device's test controls (sim.h) ---- */
+
+hbm_status hbm_sim_hold(hbm_backend *b, int device, hbm_stream stream, int hold)
+{
+    void *sim = hbm__sim_ctx(b);
+    if (!sim)
+        return HBM_ERR_INVALID;
+    return hbm__sim_stream_hold(sim, device, stream, hold) ? HBM_ERR_NOMEM : HBM_OK;
+}
+
+hbm_status hbm_sim_add_fault(hbm_backend *b, const hbm_sim_fault *f)
+{
+    void *sim = hbm__sim_ctx(b);
+    if (!sim || !f || f->call < -1 || f->call >= HBM_SIM_CALLS)
+        return HBM_ERR_INVALID;
+    hbm__sim_fault rule = {.kind = f->call, .nth = f->nth, .min_size = f->min_size, .max_size = f->max_size,
+                           .code = f->oom ? HBM__BE_OOM : HBM__SIM_ERR_INJECTED};
+    return hbm__sim_add_fault(sim, &rule) ? HBM_ERR_NOMEM : HBM_OK;
+}
+
+void hbm_sim_clear_faults(hbm_backend *b)
+{
+    void *sim = hbm__sim_ctx(b);
+    if (sim)
+        hbm__sim_clear_faults(sim);
+}
+
+hbm_status hbm_sim_get_state(hbm_backend *b, hbm_sim_state *out)
+{
+    void *sim = hbm__sim_ctx(b);
+    if (!sim || !out)
+        return HBM_ERR_INVALID;
+    hbm__sim_counters c;
+    hbm__sim_get_counters(sim, &c);
+    memset(out, 0, sizeof *out);
+    memcpy(out->calls, c.calls, sizeof out->calls);
+    out->injected = c.injected;
+    out->live_allocations = c.live_allocations;
+    out->live_reservations = c.live_reservations;
+    out->live_handles = c.live_handles;
+    out->mapped_pages = c.mapped_pages;
+    out->live_events = c.live_events;
+    out->live_host = c.live_host;
+    out->host_backed = hbm__sim_is_host_backed(sim);
+    return HBM_OK;
+}
 
 static uint64_t now_ns(void)
 {
@@ -396,6 +519,15 @@ int hbm__dev_vmm(hbm_allocator *a, char *why, size_t whylen) { return hbm_backen
 int hbm_backend_devices(const hbm_backend *b) { return b ? b->caps.device_count : 0; }
 
 const char *hbm_backend_version(const hbm_backend *b) { return b ? b->caps.version : ""; }
+
+hbm_status hbm_backend_get_info(const hbm_backend *b, hbm_backend_info *out)
+{
+    if (!b || !out)
+        return HBM_ERR_INVALID;
+    *out = (hbm_backend_info){.devices = b->caps.device_count, .dialect = b->caps.dialect,
+                              .vmm_granularity = b->caps.vmm_granularity, .host_copies = b->caps.host_copies != 0};
+    return HBM_OK;
+}
 
 hbm_status hbm__dev_event_create(hbm_allocator *a, uint64_t *ev)
 {

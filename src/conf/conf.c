@@ -727,50 +727,6 @@ static const char *dialect_var(hbm_dialect d)
     return d == HBM_DIALECT_NPU ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
 }
 
-/* Optimal string alignment distance (an adjacent swap is one edit), or cap + 1 when it is more than cap. */
-static size_t edits(const char *a, const char *b, size_t cap)
-{
-    size_t n = strlen(a), m = strlen(b);
-    if (n > MAX_TOKEN_LEN || m > MAX_TOKEN_LEN || (n > m ? n - m : m - n) > cap)
-        return cap + 1;
-    size_t row[3][MAX_TOKEN_LEN + 1]; /* rows i-2, i-1 and i, in turn */
-    for (size_t j = 0; j <= m; j++)
-        row[0][j] = j;
-    for (size_t i = 1; i <= n; i++) {
-        size_t *cur = row[i % 3], *up = row[(i + 2) % 3], *up2 = row[(i + 1) % 3], best = cur[0] = i;
-        for (size_t j = 1; j <= m; j++) {
-            size_t d = up[j - 1] + (a[i - 1] != b[j - 1]);
-            if (up[j] + 1 < d)
-                d = up[j] + 1;
-            if (cur[j - 1] + 1 < d)
-                d = cur[j - 1] + 1;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d)
-                d = up2[j - 2] + 1;
-            cur[j] = d;
-            if (d < best)
-                best = d;
-        }
-        if (best > cap)
-            return cap + 1;
-    }
-    return row[n % 3][m];
-}
-
-const char *hbm__nearest(const char *word, const char *const *names, size_t n)
-{
-    const char *best = NULL;
-    size_t best_d = SIZE_MAX;
-    for (size_t i = 0; i < n; i++) {
-        size_t len = strlen(names[i]), cap = len / 4 > 2 ? len / 4 : 2;
-        size_t d = edits(word, names[i], cap);
-        if (d <= cap && d < best_d && d < len) {
-            best = names[i];
-            best_d = d;
-        }
-    }
-    return best;
-}
-
 static bool key_known(const rules *r, const key_def *k, hbm_dialect d);
 
 /* What the user likely meant by a key nobody knows: KEY=VALUE for KEY:VALUE, or the nearest key this release

@@ -80,15 +80,12 @@ hbm_status hbm__conf_parse_release(hbm__conf *c, const char *s, hbm_dialect d, c
                                    int vmm, char *err, size_t errlen);
 /* Settings from: explicit (if non-NULL), else HBMALLOC_CONF, else the dialect's PyTorch variables. An error in an
  * explicit string ends "(from " HBM__FROM_ARGUMENT ")", which the tool says as "(from --conf)". */
-#define HBM__FROM_ARGUMENT "the settings argument"
+#define HBM__FROM_ARGUMENT HBM_SETTINGS_ARGUMENT
 hbm_status hbm__conf_load(hbm__conf *c, const char *explicit_settings, hbm_dialect d, char *err, size_t errlen);
 /* The device-memory policy of c as a string hbmalloc reads strictly and the newest releases accept: the keys
  * that differ from the defaults (host-allocator keys left out). Parsing it gives the same policy. */
 void hbm__conf_policy_string(const hbm__conf *c, char *out, size_t outlen);
 /* Effective settings, one "key: value" per line. */
 void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen);
-/* The name of names[0..n) nearest to word ("did you mean"): at most 2 edits (an adjacent swap is one), or a quarter
- * of the name's length for long names; NULL when none is that near. Keys here, commands in the tool. */
-const char *hbm__nearest(const char *word, const char *const *names, size_t n);
 
 #endif

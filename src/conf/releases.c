@@ -277,7 +277,7 @@ const char *hbm__release_key_since(hbm_dialect d, const char *key, char *buf, si
     return buf;
 }
 
-void hbm__release_list(hbm_dialect d, char *out, size_t len)
+void hbm_release_list(hbm_dialect d, char *out, size_t len)
 {
     hbm__sbuf sb;
     hbm__sb_init(&sb, out, len);

@@ -60,7 +60,5 @@ bool hbm__release_has_key(const hbm__release *r, const char *key);
 /* The first release that knows the key, as text ("PyTorch 2.9", "torch_npu v26.1.0 (2.10.0.post4, ...)"), or
  * NULL when no release of the dialect does. */
 const char *hbm__release_key_since(hbm_dialect d, const char *key, char *buf, size_t len);
-/* One line per known release of the dialect, newest last, for `hbmalloc conf --releases`. */
-void hbm__release_list(hbm_dialect d, char *out, size_t len);
 
 #endif

@@ -4,10 +4,6 @@
 
 #include "core/types.h"
 
-/* For the replay tools only, right after hbm_open and before any other call:
- * the allocator will be used by this one thread, so no call takes the lock
- * (each replay owns a fresh allocator on the simulated device). */
-void hbm__set_single_thread(hbm_allocator *a);
 
 /* Where hbm_malloc / hbm_free copy a failure's message for the calling thread, under the allocator's lock
  * (devices.c sets it around its calls); NULL: nowhere. */

@@ -155,7 +155,7 @@ typedef struct hbm__event_queue {
  */
 struct hbm_allocator {
     pthread_mutex_t lock;
-    bool single_thread; /* set once at creation by hbm__set_single_thread: no lock is taken */
+    bool single_thread; /* set once at creation by hbm_set_single_thread: no lock is taken */
     /* When the device's work was last waited for (hbm__dev_quiesce) and a framework's launch queue last flushed
      * (hbm__dev_flush_open), as the free stamp then (hbm__free_stamp; 0: never). A wait holds while no block has been
      * freed since: a block can only carry work launched before the wait if it was freed after it. Nothing on the fast

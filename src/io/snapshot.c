@@ -168,7 +168,8 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
                                           .is_expandable = seg->expandable,
                                           .pool = seg->pool->owner ? seg->pool->owner->id : 0, .first_block = first,
                                           .range_addr = seg->addr, .range_size = seg->size,
-                                          .is_asleep = seg->pool->owner && seg->pool->owner->sleep_state};
+                                          .is_asleep = seg->pool->owner && seg->pool->owner->sleep_state,
+                                          .page_size = seg->expandable ? seg->page : 0};
             }
             hbm_snap_block *sb = grow_one(&blks);
             if (!sb) {

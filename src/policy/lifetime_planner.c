@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "hbmalloc.h"
-#include "policy/step_period.h"
+#include "util/util.h"
 
 typedef struct search {
     const hbm_lifetime *b;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "policy/step_period.h"
+#include "util/util.h"
 
 size_t hbm__period(const uint64_t *key, size_t n, size_t *len)
 {
@@ -38,19 +39,13 @@ size_t hbm__period(const uint64_t *key, size_t n, size_t *len)
     return best;
 }
 
-uint64_t hbm__mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 size_t hbm__step_period(const uint64_t *size, const uint32_t *freed, size_t n, size_t min_len, size_t min_period,
                         size_t *len, int *by)
 {
     /* Tried in this order, the longest end winning, the earlier on a tie: sizes and frees; sizes alone (a step that
      * frees a tensor of the warm-up differs only there); frees alone (sizes change from step to step). */
-    static const int modes[3] = {HBM__BY_SIZE | HBM__BY_FREES, HBM__BY_SIZE, HBM__BY_FREES};
+    static const int modes[3] = {HBM_STEP_BY_SIZE | HBM_STEP_BY_FREES, HBM_STEP_BY_SIZE, HBM_STEP_BY_FREES};
     *len = 0;
     *by = 0;
     uint64_t *key = malloc((n ? n : 1) * sizeof *key), *frees = calloc(n + 1, sizeof *frees);
@@ -62,8 +57,8 @@ size_t hbm__step_period(const uint64_t *size, const uint32_t *freed, size_t n, s
             frees[freed[j]] += hbm__mix64(freed[j] - j);
     for (int m = 0; m < 3; m++) {
         for (size_t k = 0; k < n; k++)
-            key[k] = hbm__mix64((modes[m] & HBM__BY_SIZE ? hbm__mix64(size[k] + 0x51ed) : 0) +
-                                (modes[m] & HBM__BY_FREES ? frees[k] : 0));
+            key[k] = hbm__mix64((modes[m] & HBM_STEP_BY_SIZE ? hbm__mix64(size[k] + 0x51ed) : 0) +
+                                (modes[m] & HBM_STEP_BY_FREES ? frees[k] : 0));
         size_t l, p = hbm__period(key, n, &l);
         if (p >= min_period && l >= min_len && l > *len) {
             *len = l;
@@ -89,4 +84,24 @@ bool hbm__period_accumulates(const uint64_t *size, const uint32_t *freed, size_t
         at0 += end >= n ? size[k] : 0;
     }
     return (at2 < at1 && at1 < at0) || (at2 > at1 && at1 > at0);
+}
+
+size_t hbm_step_period(const uint64_t *size, const uint32_t *freed, size_t n, size_t *len, int *by, size_t *layers)
+{
+    size_t l = 0;
+    int b = 0;
+    /* At least half of what was seen: a repeat inside a step (its layers) is shorter. */
+    size_t period = hbm__step_period(size, freed, n, n / 2, HBM_MIN_STEP, &l, &b);
+    if (layers)
+        *layers = 0;
+    if (period && hbm__period_accumulates(size, freed, n, period)) {
+        if (layers)
+            *layers = period;
+        period = 0;
+    }
+    if (len)
+        *len = l;
+    if (by)
+        *by = b;
+    return period;
 }

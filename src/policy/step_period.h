@@ -6,15 +6,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hbmalloc.h"
+
 /* The longest end of key[0..n) that repeats at least twice with one period: the period (0: none, or no host
  * memory), its length in *len. */
 size_t hbm__period(const uint64_t *key, size_t n, size_t *len);
-/* splitmix64's finalizer: a well-mixed 64-bit hash of z. */
-uint64_t hbm__mix64(uint64_t z);
-enum { HBM__BY_SIZE = 1, HBM__BY_FREES = 2 };
 /* The repeating step of n allocations: size[k] the k-th's size, freed[k] how many allocations had been made when it
  * was freed (> n: not freed). Each allocation's key is its size and how many allocations back each block freed just
- * before it was made, or either alone (*by: HBM__BY_* bits); the longest repeating end (at least min_len, of a
+ * before it was made, or either alone (*by: HBM_STEP_BY_* bits); the longest repeating end (at least min_len, of a
  * period of at least min_period) under any of them. The period (0: none, or no host memory), its end's length. */
 size_t hbm__step_period(const uint64_t *size, const uint32_t *freed, size_t n, size_t min_len, size_t min_period,
                         size_t *len, int *by);
@@ -23,6 +22,5 @@ size_t hbm__step_period(const uint64_t *size, const uint32_t *freed, size_t n, s
  * to the live bytes it began with (a step of another length, too, rises and falls). size and freed as for
  * hbm__step_period (freed >= n: live at the end). */
 bool hbm__period_accumulates(const uint64_t *size, const uint32_t *freed, size_t n, size_t period);
-#define HBM__MIN_STEP 4 /* allocations: a shorter repeat is not taken for a step */
 
 #endif

@@ -63,7 +63,6 @@
 #define SHAPES 4               /* step shapes kept with their plans */
 #define PREFIX 8               /* first allocations by which a step under way picks another shape's plan */
 #define DETECT_FROM 1024       /* unmarked steps: the period is looked for at 1024, 2048, 4096, ... allocations */
-#define MIN_PERIOD HBM__MIN_STEP /* a step of fewer allocations is not worth a plan */
 #define QUIET_AFTER 2          /* clean steps before recording stops (the steady state) */
 
 typedef struct step_rec {
@@ -163,7 +162,7 @@ static int shape_for_prefix(hbm__stepplan *sp, size_t k);
 static hbm_status boundary(hbm_allocator *a);
 
 /* A job that does not mark its steps: the period of its allocations so far (all in step 0), as --steps auto finds
- * it (hbm__step_period). Found (at least twice over, over half of the allocations so far, of MIN_PERIOD allocations
+ * it (hbm_step_period). Found (at least twice over, over half of the allocations so far, of HBM_MIN_STEP allocations
  * or more): a boundary now, and one every period from here. */
 static void detect(hbm_allocator *a)
 {
@@ -177,10 +176,9 @@ static void detect(hbm_allocator *a)
     if (size && freed) { /* else looked for again at the next power of two */
         for (size_t k = 0; k < n; k++)
             size[k] = r[k].size, freed[k] = r[k].end;
-        /* at least half of what was seen: a repeat inside a step (its layers) is shorter */
-        period = hbm__step_period(size, freed, n, n / 2, MIN_PERIOD, &len, &by);
-        if (period && hbm__period_accumulates(size, freed, n, period))
-            period = 0; /* looked for again at the next power of two */
+        /* None, or the layers of one step (their live bytes grow or shrink): looked for again at the next power
+         * of two. */
+        period = hbm_step_period(size, freed, n, &len, &by, NULL);
     }
     free(size);
     free(freed);

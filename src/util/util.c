@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 int hbm__parse_u64(const char *s, uint64_t *out)
 {
@@ -203,4 +204,66 @@ void hbm__json_str(FILE *out, const char *s)
 void hbm__json_str_html(FILE *out, const char *s)
 {
     json_str(out, s, 1);
+}
+
+#define NEAREST_MAX_LEN 128 /* words longer are never near (conf.c's longest token) */
+
+/* Optimal string alignment distance (an adjacent swap is one edit), or cap + 1 when it is more than cap. */
+static size_t edits(const char *a, const char *b, size_t cap)
+{
+    size_t n = strlen(a), m = strlen(b);
+    if (n > NEAREST_MAX_LEN || m > NEAREST_MAX_LEN || (n > m ? n - m : m - n) > cap)
+        return cap + 1;
+    size_t row[3][NEAREST_MAX_LEN + 1]; /* rows i-2, i-1 and i, in turn */
+    for (size_t j = 0; j <= m; j++)
+        row[0][j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t *cur = row[i % 3], *up = row[(i + 2) % 3], *up2 = row[(i + 1) % 3], best = cur[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t d = up[j - 1] + (a[i - 1] != b[j - 1]);
+            if (up[j] + 1 < d)
+                d = up[j] + 1;
+            if (cur[j - 1] + 1 < d)
+                d = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d)
+                d = up2[j - 2] + 1;
+            cur[j] = d;
+            if (d < best)
+                best = d;
+        }
+        if (best > cap)
+            return cap + 1;
+    }
+    return row[n % 3][m];
+}
+
+const char *hbm__nearest(const char *word, const char *const *names, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(names[i]), cap = len / 4 > 2 ? len / 4 : 2;
+        size_t d = edits(word, names[i], cap);
+        if (d <= cap && d < best_d && d < len) {
+            best = names[i];
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+int hbm__on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    if (!path)
+        return 0;
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        char full[1024];
+        snprintf(full, sizeof full, "%.*s/%s", (int)n, p, prog);
+        if (n && access(full, X_OK) == 0)
+            return 1;
+        p += n + (p[n] == ':');
+    }
+    return 0;
 }

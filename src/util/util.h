@@ -1,6 +1,7 @@
 /*
- * util.h: small helpers shared by the engine and the tools: size parsing
- * and PyTorch-style size formatting, bounded string building. No policy.
+ * util.h: small helpers shared by the library and the tools: size parsing and PyTorch-style size formatting,
+ * bounded string building, JSON and UTF-8, hashing, a did-you-mean. No policy, no allocator state. The one
+ * utility header that tools/, plugin/, bench/ and fuzz/ include besides include/hbmalloc.h.
  */
 #ifndef HBM_UTIL_H
 #define HBM_UTIL_H
@@ -49,5 +50,21 @@ typedef struct hbm__sbuf {
 } hbm__sbuf;
 void hbm__sb_init(hbm__sbuf *sb, char *buf, size_t cap);
 void hbm__sb_printf(hbm__sbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* splitmix64's finalizer: a well-mixed 64-bit hash of z. */
+static inline uint64_t hbm__mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The name of names[0..n) nearest to word within a few edits (a quarter of its length, at least 2; an adjacent swap
+ * is one), for a did-you-mean; NULL when none is that near. */
+const char *hbm__nearest(const char *word, const char *const *names, size_t n);
+
+/* 1 when an executable `prog` is in a folder of PATH (empty entries skipped), else 0: the commands that run one
+ * (the doctor's npu-smi and nvidia-smi, the view's rsvg-convert) say so when it is missing. */
+int hbm__on_path(const char *prog);
 
 #endif

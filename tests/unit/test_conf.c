@@ -2,6 +2,7 @@
 #include "helpers.h"
 
 #include "conf/conf.h"
+#include "util/util.h"
 
 static hbm__conf conf;
 static char err[600];

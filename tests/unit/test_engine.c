@@ -551,7 +551,7 @@ static void single_thread_mode_takes_no_lock(void **st)
 {
     (void)st;
     hbm_allocator *a = open_sim("sim", ""), *b = open_sim("sim", "");
-    hbm__set_single_thread(a);
+    hbm_set_single_thread(a);
     pthread_mutex_lock(&a->lock);
     void *p[4], *q[4];
     size_t sizes[4] = {1000, 3u << 20, 700, 12u << 20};

@@ -5,66 +5,13 @@
  * what to do next, for people or as JSON. Exit status: 0 nothing wrong, 1
  * something to act on (a warning or an error), 2 bad usage or unreadable log.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/util.h"
+#include "util.h"
 #include "doctor.h"
 #include "hbmalloc.h"
-
-void doctor_init(doctor *d)
-{
-    memset(d, 0, sizeof *d);
-    d->npu_vmm = d->cuda_vmm = -1;
-}
-
-void doctor_free(doctor *d)
-{
-    free(d->f);
-    free(d->facts);
-    memset(d, 0, sizeof *d);
-}
-
-finding *doctor_add(doctor *d, int severity, const char *id)
-{
-    static finding spare; /* out of host memory: the finding is dropped, the run goes on */
-    if (hbm__grow((void **)&d->f, &d->cap, d->n + 1, sizeof *d->f)) {
-        memset(&spare, 0, sizeof spare);
-        return &spare;
-    }
-    finding *f = &d->f[d->n];
-    memset(f, 0, sizeof *f);
-    f->severity = severity;
-    f->order = (long)d->n++;
-    f->count = 1;
-    snprintf(f->id, sizeof f->id, "%s", id);
-    return f;
-}
-
-void doctor_next(finding *f, const char *fmt, ...)
-{
-    if (f->nnext >= DOC_MAX_NEXT)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(f->next[f->nnext++], sizeof f->next[0], fmt, ap);
-    va_end(ap);
-}
-
-void doctor_fact(doctor *d, const char *section, const char *key, const char *fmt, ...)
-{
-    if (hbm__grow((void **)&d->facts, &d->capfacts, d->nfacts + 1, sizeof *d->facts))
-        return;
-    fact *x = &d->facts[d->nfacts++];
-    snprintf(x->section, sizeof x->section, "%s", section);
-    snprintf(x->key, sizeof x->key, "%s", key);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(x->value, sizeof x->value, fmt, ap);
-    va_end(ap);
-}
 
 static int by_importance(const void *pa, const void *pb)
 {

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "util/util.h"
+#include "util.h"
 #include "doctor.h"
 #include "hbmalloc.h"
 #include "run/sweep.h"

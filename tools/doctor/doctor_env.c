@@ -22,11 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
-#include "util/util.h"
+#include "util.h"
 #include "doctor.h"
 #include "hbmalloc.h"
-#include "which.h"
 
 /* ---- versions ---- */
 
@@ -468,15 +466,17 @@ static void probe_backend(doctor *d, const char *spec, int *vmm, char *why, size
     char no[384] = "";
     for (int dev = 0; dev < n && yes; dev++) /* each device probed, as each rank's allocator would */
         yes = hbm_backend_vmm(b, dev, no, sizeof no);
+    hbm_backend_info info;
+    hbm_backend_get_info(b, &info);
     if (yes)
         doctor_fact(d, spec, "virtual memory", "yes on every device (granularity %zu KiB): expandable segments work",
-                    b->caps.vmm_granularity >> 10);
+                    info.vmm_granularity >> 10);
     else
         doctor_fact(d, spec, "virtual memory", "no: %.380s", no);
     /* Pools that sleep (docs/SLEEP.md) keep their addresses only with virtual memory. */
     doctor_fact(d, spec, "sleeping pools", yes ? "yes: hbmalloc.torch.sleep() keeps every address%s"
                                                : "no: a sleep cannot keep addresses without virtual memory%s",
-                !yes ? "" : b->caps.host_copies ? "; backups in pinned host memory"
+                !yes ? "" : info.host_copies ? "; backups in pinned host memory"
                                                 : "; no backup (the runtime has no pinned host copies)");
     *vmm = yes;
     if (why)
@@ -519,7 +519,7 @@ static void ascend(doctor *d, const char *root, int *present)
 
     /* npu-smi: what the driver itself says. */
     int hung_before = count_hung(d);
-    char *t = tool_on_path("npu-smi") ? run(d, "ascend", "npu-smi", "npu-smi info 2>/dev/null") : NULL;
+    char *t = hbm__on_path("npu-smi") ? run(d, "ascend", "npu-smi", "npu-smi info 2>/dev/null") : NULL;
     npu_dev devs[64];
     int n = 0;
     if (t) {
@@ -553,7 +553,7 @@ static void ascend(doctor *d, const char *root, int *present)
         if (n == 0)
             doctor_fact(d, "ascend", "npu-smi", "ran, but no NPU rows were recognised");
     } else if (count_hung(d) == hung_before) {
-        doctor_fact(d, "ascend", "npu-smi", tool_on_path("npu-smi") ? "failed to run" : "not on PATH");
+        doctor_fact(d, "ascend", "npu-smi", hbm__on_path("npu-smi") ? "failed to run" : "not on PATH");
     }
     /* Per board: the driver's and the firmware's own versions, and whether the driver accepts the pair. */
     for (int i = 0; i < n && i < 16 && count_hung(d) == hung_before; i++) {
@@ -619,10 +619,10 @@ static void ascend(doctor *d, const char *root, int *present)
 static void nvidia(doctor *d)
 {
     int hung_before = count_hung(d);
-    char *t = tool_on_path("nvidia-smi") ? run(d, "nvidia", "nvidia-smi", "nvidia-smi 2>/dev/null") : NULL;
+    char *t = hbm__on_path("nvidia-smi") ? run(d, "nvidia", "nvidia-smi", "nvidia-smi 2>/dev/null") : NULL;
     if (!t) {
         if (count_hung(d) == hung_before)
-            doctor_fact(d, "nvidia", "nvidia-smi", tool_on_path("nvidia-smi") ? "failed to run" : "not on PATH");
+            doctor_fact(d, "nvidia", "nvidia-smi", hbm__on_path("nvidia-smi") ? "failed to run" : "not on PATH");
         return;
     }
     char v[64];

@@ -15,8 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "backend/backend.h"
-#include "util/util.h"
+#include "util.h"
 #include "doctor.h"
 #include "trace/trace.h"
 
@@ -344,7 +343,7 @@ static void hccl(doctor *d, const where *w, const char *func, int code)
 
 static void acl_code(doctor *d, const where *w, const char *func, int code)
 {
-    const char *name = hbm__acl_error_name(code);
+    const char *name = hbm_backend_error_name("acl", code);
     char title[320];
     snprintf(title, sizeof title, "NPU runtime error: %s returned %d (%s)", func, code, name ? name : "unknown code");
     finding *f = seen(d, w, code == 207000 ? SEV_WARNING : SEV_ERROR, "acl-error", title);

@@ -9,8 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/engine.h"
-#include "util/util.h"
+#include "util.h"
 
 static double now_s(void)
 {
@@ -170,6 +169,16 @@ static void note_nap(replay_naps *n, const trace_event *e, uint64_t asleep0, uin
     }
 }
 
+/* The plan's hits, misses and unplanned allocations of the step under way (since at_start). */
+static void plan_counts(hbm_allocator *a, replay_step *cur, const hbm_stats *at_start)
+{
+    hbm_stats now;
+    hbm_get_stats(a, &now);
+    cur->hits += now.plan_hits - at_start->plan_hits;
+    cur->misses += now.plan_misses - at_start->plan_misses;
+    cur->unplanned += now.plan_unplanned - at_start->plan_unplanned;
+}
+
 int replay_run(const trace *t, const replay_opts *o, replay_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -177,7 +186,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     hbm_status st = hbm_open(&a, o->backend_spec, 0, o->settings, r->message, sizeof r->message);
     if (st != HBM_OK)
         return 2;
-    hbm__set_single_thread(a); /* this thread alone uses it (sweep runs one allocator per thread) */
+    hbm_set_single_thread(a); /* this thread alone uses it (sweep runs one allocator per thread) */
     if (!o->quiet)
         replay_settings_line(a, r->settings, sizeof r->settings);
     if (o->snapshot_path && hbm_history_enable(a, t->n * 3 + 1024) != HBM_OK) {
@@ -221,29 +230,31 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     hbm_stats at_start = {0};
     for (size_t i = first; i < t->n; i++) {
         const trace_event *e = &t->ev[i];
-        if (cur && e->kind == EV_STEP) { /* the step's plan statistics, and the next step's start */
-            cur->hits += a->stats.plan_hits - at_start.plan_hits;
-            cur->misses += a->stats.plan_misses - at_start.plan_misses;
-            cur->unplanned += a->stats.plan_unplanned - at_start.plan_unplanned;
-        }
+        if (cur && e->kind == EV_STEP) /* the step's plan statistics, and the next step's start */
+            plan_counts(a, cur, &at_start);
         int nap = e->kind == EV_SLEEP || e->kind == EV_WAKE;
-        uint64_t asleep0 = nap ? asleep_of(a, e, &pools) : 0, resv0 = a->total_reserved;
+        hbm_usage u0 = {0}, u;
+        uint64_t asleep0 = nap ? asleep_of(a, e, &pools) : 0;
+        if (nap)
+            hbm_memory_usage(a, &u0);
         st = replay_event(a, e, slot, &pools);
+        if ((nap || cur) && st == HBM_OK)
+            hbm_memory_usage(a, &u);
         if (nap && st == HBM_OK)
-            note_nap(&r->naps, e, asleep0, asleep_of(a, e, &pools), resv0, a->total_reserved);
+            note_nap(&r->naps, e, asleep0, asleep_of(a, e, &pools), u0.reserved, u.reserved);
         if (cur && st == HBM_OK) {
             if (e->kind == EV_STEP) {
-                at_start = a->stats;
+                hbm_get_stats(a, &at_start);
                 cur = r->nsteps < REPLAY_STEPS ? &r->step[r->nsteps] : &r->step[REPLAY_STEPS - 1];
                 if (r->nsteps++ < REPLAY_STEPS) /* past the table, the last row sums the rest */
                     memset(cur, 0, sizeof *cur);
-                cur->planned |= a->plan_n > 0;
+                cur->planned |= u.plan_positions > 0;
             }
             cur->allocs += e->kind == EV_ALLOC;
-            if (a->total_reserved > cur->peak_reserved)
-                cur->peak_reserved = a->total_reserved;
-            if ((uint64_t)a->stats.requested_bytes[0].current > cur->peak_live)
-                cur->peak_live = (uint64_t)a->stats.requested_bytes[0].current;
+            if (u.reserved > cur->peak_reserved)
+                cur->peak_reserved = u.reserved;
+            if (u.requested > cur->peak_live)
+                cur->peak_live = u.requested;
         }
         if (st != HBM_OK) {
             snprintf(r->message, sizeof r->message, "%s", hbm_last_error(a));
@@ -269,11 +280,8 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
             }
         }
     }
-    if (cur) {
-        cur->hits += a->stats.plan_hits - at_start.plan_hits;
-        cur->misses += a->stats.plan_misses - at_start.plan_misses;
-        cur->unplanned += a->stats.plan_unplanned - at_start.plan_unplanned;
-    }
+    if (cur)
+        plan_counts(a, cur, &at_start);
     r->wall_s = now_s() - t0;
     if (o->snapshot_path) {
         hbm_snapshot *snap;

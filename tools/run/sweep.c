@@ -36,8 +36,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/types.h"
-#include "util/util.h"
+#include "util.h"
 
 #define MAX_VALUES 8
 #define MAX_KEYS 6
@@ -235,7 +234,7 @@ static int arena_row(const trace *t, const char *spec, sweep_row *row)
     size_t free_bytes = 0, total = 0;
     if (hbm_backend_open(&b, spec, err, sizeof err) != HBM_OK)
         return -1;
-    int rc = b->ops->mem_info(b->ctx, 0, &free_bytes, &total);
+    int rc = hbm_backend_mem_info(b, 0, &free_bytes, &total) != HBM_OK;
     hbm_backend_close(b);
     if (rc || free_bytes < 4 * HBM__MiB)
         return -1;
@@ -285,7 +284,9 @@ int sweep_compute(const trace *t, const sweep_opts *o, sweep_outcome *out, char 
     hbm_backend *b;
     if (hbm_backend_open(&b, o->backend_spec, err, errlen) != HBM_OK)
         return 2;
-    out->dialect = b->caps.dialect;
+    hbm_backend_info info;
+    hbm_backend_get_info(b, &info);
+    out->dialect = info.dialect;
     char why[256] = "";
     out->vmm = !o->no_expandable && hbm_backend_vmm(b, 0, why, sizeof why);
     snprintf(out->why, sizeof out->why, "%s", o->no_expandable ? "--no-expandable" : why);

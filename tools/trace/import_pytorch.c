@@ -30,8 +30,7 @@
 #include "pickle.h"
 #include "trace.h"
 #include "u64map.h"
-#include "policy/step_period.h"
-#include "util/util.h"
+#include "util.h"
 
 #define SMALL_SEGMENT (2ull << 20) /* kSmallBuffer: the small pool's segments */
 #define MAX_BYTES (1ll << 48)      /* no device has more: a larger size in a file is refused */

@@ -9,10 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy/step_period.h"
+#include "util.h"
+
 
 /* Each allocation's size and when it was freed (the allocations made by then; UINT32_MAX: never), as
- * hbm__step_period takes them. */
+ * hbm_step_period takes them. */
 static int allocations_of(const trace *t, uint64_t *size, uint32_t *freed, size_t nalloc)
 {
     uint32_t *made = malloc((t->nslots ? t->nslots : 1) * sizeof *made);
@@ -51,15 +52,13 @@ int trace_mark_steps(trace *t, const char *how, char *msg, size_t msglen)
         size_t best_len = 0;
         int which = 0;
         int bad = !size || !freed || allocations_of(t, size, freed, nalloc), layers = 0;
-        /* As the step plan looks for steps in a running job (step_plan.c): a repeat over at least half of the
-         * allocations, of at least HBM__MIN_STEP, whose live bytes come back (the layers of one step repeat too,
+        /* As the step plan looks for steps in a running job (hbm_step_period): a repeat over at least half of the
+         * allocations, of at least HBM_MIN_STEP, whose live bytes come back (the layers of one step repeat too,
          * keeping their activations). */
+        size_t layer_period = 0;
         if (!bad)
-            period = hbm__step_period(size, freed, nalloc, nalloc / 2, HBM__MIN_STEP, &best_len, &which);
-        if (period && hbm__period_accumulates(size, freed, nalloc, period)) {
-            layers = (int)period;
-            period = 0;
-        }
+            period = hbm_step_period(size, freed, nalloc, &best_len, &which, &layer_period);
+        layers = (int)layer_period;
         free(size);
         free(freed);
         if (bad) {

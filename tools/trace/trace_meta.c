@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/util.h"
+#include "util.h"
 #include "trace.h"
 
 /* FNV-1a: the stack's key in the index (texts that share a key are compared, and kept apart if they differ). */

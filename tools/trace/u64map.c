@@ -3,7 +3,8 @@
 
 #include <stdlib.h>
 
-#include "policy/step_period.h"
+#include "util.h"
+
 
 static size_t hash(uint64_t k, size_t mask) { return (size_t)hbm__mix64(k) & mask; }
 

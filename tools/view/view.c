@@ -21,9 +21,8 @@
 
 extern char **environ;
 
-#include "util/util.h"
+#include "util.h"
 #include "view_html.h"
-#include "which.h"
 
 #define W 1200
 #define H 860
@@ -540,7 +539,7 @@ static int out_kind(const char *path, char *err, size_t errlen)
                                                                                                              : -1;
     if (kind < 0)
         snprintf(err, errlen, "%s: the picture is written as .svg, .html or .png; name the file so", path);
-    if (kind == OUT_PNG && !tool_on_path("rsvg-convert")) {
+    if (kind == OUT_PNG && !hbm__on_path("rsvg-convert")) {
         snprintf(err, errlen, "%s: a PNG is rendered from the SVG by librsvg's rsvg-convert, which is not on PATH "
                               "(Debian: apt install librsvg2-bin); or write %.*s.svg", path,
                  (int)(strlen(path) - 4), path);

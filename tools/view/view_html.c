@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/util.h"
+#include "util.h"
 #include "run/replay.h"
 #include "trace/u64map.h"
 #include "view_moments.h"
