@@ -23,6 +23,7 @@
  * garbage_collection_threshold, expandable_segments, roundup_power2_divisions),
  * which say what ran even when the raw PYTORCH_CUDA_ALLOC_CONF string is empty.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -400,79 +401,69 @@ static int nap_entry(trace *t, trace_builder *b, const pv *e, const pv *act, int
     return tb_nap(b, wake, 0, (uint64_t)size, k, backup != 0, i + 1);
 }
 
-/* The snapshot's values (pickle or JSON: the same tree) into t; frees doc. */
-static int read_snapshot(const char *name, pv *root, pickle_doc *doc, size_t len, int device, trace *t, char *err,
-                         size_t errlen)
-{
-    char perr_msg[256];
-    t->format = "pytorch-snapshot";
-    int rc = -1;
-    trace_builder *b = NULL;
-    recs segs = {NULL, 0, 0, sizeof(seg_rec), {0}}, blks = {NULL, 0, 0, sizeof(blk_rec), {0}};
-    seg_rec *start_segs = NULL;
-    blk_rec *start_blks = NULL;
-    occupancy oc = {NULL, 0, 0, 0};
-    stacks *sk = NULL;
-    const pv *segments = root, *traces = NULL, *settings = NULL;
-    if (u64map_init(&segs.map) || u64map_init(&blks.map))
-        goto nomem;
-    if (root->type == PV_DICT) { /* PyTorch 2.x; 1.x dumped a bare list of segments */
-        segments = pv_get(root, "segments");
-        traces = pv_get(root, "device_traces");
-        settings = pv_get(root, "allocator_settings");
-    }
-    if (!segments || segments->type != PV_LIST) {
-        fail(err, errlen, name, "not a PyTorch memory snapshot (no list of segments)");
-        goto done;
-    }
-    const pv *events = traces ? pv_at(traces, (uint32_t)device) : NULL;
-    if (traces && traces->type != PV_LIST) {
-        fail(err, errlen, name, "device_traces is not a list");
-        goto done;
-    }
-    if (settings && settings->type == PV_DICT) {
-        copy_str(pv_get(settings, "PYTORCH_CUDA_ALLOC_CONF"), t->rec.settings_raw, sizeof t->rec.settings_raw);
-        t->rec.has_settings = recorded_settings(settings, t->rec.settings, sizeof t->rec.settings);
-        if (!t->rec.has_settings && t->rec.settings_raw[0]) { /* only the string: use it, as a file may */
-            settings_from_file(t->rec.settings_raw, t->rec.settings, sizeof t->rec.settings, t->rec.settings_dropped,
-                               sizeof t->rec.settings_dropped);
-            t->rec.has_settings = 1;
-        }
-    }
-    if (!(b = tb_new(t)))
-        goto nomem;
+/* One snapshot being read: what its phases share. */
+typedef struct snap_read {
+    const char *name;
+    char *err;
+    size_t errlen, len; /* len: the file's, which bounds what it may describe */
+    int device;
+    trace *t;
+    trace_builder *b;
+    recs segs, blks;              /* every segment and block seen, live at the end or worked back */
+    seg_rec *start_segs;          /* those live at the start, by address */
+    blk_rec *start_blks;
+    size_t ns, nb;
+    occupancy oc;
+    stacks *sk;
+    const pv *segments, *traces, *events;
+    uint32_t nev;
+    int64_t end_reserved, start, seeded_bytes;
+    int expandable;
+    uint64_t lost;
+} snap_read;
 
-    /* The end: segments and the blocks live in them. */
-    int64_t end_reserved = 0;
-    uint32_t nseg = pv_len(segments);
+/* A phase's outcome: done, or failed with its message written (SR_FAIL), or the message is the caller's. */
+enum { SR_OK = 0, SR_FAIL = -1, SR_NOMEM = -2, SR_OVERFLOW = -3 };
+
+static int sr_fail(snap_read *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int sr_fail(snap_read *r, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fail(r->err, r->errlen, r->name, msg);
+    return SR_FAIL;
+}
+
+/* The end: segments and the blocks live in them. */
+static int read_end(snap_read *r)
+{
+    uint32_t nseg = pv_len(r->segments);
     uint64_t devices_seen = 0, blocks_walked = 0;
-    int expandable = 0;
     for (uint32_t i = 0; i < nseg; i++) {
-        const pv *seg = pv_at(segments, i);
+        const pv *seg = pv_at(r->segments, i);
         int64_t dev = 0, addr, total, stream = 0, e = 0;
         pv_int(pv_get(seg, "device"), &dev);
         if (dev >= 0 && dev < 64)
             devices_seen |= 1ull << dev;
-        if (dev != device)
+        if (dev != r->device)
             continue;
-        if (pv_int(pv_get(seg, "address"), &addr) || pv_int(pv_get(seg, "total_size"), &total) || total < 0) {
-            fail(err, errlen, name, "a segment lacks address or total_size");
-            goto done;
-        }
-        if (total > MAX_BYTES || addr < 0) {
-            fail(err, errlen, name, "a segment's size or address is out of range (sizes up to 2^48 bytes)");
-            goto done;
-        }
+        if (pv_int(pv_get(seg, "address"), &addr) || pv_int(pv_get(seg, "total_size"), &total) || total < 0)
+            return sr_fail(r, "a segment lacks address or total_size");
+        if (total > MAX_BYTES || addr < 0)
+            return sr_fail(r, "a segment's size or address is out of range (sizes up to 2^48 bytes)");
         pv_int(pv_get(seg, "stream"), &stream);
         if (!pv_int(pv_get(seg, "is_expandable"), &e) && e)
-            expandable = 1;
+            r->expandable = 1;
         int64_t asleep = 0; /* hbmalloc's key: a sleeping pool's run, its pages given back (not reserved) */
-        if ((pv_int(pv_get(seg, "is_asleep"), &asleep) || !asleep) && add_checked(&end_reserved, total))
-            goto overflow;
-        t->rec.segments_end++;
-        seg_rec *sr = rec_add(&segs, (uint64_t)addr);
+        if ((pv_int(pv_get(seg, "is_asleep"), &asleep) || !asleep) && add_checked(&r->end_reserved, total))
+            return SR_OVERFLOW;
+        r->t->rec.segments_end++;
+        seg_rec *sr = rec_add(&r->segs, (uint64_t)addr);
         if (!sr)
-            goto nomem;
+            return SR_NOMEM;
         const pv *type = pv_get(seg, "segment_type");
         *sr = (seg_rec){(uint64_t)addr, (uint64_t)total, stream,
                         type ? pv_is_str(type, "small") : (uint64_t)total == SMALL_SEGMENT, 1};
@@ -481,150 +472,140 @@ static int read_snapshot(const char *name, pv *root, pickle_doc *doc, size_t len
         /* The walk's work is bounded by the file: a list is as long as its bytes allow, but
          * memo references can repeat a segment, each repeat bringing its blocks again. */
         blocks_walked += pv_len(blocks);
-        if (blocks_walked > len) {
-            snprintf(perr_msg, sizeof perr_msg, "the segments hold more blocks than a file of %zu bytes can describe "
-                     "(memo references repeat them); refusing at over one block per byte", len);
-            fail(err, errlen, name, perr_msg);
-            goto done;
-        }
+        if (blocks_walked > r->len)
+            return sr_fail(r, "the segments hold more blocks than a file of %zu bytes can describe (memo references "
+                              "repeat them); refusing at over one block per byte", r->len);
         for (uint32_t k = 0; k < pv_len(blocks); k++) {
             const pv *blk = pv_at(blocks, k);
             int64_t size = 0, req = 0;
             pv_int(pv_get(blk, "size"), &size);
-            if (size < 0 || size > MAX_BYTES) {
-                fail(err, errlen, name, "a block's size is out of range (0 to 2^48 bytes)");
-                goto done;
-            }
+            if (size < 0 || size > MAX_BYTES)
+                return sr_fail(r, "a block's size is out of range (0 to 2^48 bytes)");
             if (pv_int(pv_get(blk, "requested_size"), &req) || req <= 0)
                 req = size;
             if (pv_is_str(pv_get(blk, "state"), "active_allocated")) {
-                blk_rec *br = rec_add(&blks, (uint64_t)at);
+                blk_rec *br = rec_add(&r->blks, (uint64_t)at);
                 if (!br)
-                    goto nomem;
-                if (blks.n > len / PER_RECORD) { /* each costs some 80 bytes of memory: bounded by the file */
-                    snprintf(perr_msg, sizeof perr_msg, "the segments hold more live blocks than a file of %zu bytes "
-                             "can describe (memo references repeat them); refusing at over one per %d bytes", len,
-                             PER_RECORD);
-                    fail(err, errlen, name, perr_msg);
-                    goto done;
-                }
+                    return SR_NOMEM;
+                if (r->blks.n > r->len / PER_RECORD) /* each costs some 80 bytes of memory: bounded by the file */
+                    return sr_fail(r, "the segments hold more live blocks than a file of %zu bytes can describe "
+                                      "(memo references repeat them); refusing at over one per %d bytes", r->len,
+                                   PER_RECORD);
                 *br = (blk_rec){(uint64_t)at, (uint64_t)size, (uint64_t)req, stream, 1, 0};
             }
             if (add_checked(&at, size))
-                goto overflow;
+                return SR_OVERFLOW;
         }
     }
-    for (uint32_t d = 0; traces && d < pv_len(traces) && d < 64; d++)
-        if (pv_len(pv_at(traces, d)))
+    for (uint32_t d = 0; r->traces && d < pv_len(r->traces) && d < 64; d++)
+        if (pv_len(pv_at(r->traces, d)))
             devices_seen |= 1ull << d;
-    uint32_t nev = pv_len(events);
-    if (nev > len / PER_RECORD) { /* an event costs 24 bytes and more: memo references must not multiply them */
-        snprintf(perr_msg, sizeof perr_msg, "the history holds more events (%u) than a file of %zu bytes can describe "
-                 "(memo references repeat them); refusing at over one per %d bytes", nev, len, PER_RECORD);
-        fail(err, errlen, name, perr_msg);
-        goto done;
-    }
-    if (!(devices_seen >> device & 1) && nev == 0 && devices_seen) {
+    if (r->nev > r->len / PER_RECORD) /* an event costs 24 bytes and more: memo references must not multiply them */
+        return sr_fail(r, "the history holds more events (%u) than a file of %zu bytes can describe (memo references "
+                          "repeat them); refusing at over one per %d bytes", r->nev, r->len, PER_RECORD);
+    if (!(devices_seen >> r->device & 1) && r->nev == 0 && devices_seen) {
         char list[200] = "";
         for (int d = 0; d < 64; d++)
             if (devices_seen >> d & 1)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", list[0] ? ", " : "", d);
-        snprintf(perr_msg, sizeof perr_msg, "device %d has no segments or history in this snapshot (devices: %.100s); "
-                                            "choose one with --device", device, list);
-        fail(err, errlen, name, perr_msg);
-        goto done;
+        return sr_fail(r, "device %d has no segments or history in this snapshot (devices: %.100s); choose one with "
+                          "--device", r->device, list);
     }
+    return SR_OK;
+}
 
-    /* Back through the history to the start. */
-    uint64_t lost = 0;
+/* Back through the history to the start: what was live before each entry, the reserved memory at the start. */
+static int walk_back(snap_read *r)
+{
     int64_t seg_delta = 0;
-    for (uint32_t i = nev; i-- > 0;) {
+    for (uint32_t i = r->nev; i-- > 0;) {
         const pv *act;
         int64_t addr, size, stream;
-        event_fields(pv_at(events, i), &act, &addr, &size, &stream);
-        if (size > MAX_BYTES || size < 0) {
-            snprintf(perr_msg, sizeof perr_msg, "event %u: %s of %lld bytes (sizes are 0 to 2^48)", i,
-                     size < 0 ? "a negative size" : "a size", (long long)size);
-            fail(err, errlen, name, perr_msg);
-            goto done;
-        }
+        event_fields(pv_at(r->events, i), &act, &addr, &size, &stream);
+        if (size > MAX_BYTES || size < 0)
+            return sr_fail(r, "event %u: %s of %lld bytes (sizes are 0 to 2^48)", i,
+                           size < 0 ? "a negative size" : "a size", (long long)size);
         if (pv_is_str(act, "alloc")) {
-            blk_rec *br = rec_find(&blks, (uint64_t)addr);
+            blk_rec *br = rec_find(&r->blks, (uint64_t)addr);
             if (br && br->alive)
                 br->alive = 0;
             else
-                lost++; /* allocated and never freed nor live at the end: the history lost its free */
+                r->lost++; /* allocated and never freed nor live at the end: the history lost its free */
         } else if (pv_is_str(act, "free_completed")) {
-            blk_rec *br = rec_add(&blks, (uint64_t)addr);
+            blk_rec *br = rec_add(&r->blks, (uint64_t)addr);
             if (!br)
-                goto nomem;
+                return SR_NOMEM;
             if (br->alive)
-                lost++;
+                r->lost++;
             *br = (blk_rec){(uint64_t)addr, 0, size > 0 ? (uint64_t)size : 0, stream, 1, 1};
         } else if (pv_is_str(act, "segment_alloc")) {
             if (add_checked(&seg_delta, size))
-                goto overflow;
-            seg_rec *sr = rec_find(&segs, (uint64_t)addr);
+                return SR_OVERFLOW;
+            seg_rec *sr = rec_find(&r->segs, (uint64_t)addr);
             if (sr && sr->alive)
                 sr->alive = 0;
             else
-                lost++;
+                r->lost++;
         } else if (pv_is_str(act, "segment_free")) {
             if (add_checked(&seg_delta, -size))
-                goto overflow;
-            seg_rec *sr = rec_add(&segs, (uint64_t)addr);
+                return SR_OVERFLOW;
+            seg_rec *sr = rec_add(&r->segs, (uint64_t)addr);
             if (!sr)
-                goto nomem;
+                return SR_NOMEM;
             if (sr->alive)
-                lost++;
+                r->lost++;
             *sr = (seg_rec){(uint64_t)addr, (uint64_t)size, stream, (uint64_t)size == SMALL_SEGMENT, 1};
         } else if (is_map(act) || is_unmap(act)) {
             if (add_checked(&seg_delta, is_map(act) ? size : -size))
-                goto overflow;
-            expandable = 1;
+                return SR_OVERFLOW;
+            r->expandable = 1;
         }
     }
-    int64_t start;
-    if (__builtin_sub_overflow(end_reserved, seg_delta, &start))
-        goto overflow;
-    t->rec.end_reserved = end_reserved;
-    t->rec.start_reserved = start;
+    if (__builtin_sub_overflow(r->end_reserved, seg_delta, &r->start))
+        return SR_OVERFLOW;
+    r->t->rec.end_reserved = r->end_reserved;
+    r->t->rec.start_reserved = r->start;
+    return SR_OK;
+}
 
-    /* The start state, in address order. */
-    size_t ns = 0, nb = 0;
-    start_segs = malloc((segs.n ? segs.n : 1) * sizeof *start_segs);
-    start_blks = malloc((blks.n ? blks.n : 1) * sizeof *start_blks);
-    if (!start_segs || !start_blks)
-        goto nomem;
-    int64_t seeded_bytes = 0;
-    for (size_t i = 0; i < segs.n; i++)
-        if (((seg_rec *)segs.v)[i].alive) {
-            start_segs[ns++] = ((seg_rec *)segs.v)[i];
-            if (add_checked(&seeded_bytes, (int64_t)((seg_rec *)segs.v)[i].size))
-                goto overflow;
+/* The start state, in address order: each live block in a segment, its size where the end does not give it (the
+ * request in 512-byte units, up to the next block or the segment's end); whether a replay can begin from it, and
+ * why not. */
+static int start_state(snap_read *r)
+{
+    trace *t = r->t;
+    r->start_segs = malloc((r->segs.n ? r->segs.n : 1) * sizeof *r->start_segs);
+    r->start_blks = malloc((r->blks.n ? r->blks.n : 1) * sizeof *r->start_blks);
+    if (!r->start_segs || !r->start_blks)
+        return SR_NOMEM;
+    for (size_t i = 0; i < r->segs.n; i++)
+        if (((seg_rec *)r->segs.v)[i].alive) {
+            r->start_segs[r->ns++] = ((seg_rec *)r->segs.v)[i];
+            if (add_checked(&r->seeded_bytes, (int64_t)((seg_rec *)r->segs.v)[i].size))
+                return SR_OVERFLOW;
         }
-    for (size_t i = 0; i < blks.n; i++)
-        if (((blk_rec *)blks.v)[i].alive)
-            start_blks[nb++] = ((blk_rec *)blks.v)[i];
-    qsort(start_segs, ns, sizeof *start_segs, by_addr_seg);
-    qsort(start_blks, nb, sizeof *start_blks, by_addr_blk);
+    for (size_t i = 0; i < r->blks.n; i++)
+        if (((blk_rec *)r->blks.v)[i].alive)
+            r->start_blks[r->nb++] = ((blk_rec *)r->blks.v)[i];
+    qsort(r->start_segs, r->ns, sizeof *r->start_segs, by_addr_seg);
+    qsort(r->start_blks, r->nb, sizeof *r->start_blks, by_addr_blk);
 
-    /* Each live block in a segment; its size where the end does not give it: the request in 512-byte units,
-     * up to the next block or the segment's end. */
     int segment_events = 0;
-    for (uint32_t i = 0; i < nev && !segment_events; i++) {
-        const pv *act = pv_get(pv_at(events, i), "action");
+    for (uint32_t i = 0; i < r->nev && !segment_events; i++) {
+        const pv *act = pv_get(pv_at(r->events, i), "action");
         segment_events = pv_is_str(act, "segment_alloc") || pv_is_str(act, "segment_free") || is_map(act) ||
                          is_unmap(act);
     }
-    int blind = nev > 0 && !segment_events; /* allocations recorded, segments not: the start is unknown */
-    int seedable = !blind && !expandable && !lost && seeded_bytes == start;
+    int blind = r->nev > 0 && !segment_events; /* allocations recorded, segments not: the start is unknown */
+    int seedable = !blind && !r->expandable && !r->lost && r->seeded_bytes == r->start;
     t->rec.blind = blind;
-    size_t outside = 0;
+    size_t outside = 0, ns = r->ns, nb = r->nb;
+    seg_rec *start_segs = r->start_segs;
+    blk_rec *start_blks = r->start_blks;
     t->rec.seed_segments = calloc(ns ? ns : 1, sizeof *t->rec.seed_segments);
     t->rec.seed_blocks = calloc(nb ? nb : 1, sizeof *t->rec.seed_blocks);
     if (!t->rec.seed_segments || !t->rec.seed_blocks)
-        goto nomem;
+        return SR_NOMEM;
     size_t si = 0;
     for (size_t k = 0; k < nb; k++) {
         blk_rec *br = &start_blks[k];
@@ -651,57 +632,71 @@ static int read_snapshot(const char *name, pv *root, pickle_doc *doc, size_t len
         seedable = 0;
     if (blind)
         snprintf(t->rec.start_note, sizeof t->rec.start_note, "its history records allocations but no segment events");
-    else if (expandable)
+    else if (r->expandable)
         snprintf(t->rec.start_note, sizeof t->rec.start_note, "the recording's expandable segments cannot be rebuilt");
-    else if (lost)
+    else if (r->lost)
         snprintf(t->rec.start_note, sizeof t->rec.start_note, "the history lost %llu events (an alloc without its free "
-                 "or a segment freed twice): its start cannot be worked out", (unsigned long long)lost);
-    else if (seeded_bytes != start)
+                 "or a segment freed twice): its start cannot be worked out", (unsigned long long)r->lost);
+    else if (r->seeded_bytes != r->start)
         snprintf(t->rec.start_note, sizeof t->rec.start_note, "the segments worked back (%lld bytes) do not sum to the "
-                 "reserved memory the segment events imply (%lld bytes)", (long long)seeded_bytes, (long long)start);
+                 "reserved memory the segment events imply (%lld bytes)", (long long)r->seeded_bytes,
+                 (long long)r->start);
     else if (outside)
         snprintf(t->rec.start_note, sizeof t->rec.start_note, "%zu blocks live at the start lie in no segment", outside);
+    t->rec.seedable = seedable; /* the seed itself is made by seed_start() */
+    return SR_OK;
+}
 
-    /* The blocks live at the start come first (address order); their slots go to the seed. */
-    for (size_t k = 0; k < nb; k++) {
-        if (tb_alloc(b, start_blks[k].addr, start_blks[k].requested ? start_blks[k].requested : start_blks[k].size,
-                     (hbm_stream)start_blks[k].stream, 0, NULL) == -2)
-            goto nomem;
+/* The blocks live at the start come first (address order); their slots go to the seed. */
+static int seed_start(snap_read *r)
+{
+    trace *t = r->t;
+    for (size_t k = 0; k < r->nb; k++) {
+        const blk_rec *br = &r->start_blks[k];
+        if (tb_alloc(r->b, br->addr, br->requested ? br->requested : br->size, (hbm_stream)br->stream, 0, NULL) == -2)
+            return SR_NOMEM;
         t->rec.preexisting++;
-        t->rec.freed_preexisting += start_blks[k].freed_in_recording;
+        t->rec.freed_preexisting += br->freed_in_recording;
     }
-    if (seedable) {
+    if (t->rec.seedable) {
         size_t bi = 0;
-        for (size_t s = 0; s < ns; s++) {
+        for (size_t s = 0; s < r->ns; s++) {
+            const seg_rec *sg = &r->start_segs[s];
             trace_seed_segment *ss = &t->rec.seed_segments[t->rec.nseed_segments++];
-            *ss = (trace_seed_segment){start_segs[s].size, (hbm_stream)start_segs[s].stream, start_segs[s].small,
-                                       (uint32_t)t->rec.nseed_blocks, 0};
-            for (; bi < nb && start_blks[bi].addr < start_segs[s].addr + start_segs[s].size; bi++) {
+            *ss = (trace_seed_segment){sg->size, (hbm_stream)sg->stream, sg->small, (uint32_t)t->rec.nseed_blocks, 0};
+            for (; bi < r->nb && r->start_blks[bi].addr < sg->addr + sg->size; bi++) {
                 trace_seed_block *sb = &t->rec.seed_blocks[t->rec.nseed_blocks++];
-                *sb = (trace_seed_block){start_blks[bi].addr - start_segs[s].addr, start_blks[bi].size,
-                                         start_blks[bi].requested, t->ev[bi].slot};
+                *sb = (trace_seed_block){r->start_blks[bi].addr - sg->addr, r->start_blks[bi].size,
+                                         r->start_blks[bi].requested, t->ev[bi].slot};
                 ss->n++;
             }
         }
-        t->rec.seedable = 1;
     }
+    return SR_OK;
+}
 
-    /* The history, and the recording allocator's reserved memory along it. */
-    int64_t cur = start, peak = start;
-    if (!(sk = malloc(sizeof *sk)) || u64map_init(&sk->seqs)) {
-        free(sk);
-        sk = NULL;
-        goto nomem;
+/* The history, and the recording allocator's reserved memory along it. */
+static int read_history(snap_read *r)
+{
+    trace *t = r->t;
+    trace_builder *b = r->b;
+    const pv *events = r->events;
+    uint32_t nev = r->nev;
+    int64_t cur = r->start, peak = r->start;
+    if (!(r->sk = malloc(sizeof *r->sk)) || u64map_init(&r->sk->seqs)) {
+        free(r->sk);
+        r->sk = NULL;
+        return SR_NOMEM;
     }
-    sk->built = 0;
-    sk->budget = STACK_BYTES_PER_BYTE * len + STACK_FLOOR;
+    r->sk->built = 0;
+    r->sk->budget = STACK_BYTES_PER_BYTE * r->len + STACK_FLOOR;
     int track = t->rec.seedable; /* the full releases can be told only from a known start */
     int64_t last_nap = -1;       /* the last sleep or wake entry (nap_entry) */
-    for (size_t k = 0; track && k < ns; k++)
-        if (occ_insert(&oc, start_segs[k].addr, start_segs[k].size))
-            goto nomem;
-    for (size_t k = 0; track && k < nb; k++)
-        occ_block(&oc, start_blks[k].addr, +1);
+    for (size_t k = 0; track && k < r->ns; k++)
+        if (occ_insert(&r->oc, r->start_segs[k].addr, r->start_segs[k].size))
+            return SR_NOMEM;
+    for (size_t k = 0; track && k < r->nb; k++)
+        occ_block(&r->oc, r->start_blks[k].addr, +1);
     for (uint32_t i = 0; i < nev; i++) {
         const pv *act;
         int64_t addr, size, stream;
@@ -709,27 +704,20 @@ static int read_snapshot(const char *name, pv *root, pickle_doc *doc, size_t len
         int res = 0;
         size_t pushed = t->n; /* the events this entry makes get its time (and an allocation its stack) */
         if (pv_is_str(act, "alloc")) {
-            if (size < 0) {
-                snprintf(perr_msg, sizeof perr_msg, "event %u: alloc of a negative size", i);
-                fail(err, errlen, name, perr_msg);
-                goto done;
-            }
-            if (tb_is_live(b, (uint64_t)addr)) {
-                snprintf(perr_msg, sizeof perr_msg, "event %u: alloc at 0x%llx, which is already live", i,
-                         (unsigned long long)addr);
-                fail(err, errlen, name, perr_msg);
-                goto done;
-            }
+            if (size < 0)
+                return sr_fail(r, "event %u: alloc of a negative size", i);
+            if (tb_is_live(b, (uint64_t)addr))
+                return sr_fail(r, "event %u: alloc at 0x%llx, which is already live", i, (unsigned long long)addr);
             res = tb_alloc(b, (uint64_t)addr, (uint64_t)size, (hbm_stream)stream, i + 1, NULL);
             if (track)
-                occ_block(&oc, (uint64_t)addr, +1);
+                occ_block(&r->oc, (uint64_t)addr, +1);
         } else if (pv_is_str(act, "free_completed")) {
             res = tb_free(b, (uint64_t)addr, i + 1);
             if (res == -1) {
                 t->rec.skipped_frees++;
                 res = 0;
             } else if (track) {
-                occ_block(&oc, (uint64_t)addr, -1);
+                occ_block(&r->oc, (uint64_t)addr, -1);
             }
         } else if (pv_is_str(act, "free_requested")) {
             /* Not followed by its free_completed: the block had record_stream uses (PyTorch's free() records
@@ -747,23 +735,23 @@ static int read_snapshot(const char *name, pv *root, pickle_doc *doc, size_t len
         } else if (pv_is_str(act, "segment_alloc") || is_map(act)) {
             t->rec.present = 1;
             if (add_checked(&cur, size))
-                goto overflow;
+                return SR_OVERFLOW;
             if (cur > peak)
                 peak = cur;
             if (pv_is_str(act, "wake"))
                 res = nap_entry(t, b, pv_at(events, i), act, size, i, &last_nap);
-            if (track && occ_insert(&oc, (uint64_t)addr, (uint64_t)size))
-                goto nomem;
+            if (track && occ_insert(&r->oc, (uint64_t)addr, (uint64_t)size))
+                return SR_NOMEM;
         } else if (pv_is_str(act, "segment_free") || is_unmap(act)) {
             t->rec.present = 1;
             if (add_checked(&cur, -size))
-                goto overflow;
+                return SR_OVERFLOW;
             if (pv_is_str(act, "sleep"))
                 res = nap_entry(t, b, pv_at(events, i), act, size, i, &last_nap);
             if (track && pv_is_str(act, "segment_free")) {
-                occ_remove(&oc, (uint64_t)addr);
+                occ_remove(&r->oc, (uint64_t)addr);
                 const pv *next = i + 1 < nev ? pv_get(pv_at(events, i + 1), "action") : NULL;
-                if (oc.empty == 0 && !pv_is_str(next, "segment_free")) {
+                if (r->oc.empty == 0 && !pv_is_str(next, "segment_free")) {
                     res = tb_empty_cache(b, i + 1);
                     t->rec.releases++;
                 }
@@ -772,41 +760,82 @@ static int read_snapshot(const char *name, pv *root, pickle_doc *doc, size_t len
             t->rec.oom_events++;
         }
         if (res == -2)
-            goto nomem;
+            return SR_NOMEM;
         for (int64_t us = 0; pushed < t->n; pushed++) {
             const pv *e = pv_at(events, i);
             pv_int(pv_get(e, "time_us"), &us);
-            int64_t stack = t->ev[pushed].kind == EV_ALLOC ? stack_of(sk, t, pv_get(e, "frames")) : 0;
+            int64_t stack = t->ev[pushed].kind == EV_ALLOC ? stack_of(r->sk, t, pv_get(e, "frames")) : 0;
             if (stack < 0 || ((us || stack) && trace_meta_set_index(t, pushed, us > 0 ? (uint64_t)us : 0,
                                                                     (uint32_t)stack)))
-                goto nomem;
+                return SR_NOMEM;
         }
     }
     t->rec.peak_reserved = peak;
-    rc = 0;
-    goto done;
-overflow:
-    fail(err, errlen, name, "the sizes in the snapshot sum past 2^63 bytes");
-    goto done;
-nomem:
-    fail(err, errlen, name, "out of host memory");
+    return SR_OK;
+}
+
+/* The snapshot's values (pickle or JSON: the same tree) into t; frees doc. */
+static int read_snapshot(const char *name, pv *root, pickle_doc *doc, size_t len, int device, trace *t, char *err,
+                         size_t errlen)
+{
+    t->format = "pytorch-snapshot";
+    snap_read r = {.name = name, .err = err, .errlen = errlen, .len = len, .device = device, .t = t,
+                   .segs = {NULL, 0, 0, sizeof(seg_rec), {0}}, .blks = {NULL, 0, 0, sizeof(blk_rec), {0}},
+                   .segments = root};
+    const pv *settings = NULL;
+    int rc = SR_NOMEM;
+    if (u64map_init(&r.segs.map) || u64map_init(&r.blks.map))
+        goto done;
+    if (root->type == PV_DICT) { /* PyTorch 2.x; 1.x dumped a bare list of segments */
+        r.segments = pv_get(root, "segments");
+        r.traces = pv_get(root, "device_traces");
+        settings = pv_get(root, "allocator_settings");
+    }
+    if (!r.segments || r.segments->type != PV_LIST) {
+        rc = sr_fail(&r, "not a PyTorch memory snapshot (no list of segments)");
+        goto done;
+    }
+    r.events = r.traces ? pv_at(r.traces, (uint32_t)device) : NULL;
+    if (r.traces && r.traces->type != PV_LIST) {
+        rc = sr_fail(&r, "device_traces is not a list");
+        goto done;
+    }
+    r.nev = pv_len(r.events);
+    if (settings && settings->type == PV_DICT) {
+        copy_str(pv_get(settings, "PYTORCH_CUDA_ALLOC_CONF"), t->rec.settings_raw, sizeof t->rec.settings_raw);
+        t->rec.has_settings = recorded_settings(settings, t->rec.settings, sizeof t->rec.settings);
+        if (!t->rec.has_settings && t->rec.settings_raw[0]) { /* only the string: use it, as a file may */
+            settings_from_file(t->rec.settings_raw, t->rec.settings, sizeof t->rec.settings, t->rec.settings_dropped,
+                               sizeof t->rec.settings_dropped);
+            t->rec.has_settings = 1;
+        }
+    }
+    if (!(r.b = tb_new(t)))
+        goto done;
+    if ((rc = read_end(&r)) == SR_OK && (rc = walk_back(&r)) == SR_OK && (rc = start_state(&r)) == SR_OK &&
+        (rc = seed_start(&r)) == SR_OK)
+        rc = read_history(&r);
 done:
-    if (b)
-        tb_finish(b);
-    free(segs.v);
-    free(blks.v);
-    u64map_free(&segs.map);
-    u64map_free(&blks.map);
-    free(start_segs);
-    free(start_blks);
-    free(oc.v);
-    if (sk)
-        u64map_free(&sk->seqs);
-    free(sk);
+    if (rc == SR_OVERFLOW)
+        fail(err, errlen, name, "the sizes in the snapshot sum past 2^63 bytes");
+    else if (rc == SR_NOMEM)
+        fail(err, errlen, name, "out of host memory");
+    if (r.b)
+        tb_finish(r.b);
+    free(r.segs.v);
+    free(r.blks.v);
+    u64map_free(&r.segs.map);
+    u64map_free(&r.blks.map);
+    free(r.start_segs);
+    free(r.start_blks);
+    free(r.oc.v);
+    if (r.sk)
+        u64map_free(&r.sk->seqs);
+    free(r.sk);
     pickle_free(doc);
     if (rc)
         trace_free(t);
-    return rc;
+    return rc ? -1 : 0;
 }
 
 /* A snapshot's file parsed by parse (pickle or JSON) and read. */

@@ -331,16 +331,231 @@ static pv *parse_end(parser *ps, pv *result, pickle_doc **docp)
     return result;
 }
 
+/* ---- the opcodes, one family each (pickle_parse dispatches); each stops the parse through perr on a fault ---- */
+
+/* BININT, BININT1, BININT2. */
+static void op_int(parser *ps, unsigned char op, size_t at)
+{
+    int n = op == 'J' ? 4 : op == 'K' ? 1 : 2;
+    if (need(ps, (size_t)n, at, "an integer"))
+        return;
+    int64_t i = op == 'J' ? (int64_t)(int32_t)(uint32_t)le(ps->p, 4) : (int64_t)le(ps->p, n);
+    ps->p += n;
+    pv *v = i >= SMALL_MIN && i <= SMALL_MAX ? shared(ps, PV_INT, i) : node(ps, PV_INT);
+    if (v)
+        v->u.i = i;
+    push(ps, v);
+}
+
+/* LONG1: n bytes, little-endian two's complement. */
+static void op_long1(parser *ps, size_t at)
+{
+    if (need(ps, 1, at, "LONG1"))
+        return;
+    unsigned n = *ps->p++;
+    if (need(ps, n, at, "LONG1"))
+        return;
+    /* Python writes an unsigned 64-bit value with the top bit set (e.g. a C++ frame's line
+     * SIZE_MAX) as 9 bytes, the last a zero sign byte: keep its 64 bits. */
+    if (n > 9 || (n == 9 && ps->p[8] != 0)) {
+        perr(ps, at, "%s", "integer wider than 64 bits");
+        return;
+    }
+    uint64_t u = n ? le(ps->p, n == 9 ? 8 : (int)n) : 0;
+    if (n && n < 8 && (ps->p[n - 1] & 0x80))
+        u |= ~(uint64_t)0 << (8 * n);
+    ps->p += n;
+    pv *v = node(ps, PV_INT);
+    if (v)
+        v->u.i = (int64_t)u;
+    push(ps, v);
+}
+
+/* BINFLOAT: big-endian double. */
+static void op_float(parser *ps, size_t at)
+{
+    if (need(ps, 8, at, "BINFLOAT"))
+        return;
+    uint64_t u = 0;
+    for (int i = 0; i < 8; i++)
+        u = u << 8 | ps->p[i];
+    ps->p += 8;
+    pv *v = node(ps, PV_FLOAT);
+    if (v)
+        memcpy(&v->u.f, &u, sizeof u);
+    push(ps, v);
+}
+
+/* BINUNICODE(8), SHORT_BINUNICODE, BINBYTES(8), SHORT_BINBYTES: read as strings, pointing into the file. */
+static void op_string(parser *ps, unsigned char op, size_t at)
+{
+    int w = (op == 'X' || op == 'B') ? 4 : (op == 0x8c || op == 'C') ? 1 : 8;
+    if (need(ps, (size_t)w, at, "a string length"))
+        return;
+    uint64_t n = le(ps->p, w);
+    ps->p += w;
+    if (n > (uint64_t)(ps->end - ps->p) || n > UINT32_MAX) {
+        perr(ps, at, "%s", "string longer than the rest of the file (truncated or corrupt)");
+        return;
+    }
+    pv *v = node(ps, PV_STR);
+    if (v) {
+        v->u.str.s = (const char *)ps->p;
+        v->u.str.len = (uint32_t)n;
+    }
+    ps->p += n;
+    push(ps, v);
+}
+
+/* MEMOIZE, BINPUT, LONG_BINPUT: the top of the stack kept at an index (the next one, or the one given). */
+static void op_memo_put(parser *ps, unsigned char op, size_t at)
+{
+    size_t idx = ps->nmemo;
+    if (op != 0x94) {
+        int w = op == 'q' ? 1 : 4;
+        if (need(ps, (size_t)w, at, "a memo index"))
+            return;
+        idx = (size_t)le(ps->p, w);
+        ps->p += w;
+    }
+    if (!ps->sp) {
+        perr(ps, at, "%s", "memo store with an empty stack");
+        return;
+    }
+    if (idx > (size_t)(ps->end - ps->start)) {
+        perr(ps, at, "%s", "memo index larger than the file can use");
+        return;
+    }
+    if (idx >= ps->cap_memo) {
+        size_t cap = ps->cap_memo ? ps->cap_memo : 1024;
+        while (cap <= idx)
+            cap *= 2;
+        pv **m = charge(ps->doc, (cap - ps->cap_memo) * sizeof *m) ? NULL : realloc(ps->memo, cap * sizeof *m);
+        if (!m) {
+            perr(ps, at, "%s", nomem(ps));
+            return;
+        }
+        memset(m + ps->cap_memo, 0, (cap - ps->cap_memo) * sizeof *m);
+        ps->memo = m;
+        ps->cap_memo = cap;
+    }
+    ps->memo[idx] = ps->stack[ps->sp - 1];
+    if (idx >= ps->nmemo)
+        ps->nmemo = idx + 1;
+}
+
+/* BINGET, LONG_BINGET. */
+static void op_memo_get(parser *ps, unsigned char op, size_t at)
+{
+    int w = op == 'h' ? 1 : 4;
+    if (need(ps, (size_t)w, at, "a memo index"))
+        return;
+    size_t idx = (size_t)le(ps->p, w);
+    ps->p += w;
+    if (idx >= ps->nmemo || !ps->memo[idx]) {
+        perr(ps, at, "%s", "memo get of an index never stored");
+        return;
+    }
+    push(ps, ps->memo[idx]);
+}
+
+/* APPENDS, SETITEMS, TUPLE: the items above the last mark, into the container below it (or a new tuple). */
+static void op_from_mark(parser *ps, unsigned char op, size_t at)
+{
+    size_t m = pop_mark(ps, at);
+    if (m == (size_t)-1)
+        return;
+    if (op == 't') {
+        pv *v = node(ps, PV_TUPLE);
+        if (v)
+            seq_add_all(ps, v, m, at);
+        ps->sp = m;
+        push(ps, v);
+        return;
+    }
+    pv *target = m > 0 ? ps->stack[m - 1] : NULL;
+    if (!target || target->type != (op == 'e' ? PV_LIST : PV_DICT) || (op == 'u' && (ps->sp - m) % 2)) {
+        perr(ps, at, "%s", op == 'e' ? "APPENDS without a list" : "SETITEMS without a dict or pairs");
+        return;
+    }
+    seq_add_all(ps, target, m, at);
+    ps->sp = m;
+}
+
+/* APPEND, SETITEM: one item (or pair) into the container below it. */
+static void op_add(parser *ps, unsigned char op, size_t at)
+{
+    size_t n = op == 'a' ? 1 : 2;
+    if (ps->sp < n + 1 || ps->stack[ps->sp - n - 1]->type != (op == 'a' ? PV_LIST : PV_DICT)) {
+        perr(ps, at, "%s", op == 'a' ? "APPEND without a list" : "SETITEM without a dict");
+        return;
+    }
+    for (size_t k = n; k > 0; k--)
+        seq_add(ps, ps->stack[ps->sp - n - 1], ps->stack[ps->sp - k], at);
+    ps->sp -= n;
+}
+
+/* TUPLE1..3. */
+static void op_tuple_n(parser *ps, unsigned char op, size_t at)
+{
+    size_t n = (size_t)(op - 0x84);
+    if (ps->sp < n) {
+        perr(ps, at, "%s", "TUPLE with too few items on the stack");
+        return;
+    }
+    pv *v = node(ps, PV_TUPLE);
+    if (v)
+        seq_add_all(ps, v, ps->sp - n, at);
+    ps->sp -= n;
+    push(ps, v);
+}
+
+/* STOP: the one value left is the document's root, its large dicts indexed. */
+static pv *op_stop(parser *ps, size_t at)
+{
+    pv *result = NULL;
+    if (ps->sp != 1)
+        perr(ps, at, "%s", "STOP with other than one value on the stack");
+    else
+        result = ps->stack[0];
+    for (size_t i = 0; result && i < ps->nbig; i++)
+        if (index_dict(ps, ps->big[i]))
+            result = perr(ps, at, "%s", nomem(ps));
+    return result;
+}
+
+/* PROTO, FRAME, MARK: the stream's framing, nothing pushed. */
+static void op_framing(parser *ps, unsigned char op, size_t at)
+{
+    if (op == 0x80) {
+        if (need(ps, 1, at, "PROTO"))
+            return;
+        if (*ps->p < 2 || *ps->p > 5)
+            perr(ps, at, "%s", "unsupported pickle protocol (2 to 5 are read)");
+        ps->p++;
+    } else if (op == 0x95) { /* an 8-byte length; the content follows inline */
+        if (need(ps, 8, at, "FRAME"))
+            return;
+        if (le(ps->p, 8) > (uint64_t)(ps->end - ps->p - 8))
+            perr(ps, at, "%s", "FRAME longer than the rest of the file (truncated)");
+        ps->p += 8;
+    } else if (ps->nmarks == MAX_DEPTH) {
+        perr(ps, at, "%s", "nesting deeper than 512 levels");
+    } else {
+        ps->marks[ps->nmarks++] = ps->sp;
+    }
+}
+
 pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char *err, size_t errlen)
 {
     parser ps;
     *docp = NULL;
     pv *result = NULL;
     if (parse_begin(&ps, data, len, err, errlen))
-        goto done;
+        return parse_end(&ps, NULL, docp);
     if (len < 2 || data[0] != 0x80) {
         perr(&ps, 0, "%s", "not a pickle (it does not start with a PROTO opcode)");
-        goto done;
+        return parse_end(&ps, NULL, docp);
     }
     while (!ps.failed) {
         size_t at = (size_t)(ps.p - ps.start);
@@ -351,219 +566,39 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
         unsigned char op = *ps.p++;
         switch (op) {
         case 0x80: /* PROTO */
-            if (need(&ps, 1, at, "PROTO"))
-                break;
-            if (*ps.p < 2 || *ps.p > 5)
-                perr(&ps, at, "%s", "unsupported pickle protocol (2 to 5 are read)");
-            ps.p++;
-            break;
-        case 0x95: /* FRAME: an 8-byte length; the content follows inline */
-            if (need(&ps, 8, at, "FRAME"))
-                break;
-            if (le(ps.p, 8) > (uint64_t)(ps.end - ps.p - 8))
-                perr(&ps, at, "%s", "FRAME longer than the rest of the file (truncated)");
-            ps.p += 8;
-            break;
+        case 0x95: /* FRAME */
+        case '(': /* MARK */ op_framing(&ps, op, at); break;
         case '}': push(&ps, node(&ps, PV_DICT)); break;
         case ']': push(&ps, node(&ps, PV_LIST)); break;
         case ')': push(&ps, node(&ps, PV_TUPLE)); break;
         case 'N': push(&ps, shared(&ps, PV_NONE, 0)); break;
         case 0x88:
         case 0x89: push(&ps, shared(&ps, PV_BOOL, op == 0x88)); break;
-        case '(': /* MARK */
-            if (ps.nmarks == MAX_DEPTH)
-                perr(&ps, at, "%s", "nesting deeper than 512 levels");
-            else
-                ps.marks[ps.nmarks++] = ps.sp;
-            break;
         case 'J':
         case 'K':
-        case 'M': {
-            int n = op == 'J' ? 4 : op == 'K' ? 1 : 2;
-            if (need(&ps, (size_t)n, at, "an integer"))
-                break;
-            int64_t i = op == 'J' ? (int64_t)(int32_t)(uint32_t)le(ps.p, 4) : (int64_t)le(ps.p, n);
-            ps.p += n;
-            pv *v = i >= SMALL_MIN && i <= SMALL_MAX ? shared(&ps, PV_INT, i) : node(&ps, PV_INT);
-            if (v)
-                v->u.i = i;
-            push(&ps, v);
-            break;
-        }
-        case 0x8a: { /* LONG1: n bytes, little-endian two's complement */
-            if (need(&ps, 1, at, "LONG1"))
-                break;
-            unsigned n = *ps.p++;
-            if (need(&ps, n, at, "LONG1"))
-                break;
-            /* Python writes an unsigned 64-bit value with the top bit set (e.g. a C++ frame's line
-             * SIZE_MAX) as 9 bytes, the last a zero sign byte: keep its 64 bits. */
-            if (n > 9 || (n == 9 && ps.p[8] != 0)) {
-                perr(&ps, at, "%s", "integer wider than 64 bits");
-                break;
-            }
-            uint64_t u = n ? le(ps.p, n == 9 ? 8 : (int)n) : 0;
-            if (n && n < 8 && (ps.p[n - 1] & 0x80))
-                u |= ~(uint64_t)0 << (8 * n);
-            ps.p += n;
-            pv *v = node(&ps, PV_INT);
-            if (v)
-                v->u.i = (int64_t)u;
-            push(&ps, v);
-            break;
-        }
-        case 'G': { /* BINFLOAT: big-endian double */
-            if (need(&ps, 8, at, "BINFLOAT"))
-                break;
-            uint64_t u = 0;
-            for (int i = 0; i < 8; i++)
-                u = u << 8 | ps.p[i];
-            ps.p += 8;
-            pv *v = node(&ps, PV_FLOAT);
-            if (v)
-                memcpy(&v->u.f, &u, sizeof u);
-            push(&ps, v);
-            break;
-        }
+        case 'M': op_int(&ps, op, at); break;
+        case 0x8a: op_long1(&ps, at); break;
+        case 'G': op_float(&ps, at); break;
         case 'X':
         case 0x8c:
         case 0x8d:
         case 'B':
         case 'C':
-        case 0x8e: { /* BINUNICODE(8), SHORT_BINUNICODE, BINBYTES(8), SHORT_BINBYTES: read as strings */
-            int w = (op == 'X' || op == 'B') ? 4 : (op == 0x8c || op == 'C') ? 1 : 8;
-            if (need(&ps, (size_t)w, at, "a string length"))
-                break;
-            uint64_t n = le(ps.p, w);
-            ps.p += w;
-            if (n > (uint64_t)(ps.end - ps.p) || n > UINT32_MAX) {
-                perr(&ps, at, "%s", "string longer than the rest of the file (truncated or corrupt)");
-                break;
-            }
-            pv *v = node(&ps, PV_STR);
-            if (v) {
-                v->u.str.s = (const char *)ps.p;
-                v->u.str.len = (uint32_t)n;
-            }
-            ps.p += n;
-            push(&ps, v);
-            break;
-        }
+        case 0x8e: op_string(&ps, op, at); break;
         case 0x94: /* MEMOIZE */
         case 'q':
-        case 'r': {
-            size_t idx = ps.nmemo;
-            if (op != 0x94) {
-                int w = op == 'q' ? 1 : 4;
-                if (need(&ps, (size_t)w, at, "a memo index"))
-                    break;
-                idx = (size_t)le(ps.p, w);
-                ps.p += w;
-            }
-            if (!ps.sp) {
-                perr(&ps, at, "%s", "memo store with an empty stack");
-                break;
-            }
-            if (idx > (size_t)(ps.end - ps.start)) {
-                perr(&ps, at, "%s", "memo index larger than the file can use");
-                break;
-            }
-            if (idx >= ps.cap_memo) {
-                size_t cap = ps.cap_memo ? ps.cap_memo : 1024;
-                while (cap <= idx)
-                    cap *= 2;
-                pv **m = charge(ps.doc, (cap - ps.cap_memo) * sizeof *m) ? NULL : realloc(ps.memo, cap * sizeof *m);
-                if (!m) {
-                    perr(&ps, at, "%s", nomem(&ps));
-                    break;
-                }
-                memset(m + ps.cap_memo, 0, (cap - ps.cap_memo) * sizeof *m);
-                ps.memo = m;
-                ps.cap_memo = cap;
-            }
-            ps.memo[idx] = ps.stack[ps.sp - 1];
-            if (idx >= ps.nmemo)
-                ps.nmemo = idx + 1;
-            break;
-        }
+        case 'r': op_memo_put(&ps, op, at); break;
         case 'h':
-        case 'j': {
-            int w = op == 'h' ? 1 : 4;
-            if (need(&ps, (size_t)w, at, "a memo index"))
-                break;
-            size_t idx = (size_t)le(ps.p, w);
-            ps.p += w;
-            if (idx >= ps.nmemo || !ps.memo[idx]) {
-                perr(&ps, at, "%s", "memo get of an index never stored");
-                break;
-            }
-            push(&ps, ps.memo[idx]);
-            break;
-        }
+        case 'j': op_memo_get(&ps, op, at); break;
         case 'a': /* APPEND */
-            if (ps.sp < 2 || ps.stack[ps.sp - 2]->type != PV_LIST) {
-                perr(&ps, at, "%s", "APPEND without a list");
-                break;
-            }
-            seq_add(&ps, ps.stack[ps.sp - 2], ps.stack[ps.sp - 1], at);
-            ps.sp--;
-            break;
+        case 's': /* SETITEM */ op_add(&ps, op, at); break;
         case 'e': /* APPENDS */
         case 'u': /* SETITEMS */
-        case 't': /* TUPLE */ {
-            size_t m = pop_mark(&ps, at);
-            if (m == (size_t)-1)
-                break;
-            if (op == 't') {
-                pv *v = node(&ps, PV_TUPLE);
-                if (v)
-                    seq_add_all(&ps, v, m, at);
-                ps.sp = m;
-                push(&ps, v);
-                break;
-            }
-            pv *target = m > 0 ? ps.stack[m - 1] : NULL;
-            if (!target || target->type != (op == 'e' ? PV_LIST : PV_DICT) || (op == 'u' && (ps.sp - m) % 2)) {
-                perr(&ps, at, "%s", op == 'e' ? "APPENDS without a list" : "SETITEMS without a dict or pairs");
-                break;
-            }
-            seq_add_all(&ps, target, m, at);
-            ps.sp = m;
-            break;
-        }
-        case 's': /* SETITEM */
-            if (ps.sp < 3 || ps.stack[ps.sp - 3]->type != PV_DICT) {
-                perr(&ps, at, "%s", "SETITEM without a dict");
-                break;
-            }
-            seq_add(&ps, ps.stack[ps.sp - 3], ps.stack[ps.sp - 2], at);
-            seq_add(&ps, ps.stack[ps.sp - 3], ps.stack[ps.sp - 1], at);
-            ps.sp -= 2;
-            break;
+        case 't': /* TUPLE */ op_from_mark(&ps, op, at); break;
         case 0x85:
         case 0x86:
-        case 0x87: { /* TUPLE1..3 */
-            size_t n = (size_t)(op - 0x84);
-            if (ps.sp < n) {
-                perr(&ps, at, "%s", "TUPLE with too few items on the stack");
-                break;
-            }
-            pv *v = node(&ps, PV_TUPLE);
-            if (v)
-                seq_add_all(&ps, v, ps.sp - n, at);
-            ps.sp -= n;
-            push(&ps, v);
-            break;
-        }
-        case '.': /* STOP */
-            if (ps.sp != 1)
-                perr(&ps, at, "%s", "STOP with other than one value on the stack");
-            else
-                result = ps.stack[0];
-            for (size_t i = 0; result && i < ps.nbig; i++)
-                if (index_dict(&ps, ps.big[i]))
-                    result = perr(&ps, at, "%s", nomem(&ps));
-            goto done;
+        case 0x87: op_tuple_n(&ps, op, at); break;
+        case '.': /* STOP */ return parse_end(&ps, op_stop(&ps, at), docp);
         default: {
             const char *name = opname(op);
             char what[64];
@@ -573,7 +608,6 @@ pv *pickle_parse(const unsigned char *data, size_t len, pickle_doc **docp, char 
         }
         }
     }
-done:
     return parse_end(&ps, result, docp);
 }
 
