@@ -396,6 +396,131 @@ static const struct {
 };
 #define DROP_MAX 11
 
+/* ---- the figures of a record, in one table: the table's cells, --json, --csv and --textfile all read it ---- */
+
+/* Where a figure comes from. */
+typedef enum {
+    K_I64,         /* an int64_t field of the record (off) */
+    K_U64,         /* a uint64_t field */
+    K_BOOL,        /* an int64_t field that is 0 or 1 */
+    K_STR,         /* a text field */
+    K_UNALLOC,     /* reserved - allocated */
+    K_UNSHARE,     /* its share of reserved */
+    K_FREE_CACHED, /* reserved - active */
+    K_FRAG,        /* fragmentation: negative when nothing is cached free */
+    K_USE,         /* reserved's share of the device's capacity */
+    K_TREND,       /* the last refreshes (the table only) */
+    K_DEVICE_AS    /* the physical device, as the process's environment numbers it (entry.device) */
+} fkind;
+
+/* How the table writes it. */
+typedef enum { T_INT, T_INT_DASH, T_SIZE, T_PERCENT, T_PERCENT_DASH, T_YESNO, T_STR, T_TREND } tfmt;
+
+typedef struct field {
+    const char *name; /* the key in --json and the column in --csv; NULL: neither */
+    fkind kind;
+    size_t off;
+    int json;         /* in --json */
+    int csv;          /* its place among --csv's columns (after "time"), 1-based; 0: not there */
+    int col;          /* its column of the table (C_*), or -1 */
+    tfmt fmt;
+    int prom;         /* its place among --textfile's metrics, 1-based; 0: not there */
+    const char *metric, *type, *help;
+} field;
+
+#define F(n, k, field) n, k, offsetof(hbm_record, field)
+#define NOPROM 0, NULL, NULL, NULL
+static const field fields[] = {
+    {F("pid", K_I64, pid), 1, 1, C_PID, T_INT, NOPROM},
+    {F("start_time", K_U64, start_time), 1, 0, -1, T_INT, NOPROM},
+    {F("device", K_I64, device), 1, 3, C_DEV, T_INT, NOPROM},
+    {F("rank", K_I64, rank), 1, 2, C_RANK, T_INT_DASH, NOPROM},
+    {F("local_rank", K_I64, local_rank), 1, 0, -1, T_INT, NOPROM},
+    {F("world_size", K_I64, world_size), 1, 0, -1, T_INT, NOPROM},
+    {F("updated_ns", K_U64, updated_ns), 1, 0, -1, T_INT, 16, /* in seconds there */ "hbmalloc_last_update_timestamp_seconds", "gauge",
+     "When the process last updated its record."},
+    {F("allocated_bytes", K_I64, allocated_bytes), 1, 4, C_ALLOC, T_SIZE, 1, "hbmalloc_allocated_bytes", "gauge",
+     "Bytes in allocated blocks (allocated_bytes.all.current)."},
+    {F("reserved_bytes", K_I64, reserved_bytes), 1, 5, C_RES, T_SIZE, 2, "hbmalloc_reserved_bytes", "gauge",
+     "Bytes held from the device (reserved_bytes.all.current)."},
+    {"reserved_unallocated_bytes", K_UNALLOC, 0, 1, 6, C_UNALLOC, T_SIZE, 15, "hbmalloc_reserved_unallocated_bytes",
+     "gauge", "Reserved bytes no allocation uses (cached or fragmented)."},
+    {"unallocated_share", K_UNSHARE, 0, 1, 7, C_UNPCT, T_PERCENT, NOPROM},
+    {"free_cached_bytes", K_FREE_CACHED, 0, 1, 0, -1, T_SIZE, NOPROM},
+    {"fragmentation", K_FRAG, 0, 1, 8, C_FRAG, T_PERCENT_DASH, NOPROM},
+    {F("active_bytes", K_I64, active_bytes), 1, 0, -1, T_SIZE, 3, "hbmalloc_active_bytes", "gauge",
+     "Bytes in active blocks (active_bytes.all.current)."},
+    {F("requested_bytes", K_I64, requested_bytes), 1, 0, -1, T_SIZE, NOPROM},
+    {F("inactive_split_bytes", K_I64, inactive_split_bytes), 1, 0, -1, T_SIZE, NOPROM},
+    {F("peak_allocated_bytes", K_I64, peak_allocated_bytes), 1, 0, -1, T_SIZE, NOPROM},
+    {F("peak_reserved_bytes", K_I64, peak_reserved_bytes), 1, 10, C_PEAK, T_SIZE, 4, "hbmalloc_peak_reserved_bytes",
+     "gauge", "Peak of reserved_bytes since the last reset."},
+    {F("largest_free_bytes", K_I64, largest_free_bytes), 1, 9, C_LARGEST, T_SIZE, 6,
+     "hbmalloc_largest_free_block_bytes", "gauge", "The largest cached free block."},
+    {F("allocation", K_I64, allocation), 1, 0, -1, T_INT, NOPROM},
+    {F("segment", K_I64, segment), 1, 0, -1, T_INT, 7, "hbmalloc_segments", "gauge", "Segments held from the device."},
+    {F("active", K_I64, active), 1, 0, -1, T_INT, NOPROM},
+    {F("inactive_split", K_I64, inactive_split), 1, 0, -1, T_INT, 8, "hbmalloc_inactive_split_blocks", "gauge",
+     "Free blocks of split segments (fragments)."},
+    {F("num_ooms", K_I64, num_ooms), 1, 11, C_OOMS, T_INT, 9, "hbmalloc_ooms_total", "counter",
+     "Out-of-memory errors."},
+    {F("num_alloc_retries", K_I64, num_alloc_retries), 1, 12, C_RETRIES, T_INT, 10, "hbmalloc_alloc_retries_total",
+     "counter", "Allocations retried after freeing the cache."},
+    {F("num_device_alloc", K_I64, num_device_alloc), 1, 13, C_DEVMALLOC, T_INT, 11, "hbmalloc_device_mallocs_total",
+     "counter", "Device allocation calls (and page maps)."},
+    {F("num_device_free", K_I64, num_device_free), 1, 14, -1, T_INT, 12, "hbmalloc_device_frees_total", "counter",
+     "Device free calls (and page unmaps)."},
+    {F("expandable_segments", K_BOOL, expandable_segments), 1, 15, C_EXP, T_YESNO, 13, "hbmalloc_expandable_segments",
+     "gauge", "1 when expandable segments are in force."},
+    {F("device_total", K_I64, device_total), 1, 0, C_CAP, T_SIZE, 14, "hbmalloc_device_total_bytes", "gauge",
+     "The device's capacity."},
+    {F("backend", K_STR, backend), 1, 0, -1, T_STR, NOPROM},
+    {F("settings", K_STR, settings), 1, 0, -1, T_STR, NOPROM},
+    {F("source", K_STR, source), 1, 0, -1, T_STR, NOPROM},
+    {F("command", K_STR, command), 1, 16, C_COMMAND, T_STR, NOPROM},
+    {F("asleep_bytes", K_I64, asleep_bytes), 1, 0, -1, T_SIZE, NOPROM},
+    {F("backup_bytes", K_I64, backup_bytes), 1, 0, -1, T_SIZE, NOPROM},
+    {F("asleep_tags", K_STR, asleep_tags), 1, 0, -1, T_STR, NOPROM},
+    {F("job_peak_allocated_bytes", K_I64, job_peak_allocated_bytes), 1, 0, -1, T_SIZE, NOPROM},
+    {F("job_peak_reserved_bytes", K_I64, job_peak_reserved_bytes), 1, 0, C_JOBPEAK, T_SIZE, 5,
+     "hbmalloc_job_peak_reserved_bytes", "gauge", "Peak of reserved_bytes since the job started (resets do not lower "
+     "it)."},
+    {"device_as_numbered", K_DEVICE_AS, 0, 1, 0, -1, T_STR, NOPROM},
+    {NULL, K_USE, 0, 0, 0, C_USE, T_PERCENT, NOPROM},
+    {NULL, K_TREND, 0, 0, 0, C_TREND, T_TREND, NOPROM},
+};
+#undef F
+#undef NOPROM
+#define NFIELDS (sizeof fields / sizeof fields[0])
+
+/* A number the figure is (the kinds that are one). */
+static int64_t figure(const field *f, const hbm_record *r)
+{
+    switch (f->kind) {
+    case K_UNALLOC: return unallocated(r);
+    case K_FREE_CACHED: return free_cached(r);
+    case K_U64: return (int64_t)*(const uint64_t *)((const char *)r + f->off);
+    default: return *(const int64_t *)((const char *)r + f->off);
+    }
+}
+
+static double share(const field *f, const hbm_record *r)
+{
+    return f->kind == K_UNSHARE ? unallocated_share(r) : f->kind == K_USE ? ratio(r->reserved_bytes, r->device_total)
+                                                                          : fragmentation(r);
+}
+
+static const char *text_of(const field *f, const hbm_record *r) { return (const char *)r + f->off; }
+
+/* The field at place k of an output (csv or prom), or NULL. */
+static const field *field_at(int k, int prom)
+{
+    for (size_t i = 0; i < NFIELDS; i++)
+        if ((prom ? fields[i].prom : fields[i].csv) == k)
+            return &fields[i];
+    return NULL;
+}
+
 /* The columns a text takes on a terminal: one per character (safe_text left no control character). */
 static int text_width(const char *s)
 {
@@ -454,33 +579,32 @@ static void percent_text(double share, char *buf, size_t len) { snprintf(buf, le
 static void row_cells(const seen *s, const entry *e, char cell[NCOLS][48])
 {
     const hbm_record *r = &e->r;
-    const history *h = history_of(s, e);
-    if (r->rank >= 0)
-        snprintf(cell[C_RANK], 48, "%lld", (long long)r->rank);
-    else
-        snprintf(cell[C_RANK], 48, "-");
-    snprintf(cell[C_PID], 48, "%lld", (long long)r->pid);
-    snprintf(cell[C_DEV], 48, "%lld", (long long)r->device);
-    size_text(r->allocated_bytes, cell[C_ALLOC], 48);
-    size_text(r->reserved_bytes, cell[C_RES], 48);
-    size_text(r->device_total, cell[C_CAP], 48);
-    percent_text(ratio(r->reserved_bytes, r->device_total), cell[C_USE], 48);
-    size_text(unallocated(r), cell[C_UNALLOC], 48);
-    percent_text(unallocated_share(r), cell[C_UNPCT], 48);
-    double frag = fragmentation(r);
-    if (frag < 0)
-        snprintf(cell[C_FRAG], 48, "-");
-    else
-        percent_text(frag, cell[C_FRAG], 48);
-    size_text(r->largest_free_bytes, cell[C_LARGEST], 48);
-    size_text(r->peak_reserved_bytes, cell[C_PEAK], 48);
-    size_text(r->job_peak_reserved_bytes, cell[C_JOBPEAK], 48);
-    trend_text(h, cell[C_TREND], 48);
-    snprintf(cell[C_OOMS], 48, "%lld", (long long)r->num_ooms);
-    snprintf(cell[C_RETRIES], 48, "%lld", (long long)r->num_alloc_retries);
-    snprintf(cell[C_DEVMALLOC], 48, "%lld", (long long)r->num_device_alloc);
-    snprintf(cell[C_EXP], 48, "%s", r->expandable_segments ? "yes" : "no");
-    snprintf(cell[C_COMMAND], 48, "%s", r->command);
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const field *f = &fields[i];
+        char *c = f->col >= 0 ? cell[f->col] : NULL;
+        if (!c)
+            continue;
+        switch (f->fmt) {
+        case T_INT_DASH:
+            if (figure(f, r) < 0) {
+                snprintf(c, 48, "-");
+                break;
+            }
+            /* fall through */
+        case T_INT: snprintf(c, 48, "%lld", (long long)figure(f, r)); break;
+        case T_SIZE: size_text(figure(f, r), c, 48); break;
+        case T_PERCENT_DASH:
+            if (share(f, r) < 0) {
+                snprintf(c, 48, "-");
+                break;
+            }
+            /* fall through */
+        case T_PERCENT: percent_text(share(f, r), c, 48); break;
+        case T_YESNO: snprintf(c, 48, "%s", figure(f, r) ? "yes" : "no"); break;
+        case T_STR: snprintf(c, 48, "%s", text_of(f, r)); break;
+        case T_TREND: trend_text(history_of(s, e), c, 48); break;
+        }
+    }
 }
 
 /* One total per device that more than one allocator uses: the figures that add up (not the largest free block,
@@ -635,39 +759,25 @@ static void print_json(FILE *f, const opts *o, const seen *s)
     fprintf(f, ", \"stale\": %zu, \"refused\": %zu, \"records\": [", s->stale, s->refused);
     for (size_t i = 0; i < s->n; i++) {
         const hbm_record *r = &s->recs[i].r;
-        char fj[32];
-        fprintf(f, "%s{\"pid\": %lld, \"start_time\": %llu, \"device\": %lld, \"rank\": %lld, \"local_rank\": %lld, "
-                   "\"world_size\": %lld, \"updated_ns\": %llu, \"allocated_bytes\": %lld, \"reserved_bytes\": %lld, "
-                   "\"reserved_unallocated_bytes\": %lld, \"unallocated_share\": %.6f, \"free_cached_bytes\": %lld, "
-                   "\"fragmentation\": %s, \"active_bytes\": %lld, "
-                   "\"requested_bytes\": %lld, \"inactive_split_bytes\": %lld, \"peak_allocated_bytes\": %lld, "
-                   "\"peak_reserved_bytes\": %lld, \"largest_free_bytes\": %lld, \"allocation\": %lld, "
-                   "\"segment\": %lld, \"active\": %lld, \"inactive_split\": %lld, \"num_ooms\": %lld, "
-                   "\"num_alloc_retries\": %lld, \"num_device_alloc\": %lld, \"num_device_free\": %lld, "
-                   "\"expandable_segments\": %s, \"device_total\": %lld, \"backend\": ",
-                i ? ", " : "", (long long)r->pid, (unsigned long long)r->start_time, (long long)r->device,
-                (long long)r->rank, (long long)r->local_rank, (long long)r->world_size,
-                (unsigned long long)r->updated_ns, (long long)r->allocated_bytes, (long long)r->reserved_bytes,
-                (long long)unallocated(r), unallocated_share(r), (long long)free_cached(r), frag_json(r, fj, sizeof fj),
-                (long long)r->active_bytes, (long long)r->requested_bytes,
-                (long long)r->inactive_split_bytes, (long long)r->peak_allocated_bytes,
-                (long long)r->peak_reserved_bytes, (long long)r->largest_free_bytes, (long long)r->allocation,
-                (long long)r->segment, (long long)r->active, (long long)r->inactive_split, (long long)r->num_ooms,
-                (long long)r->num_alloc_retries, (long long)r->num_device_alloc, (long long)r->num_device_free,
-                r->expandable_segments ? "true" : "false", (long long)r->device_total);
-        hbm__json_str(f, r->backend);
-        fputs(", \"settings\": ", f);
-        hbm__json_str(f, r->settings);
-        fputs(", \"source\": ", f);
-        hbm__json_str(f, r->source);
-        fputs(", \"command\": ", f);
-        hbm__json_str(f, r->command);
-        fprintf(f, ", \"asleep_bytes\": %lld, \"backup_bytes\": %lld, \"asleep_tags\": ", (long long)r->asleep_bytes,
-                (long long)r->backup_bytes);
-        hbm__json_str(f, r->asleep_tags);
-        fprintf(f, ", \"job_peak_allocated_bytes\": %lld, \"job_peak_reserved_bytes\": %lld, \"device_as_numbered\": ",
-                (long long)r->job_peak_allocated_bytes, (long long)r->job_peak_reserved_bytes);
-        hbm__json_str(f, s->recs[i].device);
+        const char *sep = "{";
+        fputs(i ? ", " : "", f);
+        for (size_t k = 0; k < NFIELDS; k++) {
+            const field *x = &fields[k];
+            if (!x->json)
+                continue;
+            fprintf(f, "%s\"%s\": ", sep, x->name);
+            sep = ", ";
+            char fj[32];
+            switch (x->kind) {
+            case K_U64: fprintf(f, "%llu", (unsigned long long)figure(x, r)); break;
+            case K_BOOL: fputs(figure(x, r) ? "true" : "false", f); break;
+            case K_STR: hbm__json_str(f, text_of(x, r)); break;
+            case K_DEVICE_AS: hbm__json_str(f, s->recs[i].device); break;
+            case K_UNSHARE: fprintf(f, "%.6f", share(x, r)); break;
+            case K_FRAG: fputs(frag_json(r, fj, sizeof fj), f); break;
+            default: fprintf(f, "%lld", (long long)figure(x, r)); break;
+            }
+        }
         fputc('}', f);
     }
     fputs("]}\n", f);
@@ -694,26 +804,29 @@ static int append_csv(const opts *o, const seen *s)
     FILE *f = fopen(o->csv, "a");
     if (!f)
         return -1;
-    if (ftell(f) == 0)
-        fputs("time,pid,rank,device,allocated_bytes,reserved_bytes,reserved_unallocated_bytes,unallocated_share,"
-              "fragmentation,"
-              "largest_free_bytes,peak_reserved_bytes,num_ooms,num_alloc_retries,num_device_alloc,num_device_free,"
-              "expandable_segments,command\n", f);
+    if (ftell(f) == 0) {
+        fputs("time", f);
+        for (int k = 1; field_at(k, 0); k++)
+            fprintf(f, ",%s", field_at(k, 0)->name);
+        fputc('\n', f);
+    }
     char when[32];
     now_text(when, sizeof when, 1);
     for (size_t i = 0; i < s->n; i++) {
         const hbm_record *r = &s->recs[i].r;
-        double frag = fragmentation(r);
-        char fc[32] = "";
-        if (frag >= 0)
-            snprintf(fc, sizeof fc, "%.6f", frag);
-        fprintf(f, "%s,%lld,%lld,%lld,%lld,%lld,%lld,%.6f,%s,%lld,%lld,%lld,%lld,%lld,%lld,%d,", when,
-                (long long)r->pid, (long long)r->rank, (long long)r->device, (long long)r->allocated_bytes,
-                (long long)r->reserved_bytes, (long long)unallocated(r), unallocated_share(r), fc,
-                (long long)r->largest_free_bytes,
-                (long long)r->peak_reserved_bytes, (long long)r->num_ooms, (long long)r->num_alloc_retries,
-                (long long)r->num_device_alloc, (long long)r->num_device_free, r->expandable_segments ? 1 : 0);
-        csv_field(f, r->command);
+        fputs(when, f);
+        for (int k = 1; field_at(k, 0); k++) {
+            const field *x = field_at(k, 0);
+            fputc(',', f);
+            if (x->kind == K_STR)
+                csv_field(f, text_of(x, r));
+            else if (x->kind == K_FRAG && share(x, r) >= 0)
+                fprintf(f, "%.6f", share(x, r));
+            else if (x->kind == K_UNSHARE)
+                fprintf(f, "%.6f", share(x, r));
+            else if (x->kind != K_FRAG)
+                fprintf(f, "%lld", (long long)figure(x, r));
+        }
         fputc('\n', f);
     }
     return fclose(f) ? -1 : 0;
@@ -750,39 +863,8 @@ static void prom_labels(FILE *f, const entry *e)
             e->slot);
 }
 
-/* What a metric shows: a field of the record, or one derived from it. */
-enum { FIELD, UNALLOCATED, SECONDS };
-
 static int write_textfile(const opts *o, const seen *s)
 {
-    static const struct {
-        const char *name, *type, *help;
-        int kind;
-        size_t off; /* FIELD: the int64_t field */
-    } metrics[] = {
-#define M(n, t, h, field) {n, t, h, FIELD, offsetof(hbm_record, field)}
-        M("hbmalloc_allocated_bytes", "gauge", "Bytes in allocated blocks (allocated_bytes.all.current).",
-          allocated_bytes),
-        M("hbmalloc_reserved_bytes", "gauge", "Bytes held from the device (reserved_bytes.all.current).",
-          reserved_bytes),
-        M("hbmalloc_active_bytes", "gauge", "Bytes in active blocks (active_bytes.all.current).", active_bytes),
-        M("hbmalloc_peak_reserved_bytes", "gauge", "Peak of reserved_bytes since the last reset.", peak_reserved_bytes),
-        M("hbmalloc_job_peak_reserved_bytes", "gauge", "Peak of reserved_bytes since the job started (resets do "
-          "not lower it).", job_peak_reserved_bytes),
-        M("hbmalloc_largest_free_block_bytes", "gauge", "The largest cached free block.", largest_free_bytes),
-        M("hbmalloc_segments", "gauge", "Segments held from the device.", segment),
-        M("hbmalloc_inactive_split_blocks", "gauge", "Free blocks of split segments (fragments).", inactive_split),
-        M("hbmalloc_ooms_total", "counter", "Out-of-memory errors.", num_ooms),
-        M("hbmalloc_alloc_retries_total", "counter", "Allocations retried after freeing the cache.", num_alloc_retries),
-        M("hbmalloc_device_mallocs_total", "counter", "Device allocation calls (and page maps).", num_device_alloc),
-        M("hbmalloc_device_frees_total", "counter", "Device free calls (and page unmaps).", num_device_free),
-        M("hbmalloc_expandable_segments", "gauge", "1 when expandable segments are in force.", expandable_segments),
-        M("hbmalloc_device_total_bytes", "gauge", "The device's capacity.", device_total),
-#undef M
-        {"hbmalloc_reserved_unallocated_bytes", "gauge", "Reserved bytes no allocation uses (cached or fragmented).",
-         UNALLOCATED, 0},
-        {"hbmalloc_last_update_timestamp_seconds", "gauge", "When the process last updated its record.", SECONDS, 0},
-    };
     char tmp[PATH_MAX], final[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s/.hbmalloc.prom.XXXXXX", o->textfile) >= (int)sizeof tmp ||
         snprintf(final, sizeof final, "%s/hbmalloc.prom", o->textfile) >= (int)sizeof final) {
@@ -804,19 +886,17 @@ static int write_textfile(const opts *o, const seen *s)
         errno = e;
         return -1;
     }
-    for (size_t m = 0; m < sizeof metrics / sizeof metrics[0]; m++) {
-        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", metrics[m].name, metrics[m].help, metrics[m].name,
-                metrics[m].type);
+    for (int m = 1; field_at(m, 1); m++) {
+        const field *x = field_at(m, 1);
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", x->metric, x->help, x->metric, x->type);
         for (size_t i = 0; i < s->n; i++) {
             const hbm_record *r = &s->recs[i].r;
-            fputs(metrics[m].name, f);
+            fputs(x->metric, f);
             prom_labels(f, &s->recs[i]);
-            if (metrics[m].kind == SECONDS)
+            if (x->kind == K_U64) /* updated_ns, in seconds */
                 fprintf(f, " %.3f\n", (double)r->updated_ns / 1e9);
             else
-                fprintf(f, " %lld\n", (long long)(metrics[m].kind == UNALLOCATED
-                                                       ? unallocated(r)
-                                                       : *(const int64_t *)((const char *)r + metrics[m].off)));
+                fprintf(f, " %lld\n", (long long)figure(x, r));
         }
     }
     fputs("# HELP hbmalloc_info The allocator's process, backend, settings and process name.\n"

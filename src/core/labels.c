@@ -4,7 +4,8 @@
  * text, found in O(1) by a hash of the text, and the texts, kept until the
  * allocator is destroyed (ids in the history ring and in blocks refer to
  * them), at most HBM_LABELS_MAX texts and HBM_LABELS_MAX_BYTES bytes of
- * them. Knows nothing of blocks or the ring. Runs with a->lock held.
+ * them; the ids are found by their text through the one hash map (util/hashmap.h). Knows nothing of blocks or the
+ * ring. Runs with a->lock held.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,23 +22,21 @@ static uint64_t hash_text(const char *s)
     return h;
 }
 
-/* Double the slot table and re-place every id. */
-static int rehash(hbm__labels *l)
+uint64_t hbm__label_hash(const void *slots, uint32_t id)
 {
-    uint32_t nslot = l->nslot ? l->nslot * 2 : 64;
-    uint32_t *slot = calloc(nslot, sizeof *slot);
-    if (!slot)
-        return -1;
-    for (uint32_t id = 1; id <= l->n; id++) {
-        uint32_t i = (uint32_t)hash_text(l->text[id - 1]) & (nslot - 1);
-        while (slot[i])
-            i = (i + 1) & (nslot - 1);
-        slot[i] = id;
-    }
-    free(l->slot);
-    l->slot = slot;
-    l->nslot = nslot;
-    return 0;
+    const hbm__labels *l = (const hbm__labels *)((const char *)slots - offsetof(hbm__labels, slots));
+    return hash_text(l->text[id - 1]);
+}
+
+typedef struct text_of_id {
+    const hbm__labels *l;
+    const char *text;
+} text_of_id;
+
+static int same_text(const void *ctx, uint32_t id)
+{
+    const text_of_id *t = ctx;
+    return !strcmp(t->l->text[id - 1], t->text);
 }
 
 hbm_status hbm__label_intern(hbm__labels *l, const char *text, uint32_t *out)
@@ -46,14 +45,15 @@ hbm_status hbm__label_intern(hbm__labels *l, const char *text, uint32_t *out)
     l->full = 0;
     if (len > HBM_LABEL_MAX)
         return HBM_ERR_INVALID;
-    if ((l->n + 1) * 4 > (uint64_t)l->nslot * 3 && rehash(l)) /* load factor <= 3/4 */
+    if ((!l->slots.keys && hbm__label_slots_init(&l->slots)) || hbm__label_slots_reserve(&l->slots, 1))
         return HBM_ERR_NOMEM;
-    uint32_t i = (uint32_t)hash_text(text) & (l->nslot - 1);
-    for (; l->slot[i]; i = (i + 1) & (l->nslot - 1))
-        if (!strcmp(l->text[l->slot[i] - 1], text)) {
-            *out = l->slot[i];
-            return HBM_OK;
-        }
+    l->nslot = (uint32_t)(l->slots.mask + 1);
+    text_of_id want = {l, text};
+    size_t i = hbm__label_slots_probe(&l->slots, hash_text(text), same_text, &want);
+    if (hbm__label_slots_occupied(&l->slots, i)) {
+        *out = l->slots.keys[i];
+        return HBM_OK;
+    }
     l->full = l->n >= HBM_LABELS_MAX || l->bytes + len + 1 > HBM_LABELS_MAX_BYTES;
     if (l->full)
         return HBM_ERR_NOMEM;
@@ -67,7 +67,7 @@ hbm_status hbm__label_intern(hbm__labels *l, const char *text, uint32_t *out)
     memcpy(copy, text, len + 1);
     l->text[l->n++] = copy;
     l->bytes += len + 1;
-    l->slot[i] = l->n;
+    (void)hbm__label_slots_put_at(&l->slots, i, l->n, 0); /* room was made above */
     *out = l->n;
     return HBM_OK;
 }
@@ -82,7 +82,7 @@ void hbm__labels_destroy(hbm__labels *l)
     for (uint32_t i = 0; i < l->n; i++)
         free(l->text[i]);
     free(l->text);
-    free(l->slot);
+    hbm__label_slots_free(&l->slots);
     memset(l, 0, sizeof *l);
 }
 

@@ -54,12 +54,18 @@ typedef struct hbm__block {
                                  cleared when freed, so free blocks have 0 */
 } hbm__block;
 
-/* Interned label texts (labels.c): text[id - 1]; slot is an open-addressing table of ids. */
+/* The ids of interned labels found by their text: the one hash map (util/hashmap.h) of ids (0: an empty cell),
+ * hashed by their text (labels.c). */
+uint64_t hbm__label_hash(const void *slots, uint32_t id);
+#define HBM__LABEL_HASH(m, id) hbm__label_hash(m, id)
+HBM__HASHMAP(hbm__label_slots, uint32_t, uint8_t, HBM__LABEL_HASH, 0, 0, 64)
+
+/* Interned label texts (labels.c): text[id - 1]; slots finds an id by its text. */
 typedef struct hbm__labels {
     char **text;
     uint32_t n, cap;
-    uint32_t *slot;
-    uint32_t nslot; /* a power of two, or 0 */
+    hbm__label_slots slots;
+    uint32_t nslot; /* slots' capacity (a power of two; its load is at most 1/2), or 0 before the first label */
     size_t bytes;   /* of text kept, bounded by HBM_LABELS_MAX_BYTES */
     int full;       /* the last refusal was the bound, not host memory */
 } hbm__labels;

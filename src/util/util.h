@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "hashmap.h" /* the one hash map, instantiated per key type */
+
 #define HBM__KiB ((size_t)1024)
 #define HBM__MiB ((size_t)1024 * 1024)
 #define HBM__GiB ((size_t)1024 * 1024 * 1024)
