@@ -14,11 +14,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define LIVE 32
 
-static const char *settings[] = {"", "expandable_segments:True", "max_split_size_mb:20",
+static const char *settings[] = {"",
+                                 "expandable_segments:True",
+                                 "max_split_size_mb:20",
                                  "garbage_collection_threshold:0.5,per_process_memory_fraction:0.9",
                                  "roundup_power2_divisions:[1:2,>:4],large_segment_size_mb:24",
                                  "expandable_segments:True,hbm_remap_free_pages:True",
-                                 "release_lock_on_cudamalloc:True", "max_split_size_mb:32,expandable_segments:True"};
+                                 "release_lock_on_cudamalloc:True",
+                                 "max_split_size_mb:32,expandable_segments:True"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -86,12 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (live[k].p)
                 rc = hbm_record_stream(a, live[k].p, 3 + x % 2);
             break;
-        case 6:
-            rc = hbm_empty_cache(a);
-            break;
-        case 7:
-            hbm_sim_hold(b, 0, 3 + x % 2, y & 1);
-            break;
+        case 6: rc = hbm_empty_cache(a); break;
+        case 7: hbm_sim_hold(b, 0, 3 + x % 2, y & 1); break;
         case 8:
             if (routed)
                 rc = hbm_mempool_end(a, mp);
@@ -101,8 +100,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         case 9: {
             hbm_sim_clear_faults(b);
-            hbm_sim_fault f = {.call = (int)(y % HBM_SIM_CALLS), .nth = 1 + (x & 3), .min_size = 0,
-                               .max_size = SIZE_MAX, .oom = (y & 0x100) != 0};
+            hbm_sim_fault f = {.call = (int)(y % HBM_SIM_CALLS),
+                               .nth = 1 + (x & 3),
+                               .min_size = 0,
+                               .max_size = SIZE_MAX,
+                               .oom = (y & 0x100) != 0};
             if (f.call != HBM_SIM_INFO)
                 hbm_sim_add_fault(b, &f);
             break;

@@ -23,7 +23,9 @@ static inline void fuzz_replay_and_free(trace *t)
     }
     char msg[300];
     if (t->allocs <= 500 && trace_mark_steps(t, "auto", msg, sizeof msg) == 0) { /* small: the fuzzer stays fast */
-        replay_opts o = {.backend_spec = "sim:capacity=1GiB,vmm=off", .settings = "hbm_step_plan:True", .quiet = 1,
+        replay_opts o = {.backend_spec = "sim:capacity=1GiB,vmm=off",
+                         .settings = "hbm_step_plan:True",
+                         .quiet = 1,
                          .check_every = t->n < 1000};
         replay_result r;
         if (replay_run(t, &o, &r) == 2 && r.check_failures)

@@ -31,7 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             plan p;
             plan_opts po = {.budget = 4, .seed = 1};
             if (plan_build(&t, &po, &p, err, sizeof err) == 0) {
-                if (plan_check(&p, err, sizeof err) || p.height < p.peak_live_rounded || p.peak_live_rounded < p.peak_live)
+                if (plan_check(&p, err, sizeof err) || p.height < p.peak_live_rounded ||
+                    p.peak_live_rounded < p.peak_live)
                     abort();
                 plan_free(&p);
             } else if (!strstr(err, "2^62")) {

@@ -74,9 +74,26 @@ HBM_API hbm_status hbm_sim_hold_stream(hbm_allocator *a, hbm_stream stream, int 
  * [min_size, max_size]: only the nth match counted from the rule's adding (nth 0: every match), as the device being
  * out of memory (oom 1, which the allocator's retry ladder handles) or as a device error (HBM_ERR_BACKEND). */
 typedef enum hbm_sim_call {
-    HBM_SIM_MALLOC, HBM_SIM_FREE, HBM_SIM_INFO, HBM_SIM_RESERVE, HBM_SIM_UNRESERVE, HBM_SIM_CREATE, HBM_SIM_RELEASE,
-    HBM_SIM_MAP, HBM_SIM_UNMAP, HBM_SIM_ACCESS, HBM_SIM_SYNC, HBM_SIM_EVENT, HBM_SIM_QUERY, HBM_SIM_EVSYNC,
-    HBM_SIM_DEVSYNC, HBM_SIM_HOST_ALLOC, HBM_SIM_HOST_FREE, HBM_SIM_COPY_D2H, HBM_SIM_COPY_H2D, HBM_SIM_CALLS
+    HBM_SIM_MALLOC,
+    HBM_SIM_FREE,
+    HBM_SIM_INFO,
+    HBM_SIM_RESERVE,
+    HBM_SIM_UNRESERVE,
+    HBM_SIM_CREATE,
+    HBM_SIM_RELEASE,
+    HBM_SIM_MAP,
+    HBM_SIM_UNMAP,
+    HBM_SIM_ACCESS,
+    HBM_SIM_SYNC,
+    HBM_SIM_EVENT,
+    HBM_SIM_QUERY,
+    HBM_SIM_EVSYNC,
+    HBM_SIM_DEVSYNC,
+    HBM_SIM_HOST_ALLOC,
+    HBM_SIM_HOST_FREE,
+    HBM_SIM_COPY_D2H,
+    HBM_SIM_COPY_H2D,
+    HBM_SIM_CALLS
 } hbm_sim_call;
 typedef struct hbm_sim_fault {
     int call; /* hbm_sim_call, or -1: any */
@@ -91,7 +108,7 @@ typedef struct hbm_sim_state {
     uint64_t calls[HBM_SIM_CALLS]; /* every call, failed ones too */
     uint64_t injected;             /* calls failed by a fault rule */
     uint64_t live_allocations, live_reservations, live_handles, mapped_pages, live_events, live_host;
-    int host_backed;               /* memory=host: every byte is real host memory */
+    int host_backed; /* memory=host: every byte is real host memory */
 } hbm_sim_state;
 HBM_API hbm_status hbm_sim_get_state(hbm_backend *b, hbm_sim_state *out);
 /* The simulated device's hbm_sim_hold_stream for any device of the backend. */
@@ -115,7 +132,7 @@ HBM_API const char *hbm_backend_version(const hbm_backend *b);
 /* What a backend's runtime offers, found when it was opened. */
 typedef struct hbm_backend_info {
     int devices;
-    hbm_dialect dialect;    /* whose settings its devices read (acl, and the sim opened with dialect=npu: torch_npu's) */
+    hbm_dialect dialect; /* whose settings its devices read (acl, and the sim opened with dialect=npu: torch_npu's) */
     size_t vmm_granularity; /* the page of its virtual-memory mappings (0: none) */
     int host_copies;        /* pinned host memory and copies: a sleeping pool can keep a backup */
 } hbm_backend_info;
@@ -129,11 +146,11 @@ HBM_API const char *hbm_backend_error_name(const char *backend, int code);
 /* Create an allocator for device `device` of backend b. settings is a
  * PYTORCH_*_ALLOC_CONF string; NULL means: HBMALLOC_CONF, else the PyTorch
  * variable of the backend's dialect (PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF). */
-HBM_API hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device,
-                              const char *settings, char *err, size_t errlen);
+HBM_API hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const char *settings, char *err,
+                              size_t errlen);
 /* Open a private backend from spec and create an allocator on it; hbm_destroy closes both. */
-HBM_API hbm_status hbm_open(hbm_allocator **out, const char *backend_spec, int device,
-                            const char *settings, char *err, size_t errlen);
+HBM_API hbm_status hbm_open(hbm_allocator **out, const char *backend_spec, int device, const char *settings, char *err,
+                            size_t errlen);
 /* Return all cached and live memory to the device and free the allocator (gone either way).
  * HBM_OK, or HBM_ERR_BACKEND when a device call failed while giving memory back (a free, unmap,
  * release, unreserve or event destroy): the device may still hold what that call held. The
@@ -219,7 +236,7 @@ typedef struct hbm_sleep_opts {
     size_t chunk_bytes;          /* the backup is copied in pieces of this size, each a pinned buffer (0: 64 MiB) */
     hbm_sleep_progress progress; /* bytes copied so far, after each piece, with the allocator's lock released */
     void *ctx;
-    int release_host;            /* wake: free the pinned buffers (0: keep them for the next sleep) */
+    int release_host; /* wake: free the pinned buffers (0: keep them for the next sleep) */
 } hbm_sleep_opts;
 
 /* Put pool p to sleep: wait for the device's work, copy its live blocks to host memory (backup pools), then unmap
@@ -242,7 +259,7 @@ typedef enum hbm_pool_state {
 
 typedef struct hbm_pool_info {
     hbm_mempool id;
-    char tag[64];            /* "" when untagged */
+    char tag[64]; /* "" when untagged */
     int backup;
     hbm_pool_state state;
     uint64_t live_bytes;     /* allocated blocks */
@@ -290,13 +307,13 @@ HBM_API size_t hbm_copy_last_error(hbm_allocator *a, char *buf, size_t len);
 
 /* The figures of the last out-of-memory error, as PyTorch's OOM message gives them. */
 typedef struct hbm_oom_info {
-    uint64_t request;      /* the caller's size */
-    uint64_t alloc_size;   /* what could not be obtained: the segment size ("Tried to allocate") */
-    uint64_t device_total, device_free; /* read after every retry */
-    uint64_t allowed;      /* the memory-fraction limit, 0 when none */
+    uint64_t request;                     /* the caller's size */
+    uint64_t alloc_size;                  /* what could not be obtained: the segment size ("Tried to allocate") */
+    uint64_t device_total, device_free;   /* read after every retry */
+    uint64_t allowed;                     /* the memory-fraction limit, 0 when none */
     uint64_t allocated, active, reserved; /* allocated_bytes, active_bytes, reserved_bytes (all, current) */
-    int too_large;         /* the request was 1 EiB or more */
-    int during_capture;    /* a graph capture was under way */
+    int too_large;                        /* the request was 1 EiB or more */
+    int during_capture;                   /* a graph capture was under way */
 } hbm_oom_info;
 /* The last OOM's figures and message, copied together under the allocator's lock
  * (HBM_ERR_INVALID when there was none). msg may be NULL. */
@@ -373,15 +390,15 @@ HBM_API int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap);
 /* Device-call counters kept by the device layer for any backend. */
 typedef struct hbm_device_counters {
     uint64_t malloc_calls, free_calls, info_calls;
-    uint64_t map_calls, unmap_calls;   /* pages mapped / unmapped (expandable segments) */
-    uint64_t vmm_calls;                /* other virtual-memory calls: reserve, create, release, access */
-    uint64_t sync_calls;               /* stream and event synchronizations */
-    uint64_t event_calls;              /* event create / record / query / destroy */
-    uint64_t failed_calls;   /* calls that returned an error (including OOM) */
-    uint64_t device_ns;      /* modelled (sim) or measured (real device) time in device calls */
-    uint64_t host_calls;     /* pinned host memory allocated or freed (a sleeping pool's backup) */
-    uint64_t copy_calls;     /* copies between device and host queued */
-    uint64_t copy_bytes;     /* bytes they moved */
+    uint64_t map_calls, unmap_calls; /* pages mapped / unmapped (expandable segments) */
+    uint64_t vmm_calls;              /* other virtual-memory calls: reserve, create, release, access */
+    uint64_t sync_calls;             /* stream and event synchronizations */
+    uint64_t event_calls;            /* event create / record / query / destroy */
+    uint64_t failed_calls;           /* calls that returned an error (including OOM) */
+    uint64_t device_ns;              /* modelled (sim) or measured (real device) time in device calls */
+    uint64_t host_calls;             /* pinned host memory allocated or freed (a sleeping pool's backup) */
+    uint64_t copy_calls;             /* copies between device and host queued */
+    uint64_t copy_bytes;             /* bytes they moved */
 } hbm_device_counters;
 HBM_API void hbm_get_device_counters(hbm_allocator *a, hbm_device_counters *out);
 
@@ -400,8 +417,8 @@ HBM_API hbm_status hbm_settings_check_var(const char *var, const char *settings,
  * dialect) release, "2.6", "2.1.0.post6"; NULL or "" for the newest known; vmm: whether the device has
  * virtual memory (1, 0, -1 unknown), which decides torch_npu's rule on expandable segments with
  * max_split_size_mb or garbage_collection_threshold. docs/SETTINGS.md lists the releases and the cases. */
-HBM_API hbm_status hbm_settings_check_release(const char *var, const char *settings, hbm_dialect d,
-                                              const char *version, int vmm, char *out, size_t outlen);
+HBM_API hbm_status hbm_settings_check_release(const char *var, const char *settings, hbm_dialect d, const char *version,
+                                              int vmm, char *out, size_t outlen);
 /* What that release runs, on that device, as a strict settings string of the device-memory keys that differ
  * from the defaults ("" for the defaults): lenient readings resolved, torch_npu's expandable fallback applied,
  * host-allocator keys left out. Pass it to hbm_create or a replay to model what the framework runs. On error,
@@ -424,8 +441,7 @@ HBM_API void hbm_release_list(hbm_dialect d, char *out, size_t len);
  * overlapping, inside the segment, all in 512-byte units) of `sizes` bytes for requests of `requested` bytes;
  * the rest of the segment is cached free memory. The blocks' pointers go to ptrs; hbm_free frees them. */
 HBM_API hbm_status hbm_seed_segment(hbm_allocator *a, size_t size, hbm_stream stream, int small, size_t n,
-                                   const size_t *offsets, const size_t *sizes, const size_t *requested,
-                                   void **ptrs);
+                                    const size_t *offsets, const size_t *sizes, const size_t *requested, void **ptrs);
 /* Effective settings of a live allocator, in the same form, with any capability fallback. */
 HBM_API hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen);
 /* The capability warning given at create ("" if none), e.g. expandable segments unsupported. */
@@ -448,10 +464,10 @@ typedef enum hbm_trace_action {
 
 typedef struct hbm_trace_entry {
     hbm_trace_action action;
-    uint64_t addr;   /* for HBM_TRACE_OOM: free device bytes, as PyTorch's device_free */
-    uint64_t size;   /* request for alloc/free, segment or mapped bytes, rounded request for oom */
+    uint64_t addr; /* for HBM_TRACE_OOM: free device bytes, as PyTorch's device_free */
+    uint64_t size; /* request for alloc/free, segment or mapped bytes, rounded request for oom */
     hbm_stream stream;
-    uint64_t time_us; /* microseconds since the Unix epoch */
+    uint64_t time_us;    /* microseconds since the Unix epoch */
     const char *context; /* the call-site label, or NULL; points into the snapshot (hbm_snapshot.labels) */
     const char *tag;     /* HBM_TRACE_SLEEP / WAKE: the pool's tag (NULL: not kept), in place of a context */
     int backup;          /* HBM_TRACE_SLEEP / WAKE: the pool keeps a backup (its live bytes copied out and back) */
@@ -464,9 +480,9 @@ HBM_API hbm_status hbm_history_enable(hbm_allocator *a, size_t max_entries);
 
 /* Call-site labels. A label is one frame or several, innermost first, separated by '\n'; a frame
  * is a name, or "name\tfilename\tline" (snapshots write each as PyTorch's frame dict). */
-typedef uint32_t hbm_label; /* 0: none */
-#define HBM_LABEL_MAX 65536 /* bytes of label text */
-#define HBM_LABELS_MAX 1048576 /* distinct labels an allocator keeps */
+typedef uint32_t hbm_label;              /* 0: none */
+#define HBM_LABEL_MAX 65536              /* bytes of label text */
+#define HBM_LABELS_MAX 1048576           /* distinct labels an allocator keeps */
 #define HBM_LABELS_MAX_BYTES (64u << 20) /* bytes of distinct label text an allocator keeps */
 /* The id of a label text (the same text gives the same id; copied and kept until destroy). Texts
  * are kept for the allocator's life (blocks and the history refer to them), so their number is
@@ -479,10 +495,13 @@ HBM_API hbm_status hbm_label_intern(hbm_allocator *a, const char *text, hbm_labe
 HBM_API hbm_status hbm_history_context(hbm_allocator *a, const char *label);
 /* hbm_malloc whose trace entries, and the block's, carry `label` (0: the allocator-wide label).
  * The frees of the block carry it too, as PyTorch's carry the context of the allocation. */
-HBM_API hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, hbm_label label,
-                                      void **out);
+HBM_API hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, hbm_label label, void **out);
 
-typedef enum hbm_block_state { HBM_BLOCK_INACTIVE = 0, HBM_BLOCK_ALLOCATED = 1, HBM_BLOCK_PENDING_FREE = 2 } hbm_block_state;
+typedef enum hbm_block_state {
+    HBM_BLOCK_INACTIVE = 0,
+    HBM_BLOCK_ALLOCATED = 1,
+    HBM_BLOCK_PENDING_FREE = 2
+} hbm_block_state;
 
 typedef struct hbm_snap_block {
     uint64_t addr, size, requested;
@@ -494,11 +513,11 @@ typedef struct hbm_snap_segment {
     uint64_t addr, total_size, allocated_size, active_size, requested_size;
     hbm_stream stream;
     int is_small, is_expandable;
-    hbm_mempool pool; /* 0: the default pools */
-    size_t first_block, nblocks; /* into hbm_snapshot.blocks */
+    hbm_mempool pool;                /* 0: the default pools */
+    size_t first_block, nblocks;     /* into hbm_snapshot.blocks */
     uint64_t range_addr, range_size; /* an expandable segment's whole address range, of which this entry is a mapped
                                         run (the rest unmapped); otherwise the segment itself */
-    int is_asleep; /* its pool sleeps: the run's pages are given back, its blocks keep their addresses */
+    int is_asleep;      /* its pool sleeps: the run's pages are given back, its blocks keep their addresses */
     uint64_t page_size; /* an expandable segment's page (what is mapped and unmapped at once); 0: a whole segment */
 } hbm_snap_segment;
 
@@ -511,8 +530,8 @@ typedef struct hbm_snapshot {
     size_t nblocks;
     hbm_trace_entry *trace; /* oldest first */
     size_t ntrace;
-    char settings[512];     /* the settings string in force */
-    char *labels;           /* the label texts the snapshot refers to (its own copy) */
+    char settings[512]; /* the settings string in force */
+    char *labels;       /* the label texts the snapshot refers to (its own copy) */
 } hbm_snapshot;
 
 HBM_API hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out);
@@ -552,8 +571,7 @@ typedef struct hbm_plan_info {
  * region as low as the search finds (lifetime_planner.c: eight greedy orders, then up to `budget`
  * evaluations of an improvement search, 0: automatic; deterministic for a seed).
  * HBM_ERR_INVALID for an empty lifetime, a zero size or sizes summing past 2^62. */
-HBM_API hbm_status hbm_plan_lifetimes(hbm_lifetime *b, size_t n, uint64_t budget, uint64_t seed,
-                                      hbm_plan_info *info);
+HBM_API hbm_status hbm_plan_lifetimes(hbm_lifetime *b, size_t n, uint64_t budget, uint64_t seed, hbm_plan_info *info);
 
 /* The training step of a sequence of n allocations, found as the step plan finds it in a job that does not mark
  * its steps (docs/POLICY.md): size[k] the k-th allocation's size, freed[k] how many allocations had been made when
@@ -582,10 +600,10 @@ HBM_API int hbm_check(hbm_allocator *a, char *report, size_t len);
  * library, removed by hbm_destroy and at exit. Its layout is the library's own: read it with hbm_record_read. */
 typedef struct hbm_record {
     int64_t pid;
-    uint64_t start_time;   /* the process's start (/proc/PID/stat field 22): a reused PID is not taken for it */
+    uint64_t start_time; /* the process's start (/proc/PID/stat field 22): a reused PID is not taken for it */
     int64_t device;
     int64_t rank, local_rank, world_size; /* RANK, LOCAL_RANK, WORLD_SIZE of its environment; -1 when unset */
-    uint64_t updated_ns;   /* CLOCK_REALTIME of the last update, in nanoseconds */
+    uint64_t updated_ns;                  /* CLOCK_REALTIME of the last update, in nanoseconds */
     /* bytes now (hbm_stats' "all" entries, current): */
     int64_t allocated_bytes, reserved_bytes, active_bytes, requested_bytes, inactive_split_bytes;
     int64_t peak_allocated_bytes, peak_reserved_bytes;

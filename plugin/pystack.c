@@ -34,9 +34,9 @@ typedef struct py_api {
     int (*GILState_Ensure)(void);
     void *(*GILState_GetThisThreadState)(void);
     void (*GILState_Release)(int);
-    void *(*Eval_GetFrame)(void);           /* borrowed */
-    void *(*Frame_GetBack)(void *);         /* new reference (3.9+) */
-    void *(*Frame_GetCode)(void *);         /* new reference (3.9+) */
+    void *(*Eval_GetFrame)(void);   /* borrowed */
+    void *(*Frame_GetBack)(void *); /* new reference (3.9+) */
+    void *(*Frame_GetCode)(void *); /* new reference (3.9+) */
     int (*Frame_GetLineNumber)(void *);
     void *(*Object_GetAttrString)(void *, const char *);
     const char *(*Unicode_AsUTF8)(void *);
@@ -70,9 +70,9 @@ static void py_load(void)
     GET(DecRef, "Py_DecRef");
     GET(Err_Clear, "PyErr_Clear");
 #undef GET
-    py_ok = py.IsInitialized && py.GILState_Ensure && py.GILState_GetThisThreadState && py.GILState_Release && py.Eval_GetFrame && py.Frame_GetBack &&
-            py.Frame_GetCode && py.Frame_GetLineNumber && py.Object_GetAttrString && py.Unicode_AsUTF8 &&
-            py.IncRef && py.DecRef && py.Err_Clear;
+    py_ok = py.IsInitialized && py.GILState_Ensure && py.GILState_GetThisThreadState && py.GILState_Release &&
+            py.Eval_GetFrame && py.Frame_GetBack && py.Frame_GetCode && py.Frame_GetLineNumber &&
+            py.Object_GetAttrString && py.Unicode_AsUTF8 && py.IncRef && py.DecRef && py.Err_Clear;
 }
 
 /* ---- switches and the per-thread category ---- */
@@ -123,9 +123,9 @@ typedef struct stack {
     int nframes;
     void *code[MAX_FRAMES]; /* held references */
     int line[MAX_FRAMES];
-    char *category;         /* thread_label when taken, part of the key */
+    char *category; /* thread_label when taken, part of the key */
     char *text;
-    int dev[DEV_IDS];       /* device + 1, 0: empty */
+    int dev[DEV_IDS]; /* device + 1, 0: empty */
     hbm_label id[DEV_IDS];
 } stack;
 
@@ -197,8 +197,7 @@ static int cache_grow(void)
 }
 
 /* The label id of a stack on allocator a (device d), interning its text the first time. GIL held. */
-static hbm_label label_of(hbm_allocator *a, int device, void *const *code, const int *line, int n,
-                          const char *category)
+static hbm_label label_of(hbm_allocator *a, int device, void *const *code, const int *line, int n, const char *category)
 {
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < n; i++)

@@ -44,7 +44,8 @@ using hbm_torch_stream = CUstream_st *; /* cudaStream_t */
 using hbm_torch_mempool_id = std::pair<unsigned long long, unsigned long long>;
 using hbm_torch_filter = std::function<bool(hbm_torch_stream)>;
 
-namespace {
+namespace
+{
 
 [[noreturn]] void throw_oom(const char *msg)
 {

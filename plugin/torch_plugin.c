@@ -138,8 +138,7 @@ hbm_allocator *hbm_torch__allocator(int device)
     }
     if (history_entries >= 0)
         apply_history(a, device);
-    if (device >= 0 && device < MAX_DEVICES &&
-        !atomic_load_explicit(&publish_decided[device], memory_order_relaxed))
+    if (device >= 0 && device < MAX_DEVICES && !atomic_load_explicit(&publish_decided[device], memory_order_relaxed))
         apply_publish(a, device);
     return a;
 }
@@ -258,8 +257,8 @@ typedef struct pool_map {
     int device;
     uint64_t id0, id1;
     hbm_mempool pool;
-    int uses;     /* torch's use_count: begin increments, release decrements */
-    void **ctxs;  /* the filter contexts of its capture routings, oldest first (hbm_mempool_end ends the newest) */
+    int uses;    /* torch's use_count: begin increments, release decrements */
+    void **ctxs; /* the filter contexts of its capture routings, oldest first (hbm_mempool_end ends the newest) */
     size_t nctx, cap_ctx;
 } pool_map;
 
@@ -408,8 +407,9 @@ HBM_TORCH_EXPORT void hbm_torch_init(int device_count)
     }
     int have = hbm_devices_count(devices);
     if (device_count > have)
-        fprintf(stderr, "hbmalloc: warning: the framework sees %d devices, the %s backend %d: devices %d to %d "
-                        "cannot allocate\n",
+        fprintf(stderr,
+                "hbmalloc: warning: the framework sees %d devices, the %s backend %d: devices %d to %d "
+                "cannot allocate\n",
                 device_count, HBM_PLUGIN_BACKEND, have, have, device_count - 1);
 }
 
@@ -445,8 +445,7 @@ HBM_TORCH_EXPORT void hbm_torch_record_stream_fn(void *ptr, void *stream)
     int device;
     hbm_allocator *a = owner_of(ptr, &device);
     if (!a) {
-        fprintf(stderr, "hbmalloc: record_stream(%p): not a live block of this allocator; nothing was changed\n",
-                ptr);
+        fprintf(stderr, "hbmalloc: record_stream(%p): not a live block of this allocator; nothing was changed\n", ptr);
         return;
     }
     if (hbm_record_stream(a, ptr, (hbm_stream)(uintptr_t)stream) != HBM_OK)
@@ -680,8 +679,7 @@ HBM_TORCH_EXPORT int hbm_torch_record_history(long max_entries, int stacks)
             if (!history_applied[d]) {
                 char e[1200];
                 hbm_copy_last_error(a, e, sizeof e);
-                snprintf(helper_error, sizeof helper_error, "memory history on device %d: %s", d,
-                         e[0] ? e : "refused");
+                snprintf(helper_error, sizeof helper_error, "memory history on device %d: %s", d, e[0] ? e : "refused");
                 rc = -1;
             }
         }
@@ -703,8 +701,8 @@ HBM_TORCH_EXPORT int hbm_torch_snapshot(int device, const char *path)
         return -1;
     }
     size_t n = strlen(path);
-    hbm_status rc = hbm_snapshot_save(s, path, n > 5 && !strcmp(path + n - 5, ".json") ? HBM_SNAPSHOT_JSON
-                                                                                       : HBM_SNAPSHOT_PICKLE,
+    hbm_status rc = hbm_snapshot_save(s, path,
+                                      n > 5 && !strcmp(path + n - 5, ".json") ? HBM_SNAPSHOT_JSON : HBM_SNAPSHOT_PICKLE,
                                       helper_error, sizeof helper_error);
     hbm_snapshot_free(s);
     return rc == HBM_OK ? 0 : -1;

@@ -173,8 +173,8 @@ void hbm_torch__tag_graph_pool(hbm_allocator *a, hbm_mempool pool)
     tag_entry t = tags[stack[depth - 1].slot];
     pthread_mutex_unlock(&tags_lock);
     if (hbm_pool_tag(a, pool, t.name, t.backup) != HBM_OK)
-        fprintf(stderr, "hbmalloc: warning: the graph captured inside pool('%s') will not sleep with it: %s\n",
-                t.name, hbm_last_error(a));
+        fprintf(stderr, "hbmalloc: warning: the graph captured inside pool('%s') will not sleep with it: %s\n", t.name,
+                hbm_last_error(a));
 }
 
 /* MemPool mode: the slot whose entry point (hbm_torch_pool_alloc_SLOT) serves the tag. */
@@ -230,18 +230,21 @@ HBM_TORCH_EXPORT void hbm_torch_pool_free(void *ptr, size_t size, int device, vo
         }
 }
 
-#define SLOT(k)                                                                               \
-    HBM_TORCH_EXPORT void *hbm_torch_pool_alloc_##k(size_t size, int device, void *stream);    \
-    HBM_TORCH_EXPORT void *hbm_torch_pool_alloc_##k(size_t size, int device, void *stream)     \
-    {                                                                                         \
-        return slot_alloc(k, size, device, stream);                                           \
+#define SLOT(k)                                                                             \
+    HBM_TORCH_EXPORT void *hbm_torch_pool_alloc_##k(size_t size, int device, void *stream); \
+    HBM_TORCH_EXPORT void *hbm_torch_pool_alloc_##k(size_t size, int device, void *stream)  \
+    {                                                                                       \
+        return slot_alloc(k, size, device, stream);                                         \
     }
+/* A list of definitions, not of statements: */
+// clang-format off
 SLOT(0) SLOT(1) SLOT(2) SLOT(3) SLOT(4) SLOT(5) SLOT(6) SLOT(7)
 SLOT(8) SLOT(9) SLOT(10) SLOT(11) SLOT(12) SLOT(13) SLOT(14) SLOT(15)
+    // clang-format on
 
-/* fn on every tagged pool of every device in use whose tag is `tag` (NULL: any tag). */
-static void each_tagged(const char *tag, void (*fn)(int device, hbm_allocator *a, const hbm_pool_info *info, void *ctx),
-                        void *ctx)
+    /* fn on every tagged pool of every device in use whose tag is `tag` (NULL: any tag). */
+    static void each_tagged(const char *tag,
+                            void (*fn)(int device, hbm_allocator *a, const hbm_pool_info *info, void *ctx), void *ctx)
 {
     int n = hbm_torch_device_count();
     for (int d = 0; d < n; d++) {
@@ -330,17 +333,16 @@ static void pool_line(int device, hbm_allocator *a, const hbm_pool_info *f, void
 {
     (void)a;
     text_ctx *t = ctx;
-    int w = snprintf(t->buf && t->need < t->len ? t->buf + t->need : NULL,
-                     t->buf && t->need < t->len ? (size_t)(t->len - t->need) : 0,
-                     "%d\t%llu\t%s\t%d\t%d\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu"
-                     "\t%llu\n",
-                     device, (unsigned long long)f->id, f->tag, f->backup, (int)f->state,
-                     (unsigned long long)f->live_bytes, (unsigned long long)f->reserved_bytes,
-                     (unsigned long long)f->asleep_bytes, (unsigned long long)f->backup_bytes,
-                     (unsigned long long)f->host_bytes, (unsigned long long)f->sleeps, (unsigned long long)f->wakes,
-                     (unsigned long long)f->sleep_ns, (unsigned long long)f->sleep_device_ns,
-                     (unsigned long long)f->sleep_calls, (unsigned long long)f->wake_ns,
-                     (unsigned long long)f->wake_device_ns, (unsigned long long)f->wake_calls);
+    int w = snprintf(
+        t->buf && t->need < t->len ? t->buf + t->need : NULL,
+        t->buf && t->need < t->len ? (size_t)(t->len - t->need) : 0,
+        "%d\t%llu\t%s\t%d\t%d\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu"
+        "\t%llu\n",
+        device, (unsigned long long)f->id, f->tag, f->backup, (int)f->state, (unsigned long long)f->live_bytes,
+        (unsigned long long)f->reserved_bytes, (unsigned long long)f->asleep_bytes, (unsigned long long)f->backup_bytes,
+        (unsigned long long)f->host_bytes, (unsigned long long)f->sleeps, (unsigned long long)f->wakes,
+        (unsigned long long)f->sleep_ns, (unsigned long long)f->sleep_device_ns, (unsigned long long)f->sleep_calls,
+        (unsigned long long)f->wake_ns, (unsigned long long)f->wake_device_ns, (unsigned long long)f->wake_calls);
     t->need += w;
 }
 

@@ -2,7 +2,7 @@
 # Install the Debian packages a job needs, if any is missing.
 # usage: scripts/deps.sh build   what building hbmalloc needs (the main job: scripts/demo.sh)
 #        scripts/deps.sh test    that, and what the tests need (scripts/test.sh): cmocka, librsvg, clang and
-#                                its sanitizer runtimes, valgrind, and Debian's torch (python3-torch, libtorch-dev:
+#                                its sanitizer runtimes, clang-format (the tree's one format), valgrind, and Debian's torch (python3-torch, libtorch-dev:
 #                                the plug-in built against torch's headers, and tests inside a real torch), the
 #                                Python packaging tools (the package built and installed into a venv), tmux (the
 #                                live monitor as a person sees it), a Prometheus text-format parser, and Chromium
@@ -10,7 +10,7 @@
 set -euo pipefail
 pkgs=(gcc g++ make cmake pkg-config python3)
 if [ "${1:-test}" = test ]; then
-    pkgs+=(libcmocka-dev librsvg2-bin clang libclang-rt-14-dev valgrind python3-torch libtorch-dev
+    pkgs+=(libcmocka-dev librsvg2-bin clang clang-format libclang-rt-14-dev valgrind python3-torch libtorch-dev
            python3-setuptools python3-wheel python3-build python3-venv python3-pip tmux python3-prometheus-client
            chromium python3-websocket)
 fi

@@ -10,32 +10,11 @@
 #include "core/engine.h"
 #include "core/stats.h"
 #include "core/sleep.h"
-#include "backend/device.h"
+#include "core/device.h"
 #include "policy/step_plan.h"
 #include "policy/arena.h"
 #include "conf/releases.h"
 #include "util/util.h"
-
-const char *hbm_status_name(hbm_status s)
-{
-    switch (s) {
-    case HBM_OK: return "HBM_OK";
-    case HBM_ERR_OOM: return "HBM_ERR_OOM";
-    case HBM_ERR_INVALID: return "HBM_ERR_INVALID";
-    case HBM_ERR_CONF: return "HBM_ERR_CONF";
-    case HBM_ERR_BACKEND: return "HBM_ERR_BACKEND";
-    case HBM_ERR_DOUBLE_FREE: return "HBM_ERR_DOUBLE_FREE";
-    case HBM_ERR_FOREIGN_PTR: return "HBM_ERR_FOREIGN_PTR";
-    case HBM_ERR_INTERIOR_PTR: return "HBM_ERR_INTERIOR_PTR";
-    case HBM_ERR_NOMEM: return "HBM_ERR_NOMEM";
-    case HBM_ERR_WRONG_DEVICE: return "HBM_ERR_WRONG_DEVICE";
-    case HBM_ERR_POOL_BUSY: return "HBM_ERR_POOL_BUSY";
-    case HBM_ERR_CAPTURE: return "HBM_ERR_CAPTURE";
-    case HBM_ERR_STALE: return "HBM_ERR_STALE";
-    case HBM_ERR_ASLEEP: return "HBM_ERR_ASLEEP";
-    }
-    return "HBM_ERR_UNKNOWN";
-}
 
 static void put_err(char *err, size_t errlen, const char *msg)
 {
@@ -54,14 +33,7 @@ static hbm_status abandon(hbm_allocator *a, const char *why, hbm_status rc, char
     return rc;
 }
 
-void hbm__warning_add(hbm_allocator *a, const char *text)
-{
-    size_t n = strlen(a->warning);
-    snprintf(a->warning + n, sizeof a->warning - n, "%s%s", n ? "; " : "", text);
-}
-
-hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const char *settings, char *err,
-                      size_t errlen)
+hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const char *settings, char *err, size_t errlen)
 {
     char local[600];
     if (!out || !b) {
@@ -70,8 +42,8 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
     }
     *out = NULL;
     if (device < 0 || device >= b->caps.device_count) {
-        snprintf(local, sizeof local, "hbm_create: device %d does not exist on backend %s (it has %d device%s)",
-                 device, b->ops->name, b->caps.device_count, b->caps.device_count == 1 ? "" : "s");
+        snprintf(local, sizeof local, "hbm_create: device %d does not exist on backend %s (it has %d device%s)", device,
+                 b->ops->name, b->caps.device_count, b->caps.device_count == 1 ? "" : "s");
         put_err(err, errlen, local);
         return HBM_ERR_INVALID;
     }
@@ -91,9 +63,11 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         a->vmm = hbm__dev_vmm(a, a->vmm_why, sizeof a->vmm_why);
     if (rc == HBM_OK && a->conf.combo_needs_no_vmm && a->vmm == 1) {
         /* The torch_npu release named refuses this string on a device that has virtual memory. */
-        snprintf(local, sizeof local, "invalid settings: `max_split_size_mb` or `garbage_collection_threshold`, "
+        snprintf(local, sizeof local,
+                 "invalid settings: `max_split_size_mb` or `garbage_collection_threshold`, "
                  "cannot be enabled with `expandable_segments`, please set `expandable_segments` to `False`. (%s "
-                 "refuses it on this device, which has virtual memory; from %s)", a->conf.release, a->conf.source);
+                 "refuses it on this device, which has virtual memory; from %s)",
+                 a->conf.release, a->conf.source);
         rc = HBM_ERR_CONF;
     }
     if (rc == HBM_OK && a->conf.step_plan && a->conf.plan_file[0]) {
@@ -197,8 +171,9 @@ hbm_status hbm_destroy_report(hbm_allocator *a, char *msg, size_t msglen)
     if (rc != HBM_OK && msg && msglen) {
         char size[32];
         hbm__format_size(a->teardown_bytes, size, sizeof size);
-        snprintf(msg, msglen, "hbm_destroy: %llu device call%s failed while giving memory back (%s held by them may "
-                              "remain on device %d until the process exits); first: %s",
+        snprintf(msg, msglen,
+                 "hbm_destroy: %llu device call%s failed while giving memory back (%s held by them may "
+                 "remain on device %d until the process exits); first: %s",
                  (unsigned long long)a->teardown_failed, a->teardown_failed == 1 ? "" : "s", size, a->device,
                  a->teardown_first);
     }
@@ -330,8 +305,7 @@ hbm_status hbm_settings_check(const char *settings, hbm_dialect d, char *out, si
         return HBM_ERR_NOMEM;
     hbm__conf_defaults(c, d);
     strcpy(c->source, settings ? "explicit" : "default");
-    hbm_status rc = settings ? hbm__conf_parse(c, settings, d, out, outlen)
-                             : hbm__conf_load(c, NULL, d, out, outlen);
+    hbm_status rc = settings ? hbm__conf_parse(c, settings, d, out, outlen) : hbm__conf_load(c, NULL, d, out, outlen);
     if (rc == HBM_OK)
         hbm__conf_describe(c, out, outlen);
     free(c);

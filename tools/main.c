@@ -36,7 +36,8 @@ static const struct {
      "      --device N         which device's history of a PyTorch snapshot (default 0)\n"
      "      --min-capacity     find the smallest capacity that runs the trace without OOM\n"
      "      --steps auto|N     mark training steps (hbm_step) where the allocations repeat, or every N allocations;\n"
-     "                         with --conf hbm_step_plan:True the step plan is learnt and used (docs/CONFIGURATION.md)\n"
+     "                         with --conf hbm_step_plan:True the step plan is learnt and used "
+     "(docs/CONFIGURATION.md)\n"
      "      --fresh-start      a snapshot whose recording began mid-run: begin from an empty device (with the\n"
      "                         blocks live at its start allocated first) rather than from its recorded state\n"
      "      --snapshot FILE    write the allocator's memory snapshot with its history at the end\n"
@@ -45,15 +46,14 @@ static const struct {
      "    TRACE: hbmalloc text, a PyTorch / torch_npu snapshot pickle, an RMM CSV log or a tensor-lifetime CSV\n"
      "    (id,lower,upper,size), told apart by content; a snapshot's recorded settings are used unless --conf\n"
      "    exit status: 0 ran clean, 1 out of memory, 2 bad input\n"},
-    {"sweep",
-     "  sweep TRACE    replay under a grid of settings on all cores, rank them against yours, recommend one\n"
-     "      --capacity SIZE, --backend SPEC (the target device: its dialect and capabilities),\n"
-     "      --grid 'key=v1,v2;key2=...' ('-' = unset), --no-expandable (old firmware),\n"
-     "      --baseline SETTINGS (yours; default the dialect's PYTORCH_* variable),\n"
-     "      --torch VERSION | --torch-npu VERSION (your release: what it refuses is left out),\n"
-     "      --jobs N, --json, --no-progress,\n"
-     "      --html OUT.html (the first settings of the ranking and yours as view's page, side by side)\n"
-     "    exit status: 0 the best runs clean, 1 every setting runs out of memory, 2 bad input\n"},
+    {"sweep", "  sweep TRACE    replay under a grid of settings on all cores, rank them against yours, recommend one\n"
+              "      --capacity SIZE, --backend SPEC (the target device: its dialect and capabilities),\n"
+              "      --grid 'key=v1,v2;key2=...' ('-' = unset), --no-expandable (old firmware),\n"
+              "      --baseline SETTINGS (yours; default the dialect's PYTORCH_* variable),\n"
+              "      --torch VERSION | --torch-npu VERSION (your release: what it refuses is left out),\n"
+              "      --jobs N, --json, --no-progress,\n"
+              "      --html OUT.html (the first settings of the ranking and yours as view's page, side by side)\n"
+              "    exit status: 0 the best runs clean, 1 every setting runs out of memory, 2 bad input\n"},
     {"view",
      "  view TRACE -o OUT.svg|OUT.html|OUT.png   draw allocated/reserved over time and the segments at the peak\n"
      "       (OUT.html: an interactive page; TRACE --conf A --conf B, or TRACE1 TRACE2: runs side by side;\n"
@@ -61,16 +61,15 @@ static const struct {
      "                 (.png: the SVG rendered by librsvg's rsvg-convert, which must be on PATH)\n"
      "      --conf STRING, --capacity SIZE, --backend SPEC, --device N\n"
      "    exit status: 0 drawn, 1 drawn up to an out-of-memory (marked), 2 bad input\n"},
-    {"conf",
-     "  conf [STRING]  the effective settings of STRING as the framework reads it (default: the environment)\n"
-     "      --dialect cuda|npu  PYTORCH_CUDA_ALLOC_CONF (PyTorch) or PYTORCH_NPU_ALLOC_CONF (torch_npu)\n"
-     "      --torch VERSION | --torch-npu VERSION   that release's parser (default the newest known)\n"
-     "      --vmm yes|no        whether the device has virtual memory (torch_npu's expandable rule)\n"
-     "      --strict            as HBMALLOC_CONF: hbmalloc's strict rules and its own hbm_* keys\n"
-     "      --releases          list the releases known, their parsers and keys\n"
-     "      --backend SPEC      as an allocator on that backend runs them (dialect and capability\n"
-     "                          fallbacks included), e.g. --backend sim:firmware=22.0.3,dialect=npu\n"
-     "    exit status: 0 accepted, 2 refused or bad usage\n"},
+    {"conf", "  conf [STRING]  the effective settings of STRING as the framework reads it (default: the environment)\n"
+             "      --dialect cuda|npu  PYTORCH_CUDA_ALLOC_CONF (PyTorch) or PYTORCH_NPU_ALLOC_CONF (torch_npu)\n"
+             "      --torch VERSION | --torch-npu VERSION   that release's parser (default the newest known)\n"
+             "      --vmm yes|no        whether the device has virtual memory (torch_npu's expandable rule)\n"
+             "      --strict            as HBMALLOC_CONF: hbmalloc's strict rules and its own hbm_* keys\n"
+             "      --releases          list the releases known, their parsers and keys\n"
+             "      --backend SPEC      as an allocator on that backend runs them (dialect and capability\n"
+             "                          fallbacks included), e.g. --backend sim:firmware=22.0.3,dialect=npu\n"
+             "    exit status: 0 accepted, 2 refused or bad usage\n"},
     {"doctor",
      "  doctor         what is wrong with device memory or communication here, why, what to do next:\n"
      "                 backends, driver/firmware/CANN versions, npu-smi, nvidia-smi, virtual memory,\n"
@@ -184,11 +183,13 @@ static int capacity_arg(const char *cmd, const char *capacity, size_t *cap)
 {
     size_t digits = strspn(capacity, "0123456789.");
     const char *unit = capacity + digits;
-    bool past = digits && strchr("pPeE", unit[0]) && (!unit[1] || !strcasecmp(unit + 1, "b") ||
-                                                       !strcasecmp(unit + 1, "ib"));
+    bool past = digits && strchr("pPeE", unit[0]) &&
+                (!unit[1] || !strcasecmp(unit + 1, "b") || !strcasecmp(unit + 1, "ib"));
     if (!past && (hbm__parse_size(capacity, cap) || *cap == 0)) {
-        fprintf(stderr, "hbmalloc %s: --capacity '%s' is not a size: a number and a unit (e.g. 80GiB, 512MiB, "
-                        "2TiB; a bare number is bytes)\n", cmd, capacity);
+        fprintf(stderr,
+                "hbmalloc %s: --capacity '%s' is not a size: a number and a unit (e.g. 80GiB, 512MiB, "
+                "2TiB; a bare number is bytes)\n",
+                cmd, capacity);
         return -1;
     }
     if (past || *cap > SIM_CAPACITY_BYTES) {
@@ -197,8 +198,10 @@ static int capacity_arg(const char *cmd, const char *capacity, size_t *cap)
         return -1;
     }
     if (!*unit && *cap < ((size_t)1 << 20))
-        fprintf(stderr, "hbmalloc %s: warning: --capacity %s has no unit: %s bytes (for %s GiB, write --capacity "
-                        "%sGiB)\n", cmd, capacity, capacity, capacity, capacity);
+        fprintf(stderr,
+                "hbmalloc %s: warning: --capacity %s has no unit: %s bytes (for %s GiB, write --capacity "
+                "%sGiB)\n",
+                cmd, capacity, capacity, capacity, capacity);
     else if (!*unit) {
         char h[32];
         hbm__format_size(*cap, h, sizeof h);
@@ -279,8 +282,10 @@ static void conf_verdict(FILE *f, const char *var, const char *s, hbm_dialect d,
     conf_outcome(var, s, d, version, vmm < 0 ? 1 : vmm, yes, sizeof yes);
     conf_outcome(var, s, d, version, 0, no, sizeof no);
     if (vmm < 0 && !strict && d == HBM_DIALECT_NPU && strcmp(yes, no)) {
-        fprintf(f, "verdict: depends on the device's virtual memory: %s, on a device with it, %s; on one without, "
-                   "%s. Say which with --vmm yes|no (hbmalloc doctor tells on the machine)\n", who, yes, no);
+        fprintf(f,
+                "verdict: depends on the device's virtual memory: %s, on a device with it, %s; on one without, "
+                "%s. Say which with --vmm yes|no (hbmalloc doctor tells on the machine)\n",
+                who, yes, no);
     } else {
         conf_outcome(var, s, d, version, vmm, yes, sizeof yes);
         fprintf(f, "verdict: %s %s\n", who, yes);
@@ -325,7 +330,8 @@ static int cmd_conf(int argc, char **argv)
         } else if ((!strcmp(a, "--torch") || !strcmp(a, "--torch-npu")) && has_value) {
             hbm_dialect want = a[7] ? HBM_DIALECT_NPU : HBM_DIALECT_CUDA;
             if (dialect_given && want != d) {
-                fprintf(stderr, "hbmalloc conf: %s contradicts --dialect %s\n", a, d == HBM_DIALECT_NPU ? "npu" : "cuda");
+                fprintf(stderr, "hbmalloc conf: %s contradicts --dialect %s\n", a,
+                        d == HBM_DIALECT_NPU ? "npu" : "cuda");
                 return 2;
             }
             d = want;
@@ -384,8 +390,10 @@ static int cmd_conf(int argc, char **argv)
             int npu_backend = !strncmp(backend, "acl", 3) || !strncmp(backend, "npu", 3) ||
                               strstr(backend, "dialect=npu") != NULL;
             if (npu_backend != (d == HBM_DIALECT_NPU)) {
-                fprintf(stderr, "hbmalloc conf: --dialect %s contradicts --backend '%s', which follows the %s "
-                                "dialect\n", want, backend, npu_backend ? "npu" : "cuda");
+                fprintf(stderr,
+                        "hbmalloc conf: --dialect %s contradicts --backend '%s', which follows the %s "
+                        "dialect\n",
+                        want, backend, npu_backend ? "npu" : "cuda");
                 return 2;
             }
         }
@@ -495,7 +503,10 @@ static int open_trace(trace_cmd *c)
     return 0;
 }
 
-#define TRACE_CMD(n) {.name = (n), .capacity = "80GiB", .backend = "sim"}
+#define TRACE_CMD(n)                                       \
+    {                                                      \
+        .name = (n), .capacity = "80GiB", .backend = "sim" \
+    }
 
 /* The settings variables a snapshot's recorded settings replace in a replay, named for the report. */
 static void recorded_overrides(char *out, size_t len)
@@ -587,7 +598,9 @@ static int sweep_html(const sweep_outcome *so, void *ctx)
                 continue;
             base_in |= r->baseline;
             snprintf(text[n], sizeof text[n], "rank %d: %s%s", r->rank, r->conf[0] ? r->conf : "(defaults)",
-                     r->baseline ? " (yours)" : r->hbm ? " (hbmalloc plug-in)" : "");
+                     r->baseline ? " (yours)"
+                     : r->hbm    ? " (hbmalloc plug-in)"
+                                 : "");
             t[n] = &sp->c->t;
             o[n] = (replay_opts){.backend_spec = sp->c->spec, .settings = r->conf};
             names[n] = sp->c->path;

@@ -37,9 +37,9 @@
 /* A record read, its texts made safe to show (safe_text). */
 typedef struct entry {
     hbm_record r;
-    char name[256]; /* the file's name: orders the allocators of one process on one device */
-    unsigned slot;  /* its index among the entries of its rank and device (a Prometheus label) */
-    size_t hist;    /* its history (seen.hist) */
+    char name[256];  /* the file's name: orders the allocators of one process on one device */
+    unsigned slot;   /* its index among the entries of its rank and device (a Prometheus label) */
+    size_t hist;     /* its history (seen.hist) */
     char device[48]; /* the physical device, for the totals: "cuda 3", "npu 5", "sim 0" (device_of) */
 } entry;
 
@@ -49,7 +49,7 @@ typedef struct history {
     char name[256];
     int64_t reserved[TREND]; /* at the last refreshes, oldest first */
     int n;
-    unsigned frame;          /* the refresh it was last seen at */
+    unsigned frame; /* the refresh it was last seen at */
 } history;
 
 typedef struct seen {
@@ -70,14 +70,22 @@ typedef struct opts {
     const char *dir, *csv, *textfile;
     double interval;
     int once, json, clean, sort;
-    int keys;             /* the terminal's keys are read: q quits, s sorts */
-    int columns, lines;   /* the terminal's size, read at every refresh (0: not a terminal, every column) */
+    int keys;           /* the terminal's keys are read: q quits, s sorts */
+    int columns, lines; /* the terminal's size, read at every refresh (0: not a terminal, every column) */
 } opts;
 
 static volatile sig_atomic_t stop, resized;
-static void on_signal(int sig) { (void)sig; stop = 1; }
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
 /* SIGWINCH (the terminal's size changed) and SIGCONT (back from Ctrl-Z): redraw now, at the new size. */
-static void on_winch(int sig) { (void)sig; resized = 1; }
+static void on_winch(int sig)
+{
+    (void)sig;
+    resized = 1;
+}
 
 static int cmp_rec(const void *x, const void *y)
 {
@@ -332,7 +340,10 @@ static void remember(seen *s)
                 s->recs[i].hist = h;
 }
 
-static const history *history_of(const seen *s, const entry *e) { return e->hist < s->nhist ? &s->hist[e->hist] : NULL; }
+static const history *history_of(const seen *s, const entry *e)
+{
+    return e->hist < s->nhist ? &s->hist[e->hist] : NULL;
+}
 
 /* Reserved over the last refreshes, a bar each, against the highest of them. */
 static void trend_text(const history *h, char *buf, size_t len)
@@ -377,21 +388,50 @@ static int cmp_shown(const void *x, const void *y)
 /* The table's columns; on a terminal narrower than all of them, those with the highest `drop` go first, so that a
  * row never wraps: at 80 columns, rank, PID, device, allocated, reserved, its share of the capacity, the share
  * unallocated, the largest free block and OOMs stay. */
-enum { C_RANK, C_PID, C_DEV, C_ALLOC, C_RES, C_CAP, C_USE, C_UNALLOC, C_UNPCT, C_FRAG, C_LARGEST, C_PEAK, C_JOBPEAK,
-       C_TREND, C_OOMS, C_RETRIES, C_DEVMALLOC, C_EXP, C_COMMAND, NCOLS };
+enum {
+    C_RANK,
+    C_PID,
+    C_DEV,
+    C_ALLOC,
+    C_RES,
+    C_CAP,
+    C_USE,
+    C_UNALLOC,
+    C_UNPCT,
+    C_FRAG,
+    C_LARGEST,
+    C_PEAK,
+    C_JOBPEAK,
+    C_TREND,
+    C_OOMS,
+    C_RETRIES,
+    C_DEVMALLOC,
+    C_EXP,
+    C_COMMAND,
+    NCOLS
+};
 static const struct {
     const char *head;
     int width, left, drop;
 } cols[NCOLS] = {
-    [C_RANK] = {"RANK", 5, 1, 0},          [C_PID] = {"PID", 8, 0, 0},
-    [C_DEV] = {"DEV", 4, 0, 0},            [C_ALLOC] = {"ALLOCATED", 11, 0, 0},
-    [C_RES] = {"RESERVED", 11, 0, 0},      [C_CAP] = {"CAPACITY", 10, 0, 8},
-    [C_USE] = {"RES/CAP", 7, 0, 0},        [C_UNALLOC] = {"UNALLOC", 11, 0, 6},
-    [C_UNPCT] = {"UNALLOC%", 8, 0, 0},     [C_FRAG] = {"FRAG%", 6, 0, 3},
-    [C_LARGEST] = {"LARGEST FREE", 12, 0, 0}, [C_PEAK] = {"PEAK", 11, 0, 4},
-    [C_JOBPEAK] = {"JOB PEAK", 11, 0, 7},     [C_TREND] = {"TREND", TREND, 1, 2},
-    [C_OOMS] = {"OOMS", 5, 0, 0},          [C_RETRIES] = {"RETRIES", 7, 0, 5},
-    [C_DEVMALLOC] = {"DEV MALLOC", 10, 0, 9}, [C_EXP] = {"EXP", 3, 1, 10},
+    [C_RANK] = {"RANK", 5, 1, 0},
+    [C_PID] = {"PID", 8, 0, 0},
+    [C_DEV] = {"DEV", 4, 0, 0},
+    [C_ALLOC] = {"ALLOCATED", 11, 0, 0},
+    [C_RES] = {"RESERVED", 11, 0, 0},
+    [C_CAP] = {"CAPACITY", 10, 0, 8},
+    [C_USE] = {"RES/CAP", 7, 0, 0},
+    [C_UNALLOC] = {"UNALLOC", 11, 0, 6},
+    [C_UNPCT] = {"UNALLOC%", 8, 0, 0},
+    [C_FRAG] = {"FRAG%", 6, 0, 3},
+    [C_LARGEST] = {"LARGEST FREE", 12, 0, 0},
+    [C_PEAK] = {"PEAK", 11, 0, 4},
+    [C_JOBPEAK] = {"JOB PEAK", 11, 0, 7},
+    [C_TREND] = {"TREND", TREND, 1, 2},
+    [C_OOMS] = {"OOMS", 5, 0, 0},
+    [C_RETRIES] = {"RETRIES", 7, 0, 5},
+    [C_DEVMALLOC] = {"DEV MALLOC", 10, 0, 9},
+    [C_EXP] = {"EXP", 3, 1, 10},
     [C_COMMAND] = {"COMMAND", 7, 1, 11},
 };
 #define DROP_MAX 11
@@ -420,11 +460,11 @@ typedef struct field {
     const char *name; /* the key in --json and the column in --csv; NULL: neither */
     fkind kind;
     size_t off;
-    int json;         /* in --json */
-    int csv;          /* its place among --csv's columns (after "time"), 1-based; 0: not there */
-    int col;          /* its column of the table (C_*), or -1 */
+    int json; /* in --json */
+    int csv;  /* its place among --csv's columns (after "time"), 1-based; 0: not there */
+    int col;  /* its column of the table (C_*), or -1 */
     tfmt fmt;
-    int prom;         /* its place among --textfile's metrics, 1-based; 0: not there */
+    int prom; /* its place among --textfile's metrics, 1-based; 0: not there */
     const char *metric, *type, *help;
 } field;
 
@@ -437,7 +477,8 @@ static const field fields[] = {
     {F("rank", K_I64, rank), 1, 2, C_RANK, T_INT_DASH, NOPROM},
     {F("local_rank", K_I64, local_rank), 1, 0, -1, T_INT, NOPROM},
     {F("world_size", K_I64, world_size), 1, 0, -1, T_INT, NOPROM},
-    {F("updated_ns", K_U64, updated_ns), 1, 0, -1, T_INT, 16, /* in seconds there */ "hbmalloc_last_update_timestamp_seconds", "gauge",
+    {F("updated_ns", K_U64, updated_ns), 1, 0, -1, T_INT, 16,
+     /* in seconds there */ "hbmalloc_last_update_timestamp_seconds", "gauge",
      "When the process last updated its record."},
     {F("allocated_bytes", K_I64, allocated_bytes), 1, 4, C_ALLOC, T_SIZE, 1, "hbmalloc_allocated_bytes", "gauge",
      "Bytes in allocated blocks (allocated_bytes.all.current)."},
@@ -483,7 +524,8 @@ static const field fields[] = {
     {F("asleep_tags", K_STR, asleep_tags), 1, 0, -1, T_STR, NOPROM},
     {F("job_peak_allocated_bytes", K_I64, job_peak_allocated_bytes), 1, 0, -1, T_SIZE, NOPROM},
     {F("job_peak_reserved_bytes", K_I64, job_peak_reserved_bytes), 1, 0, C_JOBPEAK, T_SIZE, 5,
-     "hbmalloc_job_peak_reserved_bytes", "gauge", "Peak of reserved_bytes since the job started (resets do not lower "
+     "hbmalloc_job_peak_reserved_bytes", "gauge",
+     "Peak of reserved_bytes since the job started (resets do not lower "
      "it)."},
     {"device_as_numbered", K_DEVICE_AS, 0, 1, 0, -1, T_STR, NOPROM},
     {NULL, K_USE, 0, 0, 0, C_USE, T_PERCENT, NOPROM},
@@ -499,15 +541,16 @@ static int64_t figure(const field *f, const hbm_record *r)
     switch (f->kind) {
     case K_UNALLOC: return unallocated(r);
     case K_FREE_CACHED: return free_cached(r);
-    case K_U64: return (int64_t)*(const uint64_t *)((const char *)r + f->off);
+    case K_U64: return (int64_t) * (const uint64_t *)((const char *)r + f->off);
     default: return *(const int64_t *)((const char *)r + f->off);
     }
 }
 
 static double share(const field *f, const hbm_record *r)
 {
-    return f->kind == K_UNSHARE ? unallocated_share(r) : f->kind == K_USE ? ratio(r->reserved_bytes, r->device_total)
-                                                                          : fragmentation(r);
+    return f->kind == K_UNSHARE ? unallocated_share(r)
+           : f->kind == K_USE   ? ratio(r->reserved_bytes, r->device_total)
+                                : fragmentation(r);
 }
 
 static const char *text_of(const field *f, const hbm_record *r) { return (const char *)r + f->off; }
@@ -721,13 +764,16 @@ static void print_table(FILE *f, const opts *o, const seen *s)
         print_row(f, o, on, cell, command);
     }
     if (!s->n) {
-        snprintf(line, sizeof line, "(no process of this user publishes hbmalloc statistics in %s: the PyTorch "
-                                    "plug-ins do by default, the C API with hbm_publish:True)", o->dir);
+        snprintf(line, sizeof line,
+                 "(no process of this user publishes hbmalloc statistics in %s: the PyTorch "
+                 "plug-ins do by default, the C API with hbm_publish:True)",
+                 o->dir);
         put_line(f, o, line);
     }
     if (s->stale) {
         snprintf(line, sizeof line, "%zu record%s of exited processes ignored%s", s->stale, s->stale == 1 ? "" : "s",
-                 o->clean ? (s->removed == s->stale ? " and removed" : ", not all removed") : " (--clean removes them)");
+                 o->clean ? (s->removed == s->stale ? " and removed" : ", not all removed")
+                          : " (--clean removes them)");
         put_line(f, o, "");
         put_line(f, o, line);
     }
@@ -859,8 +905,7 @@ static void prom_label(FILE *f, const char *s)
  * do not multiply with PIDs. The PID is a label of hbmalloc_info only. */
 static void prom_labels(FILE *f, const entry *e)
 {
-    fprintf(f, "{rank=\"%lld\",device=\"%lld\",slot=\"%u\"}", (long long)e->r.rank, (long long)e->r.device,
-            e->slot);
+    fprintf(f, "{rank=\"%lld\",device=\"%lld\",slot=\"%u\"}", (long long)e->r.rank, (long long)e->r.device, e->slot);
 }
 
 static int write_textfile(const opts *o, const seen *s)
@@ -900,7 +945,8 @@ static int write_textfile(const opts *o, const seen *s)
         }
     }
     fputs("# HELP hbmalloc_info The allocator's process, backend, settings and process name.\n"
-          "# TYPE hbmalloc_info gauge\n", f);
+          "# TYPE hbmalloc_info gauge\n",
+          f);
     for (size_t i = 0; i < s->n; i++) {
         const hbm_record *r = &s->recs[i].r;
         fprintf(f, "hbmalloc_info{rank=\"%lld\",device=\"%lld\",slot=\"%u\",pid=\"%lld\",backend=", (long long)r->rank,
@@ -977,7 +1023,7 @@ static int wait_or_key(opts *o, double seconds)
             return 0;
         struct pollfd p = {o->keys ? STDIN_FILENO : -1, POLLIN, 0};
         if (poll(&p, 1, ms > 1000000 ? 1000000 : (int)ms) <= 0)
-            continue; /* timed out (checked above), or a signal */
+            continue;                /* timed out (checked above), or a signal */
         if (!(p.revents & POLLIN)) { /* the terminal hung up: no more keys, the refreshes go on */
             o->keys = 0;
             continue;

@@ -164,7 +164,7 @@ typedef struct acl {
     void *lib;
     acl_fns fn;
     int ndev;
-    int referenced;      /* our aclInit took a reference (0, or 100002 on CANN 8): aclFinalizeReference at close */
+    int referenced;       /* our aclInit took a reference (0, or 100002 on CANN 8): aclFinalizeReference at close */
     pthread_mutex_t lock; /* guards ctx[] being made */
     _Atomic(aclrtContext) ctx[ACL_MAX_DEVICES]; /* each device's default context, once we made it current: our one
                                                   aclrtSetDevice on it, returned by aclrtResetDevice at close */
@@ -298,14 +298,14 @@ static int code(aclError rc)
 }
 
 /* `expr` with the device current, the caller's context restored after. */
-#define ON_DEVICE(c, device, expr)                         \
-    do {                                                   \
-        guard g_;                                          \
-        aclError rc_ = enter((c), (device), &g_);          \
-        if (rc_ == ACL_SUCCESS)                            \
-            rc_ = (expr);                                  \
-        leave((c), &g_);                                   \
-        return code(rc_);                                  \
+#define ON_DEVICE(c, device, expr)                \
+    do {                                          \
+        guard g_;                                 \
+        aclError rc_ = enter((c), (device), &g_); \
+        if (rc_ == ACL_SUCCESS)                   \
+            rc_ = (expr);                         \
+        leave((c), &g_);                          \
+        return code(rc_);                         \
     } while (0)
 
 /* Segments as torch_npu allocates them: aclrtMallocAlign32, huge pages first. aclrtMalloc (runtimes without it)
@@ -497,23 +497,25 @@ static int acl_host_free(void *ctx, int device, void *p)
 static int acl_copy_d2h(void *ctx, int device, void *dst, uintptr_t src, size_t size, hbm_stream stream)
 {
     acl *c = ctx;
-    ON_DEVICE(c, device, c->fn.MemcpyAsync(dst, size, (const void *)src, size, ACL_MEMCPY_DEVICE_TO_HOST,
-                                           (aclrtStream)(uintptr_t)stream));
+    ON_DEVICE(c, device,
+              c->fn.MemcpyAsync(dst, size, (const void *)src, size, ACL_MEMCPY_DEVICE_TO_HOST,
+                                (aclrtStream)(uintptr_t)stream));
 }
 
 static int acl_copy_h2d(void *ctx, int device, uintptr_t dst, const void *src, size_t size, hbm_stream stream)
 {
     acl *c = ctx;
-    ON_DEVICE(c, device, c->fn.MemcpyAsync((void *)dst, size, src, size, ACL_MEMCPY_HOST_TO_DEVICE,
-                                           (aclrtStream)(uintptr_t)stream));
+    ON_DEVICE(
+        c, device,
+        c->fn.MemcpyAsync((void *)dst, size, src, size, ACL_MEMCPY_HOST_TO_DEVICE, (aclrtStream)(uintptr_t)stream));
 }
 
 /* The whole device's work, every stream: aclrtSynchronizeDevice, or the framework's own entry (`via`). */
 static int acl_device_sync(void *ctx, int device, int (*via)(void *), void *via_ctx)
 {
     acl *c = ctx;
-    ON_DEVICE(c, device, via ? (via(via_ctx) ? 500003 /* ACL_ERROR_RT_FAILURE */ : ACL_SUCCESS)
-                             : c->fn.SynchronizeDevice());
+    ON_DEVICE(c, device,
+              via ? (via(via_ctx) ? 500003 /* ACL_ERROR_RT_FAILURE */ : ACL_SUCCESS) : c->fn.SynchronizeDevice());
 }
 
 /* Our references back: one aclrtResetDevice per device we set, and our aclInit reference. aclFinalize would end
@@ -572,8 +574,8 @@ static int hdk_major(const char *v) { return v && *v >= '0' && *v <= '9' ? atoi(
 static void detect_vmm(acl *c, hbm__backend_caps *caps)
 {
     const acl_fns *f = &c->fn;
-    caps->has_vmm = f->ReserveMemAddress && f->ReleaseMemAddress && f->MallocPhysical && f->FreePhysical &&
-                    f->MapMem && f->UnmapMem;
+    caps->has_vmm = f->ReserveMemAddress && f->ReleaseMemAddress && f->MallocPhysical && f->FreePhysical && f->MapMem &&
+                    f->UnmapMem;
     caps->vmm_granularity = (size_t)2 << 20; /* "currently fixed at 2M" (aclrtMallocPhysical); checked per device */
     if (!caps->has_vmm)
         snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not,
@@ -589,11 +591,15 @@ static void probe_failed(acl *c, int device, aclError rc, char *why, size_t whyl
     int major = hdk_major(c->driver);
     char tail[160] = "";
     if (major >= 0 && major < 23)
-        snprintf(tail, sizeof tail, "; the Ascend driver (HDK %s) is older than 23.0.0, which expandable "
-                 "segments need", dv);
+        snprintf(tail, sizeof tail,
+                 "; the Ascend driver (HDK %s) is older than 23.0.0, which expandable "
+                 "segments need",
+                 dv);
     else if (rc == ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
-        snprintf(tail, sizeof tail, "; the driver (HDK %s) and firmware packages likely do not match "
-                 "(run hbmalloc doctor)", dv);
+        snprintf(tail, sizeof tail,
+                 "; the driver (HDK %s) and firmware packages likely do not match "
+                 "(run hbmalloc doctor)",
+                 dv);
     char where[32] = ""; /* which device, when there is more than one */
     if (c->ndev > 1)
         snprintf(where, sizeof where, " on device %d", device);
@@ -631,8 +637,10 @@ static int acl_vmm_probe(void *ctx, int device, char *why, size_t whylen)
         if (rc != ACL_SUCCESS || !p)
             probe_failed(c, device, rc != ACL_SUCCESS ? rc : 500003, text, sizeof text);
         else if (gran && ((size_t)2 << 20) % gran)
-            snprintf(text, sizeof text, "device %d maps pages of %zu bytes, which do not divide the 2 MiB pages "
-                     "hbmalloc maps", device, gran);
+            snprintf(text, sizeof text,
+                     "device %d maps pages of %zu bytes, which do not divide the 2 MiB pages "
+                     "hbmalloc maps",
+                     device, gran);
         pthread_mutex_lock(&c->lock);
         if (!atomic_load(&c->vmm[device])) {
             snprintf(c->vmm_why[device], sizeof c->vmm_why[device], "%s", text);
@@ -665,8 +673,10 @@ int hbm__acl_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     }
     c->lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!c->lib) {
-        snprintf(err, errlen, "acl: cannot load %.200s: %.200s (no CANN toolkit here? source set_env.sh, or "
-                 "HBMALLOC_LIBASCENDCL names another file)", lib, dlerror());
+        snprintf(err, errlen,
+                 "acl: cannot load %.200s: %.200s (no CANN toolkit here? source set_env.sh, or "
+                 "HBMALLOC_LIBASCENDCL names another file)",
+                 lib, dlerror());
         free(c);
         return HBM_ERR_BACKEND;
     }

@@ -13,7 +13,7 @@
  *   - a call that needs a device makes it current for the call only: the
  *     calling thread's current device or context is the same after the call
  *     (frameworks cache it per thread and run their next work there).
- * src/backend/device.c is the one caller: it counts, times and turns codes into messages.
+ * src/core/device.c is the one caller: it counts, times and turns codes into messages.
  */
 #ifndef HBM_BACKEND_H
 #define HBM_BACKEND_H
@@ -30,22 +30,22 @@ typedef enum hbm__op {
     HBM__OP_MALLOC = 0,
     HBM__OP_FREE = 1,
     HBM__OP_INFO = 2,
-    HBM__OP_RESERVE = 3,    /* reserve a virtual address range */
-    HBM__OP_UNRESERVE = 4,  /* free it */
-    HBM__OP_CREATE = 5,     /* create a physical page handle */
-    HBM__OP_RELEASE = 6,    /* release it */
-    HBM__OP_MAP = 7,        /* map a handle at an address */
-    HBM__OP_UNMAP = 8,      /* unmap an address range */
-    HBM__OP_ACCESS = 9,     /* make a mapping readable and writable by the device */
-    HBM__OP_SYNC = 10,      /* wait for a stream's work (before an unmap) */
-    HBM__OP_EVENT = 11,     /* create, record or destroy an event */
-    HBM__OP_QUERY = 12,     /* ask whether an event has completed */
-    HBM__OP_EVSYNC = 13,    /* wait for an event */
-    HBM__OP_DEVSYNC = 14,   /* wait for all of the device's work (before memory goes back to it) */
+    HBM__OP_RESERVE = 3,     /* reserve a virtual address range */
+    HBM__OP_UNRESERVE = 4,   /* free it */
+    HBM__OP_CREATE = 5,      /* create a physical page handle */
+    HBM__OP_RELEASE = 6,     /* release it */
+    HBM__OP_MAP = 7,         /* map a handle at an address */
+    HBM__OP_UNMAP = 8,       /* unmap an address range */
+    HBM__OP_ACCESS = 9,      /* make a mapping readable and writable by the device */
+    HBM__OP_SYNC = 10,       /* wait for a stream's work (before an unmap) */
+    HBM__OP_EVENT = 11,      /* create, record or destroy an event */
+    HBM__OP_QUERY = 12,      /* ask whether an event has completed */
+    HBM__OP_EVSYNC = 13,     /* wait for an event */
+    HBM__OP_DEVSYNC = 14,    /* wait for all of the device's work (before memory goes back to it) */
     HBM__OP_HOST_ALLOC = 15, /* pinned host memory (a sleeping pool's backup) */
     HBM__OP_HOST_FREE = 16,
-    HBM__OP_COPY_D2H = 17,  /* a device-to-host copy queued on a stream */
-    HBM__OP_COPY_H2D = 18,  /* a host-to-device copy queued on a stream */
+    HBM__OP_COPY_D2H = 17, /* a device-to-host copy queued on a stream */
+    HBM__OP_COPY_H2D = 18, /* a host-to-device copy queued on a stream */
     HBM__OP_KINDS = 19
 } hbm__op;
 
@@ -54,14 +54,14 @@ typedef enum hbm__op {
 /* Filled once when the backend is opened. */
 typedef struct hbm__backend_caps {
     int device_count;
-    hbm_dialect dialect;  /* whose allocator rules this device follows (CUDA or NPU) */
-    size_t request_pad;   /* bytes added to every request (torch_npu pads 32 bytes) */
-    int modelled_cost;    /* 1: cost_ns() gives modelled time; 0: device.c measures wall time */
+    hbm_dialect dialect; /* whose allocator rules this device follows (CUDA or NPU) */
+    size_t request_pad;  /* bytes added to every request (torch_npu pads 32 bytes) */
+    int modelled_cost;   /* 1: cost_ns() gives modelled time; 0: device.c measures wall time */
     /* Virtual memory (expandable segments). */
-    int has_vmm;             /* the vmm_* functions work on this device */
-    char vmm_why_not[256];   /* when !has_vmm: why, in words a user can act on */
-    size_t vmm_granularity;  /* page sizes must be multiples of this */
-    char version[96];        /* driver / firmware versions, for messages */
+    int has_vmm;            /* the vmm_* functions work on this device */
+    char vmm_why_not[256];  /* when !has_vmm: why, in words a user can act on */
+    size_t vmm_granularity; /* page sizes must be multiples of this */
+    char version[96];       /* driver / firmware versions, for messages */
     /* Work launched on the device runs after the launch returns, and neither mem_free nor vmm_unmap waits for it
      * (aclrtFree: no implicit synchronization; cuMemFree: "may" synchronize; cuMemUnmap, aclrtUnmapMem: none).
      * The engine then waits with device_sync before a whole segment goes back, and before pages are unmapped it
@@ -128,7 +128,7 @@ struct hbm_backend {
     const hbm__backend_ops *ops;
     void *ctx;
     hbm__backend_caps caps;
-    char spec[256]; /* as opened, for messages */
+    char spec[256];       /* as opened, for messages */
     hbm_host_queue queue; /* a framework's launch queue in front of the device (all NULL: none) */
 };
 

@@ -245,14 +245,14 @@ static void leave(cuda *c, guard *g)
 static int code(CUresult rc) { return rc == CUDA_ERROR_OUT_OF_MEMORY ? HBM__BE_OOM : rc; }
 
 /* `expr` with the device's context current, the caller's restored after. */
-#define ON_DEVICE(c, device, expr)                          \
-    do {                                                    \
-        guard g_;                                           \
-        CUresult rc_ = enter((c), (device), &g_);           \
-        if (rc_ == CUDA_SUCCESS)                            \
-            rc_ = (expr);                                   \
-        leave((c), &g_);                                    \
-        return code(rc_);                                   \
+#define ON_DEVICE(c, device, expr)                \
+    do {                                          \
+        guard g_;                                 \
+        CUresult rc_ = enter((c), (device), &g_); \
+        if (rc_ == CUDA_SUCCESS)                  \
+            rc_ = (expr);                         \
+        leave((c), &g_);                          \
+        return code(rc_);                         \
     } while (0)
 
 static int cu_alloc(void *ctx, int device, size_t size, uintptr_t *out)
@@ -540,8 +540,8 @@ static void detect_vmm(cuda *c, hbm__backend_caps *caps)
             return;
         }
         if (c->fn.MemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !g) {
-            snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not,
-                     "cuMemGetAllocationGranularity failed on device %d", d);
+            snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not, "cuMemGetAllocationGranularity failed on device %d",
+                     d);
             return;
         }
         if (g > gran)
@@ -581,8 +581,9 @@ int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t er
     pthread_mutex_init(&c->lock, NULL);
     c->lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!c->lib) {
-        snprintf(err, errlen, "cuda: cannot load %.200s: %.200s (no NVIDIA driver here? HBMALLOC_LIBCUDA names another file)",
-                 lib, dlerror());
+        snprintf(err, errlen,
+                 "cuda: cannot load %.200s: %.200s (no NVIDIA driver here? HBMALLOC_LIBCUDA names another file)", lib,
+                 dlerror());
         pthread_mutex_destroy(&c->lock);
         free(c);
         return HBM_ERR_BACKEND;

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fork.h"
+#include "util/fork.h"
 #include "util/util.h"
 #include "backend.h"
 #include "sim.h"
@@ -32,7 +32,7 @@
 #define SIM_ALIGN (2 * HBM__MiB)
 #define SIM_VA_BASE ((uintptr_t)0x100000000000ull) /* 16 TiB */
 #define SIM_VA_SPAN ((uintptr_t)0x100000000000ull) /* 16 TiB of addresses per device */
-#define SIM_MAX_CAPACITY ((size_t)8 << 40)          /* 8 TiB */
+#define SIM_MAX_CAPACITY ((size_t)8 << 40)         /* 8 TiB */
 #define SIM_MAX_FAULTS 32
 
 typedef struct sim_range {
@@ -107,9 +107,9 @@ typedef struct sim {
     pthread_mutex_t lock; /* allocators of several devices may share one sim */
     int ndev;
     int host_backed;
-    int vmm_asked;       /* vmm=on given: with memory=host, virtual memory over memory files */
+    int vmm_asked; /* vmm=on given: with memory=host, virtual memory over memory files */
     sim_dev dev[SIM_MAX_DEVICES];
-    sim_host *hosts;     /* pinned host allocations */
+    sim_host *hosts; /* pinned host allocations */
     size_t nhosts, cap_hosts;
     uintptr_t next_token;
     sim_alloc *live; /* sorted by addr */
@@ -135,7 +135,7 @@ typedef struct sim {
     size_t index_cap;
     sim_event *events; /* event e lives at events[e - 1] */
     size_t nevents, cap_events;
-    int ncapturing;    /* streams with a capture under way */
+    int ncapturing; /* streams with a capture under way */
 } sim;
 
 /* The calling thread's capture mode (HBM__CAPTURE_MODE_*), as the CUDA driver keeps one per thread. */
@@ -308,8 +308,7 @@ static int sim_free_fn(void *ctx, int device, uintptr_t ptr, size_t size)
     if ((rc = capture_check(s, HBM__OP_FREE, NULL)))
         goto done;
     size_t i = live_find(s, ptr);
-    if (i == s->nlive || s->live[i].addr != ptr || s->live[i].device != device ||
-        s->live[i].size != size) {
+    if (i == s->nlive || s->live[i].addr != ptr || s->live[i].device != device || s->live[i].size != size) {
         rc = HBM__SIM_ERR_BAD_FREE;
         goto done;
     }
@@ -440,8 +439,9 @@ static int sim_create(void *ctx, int device, size_t size, uint64_t *handle)
     sim_dev *d = rc ? NULL : &s->dev[device];
     if (!rc && (size > d->capacity - d->used - d->others || d->used + d->others > d->capacity))
         rc = HBM__BE_OOM;
-    if (!rc && !s->free_handle && (s->nhandles >= UINT32_MAX ||
-                                    hbm__grow((void **)&s->handles, &s->cap_handles, s->nhandles + 1, sizeof(sim_handle))))
+    if (!rc && !s->free_handle &&
+        (s->nhandles >= UINT32_MAX ||
+         hbm__grow((void **)&s->handles, &s->cap_handles, s->nhandles + 1, sizeof(sim_handle))))
         rc = HBM__SIM_ERR_HOST;
     int fd = -1;
     if (!rc && s->host_backed && ((fd = memfd_create("hbm-sim-page", MFD_CLOEXEC)) < 0 || ftruncate(fd, (off_t)size))) {
@@ -540,8 +540,7 @@ static int sim_unmap(void *ctx, int device, uintptr_t va, size_t size)
             rc = HBM__SIM_ERR_BAD_RANGE; /* not mapped */
     /* The address stays reserved, without access: a touch of it faults, as on a device. */
     if (!rc && s->host_backed &&
-        mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) ==
-            MAP_FAILED)
+        mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
         rc = HBM__SIM_ERR_HOST;
     for (size_t i = 0; !rc && i < n; i++) {
         s->handles[HANDLE_SLOT(r->pages[first + i])].mapped--;
@@ -717,7 +716,7 @@ static int sim_stream_check(void *ctx, int device, hbm_stream stream)
 {
     sim *s = ctx;
     pthread_mutex_lock(&s->lock);
-    int rc = device < 0 || device >= s->ndev ? HBM__SIM_ERR_DEVICE
+    int rc = device < 0 || device >= s->ndev    ? HBM__SIM_ERR_DEVICE
              : stream_get(s, device, stream, 1) ? 0
                                                 : HBM__SIM_ERR_BAD_STREAM;
     pthread_mutex_unlock(&s->lock);
@@ -1000,8 +999,8 @@ static long parse_version(const char *v)
     return part[0] * 1000000 + part[1] * 1000 + part[2];
 }
 
-static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, size_t *others,
-                   hbm__backend_caps *caps, char *err, size_t errlen)
+static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, size_t *others, hbm__backend_caps *caps,
+                   char *err, size_t errlen)
 {
     uint64_t n;
     if (!strcmp(key, "vmm")) {
@@ -1030,7 +1029,8 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
             s->vmm = 0;
             snprintf(caps->vmm_why_not, sizeof caps->vmm_why_not,
                      "firmware %s predates virtual-memory support (Ascend HDK >= 23.0.0 is required; the runtime "
-                     "answers the probe with 207000 ACL_ERROR_RT_FEATURE_NOT_SUPPORT)", val);
+                     "answers the probe with 207000 ACL_ERROR_RT_FEATURE_NOT_SUPPORT)",
+                     val);
         }
         return 0;
     }
@@ -1093,9 +1093,9 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
         caps->request_pad = (size_t)n;
     } else {
         static const char *cost_keys[HBM__OP_KINDS] = {
-            "malloc_us", "free_us", "info_us",  "reserve_us", "unreserve_us", "create_us", "release_us",
-            "map_us",    "unmap_us", "access_us", "sync_us",   "event_us",     "query_us",  "evsync_us",
-            "devsync_us", "hostalloc_us", "hostfree_us", "d2h_us", "h2d_us"};
+            "malloc_us",  "free_us",      "info_us",     "reserve_us", "unreserve_us", "create_us", "release_us",
+            "map_us",     "unmap_us",     "access_us",   "sync_us",    "event_us",     "query_us",  "evsync_us",
+            "devsync_us", "hostalloc_us", "hostfree_us", "d2h_us",     "h2d_us"};
         for (int op = 0; op < HBM__OP_KINDS; op++) {
             char per[32];
             snprintf(per, sizeof per, "%s_per_gib", cost_keys[op]);
@@ -1115,7 +1115,8 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
                 snprintf(err, errlen, "sim: fail_nth '%s' must be a call number >= 1", val);
                 return -1;
             }
-            hbm__sim_fault f = {.kind = -1, .nth = n, .min_size = 0, .max_size = SIZE_MAX, .code = HBM__SIM_ERR_INJECTED};
+            hbm__sim_fault f = {
+                .kind = -1, .nth = n, .min_size = 0, .max_size = SIZE_MAX, .code = HBM__SIM_ERR_INJECTED};
             hbm__sim_add_fault(s, &f);
             return 0;
         }
@@ -1228,10 +1229,7 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
 
 /* ---- test and tool controls ---- */
 
-void *hbm__sim_ctx(hbm_backend *b)
-{
-    return b && b->ops == &sim_ops ? b->ctx : NULL;
-}
+void *hbm__sim_ctx(hbm_backend *b) { return b && b->ops == &sim_ops ? b->ctx : NULL; }
 
 int hbm__sim_add_fault(void *ctx, const hbm__sim_fault *rule)
 {
@@ -1314,7 +1312,4 @@ int hbm__sim_stream_capture(void *ctx, int device, hbm_stream stream, int captur
     return st ? 0 : -1;
 }
 
-int hbm__sim_is_host_backed(void *ctx)
-{
-    return ((sim *)ctx)->host_backed;
-}
+int hbm__sim_is_host_backed(void *ctx) { return ((sim *)ctx)->host_backed; }

@@ -37,17 +37,17 @@ enum {
 };
 
 typedef struct hbm__sim_counters {
-    uint64_t calls[HBM__OP_KINDS];   /* every call, failed ones too */
-    uint64_t injected;               /* calls failed by a fault rule */
-    uint64_t live_allocations;       /* device allocations not yet freed (all devices) */
-    uint64_t live_bytes;             /* bytes of live allocations and live physical handles */
-    uint64_t live_reservations;      /* virtual reservations not yet freed */
-    uint64_t live_handles;           /* physical handles not yet released */
-    uint64_t handle_slots;           /* the handle table's size: the most handles live at once */
-    uint64_t mapped_pages;           /* granularity pages mapped */
-    uint64_t live_events;            /* events not yet destroyed */
-    uint64_t capture_violations;     /* calls a graph capture forbids (CUDA's rules; see sim.c) */
-    uint64_t live_host;              /* pinned host allocations not yet freed */
+    uint64_t calls[HBM__OP_KINDS]; /* every call, failed ones too */
+    uint64_t injected;             /* calls failed by a fault rule */
+    uint64_t live_allocations;     /* device allocations not yet freed (all devices) */
+    uint64_t live_bytes;           /* bytes of live allocations and live physical handles */
+    uint64_t live_reservations;    /* virtual reservations not yet freed */
+    uint64_t live_handles;         /* physical handles not yet released */
+    uint64_t handle_slots;         /* the handle table's size: the most handles live at once */
+    uint64_t mapped_pages;         /* granularity pages mapped */
+    uint64_t live_events;          /* events not yet destroyed */
+    uint64_t capture_violations;   /* calls a graph capture forbids (CUDA's rules; see sim.c) */
+    uint64_t live_host;            /* pinned host allocations not yet freed */
 } hbm__sim_counters;
 
 /* The sim context behind a backend opened with "sim" (NULL for other backends). */

@@ -36,8 +36,8 @@
 
 typedef struct tok {
     char s[MAX_TOKEN_LEN];
-    size_t pos;  /* offset of the token's first character in the original string */
-    bool glued;  /* spaces inside the word were dropped */
+    size_t pos; /* offset of the token's first character in the original string */
+    bool glued; /* spaces inside the word were dropped */
 } tok;
 
 typedef struct lexed {
@@ -122,12 +122,43 @@ static hbm_status lex(const char *s, const rules *r, lexed *lx, char *err, size_
 enum { D_CUDA = 1, D_NPU = 2, D_BOTH = 3 };
 
 typedef enum key_id {
-    K_BACKEND, K_MAX_SPLIT, K_MAX_NON_SPLIT, K_LARGE_SEGMENT, K_GC, K_ROUNDUP, K_EXPANDABLE,
-    K_RELEASE_LOCK_CUDA, K_RELEASE_LOCK_HIP, K_RELEASE_LOCK_NPU, K_PIN_HOST_REG, K_PIN_HIP_HOST_REG,
-    K_PIN_THREADS, K_PIN_BG, K_PIN_RESERVE, K_PIN_ROUND, K_PIN_CACHED, K_GRAPH_REUSE, K_FRACTION,
-    K_PIN_CATCH_ALL, K_THROW_CUDA, K_THROW_NPU, K_PIN_EXPANDABLE, K_PIN_REGISTER, K_BASE_ALIGN,
-    K_PAGE_SIZE, K_SEGMENT_SIZE, K_LAZY_RECLAIM, K_ALIGN_HUGEPAGES, K_ES_RESERVE, K_ES_RESERVE_CLASS,
-    K_HBM_REMAP, K_HBM_PAGE, K_HBM_ARENA, K_HBM_ARENA_FRACTION, K_HBM_PLAN_FILE, K_HBM_STEP_PLAN,
+    K_BACKEND,
+    K_MAX_SPLIT,
+    K_MAX_NON_SPLIT,
+    K_LARGE_SEGMENT,
+    K_GC,
+    K_ROUNDUP,
+    K_EXPANDABLE,
+    K_RELEASE_LOCK_CUDA,
+    K_RELEASE_LOCK_HIP,
+    K_RELEASE_LOCK_NPU,
+    K_PIN_HOST_REG,
+    K_PIN_HIP_HOST_REG,
+    K_PIN_THREADS,
+    K_PIN_BG,
+    K_PIN_RESERVE,
+    K_PIN_ROUND,
+    K_PIN_CACHED,
+    K_GRAPH_REUSE,
+    K_FRACTION,
+    K_PIN_CATCH_ALL,
+    K_THROW_CUDA,
+    K_THROW_NPU,
+    K_PIN_EXPANDABLE,
+    K_PIN_REGISTER,
+    K_BASE_ALIGN,
+    K_PAGE_SIZE,
+    K_SEGMENT_SIZE,
+    K_LAZY_RECLAIM,
+    K_ALIGN_HUGEPAGES,
+    K_ES_RESERVE,
+    K_ES_RESERVE_CLASS,
+    K_HBM_REMAP,
+    K_HBM_PAGE,
+    K_HBM_ARENA,
+    K_HBM_ARENA_FRACTION,
+    K_HBM_PLAN_FILE,
+    K_HBM_STEP_PLAN,
     K_HBM_PUBLISH
 } key_id;
 
@@ -202,8 +233,7 @@ typedef struct ctx {
 
 static int fail(const ctx *c, const char *allowed)
 {
-    snprintf(c->err, c->errlen, "invalid setting '%s:%s' (character %zu): %s", c->key, c->val->s, c->val->pos,
-             allowed);
+    snprintf(c->err, c->errlen, "invalid setting '%s:%s' (character %zu): %s", c->key, c->val->s, c->val->pos, allowed);
     return -1;
 }
 
@@ -276,8 +306,7 @@ static int get_uint(const ctx *c, uint64_t *out, const char *allowed)
             return fail(c, end == s ? "not a number (std::stoi throws)" : "out of int range (std::stoi throws)");
         *out = (uint64_t)(int64_t)v; /* (size_t) of a negative int */
     }
-    if (*end || !all_digits(s) || c->val->glued)
-    {
+    if (*end || !all_digits(s) || c->val->glued) {
         char num[32];
         snprintf(num, sizeof num, "%llu", (unsigned long long)*out);
         lenient_note(c, num, *end ? end : NULL, s[0] == '-', c->val->glued);
@@ -304,8 +333,7 @@ static int get_double(const ctx *c, double *out, const char *allowed)
         return fail(c, end == s ? "not a number (std::stod throws)" : "out of range (std::stod throws)");
     *out = v;
     bool plain = (isdigit((unsigned char)s[0]) || s[0] == '.') && !strpbrk(s, "xXpPnN");
-    if (*end || !plain || c->val->glued)
-    {
+    if (*end || !plain || c->val->glued) {
         char num[32];
         snprintf(num, sizeof num, "%g", v);
         lenient_note(c, num, *end ? end : NULL, false, c->val->glued);
@@ -328,9 +356,10 @@ static int get_split(const ctx *c, size_t *bytes)
     char allowed[200];
     size_t min_mb = c->r->rel->large_segment_first ? c->cf->large_segment_size / HBM__MiB : 20;
     bool gt = !c->r->strict && c->r->rel->split_gt20;
-    snprintf(allowed, sizeof allowed, "expected a whole number of MiB %s %zu (%s: \"CachingAllocator option %s too "
-             "small, must be %s %zu\")", gt ? ">" : ">=", gt ? (size_t)20 : min_mb, who(c), c->key, gt ? ">" : ">=",
-             gt ? (size_t)20 : min_mb);
+    snprintf(allowed, sizeof allowed,
+             "expected a whole number of MiB %s %zu (%s: \"CachingAllocator option %s too "
+             "small, must be %s %zu\")",
+             gt ? ">" : ">=", gt ? (size_t)20 : min_mb, who(c), c->key, gt ? ">" : ">=", gt ? (size_t)20 : min_mb);
     if (!c->r->strict && c->r->rel->split_digits && !all_digits(c->val->s)) {
         char m[120];
         snprintf(m, sizeof m, "not all digits (torch_npu: \"CachingAllocator option %s is invalid.\")", c->key);
@@ -395,7 +424,7 @@ static int parse_roundup(const ctx *c0, const lexed *lx, size_t *pi)
             return list_error(&c, open, "the list is not closed with ']'");
         if (!strcmp(lx->t[i].s, "]"))
             break;
-        if (c.r->strict && !strcmp(lx->t[i].s, ",") )
+        if (c.r->strict && !strcmp(lx->t[i].s, ","))
             return list_error(&c, lx->t[i].pos, "an empty entry in the list");
         if (i + 2 >= lx->n)
             return list_error(&c, open, "the list is not closed with ']'");
@@ -407,8 +436,10 @@ static int parse_roundup(const ctx *c0, const lexed *lx, size_t *pi)
                          colon->s);
                 return list_error(&c, colon->pos, m);
             }
-            warn(cf, "PyTorch does not check the separator after '%s' in roundup_power2_divisions: '%s' is taken "
-                 "for ':'", bound->s, colon->s);
+            warn(cf,
+                 "PyTorch does not check the separator after '%s' in roundup_power2_divisions: '%s' is taken "
+                 "for ':'",
+                 bound->s, colon->s);
         }
         ctx cv = c;
         cv.val = val;
@@ -477,8 +508,10 @@ static int reserve_spec(const ctx *c, double *value, bool *gib)
     if (!ok) {
         if (c->r->strict)
             return fail(c, "expected a positive fraction of the device (0.5) or GiB (40G)");
-        warn(c->cf, "PyTorch ignores the invalid expandable-segment reserve '%s' (\"Ignoring invalid "
-             "expandable-segment reserve value\") and keeps its default", s);
+        warn(c->cf,
+             "PyTorch ignores the invalid expandable-segment reserve '%s' (\"Ignoring invalid "
+             "expandable-segment reserve value\") and keeps its default",
+             s);
         return 1;
     }
     *value = v;
@@ -533,11 +566,8 @@ static int set_key(hbm__conf *cf, const key_def *k, const rules *r, const lexed 
             return fail(&c, "expected native or cudaMallocAsync (PyTorch: \"Unknown allocator backend, options are "
                             "native and cudaMallocAsync\")");
         return 0;
-    case K_MAX_SPLIT:
-        *max_split_set = true;
-        return get_split(&c, &cf->max_split_size);
-    case K_MAX_NON_SPLIT:
-        return get_split(&c, &cf->max_non_split_rounding);
+    case K_MAX_SPLIT: *max_split_set = true; return get_split(&c, &cf->max_split_size);
+    case K_MAX_NON_SPLIT: return get_split(&c, &cf->max_non_split_rounding);
     case K_LARGE_SEGMENT: {
         /* > 10 MiB, no upper bound (c10 parseLargeSegmentSize; torch_npu 2.11+ also digits only). */
         const char *allowed = "expected a whole number of MiB > 10 (\"CachingAllocator option large_segment_size_mb "
@@ -595,8 +625,7 @@ static int set_key(hbm__conf *cf, const key_def *k, const rules *r, const lexed 
         cf->memory_fraction = d;
         return 0;
     }
-    case K_ROUNDUP:
-        return parse_roundup(&c, lx, pi);
+    case K_ROUNDUP: return parse_roundup(&c, lx, pi);
     case K_ES_RESERVE: {
         double d;
         bool gib;
@@ -610,8 +639,7 @@ static int set_key(hbm__conf *cf, const key_def *k, const rules *r, const lexed 
         }
         return 0;
     }
-    case K_ES_RESERVE_CLASS:
-        return parse_reserve_classes(&c, lx, pi);
+    case K_ES_RESERVE_CLASS: return parse_reserve_classes(&c, lx, pi);
     case K_EXPANDABLE: return get_bool(&c, &cf->expandable_segments);
     case K_RELEASE_LOCK_CUDA:
     case K_RELEASE_LOCK_HIP:
@@ -763,9 +791,10 @@ static void unknown_key(const rules *r, const tok *key, const key_def *k, char *
     hbm__sb_init(&sb, err, errlen);
     if (r->strict || r->tokenizer) {
         if (d == HBM_DIALECT_NPU)
-            hbm__sb_printf(&sb, k && (k->dialects & D_CUDA) && !(k->dialects & D_NPU)
-                                    ? "torch_npu not support key '%s' in NPU allocator config (character %zu)"
-                                    : "Unrecognized key '%s' in NPU allocator config (character %zu)",
+            hbm__sb_printf(&sb,
+                           k && (k->dialects & D_CUDA) && !(k->dialects & D_NPU)
+                               ? "torch_npu not support key '%s' in NPU allocator config (character %zu)"
+                               : "Unrecognized key '%s' in NPU allocator config (character %zu)",
                            key->s, key->pos);
         else
             hbm__sb_printf(&sb, "Unrecognized key '%s' in CUDA allocator config (character %zu)", key->s, key->pos);
@@ -818,8 +847,10 @@ static hbm_status parse_tokens(hbm__conf *cf, const lexed *lx, const rules *r, c
             const tok *key = &lx->t[i];
             if (is_sep(key->s[0])) {
                 if (r->strict) {
-                    snprintf(err, errlen, "settings: expected a key at character %zu, found '%s' (the form is "
-                             "key:value,key:value)", key->pos, key->s);
+                    snprintf(err, errlen,
+                             "settings: expected a key at character %zu, found '%s' (the form is "
+                             "key:value,key:value)",
+                             key->pos, key->s);
                     return HBM_ERR_CONF;
                 }
                 unknown_key(r, key, NULL, err, errlen);
@@ -831,21 +862,26 @@ static hbm_status parse_tokens(hbm__conf *cf, const lexed *lx, const rules *r, c
                 return HBM_ERR_CONF;
             }
             if (is_hbm_key(k) && framework) {
-                snprintf(err, errlen, "'%s' is an hbmalloc key: %s refuses it in %s (\"Unrecognized CachingAllocator "
-                         "option: %s\"); put hbmalloc's keys in HBMALLOC_CONF (character %zu)", key->s,
-                         d == HBM_DIALECT_NPU ? "torch_npu" : "PyTorch", cf->source, key->s, key->pos);
+                snprintf(err, errlen,
+                         "'%s' is an hbmalloc key: %s refuses it in %s (\"Unrecognized CachingAllocator "
+                         "option: %s\"); put hbmalloc's keys in HBMALLOC_CONF (character %zu)",
+                         key->s, d == HBM_DIALECT_NPU ? "torch_npu" : "PyTorch", cf->source, key->s, key->pos);
                 return HBM_ERR_CONF;
             }
             bool colon = i + 1 < lx->n && !strcmp(lx->t[i + 1].s, ":");
             if (i + 2 >= lx->n || (!colon && (r->strict || !r->tokenizer))) {
                 if (r->strict || i + 2 >= lx->n)
-                    snprintf(err, errlen, "settings: key '%s' at character %zu needs a value: write %s:VALUE%s",
-                             key->s, key->pos, key->s, r->strict ? "" : r->tokenizer ? " (PyTorch: \"Index out of "
-                             "bounds in ConfigTokenizer\")" : " (\"Error, expecting a value\")");
+                    snprintf(err, errlen, "settings: key '%s' at character %zu needs a value: write %s:VALUE%s", key->s,
+                             key->pos, key->s,
+                             r->strict      ? ""
+                             : r->tokenizer ? " (PyTorch: \"Index out of "
+                                              "bounds in ConfigTokenizer\")"
+                                            : " (\"Error, expecting a value\")");
                 else
-                    snprintf(err, errlen, "settings: expected ':' after '%s' at character %zu, found '%s' "
-                             "(\"Error parsing CachingAllocator settings, expected :\")", key->s,
-                             lx->t[i + 1].pos, lx->t[i + 1].s);
+                    snprintf(err, errlen,
+                             "settings: expected ':' after '%s' at character %zu, found '%s' "
+                             "(\"Error parsing CachingAllocator settings, expected :\")",
+                             key->s, lx->t[i + 1].pos, lx->t[i + 1].s);
                 return HBM_ERR_CONF;
             }
             if (r->strict && is_sep(lx->t[i + 2].s[0]) && lx->t[i + 2].s[0] != '[') {
@@ -872,13 +908,15 @@ static hbm_status parse_tokens(hbm__conf *cf, const lexed *lx, const rules *r, c
             if (i + 1 < lx->n) {
                 if (strcmp(lx->t[i + 1].s, ",") != 0) {
                     if (r->strict || !r->tokenizer) {
-                        snprintf(err, errlen, "settings: expected ',' after the value of '%s' at character %zu, "
-                                 "found '%s'", k->name, lx->t[i + 1].pos, lx->t[i + 1].s);
+                        snprintf(err, errlen,
+                                 "settings: expected ',' after the value of '%s' at character %zu, "
+                                 "found '%s'",
+                                 k->name, lx->t[i + 1].pos, lx->t[i + 1].s);
                         return HBM_ERR_CONF;
                     }
                     if (pass == 1)
-                        warn(cf, "PyTorch does not check the separator after '%s:%s': '%s' is taken for ','",
-                             k->name, lx->t[i].s, lx->t[i + 1].s);
+                        warn(cf, "PyTorch does not check the separator after '%s:%s': '%s' is taken for ','", k->name,
+                             lx->t[i].s, lx->t[i + 1].s);
                 }
                 i++; /* a trailing comma is accepted */
             }
@@ -904,14 +942,18 @@ static hbm_status parse_tokens(hbm__conf *cf, const lexed *lx, const rules *r, c
         }
         if (combo == HBM__COMBO_AFTER_PROBE && r->vmm == 0) {
             cf->expandable_segments = false;
-            warn(cf, "%s turns expandable segments off on this device (no virtual memory: \"expandable_segments "
+            warn(cf,
+                 "%s turns expandable segments off on this device (no virtual memory: \"expandable_segments "
                  "setting failure, now change to `False`.\"), so max_split_size_mb and garbage_collection_threshold "
-                 "apply; on a device with virtual memory it refuses the string", r->rel->name);
+                 "apply; on a device with virtual memory it refuses the string",
+                 r->rel->name);
         } else if (combo == HBM__COMBO_AFTER_PROBE) {
             cf->combo_needs_no_vmm = true;
-            warn(cf, "%s accepts max_split_size_mb / garbage_collection_threshold with expandable_segments:True only "
+            warn(cf,
+                 "%s accepts max_split_size_mb / garbage_collection_threshold with expandable_segments:True only "
                  "where the device has no virtual memory (expandable segments then turn off); torch_npu 2.13 and "
-                 "later refuse it everywhere", r->rel->name);
+                 "later refuse it everywhere",
+                 r->rel->name);
         }
     }
 done:
@@ -934,8 +976,8 @@ static hbm_status default_release(hbm__release *rel, hbm_dialect d, char *err, s
         hbm__release_oldest(rel, d);
         return HBM_OK;
     }
-    snprintf(err, errlen, "%s (from %s)", inner, d == HBM_DIALECT_NPU ? "HBMALLOC_TORCH_NPU_VERSION"
-                                                                       : "HBMALLOC_TORCH_VERSION");
+    snprintf(err, errlen, "%s (from %s)", inner,
+             d == HBM_DIALECT_NPU ? "HBMALLOC_TORCH_NPU_VERSION" : "HBMALLOC_TORCH_VERSION");
     return HBM_ERR_CONF;
 }
 
@@ -989,8 +1031,9 @@ hbm_status hbm__conf_load(hbm__conf *c, const char *explicit_settings, hbm_diale
     if (!s && d == HBM_DIALECT_NPU) {
         const char *npu = getenv("PYTORCH_NPU_ALLOC_CONF"), *gen = getenv("PYTORCH_ALLOC_CONF");
         if (npu && gen) {
-            snprintf(err, errlen, "Both PYTORCH_NPU_ALLOC_CONF and PYTORCH_ALLOC_CONF have been set, please set only "
-                                  "one of them.");
+            snprintf(err, errlen,
+                     "Both PYTORCH_NPU_ALLOC_CONF and PYTORCH_ALLOC_CONF have been set, please set only "
+                     "one of them.");
             return HBM_ERR_CONF;
         }
         s = npu ? npu : gen;
@@ -1032,11 +1075,13 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
     hbm__sb_printf(&sb, "max_non_split_rounding_mb: %zu\n", c->max_non_split_rounding / HBM__MiB);
     hbm__sb_printf(&sb, "large_segment_size_mb: %zu\n", c->large_segment_size / HBM__MiB);
     if (npu && c->segment_size) /* torch_npu's own member, not the large segment (K_SEGMENT_SIZE) */
-        hbm__sb_printf(&sb, "segment_size_mb: %zu (the page of the large pool's expandable segments, as torch_npu; "
-                            "whole segments are %zu MiB%s)\n", c->segment_size / HBM__MiB,
-                       c->large_segment_size / HBM__MiB,
+        hbm__sb_printf(&sb,
+                       "segment_size_mb: %zu (the page of the large pool's expandable segments, as torch_npu; "
+                       "whole segments are %zu MiB%s)\n",
+                       c->segment_size / HBM__MiB, c->large_segment_size / HBM__MiB,
                        c->expandable_page != c->segment_size ? "; not used: another setting sizes the pages"
-                       : !c->expandable_segments          ? "; no effect without expandable_segments:True" : "");
+                       : !c->expandable_segments             ? "; no effect without expandable_segments:True"
+                                                             : "");
     if (c->gc_threshold > 0)
         hbm__sb_printf(&sb, "garbage_collection_threshold: %g%s\n", c->gc_threshold,
                        c->memory_fraction < 1.0 ? "" : " (inactive: PyTorch runs it only under a memory fraction < 1)");
@@ -1059,23 +1104,28 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
             snprintf(what, sizeof what, "hbm_arena_mb: %zu", c->arena_bytes / HBM__MiB);
         else
             snprintf(what, sizeof what, "hbm_arena_fraction: %g", c->arena_fraction);
-        hbm__sb_printf(&sb, "%s (hbmalloc policy: one region reserved at the first allocation and sub-allocated best "
-                            "fit; %s beyond it)\n",
+        hbm__sb_printf(&sb,
+                       "%s (hbmalloc policy: one region reserved at the first allocation and sub-allocated best "
+                       "fit; %s beyond it)\n",
                        what, c->expandable_segments ? "expandable segments" : "segments");
     }
     if (c->plan_file[0])
-        hbm__sb_printf(&sb, "hbm_plan_file: %s (hbmalloc policy: allocation k served at the plan's offset in the arena, "
-                            "when it fits and that range is free)\n", c->plan_file);
+        hbm__sb_printf(&sb,
+                       "hbm_plan_file: %s (hbmalloc policy: allocation k served at the plan's offset in the arena, "
+                       "when it fits and that range is free)\n",
+                       c->plan_file);
     if (c->step_plan)
-        hbm__sb_printf(&sb, "hbm_step_plan: True (hbmalloc policy: the allocations of a training step, marked by "
-                            "hbm_step, learnt and later steps served from a plan in one region%s)\n",
+        hbm__sb_printf(&sb,
+                       "hbm_step_plan: True (hbmalloc policy: the allocations of a training step, marked by "
+                       "hbm_step, learnt and later steps served from a plan in one region%s)\n",
                        c->expandable_segments ? ", beside the expandable segments" : "");
     if (c->publish >= 0)
         hbm__sb_printf(&sb, "hbm_publish: %s (statistics for hbmalloc top%s)\n", b2s(c->publish),
                        c->publish ? ", in a shared-memory record of this process" : ": not published");
     if (c->page_given)
         hbm__sb_printf(&sb, "hbm_expandable_page_mb: %zu (hbmalloc policy: large-pool page of expandable segments%s)\n",
-                       c->expandable_page / HBM__MiB, !c->expandable_segments ? "; needs expandable_segments:True" : "");
+                       c->expandable_page / HBM__MiB,
+                       !c->expandable_segments ? "; needs expandable_segments:True" : "");
     else if (c->expandable_page)
         hbm__sb_printf(&sb, "hbm_expandable_page_mb: default (segment_size_mb, as torch_npu)\n");
     else
@@ -1085,11 +1135,15 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
     hbm__sb_printf(&sb, "%s: %s\n", npu ? "throw_on_npumalloc_oom" : "throw_on_cudamalloc_oom",
                    b2s(c->throw_on_malloc_oom));
     if (!npu && c->es_reserve_set)
-        hbm__sb_printf(&sb, "expandable_segments_reserve: %g%s (virtual address space per expandable segment; the "
-                            "sim reserves without limit)\n", c->es_reserve, c->es_reserve_gib ? " GiB" : " of the device");
+        hbm__sb_printf(&sb,
+                       "expandable_segments_reserve: %g%s (virtual address space per expandable segment; the "
+                       "sim reserves without limit)\n",
+                       c->es_reserve, c->es_reserve_gib ? " GiB" : " of the device");
     if (!npu && c->es_reserve_classes)
-        hbm__sb_printf(&sb, "expandable_segments_reserve_by_class: %d class%s (per-stream tags; hbmalloc does not "
-                            "tag streams)\n", c->es_reserve_classes, c->es_reserve_classes == 1 ? "" : "es");
+        hbm__sb_printf(&sb,
+                       "expandable_segments_reserve_by_class: %d class%s (per-stream tags; hbmalloc does not "
+                       "tag streams)\n",
+                       c->es_reserve_classes, c->es_reserve_classes == 1 ? "" : "es");
     if (npu && c->align_hugepages)
         hbm__sb_printf(&sb, "align_hugepages: True (torch_npu v6.0.rc2; no effect on the model)\n");
     if (npu) {
@@ -1109,8 +1163,9 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
     else
         hbm__sb_printf(&sb, " pinned_use_cuda_host_register=%s pinned_num_register_threads=%u pinned_free_catch_all=%s",
                        b2s(c->pinned_use_host_register), c->pinned_num_register_threads, b2s(c->pinned_free_catch_all));
-    hbm__sb_printf(&sb, " pinned_reserve_segment_size_mb=%llu pinned_max_round_threshold_mb=%llu "
-                        "pinned_max_cached_size_mb=%llu\n",
+    hbm__sb_printf(&sb,
+                   " pinned_reserve_segment_size_mb=%llu pinned_max_round_threshold_mb=%llu "
+                   "pinned_max_cached_size_mb=%llu\n",
                    (unsigned long long)c->pinned_reserve_segment_size_mb,
                    (unsigned long long)c->pinned_max_round_threshold_mb,
                    (unsigned long long)c->pinned_max_cached_size_mb);

@@ -65,8 +65,8 @@ static void torch_release(hbm__release *r, int minor, bool newest)
     /* c10/cuda/CUDAAllocatorConfig.cpp: lexArgs/consumeToken up to 2.9; ConfigTokenizer from PR #165281
      * (merged 2025-10-16, after 2.9 shipped). */
     r->tokenizer = minor >= 10;
-    r->split_gt20 = minor <= 9;      /* old parseMaxSplitSize: "must be > 20" */
-    r->roundup_gt_bug = minor <= 9;  /* old: std::fill from last_index; new: last_index + 1 */
+    r->split_gt20 = minor <= 9;     /* old parseMaxSplitSize: "must be > 20" */
+    r->roundup_gt_bug = minor <= 9; /* old: std::fill from last_index; new: last_index + 1 */
     r->large_segment_first = minor >= 11;
     r->alloc_conf = minor >= 10;
 }
@@ -287,7 +287,9 @@ void hbm_release_list(hbm_dialect d, char *out, size_t len)
             torch_release(&r, m, false);
             hbm__sb_printf(&sb, "%-34s %s parser, max_split_size_mb %s; keys:", r.name,
                            r.tokenizer ? "ConfigTokenizer" : "lexArgs/consumeToken",
-                           r.split_gt20 ? "> 20" : m >= 11 ? ">= large_segment_size_mb" : ">= 20");
+                           r.split_gt20 ? "> 20"
+                           : m >= 11    ? ">= large_segment_size_mb"
+                                        : ">= 20");
             for (size_t i = 0; i < sizeof torch_keys / sizeof torch_keys[0]; i++)
                 if (torch_keys[i].minor <= m)
                     hbm__sb_printf(&sb, " %s", torch_keys[i].key);

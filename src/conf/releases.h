@@ -33,21 +33,21 @@ enum {
 };
 
 typedef struct hbm__release {
-    hbm_dialect dialect;  /* CUDA: PyTorch; NPU: torch_npu */
-    char name[96];        /* "PyTorch 2.6", "torch_npu 2.1.0.post6 (v6.0.rc2-pytorch2.1.0)" */
-    bool newest;          /* no version given: the newest release known */
-    int torch_minor;      /* the PyTorch 2.x minor this release is (CUDA) or builds on (NPU) */
-    bool tokenizer;       /* c10 ConfigTokenizer: every isspace dropped, separators not checked, std::stoull */
-    bool split_gt20;      /* max_split_size_mb / max_non_split_rounding_mb must be > 20 (else >= the large segment) */
-    bool split_digits;    /* torch_npu: max_split_size_mb and large_segment_size_mb must be all digits */
-    bool roundup_gt_bug;  /* '>' in a roundup_power2_divisions list also overwrites the last entry */
+    hbm_dialect dialect; /* CUDA: PyTorch; NPU: torch_npu */
+    char name[96];       /* "PyTorch 2.6", "torch_npu 2.1.0.post6 (v6.0.rc2-pytorch2.1.0)" */
+    bool newest;         /* no version given: the newest release known */
+    int torch_minor;     /* the PyTorch 2.x minor this release is (CUDA) or builds on (NPU) */
+    bool tokenizer;      /* c10 ConfigTokenizer: every isspace dropped, separators not checked, std::stoull */
+    bool split_gt20;     /* max_split_size_mb / max_non_split_rounding_mb must be > 20 (else >= the large segment) */
+    bool split_digits;   /* torch_npu: max_split_size_mb and large_segment_size_mb must be all digits */
+    bool roundup_gt_bug; /* '>' in a roundup_power2_divisions list also overwrites the last entry */
     bool large_segment_first; /* large_segment_size_mb read before the other keys, sets max_non_split's default */
-    int combo;            /* HBM__COMBO_*: NPU only */
-    bool alloc_conf;      /* PYTORCH_ALLOC_CONF is read as well */
-    bool warn_probe;      /* torch_npu prints "expandable_segments feature is not supportted" at start-up */
-    int seg_page;         /* NPU: what segment_size_mb sizes (HBM__SEG_PAGE_*) */
-    const char *keys;     /* NPU: the keys its parser names, space-separated; NULL for CUDA (see has_key) */
-    const char *tag;      /* NPU: the release tag ("v6.0.rc2-pytorch2.1.0"); "" for CUDA */
+    int combo;                /* HBM__COMBO_*: NPU only */
+    bool alloc_conf;          /* PYTORCH_ALLOC_CONF is read as well */
+    bool warn_probe;          /* torch_npu prints "expandable_segments feature is not supportted" at start-up */
+    int seg_page;             /* NPU: what segment_size_mb sizes (HBM__SEG_PAGE_*) */
+    const char *keys;         /* NPU: the keys its parser names, space-separated; NULL for CUDA (see has_key) */
+    const char *tag;          /* NPU: the release tag ("v6.0.rc2-pytorch2.1.0"); "" for CUDA */
 } hbm__release;
 
 /* The release a version names ("2.6", "2.6.0", "2.1.0.post6"); NULL or "" for the newest. A version

@@ -23,19 +23,15 @@
 #include "core/streams.h"
 #include "core/sleep.h"
 #include "core/expandable.h"
-#include "backend/device.h"
+#include "core/device.h"
 #include "policy/step_plan.h"
 #include "policy/arena.h"
-#include "io/publish_hook.h"
 #include "core/pool.h"
 #include "util/util.h"
 
 /* ---- size rules ---- */
 
-static int floor_log2(size_t v)
-{
-    return 63 - __builtin_clzll((unsigned long long)v);
-}
+static int floor_log2(size_t v) { return 63 - __builtin_clzll((unsigned long long)v); }
 
 /* roundup_power2_divisions interval of a size: floor(log2 s) - 20, clamped to 0..15. */
 static uint64_t divisions_for(const hbm__conf *c, size_t size)
@@ -97,6 +93,12 @@ static inline void to_sink(const hbm_allocator *a, hbm_status rc)
 {
     if (rc != HBM_OK && hbm__err_sink)
         snprintf(hbm__err_sink, hbm__err_sink_len, "%s", a->err);
+}
+
+void hbm__warning_add(hbm_allocator *a, const char *text)
+{
+    size_t n = strlen(a->warning);
+    snprintf(a->warning + n, sizeof a->warning - n, "%s%s", n ? "; " : "", text);
 }
 
 void hbm__set_error(hbm_allocator *a, const char *fmt, ...)
@@ -173,10 +175,7 @@ hbm_status hbm__ensure_spares(hbm_allocator *a, int n)
     return HBM_OK;
 }
 
-static bool gc_active(const hbm_allocator *a)
-{
-    return a->fraction_set && a->conf.gc_threshold > 0.0;
-}
+static bool gc_active(const hbm_allocator *a) { return a->fraction_set && a->conf.gc_threshold > 0.0; }
 
 static bool block_is_split(const hbm__block *b) { return b->prev || b->next; }
 
@@ -207,8 +206,8 @@ HBM__FAST hbm__block *get_free_block(hbm_allocator *a, hbm__pool *p, hbm_stream 
         /* For best fit, a block at the mapped frontier counts as the size it
          * can grow to (its unmapped successor included): prefer a block that
          * fits without growing, as PyTorch does. */
-        for (hbm__block *n = hbm__tree_next(b); n && n->stream == stream && n->seg->expandable &&
-                                                  expandable_size(n) < expandable_size(b);
+        for (hbm__block *n = hbm__tree_next(b);
+             n && n->stream == stream && n->seg->expandable && expandable_size(n) < expandable_size(b);
              n = hbm__tree_next(b))
             b = n;
     }
@@ -279,7 +278,7 @@ HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__blo
 /* The arena's best fit: any free block of the arena large enough (none of the oversize rules: the arena is one
  * region split down to 512 bytes). */
 static __attribute__((noinline, cold)) hbm__block *arena_free_block_flushed(hbm_allocator *a, hbm_stream stream,
-                                                                             size_t size)
+                                                                            size_t size)
 {
     hbm__lazy_flush(a); /* the loose blocks, coalesced, join in */
     return hbm__pool_lower_bound_by(&a->arena, stream, size, hbm__arena_less);
@@ -473,10 +472,7 @@ static bool release_available(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
 
 /* garbage_collection_threshold: free whole cached large segments, oldest
  * first by the mean-age rule, until reserved drops under the threshold. */
-static size_t gc_threshold(const hbm_allocator *a)
-{
-    return (size_t)(a->conf.gc_threshold * (double)a->allowed_max);
-}
+static size_t gc_threshold(const hbm_allocator *a) { return (size_t)(a->conf.gc_threshold * (double)a->allowed_max); }
 
 /* Whether a collection would look for anything to free. */
 static bool gc_due(const hbm_allocator *a) { return a->total_reserved > gc_threshold(a); }
@@ -529,11 +525,15 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
     hbm__trace(a, HBM_TRACE_OOM, dev_free, alloc_size, 0);
     int64_t allocated = a->stats.allocated_bytes[HBM_POOL_ALL].current;
     int64_t reserved = a->stats.reserved_bytes[HBM_POOL_ALL].current;
-    a->last_oom = (hbm_oom_info){.request = orig, .alloc_size = alloc_size, .device_total = dev_total,
-                                 .device_free = dev_free, .allowed = a->fraction_set ? a->allowed_max : 0,
+    a->last_oom = (hbm_oom_info){.request = orig,
+                                 .alloc_size = alloc_size,
+                                 .device_total = dev_total,
+                                 .device_free = dev_free,
+                                 .allowed = a->fraction_set ? a->allowed_max : 0,
                                  .allocated = (uint64_t)allocated,
                                  .active = (uint64_t)a->stats.active_bytes[HBM_POOL_ALL].current,
-                                 .reserved = (uint64_t)reserved, .during_capture = a->ncaptures > 0};
+                                 .reserved = (uint64_t)reserved,
+                                 .during_capture = a->ncaptures > 0};
     a->has_oom = true;
     size_t cached = (size_t)(reserved - allocated);
     size_t largest = hbm__largest_free(a);
@@ -582,11 +582,12 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
 
     /* Advice that fits the state, never a setting already in force. */
     if (a->ncaptures) {
-        hbm__sb_printf(&sb, "A graph capture is under way on this device: cached memory is not returned to the "
-                            "device during capture (that synchronizes the device and would invalidate the "
-                            "capture), so %s of cached memory could not be used. Call empty_cache() "
-                            "(torch.cuda.empty_cache() / torch.npu.empty_cache()) before the capture begins, or "
-                            "capture less at once.",
+        hbm__sb_printf(&sb,
+                       "A graph capture is under way on this device: cached memory is not returned to the "
+                       "device during capture (that synchronizes the device and would invalidate the "
+                       "capture), so %s of cached memory could not be used. Call empty_cache() "
+                       "(torch.cuda.empty_cache() / torch.npu.empty_cache()) before the capture begins, or "
+                       "capture less at once.",
                        s_cached);
     } else if (a->fraction_set && a->total_reserved + alloc_size > a->allowed_max && dev_free >= alloc_size) {
         hbm__sb_printf(&sb, "The memory-fraction limit was reached while the device still has room: raise "
@@ -605,8 +606,9 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
         size_t need = (size_t)allocated + alloc_size;
         size_t have = dev_total > outside ? dev_total - outside : 0;
         hbm__format_size(need > have ? need - have : alloc_size, s_x, sizeof s_x);
-        hbm__sb_printf(&sb, "The live data does not fit: about %s more than the device can hold is needed. Reduce "
-                            "batch size or sequence length, use activation checkpointing, or use a larger device.",
+        hbm__sb_printf(&sb,
+                       "The live data does not fit: about %s more than the device can hold is needed. Reduce "
+                       "batch size or sequence length, use activation checkpointing, or use a larger device.",
                        s_x);
     }
 }
@@ -635,7 +637,7 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
     if (a->pending_events)
         hbm__process_events(a); /* returns at once during a capture */
     size_t padded = orig + a->request_pad;
-    size_t size = a->roundup ? round_size(&a->conf, padded)
+    size_t size = a->roundup                ? round_size(&a->conf, padded)
                   : padded < HBM__MIN_BLOCK ? HBM__MIN_BLOCK
                                             : (padded + HBM__MIN_BLOCK - 1) & ~(HBM__MIN_BLOCK - 1);
     hbm__pool *p;
@@ -875,7 +877,7 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b)
     if (__builtin_expect(!p->is_arena, 1))
         settle(a, p, b);
     else if (p->lazy == HBM__LAZY) /* only the arena is ever lazy (plan_region.c) */
-        hbm__loose_add(a, p, b);     /* a plan is served from this region: left where it is */
+        hbm__loose_add(a, p, b);   /* a plan is served from this region: left where it is */
     else if (p->lazy)
         hbm__loose_put(p, b); /* the same, the region made of pages */
     else
@@ -900,8 +902,9 @@ static hbm_status diagnose_pointer(hbm_allocator *a, uintptr_t ptr, const char *
 {
     hbm__segment *seg = hbm__segment_find(a, ptr);
     if (!seg) {
-        hbm__set_error(a, "%s(%p): pointer was not allocated by this allocator (%s device %d), or its segment "
-                          "was already returned to the device; nothing was changed",
+        hbm__set_error(a,
+                       "%s(%p): pointer was not allocated by this allocator (%s device %d), or its segment "
+                       "was already returned to the device; nothing was changed",
                        op, (void *)ptr, a->backend->ops->name, a->device);
         return HBM_ERR_FOREIGN_PTR;
     }
@@ -909,13 +912,15 @@ static hbm_status diagnose_pointer(hbm_allocator *a, uintptr_t ptr, const char *
     while (b && !(ptr >= b->addr && ptr < b->addr + b->size))
         b = b->next;
     if (b && b->allocated) {
-        hbm__set_error(a, "%s(%p): pointer lies %zu bytes inside a live block at %p of %zu bytes, not at its "
-                          "start; nothing was changed",
+        hbm__set_error(a,
+                       "%s(%p): pointer lies %zu bytes inside a live block at %p of %zu bytes, not at its "
+                       "start; nothing was changed",
                        op, (void *)ptr, (size_t)(ptr - b->addr), (void *)b->addr, b->size);
         return HBM_ERR_INTERIOR_PTR;
     }
-    hbm__set_error(a, "%s(%p): pointer lies in a free block of the segment at %p: already freed (double free); "
-                      "nothing was changed",
+    hbm__set_error(a,
+                   "%s(%p): pointer lies in a free block of the segment at %p: already freed (double free); "
+                   "nothing was changed",
                    op, (void *)ptr, (void *)seg->addr);
     return HBM_ERR_DOUBLE_FREE;
 }
@@ -1006,9 +1011,10 @@ hbm_status hbm_empty_cache(hbm_allocator *a)
     hbm__lock(a);
     hbm_status rc;
     if (a->ncaptures) {
-        hbm__set_error(a, "empty_cache on %s device %d during a graph capture: nothing was released (returning "
-                          "memory synchronizes the device, which would invalidate the capture); call it before "
-                          "the capture begins or after it ends",
+        hbm__set_error(a,
+                       "empty_cache on %s device %d during a graph capture: nothing was released (returning "
+                       "memory synchronizes the device, which would invalidate the capture); call it before "
+                       "the capture begins or after it ends",
                        a->backend->ops->name, a->device);
         rc = HBM_ERR_CAPTURE;
     } else if ((rc = hbm__dev_quiesce_open(a)) == HBM_OK) {

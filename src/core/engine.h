@@ -62,8 +62,6 @@ void hbm__release_cached(hbm_allocator *a);
 /* A plan needs a larger region (engine.c): the arena is given back when no block of it is in use, else it becomes
  * an ordinary large-pool segment, released once free; either way a->arena_seg is NULL after. */
 void hbm__arena_retire(hbm_allocator *a);
-/* Appends text to hbm_warning's (after "; " when there is one already). */
-void hbm__warning_add(hbm_allocator *a, const char *text);
 
 /* A free block outside every tree, counted as free (a loose one, unlinked), coalesced into its pool's tree
  * (engine.c): the block that holds its range. */
@@ -88,5 +86,14 @@ void hbm__engine_teardown(hbm_allocator *a);
 hbm_status hbm__release_cached_blocks(hbm_allocator *a);
 /* Set the last error text (printf-style). */
 void hbm__set_error(hbm_allocator *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends text to hbm_warning's (after "; " when there is one already). */
+void hbm__warning_add(hbm_allocator *a, const char *text);
+/* At a segment change or an OOM: the published record, if any, follows (a device call was just made: the copy is
+ * free). Through the pointer io/publish.c sets: the engine names nothing above it. */
+static inline void hbm__published(hbm_allocator *a)
+{
+    if (__builtin_expect(a->pub != NULL, 0))
+        a->pub_update(a);
+}
 
 #endif

@@ -29,8 +29,7 @@
 #include "core/history.h"
 #include "core/sleep.h"
 #include "core/expandable.h"
-#include "backend/device.h"
-#include "io/publish_hook.h"
+#include "core/device.h"
 #include "core/pool.h"
 #include "util/util.h"
 
@@ -118,8 +117,7 @@ static hbm_status new_segment(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
  * on this stream that can hold size, or a new segment. */
 static hbm_status find_expandable(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out)
 {
-    for (hbm__block *c = hbm__unmapped_lower_bound(p, stream, 0); c && c->stream == stream;
-         c = hbm__tree_next(c)) {
+    for (hbm__block *c = hbm__unmapped_lower_bound(p, stream, 0); c && c->stream == stream; c = hbm__tree_next(c)) {
         hbm__block *cand = allocatable(c->prev) ? c->prev : c;
         if (has_space(cand, size)) {
             *out = cand;
@@ -429,8 +427,8 @@ hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, 
         return rc;
     if (a->conf.remap_free_pages && !a->ncaptures) { /* unmapping is a device free: not during a capture */
         /* The safe point to wait for a framework's queue (the lock opens): the chain is looked up again after. */
-        if (hbm__framework_queue(a) && ((rc = hbm__dev_quiesce_open(a)) != HBM_OK ||
-                                        (rc = find_expandable(a, p, stream, size, &c)) != HBM_OK))
+        if (hbm__framework_queue(a) &&
+            ((rc = hbm__dev_quiesce_open(a)) != HBM_OK || (rc = find_expandable(a, p, stream, size, &c)) != HBM_OK))
             return rc;
         collect_free_pages(a, p, pages_to_map(c, size), c->addr, c->addr + size);
         /* Unmapping elsewhere may merge into the chain found (its unmapped neighbours

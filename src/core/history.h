@@ -1,11 +1,10 @@
-/* history.h: the history ring (snapshot.c records into it at PyTorch's points; snapshots read it). */
+/* history.h: the history ring (history.c), recorded into at PyTorch's points; snapshots read it (io/snapshot.c). */
 #ifndef HBM_CORE_HISTORY_H
 #define HBM_CORE_HISTORY_H
 
 #include "core/types.h"
 
-void hbm__record(hbm_allocator *a, uint32_t action, uint64_t addr, uint64_t size, hbm_stream stream,
-                 hbm_label label);
+void hbm__record(hbm_allocator *a, uint32_t action, uint64_t addr, uint64_t size, hbm_stream stream, hbm_label label);
 static inline void hbm__trace(hbm_allocator *a, hbm_trace_action action, uint64_t addr, uint64_t size,
                               hbm_stream stream)
 {

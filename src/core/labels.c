@@ -72,10 +72,7 @@ hbm_status hbm__label_intern(hbm__labels *l, const char *text, uint32_t *out)
     return HBM_OK;
 }
 
-const char *hbm__label_text(const hbm__labels *l, uint32_t id)
-{
-    return id && id <= l->n ? l->text[id - 1] : NULL;
-}
+const char *hbm__label_text(const hbm__labels *l, uint32_t id) { return id && id <= l->n ? l->text[id - 1] : NULL; }
 
 void hbm__labels_destroy(hbm__labels *l)
 {
@@ -92,8 +89,9 @@ hbm_status hbm__label_intern_a(hbm_allocator *a, const char *text, hbm_label *ou
     if (rc == HBM_ERR_INVALID)
         hbm__set_error(a, "label of %zu bytes: at most %d are kept", strlen(text), HBM_LABEL_MAX);
     else if (rc != HBM_OK && a->labels.full)
-        hbm__set_error(a, "label table full: %u labels, %zu bytes of text, kept until hbm_destroy (at most %d and "
-                          "%u): label what repeats (a call site, a phase), not what grows (a step number)",
+        hbm__set_error(a,
+                       "label table full: %u labels, %zu bytes of text, kept until hbm_destroy (at most %d and "
+                       "%u): label what repeats (a call site, a phase), not what grows (a step number)",
                        a->labels.n, a->labels.bytes, HBM_LABELS_MAX, HBM_LABELS_MAX_BYTES);
     else if (rc != HBM_OK)
         hbm__set_error(a, "out of host memory for allocator bookkeeping");

@@ -14,7 +14,7 @@
 
 #include "core/types.h"
 
-#define HBM__BLOCK_OF(n) ((hbm__block *)((char *)(n) - offsetof(hbm__block, node)))
+#define HBM__BLOCK_OF(n) ((hbm__block *)((char *)(n)-offsetof(hbm__block, node)))
 
 /* (stream, size, address) order. The streams of one pool rarely differ, so
  * that test is a well-predicted branch; size and address compare as one
@@ -62,8 +62,7 @@ static inline hbm__block *hbm__pool_node(hbm__rb *n) { return n ? HBM__BLOCK_OF(
 
 /* Smallest free block with (stream, size) >= the key, lowest address among equals, or NULL;
  * the caller checks that its stream matches. */
-static inline hbm__block *hbm__pool_lower_bound_by(hbm__pool *p, hbm_stream stream, size_t size,
-                                                   hbm__rb_less less)
+static inline hbm__block *hbm__pool_lower_bound_by(hbm__pool *p, hbm_stream stream, size_t size, hbm__rb_less less)
 {
     hbm__block key;
     key.stream = stream;

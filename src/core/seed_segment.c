@@ -34,9 +34,10 @@ hbm_status hbm_seed_segment(hbm_allocator *a, size_t size, hbm_stream stream, in
         size_t end = offsets[i] + sizes[i];
         if (!sizes[i] || sizes[i] % HBM__MIN_BLOCK || offsets[i] % HBM__MIN_BLOCK || end > size || end < offsets[i] ||
             (i && offsets[i] < offsets[i - 1] + sizes[i - 1]) || requested[i] > sizes[i]) {
-            hbm__set_error(a, "hbm_seed_segment: block %zu ([%zu, %zu) of a %zu-byte segment, %zu requested) overlaps, "
-                           "is out of order or out of the segment, or is not in %zu-byte units", i, offsets[i], end,
-                           size, requested[i], (size_t)HBM__MIN_BLOCK);
+            hbm__set_error(a,
+                           "hbm_seed_segment: block %zu ([%zu, %zu) of a %zu-byte segment, %zu requested) overlaps, "
+                           "is out of order or out of the segment, or is not in %zu-byte units",
+                           i, offsets[i], end, size, requested[i], (size_t)HBM__MIN_BLOCK);
             rc = HBM_ERR_INVALID;
         }
     }

@@ -8,7 +8,7 @@
 #include "core/segments.h"
 #include "core/pool.h"
 
-#define SEGMENT_OF(n) ((hbm__segment *)((char *)(n) - offsetof(hbm__segment, node)))
+#define SEGMENT_OF(n) ((hbm__segment *)((char *)(n)-offsetof(hbm__segment, node)))
 
 static bool segment_less(const hbm__rb *x, const hbm__rb *y) { return SEGMENT_OF(x)->addr < SEGMENT_OF(y)->addr; }
 

@@ -36,8 +36,7 @@
 #include "core/streams.h"
 #include "core/sleep.h"
 #include "core/expandable.h"
-#include "backend/device.h"
-#include "io/publish_hook.h"
+#include "core/device.h"
 #include "core/pool.h"
 #include "util/util.h"
 
@@ -99,8 +98,9 @@ static const char *state_name(uint8_t s)
 
 hbm_status hbm__sleep_refuse(hbm_allocator *a, const hbm__mempool *m)
 {
-    hbm__set_error(a, "private pool %llu ('%s') is %s: no allocation goes into it until it is woken "
-                      "(hbm_pool_wake; hbmalloc.torch.wake('%s')); its blocks must not be touched meanwhile",
+    hbm__set_error(a,
+                   "private pool %llu ('%s') is %s: no allocation goes into it until it is woken "
+                   "(hbm_pool_wake; hbmalloc.torch.wake('%s')); its blocks must not be touched meanwhile",
                    (unsigned long long)m->id, tag_of(m), state_name(m->sleep_state), tag_of(m));
     return HBM_ERR_ASLEEP;
 }
@@ -110,11 +110,11 @@ static hbm__mempool *tagged_pool(hbm_allocator *a, hbm_mempool id, const char *o
 {
     hbm__mempool *m = hbm__mempool_find(a, id);
     if (!m || m->use_count == 0)
-        hbm__set_error(a, "%s: private pool %llu does not exist (or was released already)", op,
-                       (unsigned long long)id);
+        hbm__set_error(a, "%s: private pool %llu does not exist (or was released already)", op, (unsigned long long)id);
     else if (!m->sl)
-        hbm__set_error(a, "%s: private pool %llu has no tag: only a tagged pool sleeps (hbm_pool_tag before its "
-                          "first allocation; hbmalloc.torch.pool(tag))",
+        hbm__set_error(a,
+                       "%s: private pool %llu has no tag: only a tagged pool sleeps (hbm_pool_tag before its "
+                       "first allocation; hbmalloc.torch.pool(tag))",
                        op, (unsigned long long)id);
     else
         return m;
@@ -131,8 +131,9 @@ static hbm__mempool *pool_for(hbm_allocator *a, hbm_mempool id, const char *op, 
         hbm__set_error(a, "%s: pool '%s' is %s by another thread", op, tag_of(m), state_name(m->sleep_state));
         *rc = HBM_ERR_INVALID;
     } else if (m && a->ncaptures) {
-        hbm__set_error(a, "%s: pool '%s' on %s device %d during a graph capture: %s it before the capture begins or "
-                          "after it ends",
+        hbm__set_error(a,
+                       "%s: pool '%s' on %s device %d during a graph capture: %s it before the capture begins or "
+                       "after it ends",
                        op, tag_of(m), a->backend->ops->name, a->device, refusal);
         *rc = HBM_ERR_CAPTURE;
     }
@@ -159,26 +160,29 @@ hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool id, const char *tag, int b
     } else if (strlen(tag) >= sizeof m->sl->tag) {
         hbm__set_error(a, "hbm_pool_tag: tag '%.40s...' is longer than %zu bytes", tag, sizeof m->sl->tag - 1);
     } else if (a->vmm != 1) {
-        hbm__set_error(a, "pool '%s' cannot sleep on %s device %d: %s. A sleeping pool keeps every tensor's address "
-                          "only by unmapping the memory under it and mapping new memory there at wake, which needs "
-                          "virtual memory (the API behind expandable segments). Fix: on Ascend, CANN 7.0.0 or later "
-                          "on an HDK (driver and firmware) of 23.0.0 or later (see `npu-smi info`, `hbmalloc doctor`); "
-                          "on CUDA, driver 10.2 or "
-                          "later on a device that reports VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED. Without it, free the "
-                          "tensors and empty_cache() instead, and re-create them (docs/SLEEP.md)",
+        hbm__set_error(a,
+                       "pool '%s' cannot sleep on %s device %d: %s. A sleeping pool keeps every tensor's address "
+                       "only by unmapping the memory under it and mapping new memory there at wake, which needs "
+                       "virtual memory (the API behind expandable segments). Fix: on Ascend, CANN 7.0.0 or later "
+                       "on an HDK (driver and firmware) of 23.0.0 or later (see `npu-smi info`, `hbmalloc doctor`); "
+                       "on CUDA, driver 10.2 or "
+                       "later on a device that reports VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED. Without it, free the "
+                       "tensors and empty_cache() instead, and re-create them (docs/SLEEP.md)",
                        tag, a->backend->ops->name, a->device, a->vmm_why[0] ? a->vmm_why : "no virtual memory");
     } else if (backup && !hbm__dev_can_copy(a)) {
-        hbm__set_error(a, "pool '%s': backup needs pinned host memory and copies on a stream, which the %s backend "
-                          "does not offer here (cuMemHostAlloc / aclrtMallocHost and the async copies); tag it "
-                          "without backup (its contents are then undefined after a wake)",
+        hbm__set_error(a,
+                       "pool '%s': backup needs pinned host memory and copies on a stream, which the %s backend "
+                       "does not offer here (cuMemHostAlloc / aclrtMallocHost and the async copies); tag it "
+                       "without backup (its contents are then undefined after a wake)",
                        tag, a->backend->ops->name);
     } else if (plain) {
-        hbm__set_error(a, "hbm_pool_tag: private pool %llu already holds whole segments (made before it was tagged, "
-                          "with expandable segments off): tag a pool before its first allocation",
+        hbm__set_error(a,
+                       "hbm_pool_tag: private pool %llu already holds whole segments (made before it was tagged, "
+                       "with expandable segments off): tag a pool before its first allocation",
                        (unsigned long long)id);
     } else if (m->sleep_state) {
-        hbm__set_error(a, "hbm_pool_tag: pool '%s' is %s: its tag and backup change only while it is awake",
-                       tag_of(m), state_name(m->sleep_state));
+        hbm__set_error(a, "hbm_pool_tag: pool '%s' is %s: its tag and backup change only while it is awake", tag_of(m),
+                       state_name(m->sleep_state));
     } else if (!m->sl && !(m->sl = calloc(1, sizeof *m->sl))) {
         hbm__set_error(a, "out of host memory for allocator bookkeeping");
         rc = HBM_ERR_NOMEM;
@@ -361,8 +365,9 @@ static hbm_status take_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sleep
         memcpy(why, a->err, sizeof why);
         hbm__format_size(done, s_done, sizeof s_done);
         hbm__format_size(sl->backup_bytes, s_all, sizeof s_all);
-        hbm__set_error(a, "pool '%s': the backup to host memory stopped after %s of %s (%.900s); the pool stays awake, "
-                          "nothing was given back",
+        hbm__set_error(a,
+                       "pool '%s': the backup to host memory stopped after %s of %s (%.900s); the pool stays awake, "
+                       "nothing was given back",
                        sl->tag, s_done, s_all, why);
         drop_backup(sl);
     }
@@ -422,8 +427,10 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
     hbm__lock(a);
     hbm_device_counters d0 = a->dev;
     hbm_status rc;
-    hbm__mempool *m = pool_for(a, id, "hbm_pool_sleep", "nothing was given back (sleeping waits for the device, "
-                               "which would invalidate the capture); sleep", &rc);
+    hbm__mempool *m = pool_for(a, id, "hbm_pool_sleep",
+                               "nothing was given back (sleeping waits for the device, "
+                               "which would invalidate the capture); sleep",
+                               &rc);
     if (!m) {
         hbm__unlock(a);
         return rc;
@@ -457,8 +464,9 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
             hbm__format_size(given, s_given, sizeof s_given);
             hbm__format_size(held, s_held, sizeof s_held);
             if (given || again)
-                hbm__set_error(a, "pool '%s': sleeping gave back %s, but %s of its pages are still mapped (%.900s); the "
-                                  "pool is asleep: sleep it again to give them back, or wake it",
+                hbm__set_error(a,
+                               "pool '%s': sleeping gave back %s, but %s of its pages are still mapped (%.900s); the "
+                               "pool is asleep: sleep it again to give them back, or wake it",
                                sl->tag, s_given, s_held, why);
             else
                 hbm__set_error(a, "pool '%s': nothing was given back (%.900s); the pool stays awake", sl->tag, why);
@@ -585,8 +593,9 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
         char s_need[32], s_max[32];
         hbm__format_size(need, s_need, sizeof s_need);
         hbm__format_size(a->allowed_max, s_max, sizeof s_max);
-        hbm__set_error(a, "pool '%s' stays asleep: waking it needs %s, past the memory-fraction limit of %s "
-                          "(per_process_memory_fraction %g)",
+        hbm__set_error(a,
+                       "pool '%s' stays asleep: waking it needs %s, past the memory-fraction limit of %s "
+                       "(per_process_memory_fraction %g)",
                        sl->tag, s_need, s_max, a->fraction);
         rc = HBM_ERR_OOM;
     } else {
@@ -601,19 +610,22 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
         hbm__format_size(need, s_need, sizeof s_need);
         hbm__format_size(dev_free, s_free, sizeof s_free);
         if (rc == HBM_ERR_OOM)
-            hbm__set_error(a, "pool '%s' stays asleep: waking it needs %s of device memory and %s device %d has %s "
-                              "free (after hbmalloc's own cache was given back); free memory in the other phase and "
-                              "wake it again. Nothing was lost",
+            hbm__set_error(a,
+                           "pool '%s' stays asleep: waking it needs %s of device memory and %s device %d has %s "
+                           "free (after hbmalloc's own cache was given back); free memory in the other phase and "
+                           "wake it again. Nothing was lost",
                            sl->tag, s_need, a->backend->ops->name, a->device, s_free);
         else
-            hbm__set_error(a, "pool '%s' stays asleep: mapping its pages failed (%.900s); nothing was lost, wake it again",
+            hbm__set_error(a,
+                           "pool '%s' stays asleep: mapping its pages failed (%.900s); nothing was lost, wake it again",
                            sl->tag, why);
     }
     if (rc == HBM_OK && sl->nruns && (rc = restore_backup(a, m, &o)) != HBM_OK) {
         char why[sizeof a->err];
         memcpy(why, a->err, sizeof why);
-        hbm__set_error(a, "pool '%s' stays asleep: copying its backup back failed (%.900s); the backup is kept, wake it "
-                          "again",
+        hbm__set_error(a,
+                       "pool '%s' stays asleep: copying its backup back failed (%.900s); the backup is kept, wake it "
+                       "again",
                        sl->tag, why);
     }
     if (rc != HBM_OK) { /* back as it was: what this wake mapped is given back (fresh pages; the copies waited for) */
@@ -800,8 +812,8 @@ void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what)
             sum += r->size;
             if (r->buf >= sl->nbufs || r->host < (unsigned char *)sl->bufs[r->buf].p ||
                 r->host + r->size > (unsigned char *)sl->bufs[r->buf].p + sl->bufs[r->buf].size) {
-                snprintf(msg, sizeof msg, "pool '%s': backup run %p (%zu bytes) lies outside its host buffer",
-                         sl->tag, (void *)r->addr, r->size);
+                snprintf(msg, sizeof msg, "pool '%s': backup run %p (%zu bytes) lies outside its host buffer", sl->tag,
+                         (void *)r->addr, r->size);
                 fail(ck, msg);
             }
             /* A run outlives its blocks (freed while asleep), not their segment (hbm__sleep_forget). */
@@ -812,7 +824,8 @@ void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what)
             }
         }
         if (sum != sl->backup_bytes || (sl->nruns && m->sleep_state == HBM_POOL_AWAKE) || sum > held) {
-            snprintf(msg, sizeof msg, "pool '%s' (%s) holds a backup of %zu bytes in runs of %zu, in %zu bytes of host "
+            snprintf(msg, sizeof msg,
+                     "pool '%s' (%s) holds a backup of %zu bytes in runs of %zu, in %zu bytes of host "
                      "buffers",
                      sl->tag, state_name(m->sleep_state), sl->backup_bytes, sum, held);
             fail(ck, msg);

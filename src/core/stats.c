@@ -11,14 +11,17 @@
 
 #include "core/stats.h"
 
-#define ARRAYS(X)                                                                                       \
+/* The statistics that are arrays (all, small pool, large pool), one X(name) each. */
+// clang-format off
+#define ARRAYS(X) \
     X(allocation) X(segment) X(active) X(inactive_split) X(allocated_bytes) X(reserved_bytes) X(active_bytes) \
-        X(inactive_split_bytes) X(requested_bytes)
+    X(inactive_split_bytes) X(requested_bytes)
+// clang-format on
 
 static void each_stat(hbm_stats *s, void (*fn)(hbm_stat *))
 {
-#define ARR(name)                                 \
-    for (int k = 0; k < HBM_POOL_KINDS; k++)     \
+#define ARR(name)                            \
+    for (int k = 0; k < HBM_POOL_KINDS; k++) \
         fn(&s->name[k]);
     ARRAYS(ARR)
 #undef ARR
@@ -79,10 +82,10 @@ int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap)
     int n = 0;
     if (!s || !out || cap <= 0)
         return 0;
-#define ARR(name)                                                    \
-    for (int k = 0; k < HBM_POOL_KINDS; k++) {                       \
-        join(prefix, sizeof prefix, #name, pool[k]);                 \
-        n = put_stat(out, n, cap, prefix, &s->name[k]);              \
+#define ARR(name)                                       \
+    for (int k = 0; k < HBM_POOL_KINDS; k++) {          \
+        join(prefix, sizeof prefix, #name, pool[k]);    \
+        n = put_stat(out, n, cap, prefix, &s->name[k]); \
     }
     ARRAYS(ARR)
 #undef ARR
@@ -92,14 +95,24 @@ int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap)
         const char *name;
         int64_t v;
     } scalars[] = {
-        {"num_alloc_retries", s->num_alloc_retries}, {"num_ooms", s->num_ooms},
-        {"num_sync_all_streams", s->num_sync_all_streams}, {"num_device_alloc", s->num_device_alloc},
-        {"num_device_free", s->num_device_free}, {"max_split_size", s->max_split_size},
+        {"num_alloc_retries", s->num_alloc_retries},
+        {"num_ooms", s->num_ooms},
+        {"num_sync_all_streams", s->num_sync_all_streams},
+        {"num_device_alloc", s->num_device_alloc},
+        {"num_device_free", s->num_device_free},
+        {"max_split_size", s->max_split_size},
         /* hbmalloc extensions */
-        {"expandable_segments", s->expandable_segments}, {"num_expandable_segments", s->num_expandable_segments},
-        {"arena_bytes", s->arena_bytes}, {"plan_height", s->plan_height}, {"plan_hits", s->plan_hits},
-        {"plan_misses", s->plan_misses}, {"plan_unplanned", s->plan_unplanned}, {"plan_replans", s->plan_replans},
-        {"steps", s->steps}, {"asleep_pools", s->asleep_pools}, {"asleep_bytes", s->asleep_bytes},
+        {"expandable_segments", s->expandable_segments},
+        {"num_expandable_segments", s->num_expandable_segments},
+        {"arena_bytes", s->arena_bytes},
+        {"plan_height", s->plan_height},
+        {"plan_hits", s->plan_hits},
+        {"plan_misses", s->plan_misses},
+        {"plan_unplanned", s->plan_unplanned},
+        {"plan_replans", s->plan_replans},
+        {"steps", s->steps},
+        {"asleep_pools", s->asleep_pools},
+        {"asleep_bytes", s->asleep_bytes},
         {"backup_bytes", s->backup_bytes},
     };
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++, n++)

@@ -28,7 +28,7 @@
 #include "core/streams.h"
 #include "core/sleep.h"
 #include "core/expandable.h"
-#include "backend/device.h"
+#include "core/device.h"
 #include "core/pool.h"
 #include "util/util.h"
 
@@ -236,10 +236,11 @@ hbm_status hbm_record_stream(hbm_allocator *a, void *ptr, hbm_stream stream)
     hbm__block *b = hbm__ptrmap_get(&a->live, (uintptr_t)ptr);
     if (!b) {
         hbm__segment *seg = hbm__segment_find(a, (uintptr_t)ptr);
-        hbm__set_error(a, seg ? "hbm_record_stream(%p): pointer is not a live block (freed, or inside a block); "
-                                "nothing was changed"
-                              : "hbm_record_stream(%p): pointer was not allocated by this allocator; nothing was "
-                                "changed",
+        hbm__set_error(a,
+                       seg ? "hbm_record_stream(%p): pointer is not a live block (freed, or inside a block); "
+                             "nothing was changed"
+                           : "hbm_record_stream(%p): pointer was not allocated by this allocator; nothing was "
+                             "changed",
                        ptr);
         rc = seg ? HBM_ERR_INVALID : HBM_ERR_FOREIGN_PTR;
     } else if (stream != b->stream) {
@@ -413,8 +414,9 @@ hbm_status hbm_mempool_release(hbm_allocator *a, hbm_mempool id)
         size_t live, reserved, segments;
         mempool_usage(a, m, &live, &reserved, &segments);
         if (live) {
-            hbm__set_error(a, "private pool %llu released with %zu live block%s: it is kept until they are freed, "
-                              "and its memory returns on the next empty_cache after that",
+            hbm__set_error(a,
+                           "private pool %llu released with %zu live block%s: it is kept until they are freed, "
+                           "and its memory returns on the next empty_cache after that",
                            (unsigned long long)id, live, live == 1 ? "" : "s");
             rc = HBM_ERR_POOL_BUSY;
         }

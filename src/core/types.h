@@ -16,17 +16,17 @@
 #include "conf/conf.h"
 #include "core/ptrmap.h"
 #include "core/rb.h"
-#include "fork.h"
+#include "util/fork.h"
 #include "hbmalloc.h"
 
 /* PyTorch's constants (c10/cuda/CUDACachingAllocator.cpp), in bytes. */
-#define HBM__MIN_BLOCK ((size_t)512)               /* kMinBlockSize: every size is a multiple */
-#define HBM__SMALL_SIZE ((size_t)1048576)          /* kSmallSize: <= 1 MiB goes to the small pool */
-#define HBM__SMALL_BUFFER ((size_t)2097152)        /* kSmallBuffer: every small segment is 2 MiB */
-#define HBM__MIN_LARGE_ALLOC ((size_t)10485760)    /* kMinLargeAlloc: below, a whole large segment */
-#define HBM__ROUND_LARGE ((size_t)2097152)         /* kRoundLarge: larger segments round to 2 MiB */
-#define HBM__HUGE_PAGE ((size_t)1073741824)        /* torch_npu page_size:1g segment unit */
-#define HBM__MAX_REQUEST ((size_t)1 << 60)         /* PyTorch refuses >= 1 EiB outright */
+#define HBM__MIN_BLOCK ((size_t)512)            /* kMinBlockSize: every size is a multiple */
+#define HBM__SMALL_SIZE ((size_t)1048576)       /* kSmallSize: <= 1 MiB goes to the small pool */
+#define HBM__SMALL_BUFFER ((size_t)2097152)     /* kSmallBuffer: every small segment is 2 MiB */
+#define HBM__MIN_LARGE_ALLOC ((size_t)10485760) /* kMinLargeAlloc: below, a whole large segment */
+#define HBM__ROUND_LARGE ((size_t)2097152)      /* kRoundLarge: larger segments round to 2 MiB */
+#define HBM__HUGE_PAGE ((size_t)1073741824)     /* torch_npu page_size:1g segment unit */
+#define HBM__MAX_REQUEST ((size_t)1 << 60)      /* PyTorch refuses >= 1 EiB outright */
 
 typedef struct hbm__segment hbm__segment;
 typedef struct hbm__pool hbm__pool;
@@ -48,7 +48,7 @@ typedef struct hbm__block {
     int event_count;  /* events still to complete before a freed block is reusable */
     hbm_stream *uses; /* other streams that used the block (record_stream) */
     uint32_t nuses, cap_uses;
-    hbm_label label;  /* call-site label of the allocation (context_when_allocated); read only while the
+    hbm_label label;          /* call-site label of the allocation (context_when_allocated); read only while the
                          block is allocated or pending, so never reset */
     uint32_t rec_step, rec_k; /* hbm_step_plan: recorded as allocation rec_k of step rec_step - 1 (0: not);
                                  cleared when freed, so free blocks have 0 */
@@ -74,8 +74,8 @@ typedef struct hbm__labels {
 typedef struct hbm__trace_rec {
     uint64_t addr, size, time_us;
     hbm_stream stream;
-    uint32_t action;  /* hbm_trace_action; a sleep or wake entry of a pool that keeps a backup adds HBM__TRACE_BACKUP */
-    hbm_label label;  /* a sleep or wake entry: its pool's tag */
+    uint32_t action; /* hbm_trace_action; a sleep or wake entry of a pool that keeps a backup adds HBM__TRACE_BACKUP */
+    hbm_label label; /* a sleep or wake entry: its pool's tag */
 } hbm__trace_rec;
 #define HBM__TRACE_BACKUP 0x100u
 
@@ -97,7 +97,7 @@ struct hbm__segment {
     hbm__block *head; /* lowest-address block */
     /* Expandable segments: a virtual reservation mapped page by page. */
     bool expandable;
-    size_t page;        /* page size: 2 MiB small pool, large_segment_size large pool */
+    size_t page; /* page size: 2 MiB small pool, large_segment_size large pool */
     size_t npages;
     size_t mapped_pages;
     size_t asleep_pages; /* pages asleep (sleep.c): unmapped, blocks still cover them as if mapped */
@@ -105,29 +105,29 @@ struct hbm__segment {
 };
 
 struct hbm__pool {
-    hbm__rb *free_tree;    /* free mapped blocks ordered by (stream, size, address) */
-    size_t nfree;          /* blocks in free_tree */
-    hbm__rb *unmapped;     /* unmapped ranges of expandable segments, by (stream, address) */
+    hbm__rb *free_tree; /* free mapped blocks ordered by (stream, size, address) */
+    size_t nfree;       /* blocks in free_tree */
+    hbm__rb *unmapped;  /* unmapped ranges of expandable segments, by (stream, address) */
     size_t nunmapped;
     uint64_t *spare_handles; /* hbm_remap_free_pages: handles unmapped for a request in progress */
     size_t nspare, cap_spare;
     uint64_t search_count; /* get_free_blocks_call_count: the GC age clock */
     bool is_small;
-    bool is_arena;         /* the arena's pool (arena.c): counted as large, split to 512 bytes, never released */
-    uint8_t lazy;          /* the arena's pool while a plan is served (plan_region.c): a freed block is left loose;
+    bool is_arena;     /* the arena's pool (arena.c): counted as large, split to 512 bytes, never released */
+    uint8_t lazy;      /* the arena's pool while a plan is served (plan_region.c): a freed block is left loose;
                               HBM__LAZY_PAGES when its region is made of pages (uncounted in inactive_split) */
-    hbm__block *loose;     /* its loose blocks, linked through their tree nodes (node.r next, node.l previous) */
+    hbm__block *loose; /* its loose blocks, linked through their tree nodes (node.r next, node.l previous) */
     size_t nloose;
-    hbm__pool *sibling;    /* the other pool (small <-> large) of the same owner */
-    hbm__mempool *owner;   /* NULL for the default pools */
+    hbm__pool *sibling;  /* the other pool (small <-> large) of the same owner */
+    hbm__mempool *owner; /* NULL for the default pools */
 };
 
 /* A private pool (MemPool / graph pool): its own small and large pools. */
 struct hbm__mempool {
     hbm_mempool id;
     hbm__pool small, large;
-    int use_count; /* the creator's hold plus active routings */
-    uint8_t sleep_state; /* hbm_pool_state: allocations into it are refused unless HBM_POOL_AWAKE (0) */
+    int use_count;         /* the creator's hold plus active routings */
+    uint8_t sleep_state;   /* hbm_pool_state: allocations into it are refused unless HBM_POOL_AWAKE (0) */
     struct hbm__sleep *sl; /* a tagged pool's sleep (sleep.c); NULL: untagged, it never sleeps */
     hbm__mempool *next;
 };
@@ -150,7 +150,7 @@ typedef struct hbm__event_queue {
     struct {
         uint64_t event;
         hbm__block *block;
-    } *items;
+    } * items;
     size_t head, n, cap; /* ring buffer */
 } hbm__event_queue;
 
@@ -179,28 +179,28 @@ struct hbm_allocator {
     hbm__pool small, large;
     hbm__rb *segments; /* every segment, by address */
     size_t nsegments;
-    hbm__ptrmap live; /* allocated blocks by address */
+    hbm__ptrmap live;         /* allocated blocks by address */
     hbm__block *spare_blocks; /* recycled block objects, linked through next */
     size_t nspare_blocks;
-    struct hbm__slab *slabs;  /* where every block object lives (engine.c) */
+    struct hbm__slab *slabs; /* where every block object lives (engine.c) */
     hbm_stats stats;
-    size_t total_reserved; /* bytes held from the device (total_allocated_memory) */
-    size_t device_total;   /* device capacity, read at create */
-    bool fraction_set;     /* a fraction < 1 is in force */
-    size_t allowed_max;    /* allowed_memory_maximum when fraction_set */
+    size_t total_reserved;        /* bytes held from the device (total_allocated_memory) */
+    size_t device_total;          /* device capacity, read at create */
+    bool fraction_set;            /* a fraction < 1 is in force */
+    size_t allowed_max;           /* allowed_memory_maximum when fraction_set */
     size_t reserved_when_limited; /* reserved when the fraction was last set: it may stay above a lowered limit
                                      (as in PyTorch), and cannot grow while above it */
     double fraction;
-    size_t request_pad;    /* the backend's pad, copied here for the malloc path */
-    bool roundup;          /* some roundup_power2_divisions entry is > 1 */
-    bool expandable;       /* expandable segments in force (asked for, and the device can) */
-    int vmm;               /* virtual memory on this device: 1 yes, 0 no (vmm_why says why), -1 not probed */
+    size_t request_pad; /* the backend's pad, copied here for the malloc path */
+    bool roundup;       /* some roundup_power2_divisions entry is > 1 */
+    bool expandable;    /* expandable segments in force (asked for, and the device can) */
+    int vmm;            /* virtual memory on this device: 1 yes, 0 no (vmm_why says why), -1 not probed */
     char vmm_why[256];
-    size_t nexpandable;    /* expandable segments (reservations) held */
+    size_t nexpandable; /* expandable segments (reservations) held */
     /* hbm_arena_mb / hbm_arena_fraction (arena.c): one region reserved at the first allocation, its stream's
      * requests of every size served from it best fit before segments are made. */
     hbm__pool arena;
-    bool arena_wanted;     /* asked for, expandable segments not in force, not yet reserved or refused */
+    bool arena_wanted; /* asked for, expandable segments not in force, not yet reserved or refused */
     hbm_stream arena_stream;
     hbm__segment *arena_seg; /* the arena, once reserved: arena_stream's requests look in it first */
     /* hbm_plan_file (arena.c): allocation k of the arena's stream goes to plan_off[k] in the arena when it fits
@@ -209,7 +209,7 @@ struct hbm_allocator {
     uint32_t *plan_below; /* the allocation planned right below k and live when k comes (UINT32_MAX: none) */
     size_t plan_n, plan_next;
     uint64_t plan_height;
-    uintptr_t plan_cursor; /* where the last planned allocation went: the walk to the next starts there if live */
+    uintptr_t plan_cursor;  /* where the last planned allocation went: the walk to the next starts there if live */
     hbm__block **plan_last; /* plan_last[k]: the block last served at position k, a hint checked before use */
     size_t plan_last_cap;
     /* The region's address index (arena.c, region_block): plan_hint[c] is a block of the region found in its chunk
@@ -222,30 +222,31 @@ struct hbm_allocator {
     size_t plan_hint_size;
     struct hbm__stepplan *sp; /* hbm_step_plan (step_plan.c): NULL when off */
     struct hbm__pub *pub;     /* hbm_publish (publish.c): the shared-memory record, NULL when not published */
+    void (*pub_update)(hbm_allocator *a); /* what keeps that record current (set with pub): hbm__published */
     bool policy; /* an arena, plan file or step plan is asked for: engine_malloc's policy branch is taken */
     hbm__mempool *mempools;
     hbm_mempool next_mempool_id;
-    hbm__route *routes;    /* searched last first, as PyTorch searches captures */
+    hbm__route *routes; /* searched last first, as PyTorch searches captures */
     size_t nroutes, cap_routes;
     size_t ncaptures;      /* routes of kind HBM__ROUTE_CAPTURE: capture mode while > 0 */
     hbm__block **deferred; /* freed during a capture with other streams' uses: events recorded after it */
     size_t ndeferred, cap_deferred;
-    size_t nstuck;         /* freed during a capture when even `deferred` could not grow: never reused */
+    size_t nstuck; /* freed during a capture when even `deferred` could not grow: never reused */
     hbm__event_queue *queues;
     size_t nqueues, cap_queues;
-    size_t pending_events; /* events in all queues, and the deferred frees (one each) */
+    size_t pending_events;  /* events in all queues, and the deferred frees (one each) */
     uint64_t *spare_events; /* recorded-and-completed events, for reuse */
     size_t nspare_events, cap_spare_events;
     hbm__trace_rec *history; /* ring buffer, NULL when off */
     size_t history_cap, history_n, history_head;
     size_t history_max; /* entries asked for: the ring grows to it as entries come (snapshot.c) */
-    hbm_label context;        /* the allocator-wide label, or the call's own during hbm_malloc_labeled */
-    hbm__labels labels;       /* every label ever interned, kept until destroy */
+    hbm_label context;  /* the allocator-wide label, or the call's own during hbm_malloc_labeled */
+    hbm__labels labels; /* every label ever interned, kept until destroy */
     hbm_device_counters dev;
     hbm_oom_info last_oom; /* valid when has_oom */
     bool has_oom;
-    char oom_msg[1536];    /* the last OOM's message (err may be overwritten since) */
-    char warning[1024];    /* the capability fallback, if any (also printed once at create) */
+    char oom_msg[1536]; /* the last OOM's message (err may be overwritten since) */
+    char warning[1024]; /* the capability fallback, if any (also printed once at create) */
     char err[1536];
     /* hbm_destroy: device calls that failed while giving memory back, the bytes they held, the first error. */
     bool tearing_down;

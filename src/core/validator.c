@@ -18,12 +18,12 @@ typedef struct checker {
     int violations;
 } checker;
 
-#define FAIL(ck, ...)                                      \
-    do {                                                   \
-        if ((ck)->violations++ < 8) {                      \
-            hbm__sb_printf(&(ck)->sb, __VA_ARGS__);        \
-            hbm__sb_printf(&(ck)->sb, "\n");               \
-        }                                                  \
+#define FAIL(ck, ...)                               \
+    do {                                            \
+        if ((ck)->violations++ < 8) {               \
+            hbm__sb_printf(&(ck)->sb, __VA_ARGS__); \
+            hbm__sb_printf(&(ck)->sb, "\n");        \
+        }                                           \
     } while (0)
 
 /* Check the order of the nodes below t and what each holds; counts them. mapped
@@ -118,7 +118,9 @@ static void check_block(checker *ck, hbm_allocator *a, hbm__segment *seg, hbm__b
             if ((seg->pages[i].mapped || seg->pages[i].asleep) != b->mapped) {
                 FAIL(ck, "block %p is %smapped but page %zu of its segment is %s", (void *)b->addr,
                      b->mapped ? "" : "un", i,
-                     seg->pages[i].mapped ? "mapped" : seg->pages[i].asleep ? "asleep" : "unmapped");
+                     seg->pages[i].mapped   ? "mapped"
+                     : seg->pages[i].asleep ? "asleep"
+                                            : "unmapped");
                 break;
             }
         if (b->mapped)
@@ -192,8 +194,9 @@ static void check_segment(checker *ck, hbm_allocator *a, hbm__segment *seg, uint
     if (!known)
         FAIL(ck, "segment %p belongs to no pool", (void *)seg->addr);
     if (seg->pool == &a->arena && (seg != a->arena_seg || seg->stream != a->arena_stream))
-        FAIL(ck, "segment %p is in the arena's pool but is not the arena, or not on its stream (the arena's "
-                 "order, hbm__arena_less, leaves the stream out)",
+        FAIL(ck,
+             "segment %p is in the arena's pool but is not the arena, or not on its stream (the arena's "
+             "order, hbm__arena_less, leaves the stream out)",
              (void *)seg->addr);
     if (seg->addr < *prev_end)
         FAIL(ck, "segment %p overlaps the previous one", (void *)seg->addr);
@@ -228,8 +231,9 @@ static void check_segment(checker *ck, hbm_allocator *a, hbm__segment *seg, uint
         check_block(ck, a, seg, b, split, k, &expect, &mapped_bytes, t);
     if (seg->expandable) {
         if (mapped_bytes != (pages_mapped + pages_asleep) * seg->page || pages_mapped != seg->mapped_pages)
-            FAIL(ck, "expandable segment %p: blocks map %zu bytes, %zu pages are mapped and %zu asleep, the count "
-                     "says %zu mapped",
+            FAIL(ck,
+                 "expandable segment %p: blocks map %zu bytes, %zu pages are mapped and %zu asleep, the count "
+                 "says %zu mapped",
                  (void *)seg->addr, mapped_bytes, pages_mapped, pages_asleep, seg->mapped_pages);
         s[k].reserved_bytes += (int64_t)(pages_mapped * seg->page); /* asleep pages are given back */
         t->reserved += pages_mapped * seg->page;

@@ -155,15 +155,9 @@ void hbm__pw_float(hbm__pickle_out *w, double v)
     wbytes(w, b, 8);
 }
 
-void hbm__pw_bool(hbm__pickle_out *w, int v)
-{
-    wop(w, v ? 0x88 : 0x89);
-}
+void hbm__pw_bool(hbm__pickle_out *w, int v) { wop(w, v ? 0x88 : 0x89); }
 
-void hbm__pw_none(hbm__pickle_out *w)
-{
-    wop(w, 'N');
-}
+void hbm__pw_none(hbm__pickle_out *w) { wop(w, 'N'); }
 
 void hbm__pw_pair(hbm__pickle_out *w, int64_t a, int64_t b)
 {

@@ -45,11 +45,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fork.h"
+#include "util/fork.h"
 #include "core/engine.h"
 #include "core/segments.h"
 #include "core/sleep.h"
-#include "io/publish_hook.h"
 #include "io/publish.h"
 #include "io/publish_signals.h"
 #include "util/util.h"
@@ -173,9 +172,8 @@ static void fill_stats(hbm_allocator *a, hbm_record *r)
     r->job_peak_allocated_bytes = r->peak_allocated_bytes > a->peak_allocated_before_reset
                                       ? r->peak_allocated_bytes
                                       : a->peak_allocated_before_reset;
-    r->job_peak_reserved_bytes = r->peak_reserved_bytes > a->peak_reserved_before_reset
-                                     ? r->peak_reserved_bytes
-                                     : a->peak_reserved_before_reset;
+    r->job_peak_reserved_bytes = r->peak_reserved_bytes > a->peak_reserved_before_reset ? r->peak_reserved_bytes
+                                                                                        : a->peak_reserved_before_reset;
     r->largest_free_bytes = (int64_t)largest_free(a);
     r->allocation = s->allocation[HBM_POOL_ALL].current;
     r->segment = s->segment[HBM_POOL_ALL].current;
@@ -200,7 +198,7 @@ static void update(struct hbm__pub *p)
     atomic_store_explicit(&s->seq, q + 2, memory_order_release);
 }
 
-void hbm__publish_update(hbm_allocator *a)
+static void hbm__publish_update(hbm_allocator *a)
 {
     if (a->pub->owner == getpid())
         update(a->pub);
@@ -325,8 +323,10 @@ static hbm_status publish_on(hbm_allocator *a)
     /* "/hbmalloc-" UID "-" PID "-" DEVICE "-" 16 hex digits, and the NUL: at most 10 + 3 * 11 + 3 + 16 + 1 */
     size_t len = strlen(dir) + 64;
     if (len > PATH_MAX)
-        return refuse(a, HBM_ERR_BACKEND, "the folder's name is too long: %zu bytes, a record's path would pass "
-                      "PATH_MAX (%d) (set HBMALLOC_TOP_DIR to a shorter one)", strlen(dir), PATH_MAX);
+        return refuse(a, HBM_ERR_BACKEND,
+                      "the folder's name is too long: %zu bytes, a record's path would pass "
+                      "PATH_MAX (%d) (set HBMALLOC_TOP_DIR to a shorter one)",
+                      strlen(dir), PATH_MAX);
     struct hbm__pub *p = calloc(1, sizeof *p + len);
     if (!p)
         return refuse(a, HBM_ERR_NOMEM, "out of host memory");
@@ -334,8 +334,8 @@ static hbm_status publish_on(hbm_allocator *a)
     p->owner = getpid();
     int fd = -1;
     for (int tries = 0; fd < 0 && tries < 8; tries++) { /* a name taken: another, random again */
-        snprintf(p->path, len, "%s/hbmalloc-%u-%ld-%d-%016llx", dir, (unsigned)geteuid(), (long)p->owner,
-                 a->device, (unsigned long long)random_bits());
+        snprintf(p->path, len, "%s/hbmalloc-%u-%ld-%d-%016llx", dir, (unsigned)geteuid(), (long)p->owner, a->device,
+                 (unsigned long long)random_bits());
         fd = open(p->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0 && errno != EEXIST)
             break;
@@ -389,6 +389,7 @@ static hbm_status publish_on(hbm_allocator *a)
     p->rec->layout = HBM__RECORD_LAYOUT;
     atomic_store_explicit((_Atomic uint64_t *)&p->rec->magic, HBM__RECORD_MAGIC, memory_order_release);
     a->pub = p;
+    a->pub_update = hbm__publish_update;
     hbm__unlock(a);
     p->next = list;
     list = p;
@@ -423,6 +424,7 @@ hbm_status hbm_publish(hbm_allocator *a, int on)
         hbm__lock(a);
         p = a->pub;
         a->pub = NULL;
+        a->pub_update = NULL;
         hbm__unlock(a);
         for (struct hbm__pub **q = &list; *q; q = &(*q)->next)
             if (*q == p) {
@@ -501,10 +503,10 @@ hbm_status hbm_record_read(const char *path, hbm_record *out, char *why, size_t 
     }
     struct stat st;
     hbm__shared_record s;
-    const char *bad = fstat(fd, &st) ? strerror(errno)
-                      : !S_ISREG(st.st_mode)   ? "not a regular file"
-                      : st.st_uid != geteuid() ? "owned by another user"
-                      : st.st_mode & 077       ? "readable or writable by other users (a record is 0600)"
+    const char *bad = fstat(fd, &st)                  ? strerror(errno)
+                      : !S_ISREG(st.st_mode)          ? "not a regular file"
+                      : st.st_uid != geteuid()        ? "owned by another user"
+                      : st.st_mode & 077              ? "readable or writable by other users (a record is 0600)"
                       : st.st_size != (off_t)sizeof s ? "not the size of a record of this hbmalloc"
                                                       : read_record(fd, &s);
     if (!bad && (s.magic != HBM__RECORD_MAGIC || s.layout != HBM__RECORD_LAYOUT || s.size != sizeof s))

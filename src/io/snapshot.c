@@ -1,16 +1,11 @@
 /*
- * snapshot.c: the history ring buffer and memory snapshots.
- *
- * Owns recording trace entries (PyTorch's actions, at the same points), the
- * snapshot of segments and blocks, and writing both as PyTorch's
- * _dump_snapshot pickle (which torch.cuda._memory_viz and the memory_viz page
- * open) or as JSON. Reads allocator state under its lock; changes none of it
- * except the ring buffer.
+ * snapshot.c: memory snapshots. Owns the snapshot of segments and blocks with the history (core/history.c's ring),
+ * and writing both as PyTorch's _dump_snapshot pickle (which torch.cuda._memory_viz and the memory_viz page open) or
+ * as JSON. Reads allocator state under its lock; changes none of it.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/engine.h"
 #include "core/segments.h"
@@ -18,78 +13,6 @@
 #include "core/labels.h"
 #include "io/pickle_out.h"
 #include "util/util.h"
-
-/* The ring is as large as the entries it holds, up to what was asked (torch's own default is sys.maxsize: keep
- * everything): doubled when full until then. When host memory runs out it stops growing, says so once, and keeps
- * the newest entries it has room for. Before it wraps, head is 0: growing keeps the order. */
-static __attribute__((cold, noinline)) void grow_history(hbm_allocator *a)
-{
-    size_t cap = a->history_cap, max = a->history_max;
-    size_t limit = SIZE_MAX / 2 / sizeof *a->history;
-    size_t want = cap > limit ? max : cap * 2 < max ? cap * 2 : max;
-    hbm__trace_rec *h = want > cap ? realloc(a->history, want * sizeof *h) : NULL;
-    if (h) {
-        a->history = h;
-        a->history_cap = want;
-        return;
-    }
-    a->history_max = cap; /* from now on a ring of cap entries */
-    if (!getenv("HBMALLOC_QUIET"))
-        fprintf(stderr, "hbmalloc: warning: memory history on %s device %d: out of host memory growing past %zu "
-                        "entries; keeping the newest %zu (asked: %zu)\n",
-                a->backend->ops->name, a->device, cap, cap, max);
-}
-
-void hbm__record(hbm_allocator *a, uint32_t action, uint64_t addr, uint64_t size, hbm_stream stream,
-                 hbm_label label)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (a->history_n == a->history_cap && a->history_cap < a->history_max)
-        grow_history(a);
-    size_t at = (a->history_head + a->history_n) % a->history_cap;
-    if (a->history_n == a->history_cap)
-        a->history_head = (a->history_head + 1) % a->history_cap; /* overwrite the oldest */
-    else
-        a->history_n++;
-    a->history[at] = (hbm__trace_rec){addr, size, (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u,
-                                      stream, action, label};
-}
-
-hbm_status hbm_history_context(hbm_allocator *a, const char *label)
-{
-    if (!a)
-        return HBM_ERR_INVALID;
-    hbm__lock(a);
-    hbm_label id = 0;
-    hbm_status rc = label ? hbm__label_intern_a(a, label, &id) : HBM_OK;
-    if (rc == HBM_OK)
-        a->context = id; /* refused: the previous label stays */
-    hbm__unlock(a);
-    return rc;
-}
-
-hbm_status hbm_history_enable(hbm_allocator *a, size_t max_entries)
-{
-    if (!a)
-        return HBM_ERR_INVALID;
-    size_t first = max_entries < 1024 ? max_entries : 1024; /* grown as entries come (grow_history) */
-    hbm__trace_rec *h = NULL;
-    if (first && !(h = malloc(first * sizeof *h))) {
-        hbm__lock(a);
-        hbm__set_error(a, "memory history: no host memory for its first %zu entries", first);
-        hbm__unlock(a);
-        return HBM_ERR_NOMEM;
-    }
-    hbm__lock(a);
-    free(a->history);
-    a->history = h;
-    a->history_cap = first;
-    a->history_max = max_entries;
-    a->history_n = a->history_head = 0;
-    hbm__unlock(a);
-    return HBM_OK;
-}
 
 /* ---- taking a snapshot ---- */
 
@@ -112,8 +35,7 @@ static hbm_block_state state_of(const hbm__block *b)
 
 /* The snapshot's own copy of the label texts it refers to, so that it outlives the allocator.
  * ids[k] are the labels of blocks and entries in order (0: none); ctx[k] receives the text. */
-static hbm_status copy_labels(const hbm__labels *l, const hbm_label *ids, size_t n, const char ***ctx,
-                              char **store)
+static hbm_status copy_labels(const hbm__labels *l, const hbm_label *ids, size_t n, const char ***ctx, char **store)
 {
     size_t *off = calloc((size_t)l->n + 1, sizeof *off); /* offset + 1 of a label in *store, 0: not yet */
     if (!off)
@@ -164,10 +86,14 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
                     rc = HBM_ERR_NOMEM;
                     break;
                 }
-                *cur = (hbm_snap_segment){.addr = b->addr, .stream = seg->stream, .is_small = seg->pool->is_small,
+                *cur = (hbm_snap_segment){.addr = b->addr,
+                                          .stream = seg->stream,
+                                          .is_small = seg->pool->is_small,
                                           .is_expandable = seg->expandable,
-                                          .pool = seg->pool->owner ? seg->pool->owner->id : 0, .first_block = first,
-                                          .range_addr = seg->addr, .range_size = seg->size,
+                                          .pool = seg->pool->owner ? seg->pool->owner->id : 0,
+                                          .first_block = first,
+                                          .range_addr = seg->addr,
+                                          .range_size = seg->size,
                                           .is_asleep = seg->pool->owner && seg->pool->owner->sleep_state,
                                           .page_size = seg->expandable ? seg->page : 0};
             }
@@ -197,9 +123,10 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
         for (size_t i = 0; s->trace && i < a->history_n; i++) {
             const hbm__trace_rec *r = &a->history[(a->history_head + i) % a->history_cap];
             hbm_trace_action act = (hbm_trace_action)(r->action & ~HBM__TRACE_BACKUP);
-            s->trace[i] = (hbm_trace_entry){act, r->addr, r->size, r->stream, r->time_us,
-                                            (const char *)(uintptr_t)r->label, NULL,
-                                            (r->action & HBM__TRACE_BACKUP) != 0};
+            s->trace[i] = (hbm_trace_entry){act,        r->addr,
+                                            r->size,    r->stream,
+                                            r->time_us, (const char *)(uintptr_t)r->label,
+                                            NULL,       (r->action & HBM__TRACE_BACKUP) != 0};
             if (act == HBM_TRACE_SLEEP || act == HBM_TRACE_WAKE) { /* the label is the pool's tag */
                 s->trace[i].tag = s->trace[i].context;
                 s->trace[i].context = NULL;
@@ -257,17 +184,18 @@ void hbm_snapshot_free(hbm_snapshot *s)
 
 static const char *action_name(hbm_trace_action a)
 {
-    static const char *names[] = {"alloc",         "free_requested", "free_completed", "segment_alloc", "segment_free",
-                                  "segment_map",   "segment_unmap",  "snapshot",       "oom",
-                                  "sleep",         "wake"};
+    static const char *names[] = {"alloc",       "free_requested", "free_completed", "segment_alloc", "segment_free",
+                                  "segment_map", "segment_unmap",  "snapshot",       "oom",           "sleep",
+                                  "wake"};
     return (unsigned)a < sizeof names / sizeof names[0] ? names[a] : "unknown";
 }
 
 static const char *state_name(hbm_block_state st)
 {
     /* PyTorch emits "active_pending_free" (its docstring says "active_awaiting_free"). */
-    return st == HBM_BLOCK_ALLOCATED ? "active_allocated" : st == HBM_BLOCK_PENDING_FREE ? "active_pending_free"
-                                                                                         : "inactive";
+    return st == HBM_BLOCK_ALLOCATED      ? "active_allocated"
+           : st == HBM_BLOCK_PENDING_FREE ? "active_pending_free"
+                                          : "inactive";
 }
 
 /* One emitter for both formats: the same tree, two encodings. */
@@ -275,7 +203,7 @@ typedef struct emit {
     hbm__pickle_out *pk; /* pickle, or */
     FILE *js;            /* JSON */
     int depth;
-    int count[16];       /* JSON: items written so far at each depth (a dict's keys and values both count) */
+    int count[16]; /* JSON: items written so far at each depth (a dict's keys and values both count) */
     int in_dict[16];
 } emit;
 
@@ -469,8 +397,7 @@ static void emit_snapshot(emit *e, const hbm_snapshot *s)
     e_close(e);
 }
 
-hbm_status hbm_snapshot_save(const hbm_snapshot *s, const char *path, hbm_snapshot_format fmt, char *err,
-                             size_t errlen)
+hbm_status hbm_snapshot_save(const hbm_snapshot *s, const char *path, hbm_snapshot_format fmt, char *err, size_t errlen)
 {
     if (!s || !path)
         return HBM_ERR_INVALID;

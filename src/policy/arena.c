@@ -26,9 +26,8 @@
 
 #include "core/engine.h"
 #include "core/expandable.h"
-#include "backend/device.h"
+#include "core/device.h"
 #include "policy/arena.h"
-#include "io/publish_hook.h"
 #include "policy/plan_region.h"
 #include "core/pool.h"
 #include "util/util.h"
@@ -166,7 +165,7 @@ hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen)
         return HBM_ERR_CONF;
     }
     char line[256];
-    size_t lineno = 0, cap[4] = {0}; /* of plan_off, plan_size, start_at, end_at */
+    size_t lineno = 0, cap[4] = {0};           /* of plan_off, plan_size, start_at, end_at */
     uint32_t *start_at = NULL, *end_at = NULL; /* lifetimes, for plan_neighbours */
     int header = 0;
     hbm_status rc = HBM_OK;

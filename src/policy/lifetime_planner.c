@@ -26,10 +26,10 @@
 typedef struct search {
     const hbm_lifetime *b;
     size_t n;
-    uint32_t *byoff;  /* placed buffers by offset */
-    uint64_t *off;    /* offsets of the evaluation under way */
-    uint64_t *best;   /* offsets of the best evaluation so far */
-    uint64_t height;  /* of best */
+    uint32_t *byoff; /* placed buffers by offset */
+    uint64_t *off;   /* offsets of the evaluation under way */
+    uint64_t *best;  /* offsets of the best evaluation so far */
+    uint64_t height; /* of best */
     uint64_t evaluations;
 } search;
 
@@ -73,7 +73,7 @@ static uint64_t greedy(search *s, const uint32_t *order, int fit, uint64_t give_
             at = cur;
         s->off[k] = at;
         if (at + x->size > height && (height = at + x->size) >= give_up)
-            return height; /* already no better than the best: stop early */
+            return height;     /* already no better than the best: stop early */
         size_t lo = 0, hi = m; /* insert by offset */
         while (lo < hi) {
             size_t mid = (lo + hi) / 2;
@@ -125,8 +125,10 @@ static void sort_by(const search *s, int which, order_key *keys, uint32_t *out)
 {
     for (size_t i = 0; i < s->n; i++) {
         const hbm_lifetime *x = &s->b[i];
-        uint64_t k = which == 0 ? x->size : which == 1 ? x->size * lifetime(x) : which == 2 ? lifetime(x)
-                                                                               : UINT32_MAX - x->start;
+        uint64_t k = which == 0   ? x->size
+                     : which == 1 ? x->size * lifetime(x)
+                     : which == 2 ? lifetime(x)
+                                  : UINT32_MAX - x->start;
         keys[i] = (order_key){k, x->size, x->start, (uint32_t)i};
     }
     qsort(keys, s->n, sizeof *keys, cmp_order);
@@ -136,10 +138,7 @@ static void sort_by(const search *s, int which, order_key *keys, uint32_t *out)
 
 static const char *const order_names[4] = {"size", "size*lifetime", "lifetime", "start"};
 
-static uint64_t rng(uint64_t *state)
-{
-    return hbm__mix64(*state += 0x9e3779b97f4a7c15ull); /* splitmix64 */
-}
+static uint64_t rng(uint64_t *state) { return hbm__mix64(*state += 0x9e3779b97f4a7c15ull); /* splitmix64 */ }
 
 /* Moves order[from] to position `to` (< from), shifting the ones between down. */
 static void move_earlier(uint32_t *order, size_t from, size_t to)
@@ -274,4 +273,3 @@ done:
     free(keys);
     return rc;
 }
-

@@ -95,7 +95,7 @@ static void join(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *sr
  * keeps the address it begins at, so that plan_last's hints stay good), a new object the rest, returned; both are
  * counted as free. */
 static inline __attribute__((always_inline)) hbm__block *cut(hbm_allocator *a, hbm__pool *p, hbm__block *b, size_t len,
-                                                           bool counted)
+                                                             bool counted)
 {
     bool was_split = is_split(b);
     hbm__block *n = hbm__split_back(a, b, len); /* hbm__plan_take made sure of the spares */

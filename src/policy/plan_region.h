@@ -47,8 +47,8 @@ static inline void hbm__loose_unlink(hbm__pool *p, hbm__block *b)
  * objects are recycled when blocks join, so a kept pointer is a hint until this says so. */
 static inline bool hbm__region_holds(const hbm_allocator *a, const hbm__block *b, uintptr_t at)
 {
-    return b && b->seg == a->arena_seg && (b->allocated || b->in_tree || b->loose || b->event_count) &&
-           b->addr <= at && at - b->addr < b->size;
+    return b && b->seg == a->arena_seg && (b->allocated || b->in_tree || b->loose || b->event_count) && b->addr <= at &&
+           at - b->addr < b->size;
 }
 
 /* hbm__plan_block for position k (k < plan_n, size <= plan_size[k], the region reserved): inline, for the step

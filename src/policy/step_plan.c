@@ -47,7 +47,7 @@
 #include <string.h>
 
 #include "core/engine.h"
-#include "backend/device.h"
+#include "core/device.h"
 #include "policy/step_period.h"
 #include "policy/step_plan.h"
 #include "policy/arena.h"
@@ -57,13 +57,13 @@
 #define LIVE UINT32_MAX       /* not freed yet */
 #define NEXT (UINT32_MAX - 1) /* freed during the next step, at its allocation `wrap` */
 #define MAX_STEP_ALLOCS (1u << 22)
-#define LOOKAHEAD 4            /* planned positions searched past the expected one for an exact size, */
-#define LOOKBACK 2             /* and before it */
-#define PLAN_WORK 50000000ull  /* pair tests the search may make at one boundary, beyond the eight greedy orders */
-#define SHAPES 4               /* step shapes kept with their plans */
-#define PREFIX 8               /* first allocations by which a step under way picks another shape's plan */
-#define DETECT_FROM 1024       /* unmarked steps: the period is looked for at 1024, 2048, 4096, ... allocations */
-#define QUIET_AFTER 2          /* clean steps before recording stops (the steady state) */
+#define LOOKAHEAD 4           /* planned positions searched past the expected one for an exact size, */
+#define LOOKBACK 2            /* and before it */
+#define PLAN_WORK 50000000ull /* pair tests the search may make at one boundary, beyond the eight greedy orders */
+#define SHAPES 4              /* step shapes kept with their plans */
+#define PREFIX 8              /* first allocations by which a step under way picks another shape's plan */
+#define DETECT_FROM 1024      /* unmarked steps: the period is looked for at 1024, 2048, 4096, ... allocations */
+#define QUIET_AFTER 2         /* clean steps before recording stops (the steady state) */
 
 typedef struct step_rec {
     uint64_t size;
@@ -79,33 +79,33 @@ typedef struct shape {
     uint64_t *off, *size;    /* its plan (off NULL: none yet); size 0: a position not planned */
     uint32_t *below;         /* plan_below for it */
     uint64_t height;
-    bool cyclic;             /* the plan covers the tensors alive across a boundary */
-    uint32_t used;           /* the step it last ended, for eviction */
-    uint32_t backoff, wait;  /* steps of this shape to wait before the next re-plan on misses */
+    bool cyclic;            /* the plan covers the tensors alive across a boundary */
+    uint32_t used;          /* the step it last ended, for eviction */
+    uint32_t backoff, wait; /* steps of this shape to wait before the next re-plan on misses */
 } shape;
 
 typedef struct hbm__stepplan {
     hbm_stream stream; /* the stream of the first allocation: the only one recorded and served */
     bool have_stream;
-    uint32_t step;        /* hbm_step calls so far: the number of the step under way */
-    step_rec *rec[2];     /* by step parity: the step under way and the one before */
+    uint32_t step;    /* hbm_step calls so far: the number of the step under way */
+    step_rec *rec[2]; /* by step parity: the step under way and the one before */
     size_t n[2], cap[2];
-    bool overflow[2];     /* more than MAX_STEP_ALLOCS allocations: not planned */
+    bool overflow[2]; /* more than MAX_STEP_ALLOCS allocations: not planned */
     shape shapes[SHAPES];
-    int serving;          /* the shape whose plan is in force (a->plan_* show it), -1: none */
-    size_t auto_period;   /* not marked: the period found in the allocations (0: none yet), a boundary every one */
-    size_t check_at;      /* not marked: allocations of the step at which a boundary falls or the period is looked
+    int serving;           /* the shape whose plan is in force (a->plan_* show it), -1: none */
+    size_t auto_period;    /* not marked: the period found in the allocations (0: none yet), a boundary every one */
+    size_t check_at;       /* not marked: allocations of the step at which a boundary falls or the period is looked
                              for; SIZE_MAX once hbm_step was called (the job marks its steps) */
-    bool planned;         /* some shape has a plan */
+    bool planned;          /* some shape has a plan */
     int64_t misses_before; /* plan_misses when the step began */
-    uint32_t settle; /* boundaries after a new plan at which cached segments are still released */
+    uint32_t settle;       /* boundaries after a new plan at which cached segments are still released */
     /* The steady state: after QUIET_AFTER whole recorded steps that a cyclic plan served without a miss, steps are
      * no longer recorded (only counted: sp->n), until a step misses; then the next one is recorded again, and a
      * re-plan, if one is due, comes from it. */
-    bool quiet;           /* the step under way is not recorded */
-    uint32_t clean;       /* recorded steps in a row of one shape served without a miss by its cyclic plan */
-    int last_served;      /* the shape served in the step before */
-    size_t inexact;       /* allocations of this step not of their planned size (a step of other lengths) */
+    bool quiet;      /* the step under way is not recorded */
+    uint32_t clean;  /* recorded steps in a row of one shape served without a miss by its cyclic plan */
+    int last_served; /* the shape served in the step before */
+    size_t inexact;  /* allocations of this step not of their planned size (a step of other lengths) */
 } hbm__stepplan;
 
 hbm_status hbm__stepplan_init(hbm_allocator *a)
@@ -505,8 +505,9 @@ static hbm_status boundary(hbm_allocator *a)
         }
     }
     if (recorded) { /* steady: a cyclic plan in force served this whole step without a miss */
-        bool steady = rc == HBM_OK && misses == 0 && !sp->inexact && sp->serving >= 0 && sp->serving == sp->last_served &&
-                      sp->shapes[sp->serving].cyclic && sp->shapes[sp->serving].n == n &&
+        bool steady = rc == HBM_OK && misses == 0 && !sp->inexact && sp->serving >= 0 &&
+                      sp->serving == sp->last_served && sp->shapes[sp->serving].cyclic &&
+                      sp->shapes[sp->serving].n == n &&
                       a->stats.plan_replans == replans; /* (steps of changing lengths are recorded all along) */
         sp->clean = steady ? sp->clean + 1 : 0;
         sp->quiet = sp->clean >= QUIET_AFTER;
@@ -514,8 +515,9 @@ static hbm_status boundary(hbm_allocator *a)
     sp->last_served = sp->serving;
     sp->inexact = 0;
     if (rc != HBM_OK)
-        hbm__set_error(a, "hbm_step: out of host memory recording or planning step %u (%zu allocations); the plan "
-                          "in force, if any, stays",
+        hbm__set_error(a,
+                       "hbm_step: out of host memory recording or planning step %u (%zu allocations); the plan "
+                       "in force, if any, stays",
                        sp->step, n);
     want_region(a, a->stats.plan_replans != replans);
     /* The next step: its records overwrite the step before this one. */

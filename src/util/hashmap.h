@@ -20,22 +20,22 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define HBM__HASHMAP(name, K, V, HASH, USED, COUNT, MIN)                                                                 \
+#define HBM__HASHMAP(name, K, V, HASH, USED, COUNT, MIN)                                                            \
     typedef struct name {                                                                                           \
         K *keys;                                                                                                    \
         V *vals;                                                                                                    \
-        uint8_t *used; /* USED 1 only */                                                                           \
+        uint8_t *used; /* USED 1 only */                                                                            \
         size_t mask;   /* capacity - 1 */                                                                           \
         size_t n;                                                                                                   \
-        size_t probes; /* COUNT 1 only: cells looked at */                                                         \
+        size_t probes; /* COUNT 1 only: cells looked at */                                                          \
     } name;                                                                                                         \
                                                                                                                     \
     static inline int name##_occupied(const name *m, size_t i) { return USED ? m->used[i] != 0 : m->keys[i] != 0; } \
                                                                                                                     \
-    static inline size_t name##_home(const name *m, K key) { return (size_t)(HASH(m, key)) & m->mask; }           \
+    static inline size_t name##_home(const name *m, K key) { return (size_t)(HASH(m, key)) & m->mask; }             \
                                                                                                                     \
-    /* Arrays of cap cells (a power of two), empty. 0, or -1 when host memory ran out (m unchanged). */           \
-    static inline int name##_alloc(name *m, size_t cap)                                                           \
+    /* Arrays of cap cells (a power of two), empty. 0, or -1 when host memory ran out (m unchanged). */             \
+    static inline int name##_alloc(name *m, size_t cap)                                                             \
     {                                                                                                               \
         K *k = calloc(cap, sizeof *k);                                                                              \
         V *v = calloc(cap, sizeof *v);                                                                              \
@@ -53,13 +53,13 @@
         return 0;                                                                                                   \
     }                                                                                                               \
                                                                                                                     \
-    static inline int name##_init(name *m)                                                                        \
+    static inline int name##_init(name *m)                                                                          \
     {                                                                                                               \
         *m = (name){0};                                                                                             \
         return name##_alloc(m, MIN);                                                                                \
     }                                                                                                               \
                                                                                                                     \
-    static inline void name##_free(name *m)                                                                       \
+    static inline void name##_free(name *m)                                                                         \
     {                                                                                                               \
         free(m->keys);                                                                                              \
         free(m->vals);                                                                                              \
@@ -69,8 +69,8 @@
         m->used = NULL;                                                                                             \
     }                                                                                                               \
                                                                                                                     \
-    /* The cell of key, or the empty cell where it would go (name_occupied says which). */                        \
-    static inline size_t name##_find(name *m, K key)                                                              \
+    /* The cell of key, or the empty cell where it would go (name_occupied says which). */                          \
+    static inline size_t name##_find(name *m, K key)                                                                \
     {                                                                                                               \
         size_t i = name##_home(m, key);                                                                             \
         if (COUNT)                                                                                                  \
@@ -84,7 +84,7 @@
     }                                                                                                               \
                                                                                                                     \
     /* The same for a key known by its hash h: the first used cell whose key match() accepts, or the empty one. */  \
-    static inline size_t name##_probe(const name *m, uint64_t h, int (*match)(const void *, K), const void *ctx)   \
+    static inline size_t name##_probe(const name *m, uint64_t h, int (*match)(const void *, K), const void *ctx)    \
     {                                                                                                               \
         size_t i = (size_t)h & m->mask;                                                                             \
         while (name##_occupied(m, i) && !match(ctx, m->keys[i]))                                                    \
@@ -92,8 +92,8 @@
         return i;                                                                                                   \
     }                                                                                                               \
                                                                                                                     \
-    /* key's value, or 0 (NULL) when it is not there. */                                                           \
-    static inline V name##_get(const name *m, K key)                                                              \
+    /* key's value, or 0 (NULL) when it is not there. */                                                            \
+    static inline V name##_get(const name *m, K key)                                                                \
     {                                                                                                               \
         for (size_t i = name##_home(m, key);; i = (i + 1) & m->mask) {                                              \
             if (m->keys[i] == key && (!USED || m->used[i]))                                                         \
@@ -103,7 +103,7 @@
         }                                                                                                           \
     }                                                                                                               \
                                                                                                                     \
-    static inline void name##_set(name *m, size_t i, K key, V val)                                                \
+    static inline void name##_set(name *m, size_t i, K key, V val)                                                  \
     {                                                                                                               \
         if (!name##_occupied(m, i))                                                                                 \
             m->n++;                                                                                                 \
@@ -114,8 +114,8 @@
     }                                                                                                               \
                                                                                                                     \
     /* Room for n + extra entries at a load of at most 1/2: the capacity doubled until there is. 0, or -1 when  \
-     * host memory ran out (m unchanged). */                                                                        \
-    static __attribute__((noinline, cold, unused)) int name##_grow(name *m, size_t extra)                         \
+     * host memory ran out (m unchanged). */   \
+    static __attribute__((noinline, cold, unused)) int name##_grow(name *m, size_t extra)                           \
     {                                                                                                               \
         size_t ncap = m->mask + 1;                                                                                  \
         while ((m->n + extra) * 2 > ncap)                                                                           \
@@ -137,22 +137,22 @@
         return 0;                                                                                                   \
     }                                                                                                               \
                                                                                                                     \
-    /* Room for `extra` more entries ahead of time, so that a later put cannot fail. 0, or -1. */                 \
-    static inline int name##_reserve(name *m, size_t extra)                                                       \
+    /* Room for `extra` more entries ahead of time, so that a later put cannot fail. 0, or -1. */                   \
+    static inline int name##_reserve(name *m, size_t extra)                                                         \
     {                                                                                                               \
         return (m->n + extra) * 2 <= m->mask + 1 ? 0 : name##_grow(m, extra);                                       \
     }                                                                                                               \
                                                                                                                     \
     /* key's value set in cell i (from name_find); the table grows after when over half full: 0, or -1 when   \
-     * that growth ran out of host memory (the entry is in). */                                                     \
-    static inline int name##_put_at(name *m, size_t i, K key, V val)                                              \
+     * that growth ran out of host memory (the entry is in). */     \
+    static inline int name##_put_at(name *m, size_t i, K key, V val)                                                \
     {                                                                                                               \
         name##_set(m, i, key, val);                                                                                 \
         return name##_reserve(m, 0);                                                                                \
     }                                                                                                               \
                                                                                                                     \
-    /* key's value set, room made first: 0, or -1 (the map unchanged). */                                         \
-    static inline int name##_put(name *m, K key, V val)                                                           \
+    /* key's value set, room made first: 0, or -1 (the map unchanged). */                                           \
+    static inline int name##_put(name *m, K key, V val)                                                             \
     {                                                                                                               \
         if (name##_reserve(m, 1))                                                                                   \
             return -1;                                                                                              \
@@ -163,8 +163,8 @@
         return 0;                                                                                                   \
     }                                                                                                               \
                                                                                                                     \
-    /* Cell i emptied: later entries of its probe run move into the hole (no tombstones). */                      \
-    static inline void name##_del_at(name *m, size_t i)                                                           \
+    /* Cell i emptied: later entries of its probe run move into the hole (no tombstones). */                        \
+    static inline void name##_del_at(name *m, size_t i)                                                             \
     {                                                                                                               \
         size_t hole = i;                                                                                            \
         for (size_t j = (i + 1) & m->mask; name##_occupied(m, j); j = (j + 1) & m->mask) {                          \
@@ -184,8 +184,8 @@
         m->n--;                                                                                                     \
     }                                                                                                               \
                                                                                                                     \
-    /* key removed: its value, or 0 (NULL) when it was not there. */                                               \
-    static inline V name##_del(name *m, K key)                                                                    \
+    /* key removed: its value, or 0 (NULL) when it was not there. */                                                \
+    static inline V name##_del(name *m, K key)                                                                      \
     {                                                                                                               \
         size_t i = name##_home(m, key);                                                                             \
         while (!(m->keys[i] == key && (!USED || m->used[i]))) {                                                     \

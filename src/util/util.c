@@ -4,6 +4,8 @@
  */
 #include "util/util.h"
 
+#include "hbmalloc.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -36,10 +38,20 @@ int hbm__parse_size(const char *s, size_t *out)
         const char *suffix;
         double mult;
     } units[] = {
-        {"", 1},          {"b", 1},           {"k", 1024.0},      {"kb", 1024.0},
-        {"kib", 1024.0},  {"m", 1048576.0},   {"mb", 1048576.0},  {"mib", 1048576.0},
-        {"g", 1073741824.0}, {"gb", 1073741824.0}, {"gib", 1073741824.0},
-        {"t", 1099511627776.0}, {"tb", 1099511627776.0}, {"tib", 1099511627776.0},
+        {"", 1},
+        {"b", 1},
+        {"k", 1024.0},
+        {"kb", 1024.0},
+        {"kib", 1024.0},
+        {"m", 1048576.0},
+        {"mb", 1048576.0},
+        {"mib", 1048576.0},
+        {"g", 1073741824.0},
+        {"gb", 1073741824.0},
+        {"gib", 1073741824.0},
+        {"t", 1099511627776.0},
+        {"tb", 1099511627776.0},
+        {"tib", 1099511627776.0},
     };
     if (!s || !*s)
         return -1;
@@ -133,7 +145,11 @@ size_t hbm__utf8_char(const unsigned char *s, size_t n)
     if (!n)
         return 0;
     unsigned c = s[0];
-    size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    size_t len = c < 0x80                 ? 1
+                 : c >= 0xc2 && c <= 0xdf ? 2
+                 : c >= 0xe0 && c <= 0xef ? 3
+                 : c >= 0xf0 && c <= 0xf4 ? 4
+                                          : 0;
     if (!len || len > n)
         return 0;
     for (size_t i = 1; i < len; i++)
@@ -196,15 +212,9 @@ static void json_str(FILE *out, const char *s, int html)
     fputc('"', out);
 }
 
-void hbm__json_str(FILE *out, const char *s)
-{
-    json_str(out, s, 0);
-}
+void hbm__json_str(FILE *out, const char *s) { json_str(out, s, 0); }
 
-void hbm__json_str_html(FILE *out, const char *s)
-{
-    json_str(out, s, 1);
-}
+void hbm__json_str_html(FILE *out, const char *s) { json_str(out, s, 1); }
 
 #define NEAREST_MAX_LEN 128 /* words longer are never near (conf.c's longest token) */
 
@@ -266,4 +276,25 @@ int hbm__on_path(const char *prog)
         p += n + (p[n] == ':');
     }
     return 0;
+}
+
+const char *hbm_status_name(hbm_status s)
+{
+    switch (s) {
+    case HBM_OK: return "HBM_OK";
+    case HBM_ERR_OOM: return "HBM_ERR_OOM";
+    case HBM_ERR_INVALID: return "HBM_ERR_INVALID";
+    case HBM_ERR_CONF: return "HBM_ERR_CONF";
+    case HBM_ERR_BACKEND: return "HBM_ERR_BACKEND";
+    case HBM_ERR_DOUBLE_FREE: return "HBM_ERR_DOUBLE_FREE";
+    case HBM_ERR_FOREIGN_PTR: return "HBM_ERR_FOREIGN_PTR";
+    case HBM_ERR_INTERIOR_PTR: return "HBM_ERR_INTERIOR_PTR";
+    case HBM_ERR_NOMEM: return "HBM_ERR_NOMEM";
+    case HBM_ERR_WRONG_DEVICE: return "HBM_ERR_WRONG_DEVICE";
+    case HBM_ERR_POOL_BUSY: return "HBM_ERR_POOL_BUSY";
+    case HBM_ERR_CAPTURE: return "HBM_ERR_CAPTURE";
+    case HBM_ERR_STALE: return "HBM_ERR_STALE";
+    case HBM_ERR_ASLEEP: return "HBM_ERR_ASLEEP";
+    }
+    return "HBM_ERR_UNKNOWN";
 }

@@ -57,9 +57,19 @@
 
 typedef int aclError;
 
-enum { OK = 0, INVALID_PARAM = 100000, UNINITIALIZE = 100001, REPEAT_INITIALIZE = 100002, RT_PARAM_INVALID = 107000,
-       INVALID_DEVICEID = 107001, CONTEXT_NULL = 107002, INVALID_HANDLE = 107017, FEATURE_NOT_SUPPORT = 207000,
-       MEMORY_ALLOCATION = 207001, DRV_INTERNAL = 507899 };
+enum {
+    OK = 0,
+    INVALID_PARAM = 100000,
+    UNINITIALIZE = 100001,
+    REPEAT_INITIALIZE = 100002,
+    RT_PARAM_INVALID = 107000,
+    INVALID_DEVICEID = 107001,
+    CONTEXT_NULL = 107002,
+    INVALID_HANDLE = 107017,
+    FEATURE_NOT_SUPPORT = 207000,
+    MEMORY_ALLOCATION = 207001,
+    DRV_INTERNAL = 507899
+};
 
 #define MAX 4096
 #define PAGE ((size_t)2 << 20)
@@ -80,16 +90,38 @@ typedef struct cannver {
 static struct {
     long memory, devices, vmm, fail_nth, fail_code;
     long calls, used;
-    int init;              /* aclInit references */
-    long set_refs[8];      /* aclrtSetDevice minus aclrtResetDevice, per device: its default context lives while > 0 */
-    long ctx_created[8];   /* default contexts created, per device */
+    int init;            /* aclInit references */
+    long set_refs[8];    /* aclrtSetDevice minus aclrtResetDevice, per device: its default context lives while > 0 */
+    long ctx_created[8]; /* default contexts created, per device */
     char driver[64], soc[64];
-    struct { void *p; size_t size; } allocs[MAX];
-    struct { uintptr_t va; size_t size; int huge; } resv[MAX];
-    struct { size_t size; int live, mapped; unsigned char *mem; } handles[MAX];
-    struct { void *p; size_t size; } hosts[MAX];
-    struct { uintptr_t va; size_t size; long h; } maps[MAX];
-    struct { int live, recorded, device; void *stream; unsigned long seq; } events[MAX];
+    struct {
+        void *p;
+        size_t size;
+    } allocs[MAX];
+    struct {
+        uintptr_t va;
+        size_t size;
+        int huge;
+    } resv[MAX];
+    struct {
+        size_t size;
+        int live, mapped;
+        unsigned char *mem;
+    } handles[MAX];
+    struct {
+        void *p;
+        size_t size;
+    } hosts[MAX];
+    struct {
+        uintptr_t va;
+        size_t size;
+        long h;
+    } maps[MAX];
+    struct {
+        int live, recorded, device;
+        void *stream;
+        unsigned long seq;
+    } events[MAX];
     long nhandles, nevents;
     uintptr_t next_va;
     int ready;
@@ -146,20 +178,32 @@ API void fake_acl_set(const char *key, long value)
 {
     if (!F.ready)
         fake_acl_reset();
-    if (!strcmp(key, "memory")) F.memory = value;
-    else if (!strcmp(key, "devices")) F.devices = value;
-    else if (!strcmp(key, "vmm")) F.vmm = value;
-    else if (!strcmp(key, "fail_nth")) { F.fail_nth = value; F.calls = 0; }
-    else if (!strcmp(key, "fail_code")) F.fail_code = value;
-    else if (!strcmp(key, "log")) { L.on = (int)value; L.n = 0; L.text[0] = 0; } /* fake_acl_log: the calls */
+    if (!strcmp(key, "memory"))
+        F.memory = value;
+    else if (!strcmp(key, "devices"))
+        F.devices = value;
+    else if (!strcmp(key, "vmm"))
+        F.vmm = value;
+    else if (!strcmp(key, "fail_nth")) {
+        F.fail_nth = value;
+        F.calls = 0;
+    } else if (!strcmp(key, "fail_code"))
+        F.fail_code = value;
+    else if (!strcmp(key, "log")) {
+        L.on = (int)value;
+        L.n = 0;
+        L.text[0] = 0;
+    } /* fake_acl_log: the calls */
 }
 
 API void fake_acl_set_str(const char *key, const char *value)
 {
     if (!F.ready)
         fake_acl_reset();
-    if (!strcmp(key, "driver")) snprintf(F.driver, sizeof F.driver, "%s", value);
-    else if (!strcmp(key, "soc")) snprintf(F.soc, sizeof F.soc, "%s", value);
+    if (!strcmp(key, "driver"))
+        snprintf(F.driver, sizeof F.driver, "%s", value);
+    else if (!strcmp(key, "soc"))
+        snprintf(F.soc, sizeof F.soc, "%s", value);
 }
 
 API void fake_acl_outstanding(long out[7])
@@ -199,11 +243,11 @@ static aclError enter(int need_device)
     return OK;
 }
 
-#define ENTER(need)                      \
-    do {                                 \
-        aclError e_ = enter(need);       \
-        if (e_)                          \
-            return e_;                   \
+#define ENTER(need)                \
+    do {                           \
+        aclError e_ = enter(need); \
+        if (e_)                    \
+            return e_;             \
     } while (0)
 
 /* acl_rt.h (ACL 1.15) and the runtime's acl.cpp: every aclInit takes a reference; the repeated ones answer
@@ -245,7 +289,12 @@ API aclError aclFinalizeReference(uint64_t *left)
 }
 #endif
 
-API aclError aclrtGetDeviceCount(unsigned *n) { ENTER(0); *n = (unsigned)F.devices; return OK; }
+API aclError aclrtGetDeviceCount(unsigned *n)
+{
+    ENTER(0);
+    *n = (unsigned)F.devices;
+    return OK;
+}
 
 API aclError aclrtSetDevice(int d)
 {
@@ -328,7 +377,10 @@ static aclError device_malloc(void **p, size_t size, int policy, size_t real)
 }
 
 /* The runtime's memory.cpp: aclrtMalloc aligns the size to 32 bytes and adds 32. */
-API aclError aclrtMalloc(void **p, size_t size, int policy) { return device_malloc(p, size, policy, (size + 63) / 32 * 32); }
+API aclError aclrtMalloc(void **p, size_t size, int policy)
+{
+    return device_malloc(p, size, policy, (size + 63) / 32 * 32);
+}
 
 /* torch_npu's segments: no pad (the size must be what the caller asked). */
 API aclError aclrtMallocAlign32(void **p, size_t size, int policy)
@@ -346,7 +398,8 @@ API aclError aclrtFree(void *p)
         if (p && F.allocs[i].p == p) {
             if (fw_busy((uintptr_t)p, (uintptr_t)p + F.allocs[i].size, 0, NULL, 0))
                 fw_violation("aclrtFree(%p, %zu bytes) while queued work still uses it: aclrtFree does not wait "
-                             "for the device", p, F.allocs[i].size);
+                             "for the device",
+                             p, F.allocs[i].size);
             F.used -= (long)F.allocs[i].size;
             free(p);
             F.allocs[i].p = NULL;
@@ -385,7 +438,11 @@ static aclError new_event(void **ev)
     return rc;
 }
 
-static int event_ok(void *ev) { long i = event_index(ev); return i >= 0 && i < F.nevents && F.events[i].live; }
+static int event_ok(void *ev)
+{
+    long i = event_index(ev);
+    return i >= 0 && i < F.nevents && F.events[i].live;
+}
 
 API aclError aclrtCreateEvent(void **ev) { return new_event(ev); }
 
@@ -633,8 +690,7 @@ API aclError fake_acl_launch(void *stream, void *ptr, size_t size)
     ENTER(1);
     pthread_mutex_lock(&lock);
     if (!allocated((uintptr_t)ptr, (uintptr_t)ptr + size))
-        fw_violation("work launched on [%p, +%zu) on device %d, which is not allocated or mapped", ptr, size,
-                     current);
+        fw_violation("work launched on [%p, +%zu) on device %d, which is not allocated or mapped", ptr, size, current);
     int rc = fw_launch(current, stream, (uintptr_t)ptr, size);
     pthread_mutex_unlock(&lock);
     return rc ? fail(MEMORY_ALLOCATION, "EE1005: too much queued work") : OK;
@@ -658,7 +714,11 @@ API int fake_acl_current(void) { return current >= 0 && F.set_refs[current] ? cu
 API void fake_acl_set_host_busy(int (*busy)(uintptr_t, uintptr_t, int, void *, int)) { W.host_busy = busy; }
 
 API const char *aclGetRecentErrMsg(void) { return recent[0] ? recent : NULL; }
-API aclError aclrtGetVersion(int *a, int *b, int *c) { *a = 1, *b = 15, *c = 0; return OK; }
+API aclError aclrtGetVersion(int *a, int *b, int *c)
+{
+    *a = 1, *b = 15, *c = 0;
+    return OK;
+}
 API const char *aclrtGetSocName(void) { return F.ready ? F.soc : "Ascend910B3"; }
 
 #ifndef FAKE_ACL_CANN6
@@ -722,8 +782,8 @@ API aclError aclrtMallocPhysical(void **h, size_t size, const prop *p, unsigned 
     fw_note("aclrtMallocPhysical");
     if (!size || size % PAGE || flags || !p)
         return fail(INVALID_PARAM, "EE1003: physical size not a multiple of 2 MiB, or flags not 0");
-    if (p->handleType != 0 || p->allocationType != 0 || (p->memAttr != 4 && p->memAttr != 5) ||
-        p->type != 1 || (int)p->id != current || p->reserve)
+    if (p->handleType != 0 || p->allocationType != 0 || (p->memAttr != 4 && p->memAttr != 5) || p->type != 1 ||
+        (int)p->id != current || p->reserve)
         return fail(INVALID_PARAM, "EE1003: aclrtPhysicalMemProp: bad handle type, allocation type, memAttr or "
                                    "location (id, then type DEVICE, must name the current device)");
     pthread_mutex_lock(&lock);

@@ -41,8 +41,17 @@
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
-enum { OK = 0, INVALID_VALUE = 1, OOM = 2, NOT_INITIALIZED = 3, INVALID_DEVICE = 101, NOT_FOUND = 500,
-       NOT_READY = 600, NOT_SUPPORTED = 801, INJECTED = 999 };
+enum {
+    OK = 0,
+    INVALID_VALUE = 1,
+    OOM = 2,
+    NOT_INITIALIZED = 3,
+    INVALID_DEVICE = 101,
+    NOT_FOUND = 500,
+    NOT_READY = 600,
+    NOT_SUPPORTED = 801,
+    INJECTED = 999
+};
 
 #define MAX 4096
 
@@ -50,13 +59,35 @@ static struct {
     long memory, devices, version, vmm, getproc, fail_nth, fail_code, free_syncs, peers;
     long calls, used;
     int initialised;
-    struct { void *p; size_t size; } allocs[MAX];
-    struct { CUdeviceptr va; size_t size; } resv[MAX];
-    struct { size_t size; int live, mapped; unsigned char *mem; } handles[MAX];
-    struct { void *p; size_t size; } hosts[MAX];
+    struct {
+        void *p;
+        size_t size;
+    } allocs[MAX];
+    struct {
+        CUdeviceptr va;
+        size_t size;
+    } resv[MAX];
+    struct {
+        size_t size;
+        int live, mapped;
+        unsigned char *mem;
+    } handles[MAX];
+    struct {
+        void *p;
+        size_t size;
+    } hosts[MAX];
     long nhandles;
-    struct { CUdeviceptr va; size_t size; unsigned long long h; unsigned access; } maps[MAX]; /* access: by device */
-    struct { int live, recorded, device; void *stream; unsigned long seq; } events[MAX];
+    struct {
+        CUdeviceptr va;
+        size_t size;
+        unsigned long long h;
+        unsigned access;
+    } maps[MAX]; /* access: by device */
+    struct {
+        int live, recorded, device;
+        void *stream;
+        unsigned long seq;
+    } events[MAX];
     long nevents;
     CUdeviceptr next_va;
     int ctx_retained[8], ctx_created[8];
@@ -81,10 +112,14 @@ API int fake_cuda_can_access(int device, CUdeviceptr ptr, size_t size);
 
 API long fake_cuda_get(const char *key)
 {
-    if (!strcmp(key, "allocs_relaxed")) return F.allocs_relaxed;
-    if (!strcmp(key, "allocs_not_relaxed")) return F.allocs_not_relaxed;
-    if (!strcmp(key, "capture_mode")) return capture_mode;
-    if (!strcmp(key, "launched")) return W.launched;
+    if (!strcmp(key, "allocs_relaxed"))
+        return F.allocs_relaxed;
+    if (!strcmp(key, "allocs_not_relaxed"))
+        return F.allocs_not_relaxed;
+    if (!strcmp(key, "capture_mode"))
+        return capture_mode;
+    if (!strcmp(key, "launched"))
+        return W.launched;
     if (!strcmp(key, "hosts")) { /* pinned host allocations not freed */
         long n = 0;
         for (int i = 0; i < MAX; i++)
@@ -121,16 +156,30 @@ API void fake_cuda_set(const char *key, long value)
 {
     if (!F.memory)
         fake_cuda_reset();
-    if (!strcmp(key, "memory")) F.memory = value;
-    else if (!strcmp(key, "devices")) F.devices = value;
-    else if (!strcmp(key, "version")) F.version = value;
-    else if (!strcmp(key, "vmm")) F.vmm = value;
-    else if (!strcmp(key, "getproc")) F.getproc = value;
-    else if (!strcmp(key, "fail_nth")) { F.fail_nth = value; F.calls = 0; }
-    else if (!strcmp(key, "fail_code")) F.fail_code = value;
-    else if (!strcmp(key, "free_syncs")) F.free_syncs = value;
-    else if (!strcmp(key, "peers")) F.peers = value; /* 1: every device can access every other's memory */
-    else if (!strcmp(key, "log")) { L.on = (int)value; L.n = 0; L.text[0] = 0; } /* fake_cuda_log: the calls */
+    if (!strcmp(key, "memory"))
+        F.memory = value;
+    else if (!strcmp(key, "devices"))
+        F.devices = value;
+    else if (!strcmp(key, "version"))
+        F.version = value;
+    else if (!strcmp(key, "vmm"))
+        F.vmm = value;
+    else if (!strcmp(key, "getproc"))
+        F.getproc = value;
+    else if (!strcmp(key, "fail_nth")) {
+        F.fail_nth = value;
+        F.calls = 0;
+    } else if (!strcmp(key, "fail_code"))
+        F.fail_code = value;
+    else if (!strcmp(key, "free_syncs"))
+        F.free_syncs = value;
+    else if (!strcmp(key, "peers"))
+        F.peers = value; /* 1: every device can access every other's memory */
+    else if (!strcmp(key, "log")) {
+        L.on = (int)value;
+        L.n = 0;
+        L.text[0] = 0;
+    } /* fake_cuda_log: the calls */
 }
 
 API void fake_cuda_outstanding(long out[5])
@@ -156,13 +205,13 @@ static int fault(void)
     return F.fail_nth && ++F.calls == F.fail_nth ? (int)F.fail_code : 0;
 }
 
-#define CHECK()                                     \
-    do {                                            \
-        int f_ = fault();                           \
-        if (f_)                                     \
-            return f_;                              \
-        if (!F.initialised)                         \
-            return NOT_INITIALIZED;                 \
+#define CHECK()                     \
+    do {                            \
+        int f_ = fault();           \
+        if (f_)                     \
+            return f_;              \
+        if (!F.initialised)         \
+            return NOT_INITIALIZED; \
     } while (0)
 
 API CUresult cuInit(unsigned flags)
@@ -175,9 +224,25 @@ API CUresult cuInit(unsigned flags)
     return OK;
 }
 
-API CUresult cuDriverGetVersion(int *v) { *v = (int)(F.memory ? F.version : 12040); return OK; }
-API CUresult cuDeviceGetCount(int *n) { CHECK(); *n = (int)F.devices; return OK; }
-API CUresult cuDeviceGet(int *d, int ordinal) { CHECK(); if (ordinal < 0 || ordinal >= F.devices) return INVALID_DEVICE; *d = ordinal; return OK; }
+API CUresult cuDriverGetVersion(int *v)
+{
+    *v = (int)(F.memory ? F.version : 12040);
+    return OK;
+}
+API CUresult cuDeviceGetCount(int *n)
+{
+    CHECK();
+    *n = (int)F.devices;
+    return OK;
+}
+API CUresult cuDeviceGet(int *d, int ordinal)
+{
+    CHECK();
+    if (ordinal < 0 || ordinal >= F.devices)
+        return INVALID_DEVICE;
+    *d = ordinal;
+    return OK;
+}
 API CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
 {
     CHECK();
@@ -234,10 +299,10 @@ API CUresult cuCtxGetCurrent(void **ctx)
 }
 
 /* Context calls need one current (CUDA_ERROR_INVALID_CONTEXT otherwise). */
-#define NEED_CONTEXT()                                     \
-    do {                                                   \
-        if (current < 0 || !F.ctx_retained[current])       \
-            return 201;                                    \
+#define NEED_CONTEXT()                               \
+    do {                                             \
+        if (current < 0 || !F.ctx_retained[current]) \
+            return 201;                              \
     } while (0)
 
 API CUresult cuCtxSynchronize(void)
@@ -309,9 +374,23 @@ API CUresult cuMemFree_v2(CUdeviceptr p)
 }
 
 /* The CUDA 2.0 ABI under the plain names: never to be used by a 64-bit loader. */
-API CUresult cuMemAlloc(unsigned int *p, unsigned int size) { (void)p; (void)size; return NOT_SUPPORTED; }
-API CUresult cuMemFree(unsigned int p) { (void)p; return NOT_SUPPORTED; }
-API CUresult cuMemGetInfo(unsigned int *f, unsigned int *t) { (void)f; (void)t; return NOT_SUPPORTED; }
+API CUresult cuMemAlloc(unsigned int *p, unsigned int size)
+{
+    (void)p;
+    (void)size;
+    return NOT_SUPPORTED;
+}
+API CUresult cuMemFree(unsigned int p)
+{
+    (void)p;
+    return NOT_SUPPORTED;
+}
+API CUresult cuMemGetInfo(unsigned int *f, unsigned int *t)
+{
+    (void)f;
+    (void)t;
+    return NOT_SUPPORTED;
+}
 
 API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long fl)
 {
@@ -347,7 +426,14 @@ API CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
     return INVALID_VALUE;
 }
 
-typedef struct { int type, handles; struct { int type, id; } loc; void *w; unsigned char flags[8]; } prop_t;
+typedef struct {
+    int type, handles;
+    struct {
+        int type, id;
+    } loc;
+    void *w;
+    unsigned char flags[8];
+} prop_t;
 
 API CUresult cuThreadExchangeStreamCaptureMode(int *mode)
 {
@@ -443,7 +529,9 @@ API CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const void *desc, size_
 {
     CHECK();
     fw_note("cuMemSetAccess");
-    const struct { int type, id, flags; } *d = desc;
+    const struct {
+        int type, id, flags;
+    } *d = desc;
     if (!desc || !count)
         return INVALID_VALUE;
     unsigned mask = 0;
@@ -492,7 +580,11 @@ API CUresult cuEventCreate(void **ev, unsigned flags)
     return OK;
 }
 
-static int ev_ok(void *ev) { long i = (long)(uintptr_t)ev; return i > 0 && i <= F.nevents && F.events[i - 1].live; }
+static int ev_ok(void *ev)
+{
+    long i = (long)(uintptr_t)ev;
+    return i > 0 && i <= F.nevents && F.events[i - 1].live;
+}
 
 /* The event completes with the work queued on the stream before it. */
 API CUresult cuEventRecord(void *ev, void *stream)
@@ -517,7 +609,7 @@ API CUresult cuEventQuery(void *ev)
         return 400;
     long i = (long)(uintptr_t)ev - 1;
     return !F.events[i].recorded || !fw_pending(F.events[i].device, F.events[i].stream, F.events[i].seq) ? OK
-                                                                                                           : NOT_READY;
+                                                                                                         : NOT_READY;
 }
 
 API CUresult cuEventSynchronize(void *ev)
@@ -637,8 +729,16 @@ API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, vo
 }
 
 /* The CUDA 2.0 ABI (32-bit sizes) under the plain names. */
-API CUresult cuMemcpyDtoHAsync(void *d, unsigned int s, unsigned int n, void *st) { (void)d, (void)s, (void)n, (void)st; return NOT_SUPPORTED; }
-API CUresult cuMemcpyHtoDAsync(unsigned int d, const void *s, unsigned int n, void *st) { (void)d, (void)s, (void)n, (void)st; return NOT_SUPPORTED; }
+API CUresult cuMemcpyDtoHAsync(void *d, unsigned int s, unsigned int n, void *st)
+{
+    (void)d, (void)s, (void)n, (void)st;
+    return NOT_SUPPORTED;
+}
+API CUresult cuMemcpyHtoDAsync(unsigned int d, const void *s, unsigned int n, void *st)
+{
+    (void)d, (void)s, (void)n, (void)st;
+    return NOT_SUPPORTED;
+}
 
 /* A kernel writing or reading device memory (tests): 0, or -1 when it is not mapped. */
 API int fake_cuda_poke(CUdeviceptr va, const void *src, size_t n)
@@ -682,8 +782,8 @@ API CUresult fake_cuda_launch(void *stream, CUdeviceptr ptr, size_t size)
         fw_violation("work launched on [0x%llx, +%zu) on device %d, which is not allocated or mapped", ptr, size,
                      current);
     else if (!fake_cuda_can_access(current, ptr, size))
-        fw_violation("work on device %d touches [0x%llx, +%zu), which it has no access to (cuMemSetAccess)",
-                     current, ptr, size);
+        fw_violation("work on device %d touches [0x%llx, +%zu), which it has no access to (cuMemSetAccess)", current,
+                     ptr, size);
     return fw_launch(current, stream, ptr, size) ? OOM : OK;
 }
 
@@ -693,8 +793,8 @@ API CUresult fake_cuda_first_use(void *stream, CUdeviceptr ptr, size_t size)
     CHECK();
     NEED_CONTEXT();
     if (fw_busy(ptr, ptr + size, current, stream, 1))
-        fw_violation("block [0x%llx, +%zu) handed to stream %p while another stream's work on it is still queued",
-                     ptr, size, stream);
+        fw_violation("block [0x%llx, +%zu) handed to stream %p while another stream's work on it is still queued", ptr,
+                     size, stream);
     return fake_cuda_launch(stream, ptr, size);
 }
 
@@ -760,31 +860,48 @@ API CUresult cuGetErrorString(CUresult e, const char **s)
 }
 
 /* ---- cuGetProcAddress: base name -> the newest ABI at or before the version asked ---- */
-typedef struct { const char *name; void *fn; int since; } entry;
+typedef struct {
+    const char *name;
+    void *fn;
+    int since;
+} entry;
 
 static void *lookup(const char *name, int version)
 {
     static const entry table[] = {
-        {"cuInit", (void *)cuInit, 2000}, {"cuDriverGetVersion", (void *)cuDriverGetVersion, 2020},
-        {"cuDeviceGet", (void *)cuDeviceGet, 2000}, {"cuDeviceGetCount", (void *)cuDeviceGetCount, 2000},
+        {"cuInit", (void *)cuInit, 2000},
+        {"cuDriverGetVersion", (void *)cuDriverGetVersion, 2020},
+        {"cuDeviceGet", (void *)cuDeviceGet, 2000},
+        {"cuDeviceGetCount", (void *)cuDeviceGetCount, 2000},
         {"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute, 2000},
         {"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain, 7000},
         {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2, 11000},
-        {"cuCtxSetCurrent", (void *)cuCtxSetCurrent, 4000}, {"cuMemGetInfo", (void *)cuMemGetInfo_v2, 3020},
-        {"cuCtxGetCurrent", (void *)cuCtxGetCurrent, 4000}, {"cuCtxSynchronize", (void *)cuCtxSynchronize, 2000},
+        {"cuCtxSetCurrent", (void *)cuCtxSetCurrent, 4000},
+        {"cuMemGetInfo", (void *)cuMemGetInfo_v2, 3020},
+        {"cuCtxGetCurrent", (void *)cuCtxGetCurrent, 4000},
+        {"cuCtxSynchronize", (void *)cuCtxSynchronize, 2000},
         {"cuDeviceCanAccessPeer", (void *)cuDeviceCanAccessPeer, 4000},
-        {"cuMemAlloc", (void *)cuMemAlloc_v2, 3020}, {"cuMemFree", (void *)cuMemFree_v2, 3020},
+        {"cuMemAlloc", (void *)cuMemAlloc_v2, 3020},
+        {"cuMemFree", (void *)cuMemFree_v2, 3020},
         {"cuMemAddressReserve", (void *)cuMemAddressReserve, 10020},
-        {"cuMemAddressFree", (void *)cuMemAddressFree, 10020}, {"cuMemCreate", (void *)cuMemCreate, 10020},
-        {"cuMemRelease", (void *)cuMemRelease, 10020}, {"cuMemMap", (void *)cuMemMap, 10020},
-        {"cuMemUnmap", (void *)cuMemUnmap, 10020}, {"cuMemSetAccess", (void *)cuMemSetAccess, 10020},
+        {"cuMemAddressFree", (void *)cuMemAddressFree, 10020},
+        {"cuMemCreate", (void *)cuMemCreate, 10020},
+        {"cuMemRelease", (void *)cuMemRelease, 10020},
+        {"cuMemMap", (void *)cuMemMap, 10020},
+        {"cuMemUnmap", (void *)cuMemUnmap, 10020},
+        {"cuMemSetAccess", (void *)cuMemSetAccess, 10020},
         {"cuMemGetAllocationGranularity", (void *)cuMemGetAllocationGranularity, 10020},
-        {"cuStreamSynchronize", (void *)cuStreamSynchronize, 2000}, {"cuEventCreate", (void *)cuEventCreate, 2000},
+        {"cuStreamSynchronize", (void *)cuStreamSynchronize, 2000},
+        {"cuEventCreate", (void *)cuEventCreate, 2000},
         {"cuThreadExchangeStreamCaptureMode", (void *)cuThreadExchangeStreamCaptureMode, 10010},
-        {"cuEventRecord", (void *)cuEventRecord, 2000}, {"cuEventQuery", (void *)cuEventQuery, 2000},
-        {"cuEventSynchronize", (void *)cuEventSynchronize, 2000}, {"cuEventDestroy", (void *)cuEventDestroy_v2, 4000},
-        {"cuGetErrorName", (void *)cuGetErrorName, 6000}, {"cuGetErrorString", (void *)cuGetErrorString, 6000},
-        {"cuMemHostAlloc", (void *)cuMemHostAlloc, 2020}, {"cuMemFreeHost", (void *)cuMemFreeHost, 2000},
+        {"cuEventRecord", (void *)cuEventRecord, 2000},
+        {"cuEventQuery", (void *)cuEventQuery, 2000},
+        {"cuEventSynchronize", (void *)cuEventSynchronize, 2000},
+        {"cuEventDestroy", (void *)cuEventDestroy_v2, 4000},
+        {"cuGetErrorName", (void *)cuGetErrorName, 6000},
+        {"cuGetErrorString", (void *)cuGetErrorString, 6000},
+        {"cuMemHostAlloc", (void *)cuMemHostAlloc, 2020},
+        {"cuMemFreeHost", (void *)cuMemFreeHost, 2000},
         {"cuMemcpyDtoHAsync", (void *)cuMemcpyDtoHAsync_v2, 3020},
         {"cuMemcpyHtoDAsync", (void *)cuMemcpyHtoDAsync_v2, 3020},
     };

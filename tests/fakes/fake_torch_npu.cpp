@@ -62,7 +62,8 @@ API void fake_tnpu_set_consumer_work(void (*work)(void *), void *arg);
 API void fake_tnpu_reset(void);
 }
 
-namespace {
+namespace
+{
 
 struct task {
     int device;
@@ -72,7 +73,7 @@ struct task {
 };
 
 std::mutex mu;
-std::deque<task> queue;       /* launched by the framework, not yet on the device */
+std::deque<task> queue; /* launched by the framework, not yet on the device */
 long drains, deadlocks;
 bool throws;                   /* the next npuSynchronizeDevice throws (a device fault) */
 void (*consumer_work)(void *); /* what the consumer does while it drains (once per drain) */
@@ -130,7 +131,8 @@ struct registrar {
 } // namespace
 
 #ifndef FAKE_TNPU_NO_SYNC /* built without it too: a torch_npu whose entry the plug-in cannot find */
-namespace c10_npu {
+namespace c10_npu
+{
 
 /* NPUStream.cpp: empty every task queue, then wait for the current device. */
 API bool npuSynchronizeDevice(bool check_error)

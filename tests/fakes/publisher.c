@@ -72,11 +72,12 @@ int main(int argc, char **argv)
     FILE *f = fopen(tmp, "w");
     if (!f)
         return die("cannot write OUT", NULL);
-    fprintf(f, "{\"pid\": %ld, \"allocated_bytes\": %lld, \"reserved_bytes\": %lld, \"active_bytes\": %lld, "
-               "\"requested_bytes\": %lld, \"inactive_split_bytes\": %lld, \"peak_allocated_bytes\": %lld, "
-               "\"peak_reserved_bytes\": %lld, \"largest_free_bytes\": %llu, \"allocation\": %lld, \"segment\": %lld, "
-               "\"active\": %lld, \"inactive_split\": %lld, \"num_ooms\": %lld, \"num_alloc_retries\": %lld, "
-               "\"num_device_alloc\": %lld, \"num_device_free\": %lld, \"expandable_segments\": %s}\n",
+    fprintf(f,
+            "{\"pid\": %ld, \"allocated_bytes\": %lld, \"reserved_bytes\": %lld, \"active_bytes\": %lld, "
+            "\"requested_bytes\": %lld, \"inactive_split_bytes\": %lld, \"peak_allocated_bytes\": %lld, "
+            "\"peak_reserved_bytes\": %lld, \"largest_free_bytes\": %llu, \"allocation\": %lld, \"segment\": %lld, "
+            "\"active\": %lld, \"inactive_split\": %lld, \"num_ooms\": %lld, \"num_alloc_retries\": %lld, "
+            "\"num_device_alloc\": %lld, \"num_device_free\": %lld, \"expandable_segments\": %s}\n",
             (long)getpid(), (long long)s.allocated_bytes[0].current, (long long)s.reserved_bytes[0].current,
             (long long)s.active_bytes[0].current, (long long)s.requested_bytes[0].current,
             (long long)s.inactive_split_bytes[0].current, (long long)s.allocated_bytes[0].peak,

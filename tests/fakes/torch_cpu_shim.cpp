@@ -7,7 +7,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
-namespace {
+namespace
+{
 using AllocFn = void *(size_t, int, void *);
 using FreeFn = void(void *, size_t, int, void *);
 AllocFn *alloc_fn;

@@ -1,7 +1,7 @@
 """hbmalloc.torch.use() inside stand-in torch / torch_npu modules that follow the frameworks' real call paths, one
 release at a time: what the Python API passes to torch._C (torch_npu._C), which checks it makes first, and what the
 native side does under a pluggable allocator. Each behaviour names the file and line of the release it imitates;
-where a release was not read at its tag the citation says so (docs/CONTRACTS.md, "torch and torch_npu").
+where a release was not read at its tag the citation says so (docs/CONTRACTS.md, "torch (the CUDA plug-in").
 
 usage: torch_paths.py LIB PLUGIN_DIR RELEASE, RELEASE one of
   2.3 2.6 2.9 2.11     PyTorch (CUDA) at that release

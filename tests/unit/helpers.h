@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "hbmalloc.h"
-#include "backend/device.h"
+#include "core/device.h"
 #include "conf/conf.h"
 #include "core/engine.h"
 #include "core/expandable.h"
@@ -24,7 +24,6 @@
 #include "core/stats.h"
 #include "core/streams.h"
 #include "core/types.h"
-#include "io/publish_hook.h"
 #include "policy/arena.h"
 #include "policy/step_period.h"
 #include "policy/step_plan.h"
@@ -45,12 +44,12 @@ static inline hbm_allocator *open_sim(const char *spec, const char *settings)
 }
 
 /* The validator must pass. */
-#define assert_valid(a)                                                                  \
-    do {                                                                                 \
-        char rep_[2048];                                                                 \
-        int n_ = hbm_check((a), rep_, sizeof rep_);                                      \
-        if (n_)                                                                          \
-            fail_msg("validator: %d violations:\n%s", n_, rep_);                         \
+#define assert_valid(a)                                          \
+    do {                                                         \
+        char rep_[2048];                                         \
+        int n_ = hbm_check((a), rep_, sizeof rep_);              \
+        if (n_)                                                  \
+            fail_msg("validator: %d violations:\n%s", n_, rep_); \
     } while (0)
 
 static inline hbm_stats stats_of(hbm_allocator *a)

@@ -57,9 +57,9 @@ static int load(fake *f, const char *path)
     *(void **)&f->hosts = dlsym(f->lib, "fake_acl_hosts");
     *(void **)&f->mem_info = dlsym(f->lib, "aclrtGetMemInfo");
     snprintf(f->spec, sizeof f->spec, "acl:lib=%s", path);
-    return f->reset && f->set && f->set_str && f->outstanding && f->init && f->finalize && f->launch &&
-                   f->first_use && f->progress && f->violations && f->contexts && f->current && f->set_device &&
-                   f->reset_device && f->poke && f->peek && f->log && f->hosts && f->mem_info
+    return f->reset && f->set && f->set_str && f->outstanding && f->init && f->finalize && f->launch && f->first_use &&
+                   f->progress && f->violations && f->contexts && f->current && f->set_device && f->reset_device &&
+                   f->poke && f->peek && f->log && f->hosts && f->mem_info
                ? 0
                : -1;
 }
@@ -398,7 +398,7 @@ static void segments_go_back_only_after_the_device_has_finished_with_them(void *
     hbm_allocator *a = open_acl(&NEW, "");
     void *p = must_malloc(a, 30 * MiB, 0);
     assert_int_equal(NEW.first_use(NULL, p, 30 * MiB), 0); /* a kernel on the default stream */
-    hbm_free(a, p);                                      /* freed while it runs, as torch_npu does */
+    hbm_free(a, p);                                        /* freed while it runs, as torch_npu does */
     assert_int_equal(hbm_empty_cache(a), HBM_OK);
     assert_no_violation(&NEW);
     p = must_malloc(a, 30 * MiB, 0);

@@ -265,9 +265,9 @@ static void describe_lists_effective_values(void **st)
 {
     (void)st;
     char out[4096];
-    assert_int_equal(hbm_settings_check("max_split_size_mb:256,garbage_collection_threshold:0.8", HBM_DIALECT_CUDA,
-                                        out, sizeof out),
-                     HBM_OK);
+    assert_int_equal(
+        hbm_settings_check("max_split_size_mb:256,garbage_collection_threshold:0.8", HBM_DIALECT_CUDA, out, sizeof out),
+        HBM_OK);
     assert_non_null(strstr(out, "max_split_size_mb: 256\n"));
     assert_non_null(strstr(out, "garbage_collection_threshold: 0.8 (inactive"));
     assert_int_equal(hbm_settings_check("max_split_size_mb:2", HBM_DIALECT_CUDA, out, sizeof out), HBM_ERR_CONF);
@@ -319,8 +319,7 @@ static void a_mistyped_key_is_told_the_nearest_one(void **st)
     assert_null(hbm__nearest("frobnicate", names, 8));
     assert_string_equal(hbm__nearest("to", names, 8), "top");
     unsetenv("HBMALLOC_CONF");
-    assert_int_equal(hbm__conf_load(&conf, "expandable_segment:True", HBM_DIALECT_CUDA, err, sizeof err),
-                     HBM_ERR_CONF);
+    assert_int_equal(hbm__conf_load(&conf, "expandable_segment:True", HBM_DIALECT_CUDA, err, sizeof err), HBM_ERR_CONF);
     assert_non_null(strstr(err, "(from " HBM__FROM_ARGUMENT ")"));
     assert_null(strstr(err, "explicit"));
 }

@@ -42,14 +42,14 @@
 #define N HBM_DIALECT_NPU
 
 typedef struct conf_case {
-    const char *src;     /* where the expectation was read */
+    const char *src; /* where the expectation was read */
     hbm_dialect d;
     const char *release; /* "strict" (HBMALLOC_CONF), "" (the newest), or a version */
     int vmm;             /* the device's virtual memory: 1, 0, -1 unknown */
     const char *s;
-    int ok;              /* accepted? */
-    const char *text;    /* in the error (refused) or the warnings (accepted); NULL: no warning at all */
-    const char *field;   /* a value to check when accepted, or NULL */
+    int ok;            /* accepted? */
+    const char *text;  /* in the error (refused) or the warnings (accepted); NULL: no warning at all */
+    const char *field; /* a value to check when accepted, or NULL */
     double want;
 } conf_case;
 
@@ -66,16 +66,16 @@ static const conf_case cases[] = {
     {"[T] isspace dropped inside a word", C, "", -1, "max_split_size_mb: 1 28", 1, "spaces inside", "max_split_mb",
      128},
     {"hbmalloc strict: a space splits words", C, "strict", -1, "max_split_size_mb:1 28", 0, "expected ','", NULL, 0},
-    {"[T] stod prefix", C, "", -1, "garbage_collection_threshold:0.5x,per_process_memory_fraction:0.9", 1,
-     "as 0.5", "gc", 0.5},
+    {"[T] stod prefix", C, "", -1, "garbage_collection_threshold:0.5x,per_process_memory_fraction:0.9", 1, "as 0.5",
+     "gc", 0.5},
     {"[T] stod hex float", C, "", -1, "garbage_collection_threshold:0x1p-1,per_process_memory_fraction:0.9", 1,
      "as 0.5", "gc", 0.5},
     {"[A] GC range, nan refused", C, "", -1, "garbage_collection_threshold:nan", 0, "strictly between", NULL, 0},
     {"[A] GC range, 1 refused", C, "", -1, "garbage_collection_threshold:1", 0, "strictly between", NULL, 0},
     {"[T] toBool is case-sensitive", C, "", -1, "expandable_segments:true", 0, "True or False", NULL, 0},
     /* ---- separators ---- */
-    {"[T] checkToken ignores a wrong separator", C, "", -1, "max_split_size_mb,64", 1,
-     "does not check the separator", "max_split_mb", 64},
+    {"[T] checkToken ignores a wrong separator", C, "", -1, "max_split_size_mb,64", 1, "does not check the separator",
+     "max_split_mb", 64},
     {"[O] consumeToken enforces it", C, "2.6", -1, "max_split_size_mb,64", 0, "expected :", NULL, 0},
     {"[T] a trailing comma", C, "", -1, "max_split_size_mb:64,", 1, NULL, "max_split_mb", 64},
     {"[T] an empty entry is a key ','", C, "", -1, "max_split_size_mb:64,,expandable_segments:True", 0,
@@ -89,20 +89,19 @@ static const conf_case cases[] = {
     {"[A] large_segment_size_mb > 10, no upper bound", C, "", -1, "large_segment_size_mb:1024", 1, NULL,
      "large_segment_mb", 1024},
     {"[A] large_segment_size_mb 10 refused", C, "", -1, "large_segment_size_mb:10", 0, "> 10", NULL, 0},
-    {"[A] large segment read first, bounds max_split", C, "", -1, "max_split_size_mb:32,large_segment_size_mb:64",
-     0, ">= 64", NULL, 0},
+    {"[A] large segment read first, bounds max_split", C, "", -1, "max_split_size_mb:32,large_segment_size_mb:64", 0,
+     ">= 64", NULL, 0},
     {"[A] large segment sets max_non_split's default", C, "", -1, "large_segment_size_mb:64", 1, NULL,
      "max_non_split_mb", 64},
-    {"[A] max_non_split explicit wins", C, "", -1, "large_segment_size_mb:64,max_non_split_rounding_mb:128", 1,
-     NULL, "max_non_split_mb", 128},
+    {"[A] max_non_split explicit wins", C, "", -1, "large_segment_size_mb:64,max_non_split_rounding_mb:128", 1, NULL,
+     "max_non_split_mb", 128},
     {"[A] max_non_split >= large segment", C, "", -1, "max_non_split_rounding_mb:40,large_segment_size_mb:64", 0,
      "max_non_split_rounding_mb too small", NULL, 0},
     {"[C] large_segment_size_mb unknown to 2.10", C, "2.10", -1, "large_segment_size_mb:64", 0,
      "known from PyTorch 2.11", NULL, 0},
-    {"[N12] torch_npu 2.12 large segment > 10, no upper bound", N, "2.12.0", -1, "large_segment_size_mb:600", 1,
-     NULL, "large_segment_mb", 600},
-    {"[N12] torch_npu 2.12 max_split digits only", N, "2.12.0", -1, "max_split_size_mb:+64", 0, "is invalid", NULL,
-     0},
+    {"[N12] torch_npu 2.12 large segment > 10, no upper bound", N, "2.12.0", -1, "large_segment_size_mb:600", 1, NULL,
+     "large_segment_mb", 600},
+    {"[N12] torch_npu 2.12 max_split digits only", N, "2.12.0", -1, "max_split_size_mb:+64", 0, "is invalid", NULL, 0},
     {"[N2] torch_npu 2.1.0.post6 stoi prefix", N, "2.1.0.post6", -1, "max_split_size_mb:64abc", 1, "as 64",
      "max_split_mb", 64},
     {"[N2] torch_npu 2.1.0.post6 > 20", N, "2.1.0.post6", -1, "max_split_size_mb:20", 0, "> 20", NULL, 0},
@@ -110,18 +109,18 @@ static const conf_case cases[] = {
     /* segment_size_mb sizes the pages of expandable segments, never whole segments (issue #29 item 17) */
     {"[S] segment_size_mb: whole segments stay 20 MiB", N, "2.6.0.post4", -1,
      "segment_size_mb:64,expandable_segments:True", 1, NULL, "large_segment_mb", 20},
-    {"[S] segment_size_mb: the expandable page", N, "2.6.0.post4", -1, "segment_size_mb:64,expandable_segments:True",
-     1, NULL, "page_mb", 64},
+    {"[S] segment_size_mb: the expandable page", N, "2.6.0.post4", -1, "segment_size_mb:64,expandable_segments:True", 1,
+     NULL, "page_mb", 64},
     {"[S] 2.10: no large_segment_size_mb yet", N, "2.10.0.post4", -1, "segment_size_mb:128", 1, NULL, "page_mb", 128},
     {"[SM] master: the expandable page", N, "", -1, "segment_size_mb:64", 1, "deprecated", "page_mb", 64},
     {"[SM] master: whole segments stay 20 MiB", N, "", -1, "segment_size_mb:64", 1, "deprecated", "large_segment_mb",
      20},
     {"[SM] large_segment_size_mb wins the page", N, "", -1, "segment_size_mb:64,large_segment_size_mb:32", 1,
      "are both set", "page_mb", 0},
-    {"[SM] large_segment_size_mb 20 is unset to torch_npu", N, "", -1, "large_segment_size_mb:20,segment_size_mb:64",
-     1, "deprecated", "page_mb", 64},
-    {"hbm_expandable_page_mb wins over segment_size_mb", N, "strict", -1,
-     "segment_size_mb:64,hbm_expandable_page_mb:2", 1, "deprecated", "page_mb", 2},
+    {"[SM] large_segment_size_mb 20 is unset to torch_npu", N, "", -1, "large_segment_size_mb:20,segment_size_mb:64", 1,
+     "deprecated", "page_mb", 64},
+    {"hbm_expandable_page_mb wins over segment_size_mb", N, "strict", -1, "segment_size_mb:64,hbm_expandable_page_mb:2",
+     1, "deprecated", "page_mb", 2},
     /* ---- roundup_power2_divisions ---- */
     {"[A] '>' after the last entry", C, "", -1, "roundup_power2_divisions:[256:1,512:2,>:4]", 1, NULL, "div9", 2},
     {"[A] '>' fills above", C, "", -1, "roundup_power2_divisions:[256:1,512:2,>:4]", 1, NULL, "div10", 4},
@@ -130,12 +129,11 @@ static const conf_case cases[] = {
      "div9", 4},
     {"[A] a leading '>' leaves interval 0", C, "", -1, "roundup_power2_divisions:[>:4]", 1, NULL, "div0", 0},
     {"[A] a leading '>' fills 1..15", C, "", -1, "roundup_power2_divisions:[>:4]", 1, NULL, "div15", 4},
-    {"[A] '>' does not end the first value", C, "", -1, "roundup_power2_divisions:[>:2,256:8]", 1, NULL, "div3",
-     8},
+    {"[A] '>' does not end the first value", C, "", -1, "roundup_power2_divisions:[>:2,256:8]", 1, NULL, "div3", 8},
     {"[A] an empty list changes nothing", C, "", -1, "roundup_power2_divisions:[]", 1, NULL, "div5", 0},
     {"[A] a ',' before ']'", C, "", -1, "roundup_power2_divisions:[256:4,]", 1, NULL, "div8", 4},
-    {"hbmalloc strict: no ',' before ']'", C, "strict", -1, "roundup_power2_divisions:[256:4,]", 0, "before ']'",
-     NULL, 0},
+    {"hbmalloc strict: no ',' before ']'", C, "strict", -1, "roundup_power2_divisions:[256:4,]", 0, "before ']'", NULL,
+     0},
     {"[A] any power of two", C, "", -1, "roundup_power2_divisions:4294967296", 1, NULL, "div0", 4294967296.0},
     {"[A] 0 refused in the single form", C, "", -1, "roundup_power2_divisions:0", 0, "power of two", NULL, 0},
     {"[A] 0 allowed in a list", C, "", -1, "roundup_power2_divisions:[64:0,>:4]", 1, NULL, "div6", 0},
@@ -145,24 +143,24 @@ static const conf_case cases[] = {
     /* ---- keys by release ---- */
     {"[C] per_process_memory_fraction from 2.9", C, "2.8", -1, "per_process_memory_fraction:0.5", 0,
      "known from PyTorch 2.9", NULL, 0},
-    {"[C] per_process_memory_fraction in 2.9", C, "2.9", -1, "per_process_memory_fraction:0.5", 1, NULL,
-     "fraction", 0.5},
+    {"[C] per_process_memory_fraction in 2.9", C, "2.9", -1, "per_process_memory_fraction:0.5", 1, NULL, "fraction",
+     0.5},
     {"[C] fraction range", C, "", -1, "per_process_memory_fraction:1.5", 0, "[0, 1]", NULL, 0},
-    {"[O] unknown key, old words", C, "2.6", -1, "frobnicate:1", 0, "Unrecognized CachingAllocator option: "
-     "frobnicate", NULL, 0},
+    {"[O] unknown key, old words", C, "2.6", -1, "frobnicate:1", 0,
+     "Unrecognized CachingAllocator option: "
+     "frobnicate",
+     NULL, 0},
     {"[C] unknown key, new words", C, "", -1, "frobnicate:1", 0, "Unrecognized key 'frobnicate' in CUDA", NULL, 0},
     {"[C] expandable_segments from 2.1", C, "2.1", -1, "expandable_segments:True", 1, NULL, "expandable", 1},
-    {"[C] pinned_reserve_segment_size_mb > 0", C, "", -1, "pinned_reserve_segment_size_mb:0", 0, "greater than 0",
-     NULL, 0},
-    {"[NM] pinned_reserve_segment_size_mb:0 on NPU", N, "", -1, "pinned_reserve_segment_size_mb:0", 1, NULL, NULL,
+    {"[C] pinned_reserve_segment_size_mb > 0", C, "", -1, "pinned_reserve_segment_size_mb:0", 0, "greater than 0", NULL,
      0},
+    {"[NM] pinned_reserve_segment_size_mb:0 on NPU", N, "", -1, "pinned_reserve_segment_size_mb:0", 1, NULL, NULL, 0},
     {"[C] expandable_segments_reserve", C, "", -1, "expandable_segments_reserve:40G", 1, NULL, "reserve", 40},
     {"[C] an invalid reserve is ignored with a warning", C, "", -1, "expandable_segments_reserve:-1", 1,
      "ignores the invalid expandable-segment reserve", "reserve_set", 0},
     {"[C] reserve by class", C, "", -1, "expandable_segments_reserve_by_class:[serving:0.25,bulk:40G]", 1, NULL,
      "reserve_classes", 2},
-    {"[C] not known to 2.12", C, "2.12", -1, "expandable_segments_reserve:0.5", 0, "known from PyTorch 2.14", NULL,
-     0},
+    {"[C] not known to 2.12", C, "2.12", -1, "expandable_segments_reserve:0.5", 0, "known from PyTorch 2.14", NULL, 0},
     {"torch_npu key in CUDA", C, "", -1, "base_addr_aligned_kb:16", 0, "torch_npu key", NULL, 0},
     {"[NM] CUDA key in NPU", N, "", -1, "backend:native", 0, "torch_npu not support key 'backend'", NULL, 0},
     {"[NM] base_addr_aligned_kb leading zero", N, "", -1, "base_addr_aligned_kb:016", 0, "leading zeros", NULL, 0},
@@ -179,8 +177,8 @@ static const conf_case cases[] = {
      "max_split_size_mb:32,garbage_collection_threshold:0.6,expandable_segments:True", 1,
      "turns expandable segments off", "expandable", 0},
     {"[N2] refused where the device can", N, "2.1.0.post6", 1,
-     "max_split_size_mb:32,garbage_collection_threshold:0.6,expandable_segments:True", 0,
-     "cannot be enabled with", NULL, 0},
+     "max_split_size_mb:32,garbage_collection_threshold:0.6,expandable_segments:True", 0, "cannot be enabled with",
+     NULL, 0},
     {"[N2] device unknown: left to the allocator", N, "2.1.0.post6", -1,
      "max_split_size_mb:32,expandable_segments:True", 1, "only where the device has no virtual memory", NULL, 0},
     {"[NM] refused on every device from 2.13", N, "", 0, "max_split_size_mb:32,expandable_segments:True", 0,
@@ -233,8 +231,10 @@ static void every_case_decides_as_its_source(void **st)
         bool strict = !strcmp(k->release, "strict");
         assert_int_equal(hbm__release_find(&rel, k->d, strict ? NULL : k->release, err, sizeof err), HBM_OK);
         hbm__conf_defaults(&conf, k->d);
-        snprintf(conf.source, sizeof conf.source, "%s", strict ? "HBMALLOC_CONF" : k->d == N ? "PYTORCH_NPU_ALLOC_CONF"
-                                                                                             : "PYTORCH_CUDA_ALLOC_CONF");
+        snprintf(conf.source, sizeof conf.source, "%s",
+                 strict      ? "HBMALLOC_CONF"
+                 : k->d == N ? "PYTORCH_NPU_ALLOC_CONF"
+                             : "PYTORCH_CUDA_ALLOC_CONF");
         err[0] = 0;
         hbm_status rc = hbm__conf_parse_release(&conf, k->s, k->d, strict ? NULL : &rel, k->vmm, err, sizeof err);
         const char *why = NULL;
@@ -250,9 +250,8 @@ static void every_case_decides_as_its_source(void **st)
             why = "wrong value";
         if (why) {
             print_message("case %zu (%s, %s %s): '%s': %s; err '%s'; warnings '%s'%s%s: %g\n", i, k->src,
-                          k->d == N ? "npu" : "cuda", k->release, k->s, why, err, conf.warnings,
-                          k->field ? "; " : "", k->field ? k->field : "", k->field && rc == HBM_OK ? field(&conf, k->field)
-                                                                                                   : 0.0);
+                          k->d == N ? "npu" : "cuda", k->release, k->s, why, err, conf.warnings, k->field ? "; " : "",
+                          k->field ? k->field : "", k->field && rc == HBM_OK ? field(&conf, k->field) : 0.0);
             failures++;
         }
     }

@@ -269,7 +269,7 @@ static void segments_go_back_only_after_the_device_has_finished_with_them(void *
     hbm_allocator *a = open_cuda("");
     void *p = must_malloc(a, 30 * MiB, 0);
     assert_int_equal(fake_first_use(NULL, (uintptr_t)p, 30 * MiB), 0); /* a kernel on the default stream */
-    hbm_free(a, p);                                                   /* freed while it runs, as torch does */
+    hbm_free(a, p);                                                    /* freed while it runs, as torch does */
     assert_int_equal(hbm_empty_cache(a), HBM_OK);
     assert_no_violation();
     /* The OOM retry frees cached segments too. */
@@ -323,7 +323,7 @@ static void the_callers_context_is_the_same_after_every_call(void **st)
         assert_int_equal(hbm_empty_cache(hbm_devices_get(d, i)), HBM_OK);
         assert_int_equal(fake_current(), 1);
     }
-    assert_int_equal(fake_contexts(2), 0); /* device 2 serves nothing: no context there */
+    assert_int_equal(fake_contexts(2), 0);     /* device 2 serves nothing: no context there */
     assert_int_equal(cu_set_current(NULL), 0); /* a thread with no context keeps none */
     assert_int_equal(hbm_devices_free(d, 1, p1), HBM_OK);
     assert_int_equal(hbm_empty_cache(hbm_devices_get(d, 1)), HBM_OK);
@@ -346,7 +346,7 @@ static void expandable_pages_are_accessible_to_peer_devices(void **st)
     assert_true(fake_can_access(1, (uintptr_t)p, 30 * MiB)); /* the peer */
     framework_thread_on(1);
     assert_int_equal(fake_launch(NULL, (uintptr_t)p, 30 * MiB), 0); /* a kernel on device 1 reads device 0's pages */
-    fake_progress(1);                                              /* and completes (the owner synchronizes) */
+    fake_progress(1);                                               /* and completes (the owner synchronizes) */
     assert_int_equal(cu_set_current(NULL), 0);
     hbm_free(a, p);
     hbm_destroy(a);
@@ -440,7 +440,7 @@ static void a_pool_sleeps_and_wakes_within_the_drivers_contracts(void **st)
     assert_int_equal(log_count(log, "cuMemRelease"), 2);
     assert_int_equal(log_count(log, "cuMemHostAlloc"), 1);
     assert_true(log_at(log, "cuMemUnmap", 0) < log_at(log, "cuMemRelease", 0));
-    assert_int_equal(driver_free(), free0 + 40 * MiB); /* mem_get_info sees the pages back */
+    assert_int_equal(driver_free(), free0 + 40 * MiB);         /* mem_get_info sees the pages back */
     assert_int_equal(fake_peek((uintptr_t)p, back, 4096), -1); /* nothing mapped under the block */
     fake_set("log", 1);
     assert_int_equal(hbm_pool_wake(a, mp, NULL), HBM_OK);

@@ -180,9 +180,10 @@ static void garbled_numbers_are_clamped_not_undefined(void **st)
     (void)st;
     assert_int_equal(doctor_vercmp("7.7777777777777777777777777777777777777777.0", "7.2.99"), 1);
     assert_int_equal(doctor_vercmp("24.1.rc99999999999999999999999999", "24.1.0"), -1);
-    static char line[] = "CUDA out of memory. Tried to allocate 777777777777777777777777777777777777777777777777777777777"
-                         "77 GiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB "
-                         "reserved in total by PyTorch)\n";
+    static char line[] =
+        "CUDA out of memory. Tried to allocate 777777777777777777777777777777777777777777777777777777777"
+        "77 GiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB "
+        "reserved in total by PyTorch)\n";
     FILE *fp = fmemopen(line, strlen(line), "rb");
     doctor d;
     doctor_init(&d);

@@ -23,7 +23,7 @@ static void round_size_matches_pytorch(void **st)
     assert_int_equal(hbm__round_size(&c, 1200), 1536);
     assert_int_equal(hbm__round_size(&c, 1024 * MiB), 1024 * MiB); /* powers of two stay */
     assert_int_equal(hbm__round_size(&c, 1025 * MiB), 1280 * MiB);
-    assert_int_equal(hbm__round_size(&c, 3000), 3072);              /* floor 2048, step 512 */
+    assert_int_equal(hbm__round_size(&c, 3000), 3072); /* floor 2048, step 512 */
 }
 
 static void allocation_size_picks_segment_size(void **st)
@@ -80,7 +80,7 @@ static void large_pool_keeps_up_to_1mib_of_slack_in_the_block(void **st)
 {
     (void)st;
     hbm_allocator *a = open_sim("sim", "");
-    must_malloc(a, 1536 * 1024, 0);       /* leaves 18.5 MiB free in the segment */
+    must_malloc(a, 1536 * 1024, 0);        /* leaves 18.5 MiB free in the segment */
     void *q = must_malloc(a, 18 * MiB, 0); /* remainder 0.5 MiB <= 1 MiB: not split */
     assert_int_equal(hbm_block_size(a, q), 18 * MiB + 512 * 1024);
     hbm_stats s = stats_of(a);
@@ -227,7 +227,8 @@ static void release_available_frees_oversize_blocks_before_emptying_the_cache(vo
     assert_int_equal(s.num_alloc_retries, 0);
     assert_int_equal(s.num_device_free, 1);
     assert_int_equal(s.reserved_bytes[HBM_POOL_SMALL].current, 2 * MiB);
-    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current, (30 + 36 + 2) * MiB); /* 35 MiB rounds to a 36 MiB segment */
+    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current,
+                     (30 + 36 + 2) * MiB); /* 35 MiB rounds to a 36 MiB segment */
     assert_valid(a);
     hbm_destroy(a);
 }
@@ -368,10 +369,10 @@ static void gc_frees_cached_segments_older_than_the_mean_age(void **st)
     assert_int_equal(hbm_set_memory_fraction(a, 0.8), HBM_OK);
     void *A = must_malloc(a, 18 * MiB, 0);
     void *B = must_malloc(a, 12 * MiB, 0);
-    hbm_free(a, A);                 /* A enters the free tree at age clock 2 */
-    must_malloc(a, 20 * MiB, 0);    /* miss; reserved 30 <= 48: no GC; now 50 */
-    hbm_free(a, B);                 /* B enters at clock 3 */
-    must_malloc(a, 20 * MiB, 0);    /* miss at clock 4: reserved 50 > 48, target 2 MiB */
+    hbm_free(a, A);              /* A enters the free tree at age clock 2 */
+    must_malloc(a, 20 * MiB, 0); /* miss; reserved 30 <= 48: no GC; now 50 */
+    hbm_free(a, B);              /* B enters at clock 3 */
+    must_malloc(a, 20 * MiB, 0); /* miss at clock 4: reserved 50 > 48, target 2 MiB */
     hbm_stats s = stats_of(a);
     /* Ages: A 2, B 1, mean 1.5: only A goes, and it meets the target. */
     assert_int_equal(s.num_device_free, 1);
@@ -476,8 +477,8 @@ static void device_errors_are_returned_and_leave_state_intact(void **st)
     (void)st;
     hbm_allocator *a = open_sim("sim", "");
     void *live = must_malloc(a, 4096, 0);
-    hbm__sim_fault f = {.kind = HBM__OP_MALLOC, .nth = 1, .min_size = 0, .max_size = SIZE_MAX,
-                        .code = HBM__SIM_ERR_INJECTED};
+    hbm__sim_fault f = {
+        .kind = HBM__OP_MALLOC, .nth = 1, .min_size = 0, .max_size = SIZE_MAX, .code = HBM__SIM_ERR_INJECTED};
     hbm__sim_add_fault(sim_of(a), &f);
     void *p;
     assert_int_equal(hbm_malloc(a, 30 * MiB, 0, &p), HBM_ERR_BACKEND);
@@ -495,8 +496,8 @@ static void failing_device_free_keeps_the_segment_cached(void **st)
     (void)st;
     hbm_allocator *a = open_sim("sim", "");
     hbm_free(a, must_malloc(a, 30 * MiB, 0));
-    hbm__sim_fault f = {.kind = HBM__OP_FREE, .nth = 0, .min_size = 0, .max_size = SIZE_MAX,
-                        .code = HBM__SIM_ERR_INJECTED};
+    hbm__sim_fault f = {
+        .kind = HBM__OP_FREE, .nth = 0, .min_size = 0, .max_size = SIZE_MAX, .code = HBM__SIM_ERR_INJECTED};
     hbm__sim_add_fault(sim_of(a), &f);
     assert_int_equal(hbm_empty_cache(a), HBM_ERR_BACKEND);
     assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_ALL].current, 30 * MiB);

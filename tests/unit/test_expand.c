@@ -14,7 +14,8 @@ static hbm__sim_counters sim_counters(hbm_allocator *a)
 static void an_absurd_large_segment_size_is_an_oom_not_a_crash(void **st)
 {
     (void)st;
-    hbm_allocator *a = open_sim("sim:capacity=8GiB", "expandable_segments:True,large_segment_size_mb:7607903978898995426");
+    hbm_allocator *a =
+        open_sim("sim:capacity=8GiB", "expandable_segments:True,large_segment_size_mb:7607903978898995426");
     void *p = NULL;
     assert_int_equal(hbm_malloc(a, 12 * MiB, 0, &p), HBM_ERR_OOM);
     assert_null(p);
@@ -39,8 +40,8 @@ static void a_large_request_maps_one_20mib_page_of_a_reservation(void **st)
     hbm__sim_counters c = sim_counters(a);
     assert_int_equal(c.live_reservations, 1);
     assert_int_equal(c.live_handles, 1);
-    assert_int_equal(c.mapped_pages, 10);     /* 20 MiB in 2 MiB granules */
-    assert_int_equal(c.live_allocations, 0);  /* no plain device allocation */
+    assert_int_equal(c.mapped_pages, 10);    /* 20 MiB in 2 MiB granules */
+    assert_int_equal(c.live_allocations, 0); /* no plain device allocation */
     /* The reservation is 9/8 of the device: the segment holds the pointer. */
     hbm__segment *seg = hbm__segment_find(a, (uintptr_t)p);
     assert_non_null(seg);
@@ -105,7 +106,7 @@ static void empty_cache_unmaps_free_pages_and_releases_empty_reservations(void *
     assert_int_equal(hbm_empty_cache(a), HBM_OK);
     hbm_stats s = stats_of(a);
     assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current, 20 * MiB); /* page 0 still holds y */
-    assert_int_equal(s.num_device_free, 1);                                /* one unmap_block */
+    assert_int_equal(s.num_device_free, 1);                             /* one unmap_block */
     assert_int_equal(sim_counters(a).live_handles, 1);
     assert_valid(a);
     hbm_free(a, y);
@@ -127,7 +128,7 @@ static void a_partly_free_page_keeps_its_mapped_sliver(void **st)
     hbm_allocator *a = open_sim("sim", "expandable_segments:True");
     void *x = must_malloc(a, 30 * MiB, 0); /* pages 0-1, 10 MiB free tail on page 1 */
     void *y = must_malloc(a, 5 * MiB, 0);  /* in the tail */
-    hbm_free(a, x);                         /* page 0 fully free, page 1 half */
+    hbm_free(a, x);                        /* page 0 fully free, page 1 half */
     assert_int_equal(hbm_empty_cache(a), HBM_OK);
     assert_int_equal(stats_of(a).reserved_bytes[HBM_POOL_ALL].current, 20 * MiB);
     assert_valid(a);
@@ -193,7 +194,10 @@ static void a_failure_part_way_rolls_back(void **st)
         hbm_allocator *a = holey(b);
         hbm_stats before = stats_of(a);
         hbm__sim_counters cb = sim_counters(a);
-        hbm__sim_fault rule = {.kind = faults[f].kind, .nth = faults[f].nth, .min_size = 0, .max_size = SIZE_MAX,
+        hbm__sim_fault rule = {.kind = faults[f].kind,
+                               .nth = faults[f].nth,
+                               .min_size = 0,
+                               .max_size = SIZE_MAX,
                                .code = HBM__SIM_ERR_INJECTED};
         hbm__sim_add_fault(sim_of(a), &rule);
         void *p;
@@ -280,8 +284,8 @@ static void destroy_returns_every_reservation_handle_and_mapping(void **st)
         hbm_allocator *a;
         assert_int_equal(hbm_create(&a, b, 0, "expandable_segments:True", err, sizeof err), HBM_OK);
         if (with_fault) {
-            hbm__sim_fault rule = {.kind = HBM__OP_MAP, .nth = 7, .min_size = 0, .max_size = SIZE_MAX,
-                                   .code = HBM__SIM_ERR_INJECTED};
+            hbm__sim_fault rule = {
+                .kind = HBM__OP_MAP, .nth = 7, .min_size = 0, .max_size = SIZE_MAX, .code = HBM__SIM_ERR_INJECTED};
             hbm__sim_add_fault(hbm__sim_ctx(b), &rule);
         }
         int failures = 0;
@@ -347,7 +351,7 @@ static void a_block_waiting_on_another_stream_is_not_part_of_a_growth_chain(void
     must_malloc(a, 10 * MiB, 0);
     void *b = must_malloc(a, 10 * MiB, 0); /* page 0 is full */
     hbm_record_stream(a, b, 2);
-    hbm_free(a, b); /* pending, at the end of the mapped pages */
+    hbm_free(a, b);                       /* pending, at the end of the mapped pages */
     void *c = must_malloc(a, 8 * MiB, 0); /* no free block fits: grow, never into the pending block */
     assert_ptr_not_equal(c, b);
     hbm__segment *seg = hbm__segment_find(a, (uintptr_t)c);

@@ -125,7 +125,8 @@ static void a_child_forked_mid_call_finds_the_allocator_usable(void **st)
         hung += wait_child(pid, &status);
         failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
         if (failed)
-            fprintf(stderr, "fork %d: the child %s %d at step %d\n", k, WIFEXITED(status) ? "returned" : "died of signal",
+            fprintf(stderr, "fork %d: the child %s %d at step %d\n", k,
+                    WIFEXITED(status) ? "returned" : "died of signal",
                     WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), *stage);
     }
     w.stop = 1;

@@ -1123,8 +1123,7 @@ static void stacks_are_built_once_per_sequence_of_frames_not_per_allocation(void
         assert_ptr_equal(trace_stack(&t, i), text);
     assert_int_equal(t.meta.ntexts, 2);
     if (t.meta.scanned > 2 * strlen(text))
-        fail_msg("%zu characters read to intern one stack of %zu for %d allocations", t.meta.scanned, strlen(text),
-                 N);
+        fail_msg("%zu characters read to intern one stack of %zu for %d allocations", t.meta.scanned, strlen(text), N);
     /* Step events put in (--steps) move the events' stacks, not their texts: none is read again. */
     size_t scanned = t.meta.scanned;
     char msg[300];

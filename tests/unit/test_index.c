@@ -88,8 +88,9 @@ static void lower_bound_matches_a_linear_scan(void **st)
     assert_true(hbm__rb_verify(root, NULL) >= 0);
     /* Empty it again, removing the first, the last and the root in turn, checking as it shrinks. */
     for (int i = 0; p.nfree > 0; i++) {
-        hbm__block *b = i % 3 == 0 ? hbm__pool_first(&p) : i % 3 == 1 ? hbm__pool_node(hbm__rb_last(p.free_tree))
-                                                                       : hbm__pool_node(p.free_tree);
+        hbm__block *b = i % 3 == 0   ? hbm__pool_first(&p)
+                        : i % 3 == 1 ? hbm__pool_node(hbm__rb_last(p.free_tree))
+                                     : hbm__pool_node(p.free_tree);
         hbm__pool_remove(&p, b);
         in[b - blk] = false;
         if (i % 53 == 0)

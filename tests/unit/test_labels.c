@@ -310,8 +310,8 @@ static void labels_that_are_not_utf8_still_give_loadable_snapshots(void **state)
     fclose(f);
     unlink(path);
     /* SHORT_BINUNICODE, its length, then the text with each bad byte replaced. */
-    const unsigned char want[] = {0x8c, 21, 's', 't', 'e', 'p', 0xef, 0xbf, 0xbd, 0xef, 0xbf, 0xbd, ' ', 0xe6, 0xad, 0xa5,
-                                  ' ', 0xef, 0xbf, 0xbd, 0xef, 0xbf, 0xbd};
+    const unsigned char want[] = {0x8c, 21,   's',  't',  'e', 'p',  0xef, 0xbf, 0xbd, 0xef, 0xbf, 0xbd,
+                                  ' ',  0xe6, 0xad, 0xa5, ' ', 0xef, 0xbf, 0xbd, 0xef, 0xbf, 0xbd};
     assert_non_null(memmem(pk, n, want, sizeof want));
     assert_null(memmem(pk, n, "step\xff", 5));
     hbm_snapshot_free(s);
@@ -327,11 +327,11 @@ static void utf8_cuts_fall_between_characters(void **state)
         assert_int_equal(hbm__utf8_cut(zh, n), n / 3 * 3);
     assert_int_equal(hbm__utf8_cut("ab\xf0\x9f\x98\x80", 5), 2); /* a 4-byte emoji cut after 3 */
     assert_int_equal(hbm__utf8_cut("ab\xf0\x9f\x98\x80", 6), 6);
-    assert_int_equal(hbm__utf8_cut("\x80\x80\x80\x80", 4), 4); /* stray continuations split nothing */
-    assert_int_equal(hbm__utf8_char((const unsigned char *)"\xc0\xaf", 2), 0);     /* overlong '/' */
-    assert_int_equal(hbm__utf8_char((const unsigned char *)"\xed\xa0\x80", 3), 0); /* a surrogate */
+    assert_int_equal(hbm__utf8_cut("\x80\x80\x80\x80", 4), 4);                 /* stray continuations split nothing */
+    assert_int_equal(hbm__utf8_char((const unsigned char *)"\xc0\xaf", 2), 0); /* overlong '/' */
+    assert_int_equal(hbm__utf8_char((const unsigned char *)"\xed\xa0\x80", 3), 0);     /* a surrogate */
     assert_int_equal(hbm__utf8_char((const unsigned char *)"\xf4\x90\x80\x80", 4), 0); /* above U+10FFFF */
-    assert_int_equal(hbm__utf8_char((const unsigned char *)"\xe6\xad\xa5", 2), 0); /* cut by n */
+    assert_int_equal(hbm__utf8_char((const unsigned char *)"\xe6\xad\xa5", 2), 0);     /* cut by n */
     assert_int_equal(hbm__utf8_char((const unsigned char *)"\xe6\xad\xa5", 3), 3);
     /* The bounded appender cuts between characters too. */
     char out[8];

@@ -103,7 +103,10 @@ static void destroy_reports_what_it_could_not_give_back(void **st)
         /* Every free (whole segments) or release (expandable) fails: said, with the first driver error. */
         assert_int_equal(hbm_create(&a, b, 0, settings[k], err, sizeof err), HBM_OK);
         p = must_malloc(a, 20 * MiB, 0), q = must_malloc(a, 30 * MiB, 0);
-        hbm__sim_fault f = {.kind = k ? HBM__OP_RELEASE : HBM__OP_FREE, .nth = 0, .min_size = 0, .max_size = SIZE_MAX,
+        hbm__sim_fault f = {.kind = k ? HBM__OP_RELEASE : HBM__OP_FREE,
+                            .nth = 0,
+                            .min_size = 0,
+                            .max_size = SIZE_MAX,
                             .code = HBM__SIM_ERR_DEVICE};
         assert_int_equal(hbm__sim_add_fault(hbm__sim_ctx(b), &f), 0);
         assert_int_equal(hbm_destroy_report(a, msg, sizeof msg), HBM_ERR_BACKEND);

@@ -59,13 +59,13 @@ static int (*pool_sleep)(const char *, size_t, void *, void *);
 static int (*pool_wake)(const char *, int, void *, void *);
 static void (*pool_free)(void *, size_t, int, void *);
 
-#define LOAD(lib, var, name)                                                       \
-    do {                                                                           \
-        *(void **)&(var) = dlsym((lib), (name));                                   \
-        if (!(var)) {                                                              \
-            fprintf(stderr, "test_npu_runtime: %s lacks %s\n", #lib, (name));      \
-            return -1;                                                             \
-        }                                                                          \
+#define LOAD(lib, var, name)                                                  \
+    do {                                                                      \
+        *(void **)&(var) = dlsym((lib), (name));                              \
+        if (!(var)) {                                                         \
+            fprintf(stderr, "test_npu_runtime: %s lacks %s\n", #lib, (name)); \
+            return -1;                                                        \
+        }                                                                     \
     } while (0)
 
 static long violations_seen; /* each test fails on its own violations only */
@@ -80,7 +80,8 @@ static void assert_clean(void)
     }
     if (deadlocks())
         fail_msg("%ld drains of the task queue did not finish: hbmalloc held its lock while torch_npu's worker "
-                 "needed it", deadlocks());
+                 "needed it",
+                 deadlocks());
     if (current() != DEV)
         fail_msg("the framework's thread is on card %d after the call, not on its card %d", current(), DEV);
     if (contexts(0))

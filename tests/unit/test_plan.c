@@ -32,7 +32,7 @@ static void the_search_finds_what_the_greedy_misses(void **st)
     assert_int_equal(p.n, 12);
     assert_int_equal(p.peak_live, 4234803200ull); /* the sizes here are the snapshot's rounded to 512 */
     assert_true(p.greedy_height > p.peak_live_rounded * 104 / 100); /* the eight orders all pay over 4% */
-    assert_int_equal(p.height, p.peak_live_rounded);                 /* the search packs it exactly */
+    assert_int_equal(p.height, p.peak_live_rounded);                /* the search packs it exactly */
     assert_int_equal(plan_check(&p, err, sizeof err), 0);
     for (size_t i = 0; i < p.n; i++)
         assert_int_equal(p.b[i].alloc, i);

@@ -20,12 +20,12 @@ static size_t random_size(void)
 {
     uint64_t r = rnd() % 100;
     if (r < 60)
-        return 1 + rnd() % (1024 * 1024);            /* small pool */
+        return 1 + rnd() % (1024 * 1024); /* small pool */
     if (r < 85)
-        return 1024 * 1024 + 1 + rnd() % (9 * MiB);  /* 20 MiB segments */
+        return 1024 * 1024 + 1 + rnd() % (9 * MiB); /* 20 MiB segments */
     if (r < 98)
-        return 10 * MiB + rnd() % (40 * MiB);        /* own segments */
-    return 1 + rnd() % 8;                             /* tiny */
+        return 10 * MiB + rnd() % (40 * MiB); /* own segments */
+    return 1 + rnd() % 8;                     /* tiny */
 }
 
 /* faults: every few hundred operations a random device call kind fails once
@@ -56,8 +56,11 @@ static void run_ex2(const char *spec, const char *settings, uint64_t seed, int f
         uint64_t r = rnd() % 1000;
         if (faults && op % 300 == 0) {
             hbm__sim_clear_faults(sim_of(a));
-            hbm__sim_fault f = {.kind = (int)(rnd() % HBM__OP_KINDS), .nth = 1 + rnd() % 4, .min_size = 0,
-                                .max_size = SIZE_MAX, .code = rnd() % 2 ? HBM__BE_OOM : HBM__SIM_ERR_INJECTED};
+            hbm__sim_fault f = {.kind = (int)(rnd() % HBM__OP_KINDS),
+                                .nth = 1 + rnd() % 4,
+                                .min_size = 0,
+                                .max_size = SIZE_MAX,
+                                .code = rnd() % 2 ? HBM__BE_OOM : HBM__SIM_ERR_INJECTED};
             if (f.kind == HBM__OP_INFO)
                 f.kind = HBM__OP_MAP;
             hbm__sim_add_fault(sim_of(a), &f);
@@ -147,8 +150,8 @@ static void run_ex2(const char *spec, const char *settings, uint64_t seed, int f
     assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current, s.arena_bytes); /* an arena is kept, nothing else */
     if (strstr(settings, "hbm_arena") && !faults)
         assert_true(s.arena_bytes > 0);
-    print_message("  %s / \"%s\" seed %llu: %d ops, %zu OOMs, %zu injected failures, peak reserved %lld MiB\n",
-                  spec, settings, (unsigned long long)seed, OPS, ooms, injected_failures,
+    print_message("  %s / \"%s\" seed %llu: %d ops, %zu OOMs, %zu injected failures, peak reserved %lld MiB\n", spec,
+                  settings, (unsigned long long)seed, OPS, ooms, injected_failures,
                   (long long)(s.reserved_bytes[0].peak >> 20));
     hbm_destroy(a);
     assert_sim_empty(be);
@@ -206,11 +209,9 @@ static void expandable_segments(void **st)
 {
     (void)st;
     run("sim:capacity=2GiB", "expandable_segments:True", 8, 0, 1.0);
-    run("sim:capacity=1GiB", "expandable_segments:True,roundup_power2_divisions:4,large_segment_size_mb:32", 9, 0,
-        1.0);
+    run("sim:capacity=1GiB", "expandable_segments:True,roundup_power2_divisions:4,large_segment_size_mb:32", 9, 0, 1.0);
     /* hbmalloc's page policies: free pages moved to where requests grow, 2 MiB large-pool pages. */
-    run("sim:capacity=1GiB", "expandable_segments:True,hbm_remap_free_pages:True,hbm_expandable_page_mb:2", 16, 0,
-        1.0);
+    run("sim:capacity=1GiB", "expandable_segments:True,hbm_remap_free_pages:True,hbm_expandable_page_mb:2", 16, 0, 1.0);
 }
 
 static void injected_faults_are_returned_and_leak_nothing(void **st)
@@ -233,11 +234,11 @@ static void streams_events_and_private_pools(void **st)
 static void the_arena_policy(void **st)
 {
     (void)st;
-    run("sim:capacity=1GiB", "hbm_arena_mb:256", 17, 0, 1.0);                      /* segments beyond the arena */
-    run("sim:capacity=512MiB,memory=host", "hbm_arena_mb:128", 18, 1, 1.0);        /* blocks never overlap */
+    run("sim:capacity=1GiB", "hbm_arena_mb:256", 17, 0, 1.0);               /* segments beyond the arena */
+    run("sim:capacity=512MiB,memory=host", "hbm_arena_mb:128", 18, 1, 1.0); /* blocks never overlap */
     run("sim:capacity=2GiB", "garbage_collection_threshold:0.6,hbm_arena_mb:256", 19, 0, 0.7);
-    run_ex("sim:capacity=1GiB", "hbm_arena_fraction:0.5", 20, 0, 1.0, 1);          /* device faults */
-    run_ex2("sim:capacity=1GiB", "hbm_arena_mb:512", 21, 0, 1.0, 0, 1);            /* streams, events, pools */
+    run_ex("sim:capacity=1GiB", "hbm_arena_fraction:0.5", 20, 0, 1.0, 1); /* device faults */
+    run_ex2("sim:capacity=1GiB", "hbm_arena_mb:512", 21, 0, 1.0, 0, 1);   /* streams, events, pools */
     run_ex2("sim:capacity=256MiB,memory=host", "hbm_arena_fraction:0.9", 22, 1, 1.0, 0, 1);
     run_ex2("sim:capacity=1GiB", "expandable_segments:True,hbm_arena_mb:256", 23, 0, 1.0, 1, 1); /* beside VMM */
 }

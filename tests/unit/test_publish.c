@@ -136,8 +136,11 @@ static void the_record_follows_the_allocator(void **state)
     assert_int_equal(r.pid, getpid());
     FILE *f = fopen("/proc/self/stat", "r"); /* field 22, the start time, read another way (proc(5)) */
     unsigned long long start = 0;
-    assert_int_equal(fscanf(f, "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
-                               "%*d %*d %*d %*d %*d %*d %llu", &start), 1);
+    assert_int_equal(fscanf(f,
+                            "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u "
+                            "%*d %*d %*d %*d %*d %*d %llu",
+                            &start),
+                     1);
     fclose(f);
     assert_int_equal(r.start_time, start);
     assert_int_equal(r.rank, 3);
@@ -158,7 +161,7 @@ static void the_record_follows_the_allocator(void **state)
     r = read_only_record(NULL);
     assert_int_equal(r.num_ooms, 1); /* an OOM updates it at once */
     uint64_t before = r.updated_ns;
-    r = refreshed_record(before); /* the refresher, with no call into the allocator */
+    r = refreshed_record(before);       /* the refresher, with no call into the allocator */
     assert_true(r.updated_ns > before); /* refreshed with no call (every 0.5 s; 10 s allowed a loaded machine) */
     assert_record_is(&r, a);
     assert_true(r.largest_free_bytes > 0 && r.inactive_split > 0); /* the 90 MiB left of the split segment */
@@ -780,8 +783,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_record_of_another_pid_namespace_lives_while_its_lock_is_held, make_dir,
                                         remove_dir),
         cmocka_unit_test_setup_teardown(a_long_folder_name_is_kept_whole_or_refused_clearly, make_dir, remove_dir),
-        cmocka_unit_test_setup_teardown(a_record_that_shrinks_while_read_is_refused_not_a_crash, make_dir,
-                                        remove_dir),
+        cmocka_unit_test_setup_teardown(a_record_that_shrinks_while_read_is_refused_not_a_crash, make_dir, remove_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -101,8 +101,8 @@ static void fault_rules_match_by_kind_size_and_count(void **st)
     (void)st;
     hbm_backend *b = open_backend("sim");
     void *s = hbm__sim_ctx(b);
-    hbm__sim_fault big = {.kind = HBM__OP_MALLOC, .nth = 0, .min_size = 100 * MiB, .max_size = SIZE_MAX,
-                          .code = HBM__BE_OOM};
+    hbm__sim_fault big = {
+        .kind = HBM__OP_MALLOC, .nth = 0, .min_size = 100 * MiB, .max_size = SIZE_MAX, .code = HBM__BE_OOM};
     hbm__sim_add_fault(s, &big);
     uintptr_t p;
     assert_int_equal(b->ops->mem_alloc(b->ctx, 0, 200 * MiB, &p), HBM__BE_OOM);

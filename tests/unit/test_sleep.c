@@ -102,7 +102,8 @@ static void a_backup_pool_wakes_with_its_contents_at_the_same_addresses(void **s
     assert_int_equal(i.backup_bytes, i.live_bytes);
     assert_true(i.host_bytes >= i.backup_bytes);
     hbm_stats s = stats_of(a);
-    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current, before.reserved_bytes[HBM_POOL_ALL].current - (int64_t)pages);
+    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current,
+                     before.reserved_bytes[HBM_POOL_ALL].current - (int64_t)pages);
     assert_int_equal(s.asleep_bytes, pages);
     assert_int_equal(s.asleep_pools, 1);
     assert_int_equal(device_free(a), free_before + pages); /* mem_get_info: the pages are the device's again */
@@ -215,7 +216,8 @@ static void allocations_into_a_sleeping_pool_are_refused_and_frees_work(void **s
     hbm_allocator *a = open_sim(HOST_SIM, "");
     hbm_mempool mp = tagged(a, "kv_cache", 1);
     must(a, hbm_mempool_begin_thread(a, mp), "route");
-    void *keep = must_malloc(a, 30 * MiB, 0), *drop = must_malloc(a, 40 * MiB, 0), *cached = must_malloc(a, 60 * MiB, 0);
+    void *keep = must_malloc(a, 30 * MiB, 0), *drop = must_malloc(a, 40 * MiB, 0),
+         *cached = must_malloc(a, 60 * MiB, 0);
     fill(keep, 30 * MiB, 5);
     hbm_free(a, cached); /* cached free pages: given back by the sleep, not mapped again by the wake */
     size_t before = info(a, mp).reserved_bytes;
@@ -358,8 +360,8 @@ static void a_wake_the_device_refuses_can_be_tried_again(void **st)
         fill(q, 30 * MiB, 2);
         must(a, hbm_pool_sleep(a, mp, NULL), "sleep");
         hbm__sim_counters c0 = counters(a);
-        hbm__sim_fault f = {.kind = kinds[k], .nth = nth[k], .min_size = 0, .max_size = SIZE_MAX,
-                            .code = HBM__SIM_ERR_INJECTED};
+        hbm__sim_fault f = {
+            .kind = kinds[k], .nth = nth[k], .min_size = 0, .max_size = SIZE_MAX, .code = HBM__SIM_ERR_INJECTED};
         assert_int_equal(hbm__sim_add_fault(sim_of(a), &f), 0);
         hbm_status rc = hbm_pool_wake(a, mp, NULL);
         if (rc != HBM_ERR_BACKEND)
@@ -395,8 +397,8 @@ static void a_sleep_the_device_refuses_loses_nothing(void **st)
     fill(p, 30 * MiB, 1);
     fill(q, 100 * MiB, 2);
     /* Host memory for the backup runs out: awake, nothing given back. */
-    hbm__sim_fault host = {.kind = HBM__OP_HOST_ALLOC, .nth = 2, .min_size = 0, .max_size = SIZE_MAX,
-                           .code = HBM__SIM_ERR_HOST};
+    hbm__sim_fault host = {
+        .kind = HBM__OP_HOST_ALLOC, .nth = 2, .min_size = 0, .max_size = SIZE_MAX, .code = HBM__SIM_ERR_HOST};
     assert_int_equal(hbm__sim_add_fault(sim_of(a), &host), 0);
     hbm_sleep_opts o = {.chunk_bytes = 32 * MiB};
     size_t pages = info(a, mp).reserved_bytes;
@@ -408,8 +410,8 @@ static void a_sleep_the_device_refuses_loses_nothing(void **st)
     assert_valid(a);
     hbm__sim_clear_faults(sim_of(a));
     /* The third unmap fails: asleep, part of it still mapped. */
-    hbm__sim_fault unmap = {.kind = HBM__OP_UNMAP, .nth = 3, .min_size = 0, .max_size = SIZE_MAX,
-                            .code = HBM__SIM_ERR_INJECTED};
+    hbm__sim_fault unmap = {
+        .kind = HBM__OP_UNMAP, .nth = 3, .min_size = 0, .max_size = SIZE_MAX, .code = HBM__SIM_ERR_INJECTED};
     assert_int_equal(hbm__sim_add_fault(sim_of(a), &unmap), 0);
     assert_int_equal(hbm_pool_sleep(a, mp, &o), HBM_ERR_BACKEND);
     assert_non_null(strstr(hbm_last_error(a), "still mapped"));
@@ -424,8 +426,8 @@ static void a_sleep_the_device_refuses_loses_nothing(void **st)
     must(a, hbm_pool_wake(a, mp, &o), "wake");
     assert_true(same(p, 30 * MiB, 1) && same(q, 100 * MiB, 2));
     /* The first unmap fails: nothing given back, awake. */
-    hbm__sim_fault first = {.kind = HBM__OP_UNMAP, .nth = 1, .min_size = 0, .max_size = SIZE_MAX,
-                            .code = HBM__SIM_ERR_INJECTED};
+    hbm__sim_fault first = {
+        .kind = HBM__OP_UNMAP, .nth = 1, .min_size = 0, .max_size = SIZE_MAX, .code = HBM__SIM_ERR_INJECTED};
     assert_int_equal(hbm__sim_add_fault(sim_of(a), &first), 0);
     assert_int_equal(hbm_pool_sleep(a, mp, &o), HBM_ERR_BACKEND);
     assert_non_null(strstr(hbm_last_error(a), "stays awake"));

@@ -10,7 +10,7 @@
 typedef struct loop {
     hbm_allocator *a;
     void *param[3];
-    void *carry;  /* the loss of the step before, freed early in the next */
+    void *carry;   /* the loss of the step before, freed early in the next */
     size_t layers; /* activations per step */
     size_t scale;  /* MiB per activation unit */
     bool unmarked; /* no hbm_step: the allocator finds the steps */
@@ -126,8 +126,8 @@ static void a_busy_range_falls_back_and_never_overlaps(void **st)
     void *act1 = alloc_checked(&l, 2 * l.scale * MiB + 4096);
     free_checked(&l, l.carry);
     l.carry = NULL;
-    assert_int_equal(hbm_step(l.a), HBM_OK); /* a short step: positions 0-1 only */
-    void *again = alloc_checked(&l, l.scale * MiB);  /* position 0: its range is act0's */
+    assert_int_equal(hbm_step(l.a), HBM_OK);        /* a short step: positions 0-1 only */
+    void *again = alloc_checked(&l, l.scale * MiB); /* position 0: its range is act0's */
     hbm_stats s1 = stats_of(l.a);
     assert_int_equal(s1.plan_misses, s0.plan_misses + 1);
     uintptr_t x = (uintptr_t)again, y = (uintptr_t)act0;
@@ -210,8 +210,7 @@ static void a_device_that_cannot_give_the_region_falls_back(void **st)
 {
     (void)st;
     loop l = start(NOVMM, "hbm_step_plan:True");
-    hbm__sim_fault f = {.kind = HBM__OP_MALLOC, .nth = 0, .min_size = 60 * MiB, .max_size = SIZE_MAX,
-                        .code = 2};
+    hbm__sim_fault f = {.kind = HBM__OP_MALLOC, .nth = 0, .min_size = 60 * MiB, .max_size = SIZE_MAX, .code = 2};
     assert_int_equal(hbm__sim_add_fault(sim_of(l.a), &f), 0);
     for (int k = 0; k < 5; k++)
         one_step(&l);
@@ -403,7 +402,7 @@ static void the_steady_state_is_served_unrecorded_until_a_step_misses(void **st)
     /* unrecorded: a block allocated now carries no record of its step (rec_step 0); one more allocation in a step
      * changes that step, so look at the carried loss, made last in the step above */
     assert_int_equal(((hbm__block *)hbm__ptrmap_get(&l.a->live, (uintptr_t)l.carry))->rec_step, 0);
-    l.scale = 8; /* the activations grow: past the plan's sizes */
+    l.scale = 8;  /* the activations grow: past the plan's sizes */
     one_step(&l); /* missed, unrecorded */
     hbm_stats u = stats_of(l.a);
     assert_true(u.plan_misses > t.plan_misses);
@@ -494,7 +493,7 @@ static void beside_expandable_segments_a_retired_region_drains_page_by_page(void
     assert_ptr_equal(seg->pool, &l.a->large);
     size_t first = ((uintptr_t)held - seg->addr) / seg->page;
     size_t last = ((uintptr_t)held + l.scale / 2 * MiB - 1 - seg->addr) / seg->page; /* held: 4 MiB */
-    assert_int_equal(seg->mapped_pages, last - first + 1); /* held's pages only */
+    assert_int_equal(seg->mapped_pages, last - first + 1);                           /* held's pages only */
     free_checked(&l, held);
     assert_int_equal(hbm_empty_cache(l.a), HBM_OK);
     assert_valid(l.a);
@@ -629,8 +628,10 @@ static void run_steps_with(const char *spec, const char *settings, uint64_t seed
         }
         if (faults && step % 3 == 0) {
             hbm__sim_clear_faults(sim_of(a));
-            hbm__sim_fault f = {.kind = rnd() % 2 ? HBM__OP_MALLOC : HBM__OP_FREE, .nth = 1 + rnd() % 4,
-                                .min_size = 0, .max_size = SIZE_MAX,
+            hbm__sim_fault f = {.kind = rnd() % 2 ? HBM__OP_MALLOC : HBM__OP_FREE,
+                                .nth = 1 + rnd() % 4,
+                                .min_size = 0,
+                                .max_size = SIZE_MAX,
                                 .code = rnd() % 2 ? HBM__BE_OOM : HBM__SIM_ERR_INJECTED};
             hbm__sim_add_fault(sim_of(a), &f);
         }
@@ -738,8 +739,8 @@ static void random_perturbed_steps_keep_every_invariant(void **st)
     run_steps("sim:vmm=off,capacity=8GiB", 1, 0, 0, 0);
     run_steps("sim:vmm=off,capacity=8GiB", 2, 0, 0, 0);
     run_steps("sim:capacity=256MiB,memory=host", 3, 1, 0, 0); /* blocks filled and checked */
-    run_steps("sim:vmm=off,capacity=2GiB", 4, 0, 1, 1);      /* device faults, memory pressure */
-    run_steps("sim:vmm=off,capacity=600MiB", 5, 0, 0, 1);    /* OOMs while planning and serving; the region's
+    run_steps("sim:vmm=off,capacity=2GiB", 4, 0, 1, 1);       /* device faults, memory pressure */
+    run_steps("sim:vmm=off,capacity=600MiB", 5, 0, 0, 1);     /* OOMs while planning and serving; the region's
                                                                  best fit before an OOM */
     /* The same beside expandable segments: the region a plain allocation, the rest mapped page by page. */
     const char *es = "expandable_segments:True,hbm_step_plan:True";

@@ -15,7 +15,7 @@ static void a_block_used_by_another_stream_waits_for_its_event(void **st)
     assert_int_equal(hbm_free(a, p), HBM_OK);
     hbm_stats s = stats_of(a);
     assert_int_equal(s.allocated_bytes[HBM_POOL_ALL].current, 0); /* the free was requested */
-    assert_int_equal(s.active_bytes[HBM_POOL_ALL].current, 4096);  /* but has not completed */
+    assert_int_equal(s.active_bytes[HBM_POOL_ALL].current, 4096); /* but has not completed */
     assert_int_equal(hbm__sim_stream_pending(sim_of(a), 0, S2), 1);
     assert_valid(a);
     void *q = must_malloc(a, 4096, S1);
@@ -162,8 +162,8 @@ static void an_event_failure_falls_back_to_waiting_for_the_stream(void **st)
     (void)st;
     hbm_allocator *a = open_sim("sim", "");
     hbm__sim_stream_hold(sim_of(a), 0, S2, 1);
-    hbm__sim_fault f = {.kind = HBM__OP_EVENT, .nth = 0, .min_size = 0, .max_size = SIZE_MAX,
-                        .code = HBM__SIM_ERR_INJECTED};
+    hbm__sim_fault f = {
+        .kind = HBM__OP_EVENT, .nth = 0, .min_size = 0, .max_size = SIZE_MAX, .code = HBM__SIM_ERR_INJECTED};
     hbm__sim_add_fault(sim_of(a), &f);
     void *p = must_malloc(a, 4096, S1);
     hbm_record_stream(a, p, S2);

@@ -145,7 +145,9 @@ static void assert_safe_text(const char *what, const char *s, size_t n)
     }
 }
 
-#define ESCAPES "\x1b[2J\x1b]0;pwned\x07\xff\xfe\xc2\x9b" "1m\x7f" /* clear, title, not UTF-8, 8-bit CSI, DEL */
+#define ESCAPES                               \
+    "\x1b[2J\x1b]0;pwned\x07\xff\xfe\xc2\x9b" \
+    "1m\x7f" /* clear, title, not UTF-8, 8-bit CSI, DEL */
 
 /* Two records claim reserved = INT64_MAX and allocated = INT64_MIN (their difference and their sums overflow:
  * UBSan stops the old arithmetic), and names made of escape sequences; a file named to clear the screen is
@@ -176,7 +178,8 @@ static void crafted_figures_and_texts_are_shown_safely(void **state)
     assert_int_equal(run_top(4, json), 0);
     text = slurp(out, &n);
     assert_safe_text("the JSON", text, n);
-    assert_non_null(strstr(text, "\"reserved_unallocated_bytes\": 9223372036854775807, \"unallocated_share\": 1.000000"));
+    assert_non_null(
+        strstr(text, "\"reserved_unallocated_bytes\": 9223372036854775807, \"unallocated_share\": 1.000000"));
     free(text);
 
     snprintf(csv, sizeof csv, "%s/top.csv", dir);
@@ -258,12 +261,15 @@ static void rows_show_capacity_the_two_terms_and_a_total_per_device(void **state
     size_t n;
     char *text = slurp(out, &n);
     char want[300];
-    snprintf(want, sizeof want, "\n0     %8ld    0  100.00 MiB  400.00 MiB   8.00 GiB    4.9%%  300.00 MiB    75.0%%  75.0%% "
-             "   60.00 MiB  400.00 MiB  400.00 MiB     0       0          0 no  job\n", (long)getpid());
+    snprintf(want, sizeof want,
+             "\n0     %8ld    0  100.00 MiB  400.00 MiB   8.00 GiB    4.9%%  300.00 MiB    75.0%%  75.0%% "
+             "   60.00 MiB  400.00 MiB  400.00 MiB     0       0          0 no  job\n",
+             (long)getpid());
     if (!strstr(text, want))
         fail_msg("rank 0's row:\n%s\nwanted:%s", text, want);
     assert_non_null(strstr(text, "  600.00 MiB  600.00 MiB   8.00 GiB    7.3%     0 bytes     0.0%      - "));
-    assert_non_null(strstr(text, "\ntotal             0  700.00 MiB 1000.00 MiB   8.00 GiB   12.2%  300.00 MiB    30.0%"));
+    assert_non_null(
+        strstr(text, "\ntotal             0  700.00 MiB 1000.00 MiB   8.00 GiB   12.2%  300.00 MiB    30.0%"));
     assert_null(strstr(text, "\ntotal             1")); /* one allocator on device 1: its row is its total */
     assert_null(strstr(text, "\nall "));
     free(text);
@@ -333,8 +339,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(crafted_figures_and_texts_are_shown_safely, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_link_planted_at_the_temporary_name_is_not_followed, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_row_says_what_sleeps, make_dir, remove_dir),
-        cmocka_unit_test_setup_teardown(rows_show_capacity_the_two_terms_and_a_total_per_device, make_dir,
-                                        remove_dir),
+        cmocka_unit_test_setup_teardown(rows_show_capacity_the_two_terms_and_a_total_per_device, make_dir, remove_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -217,7 +217,8 @@ static void record_stream_keeps_a_block_until_the_stream_is_done(void **state)
     if (npu)
         skip(); /* torch_npu's record_stream hook takes an NPUStream by value: not set (see PYTORCH.md) */
     Host h;
-    auto record = std::function<void(void *, cuda_stream)>(sym<void(void *, cuda_stream)>("hbm_torch_record_stream_fn"));
+    auto record =
+        std::function<void(void *, cuda_stream)>(sym<void(void *, cuda_stream)>("hbm_torch_record_stream_fn"));
     void *p = h.malloc(5 << 20, 0, S(0x11));
     record(p, S(0x22)); /* Tensor.record_stream -> CUDAPluggableAllocator::recordStream -> record_stream_fn_(ptr, s) */
     long active = stat("active_bytes.all.current");

@@ -20,8 +20,8 @@ static void bad(const char *s, const char *where, const char *what)
 static void reads_events_and_resolves_ids_to_reused_slots(void **st)
 {
     (void)st;
-    assert_int_equal(read_str("hbmtrace 1\n# c\na 10 4096\na 11 100 7\nf 10\n\na 12 5  # trailing comment\ne\nf 11\nf 12"),
-                     0);
+    assert_int_equal(
+        read_str("hbmtrace 1\n# c\na 10 4096\na 11 100 7\nf 10\n\na 12 5  # trailing comment\ne\nf 11\nf 12"), 0);
     assert_int_equal(t.n, 7);
     assert_int_equal(t.allocs, 3);
     assert_int_equal(t.frees, 3);
@@ -55,7 +55,7 @@ static void pending_frees_are_read_and_completed_by_their_free(void **st)
     assert_int_equal(t.ev[2].slot, t.ev[0].slot);
     assert_int_equal(t.ev[3].pended, 0); /* block 2 was freed outright */
     assert_int_equal(t.ev[5].kind, EV_FREE);
-    assert_true(t.ev[5].pended); /* block 1's free completes */
+    assert_true(t.ev[5].pended);                      /* block 1's free completes */
     assert_int_not_equal(t.ev[4].slot, t.ev[0].slot); /* block 1 is live until then: its slot is not reused */
     trace_free(&t);
     bad("p 4\n", "t:1:3:", "pending free of block id 4, which is not live");
@@ -158,7 +158,9 @@ static void cr_only_line_ends_and_a_byte_order_mark_lose_no_event(void **st)
     assert_int_equal(read_str("\xef\xbb\xbfhbmtrace 1\na 1 100\nf 1\n"), 0);
     assert_int_equal(t.n, 2);
     trace_free(&t);
-    bad("\xef\xbb\xbf\xef\xbb\xbf" "a 1 100\n", "t:1:1:", "unknown event"); /* one mark, at the start only */
+    bad("\xef\xbb\xbf\xef\xbb\xbf"
+        "a 1 100\n",
+        "t:1:1:", "unknown event"); /* one mark, at the start only */
     /* The CSV readers, told apart by content after the mark. */
     char path[] = "/tmp/hbm-test-trace-XXXXXX";
     const char *csv[] = {"\xef\xbb\xbfid,lower,upper,size\r0,0,2,100\r1,1,3,200\r2,2,4,300\r",

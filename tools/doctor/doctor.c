@@ -179,8 +179,9 @@ int doctor_main(int argc, char **argv)
 {
     const char *logs[64], *root = "/", *trace_path = NULL, *capacity = NULL, *torch = NULL, *torch_npu = NULL;
     int nlogs = 0, json = 0, env = 1;
-    static const char usage[] = "usage: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR] [--torch VERSION] "
-                                "[--torch-npu VERSION] [--trace SNAPSHOT [--capacity SIZE]]\n";
+    static const char usage[] =
+        "usage: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR] [--torch VERSION] "
+        "[--torch-npu VERSION] [--trace SNAPSHOT [--capacity SIZE]]\n";
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
@@ -210,7 +211,8 @@ int doctor_main(int argc, char **argv)
                    "why, and what to do next (docs/DOCTOR.md). --torch / --torch-npu: your framework release (else\n"
                    "read from the logs), against which settings are checked. --trace: a memory snapshot of the job,\n"
                    "replayed under the sweep's grid on this device to prove the advice (--capacity when no\n"
-                   "out-of-memory message gives it).\nexit status: 0 nothing to act on, 1 findings to act on, 2 bad usage\n");
+                   "out-of-memory message gives it).\nexit status: 0 nothing to act on, 1 findings to act on, 2 bad "
+                   "usage\n");
             return 0;
         } else {
             fprintf(stderr, "hbmalloc doctor: unknown option or missing value: '%s'\n%s", a, usage);

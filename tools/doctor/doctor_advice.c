@@ -72,7 +72,8 @@ void doctor_log_versions(doctor *d, const char *path, long lineno, const char *l
             if (!(p - line >= 2 && !strncasecmp(p - 2, "py", 2) && !npu && !strncasecmp(q, " version", 8)))
                 continue;
         }
-        if (*q && (isalnum((unsigned char)*q) || *q == '_' || *q == '/' || *q == '.' || (*q == '-' && !isdigit((unsigned char)q[1]))))
+        if (*q && (isalnum((unsigned char)*q) || *q == '_' || *q == '/' || *q == '.' ||
+                   (*q == '-' && !isdigit((unsigned char)q[1]))))
             continue; /* torchvision, torch_npu/csrc, torch.npu, torch-npu-ext */
         if (*q == '-')
             q++; /* a wheel name: torch-2.1.0-cp310 */
@@ -83,8 +84,8 @@ void doctor_log_versions(doctor *d, const char *path, long lineno, const char *l
                         v, path, lineno, line);
             d->npu_version_inferred = 0;
         } else if (!npu && !d->torch_version[0]) {
-            set_version(d->torch_version, sizeof d->torch_version, d->torch_from, sizeof d->torch_from, v, path,
-                        lineno, line);
+            set_version(d->torch_version, sizeof d->torch_version, d->torch_from, sizeof d->torch_from, v, path, lineno,
+                        line);
         }
     }
     int warn_probe = strstr(line, "expandable_segments feature is not supportted") != NULL;
@@ -211,8 +212,10 @@ static int drop_inactive_gc(const char *var, char *s, size_t len, hbm_dialect dl
 
 static void gc_dropped_note(finding *f, hbm_dialect dl)
 {
-    doctor_next(f, "garbage_collection_threshold is left out of that string: it acts only under a memory fraction "
-                   "below 1, which it does not set (if your program calls %s, keep it)", fraction_call(dl));
+    doctor_next(f,
+                "garbage_collection_threshold is left out of that string: it acts only under a memory fraction "
+                "below 1, which it does not set (if your program calls %s, keep it)",
+                fraction_call(dl));
 }
 
 typedef struct var_check {
@@ -252,8 +255,10 @@ static void refused(var_check *c, const char *why)
         int dropped = drop_inactive_gc(c->var, alt, sizeof alt, c->dl, c->ver, c->vmm);
         if (accepted(c->var, alt, c->dl, c->ver, c->vmm)) {
             export_line(c->var, alt, line, sizeof line);
-            doctor_next(f, "use instead (expandable segments cannot be combined with max_split_size_mb or "
-                           "garbage_collection_threshold; these run on every release): %s", line);
+            doctor_next(f,
+                        "use instead (expandable segments cannot be combined with max_split_size_mb or "
+                        "garbage_collection_threshold; these run on every release): %s",
+                        line);
             if (dropped)
                 gc_dropped_note(f, c->dl);
             fixed = 1;
@@ -286,14 +291,18 @@ static void combination(var_check *c, const char *rest_in)
     snprintf(rest, sizeof rest, "%s", rest_in);
     int dropped = drop_inactive_gc(c->var, rest, sizeof rest, c->dl, NULL, c->vmm);
     finding *f = doctor_add(c->d, SEV_WARNING, "settings-combination");
-    snprintf(f->title, sizeof f->title, "%s combines expandable_segments:True with max_split_size_mb or "
-             "garbage_collection_threshold: torch_npu 2.13 and later stop at start-up on it", c->var);
+    snprintf(f->title, sizeof f->title,
+             "%s combines expandable_segments:True with max_split_size_mb or "
+             "garbage_collection_threshold: torch_npu 2.13 and later stop at start-up on it",
+             c->var);
     snprintf(f->evidence, sizeof f->evidence, "environment: %s=%.400s", c->var, c->s);
-    snprintf(f->why, sizeof f->why, "torch_npu 2.1.0.post6 (v6.0.rc2) to 2.12 probe virtual memory while reading the "
+    snprintf(f->why, sizeof f->why,
+             "torch_npu 2.1.0.post6 (v6.0.rc2) to 2.12 probe virtual memory while reading the "
              "string; where the probe fails, as on this device (%.300s), they turn expandable segments off and "
              "accept it, so the job ran with whole segments and these values. On a device with virtual memory, and "
              "on every device from torch_npu 2.13 on, the string is refused (\"cannot be enabled with "
-             "`expandable_segments`\"). No version of torch_npu was given or found in a log.", c->vmm_why);
+             "`expandable_segments`\"). No version of torch_npu was given or found in a log.",
+             c->vmm_why);
     char line[900];
     export_line(c->var, rest, line, sizeof line);
     doctor_next(f, "use instead, the same on every release: %s", line);
@@ -309,8 +318,10 @@ static void expandable_unsupported(var_check *c, const char *rest_in, int releas
     snprintf(rest, sizeof rest, "%s", rest_in);
     int dropped = drop_inactive_gc(c->var, rest, sizeof rest, c->dl, c->ver, 0);
     finding *f = doctor_add(c->d, c->npu ? SEV_ERROR : SEV_WARNING, "expandable-unsupported");
-    snprintf(f->title, sizeof f->title, "%s asks for expandable_segments:True, which this %s cannot do: it is "
-             "ignored", c->var, c->npu ? "NPU" : "GPU");
+    snprintf(f->title, sizeof f->title,
+             "%s asks for expandable_segments:True, which this %s cannot do: it is "
+             "ignored",
+             c->var, c->npu ? "NPU" : "GPU");
     snprintf(f->evidence, sizeof f->evidence, "environment: %s=%.300s; device: %.300s", c->var, c->s, c->vmm_why);
     char rel[600];
     release_note(c, rel, sizeof rel);
@@ -329,11 +340,12 @@ static void expandable_unsupported(var_check *c, const char *rest_in, int releas
     doctor_next(f, "to drop only the part the device ignores, with the same memory use as today: %s", line);
     if (dropped)
         gc_dropped_note(f, c->dl);
-    doctor_next(f, "to choose max_split_size_mb / garbage_collection_threshold for your job, record a memory "
-                   "snapshot and replay it: hbmalloc doctor --trace SNAPSHOT.pickle (this machine's device and your "
-                   "setting as the baseline), or hbmalloc sweep SNAPSHOT.pickle --capacity SIZE --backend "
-                   "sim:dialect=%s,vmm=off%s%s", c->npu ? "npu" : "cuda", c->ver ? (c->npu ? " --torch-npu " : " --torch ")
-                                                                          : "", c->ver ? c->ver : "");
+    doctor_next(f,
+                "to choose max_split_size_mb / garbage_collection_threshold for your job, record a memory "
+                "snapshot and replay it: hbmalloc doctor --trace SNAPSHOT.pickle (this machine's device and your "
+                "setting as the baseline), or hbmalloc sweep SNAPSHOT.pickle --capacity SIZE --backend "
+                "sim:dialect=%s,vmm=off%s%s",
+                c->npu ? "npu" : "cuda", c->ver ? (c->npu ? " --torch-npu " : " --torch ") : "", c->ver ? c->ver : "");
     doctor_next(f, "without virtual memory, the hbmalloc plug-in's arena policy (one region sub-allocated best fit, "
                    "docs/POLICY.md) often needs less memory than whole segments: the same replay (--trace SNAPSHOT, or "
                    "sweep) sizes it, proves it and prints its HBMALLOC_CONF line; for a training loop, its step plan "
@@ -353,22 +365,33 @@ static void gc_inactive(var_check *c, const char *runs)
         return;
     /* Information: a program may set the fraction in code, which the doctor cannot see. */
     finding *f = doctor_add(c->d, SEV_INFO, "gc-inactive");
-    snprintf(f->title, sizeof f->title, "garbage_collection_threshold in %s acts only under a memory fraction below "
-             "1, and none is set there", c->var);
+    snprintf(f->title, sizeof f->title,
+             "garbage_collection_threshold in %s acts only under a memory fraction below "
+             "1, and none is set there",
+             c->var);
     snprintf(f->evidence, sizeof f->evidence, "environment: %s=%.400s", c->var, c->s);
-    snprintf(f->why, sizeof f->why, "%s collects cached blocks only when a per-process memory fraction below 1 is in "
+    snprintf(f->why, sizeof f->why,
+             "%s collects cached blocks only when a per-process memory fraction below 1 is in "
              "force (garbage_collect_cached_blocks runs under set_fraction / an allowed maximum). Unless the program "
              "sets one in code, the threshold is read and never used, and reserved memory grows as with the "
-             "defaults.", c->npu ? "torch_npu" : "PyTorch");
+             "defaults.",
+             c->npu ? "torch_npu" : "PyTorch");
     int reads = accepted(c->var, "per_process_memory_fraction:0.99", c->dl, c->ver, c->vmm) && c->ver;
     if (reads)
         doctor_next(f, "add a fraction: per_process_memory_fraction:0.99 in %s (%s reads it there), or %s in code",
                     c->var, c->release, fraction_call(c->dl));
     else
-        doctor_next(f, "if the program sets no fraction: %s in your code before the first allocation (%s cannot read "
-                       "per_process_memory_fraction from %s%s)", fraction_call(c->dl),
-                    c->ver ? c->release : c->npu ? "torch_npu before v26.1.0" : "PyTorch before 2.9", c->var,
-                    c->ver ? "" : c->npu ? "; give --torch-npu if yours is newer" : "; give --torch if yours is newer");
+        doctor_next(f,
+                    "if the program sets no fraction: %s in your code before the first allocation (%s cannot read "
+                    "per_process_memory_fraction from %s%s)",
+                    fraction_call(c->dl),
+                    c->ver   ? c->release
+                    : c->npu ? "torch_npu before v26.1.0"
+                             : "PyTorch before 2.9",
+                    c->var,
+                    c->ver   ? ""
+                    : c->npu ? "; give --torch-npu if yours is newer"
+                             : "; give --torch if yours is newer");
     doctor_next(f, "whether collecting helps your job: replay a snapshot with hbmalloc doctor --trace SNAPSHOT.pickle");
 }
 
@@ -400,17 +423,28 @@ static void lenient(var_check *c, const char *described, const char *runs)
 
 static void check_var(doctor *d, const char *var, const char *s, int npu)
 {
-    var_check c = {d, var, s, NULL, npu ? "torch_npu" : "PyTorch", NULL, npu ? HBM_DIALECT_NPU : HBM_DIALECT_CUDA,
-                   npu, npu ? d->npu_vmm : d->cuda_vmm, "", ""};
+    var_check c = {d,
+                   var,
+                   s,
+                   NULL,
+                   npu ? "torch_npu" : "PyTorch",
+                   NULL,
+                   npu ? HBM_DIALECT_NPU : HBM_DIALECT_CUDA,
+                   npu,
+                   npu ? d->npu_vmm : d->cuda_vmm,
+                   "",
+                   ""};
     const char *ver = npu ? d->torch_npu_version : d->torch_version;
     c.ver = ver[0] ? ver : NULL;
     snprintf(c.from, sizeof c.from, "%s", npu ? d->torch_npu_from : d->torch_from);
     if (npu && d->npu_version_inferred) {
         const char *colon = strstr(d->torch_npu_from, ": ");
         int at = colon ? (int)(colon - d->torch_npu_from) : (int)strlen(d->torch_npu_from);
-        snprintf(c.from, sizeof c.from, "inferred: only the v6.0.rc2 releases, torch_npu 2.1.0.post6/post7, "
+        snprintf(c.from, sizeof c.from,
+                 "inferred: only the v6.0.rc2 releases, torch_npu 2.1.0.post6/post7, "
                  "2.2.0.post2/post3, 2.3.1/post1 and 1.11.0.post14/post15, print the warning at %.*s, and they read "
-                 "the string alike", at > 200 ? 200 : at, d->torch_npu_from);
+                 "the string alike",
+                 at > 200 ? 200 : at, d->torch_npu_from);
     }
     char why_buf[400];
     c.vmm_why = npu ? d->npu_vmm_why : "no CUDA virtual memory management";
@@ -457,7 +491,9 @@ void doctor_settings(doctor *d)
     static const struct {
         const char *var;
         int npu; /* 1 NPU, 0 CUDA, -1 whichever device this machine has */
-    } vars[] = {{"HBMALLOC_CONF", -1}, {"PYTORCH_CUDA_ALLOC_CONF", 0}, {"PYTORCH_NPU_ALLOC_CONF", 1},
+    } vars[] = {{"HBMALLOC_CONF", -1},
+                {"PYTORCH_CUDA_ALLOC_CONF", 0},
+                {"PYTORCH_NPU_ALLOC_CONF", 1},
                 {"PYTORCH_ALLOC_CONF", -1}};
     int ascend = d->ascend || d->npu_vmm >= 0 || d->oom_npu || d->probe_failed || d->torch_npu_version[0];
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
@@ -469,7 +505,8 @@ void doctor_settings(doctor *d)
         finding *f = doctor_add(d, SEV_ERROR, "settings-both-set");
         snprintf(f->title, sizeof f->title, "both PYTORCH_NPU_ALLOC_CONF and PYTORCH_ALLOC_CONF are set");
         snprintf(f->evidence, sizeof f->evidence, "environment");
-        snprintf(f->why, sizeof f->why, "torch_npu 2.13 and later refuse to start when both are set (\"please set only "
+        snprintf(f->why, sizeof f->why,
+                 "torch_npu 2.13 and later refuse to start when both are set (\"please set only "
                  "one of them\"); older releases read PYTORCH_NPU_ALLOC_CONF only.");
         doctor_next(f, "unset one of them");
     }
@@ -487,7 +524,8 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, char *
     if (d->oom_capacity > 0)
         cap = (size_t)d->oom_capacity;
     else if (!capacity || hbm__parse_size(capacity, &cap) || !cap) {
-        snprintf(err, errlen, "--trace needs the device's capacity: no out-of-memory message in a --log gives it, so "
+        snprintf(err, errlen,
+                 "--trace needs the device's capacity: no out-of-memory message in a --log gives it, so "
                  "give --capacity SIZE (e.g. 64GiB)");
         return -1;
     }
@@ -498,8 +536,7 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, char *
         return -1;
     }
     char spec[200];
-    snprintf(spec, sizeof spec, "sim:dialect=%s%s,capacity=%zu", npu ? "npu" : "cuda", vmm == 0 ? ",vmm=off" : "",
-             cap);
+    snprintf(spec, sizeof spec, "sim:dialect=%s%s,capacity=%zu", npu ? "npu" : "cuda", vmm == 0 ? ",vmm=off" : "", cap);
     const char *ver = npu ? d->torch_npu_version : d->torch_version;
     sweep_opts o = {.name = trace_path, .backend_spec = spec, .version = ver[0] ? ver : NULL};
     sweep_outcome so;
@@ -525,33 +562,45 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, char *
     finding *f;
     if (!best) {
         f = doctor_add(d, SEV_ERROR, "settings-proven");
-        snprintf(f->title, sizeof f->title, "replayed %.80s on %.100s: no setting tried runs it without running out "
-                 "of memory", trace_path, device);
-        snprintf(f->why, sizeof f->why, "%d settings replayed (%s); the job needs more memory than this device "
-                 "offers under any of them.", so.n, so.release);
+        snprintf(f->title, sizeof f->title,
+                 "replayed %.80s on %.100s: no setting tried runs it without running out "
+                 "of memory",
+                 trace_path, device);
+        snprintf(f->why, sizeof f->why,
+                 "%d settings replayed (%s); the job needs more memory than this device "
+                 "offers under any of them.",
+                 so.n, so.release);
         doctor_next(f, "the capacity it needs: hbmalloc replay %.300s --min-capacity --backend sim:dialect=%s%s",
                     trace_path, npu ? "npu" : "cuda", vmm == 0 ? ",vmm=off" : "");
     } else {
         hbm__format_size((uint64_t)best->r.stats.reserved_bytes[0].peak, pr, sizeof pr);
         if (best->baseline) {
             f = doctor_add(d, SEV_INFO, "settings-proven");
-            snprintf(f->title, sizeof f->title, "replayed %.80s on %.100s: your setting is already the best of %d "
-                     "(peak reserved %s)", trace_path, device, so.n, pr);
+            snprintf(f->title, sizeof f->title,
+                     "replayed %.80s on %.100s: your setting is already the best of %d "
+                     "(peak reserved %s)",
+                     trace_path, device, so.n, pr);
             snprintf(f->why, sizeof f->why, "%.500s. Settings checked against %.120s.", so.baseline_note, so.release);
         } else {
             f = doctor_add(d, SEV_WARNING, "settings-proven");
             if (base && !base->rc) {
                 hbm__format_size((uint64_t)base->r.stats.reserved_bytes[0].peak, pb, sizeof pb);
-                snprintf(f->title, sizeof f->title, "replayed %.60s on %.90s: '%.90s' lowers peak reserved to %s "
-                         "from %s with yours (%.1f%% less)", trace_path, device, best->conf, pr, pb,
+                snprintf(f->title, sizeof f->title,
+                         "replayed %.60s on %.90s: '%.90s' lowers peak reserved to %s "
+                         "from %s with yours (%.1f%% less)",
+                         trace_path, device, best->conf, pr, pb,
                          100.0 * (double)(base->r.stats.reserved_bytes[0].peak - best->r.stats.reserved_bytes[0].peak) /
                              (double)base->r.stats.reserved_bytes[0].peak);
             } else {
-                snprintf(f->title, sizeof f->title, "replayed %.60s on %.90s: '%.90s' runs it with peak reserved "
-                         "%s%s", trace_path, device, best->conf, pr, base ? ", where yours runs out of memory" : "");
+                snprintf(f->title, sizeof f->title,
+                         "replayed %.60s on %.90s: '%.90s' runs it with peak reserved "
+                         "%s%s",
+                         trace_path, device, best->conf, pr, base ? ", where yours runs out of memory" : "");
             }
-            snprintf(f->why, sizeof f->why, "%d settings replayed on the model of %s's allocator; %.500s. Strings "
-                     "checked against %.120s.", so.n, npu ? "torch_npu" : "PyTorch", so.baseline_note, so.release);
+            snprintf(f->why, sizeof f->why,
+                     "%d settings replayed on the model of %s's allocator; %.500s. Strings "
+                     "checked against %.120s.",
+                     so.n, npu ? "torch_npu" : "PyTorch", so.baseline_note, so.release);
             char exp[800], code[600];
             sweep_advice(&so, best, ver[0] ? ver : NULL, exp, sizeof exp, code, sizeof code);
             doctor_next(f, "%s", exp);
@@ -562,8 +611,9 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, char *
     const sweep_row *arena = sweep_best_hbm(&so);
     if (arena) { /* a device without virtual memory: hbmalloc's arena, proven by the same sweep */
         hbm__format_size((uint64_t)arena->r.stats.reserved_bytes[0].peak, pr, sizeof pr);
-        doctor_next(f, "with the hbmalloc plug-in (hbmalloc_torch.use()), whose %s needs no virtual memory (peak "
-                       "reserved %s; %s): export HBMALLOC_CONF='%s'",
+        doctor_next(f,
+                    "with the hbmalloc plug-in (hbmalloc_torch.use()), whose %s needs no virtual memory (peak "
+                    "reserved %s; %s): export HBMALLOC_CONF='%s'",
                     sweep_hbm_name(arena), pr, sweep_hbm_note(arena), arena->conf);
     }
     snprintf(f->evidence, sizeof f->evidence, "%.300s, replayed on %.200s", trace_path, spec);

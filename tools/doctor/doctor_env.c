@@ -75,7 +75,8 @@ int doctor_in_ranges(const char *v, const char *ranges)
     for (const char *p = strchr(ranges, '['); p; p = strchr(p + 1, '[')) {
         char lo[64], hi[64];
         const char *comma = strchr(p, ','), *end = strchr(p, ']');
-        if (!comma || !end || comma > end || (size_t)(comma - p - 1) >= sizeof lo || (size_t)(end - comma - 1) >= sizeof hi)
+        if (!comma || !end || comma > end || (size_t)(comma - p - 1) >= sizeof lo ||
+            (size_t)(end - comma - 1) >= sizeof hi)
             return -1;
         snprintf(lo, sizeof lo, "%.*s", (int)(comma - p - 1), p + 1);
         snprintf(hi, sizeof hi, "%.*s", (int)(end - comma - 1), comma + 1);
@@ -271,8 +272,10 @@ static void hung(doctor *d, const char *section, const char *tool, const char *c
     finding *f = doctor_add(d, SEV_ERROR, "tool-hung");
     snprintf(f->title, sizeof f->title, "%s did not answer within %g s: the driver may be wedged", tool, s);
     snprintf(f->evidence, sizeof f->evidence, "%s (killed after %g s)", cmdline, s);
-    snprintf(f->why, sizeof f->why, "%s asks the kernel driver; it hangs when the driver or a device is stuck, which "
-             "also stalls every program that opens the device (allocations, collectives).", tool);
+    snprintf(f->why, sizeof f->why,
+             "%s asks the kernel driver; it hangs when the driver or a device is stuck, which "
+             "also stalls every program that opens the device (allocations, collectives).",
+             tool);
     doctor_next(f, "dmesg | tail -50 for driver errors (%s)", !strcmp(tool, "npu-smi") ? "davinci, npu, hdc" : "Xid");
     doctor_next(f, "look for processes stuck on the device (ps -eo pid,stat,cmd | grep ' D'); a reboot or a driver "
                    "reload clears a wedged driver");
@@ -419,7 +422,8 @@ static void check_reuse_mode(doctor *d, int ascend)
     const char *v = getenv("MULTI_STREAM_MEMORY_REUSE");
     if (!v) {
         if (ascend)
-            doctor_fact(d, "variables", "MULTI_STREAM_MEMORY_REUSE", "unset: torch_npu's default 1 (HCCL relies on "
+            doctor_fact(d, "variables", "MULTI_STREAM_MEMORY_REUSE",
+                        "unset: torch_npu's default 1 (HCCL relies on "
                         "recordStream); hbmalloc_torch.use() sets 2");
         return;
     }
@@ -428,18 +432,24 @@ static void check_reuse_mode(doctor *d, int ascend)
     long mode = strtol(v, &end, 10);
     if (end == v || mode < 0 || mode > 3) {
         finding *f = doctor_add(d, SEV_ERROR, "multi-stream-reuse-invalid");
-        snprintf(f->title, sizeof f->title, "MULTI_STREAM_MEMORY_REUSE='%.60s' is refused: torch_npu stops at the "
-                 "first collective", v);
+        snprintf(f->title, sizeof f->title,
+                 "MULTI_STREAM_MEMORY_REUSE='%.60s' is refused: torch_npu stops at the "
+                 "first collective",
+                 v);
         snprintf(f->evidence, sizeof f->evidence, "environment: MULTI_STREAM_MEMORY_REUSE=%.200s", v);
-        snprintf(f->why, sizeof f->why, "torch_npu accepts 0, 1 or 2 (and 3 in releases from 2025): \"MULTI_STREAM_"
+        snprintf(f->why, sizeof f->why,
+                 "torch_npu accepts 0, 1 or 2 (and 3 in releases from 2025): \"MULTI_STREAM_"
                  "MEMORY_REUSE should be 0, 1, 2 or 3\".");
         doctor_next(f, "export MULTI_STREAM_MEMORY_REUSE=2");
     } else if (mode != 2) {
         finding *f = doctor_add(d, SEV_WARNING, "multi-stream-reuse-record-stream");
-        snprintf(f->title, sizeof f->title, "MULTI_STREAM_MEMORY_REUSE=%ld: HCCL collectives rely on recordStream, "
-                 "which hbmalloc's torch_npu plug-in cannot receive", mode);
+        snprintf(f->title, sizeof f->title,
+                 "MULTI_STREAM_MEMORY_REUSE=%ld: HCCL collectives rely on recordStream, "
+                 "which hbmalloc's torch_npu plug-in cannot receive",
+                 mode);
         snprintf(f->evidence, sizeof f->evidence, "environment: MULTI_STREAM_MEMORY_REUSE=%.200s", v);
-        snprintf(f->why, sizeof f->why, "With this mode torch_npu's ProcessGroupHCCL marks a collective's inputs with "
+        snprintf(f->why, sizeof f->why,
+                 "With this mode torch_npu's ProcessGroupHCCL marks a collective's inputs with "
                  "recordStream so that the allocator keeps them until HCCL is done. torch_npu passes recordStream to a "
                  "pluggable allocator as an NPUStream by value, which no C allocator can take, so under hbmalloc the "
                  "input can be reused while HCCL still reads it. Mode 2 keeps the tensors alive until the work "
@@ -474,10 +484,12 @@ static void probe_backend(doctor *d, const char *spec, int *vmm, char *why, size
     else
         doctor_fact(d, spec, "virtual memory", "no: %.380s", no);
     /* Pools that sleep (docs/SLEEP.md) keep their addresses only with virtual memory. */
-    doctor_fact(d, spec, "sleeping pools", yes ? "yes: hbmalloc.torch.sleep() keeps every address%s"
-                                               : "no: a sleep cannot keep addresses without virtual memory%s",
-                !yes ? "" : info.host_copies ? "; backups in pinned host memory"
-                                                : "; no backup (the runtime has no pinned host copies)");
+    doctor_fact(d, spec, "sleeping pools",
+                yes ? "yes: hbmalloc.torch.sleep() keeps every address%s"
+                    : "no: a sleep cannot keep addresses without virtual memory%s",
+                !yes               ? ""
+                : info.host_copies ? "; backups in pinned host memory"
+                                   : "; no backup (the runtime has no pinned host copies)");
     *vmm = yes;
     if (why)
         snprintf(why, whylen, "%s", yes ? "virtual memory available" : no);
@@ -542,10 +554,13 @@ static void ascend(doctor *d, const char *root, int *present)
                 snprintf(f->title, sizeof f->title, "NPU %d reports health %s", devs[i].id, devs[i].health);
                 snprintf(f->evidence, sizeof f->evidence, "npu-smi info: NPU %d %s: %s", devs[i].id, devs[i].name,
                          devs[i].health);
-                snprintf(f->why, sizeof f->why, "A card that is not OK fails allocations and collective operations "
+                snprintf(f->why, sizeof f->why,
+                         "A card that is not OK fails allocations and collective operations "
                          "(HCCL errors on every rank that talks to it).");
-                doctor_next(f, "npu-smi info -t health -i %d for the error code; dmesg | grep -i -E 'npu|davinci' for "
-                               "driver messages", devs[i].id);
+                doctor_next(f,
+                            "npu-smi info -t health -i %d for the error code; dmesg | grep -i -E 'npu|davinci' for "
+                            "driver messages",
+                            devs[i].id);
                 doctor_next(f, "leave the card out (ASCEND_RT_VISIBLE_DEVICES) until it is repaired or reset");
             }
         }
@@ -576,9 +591,12 @@ static void ascend(doctor *d, const char *root, int *present)
             finding *f = doctor_add(d, SEV_ERROR, "ascend-driver-firmware-mismatch");
             snprintf(f->title, sizeof f->title, "NPU %d: npu-smi says the driver and firmware are not compatible (%s)",
                      devs[i].id, compat);
-            snprintf(f->evidence, sizeof f->evidence, "npu-smi info -t board -i %d: Software Version %s, Firmware "
-                     "Version %s, Compatibility %s", devs[i].id, sw, fwv, compat);
-            snprintf(f->why, sizeof f->why, "With a mismatched pair the runtime refuses features such as virtual memory "
+            snprintf(f->evidence, sizeof f->evidence,
+                     "npu-smi info -t board -i %d: Software Version %s, Firmware "
+                     "Version %s, Compatibility %s",
+                     devs[i].id, sw, fwv, compat);
+            snprintf(f->why, sizeof f->why,
+                     "With a mismatched pair the runtime refuses features such as virtual memory "
                      "(207000 ACL_ERROR_RT_FEATURE_NOT_SUPPORT: expandable segments are switched off) and collective "
                      "communication can fail to initialise.");
             doctor_next(f, "install the firmware that goes with driver %s (or the driver for firmware %s), then reboot",
@@ -588,9 +606,11 @@ static void ascend(doctor *d, const char *root, int *present)
     if (d->driver[0] && doctor_vercmp(d->driver, "23.0.0") < 0) {
         /* Information: it matters when expandable segments are asked for, which doctor_settings says as an error. */
         finding *f = doctor_add(d, SEV_INFO, "ascend-hdk-too-old");
-        snprintf(f->title, sizeof f->title, "Ascend driver (HDK) %s is older than 23.0.0: no expandable segments", d->driver);
+        snprintf(f->title, sizeof f->title, "Ascend driver (HDK) %s is older than 23.0.0: no expandable segments",
+                 d->driver);
         snprintf(f->evidence, sizeof f->evidence, "driver version %s", d->driver);
-        snprintf(f->why, sizeof f->why, "Huawei documents Ascend HDK 23.0.0 or later for expandable_segments; older "
+        snprintf(f->why, sizeof f->why,
+                 "Huawei documents Ascend HDK 23.0.0 or later for expandable_segments; older "
                  "drivers answer the virtual-memory probe with 207000 and torch_npu silently falls back.");
         doctor_next(f, "upgrade the driver and firmware together to HDK >= 23.0.0");
         doctor_next(f, "until then: no expandable_segments in PYTORCH_NPU_ALLOC_CONF; to choose max_split_size_mb / "
@@ -601,15 +621,21 @@ static void ascend(doctor *d, const char *root, int *present)
         finding *f = doctor_add(d, SEV_ERROR, "ascend-driver-firmware-mismatch");
         snprintf(f->title, sizeof f->title, "firmware %.40s is outside the range driver %.40s accepts (%.150s)", fw,
                  d->driver[0] ? d->driver : "?", fw_range);
-        snprintf(f->evidence, sizeof f->evidence, "/usr/local/Ascend/driver/version.info compatible_version_fw=%s; "
-                 "firmware Version=%s", fw_range, fw);
-        snprintf(f->why, sizeof f->why, "The driver and firmware packages do not match. The runtime then answers "
-                 "virtual-memory calls with 207000 (ACL_ERROR_RT_FEATURE_NOT_SUPPORT, 'Feature is not supported and the "
-                 "possible cause is that driver and firmware packages do not match'): torch_npu prints "
-                 "'expandable_segments feature is not supportted' and runs without them, and device-UUID and IPC calls "
-                 "used by multi-card runs can fail the same way.");
-        doctor_next(f, "install a driver whose compatible_version_fw contains %s, or the firmware the driver expects; "
-                       "reboot", fw);
+        snprintf(f->evidence, sizeof f->evidence,
+                 "/usr/local/Ascend/driver/version.info compatible_version_fw=%s; "
+                 "firmware Version=%s",
+                 fw_range, fw);
+        snprintf(
+            f->why, sizeof f->why,
+            "The driver and firmware packages do not match. The runtime then answers "
+            "virtual-memory calls with 207000 (ACL_ERROR_RT_FEATURE_NOT_SUPPORT, 'Feature is not supported and the "
+            "possible cause is that driver and firmware packages do not match'): torch_npu prints "
+            "'expandable_segments feature is not supportted' and runs without them, and device-UUID and IPC calls "
+            "used by multi-card runs can fail the same way.");
+        doctor_next(f,
+                    "install a driver whose compatible_version_fw contains %s, or the firmware the driver expects; "
+                    "reboot",
+                    fw);
         doctor_next(f, "check: npu-smi info -t board -i 0 must say Compatibility : OK; then run hbmalloc doctor again");
     }
 }
@@ -681,9 +707,9 @@ void doctor_env(doctor *d, const char *root)
                 snprintf(d->npu_vmm_why, sizeof d->npu_vmm_why, "the driver and firmware do not match");
             }
     }
-    static const char *vars[] = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
-                                 "ASCEND_VISIBLE_DEVICES", "HCCL_BUFFSIZE", "HCCL_CONNECT_TIMEOUT", "NCCL_BUFFSIZE",
-                                 "HBMALLOC_BACKEND"};
+    static const char *vars[] = {"CUDA_VISIBLE_DEVICES",   "NVIDIA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
+                                 "ASCEND_VISIBLE_DEVICES", "HCCL_BUFFSIZE",          "HCCL_CONNECT_TIMEOUT",
+                                 "NCCL_BUFFSIZE",          "HBMALLOC_BACKEND"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         if (v)
@@ -700,8 +726,10 @@ void doctor_env(doctor *d, const char *root)
             snprintf(f->why, sizeof f->why, "HCCL reads it as MB (default 200).");
             doctor_next(f, "set a whole number, e.g. export HCCL_BUFFSIZE=200");
         } else {
-            doctor_fact(d, "variables", "HCCL buffers", "each communicator takes 2 x %ld MB = %ld MB of device memory "
-                        "outside the caching allocator", mb, 2 * mb);
+            doctor_fact(d, "variables", "HCCL buffers",
+                        "each communicator takes 2 x %ld MB = %ld MB of device memory "
+                        "outside the caching allocator",
+                        mb, 2 * mb);
         }
     }
     check_reuse_mode(d, present);
@@ -739,7 +767,8 @@ static const char python_probe[] =
     "        v = tuple(int(x) for x in m.__version__.split('.')[:2] if x.isdigit())\n"
     "        ok = v >= ((2, 1) if dev == 'npu' else (2, 0)) and hasattr((m.npu if dev == 'npu' else m.cuda).memory,\n"
     "            'NPUPluggableAllocator' if dev == 'npu' else 'CUDAPluggableAllocator')\n"
-    "        why = '' if ok else 'no pluggable allocator in this release (hbmalloc needs torch >= 2.0, torch_npu >= 2.1)'\n"
+    "        why = '' if ok else 'no pluggable allocator in this release (hbmalloc needs torch >= 2.0, torch_npu >= "
+    "2.1)'\n"
     "    say('accept_' + dev, 'yes' if ok else 'no: ' + why)\n";
 
 static const char *probe_value(const char *text, const char *key, char *out, size_t len)
@@ -781,8 +810,10 @@ void doctor_python(doctor *d)
         int accepted = probe_value(text, fw[i].accept_key, acc, sizeof acc) && !strcmp(acc, "yes");
         char build[96] = "";
         if (!i)
-            snprintf(build, sizeof build, probe_value(text, "torch_cuda", cuda, sizeof cuda) && cuda[0]
-                                              ? " (built for CUDA %s)" : " (a CPU build: no CUDA)", cuda);
+            snprintf(build, sizeof build,
+                     probe_value(text, "torch_cuda", cuda, sizeof cuda) && cuda[0] ? " (built for CUDA %s)"
+                                                                                   : " (a CPU build: no CUDA)",
+                     cuda);
         doctor_fact(d, "python", fw[i].name, "%s%s: hbmalloc.torch.use() %s", ver, build,
                     accepted ? "accepts it" : "refuses it");
         char *from = i ? d->torch_npu_from : d->torch_from;

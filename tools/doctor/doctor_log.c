@@ -24,8 +24,8 @@ double doctor_size(const char *s, size_t *len)
     static const struct {
         const char *u;
         double mul;
-    } units[] = {{"bytes", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-                 {"TiB", 1099511627776.0}, {"B", 1}};
+    } units[] = {{"bytes", 1},          {"KiB", 1024.0},          {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"B", 1}};
     const char *p = s;
     *len = 0;
     if (!isdigit((unsigned char)*p))
@@ -153,7 +153,8 @@ static void oom_unreadable(doctor *d, const where *w, const char *line)
                           : "GPU out of memory, but the message is cut in the log: its figures cannot all be read");
     if (!f)
         return;
-    snprintf(f->why, sizeof f->why, "The out-of-memory message starts here but its end (the reserved memory) is "
+    snprintf(f->why, sizeof f->why,
+             "The out-of-memory message starts here but its end (the reserved memory) is "
              "neither on this line nor on the next few: the log wrapped or truncated it. Without the reserved and "
              "allocated figures, fragmentation cannot be told from a device that is too small, so the doctor draws "
              "no conclusion.");
@@ -206,8 +207,10 @@ static void oom(doctor *d, const where *w, const char *line)
     int frag = rbu >= 0 && rbu >= req && rbu > 0;
     char title[320];
     if (frag)
-        snprintf(title, sizeof title, "%s out of memory with %s reserved but unallocated: fragmentation (a %s request "
-                 "failed)", is_npu ? "NPU" : "GPU", s_rbu, s_req);
+        snprintf(title, sizeof title,
+                 "%s out of memory with %s reserved but unallocated: fragmentation (a %s request "
+                 "failed)",
+                 is_npu ? "NPU" : "GPU", s_rbu, s_req);
     else
         snprintf(title, sizeof title, "%s out of memory: the live tensors do not fit (a %s request failed)",
                  is_npu ? "NPU" : "GPU", s_req);
@@ -240,15 +243,19 @@ static void oom(doctor *d, const where *w, const char *line)
     int no_vmm = is_npu ? (d->npu_vmm == 0 || d->probe_failed) : d->cuda_vmm == 0;
     if (frag) {
         if (no_vmm) {
-            doctor_next(f, "expandable segments would cure this but this %s cannot do them (%s); which "
-                           "max_split_size_mb / garbage_collection_threshold values help this job cannot be read from "
-                           "a log: replay a snapshot of it (below), or give it to the doctor: hbmalloc doctor --trace "
-                           "oom.pickle", is_npu ? "NPU" : "GPU",
+            doctor_next(f,
+                        "expandable segments would cure this but this %s cannot do them (%s); which "
+                        "max_split_size_mb / garbage_collection_threshold values help this job cannot be read from "
+                        "a log: replay a snapshot of it (below), or give it to the doctor: hbmalloc doctor --trace "
+                        "oom.pickle",
+                        is_npu ? "NPU" : "GPU",
                         is_npu ? (d->npu_vmm_why[0] ? d->npu_vmm_why : "the log shows the virtual-memory probe failing")
                                : "no CUDA virtual memory management");
         } else {
-            doctor_next(f, "export %s='expandable_segments:True' (grows segments in place: reserved stays close to "
-                           "allocated; what %s's own out-of-memory message advises)%s", var, who,
+            doctor_next(f,
+                        "export %s='expandable_segments:True' (grows segments in place: reserved stays close to "
+                        "allocated; what %s's own out-of-memory message advises)%s",
+                        var, who,
                         is_npu ? "; torch_npu 2.13 and later refuse it together with max_split_size_mb or "
                                  "garbage_collection_threshold, and it needs Ascend HDK >= 23.0.0 (run hbmalloc doctor "
                                  "on the machine)"
@@ -258,8 +265,10 @@ static void oom(doctor *d, const where *w, const char *line)
         doctor_next(f, "make the live data smaller: smaller micro-batch or sequence length, activation checkpointing, "
                        "mixed precision, or shard the model over more devices");
         if (other > 0.05 * total && total > 0)
-            doctor_next(f, "%s is held outside this allocator: look at the process table of %s for other jobs on the "
-                           "device%s", s_other, is_npu ? "npu-smi info" : "nvidia-smi",
+            doctor_next(f,
+                        "%s is held outside this allocator: look at the process table of %s for other jobs on the "
+                        "device%s",
+                        s_other, is_npu ? "npu-smi info" : "nvidia-smi",
                         is_npu ? ", and lower HCCL_BUFFSIZE if many communicators are created" : "");
     }
     /* The capacity as one --capacity argument: "60.97GiB" (or bytes below 1 KiB). */
@@ -270,10 +279,11 @@ static void oom(doctor *d, const where *w, const char *line)
     else
         snprintf(s_cap, sizeof s_cap, "%.0f", total);
     const char *ver = is_npu ? d->torch_npu_version : d->torch_version;
-    doctor_next(f, "measure instead of guessing: record a snapshot (%s.memory._record_memory_history(max_entries="
-                   "100000) ... %s.memory._dump_snapshot(\"oom.pickle\")), then hbmalloc sweep oom.pickle --capacity "
-                   "%s --backend sim:dialect=%s%s%s%s ranks the settings against yours, and hbmalloc replay oom.pickle "
-                   "--min-capacity says what capacity the job needs",
+    doctor_next(f,
+                "measure instead of guessing: record a snapshot (%s.memory._record_memory_history(max_entries="
+                "100000) ... %s.memory._dump_snapshot(\"oom.pickle\")), then hbmalloc sweep oom.pickle --capacity "
+                "%s --backend sim:dialect=%s%s%s%s ranks the settings against yours, and hbmalloc replay oom.pickle "
+                "--min-capacity says what capacity the job needs",
                 is_npu ? "torch_npu.npu" : "torch.cuda", is_npu ? "torch_npu.npu" : "torch.cuda",
                 total > 0 ? s_cap : "SIZE", is_npu ? "npu" : "cuda", no_vmm ? ",vmm=off" : "",
                 ver[0] ? (is_npu ? " --torch-npu " : " --torch ") : "", ver[0] ? ver : "");
@@ -281,20 +291,56 @@ static void oom(doctor *d, const where *w, const char *line)
 
 /* ---- HCCL ---- */
 
-static const char *const hccl_names[] = {
-    "HCCL_SUCCESS",        "HCCL_E_PARA",          "HCCL_E_PTR",          "HCCL_E_MEMORY",      "HCCL_E_INTERNAL",
-    "HCCL_E_NOT_SUPPORT",  "HCCL_E_NOT_FOUND",     "HCCL_E_UNAVAIL",      "HCCL_E_SYSCALL",     "HCCL_E_TIMEOUT",
-    "HCCL_E_OPEN_FILE_FAILURE", "HCCL_E_TCP_CONNECT", "HCCL_E_ROCE_CONNECT", "HCCL_E_TCP_TRANSFER",
-    "HCCL_E_ROCE_TRANSFER", "HCCL_E_RUNTIME",      "HCCL_E_DRV",          "HCCL_E_PROFILING",   "HCCL_E_CCE",
-    "HCCL_E_NETWORK",      "HCCL_E_AGAIN",         "HCCL_E_REMOTE",       "HCCL_E_SUSPENDING",  "HCCL_E_OPRETRY_FAIL",
-    "HCCL_E_OOM"};
-static const char *const hccl_meaning[] = {
-    "success", "a parameter is wrong", "an empty (NULL) pointer", "memory error", "internal error",
-    "not supported", "not found", "resource unavailable", "a system call failed", "timed out",
-    "a file could not be opened", "TCP connection failed", "RoCE connection failed", "TCP transfer failed",
-    "RoCE transfer failed", "a runtime (AscendCL) call failed", "a driver call failed", "profiling error",
-    "CCE error", "network error", "try again", "error on a remote rank", "suspending", "operation retry failed",
-    "out of memory"};
+static const char *const hccl_names[] = {"HCCL_SUCCESS",
+                                         "HCCL_E_PARA",
+                                         "HCCL_E_PTR",
+                                         "HCCL_E_MEMORY",
+                                         "HCCL_E_INTERNAL",
+                                         "HCCL_E_NOT_SUPPORT",
+                                         "HCCL_E_NOT_FOUND",
+                                         "HCCL_E_UNAVAIL",
+                                         "HCCL_E_SYSCALL",
+                                         "HCCL_E_TIMEOUT",
+                                         "HCCL_E_OPEN_FILE_FAILURE",
+                                         "HCCL_E_TCP_CONNECT",
+                                         "HCCL_E_ROCE_CONNECT",
+                                         "HCCL_E_TCP_TRANSFER",
+                                         "HCCL_E_ROCE_TRANSFER",
+                                         "HCCL_E_RUNTIME",
+                                         "HCCL_E_DRV",
+                                         "HCCL_E_PROFILING",
+                                         "HCCL_E_CCE",
+                                         "HCCL_E_NETWORK",
+                                         "HCCL_E_AGAIN",
+                                         "HCCL_E_REMOTE",
+                                         "HCCL_E_SUSPENDING",
+                                         "HCCL_E_OPRETRY_FAIL",
+                                         "HCCL_E_OOM"};
+static const char *const hccl_meaning[] = {"success",
+                                           "a parameter is wrong",
+                                           "an empty (NULL) pointer",
+                                           "memory error",
+                                           "internal error",
+                                           "not supported",
+                                           "not found",
+                                           "resource unavailable",
+                                           "a system call failed",
+                                           "timed out",
+                                           "a file could not be opened",
+                                           "TCP connection failed",
+                                           "RoCE connection failed",
+                                           "TCP transfer failed",
+                                           "RoCE transfer failed",
+                                           "a runtime (AscendCL) call failed",
+                                           "a driver call failed",
+                                           "profiling error",
+                                           "CCE error",
+                                           "network error",
+                                           "try again",
+                                           "error on a remote rank",
+                                           "suspending",
+                                           "operation retry failed",
+                                           "out of memory"};
 
 static void hccl(doctor *d, const where *w, const char *func, int code)
 {
@@ -304,24 +350,24 @@ static void hccl(doctor *d, const where *w, const char *func, int code)
     finding *f = seen(d, w, SEV_ERROR, "hccl-error", title);
     if (!f)
         return;
-    snprintf(f->why, sizeof f->why,
-             "%s is %s, \"%s\" (hccl_types.h). %s", name, code >= 0 && code <= 24 ? "HcclResult" : "not a known code",
-             code >= 0 && code <= 24 ? hccl_meaning[code] : "?",
-             code == 2 ? "No official page ties error 2 of HcclGetRootInfo to one cause; candidates, unconfirmed: the "
-                         "process had no device set when the communicator was created (torch.npu.set_device(local_rank) "
-                         "must come before init_process_group), an earlier runtime failure left a resource NULL (look "
-                         "for 207000 / 'driver and firmware packages do not match' or an expandable-segments warning "
-                         "above it), or the driver, firmware, CANN and torch_npu versions do not match."
-             : code == 7 || code == 11 ? "Usually a port conflict: another job (or a previous run that has not "
-                                         "released its sockets) holds HCCL's ports ('Failed to bind the IP port')."
-             : code == 9 ? "A peer did not arrive in time: one rank crashed or started late, or the network between "
-                           "nodes is blocked."
-             : code == 15 ? "A runtime call inside HCCL failed: the EE/EL lines around it name the runtime error "
-                            "(device ids, ASCEND_RT_VISIBLE_DEVICES)."
-             : code == 19 ? "The network setup is wrong: rank table, HCCL_IF_IP / interface, or (in containers) no "
-                            "/etc/passwd entry for the user."
-             : code == 24 ? "HCCL could not get device memory for its buffers (2 x HCCL_BUFFSIZE MB per communicator)."
-                          : "");
+    snprintf(
+        f->why, sizeof f->why, "%s is %s, \"%s\" (hccl_types.h). %s", name,
+        code >= 0 && code <= 24 ? "HcclResult" : "not a known code", code >= 0 && code <= 24 ? hccl_meaning[code] : "?",
+        code == 2 ? "No official page ties error 2 of HcclGetRootInfo to one cause; candidates, unconfirmed: the "
+                    "process had no device set when the communicator was created (torch.npu.set_device(local_rank) "
+                    "must come before init_process_group), an earlier runtime failure left a resource NULL (look "
+                    "for 207000 / 'driver and firmware packages do not match' or an expandable-segments warning "
+                    "above it), or the driver, firmware, CANN and torch_npu versions do not match."
+        : code == 7 || code == 11 ? "Usually a port conflict: another job (or a previous run that has not "
+                                    "released its sockets) holds HCCL's ports ('Failed to bind the IP port')."
+        : code == 9  ? "A peer did not arrive in time: one rank crashed or started late, or the network between "
+                       "nodes is blocked."
+        : code == 15 ? "A runtime call inside HCCL failed: the EE/EL lines around it name the runtime error "
+                       "(device ids, ASCEND_RT_VISIBLE_DEVICES)."
+        : code == 19 ? "The network setup is wrong: rank table, HCCL_IF_IP / interface, or (in containers) no "
+                       "/etc/passwd entry for the user."
+        : code == 24 ? "HCCL could not get device memory for its buffers (2 x HCCL_BUFFSIZE MB per communicator)."
+                     : "");
     doctor_next(f, "run the same job on one card: if it works there, the device and memory are fine and the problem "
                    "is communication");
     doctor_next(f, "npu-smi info on every node: every card Health OK, and no leftover processes holding the cards");
@@ -353,8 +399,8 @@ static void acl_code(doctor *d, const where *w, const char *func, int code)
              code == 207000 ? " The runtime refuses a feature: usually the driver and firmware do not match, or the "
                               "driver is older than the feature (virtual memory needs Ascend HDK 23.0.0)."
              : code == 207001 || code == 207018 ? " The device is out of memory."
-             : code == 507054 ? " An uncorrectable HBM error: the card needs attention."
-                              : "");
+             : code == 507054                   ? " An uncorrectable HBM error: the card needs attention."
+                                                : "");
     doctor_next(f, "the lines after it (EE..../EL.... codes) carry the runtime's own message; ASCEND_LAUNCH_BLOCKING=1 "
                    "makes the failing operator report where it happens");
     if (code == 207000)
@@ -393,10 +439,12 @@ typedef struct known_line {
 } known_line;
 
 static const known_line known[] = {
-    {1, SEV_ERROR,
+    {1,
+     SEV_ERROR,
      {"expandable_segments feature is not supportted", "expandable_segments feature is not supported",
       "expandable_segments setting failure"},
-     "expandable-ignored", "torch_npu turned expandable segments off: the device refused virtual memory",
+     "expandable-ignored",
+     "torch_npu turned expandable segments off: the device refused virtual memory",
      "torch_npu probes aclrtReserveMemAddress when it reads the settings; on failure it prints this and runs with "
      "expandable_segments:False, so fragmentation stays and out-of-memory errors can follow. The probe fails when the "
      "driver (HDK) is older than 23.0.0 or the driver and firmware packages do not match (the runtime answers 207000, "
@@ -408,26 +456,32 @@ static const known_line known[] = {
       "meanwhile remove expandable_segments from PYTORCH_NPU_ALLOC_CONF (it is off anyway), and to choose "
       "max_split_size_mb / garbage_collection_threshold replay a snapshot of the job on this device: hbmalloc doctor "
       "--trace SNAPSHOT.pickle"}},
-    {1, SEV_ERROR,
+    {1,
+     SEV_ERROR,
      {"driver and firmware packages do not match", "get device uuid failed"},
-     "ascend-driver-firmware-mismatch", "the runtime reports that the driver and firmware packages do not match",
+     "ascend-driver-firmware-mismatch",
+     "the runtime reports that the driver and firmware packages do not match",
      "A driver paired with a firmware outside its compatible_version_fw range refuses virtual memory (no expandable "
      "segments) and device-UUID/IPC calls that multi-card runs need (207000).",
      {"compare cat /usr/local/Ascend/driver/version.info (compatible_version_fw) with "
       "/usr/local/Ascend/firmware/version.info (Version), or run hbmalloc doctor there",
       "install the matching driver or firmware and reboot"}},
-    {0, SEV_ERROR,
+    {0,
+     SEV_ERROR,
      {"CUDA driver version is insufficient for CUDA runtime version", "Driver/library version mismatch",
       "forward compatibility was attempted", "couldn't communicate with the NVIDIA driver"},
-     "cuda-driver-mismatch", "the NVIDIA driver does not match the CUDA runtime or the kernel module",
+     "cuda-driver-mismatch",
+     "the NVIDIA driver does not match the CUDA runtime or the kernel module",
      "The user-space libraries, the kernel module and the CUDA runtime the framework was built with must agree; a "
      "driver upgrade without a reboot, or a container whose CUDA is newer than the host driver, gives this.",
      {"nvidia-smi: its Driver Version and CUDA Version are what the host offers; the framework's CUDA "
       "(torch.version.cuda) must not be newer",
       "after a driver upgrade, reboot (or reload the nvidia kernel modules)"}},
-    {0, SEV_WARNING,
+    {0,
+     SEV_WARNING,
      {"expandable_segments not supported on this platform"},
-     "expandable-ignored-cuda", "PyTorch ignored expandable_segments:True on this platform",
+     "expandable-ignored-cuda",
+     "PyTorch ignored expandable_segments:True on this platform",
      "This PyTorch build or platform has no CUDA virtual-memory support (built without the driver API, or not "
      "Linux/CUDA), so segments are whole and fragmentation stays.",
      {"use a PyTorch build for Linux with CUDA >= 11.x, or hbmalloc's plug-in (libhbmalloc_torch.so), which detects "
@@ -600,8 +654,9 @@ static void read_error(doctor *d, const char *name, long line, int errnum)
     snprintf(f->title, sizeof f->title, "the log could not be read to its end: %s", strerror(errnum));
     snprintf(f->evidence, sizeof f->evidence, "%.*s:%ld: the read failed (%s)", (int)plen, name, line,
              strerror(errnum));
-    snprintf(f->why, sizeof f->why, "what follows that line was not examined: the findings above are of the lines "
-                                    "before it, and the log may hold more");
+    snprintf(f->why, sizeof f->why,
+             "what follows that line was not examined: the findings above are of the lines "
+             "before it, and the log may hold more");
     doctor_next(f, "check that the file is whole and readable (a disk error, a file cut by a full disk, a network "
                    "file system that went away), then run the doctor again");
 }
@@ -681,7 +736,8 @@ int doctor_log(doctor *d, const char *path, char *err, size_t errlen)
     }
     const char *what = trace_not_a_file(fileno(fp));
     if (what) { /* /dev/zero never ends: not a log */
-        snprintf(err, errlen, "log %.300s is not a regular file (%s): give a log file (a pipe is read too)", path, what);
+        snprintf(err, errlen, "log %.300s is not a regular file (%s): give a log file (a pipe is read too)", path,
+                 what);
         fclose(fp);
         return -1;
     }

@@ -14,16 +14,16 @@ enum { SEV_INFO = 0, SEV_WARNING = 1, SEV_ERROR = 2 };
 
 typedef struct finding {
     int severity;
-    char id[40];         /* stable identifier for machines: "npu-oom-fragmentation", "hccl-error", ... */
+    char id[40]; /* stable identifier for machines: "npu-oom-fragmentation", "hccl-error", ... */
     char title[480];
-    char evidence[640];  /* FILE:LINE: the line, or where in the environment */
-    int count;           /* times seen (logs) */
+    char evidence[640]; /* FILE:LINE: the line, or where in the environment */
+    int count;          /* times seen (logs) */
     char why[1400];
     char next[DOC_MAX_NEXT][520];
     int nnext;
-    long order;          /* position for a stable sort within a severity */
-    int cause;           /* explains other findings: ranked before them */
-    char explains[80];   /* their numbers once ordered: "2 and 3" */
+    long order;        /* position for a stable sort within a severity */
+    int cause;         /* explains other findings: ranked before them */
+    char explains[80]; /* their numbers once ordered: "2 and 3" */
 } finding;
 
 typedef struct fact {
@@ -38,12 +38,12 @@ typedef struct doctor {
     fact *facts;
     size_t nfacts, capfacts;
     /* What the environment says, for advice that depends on it. */
-    int npu_vmm;         /* 1 yes, 0 no, -1 unknown */
+    int npu_vmm; /* 1 yes, 0 no, -1 unknown */
     char npu_vmm_why[300];
-    int cuda_vmm;        /* 1 yes, 0 no, -1 unknown */
-    char driver[64];     /* Ascend driver (HDK) version, if known */
-    int ascend;          /* an Ascend machine: version files or a runtime seen */
-    int runtimes_loaded; /* device runtimes that loaded (CUDA driver, AscendCL) */
+    int cuda_vmm;             /* 1 yes, 0 no, -1 unknown */
+    char driver[64];          /* Ascend driver (HDK) version, if known */
+    int ascend;               /* an Ascend machine: version files or a runtime seen */
+    int runtimes_loaded;      /* device runtimes that loaded (CUDA driver, AscendCL) */
     char not_checked[2][400]; /* what could not be checked, and how to check it: never "no problems" silently */
     int nnot_checked;
     /* What the logs (or --torch / --torch-npu) say about the framework. */
@@ -52,8 +52,8 @@ typedef struct doctor {
     int npu_version_inferred;                  /* from a warning only one release line prints */
     int probe_failed;                          /* a log shows torch_npu's virtual-memory probe failing */
     char probe_failed_at[300];
-    int oom_npu;                               /* an NPU out-of-memory message was seen */
-    double oom_capacity;                       /* its device's total capacity, bytes (0: unknown) */
+    int oom_npu;         /* an NPU out-of-memory message was seen */
+    double oom_capacity; /* its device's total capacity, bytes (0: unknown) */
 } doctor;
 
 void doctor_init(doctor *d);

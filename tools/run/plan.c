@@ -72,9 +72,11 @@ int plan_build(const trace *t, const plan_opts *o, plan *out, char *err, size_t 
 {
     memset(out, 0, sizeof *out);
     if (o && o->budget > plan_budget_max(t->allocs)) {
-        snprintf(err, errlen, "--budget %llu: at most %llu for %llu allocations (an evaluation places each against "
-                 "those placed, about n^2 steps: 100 times the default's work at most)", (unsigned long long)o->budget,
-                 (unsigned long long)plan_budget_max(t->allocs), (unsigned long long)t->allocs);
+        snprintf(err, errlen,
+                 "--budget %llu: at most %llu for %llu allocations (an evaluation places each against "
+                 "those placed, about n^2 steps: 100 times the default's work at most)",
+                 (unsigned long long)o->budget, (unsigned long long)plan_budget_max(t->allocs),
+                 (unsigned long long)t->allocs);
         return -1;
     }
     int built = build_buffers(t, out);
@@ -139,8 +141,9 @@ int plan_check(const plan *p, char *err, size_t errlen)
 int plan_write(const plan *p, const char *source, FILE *f)
 {
     fprintf(f, "hbmplan 1\n# source: %s\n", source);
-    fprintf(f, "# %zu allocations; peak live %llu bytes (%llu rounded to %d); greedy (%s) %llu; after %llu "
-               "evaluations %llu\n",
+    fprintf(f,
+            "# %zu allocations; peak live %llu bytes (%llu rounded to %d); greedy (%s) %llu; after %llu "
+            "evaluations %llu\n",
             p->n, (unsigned long long)p->peak_live, (unsigned long long)p->peak_live_rounded, PLAN_ALIGN,
             p->greedy_order, (unsigned long long)p->greedy_height, (unsigned long long)p->evaluations,
             (unsigned long long)p->height);

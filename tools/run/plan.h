@@ -21,10 +21,10 @@
 #define PLAN_ALIGN 512 /* every offset and size is a multiple of this (PyTorch's rounding) */
 
 typedef struct plan_buf {
-    uint64_t size;      /* rounded to PLAN_ALIGN */
-    uint64_t requested; /* as the trace asked */
-    uint64_t offset;    /* in the region */
-    uint32_t alloc;     /* the trace's allocation number (0 = its first alloc) */
+    uint64_t size;       /* rounded to PLAN_ALIGN */
+    uint64_t requested;  /* as the trace asked */
+    uint64_t offset;     /* in the region */
+    uint32_t alloc;      /* the trace's allocation number (0 = its first alloc) */
     uint32_t start, end; /* live over events [start, end) of the trace */
 } plan_buf;
 

@@ -288,7 +288,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
         char err[512];
         size_t n = strlen(o->snapshot_path);
         hbm_snapshot_format fmt = n > 5 && !strcmp(o->snapshot_path + n - 5, ".json") ? HBM_SNAPSHOT_JSON
-                                                                                       : HBM_SNAPSHOT_PICKLE;
+                                                                                      : HBM_SNAPSHOT_PICKLE;
         if (hbm_snapshot_take(a, &snap) != HBM_OK || hbm_snapshot_save(snap, o->snapshot_path, fmt, err, sizeof err)) {
             snprintf(r->message, sizeof r->message, "could not write the snapshot %s", o->snapshot_path);
             rc = 2;
@@ -385,13 +385,16 @@ static void print_plan(FILE *out, const replay_result *r)
     }
     char h[32];
     hbm__format_size((uint64_t)s->plan_height, h, sizeof h);
-    fprintf(out, "step plan:          height %s, %lld plan%s made; %lld allocations served at their planned offset, "
-                 "%lld missed, %lld unplanned\n",
+    fprintf(out,
+            "step plan:          height %s, %lld plan%s made; %lld allocations served at their planned offset, "
+            "%lld missed, %lld unplanned\n",
             h, (long long)s->plan_replans, s->plan_replans == 1 ? "" : "s", (long long)s->plan_hits,
             (long long)s->plan_misses, (long long)s->plan_unplanned);
     if (tried)
-        fprintf(out, "                    the whole steps after a plan: %.1f%% of their allocations served from it "
-                     "(the worst step %.1f%%)\n", 100.0 * (double)served / (double)tried, worst);
+        fprintf(out,
+                "                    the whole steps after a plan: %.1f%% of their allocations served from it "
+                "(the worst step %.1f%%)\n",
+                100.0 * (double)served / (double)tried, worst);
 }
 
 /* The steps one by one: what the step plan served, and the footprint of each (with or without a plan). */
@@ -429,13 +432,15 @@ static void print_naps(FILE *out, const trace *t, const replay_result *r)
     uint64_t placed = t->sleeps + t->wakes - t->unplaced;
     fprintf(out, "sleep and wake:     ");
     if (placed)
-        fprintf(out, "%llu of %llu replayed (hbm_pool_sleep, hbm_pool_wake on the pools the trace names): %s of pages "
-                     "put to sleep, %s mapped again (the recording: %s and %s); reserved fell by %s at the sleeps "
-                     "(their cached free pages too)\n",
+        fprintf(out,
+                "%llu of %llu replayed (hbm_pool_sleep, hbm_pool_wake on the pools the trace names): %s of pages "
+                "put to sleep, %s mapped again (the recording: %s and %s); reserved fell by %s at the sleeps "
+                "(their cached free pages too)\n",
                 (unsigned long long)placed, (unsigned long long)(t->sleeps + t->wakes), slept, woke, rs, rw, fell);
     if (t->unplaced)
-        fprintf(out, "%s%llu drawn by view, not replayed: the trace does not say which pool each allocation went to "
-                     "(a snapshot's history does not); the recording gave back %s at those sleeps\n",
+        fprintf(out,
+                "%s%llu drawn by view, not replayed: the trace does not say which pool each allocation went to "
+                "(a snapshot's history does not); the recording gave back %s at those sleeps\n",
                 placed ? "                    " : "", (unsigned long long)t->unplaced, dr);
 }
 
@@ -470,17 +475,20 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
     else
         fprintf(out, "settings:           %s\n", r->settings[0] ? r->settings : "?");
     if (o->settings_from_trace && t->rec.settings_dropped[0])
-        fprintf(out, "                    note: the recorded '%s' is not applied: settings read from a file never "
-                     "name files (give it with --conf)\n", t->rec.settings_dropped);
+        fprintf(out,
+                "                    note: the recorded '%s' is not applied: settings read from a file never "
+                "name files (give it with --conf)\n",
+                t->rec.settings_dropped);
     if (o->settings_from_trace && o->env_overridden[0])
         fprintf(out, "                    note: %s from the environment is not used (--conf chooses)\n",
                 o->env_overridden);
     if (t->rec.blind && t->rec.preexisting) {
         char er[32];
         hbm__format_size((uint64_t)t->rec.end_reserved, er, sizeof er);
-        fprintf(out, "recording:          began with %llu blocks live (%llu of them freed during it); the segments then "
-                     "are unknown (its history records allocations but no segment events; %s reserved at its end): "
-                     "the replay begins from an empty device with those blocks allocated first\n",
+        fprintf(out,
+                "recording:          began with %llu blocks live (%llu of them freed during it); the segments then "
+                "are unknown (its history records allocations but no segment events; %s reserved at its end): "
+                "the replay begins from an empty device with those blocks allocated first\n",
                 (unsigned long long)t->rec.preexisting, (unsigned long long)t->rec.freed_preexisting, er);
     } else if (t->rec.preexisting || t->rec.start_reserved) {
         char sr[32];
@@ -491,19 +499,23 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
             fprintf(out, "; the replay begins from that state (%zu segments rebuilt)\n", t->rec.nseed_segments);
         else if (t->rec.seedable)
             fprintf(out, "; the replay begins from an empty device with those blocks allocated first (%s)\n",
-                    o->settings_from_trace ? "--fresh-start" : "other settings than the recording's: its cached "
-                    "segments followed its own");
+                    o->settings_from_trace ? "--fresh-start"
+                                           : "other settings than the recording's: its cached "
+                                             "segments followed its own");
         else
-            fprintf(out, "; that state cannot be rebuilt: %s; the replay begins from an empty device with the blocks "
-                         "allocated first, so peak reserved can differ from the recording's by up to %s\n",
+            fprintf(out,
+                    "; that state cannot be rebuilt: %s; the replay begins from an empty device with the blocks "
+                    "allocated first, so peak reserved can differ from the recording's by up to %s\n",
                     t->rec.start_note, sr);
     }
     if (t->rec.skipped_frees)
         fprintf(out, "                    %llu frees of blocks the history cannot place were skipped\n",
                 (unsigned long long)t->rec.skipped_frees);
     if (t->meta.dropped)
-        fprintf(out, "stacks:             those of %llu frames lists not kept: the stack text built passed 2 characters "
-                     "per byte of the snapshot (docs/TOOL.md)\n", (unsigned long long)t->meta.dropped);
+        fprintf(out,
+                "stacks:             those of %llu frames lists not kept: the stack text built passed 2 characters "
+                "per byte of the snapshot (docs/TOOL.md)\n",
+                (unsigned long long)t->meta.dropped);
     fprintf(out, "events replayed:    %zu of %zu\n", r->events_done, t->n);
     fprintf(out, "peak requested:     %s (%lld bytes)\n", preq, (long long)s->requested_bytes[HBM_POOL_ALL].peak);
     fprintf(out, "peak allocated:     %s (%lld bytes)\n", pa, (long long)s->allocated_bytes[HBM_POOL_ALL].peak);
@@ -512,16 +524,20 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
     if (t->rec.present) {
         char rp[32];
         hbm__format_size((uint64_t)t->rec.peak_reserved, rp, sizeof rp);
-        fprintf(out, "recorded:           peak reserved %s (%lld bytes) by the allocator that made the snapshot, %llu segments at the end; hbmalloc %+.2f%%\n",
+        fprintf(out,
+                "recorded:           peak reserved %s (%lld bytes) by the allocator that made the snapshot, %llu "
+                "segments at the end; hbmalloc %+.2f%%\n",
                 rp, (long long)t->rec.peak_reserved, (unsigned long long)t->rec.segments_end,
-                t->rec.peak_reserved ? 100.0 * ((double)s->reserved_bytes[HBM_POOL_ALL].peak -
-                                                (double)t->rec.peak_reserved) / (double)t->rec.peak_reserved
-                                     : 0.0);
+                t->rec.peak_reserved
+                    ? 100.0 * ((double)s->reserved_bytes[HBM_POOL_ALL].peak - (double)t->rec.peak_reserved) /
+                          (double)t->rec.peak_reserved
+                    : 0.0);
     }
     if (t->sleeps || t->wakes)
         print_naps(out, t, r);
-    fprintf(out, "device calls:       %llu malloc, %llu free, %llu map, %llu unmap, %llu other "
-                 "(num_device_alloc %lld, num_device_free %lld)\n",
+    fprintf(out,
+            "device calls:       %llu malloc, %llu free, %llu map, %llu unmap, %llu other "
+            "(num_device_alloc %lld, num_device_free %lld)\n",
             (unsigned long long)r->dev.malloc_calls, (unsigned long long)r->dev.free_calls,
             (unsigned long long)r->dev.map_calls, (unsigned long long)r->dev.unmap_calls,
             (unsigned long long)(r->dev.vmm_calls + r->dev.sync_calls + r->dev.info_calls),
@@ -547,7 +563,7 @@ static uint64_t peak_live(const trace *t)
 {
     uint64_t *size = calloc(t->nslots ? t->nslots : 1, sizeof *size), live = 0, peak = 0;
     uint32_t *pool = calloc(t->nslots ? t->nslots : 1, sizeof *pool), in = 0; /* each block's pool (index + 1) */
-    uint64_t *held = calloc(t->npools + 1, sizeof *held);                    /* each pool's live bytes */
+    uint64_t *held = calloc(t->npools + 1, sizeof *held);                     /* each pool's live bytes */
     uint8_t *asleep = calloc(t->npools + 1, 1);
     for (size_t i = 0; size && pool && held && asleep && i < t->n; i++) {
         const trace_event *e = &t->ev[i];
@@ -634,6 +650,7 @@ int replay_min_capacity(const trace *t, const replay_opts *o, const char *backen
     char h[32];
     hbm__format_size(hi, h, sizeof h);
     fprintf(out, "minimum capacity:   %s (%llu bytes, to 1 MiB; %d replays) with settings %s\n", h,
-            (unsigned long long)hi, runs, o->settings ? (o->settings[0] ? o->settings : "(defaults)") : "(environment)");
+            (unsigned long long)hi, runs,
+            o->settings ? (o->settings[0] ? o->settings : "(defaults)") : "(environment)");
     return 0;
 }

@@ -10,21 +10,21 @@
 #include "trace/trace.h"
 
 typedef struct replay_opts {
-    const char *backend_spec; /* "sim:capacity=80GiB" */
-    const char *settings;     /* NULL: environment */
-    int check_every;          /* run the validator after every event */
-    int settings_from_trace;  /* settings are the recording's */
-    int quiet;                /* no capability warnings on stderr */
+    const char *backend_spec;  /* "sim:capacity=80GiB" */
+    const char *settings;      /* NULL: environment */
+    int check_every;           /* run the validator after every event */
+    int settings_from_trace;   /* settings are the recording's */
+    int quiet;                 /* no capability warnings on stderr */
     const char *snapshot_path; /* write the allocator's snapshot (with history) at the end or at OOM */
-    int seed;                 /* begin from the recorded start state where the trace has one (its own settings) */
-    char env_overridden[400]; /* a settings variable the recorded settings replace, for the report */
-    const char *steps_note;   /* how the step events were put in (--steps), for the report */
+    int seed;                  /* begin from the recorded start state where the trace has one (its own settings) */
+    char env_overridden[400];  /* a settings variable the recorded settings replace, for the report */
+    const char *steps_note;    /* how the step events were put in (--steps), for the report */
 } replay_opts;
 
 /* One step of a trace with step events (s, or --steps): what the step plan did in it. */
 typedef struct replay_step {
     uint64_t allocs;
-    int64_t hits, misses, unplanned; /* plan statistics over the step */
+    int64_t hits, misses, unplanned;   /* plan statistics over the step */
     uint64_t peak_reserved, peak_live; /* reserved bytes, and requested bytes live, at their highest in the step */
     int planned;                       /* a plan was in force when the step began */
 } replay_step;
@@ -33,25 +33,25 @@ typedef struct replay_step {
 
 /* A trace's sleeps and wakes as replayed: what reserved memory did at them, beside what the recording says. */
 typedef struct replay_naps {
-    uint64_t slept, woke;        /* the replayed sleeps' pages put to sleep, the wakes' pages mapped again */
-    uint64_t fell;               /* reserved bytes given back at the sleeps: their pages, and cached free pages */
+    uint64_t slept, woke;         /* the replayed sleeps' pages put to sleep, the wakes' pages mapped again */
+    uint64_t fell;                /* reserved bytes given back at the sleeps: their pages, and cached free pages */
     uint64_t rec_slept, rec_woke; /* the recording's bytes of those same events */
-    uint64_t drawn;              /* the recording's bytes at the sleeps not replayed (of pools the trace cannot place) */
+    uint64_t drawn; /* the recording's bytes at the sleeps not replayed (of pools the trace cannot place) */
 } replay_naps;
 
 typedef struct replay_result {
     hbm_stats stats;
     hbm_device_counters dev;
     size_t events_done;
-    int oom;                  /* 1 if an allocation failed with OOM */
-    size_t oom_event;         /* index of the failing event */
+    int oom;          /* 1 if an allocation failed with OOM */
+    size_t oom_event; /* index of the failing event */
     uint32_t oom_line;
-    char message[2048];       /* OOM or error text */
+    char message[2048]; /* OOM or error text */
     int check_failures;
     double wall_s;
-    char settings[700];       /* 'STRING' (SOURCE; read as RELEASE): what the allocator ran */
-    int seeded;               /* began from the recorded start state */
-    size_t nsteps;            /* steps begun (step events + 1), when the trace has step events; else 0 */
+    char settings[700]; /* 'STRING' (SOURCE; read as RELEASE): what the allocator ran */
+    int seeded;         /* began from the recorded start state */
+    size_t nsteps;      /* steps begun (step events + 1), when the trace has step events; else 0 */
     replay_step step[REPLAY_STEPS];
     replay_naps naps;
 } replay_result;

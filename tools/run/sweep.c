@@ -99,7 +99,8 @@ static int parse_grid(const char *g, axis *ax, int *nax, char *err, size_t errle
     for (char *part = strtok_r(buf, ";", &save); part; part = strtok_r(NULL, ";", &save)) {
         char *eq = strchr(part, '=');
         if (!eq || *nax == MAX_KEYS) {
-            snprintf(err, errlen, "--grid: expected key=v1,v2;key2=... (at most %d keys), got '%.200s'", MAX_KEYS, part);
+            snprintf(err, errlen, "--grid: expected key=v1,v2;key2=... (at most %d keys), got '%.200s'", MAX_KEYS,
+                     part);
             return -1;
         }
         *eq = 0;
@@ -502,14 +503,17 @@ void sweep_advice(const sweep_outcome *out, const sweep_row *row, const char *ve
     const char *mod = d == HBM_DIALECT_NPU ? "torch.npu" : "torch.cuda";
     int flen = (int)strcspn(f + 28, ",");
     if (version && *version)
-        snprintf(code, codelen, "%s.set_per_process_memory_fraction(%.*s) for each device, before the first "
+        snprintf(code, codelen,
+                 "%s.set_per_process_memory_fraction(%.*s) for each device, before the first "
                  "allocation (garbage_collection_threshold acts only under a memory fraction, and %s cannot read it "
-                 "from %s)", mod, flen, f + 28, out->release, var);
+                 "from %s)",
+                 mod, flen, f + 28, out->release, var);
     else
-        snprintf(code, codelen, "%s.set_per_process_memory_fraction(%.*s) for each device, before the first "
+        snprintf(code, codelen,
+                 "%s.set_per_process_memory_fraction(%.*s) for each device, before the first "
                  "allocation (garbage_collection_threshold acts only under a memory fraction; releases before %s "
-                 "cannot read it from %s: give --%s VERSION if yours is newer)", mod, flen, f + 28,
-                 d == HBM_DIALECT_NPU ? "torch_npu v26.1.0" : "PyTorch 2.9", var,
+                 "cannot read it from %s: give --%s VERSION if yours is newer)",
+                 mod, flen, f + 28, d == HBM_DIALECT_NPU ? "torch_npu v26.1.0" : "PyTorch 2.9", var,
                  d == HBM_DIALECT_NPU ? "torch-npu" : "torch");
 }
 
@@ -542,8 +546,8 @@ static void put_wrapped(FILE *out, const char *prefix, const char *indent, const
 /* The ranking, one line of figures per distinct result and its settings below it. */
 static void print_ranking(FILE *out, const sweep_outcome *so)
 {
-    fprintf(out, "\n%4s  %11s  %13s  %14s  %12s  %9s  %s\n", "rank", "peak alloc", "peak reserved",
-            "reserved/alloc", "device calls", "device ms", "OOM");
+    fprintf(out, "\n%4s  %11s  %13s  %14s  %12s  %9s  %s\n", "rank", "peak alloc", "peak reserved", "reserved/alloc",
+            "device calls", "device ms", "OOM");
     for (int i = 0; i < so->n; i++) {
         const sweep_row *j = &so->rows[i];
         if (j->same_as >= 0)
@@ -617,9 +621,10 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
         hbm__json_str(out, o->backend_spec);
         fprintf(out, ",\"release\":");
         hbm__json_str(out, so.release);
-        fprintf(out, ",\"settings_run\":%d,\"distinct_results\":%d,\"left_out_invalid\":%d,\"left_out_unsupported\":%d,"
-                     "\"left_out_inactive\":%d,\"jobs\":%d,\"baseline\":", so.n, so.results, so.rejected, so.unsupported,
-                so.inactive, so.jobs);
+        fprintf(out,
+                ",\"settings_run\":%d,\"distinct_results\":%d,\"left_out_invalid\":%d,\"left_out_unsupported\":%d,"
+                "\"left_out_inactive\":%d,\"jobs\":%d,\"baseline\":",
+                so.n, so.results, so.rejected, so.unsupported, so.inactive, so.jobs);
         hbm__json_str(out, so.baseline_note);
         fprintf(out, ",\"results\":[");
         for (int i = 0; i < so.n; i++) {
@@ -631,8 +636,7 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
                     "\"peak_allocated\":%lld,\"peak_reserved\":%lld,\"reserved_over_allocated\":%.6f,"
                     "\"device_allocs\":%lld,\"device_frees\":%lld,\"device_time_ms\":%.3f}",
                     i ? "," : "", j->rank, j->conf, j->hbm ? "hbmalloc" : "framework", j->baseline ? "true" : "false",
-                    j->same_as < 0 ? 0 : j->rank,
-                    j->rc ? "true" : "false", j->rc ? (long long)j->r.oom_event : -1LL,
+                    j->same_as < 0 ? 0 : j->rank, j->rc ? "true" : "false", j->rc ? (long long)j->r.oom_event : -1LL,
                     (long long)s->allocated_bytes[0].peak, (long long)s->reserved_bytes[0].peak,
                     s->allocated_bytes[0].peak ? (double)s->reserved_bytes[0].peak / (double)s->allocated_bytes[0].peak
                                                : 0.0,
@@ -669,8 +673,9 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
                            so.inactive);
         if (so.jobs < so.wanted_jobs) {
             hbm__format_size(so.job_bytes, each, sizeof each);
-            hbm__sb_printf(&sb, "; %d replay%s at a time, not %d: each holds up to %s (the allocator's blocks for the "
-                                "%zu live at once), and together they keep within 16 bytes per byte of the trace",
+            hbm__sb_printf(&sb,
+                           "; %d replay%s at a time, not %d: each holds up to %s (the allocator's blocks for the "
+                           "%zu live at once), and together they keep within 16 bytes per byte of the trace",
                            so.jobs, so.jobs == 1 ? "" : "s", so.wanted_jobs, each, t->nslots);
         }
         put_wrapped(out, "", "  ", head, true);
@@ -706,8 +711,9 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
     if (!o->json && hbm_best) {
         char pr[32], line[600];
         hbm__format_size((uint64_t)peak_reserved(hbm_best), pr, sizeof pr);
-        snprintf(line, sizeof line, "with the hbmalloc plug-in, the %s, rank %d: peak reserved %s; %s. PyTorch's own "
-                                    "allocator does not read it, hbmalloc_torch.use() does:",
+        snprintf(line, sizeof line,
+                 "with the hbmalloc plug-in, the %s, rank %d: peak reserved %s; %s. PyTorch's own "
+                 "allocator does not read it, hbmalloc_torch.use() does:",
                  sweep_hbm_name(hbm_best), hbm_best->rank, pr, sweep_hbm_note(hbm_best));
         put_wrapped(out, "", "  ", line, true);
         fprintf(out, "export HBMALLOC_CONF='%s'\n", hbm_best->conf);

@@ -16,38 +16,38 @@ typedef struct sweep_opts {
     int no_expandable;        /* leave expandable segments out (old firmware) */
     int jobs;                 /* threads; 0: all cores */
     int json;
-    int progress;             /* draw a progress bar on stderr */
-    const char *baseline;     /* the user's setting, a row of its own; NULL: the dialect's PYTORCH_* variable */
-    const char *version;      /* the user's PyTorch / torch_npu release; NULL: unknown */
+    int progress;         /* draw a progress bar on stderr */
+    const char *baseline; /* the user's setting, a row of its own; NULL: the dialect's PYTORCH_* variable */
+    const char *version;  /* the user's PyTorch / torch_npu release; NULL: unknown */
     /* Called with the ranking after it is printed (sweep --html draws it); its nonzero return is sweep_run's. */
     int (*after)(const sweep_outcome *so, void *ctx);
     void *after_ctx;
 } sweep_opts;
 
 typedef struct sweep_row {
-    char conf[256];     /* what was replayed (strict) */
+    char conf[256]; /* what was replayed (strict) */
     replay_result r;
     int rc;
-    int baseline;       /* the user's setting */
-    int hbm;            /* an hbmalloc policy (HBMALLOC_CONF, the plug-ins only): not a framework setting */
-    int same_as;        /* index of an earlier row with identical results, or -1 */
-    int rank;           /* of its result among the distinct results: 1, 2, 3, ... (rows of one result share it) */
+    int baseline; /* the user's setting */
+    int hbm;      /* an hbmalloc policy (HBMALLOC_CONF, the plug-ins only): not a framework setting */
+    int same_as;  /* index of an earlier row with identical results, or -1 */
+    int rank;     /* of its result among the distinct results: 1, 2, 3, ... (rows of one result share it) */
 } sweep_row;
 
 struct sweep_outcome {
-    sweep_row *rows;    /* ranked: clean runs first, then lower peak reserved, less device time, shorter string */
+    sweep_row *rows; /* ranked: clean runs first, then lower peak reserved, less device time, shorter string */
     int n;
-    int results;        /* distinct results (the highest rank) */
-    int rejected;       /* left out: the release refuses them */
-    int unsupported;    /* left out: expandable segments on a device without virtual memory */
-    int inactive;       /* left out: garbage collection without a memory fraction (it never runs) */
+    int results;     /* distinct results (the highest rank) */
+    int rejected;    /* left out: the release refuses them */
+    int unsupported; /* left out: expandable segments on a device without virtual memory */
+    int inactive;    /* left out: garbage collection without a memory fraction (it never runs) */
     hbm_dialect dialect;
-    int vmm;            /* the device's virtual memory, as the sweep used it */
-    char why[256];      /* why not, when vmm is 0 */
+    int vmm;                  /* the device's virtual memory, as the sweep used it */
+    char why[256];            /* why not, when vmm is 0 */
     char baseline_note[1200]; /* the user's setting: what it is, what the release makes of it, or why no row */
-    char release[128];  /* the release the strings are checked against */
-    int jobs, wanted_jobs; /* replays run at a time, and what the cores (or --jobs) asked */
-    uint64_t job_bytes;    /* host memory a replay was reckoned to hold (sweep.c, jobs_in_memory) */
+    char release[128];        /* the release the strings are checked against */
+    int jobs, wanted_jobs;    /* replays run at a time, and what the cores (or --jobs) asked */
+    uint64_t job_bytes;       /* host memory a replay was reckoned to hold (sweep.c, jobs_in_memory) */
 };
 
 /* Replay the grid (and the baseline); 0, or 2 with err set. */

@@ -67,10 +67,7 @@ static int rows_add(rows *r, int64_t lower, int64_t upper, uint64_t size, uint32
     return 0;
 }
 
-static void rows_free(rows *r)
-{
-    free(r->lower), free(r->upper), free(r->size), free(r->line);
-}
+static void rows_free(rows *r) { free(r->lower), free(r->upper), free(r->size), free(r->line); }
 
 static int parse_int(const char *s, size_t n, int64_t *out)
 {
@@ -146,7 +143,9 @@ int trace_read_lifetimes_mem(const char *name, const char *data, size_t len, tra
                     if (parse_int(s, (size_t)(p - s), &v[k])) {
                         snprintf(err, errlen, "%s:%u:%d: '%.*s' is not a whole number (column %s)", name, line,
                                  (int)(s - ls) + 1, (int)((p - s) > 40 ? 40 : (p - s)), s,
-                                 k == 1 ? "lower" : k == 2 ? "upper" : "size");
+                                 k == 1   ? "lower"
+                                 : k == 2 ? "upper"
+                                          : "size");
                         goto out;
                     }
                     seen |= 1 << k;
@@ -158,7 +157,9 @@ int trace_read_lifetimes_mem(const char *name, const char *data, size_t len, tra
             continue; /* an empty line */
         if (seen != 0xe) {
             snprintf(err, errlen, "%s:%u: the row lacks %s", name, line,
-                     !(seen & 2) ? "lower" : !(seen & 4) ? "upper" : "size");
+                     !(seen & 2)   ? "lower"
+                     : !(seen & 4) ? "upper"
+                                   : "size");
             goto out;
         }
         if (v[3] <= 0)

@@ -75,14 +75,14 @@ static void event_fields(const pv *e, const pv **action, int64_t *addr, int64_t 
  * text is bounded by the file: past STACK_BYTES_PER_BYTE characters per byte (charged at least STACK_MIN_CHARGE a
  * build), later allocations keep no stack and are counted (trace_meta.dropped). Real snapshots build at most 1.8
  * characters per byte (docs/RELIABILITY.md). */
-#define STACK_TEXT 16384          /* an allocation's frames as text: frames past it are left out */
-#define STACK_BYTES_PER_BYTE 2    /* characters of stack text built per byte of the file, above STACK_FLOOR */
+#define STACK_TEXT 16384       /* an allocation's frames as text: frames past it are left out */
+#define STACK_BYTES_PER_BYTE 2 /* characters of stack text built per byte of the file, above STACK_FLOOR */
 #define STACK_FLOOR (1u << 20)
-#define STACK_MIN_CHARGE 64       /* a build costs at least this: the sequences kept stay few */
+#define STACK_MIN_CHARGE 64 /* a build costs at least this: the sequences kept stay few */
 
 typedef struct stacks {
-    u64map seqs;           /* a sequence of frame nodes' hash -> the first list (its node) with that sequence */
-    size_t built, budget;  /* characters built so far, and the bound */
+    u64map seqs;          /* a sequence of frame nodes' hash -> the first list (its node) with that sequence */
+    size_t built, budget; /* characters built so far, and the bound */
     char text[STACK_TEXT];
 } stacks;
 
@@ -409,8 +409,8 @@ typedef struct snap_read {
     int device;
     trace *t;
     trace_builder *b;
-    recs segs, blks;              /* every segment and block seen, live at the end or worked back */
-    seg_rec *start_segs;          /* those live at the start, by address */
+    recs segs, blks;     /* every segment and block seen, live at the end or worked back */
+    seg_rec *start_segs; /* those live at the start, by address */
     blk_rec *start_blks;
     size_t ns, nb;
     occupancy oc;
@@ -473,8 +473,10 @@ static int read_end(snap_read *r)
          * memo references can repeat a segment, each repeat bringing its blocks again. */
         blocks_walked += pv_len(blocks);
         if (blocks_walked > r->len)
-            return sr_fail(r, "the segments hold more blocks than a file of %zu bytes can describe (memo references "
-                              "repeat them); refusing at over one block per byte", r->len);
+            return sr_fail(r,
+                           "the segments hold more blocks than a file of %zu bytes can describe (memo references "
+                           "repeat them); refusing at over one block per byte",
+                           r->len);
         for (uint32_t k = 0; k < pv_len(blocks); k++) {
             const pv *blk = pv_at(blocks, k);
             int64_t size = 0, req = 0;
@@ -488,9 +490,10 @@ static int read_end(snap_read *r)
                 if (!br)
                     return SR_NOMEM;
                 if (r->blks.n > r->len / PER_RECORD) /* each costs some 80 bytes of memory: bounded by the file */
-                    return sr_fail(r, "the segments hold more live blocks than a file of %zu bytes can describe "
-                                      "(memo references repeat them); refusing at over one per %d bytes", r->len,
-                                   PER_RECORD);
+                    return sr_fail(r,
+                                   "the segments hold more live blocks than a file of %zu bytes can describe "
+                                   "(memo references repeat them); refusing at over one per %d bytes",
+                                   r->len, PER_RECORD);
                 *br = (blk_rec){(uint64_t)at, (uint64_t)size, (uint64_t)req, stream, 1, 0};
             }
             if (add_checked(&at, size))
@@ -501,15 +504,19 @@ static int read_end(snap_read *r)
         if (pv_len(pv_at(r->traces, d)))
             devices_seen |= 1ull << d;
     if (r->nev > r->len / PER_RECORD) /* an event costs 24 bytes and more: memo references must not multiply them */
-        return sr_fail(r, "the history holds more events (%u) than a file of %zu bytes can describe (memo references "
-                          "repeat them); refusing at over one per %d bytes", r->nev, r->len, PER_RECORD);
+        return sr_fail(r,
+                       "the history holds more events (%u) than a file of %zu bytes can describe (memo references "
+                       "repeat them); refusing at over one per %d bytes",
+                       r->nev, r->len, PER_RECORD);
     if (!(devices_seen >> r->device & 1) && r->nev == 0 && devices_seen) {
         char list[200] = "";
         for (int d = 0; d < 64; d++)
             if (devices_seen >> d & 1)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", list[0] ? ", " : "", d);
-        return sr_fail(r, "device %d has no segments or history in this snapshot (devices: %.100s); choose one with "
-                          "--device", r->device, list);
+        return sr_fail(r,
+                       "device %d has no segments or history in this snapshot (devices: %.100s); choose one with "
+                       "--device",
+                       r->device, list);
     }
     return SR_OK;
 }
@@ -635,14 +642,18 @@ static int start_state(snap_read *r)
     else if (r->expandable)
         snprintf(t->rec.start_note, sizeof t->rec.start_note, "the recording's expandable segments cannot be rebuilt");
     else if (r->lost)
-        snprintf(t->rec.start_note, sizeof t->rec.start_note, "the history lost %llu events (an alloc without its free "
-                 "or a segment freed twice): its start cannot be worked out", (unsigned long long)r->lost);
+        snprintf(t->rec.start_note, sizeof t->rec.start_note,
+                 "the history lost %llu events (an alloc without its free "
+                 "or a segment freed twice): its start cannot be worked out",
+                 (unsigned long long)r->lost);
     else if (r->seeded_bytes != r->start)
-        snprintf(t->rec.start_note, sizeof t->rec.start_note, "the segments worked back (%lld bytes) do not sum to the "
-                 "reserved memory the segment events imply (%lld bytes)", (long long)r->seeded_bytes,
-                 (long long)r->start);
+        snprintf(t->rec.start_note, sizeof t->rec.start_note,
+                 "the segments worked back (%lld bytes) do not sum to the "
+                 "reserved memory the segment events imply (%lld bytes)",
+                 (long long)r->seeded_bytes, (long long)r->start);
     else if (outside)
-        snprintf(t->rec.start_note, sizeof t->rec.start_note, "%zu blocks live at the start lie in no segment", outside);
+        snprintf(t->rec.start_note, sizeof t->rec.start_note, "%zu blocks live at the start lie in no segment",
+                 outside);
     t->rec.seedable = seedable; /* the seed itself is made by seed_start() */
     return SR_OK;
 }
@@ -765,8 +776,8 @@ static int read_history(snap_read *r)
             const pv *e = pv_at(events, i);
             pv_int(pv_get(e, "time_us"), &us);
             int64_t stack = t->ev[pushed].kind == EV_ALLOC ? stack_of(r->sk, t, pv_get(e, "frames")) : 0;
-            if (stack < 0 || ((us || stack) && trace_meta_set_index(t, pushed, us > 0 ? (uint64_t)us : 0,
-                                                                    (uint32_t)stack)))
+            if (stack < 0 ||
+                ((us || stack) && trace_meta_set_index(t, pushed, us > 0 ? (uint64_t)us : 0, (uint32_t)stack)))
                 return SR_NOMEM;
         }
     }
@@ -779,8 +790,14 @@ static int read_snapshot(const char *name, pv *root, pickle_doc *doc, size_t len
                          size_t errlen)
 {
     t->format = "pytorch-snapshot";
-    snap_read r = {.name = name, .err = err, .errlen = errlen, .len = len, .device = device, .t = t,
-                   .segs = {NULL, 0, 0, sizeof(seg_rec), {0}}, .blks = {NULL, 0, 0, sizeof(blk_rec), {0}},
+    snap_read r = {.name = name,
+                   .err = err,
+                   .errlen = errlen,
+                   .len = len,
+                   .device = device,
+                   .t = t,
+                   .segs = {NULL, 0, 0, sizeof(seg_rec), {0}},
+                   .blks = {NULL, 0, 0, sizeof(blk_rec), {0}},
                    .segments = root};
     const pv *settings = NULL;
     int rc = SR_NOMEM;

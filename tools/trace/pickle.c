@@ -86,7 +86,7 @@ typedef struct parser {
     size_t nmarks;
     pv **memo;
     size_t nmemo, cap_memo;
-    pv **big;          /* dicts that passed INDEX_MIN pairs: indexed at STOP */
+    pv **big; /* dicts that passed INDEX_MIN pairs: indexed at STOP */
     size_t nbig, cap_big;
     pv *shared[SMALL_MAX - SMALL_MIN + 1 + 3]; /* small ints, then None, False, True */
     char *err;
@@ -126,8 +126,9 @@ static pv *node(parser *ps, pv_type t)
 /* Immutable values that recur (None, booleans, small integers) are one node each. */
 static pv *shared(parser *ps, pv_type t, int64_t i)
 {
-    size_t k = t == PV_NONE ? SMALL_MAX - SMALL_MIN + 1 : t == PV_BOOL ? SMALL_MAX - SMALL_MIN + 2 + (size_t)i
-                                                                        : (size_t)(i - SMALL_MIN);
+    size_t k = t == PV_NONE   ? SMALL_MAX - SMALL_MIN + 1
+               : t == PV_BOOL ? SMALL_MAX - SMALL_MIN + 2 + (size_t)i
+                              : (size_t)(i - SMALL_MIN);
     if (!ps->shared[k] && (ps->shared[k] = node(ps, t)))
         ps->shared[k]->u.i = i;
     return ps->shared[k];
@@ -177,7 +178,8 @@ static int seq_reserve(parser *ps, pv *seq, size_t extra, size_t at)
     if (need <= seq->u.seq.cap)
         return 0;
     size_t cap = seq->type == PV_TUPLE ? need /* filled once, never grown */
-                 : seq->u.seq.cap ? (size_t)seq->u.seq.cap * 2 : 4;
+                 : seq->u.seq.cap      ? (size_t)seq->u.seq.cap * 2
+                                       : 4;
     if (cap < need)
         cap = need;
     if (cap > (size_t)(ps->end - ps->start) * 2 + 8 || cap > UINT32_MAX - 1) {
@@ -639,9 +641,10 @@ static int hex4(const unsigned char *p)
 {
     int v = 0;
     for (int k = 0; k < 4; k++) {
-        int d = p[k] >= '0' && p[k] <= '9' ? p[k] - '0' : p[k] >= 'a' && p[k] <= 'f' ? p[k] - 'a' + 10
-                : p[k] >= 'A' && p[k] <= 'F'                                       ? p[k] - 'A' + 10
-                                                                                    : -1;
+        int d = p[k] >= '0' && p[k] <= '9'   ? p[k] - '0'
+                : p[k] >= 'a' && p[k] <= 'f' ? p[k] - 'a' + 10
+                : p[k] >= 'A' && p[k] <= 'F' ? p[k] - 'A' + 10
+                                             : -1;
         if (d < 0)
             return -1;
         v = v << 4 | d;
@@ -744,8 +747,8 @@ static pv *json_scalar(parser *ps)
         const char *word;
         int type;
         int64_t i;
-    } words[] = {{"true", PV_BOOL, 1}, {"false", PV_BOOL, 0}, {"null", PV_NONE, 0}, {"NaN", PV_FLOAT, 0},
-                 {"Infinity", PV_FLOAT, 1}, {"-Infinity", PV_FLOAT, -1}};
+    } words[] = {{"true", PV_BOOL, 1}, {"false", PV_BOOL, 0},     {"null", PV_NONE, 0},
+                 {"NaN", PV_FLOAT, 0}, {"Infinity", PV_FLOAT, 1}, {"-Infinity", PV_FLOAT, -1}};
     for (size_t k = 0; k < sizeof words / sizeof words[0]; k++) {
         size_t n = strlen(words[k].word);
         if ((size_t)(ps->end - s) >= n && !memcmp(s, words[k].word, n)) {
@@ -920,8 +923,9 @@ const pv *pv_get(const pv *d, const char *key)
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
         const pv *k = d->u.seq.items[2 * order[mid]];
-        int c = k->type != PV_STR ? 1 : k->u.str.len != len ? (k->u.str.len < len ? -1 : 1)
-                                                           : memcmp(k->u.str.s, key, len);
+        int c = k->type != PV_STR     ? 1
+                : k->u.str.len != len ? (k->u.str.len < len ? -1 : 1)
+                                      : memcmp(k->u.str.s, key, len);
         if (c <= 0)
             lo = mid + 1;
         else

@@ -29,8 +29,8 @@ typedef struct pv {
                         node, so a mark made at one place is seen at all of them (import_pytorch.c: a frames list's
                         stack, built once) */
     union {
-        int64_t i;   /* PV_BOOL, PV_INT */
-        double f;    /* PV_FLOAT */
+        int64_t i; /* PV_BOOL, PV_INT */
+        double f;  /* PV_FLOAT */
         struct {
             const char *s; /* not NUL-terminated; points into the file */
             uint32_t len;

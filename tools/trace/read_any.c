@@ -11,9 +11,9 @@
 #include "trace.h"
 #include "util.h"
 
-#define FORMATS_READ                                                                                                  \
-    "hbmalloc reads hbmtrace text (docs/TRACE_FORMAT.md), PyTorch / torch_npu memory snapshots (the pickle "        \
-    "torch.cuda.memory._dump_snapshot writes, or hbmalloc's --snapshot pickle or JSON), RMM "                       \
+#define FORMATS_READ                                                                                         \
+    "hbmalloc reads hbmtrace text (docs/TRACE_FORMAT.md), PyTorch / torch_npu memory snapshots (the pickle " \
+    "torch.cuda.memory._dump_snapshot writes, or hbmalloc's --snapshot pickle or JSON), RMM "                \
     "logging_resource_adaptor CSVs and tensor-lifetime CSVs (id,lower,upper,size)"
 
 /* A zip whose first member is ".../data.pkl": what torch.save writes (a checkpoint, or saved tensors). */
@@ -109,11 +109,14 @@ int trace_read_any(const char *path, int device, trace *t, char *err, size_t err
         rc = trace_read_rmm_mem(path, (const char *)data, len, t, err, errlen);
     else if (trace_is_lifetimes((const char *)data, len))
         rc = trace_read_lifetimes_mem(path, (const char *)data, len, t, err, errlen);
-    else if (memchr(data, ',', strcspn((const char *)data, "\n")) && !memchr(data, ' ', strcspn((const char *)data, "\n")) &&
+    else if (memchr(data, ',', strcspn((const char *)data, "\n")) &&
+             !memchr(data, ' ', strcspn((const char *)data, "\n")) &&
              ((data[0] >= 'a' && data[0] <= 'z') || (data[0] >= 'A' && data[0] <= 'Z'))) {
-        snprintf(err, errlen, "%s is a CSV whose header '%.*s' is not one hbmalloc reads: RMM logs "
-                 "(Thread,Time,Action,Pointer,Size[,Stream]) and tensor lifetimes (id,lower,upper,size[,...])", path,
-                 (int)(strcspn((const char *)data, "\r\n") > 80 ? 80 : strcspn((const char *)data, "\r\n")), data);
+        snprintf(err, errlen,
+                 "%s is a CSV whose header '%.*s' is not one hbmalloc reads: RMM logs "
+                 "(Thread,Time,Action,Pointer,Size[,Stream]) and tensor lifetimes (id,lower,upper,size[,...])",
+                 path, (int)(strcspn((const char *)data, "\r\n") > 80 ? 80 : strcspn((const char *)data, "\r\n")),
+                 data);
         rc = -1;
     } else {
         size_t lineno = 0;

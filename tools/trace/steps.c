@@ -45,8 +45,7 @@ int trace_mark_steps(trace *t, const char *how, char *msg, size_t msglen)
     size_t nalloc = (size_t)t->allocs, period = 0, from = 0;
     const char *by = "";
     if (!strcmp(how, "auto")) {
-        static const char *const said[4] = {"", "sizes repeat", "frees repeat, sizes change",
-                                            "sizes and frees repeat"};
+        static const char *const said[4] = {"", "sizes repeat", "frees repeat, sizes change", "sizes and frees repeat"};
         uint64_t *size = malloc((nalloc ? nalloc : 1) * sizeof *size);
         uint32_t *freed = malloc((nalloc ? nalloc : 1) * sizeof *freed);
         size_t best_len = 0;
@@ -66,14 +65,18 @@ int trace_mark_steps(trace *t, const char *how, char *msg, size_t msglen)
             return -1;
         }
         if (!period && layers) {
-            snprintf(msg, msglen, "no repeating step found: the trace's allocations repeat every %d, but live memory "
-                                  "grows or shrinks from one repeat to the next (the layers of one step, not steps; "
-                                  "mark the steps with 's' lines, or give --steps N)", layers);
+            snprintf(msg, msglen,
+                     "no repeating step found: the trace's allocations repeat every %d, but live memory "
+                     "grows or shrinks from one repeat to the next (the layers of one step, not steps; "
+                     "mark the steps with 's' lines, or give --steps N)",
+                     layers);
             return -1;
         }
         if (!period) {
-            snprintf(msg, msglen, "no repeating step found: no end of the trace's %zu allocations, half of them or "
-                                  "more, repeats twice (mark the steps with 's' lines, or give --steps N)", nalloc);
+            snprintf(msg, msglen,
+                     "no repeating step found: no end of the trace's %zu allocations, half of them or "
+                     "more, repeats twice (mark the steps with 's' lines, or give --steps N)",
+                     nalloc);
             return -1;
         }
         by = said[which];
@@ -126,9 +129,10 @@ int trace_mark_steps(trace *t, const char *how, char *msg, size_t msglen)
     t->n = m;
     t->cap = t->n + marks + 1;
     if (*by)
-        snprintf(msg, msglen, "%zu step boundaries every %zu allocations, the first before allocation %zu (found: "
-                              "%s over the last %zu allocations)", marks, period, from ? from : period, by,
-                 nalloc - from);
+        snprintf(msg, msglen,
+                 "%zu step boundaries every %zu allocations, the first before allocation %zu (found: "
+                 "%s over the last %zu allocations)",
+                 marks, period, from ? from : period, by, nalloc - from);
     else
         snprintf(msg, msglen, "%zu step boundaries every %zu allocations", marks, period);
     return 0;

@@ -218,8 +218,12 @@ int tb_nap(trace_builder *b, int wake, uint32_t pool, uint64_t bytes, uint32_t t
 {
     if (tag >= TRACE_MAX_SLOTS)
         return -2; /* (tags are the trace's texts: past 2^28 distinct ones, the reader's memory bound came first) */
-    trace_event e = {.size = bytes, .stream = pool, .slot = tag, .kind = wake ? EV_WAKE : EV_SLEEP,
-                     .pended = backup != 0, .line = line};
+    trace_event e = {.size = bytes,
+                     .stream = pool,
+                     .slot = tag,
+                     .kind = wake ? EV_WAKE : EV_SLEEP,
+                     .pended = backup != 0,
+                     .line = line};
     if (push(b->t, e))
         return -2;
     *(wake ? &b->t->wakes : &b->t->sleeps) += 1;
@@ -277,10 +281,7 @@ const char *trace_next_line(const char *p, const char *end)
     return p;
 }
 
-size_t trace_bom(const char *data, size_t len)
-{
-    return len >= 3 && !memcmp(data, "\xef\xbb\xbf", 3) ? 3 : 0;
-}
+size_t trace_bom(const char *data, size_t len) { return len >= 3 && !memcmp(data, "\xef\xbb\xbf", 3) ? 3 : 0; }
 
 /* A decimal unsigned 64-bit number. */
 static int read_u64(reader *r, uint64_t *out, const char *what)
@@ -317,7 +318,7 @@ static int read_u64(reader *r, uint64_t *out, const char *what)
 /* The private pools a text trace names: each number's index in t->pools, and whether it sleeps (the line that put
  * it to sleep, 0: awake). */
 typedef struct pools_seen {
-    u64map index;   /* number -> index + 1 */
+    u64map index; /* number -> index + 1 */
     uint32_t *asleep;
     size_t cap, cap_pools;
     uint32_t current; /* where allocations go now (u): index + 1, 0: the default pools */
@@ -451,9 +452,8 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                 rfail(&r, op, "unsupported hbmtrace version (this reader knows version 1)");
                 goto out;
             }
-        } else if (strchr("afpesuzw", *op) &&
-                   (r.p + 1 >= r.end || r.p[1] == ' ' || r.p[1] == '\t' || r.p[1] == '\n' || r.p[1] == '\r' ||
-                    r.p[1] == '#')) {
+        } else if (strchr("afpesuzw", *op) && (r.p + 1 >= r.end || r.p[1] == ' ' || r.p[1] == '\t' || r.p[1] == '\n' ||
+                                               r.p[1] == '\r' || r.p[1] == '#')) {
             r.p++;
             int res = 0;
             if (*op == 'e' || *op == 's') {
@@ -481,7 +481,8 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                     if (!at_eol(&r) && read_u64(&r, &stream, "a stream number"))
                         goto out;
                     if (ps.current && ps.asleep[ps.current - 1]) {
-                        snprintf(msg, sizeof msg, "allocation into pool %llu, asleep since line %u (its 'w' wakes it; "
+                        snprintf(msg, sizeof msg,
+                                 "allocation into pool %llu, asleep since line %u (its 'w' wakes it; "
                                  "'u 0' allocates into the default pools)",
                                  (unsigned long long)t->pools[ps.current - 1].number, ps.asleep[ps.current - 1]);
                         rfail(&r, op, msg);
@@ -498,9 +499,10 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                 } else if (*op == 'p') {
                     res = tb_pending(b, id, r.line);
                     if (res == -1 || res == -3) {
-                        snprintf(msg, sizeof msg, res == -1 ? "pending free of block id %llu, which is not live"
-                                                            : "pending free of block id %llu, whose free is pending "
-                                                              "already (its 'f' completes it)",
+                        snprintf(msg, sizeof msg,
+                                 res == -1 ? "pending free of block id %llu, which is not live"
+                                           : "pending free of block id %llu, whose free is pending "
+                                             "already (its 'f' completes it)",
                                  (unsigned long long)id);
                         rfail(&r, id_at, msg);
                         goto out;
@@ -518,13 +520,15 @@ int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t
                 goto nomem;
             skip_blank(&r);
             if (!at_eol(&r)) {
-                rfail(&r, r.p, "unexpected text after the event (events are: a ID SIZE [STREAM], f ID, p ID, e, s, "
-                               "u POOL, z POOL BYTES TAG [backup], w POOL BYTES TAG [backup])");
+                rfail(&r, r.p,
+                      "unexpected text after the event (events are: a ID SIZE [STREAM], f ID, p ID, e, s, "
+                      "u POOL, z POOL BYTES TAG [backup], w POOL BYTES TAG [backup])");
                 goto out;
             }
         } else {
-            rfail(&r, op, "unknown event (events are: a ID SIZE [STREAM], f ID, p ID, e, s, u POOL, z POOL BYTES TAG "
-                          "[backup], w POOL BYTES TAG [backup]; '#' starts a comment)");
+            rfail(&r, op,
+                  "unknown event (events are: a ID SIZE [STREAM], f ID, p ID, e, s, u POOL, z POOL BYTES TAG "
+                  "[backup], w POOL BYTES TAG [backup]; '#' starts a comment)");
             goto out;
         }
         r.p = trace_next_line(r.p, r.end); /* LF, CRLF or CR: a CR alone ends a line too, never drops its rest */

@@ -31,12 +31,12 @@ typedef enum trace_kind {
 /* 24 bytes: a trace of N bytes holds up to N/2 events (a text line "e" is two bytes), and the readers keep their
  * memory under 16 bytes per input byte (docs/RELIABILITY.md). */
 typedef struct trace_event {
-    uint64_t size;       /* EV_ALLOC: bytes requested; EV_SLEEP / EV_WAKE: the pool's bytes the recording gave back /
+    uint64_t size;      /* EV_ALLOC: bytes requested; EV_SLEEP / EV_WAKE: the pool's bytes the recording gave back /
                             mapped again (0: not said) */
-    hbm_stream stream;   /* EV_ALLOC: stream; EV_SLEEP / EV_WAKE / EV_POOL: the pool, an index in t->pools + 1 (0: the
+    hbm_stream stream;  /* EV_ALLOC: stream; EV_SLEEP / EV_WAKE / EV_POOL: the pool, an index in t->pools + 1 (0: the
                             default pools; a sleep or wake of pool 0 is one the trace cannot place: drawn, not
                             replayed) */
-    uint32_t slot : 28;  /* EV_ALLOC / EV_FREE / EV_PENDING: dense index of the block's id (TRACE_MAX_SLOTS);
+    uint32_t slot : 28; /* EV_ALLOC / EV_FREE / EV_PENDING: dense index of the block's id (TRACE_MAX_SLOTS);
                             EV_SLEEP / EV_WAKE: the pool's tag, an index in t->meta.texts (0: not said; trace_tag) */
     uint32_t kind : 3;
     uint32_t pended : 1; /* EV_FREE: the block's free was requested earlier (EV_PENDING): this completes it;
@@ -50,7 +50,7 @@ typedef struct trace_pool {
     uint64_t number; /* as the trace writes it */
     uint32_t tag;    /* its tag (t->meta.texts), from its sleeps and wakes; 0: never slept (an untagged pool) */
     int backup;
-    uint32_t line;   /* where the trace gives its tag (else where it first names it) */
+    uint32_t line; /* where the trace gives its tag (else where it first names it) */
 } trace_pool;
 
 #define TRACE_MAX_SLOTS ((size_t)1 << 28) /* blocks live at once: more is refused as out of host memory */
@@ -58,43 +58,43 @@ typedef struct trace_pool {
 /* The state a recording began in (PyTorch snapshots whose history starts mid-run), worked back from the
  * snapshot's segments at the end through the history: the segments reserved and the blocks live then. */
 typedef struct trace_seed_block {
-    uint64_t offset;    /* from its segment's start */
-    uint64_t size;      /* the block (rounded) */
+    uint64_t offset; /* from its segment's start */
+    uint64_t size;   /* the block (rounded) */
     uint64_t requested;
-    uint32_t slot;      /* its slot in the events */
+    uint32_t slot; /* its slot in the events */
 } trace_seed_block;
 
 typedef struct trace_seed_segment {
     uint64_t size;
     hbm_stream stream;
-    int small;          /* the small pool's (2 MiB) */
-    uint32_t first, n;  /* its blocks in seed_blocks, by offset */
+    int small;         /* the small pool's (2 MiB) */
+    uint32_t first, n; /* its blocks in seed_blocks, by offset */
 } trace_seed_segment;
 
 /* What the recording allocator itself did, when the trace says (PyTorch snapshots). */
 typedef struct trace_recorded {
-    int present;             /* segment events were in the trace */
-    int64_t peak_reserved;   /* its peak reserved bytes over the trace */
-    int64_t end_reserved;    /* reserved at the end (sum of the snapshot's segments) */
-    int64_t start_reserved;  /* reserved when the recording began (end minus the segment events) */
+    int present;            /* segment events were in the trace */
+    int64_t peak_reserved;  /* its peak reserved bytes over the trace */
+    int64_t end_reserved;   /* reserved at the end (sum of the snapshot's segments) */
+    int64_t start_reserved; /* reserved when the recording began (end minus the segment events) */
     uint64_t segments_end;
     int has_settings;
-    char settings[400];      /* what it ran: from the snapshot's parsed allocator_settings fields */
-    char settings_raw[256];  /* the PYTORCH_CUDA_ALLOC_CONF string it recorded */
+    char settings[400];         /* what it ran: from the snapshot's parsed allocator_settings fields */
+    char settings_raw[256];     /* the PYTORCH_CUDA_ALLOC_CONF string it recorded */
     char settings_dropped[256]; /* entries of that string not applied: settings read from a file never name files */
-    uint64_t preexisting;    /* blocks live when recording began: the first `preexisting` events allocate them */
+    uint64_t preexisting;       /* blocks live when recording began: the first `preexisting` events allocate them */
     uint64_t freed_preexisting; /* of those, freed during the recording */
-    uint64_t skipped_frees;  /* frees of blocks the history cannot place (not replayable) */
+    uint64_t skipped_frees;     /* frees of blocks the history cannot place (not replayable) */
     uint64_t oom_events;
-    uint64_t releases;       /* runs of segment frees that released every cached segment: replayed as empty_cache */
+    uint64_t releases; /* runs of segment frees that released every cached segment: replayed as empty_cache */
     /* The start state, when it could be worked out (nseed_segments > 0 or start_reserved == 0). */
     trace_seed_segment *seed_segments;
     size_t nseed_segments;
     trace_seed_block *seed_blocks;
     size_t nseed_blocks;
-    int seedable;            /* the start state is complete: a replay can begin from it */
-    int blind;               /* the history records allocations but no segment events: the start is unknown */
-    char start_note[300];    /* why not, when not */
+    int seedable;         /* the start state is complete: a replay can begin from it */
+    int blind;            /* the history records allocations but no segment events: the start is unknown */
+    char start_note[300]; /* why not, when not */
 } trace_recorded;
 
 /* What a recording says about its events besides what replay needs (trace_meta.c): when each happened and each
@@ -104,23 +104,23 @@ typedef struct trace_meta {
     uint32_t *stack;   /* per event: an index into texts, 0: none */
     size_t n, cap;     /* events covered */
     int any_time, any_stack;
-    char **texts;      /* the distinct stacks: frames innermost first, "name\tfile\tline" joined by '\n' */
+    char **texts; /* the distinct stacks: frames innermost first, "name\tfile\tline" joined by '\n' */
     size_t ntexts, cap_texts;
-    u64map index;      /* a stack's hash -> its index */
-    size_t scanned;    /* characters of stack text read to intern them: readers intern a stack once per distinct
+    u64map index;     /* a stack's hash -> its index */
+    size_t scanned;   /* characters of stack text read to intern them: readers intern a stack once per distinct
                           frames, not once per allocation (the tests' measure of the work) */
-    uint64_t dropped;  /* frames lists whose stack was not kept: the stack text built passed the readers' bound */
+    uint64_t dropped; /* frames lists whose stack was not kept: the stack text built passed the readers' bound */
 } trace_meta;
 
 typedef struct trace {
     trace_event *ev;
     size_t n, cap;
-    size_t nslots;     /* slots needed: the most blocks live at once */
-    size_t nstreams;   /* distinct streams seen */
+    size_t nslots;                   /* slots needed: the most blocks live at once */
+    size_t nstreams;                 /* distinct streams seen */
     uint64_t allocs, frees, pending; /* pending: EV_PENDING events */
-    uint64_t sleeps, wakes;  /* EV_SLEEP, EV_WAKE events */
-    uint64_t unplaced;       /* of them, those of a pool the trace does not name (drawn, not replayed) */
-    trace_pool *pools;       /* the private pools the trace names: pool k + 1 of the events is pools[k] */
+    uint64_t sleeps, wakes;          /* EV_SLEEP, EV_WAKE events */
+    uint64_t unplaced;               /* of them, those of a pool the trace does not name (drawn, not replayed) */
+    trace_pool *pools;               /* the private pools the trace names: pool k + 1 of the events is pools[k] */
     size_t npools;
     const char *format; /* "hbmtrace", "pytorch-snapshot", "rmm-csv", "lifetimes-csv" */
     size_t bytes;       /* of the file read (trace_read_any): what the memory bound of docs/RELIABILITY.md is for */

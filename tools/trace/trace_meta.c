@@ -86,10 +86,7 @@ int trace_meta_set(trace *t, size_t i, uint64_t time_us, const char *stack)
     return trace_meta_set_index(t, i, time_us, k);
 }
 
-uint64_t trace_time(const trace *t, size_t i)
-{
-    return i < t->meta.n ? t->meta.time_us[i] : 0;
-}
+uint64_t trace_time(const trace *t, size_t i) { return i < t->meta.n ? t->meta.time_us[i] : 0; }
 
 const char *trace_tag(const trace *t, const trace_event *e)
 {

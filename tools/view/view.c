@@ -144,8 +144,10 @@ static void segment_map(FILE *f, const hbm_snapshot *s)
     }
     hbm__format_size((uint64_t)per_row, row, sizeof row);
     tick_label(step, step, every, sizeof every);
-    fprintf(f, "<text x=\"20\" y=\"%d\" fill=\"#555\">Every segment end to end over %d rows, to scale: a row is %s, "
-               "ticks every %s.</text>\n", MAP_Y - 26, MAP_ROWS, row, every);
+    fprintf(f,
+            "<text x=\"20\" y=\"%d\" fill=\"#555\">Every segment end to end over %d rows, to scale: a row is %s, "
+            "ticks every %s.</text>\n",
+            MAP_Y - 26, MAP_ROWS, row, every);
     double pos = 0; /* bytes laid out so far */
     for (size_t i = 0; i < s->nsegments; i++) {
         const hbm_snap_segment *g = &s->segments[i];
@@ -213,9 +215,10 @@ static void map_title(FILE *f, const hbm_snapshot *s)
         hbm__format_size(asleep, a, sizeof a);
         snprintf(slept, sizeof slept, "; %s asleep (a sleeping pool's pages: not drawn)", a);
     }
-    fprintf(f, "<text id=\"maptitle\" x=\"20\" y=\"%d\"><tspan font-size=\"14\" font-weight=\"bold\">Segments at peak "
-               "reserved</tspan>: %zu segments, %s; unallocated %s (%.1f%% of reserved); fragmentation %.1f%% (largest "
-               "free block %s of %s cached free)%s</text>\n",
+    fprintf(f,
+            "<text id=\"maptitle\" x=\"20\" y=\"%d\"><tspan font-size=\"14\" font-weight=\"bold\">Segments at peak "
+            "reserved</tspan>: %zu segments, %s; unallocated %s (%.1f%% of reserved); fragmentation %.1f%% (largest "
+            "free block %s of %s cached free)%s</text>\n",
             MAP_Y - 44, nseg - nasleep, total, unalloc,
             reserved ? 100.0 * (double)(reserved - allocated) / (double)reserved : 0.0,
             free_b ? 100.0 * (1.0 - (double)largest / (double)free_b) : 0.0, big, cached, slept);
@@ -324,32 +327,43 @@ static void draw(FILE *f, const trace *t, const series *sr, size_t first, int se
     double yp = PLOT_Y + PLOT_H - (double)pr / (double)ymax * PLOT_H;
     double xp = PLOT_X + (double)jp * PLOT_W / (double)(sr->n ? sr->n : 1);
     int right = xp < PLOT_X + PLOT_W / 2;
-    fprintf(f, "<line id=\"peak\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e4572e\" "
-               "stroke-dasharray=\"4,3\"/>\n", PLOT_X, yp, PLOT_X + PLOT_W, yp);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" xml:space=\"preserve\"><tspan fill=\"#e4572e\">peak "
-               "reserved </tspan>%s"
-               "</text>\n", right ? xp + 8 : xp - 8, yp - 5, right ? "start" : "end", s_pr);
+    fprintf(f,
+            "<line id=\"peak\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e4572e\" "
+            "stroke-dasharray=\"4,3\"/>\n",
+            PLOT_X, yp, PLOT_X + PLOT_W, yp);
+    fprintf(f,
+            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" xml:space=\"preserve\"><tspan fill=\"#e4572e\">peak "
+            "reserved </tspan>%s"
+            "</text>\n",
+            right ? xp + 8 : xp - 8, yp - 5, right ? "start" : "end", s_pr);
     if (r->oom) { /* the failed request ends the curves: a red line there, and what failed */
         int x = PLOT_X + PLOT_W;
-        fprintf(f, "<line id=\"oom\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00000\" stroke-width=\"3\" "
-                   "stroke-dasharray=\"6,3\"/>\n", x, PLOT_Y, x, PLOT_Y + PLOT_H);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#c00000\" font-weight=\"bold\">OUT OF MEMORY at "
-                   "event %zu</text>\n", x - 6, PLOT_Y + PLOT_H - 10, r->oom_event);
+        fprintf(f,
+                "<line id=\"oom\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00000\" stroke-width=\"3\" "
+                "stroke-dasharray=\"6,3\"/>\n",
+                x, PLOT_Y, x, PLOT_Y + PLOT_H);
+        fprintf(f,
+                "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#c00000\" font-weight=\"bold\">OUT OF MEMORY at "
+                "event %zu</text>\n",
+                x - 6, PLOT_Y + PLOT_H - 10, r->oom_event);
     }
     /* The legend, above the plot (inside it, it would cover the curves). */
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e4572e\"/><text x=\"%d\" y=\"%d\">reserved "
-               "(peak %s)</text>\n",
+    fprintf(f,
+            "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e4572e\"/><text x=\"%d\" y=\"%d\">reserved "
+            "(peak %s)</text>\n",
             PLOT_X, PLOT_Y - 22, PLOT_X + 18, PLOT_Y - 12, s_pr);
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#3b6fd4\"/><text x=\"%d\" y=\"%d\">allocated "
-               "(peak %s)</text>\n",
+    fprintf(f,
+            "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#3b6fd4\"/><text x=\"%d\" y=\"%d\">allocated "
+            "(peak %s)</text>\n",
             PLOT_X + 240, PLOT_Y - 22, PLOT_X + 258, PLOT_Y - 12, s_pa);
     if (naps)
-        fprintf(f, "<path d=\"M%d,%d L%d,%d L%d,%d Z\" fill=\"#6a3d9a\"/><text x=\"%d\" y=\"%d\">a pool put to sleep"
-                   "</text>\n<path d=\"M%d,%d L%d,%d L%d,%d Z\" fill=\"#1b9e77\"/><text x=\"%d\" y=\"%d\">woken (hollow: not "
-                   "replayed)</text>\n",
-                PLOT_X + 480, PLOT_Y - 21, PLOT_X + 492, PLOT_Y - 21, PLOT_X + 486, PLOT_Y - 12, PLOT_X + 498,
-                PLOT_Y - 12, PLOT_X + 640, PLOT_Y - 12, PLOT_X + 652, PLOT_Y - 12, PLOT_X + 646, PLOT_Y - 21,
-                PLOT_X + 658, PLOT_Y - 12);
+        fprintf(
+            f,
+            "<path d=\"M%d,%d L%d,%d L%d,%d Z\" fill=\"#6a3d9a\"/><text x=\"%d\" y=\"%d\">a pool put to sleep"
+            "</text>\n<path d=\"M%d,%d L%d,%d L%d,%d Z\" fill=\"#1b9e77\"/><text x=\"%d\" y=\"%d\">woken (hollow: not "
+            "replayed)</text>\n",
+            PLOT_X + 480, PLOT_Y - 21, PLOT_X + 492, PLOT_Y - 21, PLOT_X + 486, PLOT_Y - 12, PLOT_X + 498, PLOT_Y - 12,
+            PLOT_X + 640, PLOT_Y - 12, PLOT_X + 652, PLOT_Y - 12, PLOT_X + 646, PLOT_Y - 21, PLOT_X + 658, PLOT_Y - 12);
     /* segment map */
     map_title(f, peak);
     if (peak)
@@ -358,7 +372,8 @@ static void draw(FILE *f, const trace *t, const series *sr, size_t first, int se
     const char *labels[3] = {"allocated", "free (cached)", "freed, waiting on another stream"};
     const hbm_block_state states[3] = {HBM_BLOCK_ALLOCATED, HBM_BLOCK_INACTIVE, HBM_BLOCK_PENDING_FREE};
     for (int k = 0; k < 3; k++)
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
+        fprintf(f,
+                "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
                 PLOT_X + 240 * k, ly, state_colour(states[k]), PLOT_X + 240 * k + 18, ly + 10, labels[k]);
     fputs("</svg>\n", f);
 }
@@ -379,8 +394,7 @@ static int render_png(const char *svg, const char *png, char *err, size_t errlen
     int st = 0, rc = posix_spawnp(&pid, "rsvg-convert", NULL, NULL, argv, environ);
     if (rc == 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0)
         return 0;
-    snprintf(err, errlen, "%s: rsvg-convert %s", png,
-             rc ? strerror(rc) : WIFEXITED(st) ? "failed" : "was killed");
+    snprintf(err, errlen, "%s: rsvg-convert %s", png, rc ? strerror(rc) : WIFEXITED(st) ? "failed" : "was killed");
     unlink(png);
     return -1;
 }
@@ -525,24 +539,39 @@ static size_t argmax(const int64_t *v, size_t n) /* the first of the highest */
 static void page_info(const view_run *v, const trace *t, const replay_opts *o, const char *name, view_page_info *pi)
 {
     const char *c = strstr(o->backend_spec, "capacity=");
-    *pi = (view_page_info){.name = name, .settings = v->r.settings, .conf = v->conf, .device = v->device,
-                           .events = t->n, .first = v->first, .seeded = v->seeded, .alloc = v->sr.alloc,
-                           .resv = v->sr.resv, .n = v->sr.n, .peak_j = argmax(v->sr.resv, v->sr.n),
-                           .peak_alloc_j = argmax(v->sr.alloc, v->sr.n), .stats = &v->r.stats, .dev = &v->dc,
-                           .capacity = c ? strtoull(c + 9, NULL, 10) : 0, .oom = v->r.oom,
-                           .oom_event = v->r.oom_event, .oom_message = v->oom_message};
+    *pi = (view_page_info){.name = name,
+                           .settings = v->r.settings,
+                           .conf = v->conf,
+                           .device = v->device,
+                           .events = t->n,
+                           .first = v->first,
+                           .seeded = v->seeded,
+                           .alloc = v->sr.alloc,
+                           .resv = v->sr.resv,
+                           .n = v->sr.n,
+                           .peak_j = argmax(v->sr.resv, v->sr.n),
+                           .peak_alloc_j = argmax(v->sr.alloc, v->sr.n),
+                           .stats = &v->r.stats,
+                           .dev = &v->dc,
+                           .capacity = c ? strtoull(c + 9, NULL, 10) : 0,
+                           .oom = v->r.oom,
+                           .oom_event = v->r.oom_event,
+                           .oom_message = v->oom_message};
 }
 
 static int out_kind(const char *path, char *err, size_t errlen)
 {
-    int kind = ends_with(path, ".svg") ? OUT_SVG : ends_with(path, ".html") ? OUT_HTML : ends_with(path, ".png") ? OUT_PNG
-                                                                                                             : -1;
+    int kind = ends_with(path, ".svg")    ? OUT_SVG
+               : ends_with(path, ".html") ? OUT_HTML
+               : ends_with(path, ".png")  ? OUT_PNG
+                                          : -1;
     if (kind < 0)
         snprintf(err, errlen, "%s: the picture is written as .svg, .html or .png; name the file so", path);
     if (kind == OUT_PNG && !hbm__on_path("rsvg-convert")) {
-        snprintf(err, errlen, "%s: a PNG is rendered from the SVG by librsvg's rsvg-convert, which is not on PATH "
-                              "(Debian: apt install librsvg2-bin); or write %.*s.svg", path,
-                 (int)(strlen(path) - 4), path);
+        snprintf(err, errlen,
+                 "%s: a PNG is rendered from the SVG by librsvg's rsvg-convert, which is not on PATH "
+                 "(Debian: apt install librsvg2-bin); or write %.*s.svg",
+                 path, (int)(strlen(path) - 4), path);
         kind = -1;
     }
     return kind;

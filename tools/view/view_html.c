@@ -34,9 +34,9 @@
 
 #define HARVEST 65536 /* events between readings of the history */
 #define MARK "hbmalloc view: empty_cache"
-#define TOP 1000              /* the timelines' bands: the page draws the 1000 largest allocations (segments) */
-#define SLICES 16             /* a large run sends the TOP largest of each sixteenth of it (the page zooms) */
-#define LARGE_POINTS 2000000  /* points of the curves a page holds whole */
+#define TOP 1000             /* the timelines' bands: the page draws the 1000 largest allocations (segments) */
+#define SLICES 16            /* a large run sends the TOP largest of each sixteenth of it (the page zooms) */
+#define LARGE_POINTS 2000000 /* points of the curves a page holds whole */
 struct view_rec {
     v_alloc *al;
     size_t nal, capal;
@@ -60,7 +60,7 @@ struct view_rec {
     size_t nnap, capnap;
     v_run *asleep; /* pages of sleeping pools, given back: range is the sleep's nap */
     size_t nasleep, capasleep;
-    size_t whole;  /* the history is being read for this sleep or wake event alone (SIZE_MAX: not) */
+    size_t whole; /* the history is being read for this sleep or wake event alone (SIZE_MAX: not) */
 };
 
 view_rec *view_rec_new(const trace *t)
@@ -238,10 +238,10 @@ static int harvest(view_rec *v, hbm_allocator *a, char *err, size_t errlen)
         case HBM_TRACE_SEGMENT_UNMAP:
         case HBM_TRACE_SLEEP:
         case HBM_TRACE_WAKE: {
-            at = v->whole != SIZE_MAX                            ? v->whole
-                 : e->context && !strcmp(e->context, MARK)       ? next_event(v, 1)
+            at = v->whole != SIZE_MAX                                          ? v->whole
+                 : e->context && !strcmp(e->context, MARK)                     ? next_event(v, 1)
                  : e->action == HBM_TRACE_SLEEP || e->action == HBM_TRACE_WAKE ? SIZE_MAX
-                                                                  : next_event(v, 0);
+                                                                               : next_event(v, 0);
             if (at == SIZE_MAX) /* the failed allocation at an OOM: its releases */
                 at = v->last;
             uint32_t p = (uint32_t)at + 1;
@@ -262,8 +262,7 @@ static int harvest(view_rec *v, hbm_allocator *a, char *err, size_t errlen)
             }
             break;
         }
-        default:
-            break;
+        default: break;
         }
     }
     hbm_snapshot_free(s);
@@ -323,8 +322,7 @@ int view_rec_before(view_rec *v, hbm_allocator *a, const trace_event *e, void **
         snprintf(err, errlen, "out of host memory");
         return -1;
     }
-    v->nap[v->nnap] = (v_nap){0, e->slot, e->kind == EV_WAKE, e->pended, e->stream != 0, e->size,
-                              reserved_now(a), 0};
+    v->nap[v->nnap] = (v_nap){0, e->slot, e->kind == EV_WAKE, e->pended, e->stream != 0, e->size, reserved_now(a), 0};
     return e->stream ? harvest(v, a, err, errlen) : 0; /* (one not replayed leaves no entry) */
 }
 
@@ -339,8 +337,8 @@ int view_rec_after(view_rec *v, hbm_allocator *a, const trace_event *e, size_t i
     /* A pending free leaves its free_requested entry when the replay freed the block (on the sim); its completion
      * (EV_FREE of a block whose slot held the mark) leaves none then: the allocator sees it at its next poll. */
     int pended = e->kind == EV_PENDING && slot[e->slot] == PENDING_MARK; /* the replay freed it just now */
-    v->emits[i] = st == HBM_OK && ((e->kind == EV_ALLOC && slot[e->slot]) || (e->kind == EV_FREE && v->had_ptr) ||
-                                   pended);
+    v->emits[i] = st == HBM_OK &&
+                  ((e->kind == EV_ALLOC && slot[e->slot]) || (e->kind == EV_FREE && v->had_ptr) || pended);
     if (pended && v->slot_rec[e->slot] != OPEN)
         v->al[v->slot_rec[e->slot]].freed = (uint32_t)i + 1;
     if (v->emits[i] && e->kind == EV_ALLOC &&
@@ -396,18 +394,15 @@ int view_rec_end(view_rec *v, hbm_allocator *a, char *err, size_t errlen)
 extern const char hbm_view_page[]; /* tools/view/view_page.html, built in
                                       (view_page.c, made by CMake) */
 
-#define COLUMN(f, name, n, expr)                                                                                       \
-    do {                                                                                                               \
-        fprintf(f, "\"%s\":[", name);                                                                                  \
-        for (size_t k_ = 0; k_ < (n); k_++)                                                                            \
-            fprintf(f, k_ ? ",%lld" : "%lld", (long long)(expr));                                                      \
-        fputs("]", f);                                                                                                 \
+#define COLUMN(f, name, n, expr)                                  \
+    do {                                                          \
+        fprintf(f, "\"%s\":[", name);                             \
+        for (size_t k_ = 0; k_ < (n); k_++)                       \
+            fprintf(f, k_ ? ",%lld" : "%lld", (long long)(expr)); \
+        fputs("]", f);                                            \
     } while (0)
 
-static long long end_or(uint32_t end, long long open)
-{
-    return end == OPEN ? open : (long long)end;
-}
+static long long end_or(uint32_t end, long long open) { return end == OPEN ? open : (long long)end; }
 
 /* One run's object. */
 /* The stacks of the allocations written (idx: those, in order; NULL: all), numbered for the page (0: none):
@@ -644,8 +639,8 @@ static void write_naps(FILE *f, const view_rec *v, long long last)
  * pool from there), for the page's list of events. */
 static void write_kinds(FILE *f, const trace *t, size_t from, size_t to)
 {
-    static const char letter[] = {[EV_ALLOC] = 'a', [EV_FREE] = 'f', [EV_EMPTY_CACHE] = 'e', [EV_STEP] = 's',
-                                  [EV_PENDING] = 'p', [EV_SLEEP] = 'z', [EV_WAKE] = 'w', [EV_POOL] = 'u'};
+    static const char letter[] = {[EV_ALLOC] = 'a',   [EV_FREE] = 'f',  [EV_EMPTY_CACHE] = 'e', [EV_STEP] = 's',
+                                  [EV_PENDING] = 'p', [EV_SLEEP] = 'z', [EV_WAKE] = 'w',        [EV_POOL] = 'u'};
     fprintf(f, ",\n\"kinds_from\":%zu,\"kinds\":\"", from);
     for (size_t i = from; i < to && i < t->n; i++)
         fputc(t->ev[i].kind < sizeof letter && letter[t->ev[i].kind] ? letter[t->ev[i].kind] : '?', f);
@@ -671,9 +666,8 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
     hbm__json_str_html(f, p->device);
     fprintf(f, ",\"last\":%zu,\"peak_at\":%zu,\"peak_allocated_at\":%zu", x0 + (p->n ? p->n - 1 : 0), x0 + p->peak_j,
             x0 + p->peak_alloc_j);
-    fprintf(f,
-            ",\"events\":%zu,\"x0\":%zu,\"seeded\":%d,\"capacity\":%llu,\"oom\":%lld,\"oom_message\":",
-            p->events, x0, p->seeded, (unsigned long long)p->capacity, p->oom ? (long long)p->oom_event : -1LL);
+    fprintf(f, ",\"events\":%zu,\"x0\":%zu,\"seeded\":%d,\"capacity\":%llu,\"oom\":%lld,\"oom_message\":", p->events,
+            x0, p->seeded, (unsigned long long)p->capacity, p->oom ? (long long)p->oom_event : -1LL);
     hbm__json_str_html(f, p->oom ? p->oom_message : "");
     fprintf(f,
             ",\"stats\":{\"peak_allocated\":%lld,\"peak_reserved\":%lld,\"device_mallocs\":%llu,"

@@ -60,10 +60,10 @@ static int mark(marks *m, uint32_t px)
 }
 
 typedef struct canvas {
-    double alloc[PIXELS]; /* allocated bytes in each pixel */
-    double pend[PIXELS];  /* bytes of pending frees in each pixel */
-    double bpp;           /* bytes per pixel */
-    double pos;           /* bytes laid out so far */
+    double alloc[PIXELS];      /* allocated bytes in each pixel */
+    double pend[PIXELS];       /* bytes of pending frees in each pixel */
+    double bpp;                /* bytes per pixel */
+    double pos;                /* bytes laid out so far */
     marks bounds, segs, holes; /* holes: unmapped pages between mapped runs of one segment */
 } canvas;
 
@@ -173,12 +173,12 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
         for (size_t k = 0; k < nasleep; k++)
             if (asleep[k].start <= p && (asleep[k].end == OPEN || asleep[k].end > p))
                 asleep_b += asleep[k].size;
-#define STRAY(x) /* a block before the next range: asleep, or outside every range */                                  \
-    do {                                                                                                               \
-        if (asleep_at(asleep, nasleep, p, (x)->addr))                                                                  \
-            asleep_alloc += (x)->size;                                                                                 \
-        else                                                                                                           \
-            outside++;                                                                                                 \
+#define STRAY(x) /* a block before the next range: asleep, or outside every range */ \
+    do {                                                                             \
+        if (asleep_at(asleep, nasleep, p, (x)->addr))                                \
+            asleep_alloc += (x)->size;                                               \
+        else                                                                         \
+            outside++;                                                               \
     } while (0)
         size_t b = 0;
         const v_run *prev = NULL;
@@ -236,8 +236,7 @@ int view_moments_write(FILE *f, const v_alloc *al, size_t nal, const v_run *run,
                 m ? ",\n" : "", p, (unsigned long long)reserved, (unsigned long long)allocated,
                 (unsigned long long)pending, (unsigned long long)unmapped, (unsigned long long)free_b,
                 (unsigned long long)largest, (unsigned long long)nfree, (unsigned long long)segments, nlive, nrlive,
-                (unsigned long long)outside, (long long)resv[j],
-                (long long)alloc[j]);
+                (unsigned long long)outside, (long long)resv[j], (long long)alloc[j]);
         if (nasleep) /* pages of sleeping pools: their bytes, and the live blocks in them (allocated, not mapped) */
             fprintf(f, "\"asleep\":%llu,\"asleep_allocated\":%llu,", (unsigned long long)asleep_b,
                     (unsigned long long)asleep_alloc);

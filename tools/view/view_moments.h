@@ -27,18 +27,18 @@ typedef struct v_run { /* a reserved range: a segment, or mapped pages of an exp
     uint32_t start, end;
     uint64_t addr, size;
     hbm_stream stream;
-    int mapped; /* pages of an expandable segment */
+    int mapped;    /* pages of an expandable segment */
     int32_t range; /* mapped pages: which expandable segment's address range holds them (view_html.c numbers the
                       ranges seen), -1: not known; runs of one range are one segment, and what lies between them is
                       unmapped */
 } v_run;
 
-typedef struct v_nap { /* a sleep or wake event of a tagged pool (EV_SLEEP, EV_WAKE) */
-    uint32_t p;           /* the position after it */
-    uint32_t tag;         /* its tag in the trace's texts (trace_tag), 0: not said */
+typedef struct v_nap {        /* a sleep or wake event of a tagged pool (EV_SLEEP, EV_WAKE) */
+    uint32_t p;               /* the position after it */
+    uint32_t tag;             /* its tag in the trace's texts (trace_tag), 0: not said */
     int wake, backup, placed; /* placed: replayed (a pool the trace names), else drawn only */
-    uint64_t bytes;       /* the recording's: pages given back or mapped again (0: not said) */
-    int64_t resv0, resv1; /* the replay's reserved bytes before and after it */
+    uint64_t bytes;           /* the recording's: pages given back or mapped again (0: not said) */
+    int64_t resv0, resv1;     /* the replay's reserved bytes before and after it */
 } v_nap;
 
 /* The segment map of the page, as the page draws it: MAP_ROWS rows of MAP_W pixels. */

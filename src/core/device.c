@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/device.h"
+#include "core/device.h"
 #include "backend/sim.h"
 #include "core/engine.h"
 #include "util/util.h"
@@ -46,7 +46,8 @@ hbm_status hbm_backend_open(hbm_backend **out, const char *spec, char *err, size
     } else if ((nlen == 3 && !strncmp(spec, "acl", 3)) || (nlen == 3 && !strncmp(spec, "npu", 3))) {
         rc = hbm__acl_open(b, opts, local, sizeof local);
     } else {
-        snprintf(local, sizeof local, "unknown backend '%.*s' in '%s' (available: sim, cuda, acl or its alias npu)", (int)nlen, spec, spec);
+        snprintf(local, sizeof local, "unknown backend '%.*s' in '%s' (available: sim, cuda, acl or its alias npu)",
+                 (int)nlen, spec, spec);
         rc = HBM_ERR_INVALID;
     }
     if (rc != HBM_OK) {
@@ -103,7 +104,10 @@ hbm_status hbm_sim_add_fault(hbm_backend *b, const hbm_sim_fault *f)
     void *sim = hbm__sim_ctx(b);
     if (!sim || !f || f->call < -1 || f->call >= HBM_SIM_CALLS)
         return HBM_ERR_INVALID;
-    hbm__sim_fault rule = {.kind = f->call, .nth = f->nth, .min_size = f->min_size, .max_size = f->max_size,
+    hbm__sim_fault rule = {.kind = f->call,
+                           .nth = f->nth,
+                           .min_size = f->min_size,
+                           .max_size = f->max_size,
                            .code = f->oom ? HBM__BE_OOM : HBM__SIM_ERR_INJECTED};
     return hbm__sim_add_fault(sim, &rule) ? HBM_ERR_NOMEM : HBM_OK;
 }
@@ -144,11 +148,24 @@ static uint64_t now_ns(void)
 
 static const char *op_name(hbm__op op)
 {
-    static const char *names[HBM__OP_KINDS] = {"malloc",      "free",           "memory info",  "address reserve",
-                                               "address free", "physical create", "physical release", "map",
-                                               "unmap",       "set access",     "stream synchronize", "event",
-                                               "event query", "event synchronize", "device synchronize",
-                                               "pinned host alloc", "pinned host free", "copy to host",
+    static const char *names[HBM__OP_KINDS] = {"malloc",
+                                               "free",
+                                               "memory info",
+                                               "address reserve",
+                                               "address free",
+                                               "physical create",
+                                               "physical release",
+                                               "map",
+                                               "unmap",
+                                               "set access",
+                                               "stream synchronize",
+                                               "event",
+                                               "event query",
+                                               "event synchronize",
+                                               "device synchronize",
+                                               "pinned host alloc",
+                                               "pinned host free",
+                                               "copy to host",
                                                "copy to device"};
     return names[op];
 }
@@ -231,13 +248,13 @@ static inline __attribute__((always_inline)) void unrelax(hbm_allocator *a, int 
         a->backend->ops->capture_mode(a->backend->ctx, a->device, &mode);
 }
 
-#define CALL(a, op, size, expr)                   \
-    do {                                          \
-        uint64_t t0_ = begin((a), (op));          \
-        int mode_ = relax((a), (op));             \
-        int rc_ = (expr);                         \
-        unrelax((a), mode_);                      \
-        return end((a), t0_, (op), (size), rc_);  \
+#define CALL(a, op, size, expr)                  \
+    do {                                         \
+        uint64_t t0_ = begin((a), (op));         \
+        int mode_ = relax((a), (op));            \
+        int rc_ = (expr);                        \
+        unrelax((a), mode_);                     \
+        return end((a), t0_, (op), (size), rc_); \
     } while (0)
 
 #define BE(a) ((a)->backend)
@@ -296,8 +313,10 @@ static hbm_status account(hbm_allocator *a, uint64_t t0, hbm__op op, int rc)
     if (rc != HBM__BE_QUEUE)
         return end(a, t0, op, 0, rc);
     a->dev.failed_calls++;
-    hbm__set_error(a, "%s device %d: the framework's launch queue could not be flushed: the launches it still holds "
-                   "are not covered", BE(a)->ops->name, a->device);
+    hbm__set_error(a,
+                   "%s device %d: the framework's launch queue could not be flushed: the launches it still holds "
+                   "are not covered",
+                   BE(a)->ops->name, a->device);
     return HBM_ERR_BACKEND;
 }
 
@@ -360,8 +379,10 @@ hbm_status hbm__dev_quiesce_open(hbm_allocator *a)
     }
     /* Frees kept coming while the queue drained: waiting with the lock held could deadlock (see above); nothing is
      * given back this time. */
-    hbm__set_error(a, "%s device %d: blocks kept being freed while the framework's launch queue drained (8 rounds): "
-                   "nothing was given back to the device this time", b->ops->name, device);
+    hbm__set_error(a,
+                   "%s device %d: blocks kept being freed while the framework's launch queue drained (8 rounds): "
+                   "nothing was given back to the device this time",
+                   b->ops->name, device);
     return HBM_ERR_BACKEND;
 }
 
@@ -524,8 +545,10 @@ hbm_status hbm_backend_get_info(const hbm_backend *b, hbm_backend_info *out)
 {
     if (!b || !out)
         return HBM_ERR_INVALID;
-    *out = (hbm_backend_info){.devices = b->caps.device_count, .dialect = b->caps.dialect,
-                              .vmm_granularity = b->caps.vmm_granularity, .host_copies = b->caps.host_copies != 0};
+    *out = (hbm_backend_info){.devices = b->caps.device_count,
+                              .dialect = b->caps.dialect,
+                              .vmm_granularity = b->caps.vmm_granularity,
+                              .host_copies = b->caps.host_copies != 0};
     return HBM_OK;
 }
 

@@ -14,7 +14,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "fork.h"
+#include "util/fork.h"
 #include "util/util.h"
 
 typedef struct tracked {
