@@ -7,8 +7,8 @@
   tests/unit/helpers.h);
 - layers: the includes and cross-file calls of src/ and tools/ make no circle spanning more than one module folder
   (src/core, src/policy, src/backend, src/conf, src/io, src/util, src/ itself; tools/trace, tools/run, ...);
-- cites: every path of the repository a comment or a document names exists, and every section cited as
-  `FILE.md, "Section"` is a heading (or a paragraph's bold lead) of that document.
+- cites: every path of the repository a comment or a document names exists, and every section cited by a
+  document's name and a quoted title is a heading (or a paragraph's bold lead) of that document.
 
 usage: scripts/check-tree.py [CHECK...]   (all four by default); exit status 1 when any fails, each failure said.
 """
