@@ -433,6 +433,9 @@ HBM_API hbm_status hbm_release_describe(hbm_dialect d, const char *version, char
 /* Every release of the dialect's framework whose parser hbmalloc reproduces, one per line, with what sets it apart
  * (`hbmalloc conf --releases`). */
 HBM_API void hbm_release_list(hbm_dialect d, char *out, size_t len);
+/* Every settings key hbmalloc reads, one row of its table each: name, dialects, value, default, what it does (a
+ * Markdown table: `hbmalloc conf --keys`, docs/CONFIGURATION.md's key list). */
+HBM_API void hbm_settings_keys(char *out, size_t len);
 /* How an error names a settings string given to hbm_create as an argument: "(from " HBM_SETTINGS_ARGUMENT ")" (the
  * tool says "(from --conf)" instead). */
 #define HBM_SETTINGS_ARGUMENT "the settings argument"

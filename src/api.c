@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/engine.h"
+#include "util/env.h"
 #include "core/stats.h"
 #include "core/sleep.h"
 #include "core/device.h"
@@ -113,7 +114,7 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
                      "expandable_segments:False instead (whole segments, PyTorch's default policy). Check the "
                      "device with: hbmalloc doctor (or hbmalloc conf expandable_segments:True --backend '%s')",
                      b->ops->name, device, a->vmm_why, b->spec);
-            if (!getenv("HBMALLOC_QUIET"))
+            if (!hbm__env(HBM__ENV_QUIET))
                 fprintf(stderr, "hbmalloc: warning: %s\n", a->warning);
         }
     }
@@ -188,7 +189,7 @@ hbm_status hbm_destroy(hbm_allocator *a)
 {
     char msg[768];
     hbm_status rc = hbm_destroy_report(a, msg, sizeof msg);
-    if (rc != HBM_OK && !getenv("HBMALLOC_QUIET"))
+    if (rc != HBM_OK && !hbm__env(HBM__ENV_QUIET))
         fprintf(stderr, "hbmalloc: warning: %s\n", msg);
     return rc;
 }
@@ -310,6 +311,12 @@ hbm_status hbm_settings_check(const char *settings, hbm_dialect d, char *out, si
         hbm__conf_describe(c, out, outlen);
     free(c);
     return rc;
+}
+
+void hbm_settings_keys(char *out, size_t len)
+{
+    if (out && len)
+        hbm__conf_keys(out, len);
 }
 
 hbm_status hbm_settings_check_var(const char *var, const char *settings, hbm_dialect d, char *out, size_t outlen)

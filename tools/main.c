@@ -67,6 +67,7 @@ static const struct {
              "      --vmm yes|no        whether the device has virtual memory (torch_npu's expandable rule)\n"
              "      --strict            as HBMALLOC_CONF: hbmalloc's strict rules and its own hbm_* keys\n"
              "      --releases          list the releases known, their parsers and keys\n"
+             "      --keys              list every key hbmalloc reads (a Markdown table: docs/CONFIGURATION.md's)\n"
              "      --backend SPEC      as an allocator on that backend runs them (dialect and capability\n"
              "                          fallbacks included), e.g. --backend sim:firmware=22.0.3,dialect=npu\n"
              "    exit status: 0 accepted, 2 refused or bad usage\n"},
@@ -310,7 +311,7 @@ static int cmd_conf(int argc, char **argv)
 {
     const char *s = NULL, *backend = NULL, *version = NULL, *var = NULL;
     hbm_dialect d = HBM_DIALECT_CUDA;
-    int dialect_given = 0, strict = 0, releases = 0, vmm = -1;
+    int dialect_given = 0, strict = 0, releases = 0, keys = 0, vmm = -1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
@@ -348,15 +349,18 @@ static int cmd_conf(int argc, char **argv)
             strict = 1;
         } else if (!strcmp(a, "--releases")) {
             releases = 1;
+        } else if (!strcmp(a, "--keys")) {
+            keys = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: hbmalloc conf [SETTINGS] [--dialect cuda|npu] [--torch VERSION | --torch-npu VERSION]\n"
-                   "                     [--vmm yes|no] [--strict] [--backend SPEC] [--releases]\n\n"
+                   "                     [--vmm yes|no] [--strict] [--backend SPEC] [--releases] [--keys]\n\n"
                    "Checks a settings string as the framework reads it from PYTORCH_CUDA_ALLOC_CONF (PyTorch) or\n"
                    "PYTORCH_NPU_ALLOC_CONF (torch_npu): the release given, else the newest known, with its leniency\n"
                    "(each lenient reading is listed under warnings). Without SETTINGS: the environment, as hbmalloc\n"
                    "reads it (HBMALLOC_CONF, else the framework's variables). --strict checks it as HBMALLOC_CONF.\n"
                    "--vmm says whether the device has virtual memory (torch_npu's expandable rule depends on it).\n"
-                   "--backend: the settings as an allocator on that device runs them. --releases lists the releases.\n"
+                   "--backend: the settings as an allocator on that device runs them. --releases lists the releases,\n"
+                   "--keys the keys (name, dialects, value, default, what hbmalloc does with it).\n"
                    "exit status: 0 accepted, 2 refused or bad usage\n");
             return 0;
         } else if (a[0] == '-' && a[1] == '-') {
@@ -368,6 +372,15 @@ static int cmd_conf(int argc, char **argv)
         } else {
             s = a;
         }
+    }
+    if (keys) {
+        char *out = malloc(64 * 1024);
+        if (!out)
+            return 2;
+        hbm_settings_keys(out, 64 * 1024);
+        fputs(out, stdout);
+        free(out);
+        return 0;
     }
     if (releases) {
         char *out = malloc(64 * 1024);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "util/env.h"
 
 /* ---- AscendCL types and constants (acl_base.h / acl_rt.h, ACL 1.15) ---- */
 typedef int aclError;
@@ -657,7 +658,7 @@ static int acl_vmm_probe(void *ctx, int device, char *why, size_t whylen)
 int hbm__acl_open(struct hbm_backend *b, const char *opts, char *err, size_t errlen)
 {
     char lib[512];
-    const char *env = getenv("HBMALLOC_LIBASCENDCL");
+    const char *env = hbm__env(HBM__ENV_LIBASCENDCL);
     snprintf(lib, sizeof lib, "%s", env && *env ? env : "libascendcl.so");
     if (opts && *opts) {
         if (strncmp(opts, "lib=", 4) != 0 || strchr(opts, ',')) {

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "util/util.h"
+#include "util/env.h"
 #include "backend.h"
 
 /* ---- the driver's types and constants (cuda.h, CUDA 13; layouts checked below) ---- */
@@ -564,7 +565,7 @@ static void detect_vmm(cuda *c, hbm__backend_caps *caps)
 int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t errlen)
 {
     char lib[512] = "";
-    const char *env = getenv("HBMALLOC_LIBCUDA");
+    const char *env = hbm__env(HBM__ENV_LIBCUDA);
     snprintf(lib, sizeof lib, "%s", env && *env ? env : "libcuda.so.1");
     if (opts && *opts) {
         if (strncmp(opts, "lib=", 4) != 0 || strchr(opts, ',')) {

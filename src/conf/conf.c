@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "conf/releases.h"
+#include "util/env.h"
 #include "util/util.h"
 
 #define MAX_TOKENS 256
@@ -117,109 +118,6 @@ static hbm_status lex(const char *s, const rules *r, lexed *lx, char *err, size_
     return HBM_OK;
 }
 
-/* ---- keys ---- */
-
-enum { D_CUDA = 1, D_NPU = 2, D_BOTH = 3 };
-
-typedef enum key_id {
-    K_BACKEND,
-    K_MAX_SPLIT,
-    K_MAX_NON_SPLIT,
-    K_LARGE_SEGMENT,
-    K_GC,
-    K_ROUNDUP,
-    K_EXPANDABLE,
-    K_RELEASE_LOCK_CUDA,
-    K_RELEASE_LOCK_HIP,
-    K_RELEASE_LOCK_NPU,
-    K_PIN_HOST_REG,
-    K_PIN_HIP_HOST_REG,
-    K_PIN_THREADS,
-    K_PIN_BG,
-    K_PIN_RESERVE,
-    K_PIN_ROUND,
-    K_PIN_CACHED,
-    K_GRAPH_REUSE,
-    K_FRACTION,
-    K_PIN_CATCH_ALL,
-    K_THROW_CUDA,
-    K_THROW_NPU,
-    K_PIN_EXPANDABLE,
-    K_PIN_REGISTER,
-    K_BASE_ALIGN,
-    K_PAGE_SIZE,
-    K_SEGMENT_SIZE,
-    K_LAZY_RECLAIM,
-    K_ALIGN_HUGEPAGES,
-    K_ES_RESERVE,
-    K_ES_RESERVE_CLASS,
-    K_HBM_REMAP,
-    K_HBM_PAGE,
-    K_HBM_ARENA,
-    K_HBM_ARENA_FRACTION,
-    K_HBM_PLAN_FILE,
-    K_HBM_STEP_PLAN,
-    K_HBM_PUBLISH
-} key_id;
-
-typedef struct key_def {
-    const char *name;
-    key_id id;
-    int dialects;
-} key_def;
-
-static const key_def keys[] = {
-    {"backend", K_BACKEND, D_CUDA},
-    {"max_split_size_mb", K_MAX_SPLIT, D_BOTH},
-    {"max_non_split_rounding_mb", K_MAX_NON_SPLIT, D_BOTH},
-    {"large_segment_size_mb", K_LARGE_SEGMENT, D_BOTH},
-    {"garbage_collection_threshold", K_GC, D_BOTH},
-    {"roundup_power2_divisions", K_ROUNDUP, D_BOTH},
-    {"expandable_segments", K_EXPANDABLE, D_BOTH},
-    {"release_lock_on_cudamalloc", K_RELEASE_LOCK_CUDA, D_CUDA},
-    {"release_lock_on_hipmalloc", K_RELEASE_LOCK_HIP, D_CUDA},
-    {"release_lock_on_npumalloc", K_RELEASE_LOCK_NPU, D_NPU},
-    {"pinned_use_cuda_host_register", K_PIN_HOST_REG, D_CUDA},
-    {"pinned_use_hip_host_register", K_PIN_HIP_HOST_REG, D_CUDA},
-    {"pinned_num_register_threads", K_PIN_THREADS, D_CUDA},
-    {"pinned_use_background_threads", K_PIN_BG, D_BOTH},
-    {"pinned_reserve_segment_size_mb", K_PIN_RESERVE, D_BOTH},
-    {"pinned_max_round_threshold_mb", K_PIN_ROUND, D_BOTH},
-    {"pinned_max_cached_size_mb", K_PIN_CACHED, D_BOTH},
-    {"graph_capture_record_stream_reuse", K_GRAPH_REUSE, D_CUDA},
-    {"per_process_memory_fraction", K_FRACTION, D_BOTH},
-    {"pinned_free_catch_all", K_PIN_CATCH_ALL, D_CUDA},
-    {"throw_on_cudamalloc_oom", K_THROW_CUDA, D_CUDA},
-    {"throw_on_npumalloc_oom", K_THROW_NPU, D_NPU},
-    {"pin_memory_expandable_segments", K_PIN_EXPANDABLE, D_NPU},
-    {"pinned_mem_register", K_PIN_REGISTER, D_NPU},
-    {"base_addr_aligned_kb", K_BASE_ALIGN, D_NPU},
-    {"page_size", K_PAGE_SIZE, D_NPU},
-    {"segment_size_mb", K_SEGMENT_SIZE, D_NPU},
-    {"multi_stream_lazy_reclaim", K_LAZY_RECLAIM, D_NPU},
-    {"align_hugepages", K_ALIGN_HUGEPAGES, D_NPU},
-    {"expandable_segments_reserve", K_ES_RESERVE, D_CUDA},
-    {"expandable_segments_reserve_by_class", K_ES_RESERVE_CLASS, D_CUDA},
-    /* hbmalloc's own policies (hbm_ prefix): not PyTorch keys. */
-    {"hbm_remap_free_pages", K_HBM_REMAP, D_BOTH},
-    {"hbm_expandable_page_mb", K_HBM_PAGE, D_BOTH},
-    {"hbm_arena_mb", K_HBM_ARENA, D_BOTH},
-    {"hbm_arena_fraction", K_HBM_ARENA_FRACTION, D_BOTH},
-    {"hbm_plan_file", K_HBM_PLAN_FILE, D_BOTH},
-    {"hbm_step_plan", K_HBM_STEP_PLAN, D_BOTH},
-    {"hbm_publish", K_HBM_PUBLISH, D_BOTH},
-};
-
-static const key_def *find_key(const char *name)
-{
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (!strcmp(keys[i].name, name))
-            return &keys[i];
-    return NULL;
-}
-
-static bool is_hbm_key(const key_def *k) { return k->id >= K_HBM_REMAP; }
-
 /* ---- value parsers: each returns 0, or -1 after writing err ---- */
 
 typedef struct ctx {
@@ -229,6 +127,7 @@ typedef struct ctx {
     hbm__conf *cf;
     char *err;
     size_t errlen;
+    bool *max_split_set; /* max_split_size_mb was given (the NPU dialect's rule with expandable segments) */
 } ctx;
 
 static int fail(const ctx *c, const char *allowed)
@@ -550,203 +449,621 @@ static int parse_reserve_classes(const ctx *c0, const lexed *lx, size_t *pi)
     return 0;
 }
 
+/* ---- the keys: each one row of one table (below), with how its value is read and how hbmalloc conf shows it ---- */
+
+enum { D_CUDA = 1, D_NPU = 2, D_BOTH = 3 };
+
+/* The keys some rule of parse_tokens names (the rest are found by name only). */
+typedef enum key_id {
+    K_OTHER,
+    K_MAX_SPLIT,     /* a max_split_size_mb given: the NPU dialect's rule with expandable segments */
+    K_LARGE_SEGMENT, /* read first where a release does: it bounds max_split_size_mb */
+    K_HBM_FIRST      /* hbmalloc's own keys (hbm_ prefix) from here on */
+} key_id;
+
+/* The field of hbm__conf a row's default goes to. */
+typedef enum field_type { F_NONE, F_BOOL, F_SIZE, F_U64, F_UNSIGNED, F_INT, F_DOUBLE } field_type;
+
+typedef struct key_def key_def;
+struct key_def {
+    const char *name;
+    key_id id;
+    int dialects;
+    field_type type;
+    size_t off;      /* the hbm__conf field (F_NONE: none, or several) */
+    uint64_t dflt_u; /* its default (the integer types) */
+    double dflt_d;   /* (F_DOUBLE) */
+    /* The value read at lx->t[*pi] into c->cf: 0, or -1 with the message in c->err. NULL: a boolean at off. */
+    int (*set)(const ctx *c, const key_def *k, const lexed *lx, size_t *pi);
+    int line; /* its place among the lines of hbmalloc conf (0: none of its own) */
+    void (*show)(const hbm__conf *cf, hbm__sbuf *sb); /* that line */
+    const char *value, *dflt, *what;                  /* the documentation's key list (hbmalloc conf --keys) */
+};
+
+#define AT(field) offsetof(hbm__conf, field)
+
+static int set_bool(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)lx, (void)pi;
+    return get_bool(c, (bool *)((char *)c->cf + k->off));
+}
+
+static int set_backend(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    if (!strcmp(c->val->s, "native"))
+        c->cf->backend_async = false;
+    else if (!strcmp(c->val->s, "cudaMallocAsync"))
+        c->cf->backend_async = true;
+    else
+        return fail(c, "expected native or cudaMallocAsync (PyTorch: \"Unknown allocator backend, options are "
+                       "native and cudaMallocAsync\")");
+    return 0;
+}
+
+static int set_split(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)lx, (void)pi;
+    if (k->id == K_MAX_SPLIT)
+        *c->max_split_set = true;
+    return get_split(c, (size_t *)((char *)c->cf + k->off));
+}
+
+static int set_large_segment(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    uint64_t v;
+    /* > 10 MiB, no upper bound (c10 parseLargeSegmentSize; torch_npu 2.11+ also digits only). */
+    const char *allowed = "expected a whole number of MiB > 10 (\"CachingAllocator option large_segment_size_mb "
+                          "must be > 10 MB\")";
+    if (!c->r->strict && c->r->rel->split_digits && !all_digits(c->val->s))
+        return fail(c, "not all digits (torch_npu: \"CachingAllocator option large_segment_size_mb is "
+                       "invalid.\")");
+    if (get_uint(c, &v, allowed))
+        return -1;
+    if (v <= 10)
+        return fail(c, allowed);
+    /* At most 2^62 bytes (4 EiB, past any device): a page or segment of it, rounded to the device's
+     * granularity, cannot wrap to 0 (fuzz_conf found that division by zero). */
+    store_mib(v < ((uint64_t)1 << 42) ? v : (uint64_t)1 << 42, &c->cf->large_segment_size);
+    return 0;
+}
+
+static int set_segment_size(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    uint64_t v;
+    /* torch_npu from v7.2.0.1 (2.6.0.post4): isDigit, then std::stoi, [20, 512], kept in a member of its own
+     * (m_segment_size_mb: NPUCachingAllocator.cpp v7.2.0.1-pytorch2.6.0:1048, NPUAllocatorConfig.cpp
+     * master:199) that only the making of an expandable segment of the large pool reads, as its page size
+     * (v7.2.0.1-pytorch2.6.0:2320-2322; from 2.11 get_custom_expandable_segment_size, where a set
+     * large_segment_size_mb wins: v26.1.0-pytorch2.11.0:2532-2539, master:2762-2769). Whole segments keep
+     * 20 MiB (get_allocation_size: kLargeBuffer, v7.2.0.1-pytorch2.6.0:2557-2566; large_segment_size() from
+     * 2.13, master:2771-2778). Resolved after every key is read (parse_tokens): see segment_page. */
+    const char *allowed = "expected a whole number of MiB in [20, 512] (torch_npu: \"CachingAllocator option "
+                          "segment_size_mb error, must be [20, 512], dtype is int\")";
+    if (!all_digits(c->val->s))
+        return fail(c, "not all digits (torch_npu: \"CachingAllocator option segment_size_mb is invalid.\")");
+    if (get_uint(c, &v, allowed))
+        return -1;
+    if (v < 20 || v > 512)
+        return fail(c, allowed);
+    c->cf->segment_size = (size_t)v * HBM__MiB;
+    if (c->r->rel->seg_page == HBM__SEG_PAGE_UNLESS) /* NPUAllocatorConfig.cpp v26.1.0-pytorch2.11.0:245 */
+        warn(c->cf, "segment_size_mb is deprecated, use large_segment_size_mb (torch_npu warns the same)");
+    return 0;
+}
+
+static int set_gc(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    double d;
+    if (get_double(c, &d, "expected a number strictly between 0 and 1"))
+        return -1;
+    if (!(d > 0.0 && d < 1.0))
+        return fail(c, "expected a number strictly between 0 and 1 (PyTorch: \"garbage_collect_threshold is "
+                       "invalid, set it in (0.0, 1.0)\")");
+    c->cf->gc_threshold = d;
+    return 0;
+}
+
+static int set_fraction(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    double d;
+    if (get_double(c, &d, "expected a number in [0, 1]"))
+        return -1;
+    if (!(d >= 0.0 && d <= 1.0))
+        return fail(c, "expected a number in [0, 1] (PyTorch: \"per_process_memory_fraction is invalid, set it "
+                       "in [0.0, 1.0]\")");
+    c->cf->memory_fraction = d;
+    return 0;
+}
+
+static int set_roundup(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k;
+    return parse_roundup(c, lx, pi);
+}
+
+static int set_es_reserve(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    double d;
+    bool gib;
+    int rc = reserve_spec(c, &d, &gib);
+    if (rc < 0)
+        return -1;
+    if (rc == 0) {
+        c->cf->es_reserve = d;
+        c->cf->es_reserve_gib = gib;
+        c->cf->es_reserve_set = true;
+    }
+    return 0;
+}
+
+static int set_es_reserve_classes(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k;
+    return parse_reserve_classes(c, lx, pi);
+}
+
+static int set_publish(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    bool on;
+    int rc = get_bool(c, &on);
+    if (!rc)
+        c->cf->publish = on;
+    return rc;
+}
+
+static int set_page(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    uint64_t v;
+    const char *allowed = "expected an even whole number of MiB in [2, 1024] (a multiple of the 2 MiB device "
+                          "granularity)";
+    if (get_uint(c, &v, allowed) || v < 2 || v > 1024 || v % 2)
+        return fail(c, allowed);
+    c->cf->expandable_page = (size_t)v * HBM__MiB;
+    c->cf->page_given = true;
+    return 0;
+}
+
+static int set_arena(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi; /* the last of the two arena keys wins, as repeated keys do */
+    uint64_t v;
+    const char *allowed = "expected a whole number of MiB in [2, 16777216] (the arena's size), or 0 for none";
+    if (get_uint(c, &v, allowed) || (v && v < 2) || v > 16777216)
+        return fail(c, allowed);
+    c->cf->arena_bytes = (size_t)v * HBM__MiB;
+    c->cf->arena_fraction = 0;
+    return 0;
+}
+
+static int set_arena_fraction(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    double d;
+    const char *allowed = "expected a share of the device's free memory in (0, 1], or 0 for none";
+    if (get_double(c, &d, allowed) || !(d >= 0 && d <= 1))
+        return fail(c, allowed);
+    c->cf->arena_fraction = d;
+    c->cf->arena_bytes = 0;
+    return 0;
+}
+
+static int set_plan_file(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi; /* read at create (policy/plan_file.c): here only the path */
+    snprintf(c->cf->plan_file, sizeof c->cf->plan_file, "%s", c->val->s);
+    return 0;
+}
+
+static int set_pin_threads(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    uint64_t v;
+    if (get_uint(c, &v, "expected a power of two <= 128"))
+        return -1;
+    if (!is_pow2(v))
+        return fail(c, "expected a power of two <= 128 (PyTorch: \"Number of register threads has to be power "
+                       "of 2\")");
+    if (v > 128)
+        return fail(c, "expected a power of two <= 128 (PyTorch: \"Number of register threads should be less "
+                       "than or equal to 128\")");
+    c->cf->pinned_num_register_threads = (unsigned)v;
+    return 0;
+}
+
+static int set_pin_reserve(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    uint64_t v;
+    /* PyTorch: > 0; torch_npu reads it with toSizeT and no check (0 accepted). */
+    if (get_uint(c, &v, "expected a whole number of MiB"))
+        return -1;
+    if (v == 0 && c->cf->dialect != HBM_DIALECT_NPU)
+        return fail(c, "expected a whole number of MiB > 0 (PyTorch: \"Pinned reserve segment size has to be "
+                       "greater than 0\")");
+    c->cf->pinned_reserve_segment_size_mb = v;
+    return 0;
+}
+
+static int set_mib(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)lx, (void)pi;
+    return get_uint(c, (uint64_t *)((char *)c->cf + k->off), "expected a whole number of MiB");
+}
+
+static int set_base_align(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    /* torch_npu: isDigit, std::stoi, no leading zeros (the length must equal to_string's), [0, 16]. */
+    const char *s = c->val->s;
+    if (!all_digits(s))
+        return fail(c, "expected a whole number of KiB in [0, 16] (torch_npu: \"CachingAllocator option "
+                       "base_addr_aligned_kb is invalid.\")");
+    if ((s[0] == '0' && s[1]) || strlen(s) > 2 || atoi(s) > 16)
+        return fail(c, "expected a whole number of KiB in [0, 16] without leading zeros (torch_npu: "
+                       "\"CachingAllocator option base_addr_aligned_kb error, must be [0~16], dtype is int\")");
+    c->cf->base_addr_aligned_kb = (unsigned)atoi(s);
+    return 0;
+}
+
+static int set_page_size(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    if (strcmp(c->val->s, "1g") != 0)
+        return fail(c, "the only page size is 1g (torch_npu: \"Unsupported page_size value\")");
+    c->cf->page_size_1g = true;
+    return 0;
+}
+
+/* ---- hbmalloc conf's lines, one per key that has one (key_def.show) ---- */
+
+static const char *b2s(bool b) { return b ? "True" : "False"; }
+
+static void show_max_split(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->max_split_size == SIZE_MAX)
+        hbm__sb_printf(sb, "max_split_size_mb: unlimited\n");
+    else
+        hbm__sb_printf(sb, "max_split_size_mb: %zu\n", c->max_split_size / HBM__MiB);
+}
+
+static void show_max_non_split(const hbm__conf *c, hbm__sbuf *sb)
+{
+    hbm__sb_printf(sb, "max_non_split_rounding_mb: %zu\n", c->max_non_split_rounding / HBM__MiB);
+}
+
+static void show_large_segment(const hbm__conf *c, hbm__sbuf *sb)
+{
+    hbm__sb_printf(sb, "large_segment_size_mb: %zu\n", c->large_segment_size / HBM__MiB);
+}
+
+static void show_segment_size(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->dialect == HBM_DIALECT_NPU && c->segment_size) /* torch_npu's own member, not the large segment */
+        hbm__sb_printf(sb,
+                       "segment_size_mb: %zu (the page of the large pool's expandable segments, as torch_npu; "
+                       "whole segments are %zu MiB%s)\n",
+                       c->segment_size / HBM__MiB, c->large_segment_size / HBM__MiB,
+                       c->expandable_page != c->segment_size ? "; not used: another setting sizes the pages"
+                       : !c->expandable_segments             ? "; no effect without expandable_segments:True"
+                                                             : "");
+}
+
+static void show_gc(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->gc_threshold > 0)
+        hbm__sb_printf(sb, "garbage_collection_threshold: %g%s\n", c->gc_threshold,
+                       c->memory_fraction < 1.0 ? "" : " (inactive: PyTorch runs it only under a memory fraction < 1)");
+    else
+        hbm__sb_printf(sb, "garbage_collection_threshold: 0 (off)\n");
+}
+
+static void show_fraction(const hbm__conf *c, hbm__sbuf *sb)
+{
+    hbm__sb_printf(sb, "per_process_memory_fraction: %g\n", c->memory_fraction);
+}
+
+static void show_roundup(const hbm__conf *c, hbm__sbuf *sb)
+{
+    hbm__sb_printf(sb, "roundup_power2_divisions: [");
+    bool any = false;
+    for (int k = 0; k < HBM__ROUNDUP_INTERVALS; k++) {
+        hbm__sb_printf(sb, "%s%u:%llu", k ? "," : "", 1u << k, (unsigned long long)c->roundup_divisions[k]);
+        any |= c->roundup_divisions[k] > 1;
+    }
+    hbm__sb_printf(sb, "]%s\n", any ? "" : " (off)");
+}
+
+static void show_expandable(const hbm__conf *c, hbm__sbuf *sb)
+{
+    hbm__sb_printf(sb, "expandable_segments: %s\n", b2s(c->expandable_segments));
+}
+
+static void show_remap(const hbm__conf *c, hbm__sbuf *sb)
+{
+    hbm__sb_printf(sb, "hbm_remap_free_pages: %s (hbmalloc policy%s)\n", b2s(c->remap_free_pages),
+                   c->remap_free_pages && !c->expandable_segments ? "; needs expandable_segments:True" : "");
+}
+
+static void show_arena(const hbm__conf *c, hbm__sbuf *sb) /* hbm_arena_mb or hbm_arena_fraction, whichever is set */
+{
+    if (!c->arena_bytes && !(c->arena_fraction > 0))
+        return;
+    char what[64];
+    if (c->arena_bytes)
+        snprintf(what, sizeof what, "hbm_arena_mb: %zu", c->arena_bytes / HBM__MiB);
+    else
+        snprintf(what, sizeof what, "hbm_arena_fraction: %g", c->arena_fraction);
+    hbm__sb_printf(sb,
+                   "%s (hbmalloc policy: one region reserved at the first allocation and sub-allocated best "
+                   "fit; %s beyond it)\n",
+                   what, c->expandable_segments ? "expandable segments" : "segments");
+}
+
+static void show_plan_file(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->plan_file[0])
+        hbm__sb_printf(sb,
+                       "hbm_plan_file: %s (hbmalloc policy: allocation k served at the plan's offset in the arena, "
+                       "when it fits and that range is free)\n",
+                       c->plan_file);
+}
+
+static void show_step_plan(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->step_plan)
+        hbm__sb_printf(sb,
+                       "hbm_step_plan: True (hbmalloc policy: the allocations of a training step, marked by "
+                       "hbm_step, learnt and later steps served from a plan in one region%s)\n",
+                       c->expandable_segments ? ", beside the expandable segments" : "");
+}
+
+static void show_publish(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->publish >= 0)
+        hbm__sb_printf(sb, "hbm_publish: %s (statistics for hbmalloc top%s)\n", b2s(c->publish),
+                       c->publish ? ", in a shared-memory record of this process" : ": not published");
+}
+
+static void show_page(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->page_given)
+        hbm__sb_printf(sb, "hbm_expandable_page_mb: %zu (hbmalloc policy: large-pool page of expandable segments%s)\n",
+                       c->expandable_page / HBM__MiB,
+                       !c->expandable_segments ? "; needs expandable_segments:True" : "");
+    else if (c->expandable_page)
+        hbm__sb_printf(sb, "hbm_expandable_page_mb: default (segment_size_mb, as torch_npu)\n");
+    else
+        hbm__sb_printf(sb, "hbm_expandable_page_mb: default (large_segment_size_mb, as PyTorch)\n");
+}
+
+static void show_release_lock(const hbm__conf *c, hbm__sbuf *sb) /* the dialect's key */
+{
+    hbm__sb_printf(sb, "%s: %s\n",
+                   c->dialect == HBM_DIALECT_NPU ? "release_lock_on_npumalloc" : "release_lock_on_cudamalloc",
+                   b2s(c->release_lock_on_malloc));
+}
+
+static void show_throw(const hbm__conf *c, hbm__sbuf *sb)
+{
+    hbm__sb_printf(sb, "%s: %s\n", c->dialect == HBM_DIALECT_NPU ? "throw_on_npumalloc_oom" : "throw_on_cudamalloc_oom",
+                   b2s(c->throw_on_malloc_oom));
+}
+
+static void show_es_reserve(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->dialect != HBM_DIALECT_NPU && c->es_reserve_set)
+        hbm__sb_printf(sb,
+                       "expandable_segments_reserve: %g%s (virtual address space per expandable segment; the "
+                       "sim reserves without limit)\n",
+                       c->es_reserve, c->es_reserve_gib ? " GiB" : " of the device");
+}
+
+static void show_es_reserve_classes(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->dialect != HBM_DIALECT_NPU && c->es_reserve_classes)
+        hbm__sb_printf(sb,
+                       "expandable_segments_reserve_by_class: %d class%s (per-stream tags; hbmalloc does not "
+                       "tag streams)\n",
+                       c->es_reserve_classes, c->es_reserve_classes == 1 ? "" : "es");
+}
+
+static void show_align_hugepages(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->dialect == HBM_DIALECT_NPU && c->align_hugepages)
+        hbm__sb_printf(sb, "align_hugepages: True (torch_npu v6.0.rc2; no effect on the model)\n");
+}
+
+static void show_lazy_reclaim(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->dialect == HBM_DIALECT_NPU)
+        hbm__sb_printf(sb, "multi_stream_lazy_reclaim: %s\n", b2s(c->multi_stream_lazy_reclaim));
+}
+
+static void show_page_size(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->dialect == HBM_DIALECT_NPU)
+        hbm__sb_printf(sb, "page_size: %s\n", c->page_size_1g ? "1g" : "default");
+}
+
+static void show_base_align(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->dialect == HBM_DIALECT_NPU)
+        hbm__sb_printf(sb, "base_addr_aligned_kb: %u\n", c->base_addr_aligned_kb);
+}
+
+static void show_backend(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->dialect != HBM_DIALECT_NPU)
+        hbm__sb_printf(sb, "backend: %s\n", c->backend_async ? "cudaMallocAsync (native policy applied)" : "native");
+}
+
+static void show_graph_reuse(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->dialect != HBM_DIALECT_NPU)
+        hbm__sb_printf(sb, "graph_capture_record_stream_reuse: %s (graph capture only)\n",
+                       b2s(c->graph_capture_record_stream_reuse));
+}
+
+static void show_pinned(const hbm__conf *c, hbm__sbuf *sb) /* the host-allocator keys, on one line */
+{
+    hbm__sb_printf(sb, "host-allocator keys (pinned host memory, no effect on device memory):");
+    hbm__sb_printf(sb, " pinned_use_background_threads=%s", b2s(c->pinned_use_background_threads));
+    if (c->dialect == HBM_DIALECT_NPU)
+        hbm__sb_printf(sb, " pin_memory_expandable_segments=%s pinned_mem_register=%s",
+                       b2s(c->pin_memory_expandable_segments), b2s(c->pinned_mem_register));
+    else
+        hbm__sb_printf(sb, " pinned_use_cuda_host_register=%s pinned_num_register_threads=%u pinned_free_catch_all=%s",
+                       b2s(c->pinned_use_host_register), c->pinned_num_register_threads, b2s(c->pinned_free_catch_all));
+    hbm__sb_printf(sb,
+                   " pinned_reserve_segment_size_mb=%llu pinned_max_round_threshold_mb=%llu "
+                   "pinned_max_cached_size_mb=%llu\n",
+                   (unsigned long long)c->pinned_reserve_segment_size_mb,
+                   (unsigned long long)c->pinned_max_round_threshold_mb,
+                   (unsigned long long)c->pinned_max_cached_size_mb);
+}
+
+/* The table. Its order is the order keys are offered as the nearest to an unknown one (hint_key); `line` orders
+ * hbmalloc conf's lines. The releases that know a key are releases.c's (hbm__release_has_key, the columns of
+ * src/conf/npu_releases.inc); value, default and what are the documentation's key list (hbmalloc conf --keys,
+ * docs/CONFIGURATION.md). */
+#define BOOL_KEY(n, id, d, field, line, show, what)                                            \
+    {                                                                                          \
+        n, id, d, F_BOOL, AT(field), 0, 0, NULL, line, show, "`True` / `False`", "False", what \
+    }
+static const key_def keys[] = {
+    {"backend", K_OTHER, D_CUDA, F_NONE, 0, 0, 0, set_backend, 23, show_backend, "`native` / `cudaMallocAsync`",
+     "native", "hbmalloc applies the native policy either way, and says so in a warning"},
+    {"max_split_size_mb", K_MAX_SPLIT, D_BOTH, F_SIZE, AT(max_split_size), SIZE_MAX, 0, set_split, 1, show_max_split,
+     "integer MiB >= 20 (> 20 in PyTorch <= 2.9 and torch_npu <= 2.10)", "unlimited",
+     "blocks of at least this size are never split and serve only requests of at least it, within "
+     "`max_non_split_rounding_mb`"},
+    {"max_non_split_rounding_mb", K_OTHER, D_BOTH, F_SIZE, AT(max_non_split_rounding), 20 * HBM__MiB, 0, set_split, 2,
+     show_max_non_split, "integer MiB >= 20", "20",
+     "how much larger than an oversize request a cached oversize block may be and still serve it"},
+    {"large_segment_size_mb", K_LARGE_SEGMENT, D_BOTH, F_SIZE, AT(large_segment_size), 20 * HBM__MiB, 0,
+     set_large_segment, 3, show_large_segment, "integer MiB > 10 (PyTorch 2.11+, torch_npu 2.11+)", "20",
+     "the segment for 1-10 MiB requests and the large pool's expandable page; read before the other keys"},
+    {"garbage_collection_threshold", K_OTHER, D_BOTH, F_DOUBLE, AT(gc_threshold), 0, 0, set_gc, 5, show_gc, "0 < v < 1",
+     "off", "reclaim old cached segments when reserved > v x the memory-fraction limit"},
+    {"roundup_power2_divisions", K_OTHER, D_BOTH, F_NONE, 0, 0, 0, set_roundup, 7, show_roundup,
+     "power of two, or `[MiB:div,...,>:div]`", "off", "round requests to 1/div steps between powers of two"},
+    BOOL_KEY("expandable_segments", K_OTHER, D_BOTH, expandable_segments, 8, show_expandable,
+             "segments are virtual reservations mapped page by page (one warning, and whole segments, where the "
+             "device cannot)"),
+    BOOL_KEY("release_lock_on_cudamalloc", K_OTHER, D_CUDA, release_lock_on_malloc, 15, show_release_lock,
+             "other threads use the allocator while the device allocates"),
+    BOOL_KEY("release_lock_on_hipmalloc", K_OTHER, D_CUDA, release_lock_on_malloc, 0, NULL,
+             "release_lock_on_cudamalloc's ROCm name"),
+    BOOL_KEY("release_lock_on_npumalloc", K_OTHER, D_NPU, release_lock_on_malloc, 0, NULL,
+             "release_lock_on_cudamalloc's torch_npu name"),
+    BOOL_KEY("pinned_use_cuda_host_register", K_OTHER, D_CUDA, pinned_use_host_register, 0, NULL,
+             "pinned host memory: validated and reported"),
+    BOOL_KEY("pinned_use_hip_host_register", K_OTHER, D_CUDA, pinned_use_host_register, 0, NULL,
+             "pinned host memory: validated and reported"),
+    {"pinned_num_register_threads", K_OTHER, D_CUDA, F_UNSIGNED, AT(pinned_num_register_threads), 1, 0, set_pin_threads,
+     0, NULL, "power of two <= 128", "1", "pinned host memory: validated and reported"},
+    BOOL_KEY("pinned_use_background_threads", K_OTHER, D_BOTH, pinned_use_background_threads, 25, show_pinned,
+             "pinned host memory: validated and reported"),
+    {"pinned_reserve_segment_size_mb", K_OTHER, D_BOTH, F_U64, AT(pinned_reserve_segment_size_mb), 0, 0,
+     set_pin_reserve, 0, NULL, "integer MiB (> 0 in PyTorch)", "0", "pinned host memory: validated and reported"},
+    {"pinned_max_round_threshold_mb", K_OTHER, D_BOTH, F_U64, AT(pinned_max_round_threshold_mb), 0, 0, set_mib, 0, NULL,
+     "integer MiB", "0", "pinned host memory: validated and reported"},
+    {"pinned_max_cached_size_mb", K_OTHER, D_BOTH, F_U64, AT(pinned_max_cached_size_mb), 0, 0, set_mib, 0, NULL,
+     "integer MiB", "0", "pinned host memory: validated and reported"},
+    BOOL_KEY("graph_capture_record_stream_reuse", K_OTHER, D_CUDA, graph_capture_record_stream_reuse, 24,
+             show_graph_reuse, "graph capture only: reported"),
+    {"per_process_memory_fraction", K_OTHER, D_BOTH, F_DOUBLE, AT(memory_fraction), 0, 1.0, set_fraction, 6,
+     show_fraction, "0..1 (PyTorch 2.9+, torch_npu 2.10.0.post4+ / v26.1.0)", "1",
+     "cap reserved memory at fraction x capacity (1 removes the cap)"},
+    BOOL_KEY("pinned_free_catch_all", K_OTHER, D_CUDA, pinned_free_catch_all, 0, NULL,
+             "pinned host memory: validated and reported"),
+    BOOL_KEY("throw_on_cudamalloc_oom", K_OTHER, D_CUDA, throw_on_malloc_oom, 16, show_throw,
+             "validated and reported (the plug-ins raise on OOM)"),
+    BOOL_KEY("throw_on_npumalloc_oom", K_OTHER, D_NPU, throw_on_malloc_oom, 0, NULL,
+             "throw_on_cudamalloc_oom's torch_npu name"),
+    BOOL_KEY("pin_memory_expandable_segments", K_OTHER, D_NPU, pin_memory_expandable_segments, 0, NULL,
+             "pinned host memory: validated and reported"),
+    BOOL_KEY("pinned_mem_register", K_OTHER, D_NPU, pinned_mem_register, 0, NULL,
+             "pinned host memory: validated and reported"),
+    {"base_addr_aligned_kb", K_OTHER, D_NPU, F_UNSIGNED, AT(base_addr_aligned_kb), 16, 0, set_base_align, 22,
+     show_base_align, "0..16 without leading zeros", "16", "validated and reported"},
+    {"page_size", K_OTHER, D_NPU, F_BOOL, AT(page_size_1g), 0, 0, set_page_size, 21, show_page_size, "`1g`", "default",
+     "large-pool segments in 1 GiB units"},
+    {"segment_size_mb", K_OTHER, D_NPU, F_SIZE, AT(segment_size), 0, 0, set_segment_size, 4, show_segment_size,
+     "20..512 (torch_npu 2.6.0.post4 / v7.2.0.1 and later)", "none",
+     "the page of the large pool's expandable segments (whole segments keep 20 MiB); deprecated from 2.11"},
+    BOOL_KEY("multi_stream_lazy_reclaim", K_OTHER, D_NPU, multi_stream_lazy_reclaim, 20, show_lazy_reclaim,
+             "validated and reported"),
+    BOOL_KEY("align_hugepages", K_OTHER, D_NPU, align_hugepages, 19, show_align_hugepages,
+             "torch_npu v6.0.rc2 only: validated and reported"),
+    {"expandable_segments_reserve", K_OTHER, D_CUDA, F_NONE, 0, 0, 0, set_es_reserve, 17, show_es_reserve,
+     "a fraction of the device, or GiB (`40G`)", "none",
+     "PyTorch main: sizes virtual reservations; reported, not modelled (an invalid value is ignored with a warning)"},
+    {"expandable_segments_reserve_by_class", K_OTHER, D_CUDA, F_NONE, 0, 0, 0, set_es_reserve_classes, 18,
+     show_es_reserve_classes, "`[class:value,...]`", "none", "PyTorch main: counted, not modelled"},
+    /* hbmalloc's own policies (hbm_ prefix): not PyTorch keys. */
+    BOOL_KEY("hbm_remap_free_pages", K_HBM_FIRST, D_BOTH, remap_free_pages, 9, show_remap,
+             "with expandable segments: free pages elsewhere in the pool are moved to where a request grows"),
+    {"hbm_expandable_page_mb", K_HBM_FIRST, D_BOTH, F_SIZE, AT(expandable_page), 0, 0, set_page, 14, show_page,
+     "even whole MiB in [2, 1024]", "`segment_size_mb` (NPU) or `large_segment_size_mb`",
+     "with expandable segments: the page of the large pool's segments"},
+    {"hbm_arena_mb", K_HBM_FIRST, D_BOTH, F_SIZE, AT(arena_bytes), 0, 0, set_arena, 10, show_arena,
+     "whole MiB in [2, 16777216], or 0", "0 (off)",
+     "one region reserved at the first allocation, its stream's requests served best fit from it"},
+    {"hbm_arena_fraction", K_HBM_FIRST, D_BOTH, F_DOUBLE, AT(arena_fraction), 0, 0, set_arena_fraction, 0, NULL,
+     "0 < v <= 1, or 0", "0 (off)", "the same, sized as this share of the device's free memory"},
+    {"hbm_plan_file", K_HBM_FIRST, D_BOTH, F_NONE, 0, 0, 0, set_plan_file, 11, show_plan_file,
+     "a path (up to 127 characters)", "none", "a plan of `hbmalloc plan -o`, served from the arena"},
+    BOOL_KEY("hbm_step_plan", K_HBM_FIRST, D_BOTH, step_plan, 12, show_step_plan,
+             "the training step learnt (hbm_step) and later steps served from a plan in one region"),
+    {"hbm_publish", K_HBM_FIRST, D_BOTH, F_INT, AT(publish), (uint64_t)-1, 0, set_publish, 13, show_publish,
+     "`True` / `False`", "False (the PyTorch plug-ins: True)", "statistics in a shared-memory record for hbmalloc top"},
+};
+#undef BOOL_KEY
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+static const key_def *find_key(const char *name)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        if (!strcmp(keys[i].name, name))
+            return &keys[i];
+    return NULL;
+}
+
+static bool is_hbm_key(const key_def *k) { return k->id >= K_HBM_FIRST; }
+
 static int set_key(hbm__conf *cf, const key_def *k, const rules *r, const lexed *lx, size_t *pi, bool *max_split_set,
                    char *err, size_t errlen)
 {
-    ctx c = {k->name, &lx->t[*pi], r, cf, err, errlen};
-    bool npu = cf->dialect == HBM_DIALECT_NPU;
-    uint64_t v;
-    switch (k->id) {
-    case K_BACKEND:
-        if (!strcmp(c.val->s, "native"))
-            cf->backend_async = false;
-        else if (!strcmp(c.val->s, "cudaMallocAsync"))
-            cf->backend_async = true;
-        else
-            return fail(&c, "expected native or cudaMallocAsync (PyTorch: \"Unknown allocator backend, options are "
-                            "native and cudaMallocAsync\")");
-        return 0;
-    case K_MAX_SPLIT: *max_split_set = true; return get_split(&c, &cf->max_split_size);
-    case K_MAX_NON_SPLIT: return get_split(&c, &cf->max_non_split_rounding);
-    case K_LARGE_SEGMENT: {
-        /* > 10 MiB, no upper bound (c10 parseLargeSegmentSize; torch_npu 2.11+ also digits only). */
-        const char *allowed = "expected a whole number of MiB > 10 (\"CachingAllocator option large_segment_size_mb "
-                              "must be > 10 MB\")";
-        if (!r->strict && r->rel->split_digits && !all_digits(c.val->s))
-            return fail(&c, "not all digits (torch_npu: \"CachingAllocator option large_segment_size_mb is "
-                            "invalid.\")");
-        if (get_uint(&c, &v, allowed))
-            return -1;
-        if (v <= 10)
-            return fail(&c, allowed);
-        /* At most 2^62 bytes (4 EiB, past any device): a page or segment of it, rounded to the device's
-         * granularity, cannot wrap to 0 (fuzz_conf found that division by zero). */
-        store_mib(v < ((uint64_t)1 << 42) ? v : (uint64_t)1 << 42, &cf->large_segment_size);
-        return 0;
-    }
-    case K_SEGMENT_SIZE: {
-        /* torch_npu from v7.2.0.1 (2.6.0.post4): isDigit, then std::stoi, [20, 512], kept in a member of its own
-         * (m_segment_size_mb: NPUCachingAllocator.cpp v7.2.0.1-pytorch2.6.0:1048, NPUAllocatorConfig.cpp
-         * master:199) that only the making of an expandable segment of the large pool reads, as its page size
-         * (v7.2.0.1-pytorch2.6.0:2320-2322; from 2.11 get_custom_expandable_segment_size, where a set
-         * large_segment_size_mb wins: v26.1.0-pytorch2.11.0:2532-2539, master:2762-2769). Whole segments keep
-         * 20 MiB (get_allocation_size: kLargeBuffer, v7.2.0.1-pytorch2.6.0:2557-2566; large_segment_size() from
-         * 2.13, master:2771-2778). Resolved after every key is read (parse_tokens): see segment_page. */
-        const char *allowed = "expected a whole number of MiB in [20, 512] (torch_npu: \"CachingAllocator option "
-                              "segment_size_mb error, must be [20, 512], dtype is int\")";
-        if (!all_digits(c.val->s))
-            return fail(&c, "not all digits (torch_npu: \"CachingAllocator option segment_size_mb is invalid.\")");
-        if (get_uint(&c, &v, allowed))
-            return -1;
-        if (v < 20 || v > 512)
-            return fail(&c, allowed);
-        cf->segment_size = (size_t)v * HBM__MiB;
-        if (r->rel->seg_page == HBM__SEG_PAGE_UNLESS) /* NPUAllocatorConfig.cpp v26.1.0-pytorch2.11.0:245 */
-            warn(cf, "segment_size_mb is deprecated, use large_segment_size_mb (torch_npu warns the same)");
-        return 0;
-    }
-    case K_GC: {
-        double d;
-        if (get_double(&c, &d, "expected a number strictly between 0 and 1"))
-            return -1;
-        if (!(d > 0.0 && d < 1.0))
-            return fail(&c, "expected a number strictly between 0 and 1 (PyTorch: \"garbage_collect_threshold is "
-                            "invalid, set it in (0.0, 1.0)\")");
-        cf->gc_threshold = d;
-        return 0;
-    }
-    case K_FRACTION: {
-        double d;
-        if (get_double(&c, &d, "expected a number in [0, 1]"))
-            return -1;
-        if (!(d >= 0.0 && d <= 1.0))
-            return fail(&c, "expected a number in [0, 1] (PyTorch: \"per_process_memory_fraction is invalid, set it "
-                            "in [0.0, 1.0]\")");
-        cf->memory_fraction = d;
-        return 0;
-    }
-    case K_ROUNDUP: return parse_roundup(&c, lx, pi);
-    case K_ES_RESERVE: {
-        double d;
-        bool gib;
-        int rc = reserve_spec(&c, &d, &gib);
-        if (rc < 0)
-            return -1;
-        if (rc == 0) {
-            cf->es_reserve = d;
-            cf->es_reserve_gib = gib;
-            cf->es_reserve_set = true;
-        }
-        return 0;
-    }
-    case K_ES_RESERVE_CLASS: return parse_reserve_classes(&c, lx, pi);
-    case K_EXPANDABLE: return get_bool(&c, &cf->expandable_segments);
-    case K_RELEASE_LOCK_CUDA:
-    case K_RELEASE_LOCK_HIP:
-    case K_RELEASE_LOCK_NPU: return get_bool(&c, &cf->release_lock_on_malloc);
-    case K_PIN_HOST_REG:
-    case K_PIN_HIP_HOST_REG: return get_bool(&c, &cf->pinned_use_host_register);
-    case K_PIN_BG: return get_bool(&c, &cf->pinned_use_background_threads);
-    case K_GRAPH_REUSE: return get_bool(&c, &cf->graph_capture_record_stream_reuse);
-    case K_PIN_CATCH_ALL: return get_bool(&c, &cf->pinned_free_catch_all);
-    case K_THROW_CUDA:
-    case K_THROW_NPU: return get_bool(&c, &cf->throw_on_malloc_oom);
-    case K_PIN_EXPANDABLE: return get_bool(&c, &cf->pin_memory_expandable_segments);
-    case K_PIN_REGISTER: return get_bool(&c, &cf->pinned_mem_register);
-    case K_LAZY_RECLAIM: return get_bool(&c, &cf->multi_stream_lazy_reclaim);
-    case K_ALIGN_HUGEPAGES: return get_bool(&c, &cf->align_hugepages);
-    case K_HBM_REMAP: return get_bool(&c, &cf->remap_free_pages);
-    case K_HBM_STEP_PLAN: return get_bool(&c, &cf->step_plan);
-    case K_HBM_PUBLISH: {
-        bool on;
-        int rc = get_bool(&c, &on);
-        if (!rc)
-            cf->publish = on;
-        return rc;
-    }
-    case K_HBM_PAGE: {
-        const char *allowed = "expected an even whole number of MiB in [2, 1024] (a multiple of the 2 MiB device "
-                              "granularity)";
-        if (get_uint(&c, &v, allowed) || v < 2 || v > 1024 || v % 2)
-            return fail(&c, allowed);
-        cf->expandable_page = (size_t)v * HBM__MiB;
-        cf->page_given = true;
-        return 0;
-    }
-    case K_HBM_ARENA: { /* the last of the two arena keys wins, as repeated keys do */
-        const char *allowed = "expected a whole number of MiB in [2, 16777216] (the arena's size), or 0 for none";
-        if (get_uint(&c, &v, allowed) || (v && v < 2) || v > 16777216)
-            return fail(&c, allowed);
-        cf->arena_bytes = (size_t)v * HBM__MiB;
-        cf->arena_fraction = 0;
-        return 0;
-    }
-    case K_HBM_ARENA_FRACTION: {
-        double d;
-        const char *allowed = "expected a share of the device's free memory in (0, 1], or 0 for none";
-        if (get_double(&c, &d, allowed) || !(d >= 0 && d <= 1))
-            return fail(&c, allowed);
-        cf->arena_fraction = d;
-        cf->arena_bytes = 0;
-        return 0;
-    }
-    case K_HBM_PLAN_FILE: /* read at create (arena.c): here only the path */
-        snprintf(cf->plan_file, sizeof cf->plan_file, "%s", c.val->s);
-        return 0;
-    case K_PIN_THREADS:
-        if (get_uint(&c, &v, "expected a power of two <= 128"))
-            return -1;
-        if (!is_pow2(v))
-            return fail(&c, "expected a power of two <= 128 (PyTorch: \"Number of register threads has to be power "
-                            "of 2\")");
-        if (v > 128)
-            return fail(&c, "expected a power of two <= 128 (PyTorch: \"Number of register threads should be less "
-                            "than or equal to 128\")");
-        cf->pinned_num_register_threads = (unsigned)v;
-        return 0;
-    case K_PIN_RESERVE:
-        /* PyTorch: > 0; torch_npu reads it with toSizeT and no check (0 accepted). */
-        if (get_uint(&c, &v, "expected a whole number of MiB"))
-            return -1;
-        if (v == 0 && !npu)
-            return fail(&c, "expected a whole number of MiB > 0 (PyTorch: \"Pinned reserve segment size has to be "
-                            "greater than 0\")");
-        cf->pinned_reserve_segment_size_mb = v;
-        return 0;
-    case K_PIN_ROUND: return get_uint(&c, &cf->pinned_max_round_threshold_mb, "expected a whole number of MiB");
-    case K_PIN_CACHED: return get_uint(&c, &cf->pinned_max_cached_size_mb, "expected a whole number of MiB");
-    case K_BASE_ALIGN: {
-        /* torch_npu: isDigit, std::stoi, no leading zeros (the length must equal to_string's), [0, 16]. */
-        const char *s = c.val->s;
-        if (!all_digits(s))
-            return fail(&c, "expected a whole number of KiB in [0, 16] (torch_npu: \"CachingAllocator option "
-                            "base_addr_aligned_kb is invalid.\")");
-        if ((s[0] == '0' && s[1]) || strlen(s) > 2 || atoi(s) > 16)
-            return fail(&c, "expected a whole number of KiB in [0, 16] without leading zeros (torch_npu: "
-                            "\"CachingAllocator option base_addr_aligned_kb error, must be [0~16], dtype is int\")");
-        cf->base_addr_aligned_kb = (unsigned)atoi(s);
-        return 0;
-    }
-    case K_PAGE_SIZE:
-        if (strcmp(c.val->s, "1g") != 0)
-            return fail(&c, "the only page size is 1g (torch_npu: \"Unsupported page_size value\")");
-        cf->page_size_1g = true;
-        return 0;
-    }
-    return fail(&c, "internal: unhandled key");
+    ctx c = {k->name, &lx->t[*pi], r, cf, err, errlen, max_split_set};
+    return k->set ? k->set(&c, k, lx, pi) : set_bool(&c, k, lx, pi);
 }
 
 void hbm__conf_defaults(hbm__conf *c, hbm_dialect d)
 {
     memset(c, 0, sizeof *c);
     c->dialect = d;
-    c->max_split_size = SIZE_MAX;
-    c->max_non_split_rounding = 20 * HBM__MiB;
-    c->large_segment_size = 20 * HBM__MiB;
-    c->memory_fraction = 1.0;
-    c->pinned_num_register_threads = 1;
-    c->base_addr_aligned_kb = 16;
-    c->publish = -1;
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key_def *k = &keys[i];
+        void *f = (char *)c + k->off;
+        switch (k->type) {
+        case F_NONE: break;
+        case F_BOOL: *(bool *)f = k->dflt_u != 0; break;
+        case F_SIZE: *(size_t *)f = (size_t)k->dflt_u; break;
+        case F_U64: *(uint64_t *)f = k->dflt_u; break;
+        case F_UNSIGNED: *(unsigned *)f = (unsigned)k->dflt_u; break;
+        case F_INT: *(int *)f = (int)(int64_t)k->dflt_u; break;
+        case F_DOUBLE: *(double *)f = k->dflt_d; break;
+        }
+    }
     strcpy(c->source, "default");
 }
 
@@ -963,11 +1280,10 @@ done:
     return HBM_OK;
 }
 
-/* The release a PYTORCH_* variable is read as: named by the plug-in (which knows torch.__version__ and
- * torch_npu.__version__) through HBMALLOC_TORCH_VERSION / HBMALLOC_TORCH_NPU_VERSION, else the newest. */
-static hbm_status default_release(hbm__release *rel, hbm_dialect d, char *err, size_t errlen)
+/* The release a PYTORCH_* variable is read as: `v`, the release the plug-in names (it knows torch.__version__ and
+ * torch_npu.__version__), else the newest. */
+static hbm_status default_release(hbm__release *rel, hbm_dialect d, const char *v, char *err, size_t errlen)
 {
-    const char *v = getenv(d == HBM_DIALECT_NPU ? "HBMALLOC_TORCH_NPU_VERSION" : "HBMALLOC_TORCH_VERSION");
     char inner[300];
     if (hbm__release_find(rel, d, v, inner, sizeof inner) == HBM_OK)
         return HBM_OK;
@@ -981,8 +1297,8 @@ static hbm_status default_release(hbm__release *rel, hbm_dialect d, char *err, s
     return HBM_ERR_CONF;
 }
 
-hbm_status hbm__conf_parse_release(hbm__conf *cf, const char *s, hbm_dialect d, const hbm__release *given, int vmm,
-                                   char *err, size_t errlen)
+hbm_status hbm__conf_parse_version(hbm__conf *cf, const char *s, hbm_dialect d, const hbm__release *given,
+                                   const char *version, int vmm, char *err, size_t errlen)
 {
     char src[sizeof cf->source];
     memcpy(src, cf->source, sizeof src);
@@ -997,7 +1313,7 @@ hbm_status hbm__conf_parse_release(hbm__conf *cf, const char *s, hbm_dialect d, 
     hbm__release rel;
     if (given)
         rel = *given;
-    else if (default_release(&rel, d, err, errlen) != HBM_OK)
+    else if (default_release(&rel, d, version, err, errlen) != HBM_OK)
         return HBM_ERR_CONF;
     bool framework = !strncmp(cf->source, "PYTORCH_", 8);
     rules r = {&rel, !framework && !given, rel.tokenizer, vmm};
@@ -1018,6 +1334,17 @@ hbm_status hbm__conf_parse_release(hbm__conf *cf, const char *s, hbm_dialect d, 
     return rc;
 }
 
+const char *hbm__conf_env_version(hbm_dialect d)
+{
+    return hbm__env(d == HBM_DIALECT_NPU ? HBM__ENV_TORCH_NPU_VERSION : HBM__ENV_TORCH_VERSION);
+}
+
+hbm_status hbm__conf_parse_release(hbm__conf *cf, const char *s, hbm_dialect d, const hbm__release *given, int vmm,
+                                   char *err, size_t errlen)
+{
+    return hbm__conf_parse_version(cf, s, d, given, given ? NULL : hbm__conf_env_version(d), vmm, err, errlen);
+}
+
 hbm_status hbm__conf_parse(hbm__conf *cf, const char *s, hbm_dialect d, char *err, size_t errlen)
 {
     return hbm__conf_parse_release(cf, s, d, NULL, -1, err, errlen);
@@ -1026,10 +1353,10 @@ hbm_status hbm__conf_parse(hbm__conf *cf, const char *s, hbm_dialect d, char *er
 hbm_status hbm__conf_load(hbm__conf *c, const char *explicit_settings, hbm_dialect d, char *err, size_t errlen)
 {
     const char *s = explicit_settings, *src = "explicit";
-    if (!s && (s = getenv("HBMALLOC_CONF")))
+    if (!s && (s = hbm__env(HBM__ENV_CONF)))
         src = "HBMALLOC_CONF";
     if (!s && d == HBM_DIALECT_NPU) {
-        const char *npu = getenv("PYTORCH_NPU_ALLOC_CONF"), *gen = getenv("PYTORCH_ALLOC_CONF");
+        const char *npu = hbm__env(HBM__ENV_PYTORCH_NPU_CONF), *gen = hbm__env(HBM__ENV_PYTORCH_CONF);
         if (npu && gen) {
             snprintf(err, errlen,
                      "Both PYTORCH_NPU_ALLOC_CONF and PYTORCH_ALLOC_CONF have been set, please set only "
@@ -1040,9 +1367,9 @@ hbm_status hbm__conf_load(hbm__conf *c, const char *explicit_settings, hbm_diale
         src = npu ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_ALLOC_CONF";
     } else if (!s) {
         /* CUDAAllocatorConfig's order: the CUDA variable first, then the generic one. */
-        if ((s = getenv("PYTORCH_CUDA_ALLOC_CONF")))
+        if ((s = hbm__env(HBM__ENV_PYTORCH_CUDA_CONF)))
             src = "PYTORCH_CUDA_ALLOC_CONF";
-        else if ((s = getenv("PYTORCH_ALLOC_CONF")))
+        else if ((s = hbm__env(HBM__ENV_PYTORCH_CONF)))
             src = "PYTORCH_ALLOC_CONF";
     }
     if (!s) {
@@ -1057,120 +1384,40 @@ hbm_status hbm__conf_load(hbm__conf *c, const char *explicit_settings, hbm_diale
     return rc;
 }
 
-static const char *b2s(bool b) { return b ? "True" : "False"; }
-
 void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
 {
     hbm__sbuf sb;
     hbm__sb_init(&sb, out, outlen);
-    bool npu = c->dialect == HBM_DIALECT_NPU;
-    hbm__sb_printf(&sb, "dialect: %s (%s)\n", npu ? "npu" : "cuda", dialect_var(c->dialect));
+    hbm__sb_printf(&sb, "dialect: %s (%s)\n", c->dialect == HBM_DIALECT_NPU ? "npu" : "cuda", dialect_var(c->dialect));
     hbm__sb_printf(&sb, "source: %s\n", c->source);
     hbm__sb_printf(&sb, "read as: %s\n", c->release);
     hbm__sb_printf(&sb, "string: \"%s\"%s\n", c->text, c->text_truncated ? " (truncated)" : "");
-    if (c->max_split_size == SIZE_MAX)
-        hbm__sb_printf(&sb, "max_split_size_mb: unlimited\n");
-    else
-        hbm__sb_printf(&sb, "max_split_size_mb: %zu\n", c->max_split_size / HBM__MiB);
-    hbm__sb_printf(&sb, "max_non_split_rounding_mb: %zu\n", c->max_non_split_rounding / HBM__MiB);
-    hbm__sb_printf(&sb, "large_segment_size_mb: %zu\n", c->large_segment_size / HBM__MiB);
-    if (npu && c->segment_size) /* torch_npu's own member, not the large segment (K_SEGMENT_SIZE) */
-        hbm__sb_printf(&sb,
-                       "segment_size_mb: %zu (the page of the large pool's expandable segments, as torch_npu; "
-                       "whole segments are %zu MiB%s)\n",
-                       c->segment_size / HBM__MiB, c->large_segment_size / HBM__MiB,
-                       c->expandable_page != c->segment_size ? "; not used: another setting sizes the pages"
-                       : !c->expandable_segments             ? "; no effect without expandable_segments:True"
-                                                             : "");
-    if (c->gc_threshold > 0)
-        hbm__sb_printf(&sb, "garbage_collection_threshold: %g%s\n", c->gc_threshold,
-                       c->memory_fraction < 1.0 ? "" : " (inactive: PyTorch runs it only under a memory fraction < 1)");
-    else
-        hbm__sb_printf(&sb, "garbage_collection_threshold: 0 (off)\n");
-    hbm__sb_printf(&sb, "per_process_memory_fraction: %g\n", c->memory_fraction);
-    hbm__sb_printf(&sb, "roundup_power2_divisions: [");
-    bool any = false;
-    for (int k = 0; k < HBM__ROUNDUP_INTERVALS; k++) {
-        hbm__sb_printf(&sb, "%s%u:%llu", k ? "," : "", 1u << k, (unsigned long long)c->roundup_divisions[k]);
-        any |= c->roundup_divisions[k] > 1;
+    for (int line = 1;; line++) { /* each key's line, in the table's order of lines */
+        size_t i = 0;
+        while (i < NKEYS && keys[i].line != line)
+            i++;
+        if (i == NKEYS)
+            break;
+        keys[i].show(c, &sb);
     }
-    hbm__sb_printf(&sb, "]%s\n", any ? "" : " (off)");
-    hbm__sb_printf(&sb, "expandable_segments: %s\n", b2s(c->expandable_segments));
-    hbm__sb_printf(&sb, "hbm_remap_free_pages: %s (hbmalloc policy%s)\n", b2s(c->remap_free_pages),
-                   c->remap_free_pages && !c->expandable_segments ? "; needs expandable_segments:True" : "");
-    if (c->arena_bytes || c->arena_fraction > 0) {
-        char what[64];
-        if (c->arena_bytes)
-            snprintf(what, sizeof what, "hbm_arena_mb: %zu", c->arena_bytes / HBM__MiB);
-        else
-            snprintf(what, sizeof what, "hbm_arena_fraction: %g", c->arena_fraction);
-        hbm__sb_printf(&sb,
-                       "%s (hbmalloc policy: one region reserved at the first allocation and sub-allocated best "
-                       "fit; %s beyond it)\n",
-                       what, c->expandable_segments ? "expandable segments" : "segments");
-    }
-    if (c->plan_file[0])
-        hbm__sb_printf(&sb,
-                       "hbm_plan_file: %s (hbmalloc policy: allocation k served at the plan's offset in the arena, "
-                       "when it fits and that range is free)\n",
-                       c->plan_file);
-    if (c->step_plan)
-        hbm__sb_printf(&sb,
-                       "hbm_step_plan: True (hbmalloc policy: the allocations of a training step, marked by "
-                       "hbm_step, learnt and later steps served from a plan in one region%s)\n",
-                       c->expandable_segments ? ", beside the expandable segments" : "");
-    if (c->publish >= 0)
-        hbm__sb_printf(&sb, "hbm_publish: %s (statistics for hbmalloc top%s)\n", b2s(c->publish),
-                       c->publish ? ", in a shared-memory record of this process" : ": not published");
-    if (c->page_given)
-        hbm__sb_printf(&sb, "hbm_expandable_page_mb: %zu (hbmalloc policy: large-pool page of expandable segments%s)\n",
-                       c->expandable_page / HBM__MiB,
-                       !c->expandable_segments ? "; needs expandable_segments:True" : "");
-    else if (c->expandable_page)
-        hbm__sb_printf(&sb, "hbm_expandable_page_mb: default (segment_size_mb, as torch_npu)\n");
-    else
-        hbm__sb_printf(&sb, "hbm_expandable_page_mb: default (large_segment_size_mb, as PyTorch)\n");
-    hbm__sb_printf(&sb, "%s: %s\n", npu ? "release_lock_on_npumalloc" : "release_lock_on_cudamalloc",
-                   b2s(c->release_lock_on_malloc));
-    hbm__sb_printf(&sb, "%s: %s\n", npu ? "throw_on_npumalloc_oom" : "throw_on_cudamalloc_oom",
-                   b2s(c->throw_on_malloc_oom));
-    if (!npu && c->es_reserve_set)
-        hbm__sb_printf(&sb,
-                       "expandable_segments_reserve: %g%s (virtual address space per expandable segment; the "
-                       "sim reserves without limit)\n",
-                       c->es_reserve, c->es_reserve_gib ? " GiB" : " of the device");
-    if (!npu && c->es_reserve_classes)
-        hbm__sb_printf(&sb,
-                       "expandable_segments_reserve_by_class: %d class%s (per-stream tags; hbmalloc does not "
-                       "tag streams)\n",
-                       c->es_reserve_classes, c->es_reserve_classes == 1 ? "" : "es");
-    if (npu && c->align_hugepages)
-        hbm__sb_printf(&sb, "align_hugepages: True (torch_npu v6.0.rc2; no effect on the model)\n");
-    if (npu) {
-        hbm__sb_printf(&sb, "multi_stream_lazy_reclaim: %s\n", b2s(c->multi_stream_lazy_reclaim));
-        hbm__sb_printf(&sb, "page_size: %s\n", c->page_size_1g ? "1g" : "default");
-        hbm__sb_printf(&sb, "base_addr_aligned_kb: %u\n", c->base_addr_aligned_kb);
-    } else {
-        hbm__sb_printf(&sb, "backend: %s\n", c->backend_async ? "cudaMallocAsync (native policy applied)" : "native");
-        hbm__sb_printf(&sb, "graph_capture_record_stream_reuse: %s (graph capture only)\n",
-                       b2s(c->graph_capture_record_stream_reuse));
-    }
-    hbm__sb_printf(&sb, "host-allocator keys (pinned host memory, no effect on device memory):");
-    hbm__sb_printf(&sb, " pinned_use_background_threads=%s", b2s(c->pinned_use_background_threads));
-    if (npu)
-        hbm__sb_printf(&sb, " pin_memory_expandable_segments=%s pinned_mem_register=%s",
-                       b2s(c->pin_memory_expandable_segments), b2s(c->pinned_mem_register));
-    else
-        hbm__sb_printf(&sb, " pinned_use_cuda_host_register=%s pinned_num_register_threads=%u pinned_free_catch_all=%s",
-                       b2s(c->pinned_use_host_register), c->pinned_num_register_threads, b2s(c->pinned_free_catch_all));
-    hbm__sb_printf(&sb,
-                   " pinned_reserve_segment_size_mb=%llu pinned_max_round_threshold_mb=%llu "
-                   "pinned_max_cached_size_mb=%llu\n",
-                   (unsigned long long)c->pinned_reserve_segment_size_mb,
-                   (unsigned long long)c->pinned_max_round_threshold_mb,
-                   (unsigned long long)c->pinned_max_cached_size_mb);
     if (c->warnings[0])
         hbm__sb_printf(&sb, "warnings:\n%s", c->warnings);
+}
+
+void hbm__conf_keys(char *out, size_t outlen)
+{
+    hbm__sbuf sb;
+    hbm__sb_init(&sb, out, outlen);
+    hbm__sb_printf(&sb, "| key | dialects | value | default | what hbmalloc does with it |\n|---|---|---|---|---|\n");
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key_def *k = &keys[i];
+        hbm__sb_printf(&sb, "| `%s` | %s | %s | %s | %s |\n", k->name,
+                       is_hbm_key(k)           ? "both (HBMALLOC_CONF only)"
+                       : k->dialects == D_BOTH ? "both"
+                       : k->dialects == D_NPU  ? "NPU"
+                                               : "CUDA",
+                       k->value, k->dflt, k->what);
+    }
 }
 
 /* The shortest decimal that reads back as v ("0.6", not "0.59999999999999998"). */

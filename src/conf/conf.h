@@ -70,7 +70,7 @@ void hbm__conf_defaults(hbm__conf *c, hbm_dialect d);
 struct hbm__release;
 /* Parse s (a complete settings string) over defaults. Returns HBM_OK or HBM_ERR_CONF with err set.
  * c->source says whose string it is: a PYTORCH_* variable is read as the framework reads it (the
- * release named by HBMALLOC_TORCH_VERSION / HBMALLOC_TORCH_NPU_VERSION, else the newest known, with
+ * release named by HBMALLOC_TORCH_VERSION / HBMALLOC_TORCH_NPU_VERSION, hbm__conf_env_version, else the newest known, with
  * its leniency, each lenient reading noted in c->warnings); anything else (HBMALLOC_CONF, explicit)
  * strictly, with the newest release's keys and hbmalloc's own hbm_* keys. */
 hbm_status hbm__conf_parse(hbm__conf *c, const char *s, hbm_dialect d, char *err, size_t errlen);
@@ -78,6 +78,13 @@ hbm_status hbm__conf_parse(hbm__conf *c, const char *s, hbm_dialect d, char *err
  * virtual memory (vmm: 1 yes, 0 no, -1 unknown), which decides torch_npu's expandable combination rule. */
 hbm_status hbm__conf_parse_release(hbm__conf *c, const char *s, hbm_dialect d, const struct hbm__release *rel, int vmm,
                                    char *err, size_t errlen);
+/* The parser itself: the release given, else the one `version` names (NULL: the newest known); it reads no
+ * environment. hbm__conf_parse and hbm__conf_parse_release pass the environment's version (hbm__conf_env_version). */
+hbm_status hbm__conf_parse_version(hbm__conf *c, const char *s, hbm_dialect d, const struct hbm__release *rel,
+                                   const char *version, int vmm, char *err, size_t errlen);
+/* The release a PYTORCH_* string is read as, where the plug-in names it: HBMALLOC_TORCH_VERSION or
+ * HBMALLOC_TORCH_NPU_VERSION (NULL: unset, the newest). */
+const char *hbm__conf_env_version(hbm_dialect d);
 /* Settings from: explicit (if non-NULL), else HBMALLOC_CONF, else the dialect's PyTorch variables. An error in an
  * explicit string ends "(from " HBM__FROM_ARGUMENT ")", which the tool says as "(from --conf)". */
 #define HBM__FROM_ARGUMENT HBM_SETTINGS_ARGUMENT
@@ -85,7 +92,9 @@ hbm_status hbm__conf_load(hbm__conf *c, const char *explicit_settings, hbm_diale
 /* The device-memory policy of c as a string hbmalloc reads strictly and the newest releases accept: the keys
  * that differ from the defaults (host-allocator keys left out). Parsing it gives the same policy. */
 void hbm__conf_policy_string(const hbm__conf *c, char *out, size_t outlen);
-/* Effective settings, one "key: value" per line. */
+/* Effective settings, one "key: value" per line: each key's line from the table of keys (conf.c). */
 void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen);
+/* Every key of that table as the documentation's list: a Markdown table, one row per key. */
+void hbm__conf_keys(char *out, size_t outlen);
 
 #endif

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "core/engine.h"
+#include "util/env.h"
 #include "core/history.h"
 #include "core/labels.h"
 
@@ -27,7 +28,7 @@ static __attribute__((cold, noinline)) void grow_history(hbm_allocator *a)
         return;
     }
     a->history_max = cap; /* from now on a ring of cap entries */
-    if (!getenv("HBMALLOC_QUIET"))
+    if (!hbm__env(HBM__ENV_QUIET))
         fprintf(stderr,
                 "hbmalloc: warning: memory history on %s device %d: out of host memory growing past %zu "
                 "entries; keeping the newest %zu (asked: %zu)\n",

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "util/fork.h"
+#include "util/env.h"
 #include "core/engine.h"
 #include "core/segments.h"
 #include "core/sleep.h"
@@ -73,7 +74,7 @@ static _Atomic uint64_t counter; /* for names when the kernel has no random byte
 
 const char *hbm_record_dir(void)
 {
-    const char *d = getenv("HBMALLOC_TOP_DIR");
+    const char *d = hbm__env(HBM__ENV_TOP_DIR);
     if (d && *d)
         return d;
     struct stat st;
@@ -132,11 +133,11 @@ static void put_text(char *dst, size_t n, const char *src)
     dst[len] = 0;
 }
 
-static int64_t env_int(const char *name, const char *alt)
+static int64_t env_int(hbm__env_var name, hbm__env_var alt)
 {
-    const char *v = getenv(name);
-    if ((!v || !*v) && alt)
-        v = getenv(alt);
+    const char *v = hbm__env(name);
+    if ((!v || !*v) && alt != HBM__ENV_VARS)
+        v = hbm__env(alt);
     if (!v || !*v)
         return -1;
     char *end;
@@ -370,9 +371,9 @@ static hbm_status publish_on(hbm_allocator *a)
     r->pid = p->owner;
     r->start_time = start_time(p->owner);
     r->device = a->device;
-    r->rank = env_int("RANK", "RANK_ID");
-    r->local_rank = env_int("LOCAL_RANK", NULL);
-    r->world_size = env_int("WORLD_SIZE", "RANK_SIZE");
+    r->rank = env_int(HBM__ENV_RANK, HBM__ENV_RANK_ID);
+    r->local_rank = env_int(HBM__ENV_LOCAL_RANK, HBM__ENV_VARS);
+    r->world_size = env_int(HBM__ENV_WORLD_SIZE, HBM__ENV_RANK_SIZE);
     put_text(r->backend, sizeof r->backend, a->backend->spec);
     hbm__conf_policy_string(&a->conf, r->settings, sizeof r->settings);
     put_text(r->source, sizeof r->source, a->conf.source);

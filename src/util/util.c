@@ -3,6 +3,7 @@
  * Owns no state; must not touch allocator or backend structures.
  */
 #include "util/util.h"
+#include "util/env.h"
 
 #include "hbmalloc.h"
 
@@ -264,7 +265,7 @@ const char *hbm__nearest(const char *word, const char *const *names, size_t n)
 
 int hbm__on_path(const char *prog)
 {
-    const char *path = getenv("PATH");
+    const char *path = hbm__env(HBM__ENV_PATH);
     if (!path)
         return 0;
     for (const char *p = path; *p;) {

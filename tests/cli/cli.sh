@@ -198,6 +198,17 @@ check conf_npu_field_report_newest 2 "cannot be enabled with" "$bin" conf \
 check conf_releases 0 "torch_npu 2.1.0.post6 .*v6.0.rc2-pytorch2.1.0" "$bin" conf --releases --dialect npu
 check conf_bad_version 2 "not a version" "$bin" conf expandable_segments:True --torch-npu latest
 check conf_help 0 "usage: hbmalloc conf" "$bin" conf --help
+# The settings are one table (src/conf/conf.c): docs/CONFIGURATION.md's key list is what it prints, row for row.
+"$bin" conf --keys >"$tmp/keys.md"
+sed -n '/^<!-- hbmalloc conf --keys -->$/,/^<!-- end of hbmalloc conf --keys -->$/p' "$src/docs/CONFIGURATION.md" |
+    sed '1d;$d' >"$tmp/keys-doc.md"
+if [ -s "$tmp/keys.md" ] && cmp -s "$tmp/keys.md" "$tmp/keys-doc.md"; then
+    echo "ok   conf_keys_documented"
+else
+    echo "FAIL conf_keys_documented: docs/CONFIGURATION.md's key list is not hbmalloc conf --keys"
+    diff "$tmp/keys.md" "$tmp/keys-doc.md"
+    fails=$((fails + 1))
+fi
 # Item 17: torch_npu's segment_size_mb sizes the pages of the large pool's expandable segments, not whole segments
 # (NPUCachingAllocator.cpp, get_custom_expandable_segment_size vs get_allocation_size): without expandable segments
 # the replay reserves what the defaults reserve, with them it maps fewer, larger pages.

@@ -1,0 +1,30 @@
+/*
+ * env.c: the environment, read in one place: the table of every variable the library reads (env.h), and the one
+ * getenv of src/. Owns no state: each call reads the variable as it is now.
+ */
+#include "util/env.h"
+
+#include <stdlib.h>
+
+static const char *const names[HBM__ENV_VARS] = {
+    [HBM__ENV_CONF] = "HBMALLOC_CONF",
+    [HBM__ENV_PYTORCH_CUDA_CONF] = "PYTORCH_CUDA_ALLOC_CONF",
+    [HBM__ENV_PYTORCH_NPU_CONF] = "PYTORCH_NPU_ALLOC_CONF",
+    [HBM__ENV_PYTORCH_CONF] = "PYTORCH_ALLOC_CONF",
+    [HBM__ENV_TORCH_VERSION] = "HBMALLOC_TORCH_VERSION",
+    [HBM__ENV_TORCH_NPU_VERSION] = "HBMALLOC_TORCH_NPU_VERSION",
+    [HBM__ENV_QUIET] = "HBMALLOC_QUIET",
+    [HBM__ENV_TOP_DIR] = "HBMALLOC_TOP_DIR",
+    [HBM__ENV_RANK] = "RANK",
+    [HBM__ENV_RANK_ID] = "RANK_ID",
+    [HBM__ENV_LOCAL_RANK] = "LOCAL_RANK",
+    [HBM__ENV_WORLD_SIZE] = "WORLD_SIZE",
+    [HBM__ENV_RANK_SIZE] = "RANK_SIZE",
+    [HBM__ENV_LIBCUDA] = "HBMALLOC_LIBCUDA",
+    [HBM__ENV_LIBASCENDCL] = "HBMALLOC_LIBASCENDCL",
+    [HBM__ENV_PATH] = "PATH",
+};
+
+const char *hbm__env(hbm__env_var v) { return v < HBM__ENV_VARS ? getenv(names[v]) : NULL; }
+
+const char *hbm__env_name(hbm__env_var v) { return v < HBM__ENV_VARS ? names[v] : ""; }
