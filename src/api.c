@@ -12,8 +12,7 @@
 #include "core/stats.h"
 #include "core/sleep.h"
 #include "core/device.h"
-#include "policy/step_plan.h"
-#include "policy/arena.h"
+#include "core/policy.h"
 #include "conf/releases.h"
 #include "util/util.h"
 
@@ -118,14 +117,14 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
                 fprintf(stderr, "hbmalloc: warning: %s\n", a->warning);
         }
     }
-    /* With expandable segments in force too, these policies work beside them (arena.c: a plan's region is made of
-     * pages, an arena alone is one device allocation; POLICY.md, "The step plan"). */
-    if (a->conf.plan_file[0] && (rc = hbm__plan_load(a, local, sizeof local)) != HBM_OK)
+    /* The policy beside the caching engine, if the settings ask for one (policy/policy.c). With expandable segments
+     * in force too, it works beside them (arena.c: a plan's region is made of pages, an arena alone is one device
+     * allocation; POLICY.md, "The step plan"). */
+    if ((rc = hbm__policy_create(a, local, sizeof local)) != HBM_OK) {
+        if (a->pol)
+            a->pol->ops->teardown(a);
         return abandon(a, local, rc, err, errlen);
-    if (a->conf.step_plan && hbm__stepplan_init(a) != HBM_OK)
-        return abandon(a, "out of host memory", HBM_ERR_NOMEM, err, errlen);
-    a->policy = a->sp || a->conf.arena_bytes || a->conf.arena_fraction > 0 || a->conf.plan_file[0];
-    a->arena_wanted = a->conf.arena_bytes || a->conf.arena_fraction > 0 || a->conf.plan_file[0];
+    }
     a->stats.expandable_segments = a->expandable;
     if (a->conf.publish == 1 && hbm_publish(a, 1) != HBM_OK) /* monitoring never stops the job: said, not failed */
         hbm__warning_add(a, a->err);
@@ -247,7 +246,13 @@ hbm_status hbm_memory_usage(hbm_allocator *a, hbm_usage *out)
     *out = (hbm_usage){.allocated = (uint64_t)a->stats.allocated_bytes[HBM_POOL_ALL].current,
                        .reserved = a->total_reserved,
                        .requested = (uint64_t)a->stats.requested_bytes[HBM_POOL_ALL].current,
-                       .plan_positions = a->plan_n};
+                       .plan_positions = 0};
+    if (a->pol) {
+        size_t positions = 0;
+        hbm_stats scratch;
+        a->pol->ops->stats(a, &scratch, &positions);
+        out->plan_positions = positions;
+    }
     hbm__unlock(a);
     return HBM_OK;
 }
@@ -259,7 +264,10 @@ hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
     hbm__lock(a);
     a->stats.num_expandable_segments = (int64_t)a->nexpandable;
     a->stats.arena_bytes = a->arena_seg ? (int64_t)a->arena_seg->size : 0;
-    a->stats.plan_height = (int64_t)a->plan_height;
+    size_t positions;
+    a->stats.plan_height = 0;
+    if (a->pol)
+        a->pol->ops->stats(a, &a->stats, &positions);
     hbm__sleep_stats(a, &a->stats);
     *out = a->stats;
     hbm__unlock(a);
@@ -397,4 +405,15 @@ hbm_status hbm_settings_describe(hbm_allocator *a, char *out, size_t outlen)
                    a->backend->caps.version, a->vmm ? "yes" : "no");
     hbm__unlock(a);
     return HBM_OK;
+}
+
+hbm_status hbm_step(hbm_allocator *a)
+{
+    if (!a)
+        return HBM_ERR_INVALID;
+    hbm__lock(a);
+    a->stats.steps++;
+    hbm_status rc = a->pol && a->pol->ops->step ? a->pol->ops->step(a) : HBM_OK;
+    hbm__unlock(a);
+    return rc;
 }

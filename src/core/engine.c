@@ -1,7 +1,8 @@
 /*
- * engine.c: the caching policy. Owns the malloc and free paths, splitting,
- * coalescing, segment allocation and release, garbage collection, the OOM
- * retry ladder and its message, empty_cache and the memory fraction.
+ * engine.c: the caching engine, PyTorch's policy and the default. Owns the malloc and free paths (the fast path:
+ * engine_malloc, hbm_free), splitting, coalescing, segment allocation and release, garbage collection, the OOM
+ * retry ladder and its message, empty_cache and the memory fraction. Another policy (core/policy.h) is called
+ * through a->pol at three points: serving a request first, rescuing one at the OOM, hearing of a noted free.
  *
  * The rules are PyTorch's CUDACachingAllocator (see ALLOCATOR_FACTS.md):
  * the same rounding, pools, best fit, split and oversize rules and the same
@@ -15,7 +16,8 @@
 #include <string.h>
 
 #include "core/engine.h"
-#include "policy/plan_region.h"
+#include "core/policy.h"
+#include "core/region.h"
 #include "core/stats.h"
 #include "core/segments.h"
 #include "core/history.h"
@@ -24,8 +26,6 @@
 #include "core/sleep.h"
 #include "core/expandable.h"
 #include "core/device.h"
-#include "policy/step_plan.h"
-#include "policy/arena.h"
 #include "core/pool.h"
 #include "util/util.h"
 
@@ -275,23 +275,6 @@ HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__blo
     return b;
 }
 
-/* The arena's best fit: any free block of the arena large enough (none of the oversize rules: the arena is one
- * region split down to 512 bytes). */
-static __attribute__((noinline, cold)) hbm__block *arena_free_block_flushed(hbm_allocator *a, hbm_stream stream,
-                                                                            size_t size)
-{
-    hbm__lazy_flush(a); /* the loose blocks, coalesced, join in */
-    return hbm__pool_lower_bound_by(&a->arena, stream, size, hbm__arena_less);
-}
-
-HBM__FAST hbm__block *arena_free_block(hbm_allocator *a, hbm_stream stream, size_t size)
-{
-    hbm__block *b = hbm__pool_lower_bound_by(&a->arena, stream, size, hbm__arena_less); /* on the arena's stream */
-    if (b)
-        return b;
-    return a->arena.nloose ? arena_free_block_flushed(a, stream, size) : NULL;
-}
-
 /* ---- segments ---- */
 
 /* A new whole segment of `size` bytes: one free block, outside every tree. */
@@ -363,7 +346,7 @@ static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
 
 /* Return a whole-segment free block to the device. On a device error the
  * block stays cached and the error is returned. */
-static hbm_status release_block(hbm_allocator *a, hbm__block *b)
+hbm_status hbm__release_block(hbm_allocator *a, hbm__block *b)
 {
     hbm__segment *seg = b->seg;
     hbm__pool *p = seg->pool;
@@ -392,7 +375,7 @@ hbm_status hbm__release_pool(hbm_allocator *a, hbm__pool *p)
     for (hbm__block *b = hbm__pool_first(p), *next; b; b = next) {
         next = hbm__tree_next(b);
         if (whole_segment(b)) {
-            hbm_status rc = release_block(a, b);
+            hbm_status rc = hbm__release_block(a, b);
             if (rc != HBM_OK && first_error == HBM_OK)
                 first_error = rc;
         }
@@ -420,32 +403,6 @@ void hbm__release_cached(hbm_allocator *a)
     (void)hbm__release_pool(a, &a->small);
 }
 
-void hbm__arena_retire(hbm_allocator *a)
-{
-    hbm__segment *seg = a->arena_seg;
-    if (!seg)
-        return;
-    hbm__lazy_flush(a); /* its free blocks in the tree, coalesced */
-    a->arena_seg = NULL;
-    hbm__lazy_region(a);
-    a->plan_cursor = 0;
-    hbm__block *b = seg->head;
-    if (!b->next && !b->allocated && b->in_tree && !b->event_count &&
-        (seg->expandable ? hbm__expand_release_free(a, b) : release_block(a, b)) == HBM_OK)
-        return;
-    /* In use: an ordinary large-pool segment from now on (the arena's blocks count in the large pool already),
-     * released like any other once its blocks are free. */
-    for (hbm__block *x = seg->head; x; x = x->next)
-        if (x->in_tree && x->mapped) {
-            hbm__pool_remove(&a->arena, x);
-            hbm__pool_insert(&a->large, x);
-        } else if (x->in_tree) { /* pages a failed release above left unmapped */
-            hbm__unmapped_remove(&a->arena, x);
-            hbm__unmapped_insert(&a->large, x);
-        }
-    seg->pool = &a->large;
-}
-
 /* release_available_cached_blocks: free oversize cached blocks on this stream
  * until a request of `size` could fit; false when that is not reached. */
 static bool release_available(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size)
@@ -456,14 +413,14 @@ static bool release_available(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
     size_t key = size < ms ? ms : size;
     hbm__block *b = hbm__pool_lower_bound(p, stream, key);
     if (b && b->stream == stream && whole_segment(b))
-        return release_block(a, b) == HBM_OK;
+        return hbm__release_block(a, b) == HBM_OK;
     /* No single block is large enough: free oversize blocks from the largest down. */
     size_t released = 0;
     hbm__block *cur = hbm__pool_before(p, stream, key);
     while (cur && released < key && cur->size >= ms && cur->stream == stream) {
         hbm__block *prev = hbm__tree_prev(cur);
         size_t sz = cur->size;
-        if (whole_segment(cur) && release_block(a, cur) == HBM_OK)
+        if (whole_segment(cur) && hbm__release_block(a, cur) == HBM_OK)
             released += sz;
         cur = prev;
     }
@@ -503,7 +460,7 @@ static void garbage_collect(hbm_allocator *a)
             if (!whole_segment(b) || age < age_threshold)
                 continue;
             size_t sz = b->size;
-            if (release_block(a, b) != HBM_OK)
+            if (hbm__release_block(a, b) != HBM_OK)
                 continue;
             freed = true;
             reclaimed += sz;
@@ -615,8 +572,17 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
 
 /* ---- malloc ---- */
 
-/* `in`: the private pool asked for (hbm_mempool_malloc), else NULL (a constant where inlined: no cost). */
-HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream, hbm__mempool *in, void **out)
+/* A policy's note of the request (core/policy.h), carried by the block that serves it until it is freed. */
+static inline void note_block(hbm__block *b, uint64_t note)
+{
+    b->rec_step = (uint32_t)(note >> 32);
+    b->rec_k = (uint32_t)note;
+}
+
+/* `in`: the private pool asked for (hbm_mempool_malloc), else NULL; `pol`: a->pol is set. Both constants where
+ * inlined: the caching engine alone pays no test for a policy (hbm_malloc takes one branch on a->pol). */
+HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream, hbm__mempool *in, void **out,
+                                   const bool pol)
 {
     if (orig >= HBM__MAX_REQUEST - a->request_pad) {
         a->stats.num_ooms++;
@@ -649,19 +615,9 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         p = size <= HBM__SMALL_SIZE ? &a->small : &a->large;
     }
     hbm__block *b = NULL;
-    uint64_t tag = 0; /* the step plan's record of this request */
-    if (__builtin_expect(a->policy, 0) && !p->owner) {
-        if (a->sp) {
-            b = hbm__step_block(a, stream, size, &tag);
-        } else {
-            if (__builtin_expect(!a->arena_seg, 0) && a->arena_wanted)
-                hbm__arena_create(a, stream);
-            if (a->arena_seg && stream == a->arena_stream && !(a->plan_n && (b = hbm__plan_block(a, size))))
-                b = arena_free_block(a, stream, size);
-        }
-        if (b)
-            p = &a->arena;
-    }
+    uint64_t note = 0; /* the policy's note of this request */
+    if (pol && !p->owner && (b = a->pol->ops->serve(a, stream, size, &note)))
+        p = &a->arena; /* the region's block */
     if (!b)
         b = get_free_block(a, p, stream, size);
     if (!b) {
@@ -682,9 +638,8 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
             rc = alloc_block(a, p, stream, size, alloc_size, true, &b);
         }
         bool rescued = false;
-        if (rc == HBM_ERR_OOM && a->sp && a->arena_seg && stream == a->arena_stream &&
-            (b = arena_free_block(a, stream, size))) {
-            /* The step plan missed and the device is full: the plan's region has room (best fit), not an OOM. */
+        if (pol && rc == HBM_ERR_OOM && a->pol->ops->rescue && (b = a->pol->ops->rescue(a, stream, size))) {
+            /* The policy's region has room for what the device could not give: not an OOM. */
             rescued = true;
             rc = HBM_OK;
             a->err[0] = 0;
@@ -712,17 +667,24 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         /* The fast path's tail, and the published record (a device call was just made: a new segment or pages
          * mapped, and the allocation in it), kept here so that a cache hit pays no test for it. */
         b = alloc_found_block(a, p, b, size, orig);
-        if (__builtin_expect(tag != 0, 0))
-            hbm__step_allocated(b, tag);
+        if (pol && note)
+            note_block(b, note);
         hbm__published(a);
         *out = (void *)b->addr;
         return HBM_OK;
     }
     b = alloc_found_block(a, p, b, size, orig);
-    if (__builtin_expect(tag != 0, 0))
-        hbm__step_allocated(b, tag);
+    if (pol && note)
+        note_block(b, note);
     *out = (void *)b->addr;
     return HBM_OK;
+}
+
+/* engine_malloc with a policy: out of line, so that the caching engine's own path stays small. */
+static __attribute__((noinline)) hbm_status policy_malloc(hbm_allocator *a, size_t orig, hbm_stream stream,
+                                                          hbm__mempool *in, void **out)
+{
+    return engine_malloc(a, orig, stream, in, out, true);
 }
 
 /* engine_malloc and its fast-path helpers are inlined into both mallocs (HBM__FAST): with two call sites GCC
@@ -736,7 +698,8 @@ hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **o
     if (size == 0)
         return HBM_OK;
     hbm__lock(a);
-    hbm_status rc = engine_malloc(a, size, stream, NULL, out);
+    hbm_status rc = __builtin_expect(a->pol != NULL, 0) ? policy_malloc(a, size, stream, NULL, out)
+                                                        : engine_malloc(a, size, stream, NULL, out, false);
     to_sink(a, rc);
     hbm__unlock(a);
     return rc;
@@ -757,7 +720,7 @@ hbm_status hbm_mempool_malloc(hbm_allocator *a, hbm_mempool p, size_t size, hbm_
                        (unsigned long long)p);
         rc = HBM_ERR_INVALID;
     } else {
-        rc = engine_malloc(a, size, stream, m, out);
+        rc = a->pol ? policy_malloc(a, size, stream, m, out) : engine_malloc(a, size, stream, m, out, false);
     }
     to_sink(a, rc);
     hbm__unlock(a);
@@ -780,7 +743,7 @@ hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, 
         hbm_label saved = a->context;
         if (label)
             a->context = label;
-        rc = engine_malloc(a, size, stream, NULL, out);
+        rc = a->pol ? policy_malloc(a, size, stream, NULL, out) : engine_malloc(a, size, stream, NULL, out, false);
         a->context = saved;
     }
     to_sink(a, rc);
@@ -876,7 +839,7 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b)
     b->requested = 0;
     if (__builtin_expect(!p->is_arena, 1))
         settle(a, p, b);
-    else if (p->lazy == HBM__LAZY) /* only the arena is ever lazy (plan_region.c) */
+    else if (p->lazy == HBM__LAZY) /* only the region is ever lazy (region.c) */
         hbm__loose_add(a, p, b);   /* a plan is served from this region: left where it is */
     else if (p->lazy)
         hbm__loose_put(p, b); /* the same, the region made of pages */
@@ -937,8 +900,10 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
     if (!b) {
         rc = diagnose_pointer(a, (uintptr_t)ptr, "hbm_free");
     } else {
-        if (__builtin_expect(b->rec_step != 0, 0))
-            hbm__step_freed(a, b);
+        if (__builtin_expect(b->rec_step != 0, 0)) { /* a policy noted it (core/policy.h) */
+            a->pol->ops->freed(a, b);
+            b->rec_step = 0;
+        }
         hbm__pool *p = b->seg->pool;
         b->allocated = false;
         hbm__trace_block(a, HBM_TRACE_FREE_REQUESTED, b, b->requested);
@@ -1063,12 +1028,8 @@ void hbm__engine_teardown(hbm_allocator *a)
         free(s);
     }
     a->segments = NULL;
-    hbm__stepplan_free(a); /* its shapes own the plan a->plan_* shows, if any */
-    hbm__plan_clear(a);
-    hbm__plan_hints_free(a);
-    free(a->plan_last);
-    a->plan_last = NULL;
-    a->plan_last_cap = 0;
+    if (a->pol)
+        a->pol->ops->teardown(a);
     hbm__stream_teardown(a);
     free(a->history);
     a->history = NULL;

@@ -59,9 +59,8 @@ size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__bloc
 /* Whole free segments of the default pools back to the device, no device sync (engine.c): the step plan's region
  * takes their place. */
 void hbm__release_cached(hbm_allocator *a);
-/* A plan needs a larger region (engine.c): the arena is given back when no block of it is in use, else it becomes
- * an ordinary large-pool segment, released once free; either way a->arena_seg is NULL after. */
-void hbm__arena_retire(hbm_allocator *a);
+/* Return a whole-segment free block (in its pool's tree) to the device; on a device error it stays cached. */
+hbm_status hbm__release_block(hbm_allocator *a, hbm__block *b);
 
 /* A free block outside every tree, counted as free (a loose one, unlinked), coalesced into its pool's tree
  * (engine.c): the block that holds its range. */

@@ -43,15 +43,15 @@ typedef struct hbm__block {
     uint64_t gc_base; /* pool->search_count when the block entered the free tree */
     bool allocated;
     bool in_tree;     /* in pool->free_tree (free and mapped) or pool->unmapped (unmapped) */
-    bool loose;       /* free in a lazy pool, outside its tree, not coalesced: on pool->loose (plan_region.c) */
+    bool loose;       /* free in a lazy pool, outside its tree, not coalesced: on pool->loose (core/region.c) */
     bool mapped;      /* false only for unmapped ranges of expandable segments */
     int event_count;  /* events still to complete before a freed block is reusable */
     hbm_stream *uses; /* other streams that used the block (record_stream) */
     uint32_t nuses, cap_uses;
     hbm_label label;          /* call-site label of the allocation (context_when_allocated); read only while the
                          block is allocated or pending, so never reset */
-    uint32_t rec_step, rec_k; /* hbm_step_plan: recorded as allocation rec_k of step rec_step - 1 (0: not);
-                                 cleared when freed, so free blocks have 0 */
+    uint32_t rec_step, rec_k; /* a policy's note of the allocation (core/policy.h; 0: none): the step plan's, allocation
+                                 rec_k of step rec_step - 1; cleared when freed, so free blocks have 0 */
 } hbm__block;
 
 /* The ids of interned labels found by their text: the one hash map (util/hashmap.h) of ids (0: an empty cell),
@@ -114,7 +114,7 @@ struct hbm__pool {
     uint64_t search_count; /* get_free_blocks_call_count: the GC age clock */
     bool is_small;
     bool is_arena;     /* the arena's pool (arena.c): counted as large, split to 512 bytes, never released */
-    uint8_t lazy;      /* the arena's pool while a plan is served (plan_region.c): a freed block is left loose;
+    uint8_t lazy;      /* the arena's pool while a plan is served (core/region.c): a freed block is left loose;
                               HBM__LAZY_PAGES when its region is made of pages (uncounted in inactive_split) */
     hbm__block *loose; /* its loose blocks, linked through their tree nodes (node.r next, node.l previous) */
     size_t nloose;
@@ -197,33 +197,14 @@ struct hbm_allocator {
     int vmm;            /* virtual memory on this device: 1 yes, 0 no (vmm_why says why), -1 not probed */
     char vmm_why[256];
     size_t nexpandable; /* expandable segments (reservations) held */
-    /* hbm_arena_mb / hbm_arena_fraction (arena.c): one region reserved at the first allocation, its stream's
-     * requests of every size served from it best fit before segments are made. */
+    /* The region a policy serves from (core/region.c; the arena, the plan file and the step plan make it): one
+     * segment of its own pool, on one stream, whose requests look in it first. */
     hbm__pool arena;
-    bool arena_wanted; /* asked for, expandable segments not in force, not yet reserved or refused */
     hbm_stream arena_stream;
-    hbm__segment *arena_seg; /* the arena, once reserved: arena_stream's requests look in it first */
-    /* hbm_plan_file (arena.c): allocation k of the arena's stream goes to plan_off[k] in the arena when it fits
-     * in plan_size[k] and that range is free; else the arena's best fit. */
-    uint64_t *plan_off, *plan_size;
-    uint32_t *plan_below; /* the allocation planned right below k and live when k comes (UINT32_MAX: none) */
-    size_t plan_n, plan_next;
-    uint64_t plan_height;
-    uintptr_t plan_cursor;  /* where the last planned allocation went: the walk to the next starts there if live */
-    hbm__block **plan_last; /* plan_last[k]: the block last served at position k, a hint checked before use */
-    size_t plan_last_cap;
-    /* The region's address index (arena.c, region_block): plan_hint[c] is a block of the region found in its chunk
-     * c of 2^plan_hint_shift bytes, checked before use; made for the range [plan_hint_addr, + plan_hint_size),
-     * remade when the region is another range. */
-    hbm__block **plan_hint;
-    size_t plan_hint_n;
-    unsigned plan_hint_shift;
-    uintptr_t plan_hint_addr;
-    size_t plan_hint_size;
-    struct hbm__stepplan *sp; /* hbm_step_plan (step_plan.c): NULL when off */
-    struct hbm__pub *pub;     /* hbm_publish (publish.c): the shared-memory record, NULL when not published */
+    hbm__segment *arena_seg; /* NULL: none (not yet made, refused, or retired) */
+    struct hbm__policy *pol; /* the policy beside the caching engine (core/policy.h), NULL: none */
+    struct hbm__pub *pub;    /* hbm_publish (publish.c): the shared-memory record, NULL when not published */
     void (*pub_update)(hbm_allocator *a); /* what keeps that record current (set with pub): hbm__published */
-    bool policy; /* an arena, plan file or step plan is asked for: engine_malloc's policy branch is taken */
     hbm__mempool *mempools;
     hbm_mempool next_mempool_id;
     hbm__route *routes; /* searched last first, as PyTorch searches captures */

@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "core/segments.h"
-#include "policy/plan_region.h"
+#include "core/policy.h"
+#include "core/region.h"
 #include "core/sleep.h"
 #include "core/pool.h"
 #include "util/util.h"
@@ -160,7 +161,7 @@ static void check_block(checker *ck, hbm_allocator *a, hbm__segment *seg, hbm__b
             FAIL(ck, "live block %p is in the free tree", (void *)b->addr);
         return;
     }
-    if (b->loose) { /* plan_region.c: outside the tree, on its pool's list */
+    if (b->loose) { /* region.c: outside the tree, on its pool's list */
         t->nloose++;
         if (b->in_tree || !seg->pool->lazy)
             FAIL(ck, "loose block %p is %s", (void *)b->addr,
@@ -255,9 +256,10 @@ static void check_region(checker *ck, hbm_allocator *a, size_t nloose)
     if (a->arena.lazy && (a->arena.lazy == HBM__LAZY_PAGES) != pages)
         FAIL(ck, "the region's pool is in lazy state %d, its region is%s made of pages", a->arena.lazy,
              pages ? "" : " not");
-    if ((a->arena.lazy != 0) != (a->plan_n > 0))
-        FAIL(ck, "the region's pool is %s while %s plan is in force", a->arena.lazy ? "lazy" : "not lazy",
-             a->plan_n ? "a" : "no");
+    if (a->pol) /* the policy's part: when the region is lazy */
+        a->pol->ops->validate(a, fail_cb, ck);
+    else if (a->arena.lazy) /* without a policy, never */
+        FAIL(ck, "the region's pool is lazy while no plan is in force");
     if (listed != nloose || a->arena.nloose != nloose)
         FAIL(ck, "%zu loose blocks in the segments, %zu on the list, the count says %zu", nloose, listed,
              a->arena.nloose);

@@ -1,24 +1,27 @@
-/* arena.h: the hbm_arena policy and the plan file served from it (arena.c). */
+/*
+ * arena.h: the arena (arena.c): the region's sizing and creation for every policy that has one, the arena policy,
+ * and what the plan file and the step plan share with it (their state begins with an hbm__region_policy).
+ */
 #ifndef HBM_POLICY_ARENA_H
 #define HBM_POLICY_ARENA_H
 
-#include "core/types.h"
+#include "policy/plan.h"
 
-/* Plan neighbours (arena.c) for plan_off/plan_size and these lifetimes: 0, or -1 out of host memory. */
-int hbm__plan_neighbours(hbm_allocator *a, const uint32_t *start, const uint32_t *end);
-
-/* Reserves the arena for `stream` at the first allocation; when it cannot, says why in hbm_warning and gives up. */
+/* Reserves the region for `stream` at the first allocation that wants it (at least the plan's height); when it
+ * cannot, says why in hbm_warning and gives up (the allocations use segments). */
 void hbm__arena_create(hbm_allocator *a, hbm_stream stream);
-/* Frees the plan a->plan_* holds (a plan file's) and zeroes them. */
-void hbm__plan_clear(hbm_allocator *a);
-/* Reads conf.plan_file (a->lock not needed: at create). HBM_OK, or HBM_ERR_CONF with "FILE:LINE: what" in err. */
-hbm_status hbm__plan_load(hbm_allocator *a, char *err, size_t errlen);
-/* The free arena block that allocation plan_next's range lies in, cut to begin at that range (a block split off in
- * front when needed), for a rounded request of size; NULL (a miss, counted) when the plan cannot serve it. */
-void hbm__plan_hints_free(hbm_allocator *a); /* the region's address index (arena.c) */
-hbm__block *hbm__plan_block(hbm_allocator *a, size_t size);
-/* The block of the region that planned position k's range begins at (at): after the allocation planned right below
- * it when that one is live (O(1)), else through the region's address index (a hint, then a short walk). */
-hbm__block *hbm__region_find(hbm_allocator *a, size_t k, uintptr_t at);
+/* The arena's serve: the region made when wanted, then its best fit for its stream's requests. */
+hbm__block *hbm__arena_serve(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *note);
+/* A policy with a region, of `size` bytes (its own struct, beginning with an hbm__region_policy), made and set as
+ * a->pol; NULL out of host memory. */
+hbm__region_policy *hbm__region_policy_new(hbm_allocator *a, const hbm__policy_ops *ops, size_t size);
+/* The interface's stats, validate and teardown of a policy with a region and a plan. */
+void hbm__region_policy_stats(hbm_allocator *a, hbm_stats *st, size_t *positions);
+void hbm__region_policy_validate(hbm_allocator *a, void (*fail)(void *ck, const char *what), void *ck);
+void hbm__region_policy_teardown(hbm_allocator *a);
+/* The policies' rows (policy.c): made at create; HBM_OK, or the error with its message in err. */
+hbm_status hbm__arena_policy_create(hbm_allocator *a, char *err, size_t errlen);
+hbm_status hbm__plan_file_policy_create(hbm_allocator *a, char *err, size_t errlen);
+hbm_status hbm__step_plan_policy_create(hbm_allocator *a, char *err, size_t errlen);
 
 #endif

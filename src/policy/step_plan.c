@@ -49,9 +49,7 @@
 #include "core/engine.h"
 #include "core/device.h"
 #include "policy/step_period.h"
-#include "policy/step_plan.h"
 #include "policy/arena.h"
-#include "policy/plan_region.h"
 #include "util/util.h"
 
 #define LIVE UINT32_MAX       /* not freed yet */
@@ -85,14 +83,15 @@ typedef struct shape {
 } shape;
 
 typedef struct hbm__stepplan {
-    hbm_stream stream; /* the stream of the first allocation: the only one recorded and served */
+    hbm__region_policy rp; /* the interface, the region asked for, the plan in force (a shape's) */
+    hbm_stream stream;     /* the stream of the first allocation: the only one recorded and served */
     bool have_stream;
     uint32_t step;    /* hbm_step calls so far: the number of the step under way */
     step_rec *rec[2]; /* by step parity: the step under way and the one before */
     size_t n[2], cap[2];
     bool overflow[2]; /* more than MAX_STEP_ALLOCS allocations: not planned */
     shape shapes[SHAPES];
-    int serving;           /* the shape whose plan is in force (a->plan_* show it), -1: none */
+    int serving;           /* the shape whose plan is in force (the plan, rp.plan, shows it), -1: none */
     size_t auto_period;    /* not marked: the period found in the allocations (0: none yet), a boundary every one */
     size_t check_at;       /* not marked: allocations of the step at which a boundary falls or the period is looked
                              for; SIZE_MAX once hbm_step was called (the job marks its steps) */
@@ -108,37 +107,27 @@ typedef struct hbm__stepplan {
     size_t inexact;  /* allocations of this step not of their planned size (a step of other lengths) */
 } hbm__stepplan;
 
-hbm_status hbm__stepplan_init(hbm_allocator *a)
-{
-    a->sp = calloc(1, sizeof *a->sp);
-    if (!a->sp)
-        return HBM_ERR_NOMEM;
-    a->sp->serving = -1;
-    a->sp->check_at = DETECT_FROM;
-    return HBM_OK;
-}
+#define SP(a) ((hbm__stepplan *)(a)->pol)
+#define PL(a) (&SP(a)->rp.plan)
 
-void hbm__stepplan_free(hbm_allocator *a)
+static void step_plan_teardown(hbm_allocator *a)
 {
-    if (!a->sp)
-        return;
-    free(a->sp->rec[0]);
-    free(a->sp->rec[1]);
+    hbm__stepplan *sp = SP(a);
+    free(sp->rec[0]);
+    free(sp->rec[1]);
     for (int i = 0; i < SHAPES; i++) {
-        shape *h = &a->sp->shapes[i];
+        shape *h = &sp->shapes[i];
         free(h->env);
         free(h->off);
         free(h->size);
         free(h->below);
     }
-    free(a->sp);
-    a->sp = NULL;
-    a->plan_off = a->plan_size = NULL; /* they showed a shape's plan */
-    a->plan_below = NULL;
-    a->plan_n = 0;
+    hbm__plan_indexes_free(&sp->rp.plan); /* the plan itself showed a shape's arrays, freed above */
+    free(sp);
+    a->pol = NULL;
 }
 
-/* Records the request as this step's next allocation: its tag for hbm__step_allocated (0: not recorded). */
+/* Records the request as this step's next allocation: its tag for the block's rec_step and rec_k (0: not recorded). */
 static uint64_t record(hbm__stepplan *sp, size_t size)
 {
     int cur = sp->step & 1;
@@ -166,7 +155,7 @@ static hbm_status boundary(hbm_allocator *a);
  * or more): a boundary now, and one every period from here. */
 static void detect(hbm_allocator *a)
 {
-    hbm__stepplan *sp = a->sp;
+    hbm__stepplan *sp = SP(a);
     const step_rec *r = sp->rec[0];
     size_t n = sp->n[0], len;
     int by;
@@ -194,12 +183,12 @@ static void detect(hbm_allocator *a)
  * below it and reaching in is found by hbm__plan_block's own check). */
 static bool planned_range_free(hbm_allocator *a, size_t j)
 {
-    return !hbm__ptrmap_get(&a->live, a->arena_seg->addr + a->plan_off[j]);
+    return !hbm__ptrmap_get(&a->live, a->arena_seg->addr + PL(a)->off[j]);
 }
 
-hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *tag)
+static hbm__block *step_plan_serve(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *tag)
 {
-    hbm__stepplan *sp = a->sp;
+    hbm__stepplan *sp = SP(a);
     if (__builtin_expect(!sp->have_stream, 0)) {
         sp->stream = stream;
         sp->have_stream = true;
@@ -223,55 +212,52 @@ hbm__block *hbm__step_block(hbm_allocator *a, hbm_stream stream, size_t size, ui
         ++*n;
     else
         *tag = record(sp, size);
-    size_t k = a->plan_next;
-    if (__builtin_expect(k < a->plan_n && size == a->plan_size[k] && k >= PREFIX && a->arena_seg, 1)) {
-        a->plan_next = k + 1; /* the steady state: the size planned at the position expected */
-        return hbm__plan_take(a, k, size);
+    size_t k = PL(a)->next;
+    if (__builtin_expect(k < PL(a)->n && size == PL(a)->size[k] && k >= PREFIX && a->arena_seg, 1)) {
+        PL(a)->next = k + 1; /* the steady state: the size planned at the position expected */
+        return hbm__plan_take(a, PL(a), k, size);
     }
     if (!sp->planned)
         return NULL;
-    if (a->arena_wanted)
+    if (SP(a)->rp.wanted)
         hbm__arena_create(a, stream);
-    if (k < PREFIX && (k >= a->plan_n || size != a->plan_size[k])) { /* the step begins unlike this shape */
+    if (k < PREFIX && (k >= PL(a)->n || size != PL(a)->size[k])) { /* the step begins unlike this shape */
         int other = shape_for_prefix(sp, k);
         if (other >= 0)
             serve(a, other);
     }
-    if (k >= a->plan_n || !a->plan_size[k]) {
-        a->plan_next++;
+    if (k >= PL(a)->n || !PL(a)->size[k]) {
+        PL(a)->next++;
         a->stats.plan_unplanned++;
         return NULL;
     }
     if (!a->arena_seg) { /* the device could not give the region (hbm_warning says so) */
-        a->plan_next++;
+        PL(a)->next++;
         a->stats.plan_misses++;
         return NULL;
     }
-    if (size != a->plan_size[k]) { /* not the size planned here: a position skipped or one inserted before? */
+    if (size != PL(a)->size[k]) { /* not the size planned here: a position skipped or one inserted before? */
         sp->inexact++;
         size_t lo = k >= LOOKBACK ? k - LOOKBACK : 0;
-        for (size_t j = lo; j < a->plan_n && j <= k + LOOKAHEAD; j++)
-            if (j != k && a->plan_size[j] == size && planned_range_free(a, j)) {
+        for (size_t j = lo; j < PL(a)->n && j <= k + LOOKAHEAD; j++)
+            if (j != k && PL(a)->size[j] == size && planned_range_free(a, j)) {
                 k = j; /* served there, and the step's count follows from there */
                 break;
             }
-        if (size > a->plan_size[k]) {
-            a->plan_next = k + 1;
+        if (size > PL(a)->size[k]) {
+            PL(a)->next = k + 1;
             a->stats.plan_misses++;
             return NULL;
         }
     }
-    a->plan_next = k + 1;
-    return hbm__plan_take(a, k, size); /* counts the hit or the miss */
+    PL(a)->next = k + 1;
+    return hbm__plan_take(a, PL(a), k, size); /* counts the hit or the miss */
 }
 
-void hbm__step_freed(hbm_allocator *a, hbm__block *b)
+static void step_plan_freed(hbm_allocator *a, hbm__block *b)
 {
-    hbm__stepplan *sp = a->sp;
-    uint32_t s = b->rec_step - 1, k = b->rec_k;
-    b->rec_step = 0;
-    if (!sp)
-        return;
+    hbm__stepplan *sp = SP(a);
+    uint32_t s = b->rec_step - 1, k = b->rec_k; /* the engine clears them after */
     int cur = sp->step & 1;
     if (s == sp->step && k < sp->n[cur]) {
         sp->rec[cur][k].end = (uint32_t)sp->n[cur];
@@ -281,16 +267,16 @@ void hbm__step_freed(hbm_allocator *a, hbm__block *b)
     }
 }
 
-/* Shows shape i's plan as the one in force (a->plan_*, which hbm__plan_block serves). */
+/* Shows shape i's plan as the one in force (rp.plan, which hbm__plan_take serves). */
 static void serve(hbm_allocator *a, int i)
 {
-    shape *h = &a->sp->shapes[i];
-    a->sp->serving = i;
-    a->plan_off = h->off;
-    a->plan_size = h->size;
-    a->plan_below = h->below;
-    a->plan_n = h->off ? h->n : 0;
-    hbm__lazy_plan(a); /* plan_last's hints were the other plan's */
+    shape *h = &SP(a)->shapes[i];
+    SP(a)->serving = i;
+    PL(a)->off = h->off;
+    PL(a)->size = h->size;
+    PL(a)->below = h->below;
+    PL(a)->n = h->off ? h->n : 0;
+    hbm__plan_lazy(a, PL(a)); /* plan_last's hints were the other plan's */
 }
 
 static void shape_clear(shape *h)
@@ -307,7 +293,7 @@ static void shape_clear(shape *h)
  * recently used one's). The exact or new one's envelope and prefix take in the step. NULL: out of host memory. */
 static shape *shape_of(hbm_allocator *a, int src, bool *exact)
 {
-    hbm__stepplan *sp = a->sp;
+    hbm__stepplan *sp = SP(a);
     size_t n = sp->n[src], near = n / 64 > 2 ? n / 64 : 2;
     int at = -1, close = -1;
     for (int i = 0; i < SHAPES && at < 0; i++) {
@@ -328,8 +314,8 @@ static shape *shape_of(hbm_allocator *a, int src, bool *exact)
             if (!sp->shapes[i].n || (sp->shapes[at].n && sp->shapes[i].used < sp->shapes[at].used))
                 at = sp->shapes[at].n ? i : at;
         if (sp->serving == at) {
-            sp->serving = -1, a->plan_n = 0, a->plan_off = a->plan_size = NULL, a->plan_below = NULL;
-            hbm__lazy_plan(a); /* no plan in force: the region is coalesced */
+            sp->serving = -1, PL(a)->n = 0, PL(a)->off = PL(a)->size = NULL, PL(a)->below = NULL;
+            hbm__plan_lazy(a, PL(a)); /* no plan in force: the region is coalesced */
         }
         shape_clear(&sp->shapes[at]);
         shape *h = &sp->shapes[at];
@@ -369,7 +355,7 @@ static int shape_for_prefix(hbm__stepplan *sp, size_t k)
  * ended), those freed early in the next. Replaces the plan in force; HBM_ERR_NOMEM leaves it. */
 static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
 {
-    hbm__stepplan *sp = a->sp;
+    hbm__stepplan *sp = SP(a);
     size_t n = sp->n[src];
     const step_rec *r = sp->rec[src];
     hbm_lifetime *l = malloc((n ? n : 1) * sizeof *l);
@@ -402,20 +388,20 @@ static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
         start[pos[i]] = l[i].start;
         end[pos[i]] = l[i].wrap ? (uint32_t)n : l[i].end;
     }
-    a->plan_off = off; /* for hbm__plan_neighbours, which writes a->plan_below */
-    a->plan_size = size;
-    a->plan_n = n;
-    a->plan_below = NULL;
-    if (hbm__plan_neighbours(a, start, end)) {
+    PL(a)->off = off; /* for hbm__plan_neighbours, which writes PL(a)->below */
+    PL(a)->size = size;
+    PL(a)->n = n;
+    PL(a)->below = NULL;
+    if (hbm__plan_neighbours(PL(a), start, end)) {
         rc = HBM_ERR_NOMEM;
-        free(a->plan_below); /* made when only its scratch could not be */
-        a->plan_below = NULL;
+        free(PL(a)->below); /* made when only its scratch could not be */
+        PL(a)->below = NULL;
         int i = sp->serving;
         sp->serving = -1;
         if (i >= 0)
             serve(a, i);
         else
-            a->plan_off = a->plan_size = NULL, a->plan_n = 0;
+            PL(a)->off = PL(a)->size = NULL, PL(a)->n = 0;
         goto done;
     }
     free(h->off);
@@ -423,15 +409,15 @@ static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
     free(h->below);
     h->off = off;
     h->size = size;
-    h->below = a->plan_below;
+    h->below = PL(a)->below;
     h->height = info.height;
     h->cyclic = cyclic;
     off = size = NULL;
     serve(a, (int)(h - sp->shapes));
-    a->plan_height = 0; /* the region: the highest plan kept */
+    PL(a)->height = 0; /* the region: the highest plan kept */
     for (int i = 0; i < SHAPES; i++)
-        if (sp->shapes[i].off && sp->shapes[i].height > a->plan_height)
-            a->plan_height = sp->shapes[i].height;
+        if (sp->shapes[i].off && sp->shapes[i].height > PL(a)->height)
+            PL(a)->height = sp->shapes[i].height;
     sp->planned = m > 0 || sp->planned;
     a->stats.plan_replans++;
     rc = HBM_OK;
@@ -449,26 +435,26 @@ done:
  * one than the arena held replaces it once no block of it is in use. */
 static void want_region(hbm_allocator *a, bool new_plan)
 {
-    if (!a->sp->planned)
+    if (!SP(a)->planned)
         return;
-    if (a->arena_seg && a->arena_seg->size < a->plan_height)
-        hbm__arena_retire(a);
+    if (a->arena_seg && a->arena_seg->size < PL(a)->height)
+        hbm__region_retire(a), PL(a)->cursor = 0;
     /* What the old plan missed, and the tensors carried over the boundary before the new plan placed them, were
      * served from segments: once freed they are cached for nothing. Released at the new plan's first two
      * boundaries; later, a segment freed and made again every step would cost device calls the cache saves. */
     if (new_plan)
-        a->sp->settle = 3;
-    if (a->sp->settle) {
-        a->sp->settle--;
+        SP(a)->settle = 3;
+    if (SP(a)->settle) {
+        SP(a)->settle--;
         hbm__release_cached(a);
     }
     if (!a->arena_seg)
-        a->arena_wanted = true;
+        SP(a)->rp.wanted = true;
 }
 
 static hbm_status boundary(hbm_allocator *a)
 {
-    hbm__stepplan *sp = a->sp;
+    hbm__stepplan *sp = SP(a);
     int cur = sp->step & 1, prev = !cur;
     size_t n = sp->n[cur];
     hbm_status rc = HBM_OK;
@@ -524,27 +510,53 @@ static hbm_status boundary(hbm_allocator *a)
     sp->step++;
     sp->n[prev] = 0;
     sp->overflow[prev] = false;
-    a->plan_next = 0;
+    PL(a)->next = 0;
     sp->misses_before = a->stats.plan_misses;
     return rc;
 }
 
-hbm_status hbm_step(hbm_allocator *a)
+/* hbm_step (a->lock held; counted in steps by the caller). */
+static hbm_status step_plan_step(hbm_allocator *a)
 {
-    if (!a)
-        return HBM_ERR_INVALID;
-    hbm__lock(a);
-    a->stats.steps++;
-    if (a->sp && a->sp->check_at != SIZE_MAX) { /* marked from now on: the period found, if any, is dropped */
-        a->sp->auto_period = 0;
-        a->sp->check_at = SIZE_MAX;
+    hbm__stepplan *sp = SP(a);
+    if (sp->check_at != SIZE_MAX) { /* marked from now on: the period found, if any, is dropped */
+        sp->auto_period = 0;
+        sp->check_at = SIZE_MAX;
     }
     /* A boundary may give segments back (a retired region, cached misses). Under a framework's launch queue the wait
      * for the device must be made here, with the lock open (hbm__dev_quiesce_open); elsewhere the release waits
      * itself, only when it happens. */
-    if (a->sp && hbm__framework_queue(a))
+    if (hbm__framework_queue(a))
         hbm__dev_quiesce_open(a);
-    hbm_status rc = a->sp ? boundary(a) : HBM_OK;
-    hbm__unlock(a);
-    return rc;
+    return boundary(a);
+}
+
+/* The step plan missed and the device is full: the plan's region has room (best fit), not an OOM. */
+static hbm__block *step_plan_rescue(hbm_allocator *a, hbm_stream stream, size_t size)
+{
+    return a->arena_seg && stream == a->arena_stream ? hbm__region_best_fit(a, stream, size) : NULL;
+}
+
+static const hbm__policy_ops step_plan_ops = {
+    .name = "hbm_step_plan",
+    .serve = step_plan_serve,
+    .freed = step_plan_freed,
+    .rescue = step_plan_rescue,
+    .step = step_plan_step,
+    .stats = hbm__region_policy_stats,
+    .validate = hbm__region_policy_validate,
+    .teardown = step_plan_teardown,
+};
+
+hbm_status hbm__step_plan_policy_create(hbm_allocator *a, char *err, size_t errlen)
+{
+    hbm__stepplan *sp = (hbm__stepplan *)hbm__region_policy_new(a, &step_plan_ops, sizeof *sp);
+    if (!sp) {
+        snprintf(err, errlen, "out of host memory");
+        return HBM_ERR_NOMEM;
+    }
+    sp->rp.steps = true;
+    sp->serving = -1;
+    sp->check_at = DETECT_FROM;
+    return HBM_OK;
 }

@@ -24,9 +24,10 @@
 #include "core/stats.h"
 #include "core/streams.h"
 #include "core/types.h"
+#include "core/policy.h"
+#include "core/region.h"
 #include "policy/arena.h"
 #include "policy/step_period.h"
-#include "policy/step_plan.h"
 #include "backend/sim.h"
 
 #define MiB ((size_t)1 << 20)

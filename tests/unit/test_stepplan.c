@@ -703,7 +703,7 @@ static void run_steps(const char *spec, uint64_t seed, int fill, int faults, int
     run_steps_with(spec, "hbm_step_plan:True", seed, fill, faults, pressure);
 }
 
-/* While a plan is served the region's freed blocks are left loose (src/policy/plan_region.c: not coalesced, outside the free
+/* While a plan is served the region's freed blocks are left loose (src/core/region.c: not coalesced, outside the free
  * tree). A request the plan does not serve, larger than any loose block but inside the region's free space, is
  * served there all the same (the loose blocks coalesced first), with no new segment and no OOM; a region with
  * no plan in force is coalesced again. */

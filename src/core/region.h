@@ -1,11 +1,14 @@
-/* plan_region.h: the loose list of a lazy pool (plan_region.c), inline for hbm__plan_block's exact take. */
-#ifndef HBM_LAZY_H
-#define HBM_LAZY_H
+/*
+ * region.h: the region a policy serves from (region.c): one segment of its own pool (a->arena, a->arena_seg), on one
+ * stream, split down to 512 bytes and coalesced across the whole region, best fit; kept loose (lazy coalescing)
+ * while a plan is served from it. The mechanics only: which requests go there, and where, is the policies'.
+ */
+#ifndef HBM_CORE_REGION_H
+#define HBM_CORE_REGION_H
 
 #include "core/engine.h"
 #include "core/pool.h"
 #include "core/stats.h"
-#include "policy/arena.h"
 
 #define HBM__LAZY 1       /* pool.lazy: a plan is served from the region */
 #define HBM__LAZY_PAGES 2 /* the same, the region made of pages: its free blocks not counted in inactive_split */
@@ -24,9 +27,8 @@ hbm__block *hbm__lazy_take(hbm_allocator *a, hbm__block *b, uintptr_t at, size_t
 hbm__block *hbm__lazy_take_pages(hbm_allocator *a, hbm__block *b, uintptr_t at, size_t size);
 /* Every loose block of the arena's pool coalesced into its tree (the region's best fit, a retired region). */
 void hbm__lazy_flush(hbm_allocator *a);
-/* After the plan in force changed (a->plan_n positions, 0: none): the pool is lazy while there is one (flushed when
- * it stops), and plan_last has room for it. */
-void hbm__lazy_plan(hbm_allocator *a);
+/* A plan is served from the region from now on (lazy), or no longer (its loose blocks coalesced first). */
+void hbm__region_set_lazy(hbm_allocator *a, bool lazy);
 
 /* Loose blocks are linked through their tree nodes, unused while outside the tree: node.r next, node.l previous. */
 static inline void hbm__loose_unlink(hbm__pool *p, hbm__block *b)
@@ -51,33 +53,22 @@ static inline bool hbm__region_holds(const hbm_allocator *a, const hbm__block *b
            at - b->addr < b->size;
 }
 
-/* hbm__plan_block for position k (k < plan_n, size <= plan_size[k], the region reserved): inline, for the step
- * plan's every allocation. */
-static inline hbm__block *hbm__plan_take(hbm_allocator *a, size_t k, size_t size)
+/* The region's best fit for a rounded request on its stream: any free block large enough (none of the caching
+ * policy's oversize rules: the region is one allocation split down to 512 bytes); the loose blocks coalesced into
+ * the tree first when the tree alone has none. NULL: none. Still in the tree: the engine takes it out. */
+hbm__block *hbm__region_flushed_fit(hbm_allocator *a, hbm_stream stream, size_t size);
+static inline hbm__block *hbm__region_best_fit(hbm_allocator *a, hbm_stream stream, size_t size)
 {
-    if (a->nspare_blocks < 2 && hbm__ensure_spares(a, 2) != HBM_OK) {
-        a->stats.plan_misses++;
-        return NULL;
-    }
-    uintptr_t at = a->arena_seg->addr + a->plan_off[k];
-    /* The block the range begins in: the one this position had last (free again, most often, and the very
-     * range), else found from the plan's neighbours or the region's index. */
-    hbm__block *b = k < a->plan_last_cap ? a->plan_last[k] : NULL;
-    if (!hbm__region_holds(a, b, at))
-        b = hbm__region_find(a, k, at);
-    if (b && b->loose && b->addr == at && b->size == size) { /* exactly the range, loose: taken whole */
-        hbm__loose_unlink(&a->arena, b);
-    } else if (!b || b->allocated || b->event_count ||
-               !(b = a->arena.lazy == HBM__LAZY ? hbm__lazy_take(a, b, at, size)
-                                                : hbm__lazy_take_pages(a, b, at, size))) {
-        a->stats.plan_misses++; /* that range is taken: a late free, another stream's use, a changed step */
-        return NULL;
-    }
-    if (k < a->plan_last_cap)
-        a->plan_last[k] = b;
-    a->stats.plan_hits++;
-    a->plan_cursor = at;
-    return b;
+    hbm__block *b = hbm__pool_lower_bound_by(&a->arena, stream, size, hbm__arena_less); /* on the region's stream */
+    if (b)
+        return b;
+    return a->arena.nloose ? hbm__region_flushed_fit(a, stream, size) : NULL;
 }
+/* The region reserved for `stream`: a device allocation of size bytes, or (pages) address space of it mapped as
+ * planned allocations touch it (expandable.c); HBM_OK with a->arena_seg set, or the device's error. */
+hbm_status hbm__region_reserve(hbm_allocator *a, hbm_stream stream, size_t size, bool pages);
+/* A plan needs a larger region: the region is given back when no block of it is in use, else it becomes an ordinary
+ * large-pool segment, released once free; either way a->arena_seg is NULL after. */
+void hbm__region_retire(hbm_allocator *a);
 
 #endif

@@ -1,6 +1,7 @@
 /*
- * plan_region.c: the region kept loose while a plan is served from it (hbm_step_plan,
- * hbm_plan_file): lazy coalescing.
+ * region.c: the region a policy serves from (region.h): reserved, given back or demoted when a larger one is
+ * needed, searched best fit; and kept loose while a plan is served from it (hbm_step_plan, hbm_plan_file): lazy
+ * coalescing.
  *
  * A plan puts every allocation of a step at a known offset, and the next
  * step's allocations at the same offsets again. Kept as the caching policy
@@ -35,11 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/engine.h"
-#include "core/stats.h"
 #include "core/expandable.h"
-#include "policy/plan_region.h"
-#include "core/pool.h"
+#include "core/region.h"
 
 static bool is_split(const hbm__block *b) { return b->prev || b->next; }
 
@@ -69,6 +67,13 @@ void hbm__loose_put(hbm__pool *p, hbm__block *b) { push(p, b); }
 static uint8_t lazy_state(const hbm_allocator *a)
 {
     return a->arena_seg && a->arena_seg->expandable ? HBM__LAZY_PAGES : HBM__LAZY;
+}
+
+void hbm__region_set_lazy(hbm_allocator *a, bool lazy)
+{
+    if (!lazy && a->arena.lazy)
+        hbm__lazy_flush(a);
+    a->arena.lazy = lazy ? lazy_state(a) : 0;
 }
 
 void hbm__lazy_region(hbm_allocator *a)
@@ -207,19 +212,49 @@ void hbm__lazy_flush(hbm_allocator *a)
     }
 }
 
-void hbm__lazy_plan(hbm_allocator *a)
+hbm__block *hbm__region_flushed_fit(hbm_allocator *a, hbm_stream stream, size_t size)
 {
-    bool lazy = a->plan_n > 0;
-    if (!lazy && a->arena.lazy)
-        hbm__lazy_flush(a);
-    a->arena.lazy = lazy ? lazy_state(a) : 0;
-    if (a->plan_n > a->plan_last_cap) { /* without the room, plan_last hints nothing past its end */
-        hbm__block **h = realloc(a->plan_last, a->plan_n * sizeof *h);
-        if (h) {
-            a->plan_last = h;
-            a->plan_last_cap = a->plan_n;
+    hbm__lazy_flush(a); /* the loose blocks, coalesced, join in */
+    return hbm__pool_lower_bound_by(&a->arena, stream, size, hbm__arena_less);
+}
+
+hbm_status hbm__region_reserve(hbm_allocator *a, hbm_stream stream, size_t size, bool pages)
+{
+    hbm__block *b;
+    hbm_status rc = pages ? hbm__expand_region(a, &a->arena, stream, size, &b)
+                          : hbm__segment_new(a, &a->arena, stream, size, &b);
+    if (rc != HBM_OK)
+        return rc;
+    if (!b->in_tree)
+        hbm__pool_insert(&a->arena, b);
+    a->arena_seg = b->seg;
+    hbm__lazy_region(a);
+    a->arena_stream = stream;
+    hbm__published(a); /* the region is reserved (the allocation after it is a cache hit in it) */
+    return HBM_OK;
+}
+
+void hbm__region_retire(hbm_allocator *a)
+{
+    hbm__segment *seg = a->arena_seg;
+    if (!seg)
+        return;
+    hbm__lazy_flush(a); /* its free blocks in the tree, coalesced */
+    a->arena_seg = NULL;
+    hbm__lazy_region(a);
+    hbm__block *b = seg->head;
+    if (!b->next && !b->allocated && b->in_tree && !b->event_count &&
+        (seg->expandable ? hbm__expand_release_free(a, b) : hbm__release_block(a, b)) == HBM_OK)
+        return;
+    /* In use: an ordinary large-pool segment from now on (the arena's blocks count in the large pool already),
+     * released like any other once its blocks are free. */
+    for (hbm__block *x = seg->head; x; x = x->next)
+        if (x->in_tree && x->mapped) {
+            hbm__pool_remove(&a->arena, x);
+            hbm__pool_insert(&a->large, x);
+        } else if (x->in_tree) { /* pages a failed release above left unmapped */
+            hbm__unmapped_remove(&a->arena, x);
+            hbm__unmapped_insert(&a->large, x);
         }
-    }
-    if (a->plan_last)
-        memset(a->plan_last, 0, a->plan_last_cap * sizeof *a->plan_last);
+    seg->pool = &a->large;
 }
