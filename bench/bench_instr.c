@@ -7,8 +7,12 @@
  * usage: valgrind --tool=callgrind --instr-atstart=no bench_instr TRACE [locked]
  *   locked: take the allocator's lock on every call, as a program sharing it
  *   would (default: as hbmalloc replay and sweep run it, single-threaded)
+ * usage: bench_instr TRACE dump OUT
+ *   writes the calls the loop makes as a plain text trace (a, f and e lines only), which every version of
+ *   bench_instr reads the same: bench/instr_against.sh compares two versions on it
  *   HBM_BENCH_CONF: the settings (default: none), e.g. hbm_arena_mb:65536
  *   HBM_BENCH_STEPS: step events put in as --steps does (auto, or every N allocations), for hbm_step_plan
+ *   HBM_BENCH_DEVICE: the device of a snapshot to read (default 0)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +34,8 @@ int main(int argc, char **argv)
     }
     trace t;
     char err[512];
-    if (trace_read_any(argv[1], 0, &t, err, sizeof err)) {
+    const char *device = getenv("HBM_BENCH_DEVICE"); /* a snapshot's device other than 0 */
+    if (trace_read_any(argv[1], device ? atoi(device) : 0, &t, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return 2;
     }
@@ -38,6 +43,26 @@ int main(int argc, char **argv)
     if (steps && trace_mark_steps(&t, steps, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return 2;
+    }
+    if (argc > 3 && !strcmp(argv[2], "dump")) { /* the loop's calls (bench_replay), as d48e752's reader reads them */
+        FILE *f = fopen(argv[3], "w");
+        if (!f) {
+            perror(argv[3]);
+            return 2;
+        }
+        fprintf(f, "hbmtrace 1\n# the calls bench_replay makes for %s (bench_instr dump)\n", argv[1]);
+        for (size_t i = 0; i < t.n; i++) {
+            const trace_event *e = &t.ev[i];
+            if (e->kind == EV_ALLOC)
+                fprintf(f, "a %u %llu %llu\n", (unsigned)e->slot, (unsigned long long)e->size,
+                        (unsigned long long)e->stream);
+            else if (e->kind == EV_FREE)
+                fprintf(f, "f %u\n", (unsigned)e->slot);
+            else if (e->kind != EV_STEP)
+                fprintf(f, "e\n");
+        }
+        trace_free(&t);
+        return fclose(f) ? 2 : 0;
     }
     int locked = argc > 2 && !strcmp(argv[2], "locked");
     const char *settings = getenv("HBM_BENCH_CONF") ? getenv("HBM_BENCH_CONF") : "";

@@ -12,7 +12,7 @@
 #include "core/stats.h"
 #include "core/sleep.h"
 #include "core/device.h"
-#include "core/policy.h"
+#include "policy/policy.h"
 #include "conf/releases.h"
 #include "util/util.h"
 
@@ -269,7 +269,7 @@ hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
     if (a->pol)
         a->pol->ops->stats(a, &a->stats, &positions);
     hbm__sleep_stats(a, &a->stats);
-    *out = a->stats;
+    hbm__stats_view(a, out);
     hbm__unlock(a);
     return HBM_OK;
 }
@@ -284,7 +284,7 @@ void hbm_reset_peak_stats(hbm_allocator *a)
         a->peak_allocated_before_reset = pa;
     if (pr > a->peak_reserved_before_reset)
         a->peak_reserved_before_reset = pr;
-    hbm__stats_reset_peak(&a->stats);
+    hbm__stats_reset_peak(a);
     hbm__unlock(a);
 }
 
@@ -293,7 +293,7 @@ void hbm_reset_accumulated_stats(hbm_allocator *a)
     if (!a)
         return;
     hbm__lock(a);
-    hbm__stats_reset_accumulated(&a->stats);
+    hbm__stats_reset_accumulated(a);
     a->stat_resets++; /* the frees counted there are compared across a wait with the lock open (device.c) */
     hbm__unlock(a);
 }

@@ -2,6 +2,7 @@
 #ifndef HBM_BACKEND_DEVICE_H
 #define HBM_BACKEND_DEVICE_H
 
+#include "core/stats.h"
 #include "core/types.h"
 
 hbm_status hbm__dev_malloc(hbm_allocator *a, size_t size, uintptr_t *out);
@@ -27,7 +28,7 @@ hbm_status hbm__dev_flush_open(hbm_allocator *a);
  * hbm_reset_accumulated_stats sets back, and that counts in stat_resets. */
 static inline uint64_t hbm__free_stamp(const hbm_allocator *a)
 {
-    return ((uint64_t)a->stats.allocation[HBM_POOL_ALL].freed ^ (a->stat_resets << 40)) + 1;
+    return ((uint64_t)hbm__stats_frees(&a->stats) ^ (a->stat_resets << 40)) + 1;
 }
 
 /* A framework's launch queue sits in front of the device (hbm_backend_set_host_queue). */

@@ -121,7 +121,7 @@ typedef struct hbm__slab {
     hbm__block blocks[BLOCK_SLAB];
 } hbm__slab;
 
-static hbm_status add_slab(hbm_allocator *a)
+hbm_status hbm__add_slab(hbm_allocator *a)
 {
     hbm__slab *s = malloc(sizeof *s);
     if (!s) {
@@ -138,28 +138,6 @@ static hbm_status add_slab(hbm_allocator *a)
     return HBM_OK;
 }
 
-hbm__block *hbm__block_new(hbm_allocator *a)
-{
-    if (!a->spare_blocks && add_slab(a) != HBM_OK)
-        return NULL;
-    hbm__block *b = a->spare_blocks;
-    a->spare_blocks = b->next;
-    a->nspare_blocks--;
-    b->prev = b->next = NULL;
-    b->seg = NULL;
-    b->stream = 0;
-    b->addr = 0;
-    b->size = b->requested = 0;
-    b->gc_base = 0;
-    b->allocated = b->in_tree = false;
-    b->mapped = true;
-    b->event_count = 0;
-    b->nuses = 0; /* a recycled object keeps its uses array for reuse */
-    b->rec_step = 0;
-    b->loose = false;
-    return b;
-}
-
 void hbm__block_recycle(hbm_allocator *a, hbm__block *b)
 {
     b->next = a->spare_blocks;
@@ -170,7 +148,7 @@ void hbm__block_recycle(hbm_allocator *a, hbm__block *b)
 hbm_status hbm__ensure_spares(hbm_allocator *a, int n)
 {
     while (a->nspare_blocks < (size_t)n)
-        if (add_slab(a) != HBM_OK)
+        if (hbm__add_slab(a) != HBM_OK)
             return HBM_ERR_NOMEM;
     return HBM_OK;
 }
@@ -264,12 +242,12 @@ HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__blo
     b->requested = orig;
     b->label = a->context;
     hbm__trace(a, HBM_TRACE_ALLOC, b->addr, orig, b->stream);
-    hbm__ptrmap_put(&a->live, b->addr, b); /* room reserved by the caller */
+    hbm__ptrmap_insert(&a->live, b->addr, b); /* room reserved by the caller */
     hbm__stat_arr_inc(st->allocation, p, 1);
     hbm__stat_arr_inc(st->allocated_bytes, p, (int64_t)b->size);
-    hbm__stat_arr_inc(st->active, p, 1);
-    hbm__stat_arr_inc(st->active_bytes, p, (int64_t)b->size);
     hbm__stat_arr_inc(st->requested_bytes, p, (int64_t)orig);
+    if (__builtin_expect(a->pend.n[HBM_POOL_ALL] != 0, 0)) /* active is above allocation: its peaks */
+        hbm__pend_peaks(a, p);
     if (b->size >= a->conf.max_split_size)
         hbm__stat_inc(&st->oversize_allocations, 1);
     return b;
@@ -488,7 +466,7 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
                                  .device_free = dev_free,
                                  .allowed = a->fraction_set ? a->allowed_max : 0,
                                  .allocated = (uint64_t)allocated,
-                                 .active = (uint64_t)a->stats.active_bytes[HBM_POOL_ALL].current,
+                                 .active = (uint64_t)(allocated + a->pend.bytes[HBM_POOL_ALL]),
                                  .reserved = (uint64_t)reserved,
                                  .during_capture = a->ncaptures > 0};
     a->has_oom = true;
@@ -753,7 +731,7 @@ hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, 
 
 /* ---- free ---- */
 
-size_t hbm__absorb(hbm_allocator *a, hbm__block *dst, hbm__block *src)
+HBM__FAST size_t absorb(hbm_allocator *a, hbm__block *dst, hbm__block *src)
 {
     if (dst->prev == src) {
         dst->addr = src->addr;
@@ -773,12 +751,14 @@ size_t hbm__absorb(hbm_allocator *a, hbm__block *dst, hbm__block *src)
     return absorbed;
 }
 
+size_t hbm__absorb(hbm_allocator *a, hbm__block *dst, hbm__block *src) { return absorb(a, dst, src); }
+
 static bool can_merge(const hbm__block *dst, const hbm__block *src)
 {
     return src && !src->allocated && src->event_count == 0 && src->mapped == dst->mapped;
 }
 
-size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
+HBM__FAST size_t try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
 {
     if (!can_merge(dst, src))
         return 0;
@@ -786,7 +766,12 @@ size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__bloc
         hbm__pool_remove(p, src);
     else
         hbm__unmapped_remove(p, src);
-    return hbm__absorb(a, dst, src);
+    return absorb(a, dst, src);
+}
+
+size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
+{
+    return try_merge(a, p, dst, src);
 }
 
 /* b, free and outside every tree, coalesced with its free neighbours into p's tree; the inactive_split counts
@@ -803,8 +788,8 @@ HBM__FAST hbm__block *settle_by(hbm_allocator *a, hbm__pool *p, hbm__block *b, h
         hbm__pool_insert_by(p, b, less);
     } else {
         hbm__block *keep = !mp ? b->next : !mn ? b->prev : b->prev->size >= b->next->size ? b->prev : b->next;
-        hbm__try_merge(a, p, b, keep == b->prev ? b->next : b->prev); /* nothing when that one is not free */
-        hbm__absorb(a, keep, b);
+        try_merge(a, p, b, keep == b->prev ? b->next : b->prev); /* nothing when that one is not free */
+        absorb(a, keep, b);
         b = keep;
         hbm__pool_rekey_by(p, b, true, less);
     }
@@ -830,11 +815,12 @@ HBM__FAST hbm__block *settle(hbm_allocator *a, hbm__pool *p, hbm__block *b)
     return settle_by(a, p, b, hbm__block_less);
 }
 
-void hbm__free_block(hbm_allocator *a, hbm__block *b)
+/* hbm__free_block, inlined into hbm_free (the fast path) and out of line for the streams' completions. */
+HBM__FAST void free_block(hbm_allocator *a, hbm__block *b)
 {
     hbm__pool *p = b->seg->pool;
     hbm_stats *st = &a->stats;
-    size_t size = b->size, requested = b->requested;
+    size_t requested = b->requested;
     hbm__trace_block(a, HBM_TRACE_FREE_COMPLETED, b, requested);
     b->requested = 0;
     if (__builtin_expect(!p->is_arena, 1))
@@ -845,10 +831,10 @@ void hbm__free_block(hbm_allocator *a, hbm__block *b)
         hbm__loose_put(p, b); /* the same, the region made of pages */
     else
         settle_by(a, p, b, hbm__arena_less);
-    hbm__stat_arr_dec(st->active, p, 1);
-    hbm__stat_arr_dec(st->active_bytes, p, (int64_t)size);
-    hbm__stat_arr_dec(st->requested_bytes, p, (int64_t)requested);
+    hbm__stat_arr_dec(st->requested_bytes, p, (int64_t)requested); /* active follows allocation (stats.c) */
 }
+
+void hbm__free_block(hbm_allocator *a, hbm__block *b) { free_block(a, b); }
 
 hbm__block *hbm__settle_free(hbm_allocator *a, hbm__block *b)
 {
@@ -911,10 +897,12 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
         hbm__stat_arr_dec(a->stats.allocated_bytes, p, (int64_t)b->size);
         if (b->size >= a->conf.max_split_size)
             hbm__stat_dec(&a->stats.oversize_allocations, 1);
-        if (b->nuses)
+        if (b->nuses) {
+            hbm__pend_add(a, p, (int64_t)b->size, +1); /* active until its events complete */
             rc = hbm__free_with_uses(a, b);
-        else
-            hbm__free_block(a, b);
+        } else {
+            free_block(a, b);
+        }
     }
     to_sink(a, rc);
     hbm__unlock(a);

@@ -12,13 +12,51 @@ extern __thread size_t hbm__err_sink_len;
 
 /* A new whole segment of `size` bytes on the device: one free block, in no tree. */
 hbm_status hbm__segment_new(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t size, hbm__block **out);
-hbm__block *hbm__block_new(hbm_allocator *a);
+/* BLOCK_SLAB more block objects on the spare list (engine.c). */
+hbm_status hbm__add_slab(hbm_allocator *a);
+/* A block object off the spare list, its fields as they were (NULL when host memory ran out). */
+static inline hbm__block *hbm__block_take(hbm_allocator *a)
+{
+    if (__builtin_expect(!a->spare_blocks, 0) && hbm__add_slab(a) != HBM_OK)
+        return NULL;
+    hbm__block *b = a->spare_blocks;
+    a->spare_blocks = b->next;
+    a->nspare_blocks--;
+    return b;
+}
+/* The state of a block object that holds nothing yet, but for what hbm__block_blank's caller sets itself. */
+static inline void hbm__block_blank(hbm__block *b)
+{
+    b->requested = 0;
+    b->gc_base = 0;
+    b->allocated = b->in_tree = false;
+    b->mapped = true;
+    b->event_count = 0;
+    b->nuses = 0; /* a recycled object keeps its uses array for reuse */
+    b->rec_step = 0;
+    b->loose = false;
+}
+/* A block object off the spare list, blank (NULL when host memory ran out). Inline: every split takes one. */
+static inline hbm__block *hbm__block_new(hbm_allocator *a)
+{
+    hbm__block *b = hbm__block_take(a);
+    if (!b)
+        return NULL;
+    hbm__block_blank(b);
+    b->prev = b->next = NULL;
+    b->seg = NULL;
+    b->stream = 0;
+    b->addr = 0;
+    b->size = 0;
+    return b;
+}
 void hbm__block_recycle(hbm_allocator *a, hbm__block *b);
 /* Cuts the first `size` bytes of b into a new block, linked in before it; b keeps the rest. Trees and statistics
  * are the caller's; a spare block object must be in hand (hbm__ensure_spares). */
 static inline hbm__block *hbm__split_front(hbm_allocator *a, hbm__block *b, size_t size)
 {
-    hbm__block *f = hbm__block_new(a);
+    hbm__block *f = hbm__block_take(a); /* each field set once: the split is on the fast path */
+    hbm__block_blank(f);
     f->seg = b->seg;
     f->stream = b->stream;
     f->addr = b->addr;
@@ -38,7 +76,8 @@ static inline hbm__block *hbm__split_front(hbm_allocator *a, hbm__block *b, size
  * Trees and statistics are the caller's; a spare block object must be in hand (hbm__ensure_spares). */
 static inline hbm__block *hbm__split_back(hbm_allocator *a, hbm__block *b, size_t at)
 {
-    hbm__block *back = hbm__block_new(a);
+    hbm__block *back = hbm__block_take(a);
+    hbm__block_blank(back);
     back->seg = b->seg;
     back->stream = b->stream;
     back->addr = b->addr + at;

@@ -38,8 +38,4 @@ typedef struct hbm__policy {
     const hbm__policy_ops *ops;
 } hbm__policy;
 
-/* The policy the settings ask for, made at create (src/policy/policy.c): HBM_OK (a->pol NULL: the caching engine
- * alone), or an error with its message in err. */
-hbm_status hbm__policy_create(hbm_allocator *a, char *err, size_t errlen);
-
 #endif

@@ -32,11 +32,61 @@ static void each_stat(hbm_stats *s, void (*fn)(hbm_stat *))
 static void reset_peak(hbm_stat *st) { st->peak = st->current; }
 static void reset_acc(hbm_stat *st) { st->allocated = st->freed = 0; }
 
-void hbm__stats_reset_peak(hbm_stats *s) { each_stat(s, reset_peak); }
-
-void hbm__stats_reset_accumulated(hbm_stats *s)
+void hbm__stats_reset_peak(hbm_allocator *a)
 {
+    each_stat(&a->stats, reset_peak);
+    for (int k = 0; k < HBM_POOL_KINDS; k++) { /* active's peak is its current value now */
+        a->pend.peak_n[k] = a->stats.allocation[k].current + a->pend.n[k];
+        a->pend.peak_bytes[k] = a->stats.allocated_bytes[k].current + a->pend.bytes[k];
+    }
+}
+
+void hbm__pend_peaks(hbm_allocator *a, const hbm__pool *p)
+{
+    int kinds[2] = {HBM_POOL_ALL, p->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE};
+    for (int i = 0; i < 2; i++) {
+        int k = kinds[i];
+        int64_t n = a->stats.allocation[k].current + a->pend.n[k];
+        int64_t bytes = a->stats.allocated_bytes[k].current + a->pend.bytes[k];
+        if (n > a->pend.peak_n[k])
+            a->pend.peak_n[k] = n;
+        if (bytes > a->pend.peak_bytes[k])
+            a->pend.peak_bytes[k] = bytes;
+    }
+}
+
+void hbm__stats_view(const hbm_allocator *a, hbm_stats *out)
+{
+    const hbm_stats *s = &a->stats;
+    *out = *s;
+#define SUM(name)                                                                                              \
+    out->name[HBM_POOL_ALL].allocated = s->name[HBM_POOL_SMALL].allocated + s->name[HBM_POOL_LARGE].allocated; \
+    out->name[HBM_POOL_ALL].freed = s->name[HBM_POOL_SMALL].freed + s->name[HBM_POOL_LARGE].freed;
+    ARRAYS(SUM)
+#undef SUM
+    /* active = allocation + the pending blocks (what hbm_free gave up and events still hold). */
+    for (int k = 0; k < HBM_POOL_KINDS; k++) {
+        const hbm_stat *n = &out->allocation[k], *b = &out->allocated_bytes[k];
+        int64_t pn = a->pend.n[k], pb = a->pend.bytes[k];
+        out->active[k] = (hbm_stat){.current = n->current + pn,
+                                    .peak = n->peak > a->pend.peak_n[k] ? n->peak : a->pend.peak_n[k],
+                                    .allocated = n->allocated,
+                                    .freed = n->freed - pn + a->pend.at_reset_n[k]};
+        out->active_bytes[k] = (hbm_stat){.current = b->current + pb,
+                                          .peak = b->peak > a->pend.peak_bytes[k] ? b->peak : a->pend.peak_bytes[k],
+                                          .allocated = b->allocated,
+                                          .freed = b->freed - pb + a->pend.at_reset_bytes[k]};
+    }
+}
+
+void hbm__stats_reset_accumulated(hbm_allocator *a)
+{
+    hbm_stats *s = &a->stats;
     each_stat(s, reset_acc);
+    for (int k = 0; k < HBM_POOL_KINDS; k++) { /* their completions from now on count in active.freed */
+        a->pend.at_reset_n[k] = a->pend.n[k];
+        a->pend.at_reset_bytes[k] = a->pend.bytes[k];
+    }
     s->num_alloc_retries = 0;
     s->num_ooms = 0;
     s->num_sync_all_streams = 0;

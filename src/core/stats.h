@@ -19,20 +19,47 @@ static inline void hbm__stat_dec(hbm_stat *s, int64_t n)
     s->freed += n;
 }
 
-/* Apply to the "all" entry and to the pool's own entry, as PyTorch's stat_types do. */
+/* Apply to the pool's own entry and to the "all" entry, as PyTorch's stat_types do. The "all" entry's cumulative
+ * counts (allocated, freed) are the pools' sums, made when the statistics are read (hbm__stats_view): the fast
+ * path moves only its current value and peak. */
 static inline void hbm__stat_arr_inc(hbm_stat *arr, const hbm__pool *p, int64_t n)
 {
-    hbm__stat_inc(&arr[HBM_POOL_ALL], n);
     hbm__stat_inc(&arr[p->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE], n);
+    hbm_stat *all = &arr[HBM_POOL_ALL];
+    all->current += n;
+    if (all->current > all->peak)
+        all->peak = all->current;
 }
 
 static inline void hbm__stat_arr_dec(hbm_stat *arr, const hbm__pool *p, int64_t n)
 {
-    hbm__stat_dec(&arr[HBM_POOL_ALL], n);
     hbm__stat_dec(&arr[p->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE], n);
+    arr[HBM_POOL_ALL].current -= n;
 }
 
-void hbm__stats_reset_peak(hbm_stats *s);
-void hbm__stats_reset_accumulated(hbm_stats *s);
+/* The statistics as they are read (hbm_get_stats, the published record, the validator): a->stats with the "all"
+ * entries' cumulative counts and active / active_bytes made. */
+void hbm__stats_view(const hbm_allocator *a, hbm_stats *out);
+
+/* A block of pool p, `size` bytes, freed while other streams use it: active until its events complete. */
+static inline void hbm__pend_add(hbm_allocator *a, const hbm__pool *p, int64_t size, int sign)
+{
+    int k = p->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE;
+    a->pend.n[k] += sign;
+    a->pend.bytes[k] += sign * size;
+    a->pend.n[HBM_POOL_ALL] += sign;
+    a->pend.bytes[HBM_POOL_ALL] += sign * size;
+}
+/* A malloc while blocks are pending: active's peaks, which are then above allocation's (stats.c). */
+void hbm__pend_peaks(hbm_allocator *a, const hbm__pool *p);
+/* Every block freed so far, by hbm_free (the "all" entry's allocation.freed). */
+static inline int64_t hbm__stats_frees(const hbm_stats *s)
+{
+    return s->allocation[HBM_POOL_SMALL].freed + s->allocation[HBM_POOL_LARGE].freed;
+}
+
+/* hbm_reset_peak_stats, hbm_reset_accumulated_stats (a->lock held). */
+void hbm__stats_reset_peak(hbm_allocator *a);
+void hbm__stats_reset_accumulated(hbm_allocator *a);
 
 #endif

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "core/engine.h"
+#include "core/stats.h"
 #include "core/segments.h"
 #include "core/streams.h"
 #include "core/sleep.h"
@@ -133,8 +134,10 @@ hbm_status hbm__insert_events(hbm_allocator *a, hbm__block *b)
         if (first_error == HBM_OK)
             first_error = sync != HBM_OK ? sync : HBM_OK;
     }
-    if (b->event_count == 0)
+    if (b->event_count == 0) {
+        hbm__pend_add(a, b->seg->pool, (int64_t)b->size, -1);
         hbm__free_block(a, b);
+    }
     return first_error;
 }
 
@@ -145,8 +148,10 @@ static void complete_one(hbm_allocator *a, hbm__event_queue *q)
     queue_pop(q);
     a->pending_events--;
     event_put(a, ev);
-    if (--b->event_count == 0)
+    if (--b->event_count == 0) {
+        hbm__pend_add(a, b->seg->pool, (int64_t)b->size, -1);
         hbm__free_block(a, b);
+    }
 }
 
 hbm_status hbm__free_with_uses(hbm_allocator *a, hbm__block *b)

@@ -183,7 +183,17 @@ struct hbm_allocator {
     hbm__block *spare_blocks; /* recycled block objects, linked through next */
     size_t nspare_blocks;
     struct hbm__slab *slabs; /* where every block object lives (engine.c) */
-    hbm_stats stats;
+    hbm_stats stats;         /* active and active_bytes, and the "all" entries' cumulative counts, are made when read
+                        (hbm__stats_view): what the fast path does not move */
+    /* Blocks freed while other streams still use them (hbm_free of a block with record_stream uses, until its
+     * events complete): active but no longer allocated, per pool kind and in all ([HBM_POOL_*]). active =
+     * allocation + these; its peak is allocation's unless a malloc found some of these (peak_*); at_reset_*: those
+     * pending when the accumulated counts were reset, whose completions count in active.freed. */
+    struct {
+        int64_t n[3], bytes[3];
+        int64_t peak_n[3], peak_bytes[3];
+        int64_t at_reset_n[3], at_reset_bytes[3];
+    } pend;
     size_t total_reserved;        /* bytes held from the device (total_allocated_memory) */
     size_t device_total;          /* device capacity, read at create */
     bool fraction_set;            /* a fraction < 1 is in force */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/segments.h"
+#include "core/stats.h"
 #include "core/policy.h"
 #include "core/region.h"
 #include "core/sleep.h"
@@ -314,9 +315,11 @@ static void check_pools(checker *ck, hbm_allocator *a, const tally *t)
 static void check_stats(checker *ck, hbm_allocator *a, tally *t)
 {
     sums *s = t->s;
+    hbm_stats view; /* as read: active made from allocation and the pending blocks */
+    hbm__stats_view(a, &view);
     for (int f = 0; f < (int)(offsetof(sums, free_blocks) / sizeof(int64_t)); f++)
         ((int64_t *)&s[0])[f] = ((int64_t *)&s[1])[f] + ((int64_t *)&s[2])[f];
-    const hbm_stats *st = &a->stats;
+    const hbm_stats *st = &view;
     for (int k = 0; k < 3; k++) {
         cmp_stat(ck, "allocation", k, st->allocation[k].current, s[k].allocation);
         cmp_stat(ck, "allocated_bytes", k, st->allocated_bytes[k].current, s[k].allocated_bytes);

@@ -48,6 +48,7 @@
 #include "util/fork.h"
 #include "util/env.h"
 #include "core/engine.h"
+#include "core/stats.h"
 #include "core/segments.h"
 #include "core/sleep.h"
 #include "io/publish.h"
@@ -159,7 +160,9 @@ static size_t largest_free(hbm_allocator *a)
 /* The figures that change; the allocator's lock is held. */
 static void fill_stats(hbm_allocator *a, hbm_record *r)
 {
-    const hbm_stats *s = &a->stats;
+    hbm_stats view;
+    hbm__stats_view(a, &view);
+    const hbm_stats *s = &view;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     r->updated_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;

@@ -4,7 +4,7 @@
  * caching engine (core/engine.c, PyTorch's policy) serves alone. Adding a policy: a file of src/policy/ that fills
  * an hbm__policy_ops (core/policy.h), and a row here.
  */
-#include "core/policy.h"
+#include "policy/policy.h"
 #include "policy/arena.h"
 
 static bool step_plan_asked(const hbm__conf *c) { return c->step_plan; }

@@ -151,15 +151,21 @@
         return name##_reserve(m, 0);                                                                                \
     }                                                                                                               \
                                                                                                                     \
+    /* key's value set where name_reserve made room for it. */                                                      \
+    static inline void name##_insert(name *m, K key, V val)                                                         \
+    {                                                                                                               \
+        size_t i = name##_home(m, key);                                                                             \
+        while (name##_occupied(m, i) && m->keys[i] != key)                                                          \
+            i = (i + 1) & m->mask;                                                                                  \
+        name##_set(m, i, key, val);                                                                                 \
+    }                                                                                                               \
+                                                                                                                    \
     /* key's value set, room made first: 0, or -1 (the map unchanged). */                                           \
     static inline int name##_put(name *m, K key, V val)                                                             \
     {                                                                                                               \
         if (name##_reserve(m, 1))                                                                                   \
             return -1;                                                                                              \
-        size_t i = name##_home(m, key);                                                                             \
-        while (name##_occupied(m, i) && m->keys[i] != key)                                                          \
-            i = (i + 1) & m->mask;                                                                                  \
-        name##_set(m, i, key, val);                                                                                 \
+        name##_insert(m, key, val);                                                                                 \
         return 0;                                                                                                   \
     }                                                                                                               \
                                                                                                                     \

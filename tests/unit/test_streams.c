@@ -29,6 +29,54 @@ static void a_block_used_by_another_stream_waits_for_its_event(void **st)
     hbm_destroy(a);
 }
 
+/* active and active_bytes of a block freed while another stream uses it: active until its event completes, as
+ * PyTorch's free_block decrements them (CUDACachingAllocator.cpp) while free() decrements allocation at once. Their
+ * peak, allocated and freed counts too: the engine keeps them as allocation's plus the pending blocks (core/stats.c),
+ * so each is checked where the two differ (a malloc while a block is pending, the resets, a completion after the
+ * accumulated counts were reset). */
+static void active_counts_a_pending_block_until_its_event_completes(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "");
+    assert_int_equal(hbm_sim_hold_stream(a, S2, 1), HBM_OK);
+    void *p = must_malloc(a, 4096, S1);
+    assert_int_equal(hbm_record_stream(a, p, S2), HBM_OK);
+    assert_int_equal(hbm_free(a, p), HBM_OK);
+    void *q = must_malloc(a, 1024, S1); /* active 2 (one pending), allocation 1 */
+    hbm_stats s = stats_of(a);
+    for (int k = HBM_POOL_ALL; k <= HBM_POOL_SMALL; k++) { /* both are small blocks */
+        assert_int_equal(s.allocation[k].peak, 1);
+        assert_int_equal(s.active[k].current, 2);
+        assert_int_equal(s.active[k].peak, 2);
+        assert_int_equal(s.active_bytes[k].peak, 4096 + 1024);
+        assert_int_equal(s.active[k].allocated, 2);
+        assert_int_equal(s.active[k].freed, 0); /* freed, not completed */
+        assert_int_equal(s.allocation[k].freed, 1);
+    }
+    assert_int_equal(s.active[HBM_POOL_LARGE].peak, 0);
+    hbm_free(a, q); /* completes at once: active 1 */
+    hbm_reset_peak_stats(a);
+    s = stats_of(a);
+    assert_int_equal(s.active[HBM_POOL_ALL].peak, 1); /* the pending block */
+    assert_int_equal(s.active_bytes[HBM_POOL_ALL].peak, 4096);
+    assert_int_equal(s.allocation[HBM_POOL_ALL].peak, 0);
+    hbm_reset_accumulated_stats(a);
+    assert_int_equal(hbm_sim_hold_stream(a, S2, 0), HBM_OK); /* stream 2 finishes */
+    q = must_malloc(a, 512, S1);                             /* the event is polled */
+    hbm_free(a, q);
+    s = stats_of(a);
+    for (int k = HBM_POOL_ALL; k <= HBM_POOL_SMALL; k++) {
+        assert_int_equal(s.active[k].current, 0);
+        assert_int_equal(s.active[k].allocated, 1);
+        assert_int_equal(s.active[k].freed, 2); /* the completion after the reset counts */
+        assert_int_equal(s.active_bytes[k].freed, 4096 + 512);
+        assert_int_equal(s.allocation[k].freed, 1);
+        assert_int_equal(s.active[k].peak, 1);
+    }
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
 /* Many streams, each holding one freed block (a replay plays each pending free on a stream of its own): each block
  * comes back when its own stream finishes, in any order, through the public hold; a stream's queue is erased once
  * empty (as PyTorch erases an empty deque), so a malloc polls only the streams with events outstanding. */
@@ -353,6 +401,7 @@ int main(void)
         cmocka_unit_test(destroy_with_pending_frees_leaves_no_event),
         cmocka_unit_test(a_private_pool_takes_the_routed_stream_and_keeps_its_blocks),
         cmocka_unit_test(releasing_a_pool_with_live_blocks_keeps_it_until_they_are_freed),
+        cmocka_unit_test(active_counts_a_pending_block_until_its_event_completes),
         cmocka_unit_test(thread_routing_diverts_only_the_calling_thread),
         cmocka_unit_test(pools_work_with_expandable_segments),
         cmocka_unit_test(each_device_has_its_allocator_and_wrong_device_frees_are_reported),
