@@ -47,7 +47,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$build" ] || usage
 if [ ! -x "$build/hbmalloc" ] || [ ! -x "$build/bench/bench_malloc" ]; then
-    echo "claims.sh: $build has no hbmalloc or bench/bench_malloc (configure with -DHBM_BENCH=ON and build)" >&2
+    echo "claims.sh: $build has no hbmalloc or bench_malloc in its bench folder (configure with -DHBM_BENCH=ON and build)" >&2
     exit 2
 fi
 here=$(cd "$(dirname "$0")/.." && pwd)
