@@ -61,7 +61,8 @@ struct hbm__pub {
     hbm__shared_record *rec;
     hbm_allocator *a;
     pid_t owner;
-    int fd; /* open for the record's life: its flock is the writer's proof of life (-1 in a forked child) */
+    int fd;      /* open for the record's life: its flock is the writer's proof of life (-1 in a forked child) */
+    int sigslot; /* its slot in the signal handler's table (publish_signals.c), or -1 */
     struct hbm__pub *next;
     char path[]; /* as long as the folder's name needs */
 };
@@ -289,7 +290,7 @@ static int start_refresher(void)
 
 static void unpublish(struct hbm__pub *p)
 {
-    hbm__pubsig_remove(p->path);
+    hbm__pubsig_remove(p->sigslot);
     if (p->owner == getpid())
         unlink(p->path);
     munmap(p->rec, sizeof *p->rec);
@@ -336,6 +337,7 @@ static hbm_status publish_on(hbm_allocator *a)
         return refuse(a, HBM_ERR_NOMEM, "out of host memory");
     p->a = a;
     p->owner = getpid();
+    p->sigslot = -1; /* no slot until the record is made */
     int fd = -1;
     for (int tries = 0; fd < 0 && tries < 8; tries++) { /* a name taken: another, random again */
         snprintf(p->path, len, "%s/hbmalloc-%u-%ld-%d-%016llx", dir, (unsigned)geteuid(), (long)p->owner, a->device,
@@ -397,7 +399,7 @@ static hbm_status publish_on(hbm_allocator *a)
     hbm__unlock(a);
     p->next = list;
     list = p;
-    hbm__pubsig_add(p->path);
+    p->sigslot = hbm__pubsig_add(p->path);
     if (!exiting && start_refresher()) { /* kept: updated at segment changes only */
         hbm__lock(a);
         hbm__warning_add(a, "hbmalloc top: no refresher thread (pthread_create failed): the published statistics "

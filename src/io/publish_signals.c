@@ -70,7 +70,7 @@ void hbm__pubsig_install(void)
     }
 }
 
-void hbm__pubsig_add(const char *path)
+int hbm__pubsig_add(const char *path)
 {
     size_t need = strlen(path) + 1;
     for (int i = 0; i < SLOTS; i++) {
@@ -79,25 +79,24 @@ void hbm__pubsig_add(const char *path)
             continue;
         if (!slots[i].path && !(slots[i].path = malloc(PATH_MAX))) { /* once, never freed: a handler may read it */
             atomic_store(&slots[i].state, FREE);
-            return;
+            return -1;
         }
         if (need > PATH_MAX) { /* publish.c refuses such a path before it gets here */
             atomic_store(&slots[i].state, FREE);
-            return;
+            return -1;
         }
         memcpy(slots[i].path, path, need);
         slots[i].owner = getpid();
         atomic_store_explicit(&slots[i].state, LIVE, memory_order_release);
-        return;
+        return i;
     }
+    return -1;
 }
 
-void hbm__pubsig_remove(const char *path)
+void hbm__pubsig_remove(int slot)
 {
-    pid_t me = getpid();
-    for (int i = 0; i < SLOTS; i++)
-        if (atomic_load(&slots[i].state) == LIVE && slots[i].owner == me && !strcmp(slots[i].path, path)) {
-            atomic_store(&slots[i].state, FREE);
-            return;
-        }
+    if (slot < 0 || slot >= SLOTS)
+        return;
+    if (atomic_load(&slots[slot].state) == LIVE && slots[slot].owner == getpid())
+        atomic_store(&slots[slot].state, FREE);
 }
