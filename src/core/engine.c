@@ -243,13 +243,7 @@ HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__blo
     b->label = a->context;
     hbm__trace(a, HBM_TRACE_ALLOC, b->addr, orig, b->stream);
     hbm__ptrmap_insert(&a->live, b->addr, b); /* room reserved by the caller */
-    hbm__stat_arr_inc(st->allocation, p, 1);
-    hbm__stat_arr_inc(st->allocated_bytes, p, (int64_t)b->size);
-    hbm__stat_arr_inc(st->requested_bytes, p, (int64_t)orig);
-    if (__builtin_expect(a->pend.n[HBM_POOL_ALL] != 0, 0)) /* active is above allocation: its peaks */
-        hbm__pend_peaks(a, p);
-    if (b->size >= a->conf.max_split_size)
-        hbm__stat_inc(&st->oversize_allocations, 1);
+    hbm__stats_on_alloc(a, p, b->size, orig);
     return b;
 }
 

@@ -71,13 +71,7 @@ hbm_status hbm_seed_segment(hbm_allocator *a, size_t size, hbm_stream stream, in
         b->label = a->context;
         hbm__trace(a, HBM_TRACE_ALLOC, b->addr, requested[i], b->stream);
         hbm__ptrmap_put(&a->live, b->addr, b);
-        hbm__stat_arr_inc(st->allocation, p, 1);
-        hbm__stat_arr_inc(st->allocated_bytes, p, (int64_t)b->size);
-        hbm__stat_arr_inc(st->requested_bytes, p, (int64_t)requested[i]);
-        if (a->pend.n[HBM_POOL_ALL]) /* active follows allocation (stats.c) */
-            hbm__pend_peaks(a, p);
-        if (b->size >= a->conf.max_split_size)
-            hbm__stat_inc(&st->oversize_allocations, 1);
+        hbm__stats_on_alloc(a, p, b->size, requested[i]);
         ptrs[i] = (void *)b->addr;
         if (!free_part)
             break;

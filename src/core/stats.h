@@ -52,6 +52,18 @@ static inline void hbm__pend_add(hbm_allocator *a, const hbm__pool *p, int64_t s
 }
 /* A malloc while blocks are pending: active's peaks, which are then above allocation's (stats.c). */
 void hbm__pend_peaks(hbm_allocator *a, const hbm__pool *p);
+/* A block of pool p allocated: `size` bytes for a request of `requested` (the engine's malloc, a seeded segment). */
+static inline void hbm__stats_on_alloc(hbm_allocator *a, const hbm__pool *p, size_t size, size_t requested)
+{
+    hbm_stats *st = &a->stats;
+    hbm__stat_arr_inc(st->allocation, p, 1);
+    hbm__stat_arr_inc(st->allocated_bytes, p, (int64_t)size);
+    hbm__stat_arr_inc(st->requested_bytes, p, (int64_t)requested);
+    if (__builtin_expect(a->pend.n[HBM_POOL_ALL] != 0, 0)) /* active is above allocation: its peaks */
+        hbm__pend_peaks(a, p);
+    if (size >= a->conf.max_split_size)
+        hbm__stat_inc(&st->oversize_allocations, 1);
+}
 /* Every block freed so far, by hbm_free (the "all" entry's allocation.freed). */
 static inline int64_t hbm__stats_frees(const hbm_stats *s)
 {

@@ -112,6 +112,13 @@ static void event_put(hbm_allocator *a, uint64_t ev)
     a->spare_events[a->nspare_events++] = ev;
 }
 
+/* A block freed while other streams used it, whose last event completed: no longer active, free again. */
+static void pending_done(hbm_allocator *a, hbm__block *b)
+{
+    hbm__pend_add(a, b->seg->pool, (int64_t)b->size, -1);
+    hbm__free_block(a, b);
+}
+
 hbm_status hbm__insert_events(hbm_allocator *a, hbm__block *b)
 {
     hbm_status first_error = HBM_OK;
@@ -134,10 +141,8 @@ hbm_status hbm__insert_events(hbm_allocator *a, hbm__block *b)
         if (first_error == HBM_OK)
             first_error = sync != HBM_OK ? sync : HBM_OK;
     }
-    if (b->event_count == 0) {
-        hbm__pend_add(a, b->seg->pool, (int64_t)b->size, -1);
-        hbm__free_block(a, b);
-    }
+    if (b->event_count == 0)
+        pending_done(a, b);
     return first_error;
 }
 
@@ -148,10 +153,8 @@ static void complete_one(hbm_allocator *a, hbm__event_queue *q)
     queue_pop(q);
     a->pending_events--;
     event_put(a, ev);
-    if (--b->event_count == 0) {
-        hbm__pend_add(a, b->seg->pool, (int64_t)b->size, -1);
-        hbm__free_block(a, b);
-    }
+    if (--b->event_count == 0)
+        pending_done(a, b);
 }
 
 hbm_status hbm__free_with_uses(hbm_allocator *a, hbm__block *b)
