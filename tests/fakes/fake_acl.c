@@ -127,6 +127,9 @@ static struct {
     int ready;
 } F;
 
+#define FM_HANDLE(h) (h)
+#include "fake_memory.h"
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread int current = -1; /* the device of the thread's current context; -1: none */
 static __thread char recent[256];
@@ -535,44 +538,6 @@ API aclError aclrtSynchronizeDevice(void)
 
 /* ---- pinned host memory and copies ---- */
 
-static int allocated(uintptr_t lo, uintptr_t hi);
-
-static long host_slot(uintptr_t p, size_t n)
-{
-    for (int i = 0; i < MAX; i++) {
-        uintptr_t b = (uintptr_t)F.hosts[i].p;
-        if (b && p >= b && n <= F.hosts[i].size && p - b <= F.hosts[i].size - n)
-            return i;
-    }
-    return -1;
-}
-
-/* The bytes of device range [va, va + n), to or from host: aclrtMalloc'd memory is host memory here, a mapped page
- * its handle's. -1 when part of it is neither. */
-static int device_bytes(uintptr_t va, unsigned char *host, size_t n, int to_host)
-{
-    for (int i = 0; i < MAX; i++) {
-        uintptr_t p = (uintptr_t)F.allocs[i].p;
-        if (p && va >= p && va + n <= p + F.allocs[i].size) {
-            to_host ? memcpy(host, (void *)va, n) : memcpy((void *)va, host, n);
-            return 0;
-        }
-    }
-    while (n) {
-        int hit = -1;
-        for (int i = 0; i < MAX && hit < 0; i++)
-            if (F.maps[i].size && va >= F.maps[i].va && va < F.maps[i].va + F.maps[i].size)
-                hit = i;
-        if (hit < 0)
-            return -1;
-        size_t off = va - F.maps[hit].va, take = F.maps[hit].size - off < n ? F.maps[hit].size - off : n;
-        unsigned char *mem = F.handles[F.maps[hit].h].mem + off;
-        to_host ? memcpy(host, mem, take) : memcpy(mem, host, take);
-        va += take, host += take, n -= take;
-    }
-    return 0;
-}
-
 API aclError aclrtMallocHost(void **p, size_t size)
 {
     ENTER(1);
@@ -663,26 +628,6 @@ API long fake_acl_hosts(void)
 }
 
 /* ---- the tests' side: work on the device, and what it saw ---- */
-
-static int allocated(uintptr_t lo, uintptr_t hi)
-{
-    for (int i = 0; i < MAX; i++) {
-        uintptr_t p = (uintptr_t)F.allocs[i].p;
-        if (p && lo >= p && hi <= p + F.allocs[i].size)
-            return 1;
-    }
-    for (uintptr_t at = lo; at < hi;) { /* mapped pages, possibly several mappings in a row */
-        int hit = 0;
-        for (int i = 0; i < MAX && !hit; i++)
-            if (F.maps[i].size && at >= F.maps[i].va && at < F.maps[i].va + F.maps[i].size) {
-                at = F.maps[i].va + F.maps[i].size;
-                hit = 1;
-            }
-        if (!hit)
-            return 0;
-    }
-    return 1;
-}
 
 /* A kernel touching [ptr, ptr + size) queued on `stream` of the current device. */
 API aclError fake_acl_launch(void *stream, void *ptr, size_t size)

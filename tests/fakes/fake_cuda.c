@@ -94,6 +94,9 @@ static struct {
     long allocs_relaxed, allocs_not_relaxed; /* cuMemAlloc / cuMemCreate by the thread's capture mode */
 } F;
 
+#define FM_HANDLE(h) ((h)-1)
+#include "fake_memory.h"
+
 static __thread int capture_mode; /* CUstreamCaptureMode of the calling thread; 2 = relaxed */
 static __thread int current = -1; /* the device whose primary context is current on this thread; -1: none */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -625,44 +628,6 @@ API CUresult cuEventSynchronize(void *ev)
 
 /* ---- pinned host memory and copies ---- */
 
-static int allocated(uintptr_t lo, uintptr_t hi);
-
-static long host_slot(uintptr_t p, size_t n)
-{
-    for (int i = 0; i < MAX; i++) {
-        uintptr_t b = (uintptr_t)F.hosts[i].p;
-        if (b && p >= b && n <= F.hosts[i].size && p - b <= F.hosts[i].size - n)
-            return i;
-    }
-    return -1;
-}
-
-/* The bytes of device range [va, va + n) to or from host memory: a cuMemAlloc'd block is host memory here, a mapped
- * page its handle's. -1 when part of it is neither allocated nor mapped. */
-static int device_bytes(uintptr_t va, unsigned char *host, size_t n, int to_host)
-{
-    for (int i = 0; i < MAX; i++) {
-        uintptr_t p = (uintptr_t)F.allocs[i].p;
-        if (p && va >= p && va + n <= p + F.allocs[i].size) {
-            to_host ? memcpy(host, (void *)va, n) : memcpy((void *)va, host, n);
-            return 0;
-        }
-    }
-    while (n) {
-        int hit = -1;
-        for (int i = 0; i < MAX && hit < 0; i++)
-            if (F.maps[i].size && va >= F.maps[i].va && va < F.maps[i].va + F.maps[i].size)
-                hit = i;
-        if (hit < 0)
-            return -1;
-        size_t off = va - F.maps[hit].va, take = F.maps[hit].size - off < n ? F.maps[hit].size - off : n;
-        unsigned char *mem = F.handles[F.maps[hit].h - 1].mem + off;
-        to_host ? memcpy(host, mem, take) : memcpy(mem, host, take);
-        va += take, host += take, n -= take;
-    }
-    return 0;
-}
-
 API CUresult cuMemHostAlloc(void **pp, size_t size, unsigned flags)
 {
     CHECK();
@@ -752,26 +717,6 @@ API int fake_cuda_peek(CUdeviceptr va, void *dst, size_t n) { return device_byte
 API const char *fake_cuda_log(void) { return L.text; }
 
 /* ---- the tests' side: work on the device, access, contexts ---- */
-
-static int allocated(uintptr_t lo, uintptr_t hi)
-{
-    for (int i = 0; i < MAX; i++) {
-        uintptr_t p = (uintptr_t)F.allocs[i].p;
-        if (p && lo >= p && hi <= p + F.allocs[i].size)
-            return 1;
-    }
-    for (uintptr_t at = lo; at < hi;) {
-        int hit = 0;
-        for (int i = 0; i < MAX && !hit; i++)
-            if (F.maps[i].size && at >= F.maps[i].va && at < F.maps[i].va + F.maps[i].size) {
-                at = F.maps[i].va + F.maps[i].size;
-                hit = 1;
-            }
-        if (!hit)
-            return 0;
-    }
-    return 1;
-}
 
 /* A kernel touching [ptr, ptr + size) queued on `stream` of the current context's device. */
 API CUresult fake_cuda_launch(void *stream, CUdeviceptr ptr, size_t size)
