@@ -98,13 +98,23 @@ def check_record_stream(torch, h, outdir):
         a.add_(1)
     a.record_stream(side)
     del a
+    # Freed but its event not complete: still active, no longer allocated (PyTorch's free_block decrements active;
+    # hbmalloc makes active from allocation and the pending blocks when memory_stats() reads it, core/stats.c).
+    s = torch.cuda.memory_stats()
+    pending = s["active_bytes.all.current"] - s["allocated_bytes.all.current"]
     b = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
     reused_early = b.data_ptr() == ptr
+    peak_over = torch.cuda.memory_stats()["active_bytes.all.peak"] - torch.cuda.memory_allocated()
     side.synchronize()
     del b
     c = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
     reused_after = c.data_ptr() == ptr
-    return not reused_early, "reused while the stream ran: %s; after it finished: %s" % (reused_early, reused_after)
+    s = torch.cuda.memory_stats()
+    settled = s["active_bytes.all.current"] == s["allocated_bytes.all.current"]
+    ok = not reused_early and pending == 64 << 20 and peak_over >= 64 << 20 and settled
+    return ok, "reused while the stream ran: %s; after it finished: %s; active - allocated while pending: %d MiB, " \
+        "active peak - allocated: %d MiB, equal once complete: %s" % (reused_early, reused_after, pending >> 20,
+                                                                      peak_over >> 20, settled)
 
 
 def check_graph(torch, h, outdir):
