@@ -114,13 +114,28 @@ HBM_API hbm_status hbm_sim_get_state(hbm_backend *b, hbm_sim_state *out);
 /* The simulated device's hbm_sim_hold_stream for any device of the backend. */
 HBM_API hbm_status hbm_sim_hold(hbm_backend *b, int device, hbm_stream stream, int hold);
 /* A framework's host-side launch queue in front of the device (torch_npu's task queue, TASK_QUEUE_ENABLE): work
- * it launched may still wait there, not yet on the device's streams. hbmalloc calls flush before it records an event
- * or synchronizes a stream, and sync_device (when set) instead of its own device synchronize, with the device
- * current; each returns 0 or a non-zero error. Set before the first allocation; NULL clears it. */
+ * it launched may still wait there, not yet on the device's streams. Every call below may wait for the queue's
+ * worker thread, which may itself call into hbmalloc: hbmalloc never makes one with its lock held
+ * (docs/CONTRACTS.md, "Waiting with the lock open"). sync_device (when set) empties the queue and waits for the
+ * current device, in place of hbmalloc's own device synchronize; flush (when sync_device is not set) pushes every
+ * queued launch to the device first. event_record, event_query and event_release (all three, or none) record an
+ * event on `stream` in the queue's order, after the launches queued there before it, as the framework's own
+ * allocator records the events of a block freed while other streams use it (torch_npu: NPUEvent::record, through
+ * the queue): then such a free waits for nothing. event_record returns 0, HBM_HOST_QUEUE_NO_STREAM when it cannot
+ * record on that stream (then the block waits for the next device-wide wait instead), or another non-zero error;
+ * event_query 1 when complete, 0 when not yet, < 0 on an error. may_wait (may be NULL: every thread may) returns 0
+ * on a thread the queue itself runs (its worker, the thread that releases finished launches): nothing there may
+ * wait for the queue or add to it, or the job hangs. Each returns 0 or a non-zero error unless said otherwise. Set
+ * before the first allocation; NULL clears it. */
+#define HBM_HOST_QUEUE_NO_STREAM 1
 typedef struct hbm_host_queue {
     void *ctx;
     int (*flush)(void *ctx);       /* push every queued launch to the device */
     int (*sync_device)(void *ctx); /* empty the queue and wait for the current device (may be NULL) */
+    int (*event_record)(void *ctx, int device, hbm_stream stream, void **event);
+    int (*event_query)(void *ctx, void *event);
+    void (*event_release)(void *ctx, void *event);
+    int (*may_wait)(void *ctx);
 } hbm_host_queue;
 HBM_API hbm_status hbm_backend_set_host_queue(hbm_backend *b, const hbm_host_queue *q);
 /* Whether expandable segments (virtual memory) work on `device`: 1, or 0 with the reason in why. A device may be
@@ -399,6 +414,13 @@ typedef struct hbm_device_counters {
     uint64_t host_calls;             /* pinned host memory allocated or freed (a sleeping pool's backup) */
     uint64_t copy_calls;             /* copies between device and host queued */
     uint64_t copy_bytes;             /* bytes they moved */
+    /* With a framework's launch queue (hbm_backend_set_host_queue): */
+    uint64_t device_waits;    /* device-wide waits (the queue emptied, the device synchronized), lock open */
+    uint64_t queue_events;    /* events recorded in the queue's order for blocks freed while other streams used them */
+    uint64_t unrecorded_uses; /* such uses that could not be recorded at the free (a thread of the queue's own, a
+                                    stream the queue does not know): held until recorded later or a device-wide wait */
+    uint64_t locked_queue_waits; /* waits that would have held the lock: not made, the memory stayed cached; 0
+                                    unless a path broke the protocol (docs/CONTRACTS.md) */
 } hbm_device_counters;
 HBM_API void hbm_get_device_counters(hbm_allocator *a, hbm_device_counters *out);
 

@@ -28,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
 
 #include "torch_plugin.h"
 #include "util.h"
@@ -60,6 +62,24 @@ static int npu_sync(void *ctx)
     return hbm_torch__call_bool_fn(npu_sync_entry);
 }
 
+/* torch_npu's own threads: the task queue's consumer ("acl_thread"; "ACL_thread" in v2.1.0-6.0.rc1) and the thread
+ * that releases finished launches' parameters, tensors included ("release_thread"; "Release_thread"), named with
+ * prctl(PR_SET_NAME) (NPUAffinityController.cpp SetThreadType, NPUQueue.cpp StartConsume / StartRelease). A free
+ * runs there when a launch held a tensor's last reference (OpParamMaker.cpp v26.1.0:614-617): nothing there may
+ * wait for the queue or add to it, or the job hangs (docs/CONTRACTS.md). */
+static int npu_may_wait(void *ctx)
+{
+    (void)ctx;
+    static __thread int known = -1;
+    if (known < 0) {
+        char name[17] = "";
+        if (prctl(PR_GET_NAME, name, 0, 0, 0) != 0)
+            name[0] = 0;
+        known = strcasecmp(name, "acl_thread") != 0 && strcasecmp(name, "release_thread") != 0;
+    }
+    return known;
+}
+
 static bool queue_disabled(void)
 {
     const char *v = getenv("TASK_QUEUE_ENABLE"), *b = getenv("ASCEND_LAUNCH_BLOCKING");
@@ -72,9 +92,15 @@ static void use_task_queue(void)
     if (!lib)
         return; /* not inside torch_npu: no task queue */
     npu_sync_entry = dlsym(lib, "_ZN7c10_npu20npuSynchronizeDeviceEb");
+    int events = hbm_torch__npu_events_init(lib);
     dlclose(lib); /* NOLOAD took a reference; torch_npu keeps its own */
     if (npu_sync_entry) {
-        hbm_host_queue q = {NULL, npu_sync, npu_sync};
+        hbm_host_queue q = {.flush = npu_sync, .sync_device = npu_sync, .may_wait = npu_may_wait};
+        if (events) {
+            q.event_record = hbm_torch__npu_event_record;
+            q.event_query = hbm_torch__npu_event_query;
+            q.event_release = hbm_torch__npu_event_release;
+        }
         hbm_backend_set_host_queue(hbm_devices_backend(devices), &q);
     } else if (!queue_disabled()) {
         fprintf(stderr, "hbmalloc: warning: torch_npu's c10_npu::npuSynchronizeDevice was not found in "
@@ -524,6 +550,11 @@ HBM_TORCH_EXPORT void *hbm_torch_raw_alloc(size_t size, int device, void *stream
 HBM_TORCH_EXPORT int hbm_torch_empty_cache(void);
 HBM_TORCH_EXPORT int hbm_torch_step(void);
 HBM_TORCH_EXPORT int hbm_torch_record_stream(void *ptr, int device, void *stream);
+#ifdef HBM_PLUGIN_NPU
+HBM_TORCH_EXPORT int hbm_torch_record_stream_npu(void *ptr, int device, long long stream_id, int device_index,
+                                                 int device_type);
+#endif
+
 HBM_TORCH_EXPORT int hbm_torch_set_memory_fraction(double fraction, int device);
 HBM_TORCH_EXPORT double hbm_torch_get_memory_fraction(int device);
 HBM_TORCH_EXPORT long hbm_torch_stats(int device, char *buf, long len);
@@ -593,6 +624,23 @@ HBM_TORCH_EXPORT int hbm_torch_record_stream(void *ptr, int device, void *stream
     }
     return 0;
 }
+
+#ifdef HBM_PLUGIN_NPU
+/* Tensor.record_stream routed from Python with the torch.npu.Stream's parts (stream_id, device_index, device_type):
+ * its aclrtStream is found without emptying the task queue (stream.npu_stream empties it), and the stream is known
+ * for recording events through the queue when the block is freed. -2: this torch_npu does not export what that
+ * needs (the caller passes stream.npu_stream to hbm_torch_record_stream instead). */
+HBM_TORCH_EXPORT int hbm_torch_record_stream_npu(void *ptr, int device, long long stream_id, int device_index,
+                                                 int device_type)
+{
+    void *acl = NULL;
+    int rc = hbm_torch__npu_stream_of((int64_t)stream_id, device_index, device_type, &acl);
+    if (rc == -1)
+        hbm_torch__set_error("hbmalloc: torch_npu could not name the stream (id %lld, device %d) for record_stream",
+                             stream_id, device_index);
+    return rc != 0 ? rc : hbm_torch_record_stream(ptr, device, acl);
+}
+#endif
 
 HBM_TORCH_EXPORT int hbm_torch_set_memory_fraction(double fraction, int device)
 {

@@ -47,6 +47,16 @@ int hbm_torch__pool_release(int device, uint64_t id0, uint64_t id1, char *msg, s
 /* torch_hooks.cpp: call a bool(bool) C++ function of the framework (npuSynchronizeDevice) with false, catching what it
  * throws. 0: it returned true; 1: false; 2: it threw. */
 int hbm_torch__call_bool_fn(void *fn);
+#ifdef HBM_PLUGIN_NPU
+/* torch_npu's NPUEvent and NPUStream (torch_hooks.cpp): 1 when libtorch_npu.so exports what recording an event
+ * through its task queue needs; the aclrtStream of an NPUStream given by its parts (-2: not available, -1: failed);
+ * the hbm_host_queue event calls. */
+int hbm_torch__npu_events_init(void *lib);
+int hbm_torch__npu_stream_of(int64_t id, int device_index, int device_type, void **acl);
+int hbm_torch__npu_event_record(void *ctx, int device, hbm_stream stream, void **event);
+int hbm_torch__npu_event_query(void *ctx, void *event);
+void hbm_torch__npu_event_release(void *ctx, void *event);
+#endif
 
 /* The helper's error text for the calling thread (hbm_torch_error()), printf-style. */
 void hbm_torch__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -87,6 +87,8 @@ def _declare(lib):
     lib.hbm_torch_snapshot.argtypes = [c.c_int, c.c_char_p]
     lib.hbm_torch_record_history.argtypes = [c.c_long, c.c_int]
     lib.hbm_torch_record_stream.argtypes = [c.c_void_p, c.c_int, c.c_void_p]
+    if hasattr(lib, "hbm_torch_record_stream_npu"):
+        lib.hbm_torch_record_stream_npu.argtypes = [c.c_void_p, c.c_int, c.c_longlong, c.c_int, c.c_int]
     lib.hbm_torch_set_memory_fraction.argtypes = [c.c_double, c.c_int]
     lib.hbm_torch_get_memory_fraction.restype = c.c_double
     lib.hbm_torch_get_memory_fraction.argtypes = [c.c_int]
@@ -710,8 +712,19 @@ def hook_optimizer(optimizer):
 def record_stream(tensor, stream):
     """Like Tensor.record_stream, for hbmalloc: the block waits for `stream` before reuse."""
     ptr = tensor.untyped_storage().data_ptr()
+    lib = library()
+    device = tensor.device.index or 0
+    if hasattr(stream, "stream_id") and hasattr(stream, "npu_stream") and hasattr(lib, "hbm_torch_record_stream_npu"):
+        # The stream's parts, not stream.npu_stream: that empties torch_npu's task queue (NPUStream::stream()), and
+        # the plug-in needs the NPUStream to record the block's events through the queue when it is freed.
+        rc = lib.hbm_torch_record_stream_npu(ptr, device, int(stream.stream_id), int(stream.device_index),
+                                             int(stream.device_type))
+        if rc == 0:
+            return
+        if rc != -2:
+            raise RuntimeError("hbmalloc: " + _error())
     handle = stream.npu_stream if hasattr(stream, "npu_stream") else stream.cuda_stream
-    if library().hbm_torch_record_stream(ptr, tensor.device.index or 0, handle) != 0:
+    if lib.hbm_torch_record_stream(ptr, device, handle) != 0:
         raise RuntimeError("hbmalloc: " + _error())
 
 

@@ -322,58 +322,74 @@ static hbm_status account(hbm_allocator *a, uint64_t t0, hbm__op op, int rc)
 
 static uint64_t clock_start(hbm_allocator *a) { return BE(a)->caps.modelled_cost ? 0 : now_ns(); }
 
-/* Under the lock, before an event is recorded or a stream synchronized: the queue flushed, unless it was since the
- * last free (a missed safe point with a framework's queue: counted, see hbm__dev_flush_open). */
-static hbm_status flush_locked(hbm_allocator *a)
+int hbm__dev_may_wait(const hbm_allocator *a)
 {
-    if (!BE(a)->queue.flush || a->flush_stamp == hbm__free_stamp(a))
-        return HBM_OK;
-    a->locked_framework_syncs++;
-    uint64_t t0 = clock_start(a);
-    return account(a, t0, HBM__OP_DEVSYNC, flush_raw(BE(a)));
+    const hbm_host_queue *q = &BE(a)->queue;
+    return !q->may_wait || q->may_wait(q->ctx) != 0;
 }
 
 /* Work queued on the device may still touch memory that is free in the cache (its owner launched it, then freed the
  * block, as frameworks do): before the first block goes back to the device, wait for all of it. The wait holds
- * until the next free (a->quiet_stamp). This form never releases the lock; with a framework's queue that is a
- * missed safe point (hbm__dev_quiesce_open), counted. */
+ * until the next free (a->quiet_stamp). This form keeps the lock: with a framework's queue it makes no wait at all
+ * (the queue's worker may need the lock: docs/CONTRACTS.md, "Waiting with the lock open"), and the caller, which
+ * should have waited at its safe point (hbm__dev_quiesce_open), gets an error and gives nothing back; counted. */
 hbm_status hbm__dev_quiesce(hbm_allocator *a)
 {
     uint64_t stamp = hbm__free_stamp(a);
     if (a->quiet_stamp == stamp || !BE(a)->caps.device_work)
         return HBM_OK;
-    if (hbm__framework_queue(a))
-        a->locked_framework_syncs++;
+    if (hbm__framework_queue(a)) {
+        a->dev.locked_queue_waits++;
+        hbm__set_error(a,
+                       "%s device %d: a wait for the framework's launch queue would have held hbmalloc's lock "
+                       "(blocks were freed since the operation's safe point): nothing was given back this time",
+                       BE(a)->ops->name, a->device);
+        return HBM_ERR_BACKEND;
+    }
     uint64_t t0 = clock_start(a);
     hbm_status rc = account(a, t0, HBM__OP_DEVSYNC, device_sync_raw(BE(a), a->device));
-    if (rc == HBM_OK)
-        a->quiet_stamp = a->flush_stamp = stamp;
+    if (rc == HBM_OK) {
+        a->quiet_stamp = stamp;
+        a->dev.device_waits++;
+    }
     return rc;
 }
 
-/* The same at a safe point of an operation: the caller reads no state across it. A framework's queue is waited for
- * with the allocator's lock released, as torch_npu's own allocator does (NPUCachingAllocator.cpp, UnlockGuard): the
- * queue's worker thread may free or allocate through this allocator while it drains (a garbage collection run by
- * an operator's compile; workspaces under TASK_QUEUE_ENABLE=2), and would wait for the lock forever. A block freed
- * while the lock was open may carry work launched after the wait began: then it is waited for again. */
+/* The same at a safe point of an operation: the caller has decided nothing that the wait can invalidate, or decides
+ * it again after (docs/CONTRACTS.md, "Waiting with the lock open"). A framework's queue is waited for with the
+ * allocator's lock released, as torch_npu's own allocator does (NPUCachingAllocator.cpp, UnlockGuard): the queue's
+ * worker thread may free or allocate through this allocator while it drains (a garbage collection run by an
+ * operator's compile; workspaces under TASK_QUEUE_ENABLE=2), and would wait for the lock forever. A block freed
+ * while the lock was open may carry work launched after the wait began: then it is waited for again. On a thread
+ * the queue runs itself (hbm__dev_may_wait) nothing is waited for: an error, nothing is given back. A completed
+ * wait also settles the uses of freed blocks that could not be recorded before it began (streams.c). */
 hbm_status hbm__dev_quiesce_open(hbm_allocator *a)
 {
     hbm_backend *b = BE(a);
-    if (a->quiet_stamp == hbm__free_stamp(a) || !b->caps.device_work)
-        return HBM_OK;
     if (!hbm__framework_queue(a))
         return hbm__dev_quiesce(a);
+    if ((a->quiet_stamp == hbm__free_stamp(a) && !a->nunrec) || !b->caps.device_work)
+        return HBM_OK;
+    if (!hbm__dev_may_wait(a)) {
+        hbm__set_error(a,
+                       "%s device %d: this thread runs the framework's launch queue, which a wait for the device "
+                       "would wait for: nothing was given back",
+                       b->ops->name, a->device);
+        return HBM_ERR_BACKEND;
+    }
     int device = a->device;
     for (int round = 0; round < 8; round++) {
-        uint64_t stamp = hbm__free_stamp(a), t0 = clock_start(a);
+        uint64_t stamp = hbm__free_stamp(a), t0 = clock_start(a), seq = a->unrec_seq;
         hbm__unlock(a);
         int raw = device_sync_raw(b, device);
         hbm__lock(a);
         hbm_status rc = account(a, t0, HBM__OP_DEVSYNC, raw);
         if (rc != HBM_OK)
             return rc;
+        a->dev.device_waits++;
+        hbm__settle_unrecorded(a, seq);
         if (hbm__free_stamp(a) == stamp) {
-            a->quiet_stamp = a->flush_stamp = stamp;
+            a->quiet_stamp = stamp;
             return HBM_OK;
         }
     }
@@ -386,22 +402,8 @@ hbm_status hbm__dev_quiesce_open(hbm_allocator *a)
     return HBM_ERR_BACKEND;
 }
 
-/* Before events are recorded for a block being freed: the launches a framework's queue still holds pushed to the
- * device, at a safe point, with the lock released (see hbm__dev_quiesce_open). Launches made before any free
- * counted in the stamp are on the device after it. */
-hbm_status hbm__dev_flush_open(hbm_allocator *a)
-{
-    if (!BE(a)->queue.flush || a->flush_stamp == hbm__free_stamp(a))
-        return HBM_OK;
-    uint64_t t0 = clock_start(a);
-    hbm__unlock(a);
-    int raw = flush_raw(BE(a));
-    hbm__lock(a);
-    hbm_status rc = account(a, t0, HBM__OP_DEVSYNC, raw);
-    if (rc == HBM_OK)
-        a->flush_stamp = hbm__free_stamp(a); /* frees made meanwhile flush for their own blocks */
-    return rc;
-}
+/* Whether a locked operation may give memory back now without a wait (none needed, or the last one still holds). */
+bool hbm__dev_quiet(const hbm_allocator *a) { return !BE(a)->caps.device_work || a->quiet_stamp == hbm__free_stamp(a); }
 
 hbm_status hbm__dev_free(hbm_allocator *a, uintptr_t ptr, size_t size)
 {
@@ -453,18 +455,17 @@ hbm_status hbm__dev_access(hbm_allocator *a, uintptr_t va, size_t size)
     CALL(a, HBM__OP_ACCESS, size, BE(a)->ops->vmm_access(CTX(a), a->device, va, size));
 }
 
+/* The runtime's stream alone: launches still in a framework's queue are not covered (with one, the callers are
+ * covered by an open wait of their operation, or wait for their own copies only). */
 hbm_status hbm__dev_sync(hbm_allocator *a, hbm_stream stream)
 {
     if (!BE(a)->ops->stream_sync)
         return HBM_OK;
-    hbm_status rc = flush_locked(a);
-    if (rc != HBM_OK)
-        return rc;
     CALL(a, HBM__OP_SYNC, 0, BE(a)->ops->stream_sync(CTX(a), a->device, stream));
 }
 
 /* Before pages of a segment are unmapped: its stream's work (PyTorch's ExpandableSegment::unmapHandles), or the
- * whole device where the framework waits for it (torch_npu's). */
+ * whole device where the framework waits for it (torch_npu's; with its queue, the operation's open wait). */
 hbm_status hbm__dev_sync_unmap(hbm_allocator *a, hbm_stream stream)
 {
     return BE(a)->caps.unmap_syncs_device ? hbm__dev_quiesce(a) : hbm__dev_sync(a, stream);
@@ -488,21 +489,16 @@ hbm_status hbm__dev_host_free(hbm_allocator *a, void *p, size_t size)
     CALL(a, HBM__OP_HOST_FREE, size, BE(a)->ops->host_free(CTX(a), a->device, p));
 }
 
-/* Queued on `stream`, after a framework's queued launches (flushed first, as before a stream synchronize). */
+/* Queued on the runtime's `stream` (a sleep or a wake waited for the device at its start: the pool's memory is
+ * used by nothing a framework's queue still holds). */
 hbm_status hbm__dev_copy_d2h(hbm_allocator *a, void *dst, uintptr_t src, size_t size, hbm_stream stream)
 {
-    hbm_status rc = flush_locked(a);
-    if (rc != HBM_OK)
-        return rc;
     a->dev.copy_bytes += size;
     CALL(a, HBM__OP_COPY_D2H, size, BE(a)->ops->copy_d2h(CTX(a), a->device, dst, src, size, stream));
 }
 
 hbm_status hbm__dev_copy_h2d(hbm_allocator *a, uintptr_t dst, const void *src, size_t size, hbm_stream stream)
 {
-    hbm_status rc = flush_locked(a);
-    if (rc != HBM_OK)
-        return rc;
     a->dev.copy_bytes += size;
     CALL(a, HBM__OP_COPY_H2D, size, BE(a)->ops->copy_h2d(CTX(a), a->device, dst, src, size, stream));
 }
@@ -562,11 +558,9 @@ hbm_status hbm__dev_event_destroy(hbm_allocator *a, uint64_t ev)
     CALL(a, HBM__OP_EVENT, 0, BE(a)->ops->event_destroy(CTX(a), a->device, ev));
 }
 
+/* On the runtime's stream: with a framework's queue, events go through it (hbm__dev_qevent_record). */
 hbm_status hbm__dev_event_record(hbm_allocator *a, uint64_t ev, hbm_stream stream)
 {
-    hbm_status rc = flush_locked(a);
-    if (rc != HBM_OK)
-        return rc;
     CALL(a, HBM__OP_EVENT, 0, BE(a)->ops->event_record(CTX(a), a->device, ev, stream));
 }
 
@@ -585,6 +579,64 @@ int hbm__dev_event_done(hbm_allocator *a, uint64_t ev)
         return 0;
     }
     return end(a, t0, HBM__OP_QUERY, 0, rc) == HBM_OK ? 1 : -1;
+}
+
+/* ---- events in a framework queue's order (hbm_host_queue.event_*) ---- */
+
+bool hbm__dev_queue_events(const hbm_allocator *a)
+{
+    const hbm_host_queue *q = &BE(a)->queue;
+    return q->event_record && q->event_query && q->event_release;
+}
+
+/* 0: recorded; 1: the queue cannot record on that stream (nothing is set); -1: an error (message set). Adds to the
+ * queue: never on a thread the queue runs (the caller checks hbm__dev_may_wait). */
+int hbm__dev_qevent_record(hbm_allocator *a, hbm_stream stream, uint64_t *ev)
+{
+    const hbm_host_queue *q = &BE(a)->queue;
+    void *e = NULL;
+    uint64_t t0 = begin(a, HBM__OP_EVENT);
+    int rc = q->event_record(q->ctx, a->device, stream, &e);
+    if (rc == HBM_HOST_QUEUE_NO_STREAM) {
+        end(a, t0, HBM__OP_EVENT, 0, 0);
+        return 1;
+    }
+    if (rc != 0 || !e) {
+        end(a, t0, HBM__OP_EVENT, 0, 0);
+        a->dev.failed_calls++;
+        hbm__set_error(a,
+                       "%s device %d: recording an event in the framework's launch queue on stream 0x%llx failed "
+                       "(code %d)",
+                       BE(a)->ops->name, a->device, (unsigned long long)stream, rc);
+        return -1;
+    }
+    end(a, t0, HBM__OP_EVENT, 0, 0);
+    a->dev.queue_events++;
+    *ev = (uint64_t)(uintptr_t)e;
+    return 0;
+}
+
+/* 1: complete, 0: not yet, < 0: an error (message set). */
+int hbm__dev_qevent_done(hbm_allocator *a, uint64_t ev)
+{
+    const hbm_host_queue *q = &BE(a)->queue;
+    uint64_t t0 = begin(a, HBM__OP_QUERY);
+    int rc = q->event_query(q->ctx, (void *)(uintptr_t)ev);
+    end(a, t0, HBM__OP_QUERY, 0, 0);
+    if (rc >= 0)
+        return rc > 0;
+    a->dev.failed_calls++;
+    hbm__set_error(a, "%s device %d: querying an event of the framework's launch queue failed (code %d)",
+                   BE(a)->ops->name, a->device, rc);
+    return -1;
+}
+
+void hbm__dev_qevent_release(hbm_allocator *a, uint64_t ev)
+{
+    const hbm_host_queue *q = &BE(a)->queue;
+    uint64_t t0 = begin(a, HBM__OP_EVENT);
+    q->event_release(q->ctx, (void *)(uintptr_t)ev);
+    end(a, t0, HBM__OP_EVENT, 0, 0);
 }
 
 hbm_status hbm__dev_stream_check(hbm_allocator *a, hbm_stream stream)

@@ -18,12 +18,25 @@ hbm_status hbm__dev_map(hbm_allocator *a, uintptr_t va, size_t size, uint64_t ha
 hbm_status hbm__dev_unmap(hbm_allocator *a, uintptr_t va, size_t size);
 hbm_status hbm__dev_access(hbm_allocator *a, uintptr_t va, size_t size);
 hbm_status hbm__dev_sync(hbm_allocator *a, hbm_stream stream);
-/* Wait for all the device's work before memory goes back to it (once per locked operation; hbm__unlock forgets). */
+/* Wait for all the device's work before memory goes back to it (holds until the next free). With a framework's
+ * queue this locked form never waits: an error unless an open wait since the last free holds (docs/CONTRACTS.md). */
 hbm_status hbm__dev_quiesce(hbm_allocator *a);
-/* The same at a safe point (no state read across it): a framework's queue is waited for with the lock released. */
+/* The same at a safe point (no decision read across it): a framework's queue is waited for with the lock released;
+ * it settles the unrecorded uses (streams.c) added before it began. */
 hbm_status hbm__dev_quiesce_open(hbm_allocator *a);
-/* A framework's queue flushed at a safe point, lock released (before events are recorded for a freed block). */
-hbm_status hbm__dev_flush_open(hbm_allocator *a);
+/* Whether the last wait still holds (memory may go back without one). */
+bool hbm__dev_quiet(const hbm_allocator *a);
+/* 0 on a thread a framework's queue runs itself (its worker, its release thread): nothing may wait or enqueue there. */
+int hbm__dev_may_wait(const hbm_allocator *a);
+/* Events recorded in a framework queue's order (hbm_host_queue.event_*): whether the queue offers them, and the
+ * calls (record: 0 recorded, 1 a stream the queue does not know, -1 an error). */
+bool hbm__dev_queue_events(const hbm_allocator *a);
+int hbm__dev_qevent_record(hbm_allocator *a, hbm_stream stream, uint64_t *ev);
+int hbm__dev_qevent_done(hbm_allocator *a, uint64_t ev);
+void hbm__dev_qevent_release(hbm_allocator *a, uint64_t ev);
+/* The uses recorded nowhere that were added before unrecorded sequence `seq`: complete (a device-wide wait that began
+ * after them has ended). streams.c. */
+void hbm__settle_unrecorded(hbm_allocator *a, uint64_t seq);
 /* Changes whenever a block is freed (never 0): every hbm_free counts in allocation[ALL].freed, which only
  * hbm_reset_accumulated_stats sets back, and that counts in stat_resets. */
 static inline uint64_t hbm__free_stamp(const hbm_allocator *a)

@@ -262,7 +262,9 @@ hbm_status hbm__segment_new(hbm_allocator *a, hbm__pool *p, hbm_stream stream, s
     }
     uintptr_t addr;
     hbm_status rc;
-    if (a->conf.release_lock_on_malloc && !a->ncaptures) { /* a capture keeps the lock: see relax() */
+    /* A capture keeps the lock (see relax()), and so does a framework's launch queue: an open window here would
+     * come after malloc's decisions (docs/CONTRACTS.md, "Waiting with the lock open"). */
+    if (a->conf.release_lock_on_malloc && !a->ncaptures && !hbm__framework_queue(a)) {
         /* release_lock_on_cudamalloc: other threads may use the allocator while
          * the device allocates; seg and b are ours alone meanwhile. */
         uint64_t t0;
@@ -544,6 +546,17 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
 
 /* ---- malloc ---- */
 
+/* Open waits one request may make before it gives up giving memory back (frees keep coming meanwhile). */
+#define HBM__OPEN_WAITS 4
+
+/* Whether memory may go back now, inside malloc's decisions: without a framework's queue the wait for the device is
+ * made here (the lock held, as PyTorch does); with one, only an open wait made before them may hold. */
+static bool may_give_back(hbm_allocator *a)
+{
+    return hbm__framework_queue(a) ? hbm__dev_quiet(a) : hbm__dev_quiesce(a) == HBM_OK;
+}
+
+
 /* A policy's note of the request (core/policy.h), carried by the block that serves it until it is freed. */
 static inline void note_block(hbm__block *b, uint64_t note)
 {
@@ -566,6 +579,8 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         return HBM_ERR_OOM;
     }
     hbm_status rc;
+    unsigned waits = 0; /* open waits this request made (a framework's queue) */
+again:
     if (!a->nspare_blocks && (rc = hbm__ensure_spares(a, 1)) != HBM_OK)
         return rc;
     if (hbm__ptrmap_reserve(&a->live, 1)) {
@@ -596,16 +611,29 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         size_t alloc_size = hbm__allocation_size(&a->conf, size);
         /* During a graph capture nothing is returned to the device (a free synchronizes it). */
         bool may_release = a->ncaptures == 0;
-        /* Each release below first waits for the device's work (hbm__dev_quiesce_open: a safe point, nothing read
-         * across it), once. */
-        if (gc_active(a) && may_release && gc_due(a) && hbm__dev_quiesce_open(a) == HBM_OK)
+        /* With a framework's launch queue, the wait before memory goes back opens the lock: it is made here, before
+         * anything below is decided, and the request is looked at anew after it (the pool may have been put to
+         * sleep, a block freed, a capture begun): docs/CONTRACTS.md, "Waiting with the lock open". */
+        bool open = may_release && waits < HBM__OPEN_WAITS && hbm__framework_queue(a) &&
+                    (!hbm__dev_quiet(a) || a->nunrec);
+        if (open && ((gc_active(a) && gc_due(a)) || (a->expandable && a->conf.remap_free_pages))) {
+            waits++;
+            if (hbm__dev_quiesce_open(a) == HBM_OK)
+                goto again;
+        }
+        if (gc_active(a) && may_release && gc_due(a) && may_give_back(a))
             garbage_collect(a);
         rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
-        if (rc == HBM_ERR_OOM && may_release && a->conf.max_split_size != SIZE_MAX &&
-            hbm__dev_quiesce_open(a) == HBM_OK && release_available(a, p, stream, size))
+        if (rc == HBM_ERR_OOM && open && waits < HBM__OPEN_WAITS) {
+            waits++;
+            if (hbm__dev_quiesce_open(a) == HBM_OK)
+                goto again;
+        }
+        if (rc == HBM_ERR_OOM && may_release && a->conf.max_split_size != SIZE_MAX && may_give_back(a) &&
+            release_available(a, p, stream, size))
             rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
         if (rc == HBM_ERR_OOM && may_release) {
-            if (hbm__dev_quiesce_open(a) == HBM_OK)
+            if (may_give_back(a))
                 hbm__release_cached_blocks(a);
             rc = alloc_block(a, p, stream, size, alloc_size, true, &b);
         }
@@ -692,7 +720,9 @@ hbm_status hbm_mempool_malloc(hbm_allocator *a, hbm_mempool p, size_t size, hbm_
                        (unsigned long long)p);
         rc = HBM_ERR_INVALID;
     } else {
+        m->use_count++; /* not deleted while a wait opens the lock */
         rc = a->pol ? policy_malloc(a, size, stream, m, out) : engine_malloc(a, size, stream, m, out, false);
+        m->use_count--;
     }
     to_sink(a, rc);
     hbm__unlock(a);
@@ -965,7 +995,13 @@ hbm_status hbm_empty_cache(hbm_allocator *a)
                        a->backend->ops->name, a->device);
         rc = HBM_ERR_CAPTURE;
     } else if ((rc = hbm__dev_quiesce_open(a)) == HBM_OK) {
-        rc = hbm__release_cached_blocks(a);
+        /* The wait opened the lock: a capture may have begun meanwhile (nothing else read before it matters). */
+        rc = a->ncaptures ? HBM_ERR_CAPTURE : hbm__release_cached_blocks(a);
+        if (rc == HBM_ERR_CAPTURE)
+            hbm__set_error(a,
+                           "empty_cache on %s device %d: a graph capture began while it waited for the device: "
+                           "nothing was released",
+                           a->backend->ops->name, a->device);
     }
     hbm__unlock(a);
     return rc;

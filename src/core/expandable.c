@@ -425,11 +425,9 @@ hbm_status hbm__expand_alloc(hbm_allocator *a, hbm__pool *p, hbm_stream stream, 
     hbm_status rc = find_expandable(a, p, stream, size, &c);
     if (rc != HBM_OK)
         return rc;
-    if (a->conf.remap_free_pages && !a->ncaptures) { /* unmapping is a device free: not during a capture */
-        /* The safe point to wait for a framework's queue (the lock opens): the chain is looked up again after. */
-        if (hbm__framework_queue(a) &&
-            ((rc = hbm__dev_quiesce_open(a)) != HBM_OK || (rc = find_expandable(a, p, stream, size, &c)) != HBM_OK))
-            return rc;
+    /* Unmapping is a device free: not during a capture; with a framework's queue only while the open wait malloc
+     * made before deciding still holds (engine.c; docs/CONTRACTS.md, "Waiting with the lock open"). */
+    if (a->conf.remap_free_pages && !a->ncaptures && (!hbm__framework_queue(a) || hbm__dev_quiet(a))) {
         collect_free_pages(a, p, pages_to_map(c, size), c->addr, c->addr + size);
         /* Unmapping elsewhere may merge into the chain found (its unmapped neighbours
          * absorb each other): look it up again rather than hold a stale block. */

@@ -22,7 +22,10 @@
  * framework's queue (hbm__dev_quiesce_open) or calls the caller's progress
  * callback: then the pool is in a transitional state (allocations into it are
  * refused, another sleep or wake of it too) and holds a use, so that it cannot
- * be deleted meanwhile.
+ * be deleted meanwhile. The queue is never waited for with the lock held: the
+ * copies go to the runtime's streams directly (the sleep's first wait covered
+ * every launch on the pool's memory), and the pages go only after an open wait
+ * made after the last callback (docs/CONTRACTS.md, "Waiting with the lock open").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -447,6 +450,11 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
     if (rc == HBM_OK && sl->backup && !again)
         rc = take_backup(a, m, &o);
     size_t given = 0, held = 0;
+    /* The progress callbacks opened the lock: a block freed meanwhile (other streams' work on it) is waited for
+     * again before any page goes, at this safe point (with a framework's queue the lock opens; nothing decided
+     * before it is read after but the pool, which its state and use keep as it was). */
+    if (rc == HBM_OK)
+        rc = hbm__dev_quiesce_open(a);
     if (rc == HBM_OK) {
         for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
             if (!in_pool(seg, m) || !seg->expandable)
@@ -583,9 +591,12 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
     m->sleep_state = HBM_POOL_WAKING;
     m->use_count++;
     /* Pages under blocks freed while asleep hold nothing: forgotten, without a device call (a free page a failed
-     * sleep left mapped is given back here too), and reservations left empty released. */
-    hbm_status rl = hbm__release_pool(a, &m->large), rs = hbm__release_pool(a, &m->small);
-    (void)rl, (void)rs; /* a failure only keeps free pages mapped */
+     * sleep left mapped is given back here too, after the device's work: with a framework's queue the wait is made
+     * here, the lock open, before anything is decided), and reservations left empty released. */
+    if (!hbm__framework_queue(a) || hbm__dev_quiesce_open(a) == HBM_OK) {
+        hbm_status rl = hbm__release_pool(a, &m->large), rs = hbm__release_pool(a, &m->small);
+        (void)rl, (void)rs; /* a failure only keeps free pages mapped */
+    }
     size_t need = asleep_bytes(a, m);
     was_asleep *w = NULL;
     size_t nw = 0;

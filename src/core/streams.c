@@ -67,7 +67,7 @@ static hbm__event_queue *queue_for(hbm_allocator *a, hbm_stream stream)
     return q;
 }
 
-static int queue_push(hbm__event_queue *q, uint64_t ev, hbm__block *b)
+static int queue_push(hbm__event_queue *q, uint64_t ev, hbm__block *b, bool queued)
 {
     if (q->n == q->cap) {
         size_t cap = q->cap ? q->cap * 2 : 16;
@@ -84,6 +84,7 @@ static int queue_push(hbm__event_queue *q, uint64_t ev, hbm__block *b)
     size_t at = (q->head + q->n++) % q->cap;
     q->items[at].event = ev;
     q->items[at].block = b;
+    q->items[at].queued = queued;
     return 0;
 }
 
@@ -131,7 +132,7 @@ hbm_status hbm__insert_events(hbm_allocator *a, hbm__block *b)
         hbm_status rc = q ? event_get(a, &ev) : HBM_ERR_NOMEM;
         if (rc == HBM_OK && (rc = hbm__dev_event_record(a, ev, s)) != HBM_OK)
             event_put(a, ev);
-        if (rc == HBM_OK && queue_push(q, ev, b) == 0) {
+        if (rc == HBM_OK && queue_push(q, ev, b, false) == 0) {
             b->event_count++;
             a->pending_events++;
             continue;
@@ -150,21 +151,111 @@ static void complete_one(hbm_allocator *a, hbm__event_queue *q)
 {
     uint64_t ev = q->items[q->head].event;
     hbm__block *b = q->items[q->head].block;
+    bool queued = q->items[q->head].queued;
     queue_pop(q);
     a->pending_events--;
-    event_put(a, ev);
+    if (queued)
+        hbm__dev_qevent_release(a, ev);
+    else
+        event_put(a, ev);
     if (--b->event_count == 0)
         pending_done(a, b);
 }
 
+/* ---- with a framework's launch queue (docs/CONTRACTS.md, "Waiting with the lock open") ----
+ *
+ * A launch the framework queued before a free may not be on the device's streams yet: an event recorded on the
+ * runtime's stream would complete before it. torch_npu's own allocator records such events through its queue
+ * (NPUCachingAllocator.cpp insert_events -> NPUEvent::record -> LaunchRecordEventTask), and so does hbmalloc when the
+ * queue offers it (hbm_host_queue.event_record): a free then waits for nothing. Where it cannot (a thread the queue
+ * runs itself, which must not add to it; a stream the queue does not know; no host memory), the use is held
+ * unrecorded: recorded by a later operation on another thread, or complete once a device-wide wait that began after
+ * it has ended (hbm__settle_unrecorded). No free waits for the queue: torch_npu frees on its release thread, and a
+ * wait there hangs the job (DEVICE_APIS: OpParamMaker.cpp v26.1.0:614-617, NPUQueue.cpp 242-290, 843-871). */
+
+/* One use recorded in the queue's order: 0, or 1 when it was not (unknown stream, an error, no host memory). */
+static int queue_use(hbm_allocator *a, hbm__block *b, hbm_stream s)
+{
+    hbm__event_queue *q = queue_for(a, s);
+    uint64_t ev;
+    if (!q || hbm__dev_qevent_record(a, s, &ev) != 0)
+        return 1;
+    if (queue_push(q, ev, b, true)) {
+        hbm__dev_qevent_release(a, ev);
+        return 1;
+    }
+    b->event_count++;
+    a->pending_events++;
+    return 0;
+}
+
+static hbm_status unrecorded_add(hbm_allocator *a, hbm__block *b, hbm_stream s)
+{
+    if (hbm__grow((void **)&a->unrec, &a->cap_unrec, a->nunrec + 1, sizeof *a->unrec)) {
+        /* Cannot even remember it: the block stays out of use for good rather than risk reuse. */
+        b->event_count++;
+        a->nstuck++;
+        hbm__set_error(a, "out of host memory for allocator bookkeeping: a block freed while another stream used it "
+                          "stays unused");
+        return HBM_ERR_NOMEM;
+    }
+    a->unrec[a->nunrec++] = (struct hbm__unrecorded){b, s, ++a->unrec_seq};
+    b->event_count++;
+    a->pending_events++;
+    a->dev.unrecorded_uses++;
+    return HBM_OK;
+}
+
+static void unrecorded_drop(hbm_allocator *a, size_t i)
+{
+    hbm__block *b = a->unrec[i].block;
+    a->unrec[i] = a->unrec[--a->nunrec];
+    a->pending_events--;
+    if (--b->event_count == 0)
+        pending_done(a, b);
+}
+
+static hbm_status queue_free(hbm_allocator *a, hbm__block *b)
+{
+    hbm_status rc = HBM_OK;
+    bool can = hbm__dev_queue_events(a) && hbm__dev_may_wait(a);
+    uint32_t n = b->nuses;
+    b->nuses = 0;
+    b->event_count++; /* held while its uses are added: none completes it early */
+    for (uint32_t i = 0; i < n; i++) {
+        if (can && queue_use(a, b, b->uses[i]) == 0)
+            continue;
+        hbm_status r = unrecorded_add(a, b, b->uses[i]);
+        rc = rc == HBM_OK ? r : rc;
+    }
+    if (--b->event_count == 0)
+        pending_done(a, b);
+    return rc;
+}
+
+/* Uses held unrecorded, recorded now in the queue's order where it can be (on a thread that may add to the queue). */
+static void record_unrecorded(hbm_allocator *a)
+{
+    if (!hbm__dev_queue_events(a) || !hbm__dev_may_wait(a))
+        return;
+    for (size_t i = a->nunrec; i-- > 0;) {
+        hbm__block *b = a->unrec[i].block;
+        if (queue_use(a, b, a->unrec[i].stream) == 0)
+            unrecorded_drop(a, i); /* b keeps the event just recorded */
+    }
+}
+
+void hbm__settle_unrecorded(hbm_allocator *a, uint64_t seq)
+{
+    for (size_t i = a->nunrec; i-- > 0;)
+        if (a->unrec[i].seq <= seq)
+            unrecorded_drop(a, i);
+}
+
 hbm_status hbm__free_with_uses(hbm_allocator *a, hbm__block *b)
 {
-    /* b is out of the live map and in no pool: a safe point to let a framework's queue push its launches first. */
-    if (a->ncaptures == 0) {
-        hbm_status rc = hbm__dev_flush_open(a);
-        hbm_status ev = hbm__insert_events(a, b);
-        return rc != HBM_OK ? rc : ev;
-    }
+    if (a->ncaptures == 0)
+        return hbm__framework_queue(a) ? queue_free(a, b) : hbm__insert_events(a, b);
     if (hbm__grow((void **)&a->deferred, &a->cap_deferred, a->ndeferred + 1, sizeof *a->deferred)) {
         /* Cannot even remember it: keep the block out of use for good rather than risk reuse. */
         hbm__set_error(a, "out of host memory for allocator bookkeeping: a block freed during graph capture "
@@ -188,7 +279,10 @@ static void insert_deferred(hbm_allocator *a)
     for (size_t i = 0; i < n; i++) {
         hbm__block *b = a->deferred[i];
         b->event_count = 0;
-        hbm__insert_events(a, b);
+        if (hbm__framework_queue(a))
+            queue_free(a, b);
+        else
+            hbm__insert_events(a, b);
     }
 }
 
@@ -198,12 +292,15 @@ void hbm__process_events(hbm_allocator *a)
         return; /* event queries are illegal during capture */
     if (a->ndeferred)
         insert_deferred(a);
+    if (a->nunrec)
+        record_unrecorded(a);
     if (a->pending_events == 0)
         return;
     for (size_t i = 0; i < a->nqueues;) {
         hbm__event_queue *q = &a->queues[i];
         while (q->n) {
-            int done = hbm__dev_event_done(a, q->items[q->head].event);
+            uint64_t ev = q->items[q->head].event;
+            int done = q->items[q->head].queued ? hbm__dev_qevent_done(a, ev) : hbm__dev_event_done(a, ev);
             if (done != 1)
                 break; /* not yet (or the query failed: retried at the next malloc) */
             complete_one(a, q);
@@ -219,6 +316,9 @@ void hbm__process_events(hbm_allocator *a)
     }
 }
 
+/* Every event waited for. Those of a framework's queue have no wait of their own: the caller waited for the device
+ * (hbm__dev_quiesce_open, which settles the unrecorded uses too), after which they report complete; one that does
+ * not stays pending. */
 hbm_status hbm__sync_events(hbm_allocator *a)
 {
     hbm_status rc = HBM_OK;
@@ -227,8 +327,19 @@ hbm_status hbm__sync_events(hbm_allocator *a)
         insert_deferred(a); /* callers run only outside captures */
     for (size_t i = 0; i < a->nqueues && rc == HBM_OK; i++) {
         hbm__event_queue *q = &a->queues[i];
-        while (q->n && (rc = hbm__dev_event_sync(a, q->items[q->head].event)) == HBM_OK)
+        while (q->n && rc == HBM_OK) {
+            uint64_t ev = q->items[q->head].event;
+            if (q->items[q->head].queued) {
+                int done = hbm__dev_qevent_done(a, ev);
+                if (done != 1) {
+                    rc = done < 0 ? HBM_ERR_BACKEND : HBM_OK;
+                    break;
+                }
+            } else if ((rc = hbm__dev_event_sync(a, ev)) != HBM_OK) {
+                break;
+            }
             complete_one(a, q);
+        }
     }
     return rc;
 }
@@ -451,8 +562,17 @@ hbm_status hbm_mempool_trim(hbm_allocator *a, hbm_mempool id)
     } else {
         m->use_count++; /* kept while the lock may open */
         if ((rc = hbm__dev_quiesce_open(a)) == HBM_OK) {
-            hbm_status rl = hbm__release_pool(a, &m->large), rs = hbm__release_pool(a, &m->small);
-            rc = rl != HBM_OK ? rl : rs;
+            /* Decided again after the wait: a capture, a sleep or a wake may have begun while the lock was open. */
+            if (a->ncaptures) {
+                hbm__set_error(a, "hbm_mempool_trim: a graph capture began while it waited for the device: nothing "
+                                  "was released");
+                rc = HBM_ERR_CAPTURE;
+            } else if (m->sleep_state == HBM_POOL_FALLING_ASLEEP || m->sleep_state == HBM_POOL_WAKING) {
+                rc = hbm__sleep_refuse(a, m);
+            } else {
+                hbm_status rl = hbm__release_pool(a, &m->large), rs = hbm__release_pool(a, &m->small);
+                rc = rl != HBM_OK ? rl : rs;
+            }
         }
         m->use_count--;
     }
@@ -504,11 +624,17 @@ void hbm__stream_teardown(hbm_allocator *a)
 {
     for (size_t i = 0; i < a->nqueues; i++) {
         hbm__event_queue *q = &a->queues[i];
-        for (size_t k = 0; k < q->n; k++)
-            hbm__dev_event_destroy(a, q->items[(q->head + k) % q->cap].event);
+        for (size_t k = 0; k < q->n; k++) {
+            size_t at = (q->head + k) % q->cap;
+            if (q->items[at].queued)
+                hbm__dev_qevent_release(a, q->items[at].event);
+            else
+                hbm__dev_event_destroy(a, q->items[at].event);
+        }
         free(q->items);
     }
     free(a->queues);
+    free(a->unrec);
     for (size_t i = 0; i < a->nspare_events; i++)
         hbm__dev_event_destroy(a, a->spare_events[i]);
     free(a->spare_events);

@@ -148,8 +148,9 @@ typedef struct hbm__route {
 typedef struct hbm__event_queue {
     hbm_stream stream;
     struct {
-        uint64_t event;
+        uint64_t event; /* the backend's, or (queued) the framework queue's event_record's */
         hbm__block *block;
+        bool queued;
     } * items;
     size_t head, n, cap; /* ring buffer */
 } hbm__event_queue;
@@ -162,16 +163,15 @@ typedef struct hbm__event_queue {
 struct hbm_allocator {
     pthread_mutex_t lock;
     bool single_thread; /* set once at creation by hbm_set_single_thread: no lock is taken */
-    /* When the device's work was last waited for (hbm__dev_quiesce) and a framework's launch queue last flushed
-     * (hbm__dev_flush_open), as the free stamp then (hbm__free_stamp; 0: never). A wait holds while no block has been
-     * freed since: a block can only carry work launched before the wait if it was freed after it. Nothing on the fast
-     * path maintains it: the stamp is the statistics' count of frees. */
-    uint64_t quiet_stamp, flush_stamp;
+    /* When the device's work was last waited for (hbm__dev_quiesce), as the free stamp then (hbm__free_stamp; 0:
+     * never). A wait holds while no block has been freed since: a block can only carry work launched before the
+     * wait if it was freed after it. Nothing on the fast path maintains it: the stamp is the statistics' count of
+     * frees. */
+    uint64_t quiet_stamp;
     uint64_t stat_resets; /* hbm_reset_accumulated_stats calls, part of the free stamp */
     /* The highest peaks before the last reset of the peaks (hbm_reset_peak_stats): the job's peaks are these or the
      * statistics' own, whichever is higher; kept off the fast path (a peak is only lost at a reset). */
     int64_t peak_allocated_before_reset, peak_reserved_before_reset;
-    uint64_t locked_framework_syncs; /* a framework's queue waited for with the lock held: a missed safe point */
     hbm_backend *backend;
     bool owns_backend;
     int device;
@@ -225,7 +225,17 @@ struct hbm_allocator {
     size_t nstuck; /* freed during a capture when even `deferred` could not grow: never reused */
     hbm__event_queue *queues;
     size_t nqueues, cap_queues;
-    size_t pending_events;  /* events in all queues, and the deferred frees (one each) */
+    size_t pending_events; /* events in all queues, the deferred frees (one each) and the unrecorded uses */
+    /* Uses of freed blocks whose events could not be recorded in a framework queue's order when they were freed
+     * (streams.c): each holds its block (event_count) until recorded later, or until a device-wide wait that began
+     * after it (seq: unrec_seq when it was added) completes. */
+    struct hbm__unrecorded {
+        hbm__block *block;
+        hbm_stream stream;
+        uint64_t seq;
+    } * unrec;
+    size_t nunrec, cap_unrec;
+    uint64_t unrec_seq;
     uint64_t *spare_events; /* recorded-and-completed events, for reuse */
     size_t nspare_events, cap_spare_events;
     hbm__trace_rec *history; /* ring buffer, NULL when off */

@@ -288,9 +288,15 @@ static void check_counts(checker *ck, hbm_allocator *a, const tally *t)
             FAIL(ck, "block %p deferred until the capture ends has %d events, %u stream uses and is %s",
                  (void *)a->deferred[i]->addr, a->deferred[i]->event_count, a->deferred[i]->nuses,
                  a->deferred[i]->allocated ? "allocated" : "free");
-    if (t->events != a->pending_events + a->nstuck || queued + a->ndeferred != a->pending_events)
-        FAIL(ck, "blocks wait on %zu events, the queues hold %zu and %zu frees are deferred, the count says %zu",
-             t->events, queued, a->ndeferred, a->pending_events);
+    for (size_t i = 0; i < a->nunrec; i++)
+        if (a->unrec[i].block->allocated || a->unrec[i].block->event_count < 1)
+            FAIL(ck, "block %p held for an unrecorded stream use is %s with %d events", (void *)a->unrec[i].block->addr,
+                 a->unrec[i].block->allocated ? "allocated" : "free", a->unrec[i].block->event_count);
+    if (t->events != a->pending_events + a->nstuck || queued + a->ndeferred + a->nunrec != a->pending_events)
+        FAIL(ck,
+             "blocks wait on %zu events, the queues hold %zu, %zu frees are deferred and %zu uses unrecorded, the "
+             "count says %zu",
+             t->events, queued, a->ndeferred, a->nunrec, a->pending_events);
 }
 
 /* Every pool's trees, default and private; counts add up per pool kind. */

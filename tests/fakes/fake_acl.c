@@ -145,6 +145,7 @@ API long fake_acl_violations(char *buf, size_t len);
 API long fake_acl_contexts(int device);
 API int fake_acl_current(void);
 API void fake_acl_set_host_busy(int (*busy)(uintptr_t, uintptr_t, int, void *, int));
+API long fake_acl_device_syncs(void);
 
 static long env_long(const char *name, long dflt)
 {
@@ -527,11 +528,14 @@ API aclError aclrtSynchronizeStream(void *stream)
     return OK;
 }
 
+static long device_syncs; /* aclrtSynchronizeDevice calls: device-wide waits (fake_acl_device_syncs) */
+
 /* The current device's work, every stream. */
 API aclError aclrtSynchronizeDevice(void)
 {
     ENTER(1);
     fw_note("aclrtSynchronizeDevice");
+    __atomic_add_fetch(&device_syncs, 1, __ATOMIC_RELAXED);
     fw_complete_device(current);
     return OK;
 }
@@ -653,6 +657,7 @@ API aclError fake_acl_first_use(void *stream, void *ptr, size_t size)
 }
 
 API void fake_acl_progress(long n) { fw_progress(n); }
+API long fake_acl_device_syncs(void) { return __atomic_load_n(&device_syncs, __ATOMIC_RELAXED); }
 API long fake_acl_violations(char *buf, size_t len) { return fw_violations(buf, len); }
 API long fake_acl_contexts(int device) { return device >= 0 && device < 8 ? F.ctx_created[device] : -1; }
 API int fake_acl_current(void) { return current >= 0 && F.set_refs[current] ? current : -1; }
