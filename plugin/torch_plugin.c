@@ -559,6 +559,7 @@ HBM_TORCH_EXPORT int hbm_torch_set_memory_fraction(double fraction, int device);
 HBM_TORCH_EXPORT double hbm_torch_get_memory_fraction(int device);
 HBM_TORCH_EXPORT long hbm_torch_stats(int device, char *buf, long len);
 HBM_TORCH_EXPORT int hbm_torch_reset_peak_stats(int device);
+HBM_TORCH_EXPORT int hbm_torch_device_counters(int device, hbm_device_counters *out);
 HBM_TORCH_EXPORT int hbm_torch_reset_accumulated_stats(int device);
 HBM_TORCH_EXPORT int hbm_torch_record_history(long max_entries, int stacks);
 HBM_TORCH_EXPORT int hbm_torch_snapshot(int device, const char *path);
@@ -688,6 +689,16 @@ HBM_TORCH_EXPORT long hbm_torch_stats(int device, char *buf, long len)
         need += w;
     }
     return need;
+}
+
+/* The device calls of a device's allocator (hbm_get_device_counters): 0, or -1 when none was made yet. */
+HBM_TORCH_EXPORT int hbm_torch_device_counters(int device, hbm_device_counters *out)
+{
+    hbm_allocator *a = existing(device);
+    if (!a || !out)
+        return -1;
+    hbm_get_device_counters(a, out);
+    return 0;
 }
 
 HBM_TORCH_EXPORT int hbm_torch_reset_peak_stats(int device)

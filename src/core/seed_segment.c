@@ -53,6 +53,13 @@ hbm_status hbm_seed_segment(hbm_allocator *a, size_t size, hbm_stream stream, in
     hbm__block *free_part = NULL;
     if (rc == HBM_OK)
         rc = hbm__segment_new(a, p, stream, size, &free_part);
+    /* The segment's device malloc may open the lock (release_lock_on_cudamalloc): other threads may have used the
+     * spares and the live map's room meanwhile (docs/CONTRACTS.md, "Waiting with the lock open"). */
+    if (rc == HBM_OK && (hbm__ensure_spares(a, (int)(2 * n + 2)) != HBM_OK || hbm__ptrmap_reserve(&a->live, n))) {
+        hbm__pool_insert(p, free_part); /* kept cached: nothing is lost */
+        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+        rc = HBM_ERR_NOMEM;
+    }
     if (rc != HBM_OK) {
         hbm__unlock(a);
         return rc;

@@ -105,10 +105,12 @@ struct task {
     void *arg;
 };
 
-std::mutex mu;
-std::condition_variable changed; /* the queue, the consumer, the release queue */
-std::deque<task> queue;          /* launched by the framework, not yet on the device */
-std::set<void *> unrecorded;     /* events whose record still waits in the queue */
+/* Never destroyed: the release thread waits on `changed` to the process's end, and destroying a condition variable
+ * with a waiter blocks the exit. */
+std::mutex &mu = *new std::mutex;
+std::condition_variable &changed = *new std::condition_variable; /* the queue, the consumer, the release queue */
+std::deque<task> queue;                                          /* launched by the framework, not yet on the device */
+std::set<void *> unrecorded;                                     /* events whose record still waits in the queue */
 bool consumer_running;
 std::deque<task> releases; /* launched tasks' parameters, for the release thread */
 size_t release_capacity = 8;

@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include "hbmalloc.h" /* hbm_device_counters, read through the plug-in */
+
 #define MiB ((size_t)1 << 20)
 #define DEV 1 /* the rank's card; card 0 must see nothing of this process */
 
@@ -46,12 +48,19 @@ static long (*drains)(void);
 static long (*deadlocks)(void);
 static void (*tnpu_set)(const char *, long);
 static void (*consumer_work)(void (*)(void *), void *);
+static void (*launch_releasing)(void *, void *, size_t, void (*)(void *), void *);
+static int (*run_consumer)(void);
+static int (*release_idle)(void);
+static long (*records)(void);
+static long (*device_syncs)(void);
 /* the plug-in's hooks, as torch_npu calls them */
 static void *(*raw_alloc)(size_t, int, void *);
 static void (*hook_free)(void *, size_t, int, void *);
 static void (*hook_reset)(int);
 static void (*hook_init)(int);
 static int (*record_stream)(void *, int, void *);
+static int (*record_stream_npu)(void *, int, long long, int, int);
+static int (*device_counters)(int, hbm_device_counters *);
 static int (*empty_cache)(void);
 static const char *(*plugin_error)(void);
 static int (*pool_slot)(const char *, int);
@@ -86,6 +95,11 @@ static void assert_clean(void)
         fail_msg("the framework's thread is on card %d after the call, not on its card %d", current(), DEV);
     if (contexts(0))
         fail_msg("a context was made on card 0, which this rank does not use");
+    hbm_device_counters c;
+    if (device_counters(DEV, &c) == 0 && c.locked_queue_waits)
+        fail_msg("%llu waits for torch_npu's queue would have held hbmalloc's lock (docs/CONTRACTS.md, \"Waiting "
+                 "with the lock open\")",
+                 (unsigned long long)c.locked_queue_waits);
 }
 
 static void *must_alloc(size_t size, void *stream)
@@ -128,6 +142,11 @@ static int setup(void **st)
     LOAD(tnpu, deadlocks, "fake_tnpu_deadlocks");
     LOAD(tnpu, tnpu_set, "fake_tnpu_set");
     LOAD(tnpu, consumer_work, "fake_tnpu_set_consumer_work");
+    LOAD(tnpu, launch_releasing, "fake_tnpu_launch_releasing");
+    LOAD(tnpu, run_consumer, "fake_tnpu_run_consumer");
+    LOAD(tnpu, release_idle, "fake_tnpu_release_idle");
+    LOAD(tnpu, records, "fake_tnpu_records");
+    LOAD(acl, device_syncs, "fake_acl_device_syncs");
     /* torch_npu's start: aclInit, then its device set on the thread (NpuSysCtrl::Initialize, c10_npu::SetDevice). */
     if (acl_init(NULL) != 0 || acl_set_device(DEV) != 0)
         return -1;
@@ -141,6 +160,8 @@ static int setup(void **st)
     LOAD(plugin, hook_reset, "hbm_torch_reset");
     LOAD(plugin, hook_init, "hbm_torch_init");
     LOAD(plugin, record_stream, "hbm_torch_record_stream");
+    LOAD(plugin, record_stream_npu, "hbm_torch_record_stream_npu");
+    LOAD(plugin, device_counters, "hbm_torch_device_counters");
     LOAD(plugin, empty_cache, "hbm_torch_empty_cache");
     LOAD(plugin, plugin_error, "hbm_torch_error");
     LOAD(plugin, pool_slot, "hbm_torch_pool_slot");
@@ -317,6 +338,114 @@ static void a_pool_sleeps_after_the_launches_still_in_the_queue(void **st)
     workspace = NULL;
 }
 
+/* torch.npu.Stream's parts as Python passes them (stream_id, device_index, device_type); the fake's stream id is its
+ * aclrtStream. c10::DeviceType::PrivateUse1 is 20. */
+#define NPU_TYPE 20
+
+static long device_wide_waits(void) { return drains() + device_syncs(); }
+
+/* Tensor.record_stream as FSDP-style prefetch and comm/compute overlap use it: every step, 50 blocks allocated on
+ * stream 1, used on stream 2 (its launch still in the queue) and freed. torch_npu records their events through its
+ * queue and never waits for the device for a free (NPUCachingAllocator.cpp insert_events); so must hbmalloc: in
+ * steady state no device-wide wait at all (counted by the fakes: npuSynchronizeDevice and aclrtSynchronizeDevice),
+ * no block reused before stream 2's launch ran (the fakes' first-use check), and no new device memory (the blocks
+ * come back once their events complete). */
+static void cross_stream_frees_make_no_device_wide_wait(void **st)
+{
+    (void)st;
+    if (strcmp(mode, "queue") != 0)
+        skip(); /* noqueue: events on the runtime; noentry: no queue entry at all */
+    void *s1 = (void *)0x61, *s2 = (void *)0x62;
+    enum { STEPS = 100, FREES = 50, WARM = 3 };
+    long waits_at_warm = 0, records_before = records();
+    hbm_device_counters c0, c1;
+    memset(&c0, 0, sizeof c0);
+    for (int step = 0; step < STEPS; step++) {
+        if (step == WARM) {
+            waits_at_warm = device_wide_waits();
+            assert_int_equal(device_counters(DEV, &c0), 0);
+        }
+        void *blocks[FREES];
+        for (int i = 0; i < FREES; i++) {
+            blocks[i] = must_alloc(64 * 1024, s1);
+            assert_int_equal(first_use(s1, blocks[i], 64 * 1024), 0);
+            assert_int_equal(record_stream_npu(blocks[i], DEV, (long long)(uintptr_t)s2, DEV, NPU_TYPE), 0);
+            launch(s2, blocks[i], 64 * 1024); /* queued, not on the device yet */
+        }
+        for (int i = 0; i < FREES; i++)
+            hook_free_checked(blocks[i]);
+        /* The queue's worker launches the step's work in the background; the device runs it. */
+        assert_int_equal(run_consumer(), 1);
+        progress(1 << 20);
+    }
+    assert_int_equal(device_counters(DEV, &c1), 0);
+    assert_clean();
+    print_message("device-wide waits: %ld in steady state (%d steps x %d cross-stream frees); events through the "
+                  "queue: %ld; device mallocs in steady state: %llu\n",
+                  device_wide_waits() - waits_at_warm, STEPS - WARM, FREES, records() - records_before,
+                  (unsigned long long)(c1.malloc_calls - c0.malloc_calls));
+    assert_int_equal(device_wide_waits() - waits_at_warm, 0);
+    assert_int_equal(records() - records_before, (long)STEPS * FREES);
+    assert_int_equal(c1.queue_events - c0.queue_events, (uint64_t)(STEPS - WARM) * FREES);
+    assert_int_equal(c1.malloc_calls, c0.malloc_calls);
+    assert_int_equal(c1.unrecorded_uses, c0.unrecorded_uses);
+}
+
+static void *released;
+
+/* What torch_npu's release thread does when a launch held a tensor's last reference: the tensor's free. */
+static void release_tensor(void *p)
+{
+    hook_free(p, 0, DEV, NULL);
+    released = p;
+}
+
+static void release_nothing(void *p) { (void)p; }
+
+/* A tensor used on another stream whose last reference a queued launch holds: torch_npu frees it on its release
+ * thread (OpParamMaker.cpp v26.1.0:614-617), while the queue's worker may be spinning on a full release queue
+ * (NPUQueue.cpp v26.1.0:843-871). A free there that waits for the queue, or adds to it, never returns: the worker
+ * waits for the release thread, which waits for the worker. hbmalloc's free there records nothing and waits for
+ * nothing; the block's event is recorded by the next call on another thread, and the block is reused only after
+ * stream 2's launch ran. */
+static void a_free_on_the_release_thread_does_not_hang(void **st)
+{
+    (void)st;
+    if (strcmp(mode, "queue") != 0)
+        skip();
+    void *s1 = (void *)0x71, *s2 = (void *)0x72;
+    tnpu_set("release_capacity", 1);
+    hbm_device_counters c0, c1;
+    void *p = must_alloc(4096, s1);
+    assert_int_equal(device_counters(DEV, &c0), 0);
+    assert_int_equal(first_use(s1, p, 4096), 0);
+    assert_int_equal(record_stream_npu(p, DEV, (long long)(uintptr_t)s2, DEV, NPU_TYPE), 0);
+    launch_releasing(s2, p, 4096, release_tensor, p); /* the launch holds the tensor's last reference */
+    void *q = must_alloc(4096, s1);
+    for (int i = 0; i < 3; i++) /* more launches: their parameters fill the release queue meanwhile */
+        launch_releasing(s1, q, 4096, release_nothing, NULL);
+    released = NULL;
+    assert_int_equal(run_consumer(), 1); /* 0: the release thread waited for the worker, which waited for it */
+    assert_int_equal(release_idle(), 1);
+    assert_ptr_equal(released, p);
+    assert_int_equal(device_counters(DEV, &c1), 0);
+    assert_int_equal(c1.unrecorded_uses - c0.unrecorded_uses, 1); /* held, not recorded there */
+    assert_clean();
+    /* The next call on the framework's thread records the held use through the queue; p waits for it. */
+    void *r = must_alloc(4096, s1);
+    assert_int_equal(first_use(s1, r, 4096), 0); /* r is not p: p's event is not complete */
+    assert_true(r != p);
+    assert_int_equal(run_consumer(), 1);
+    progress(1 << 20);
+    void *t = must_alloc(4096, s1);
+    assert_int_equal(first_use(s1, t, 4096), 0);
+    assert_clean();
+    hook_free_checked(q);
+    hook_free_checked(r);
+    hook_free_checked(t);
+    tnpu_set("release_capacity", 8);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -348,6 +477,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(the_queue_worker_may_free_and_allocate_while_hbmalloc_waits),
         cmocka_unit_test(a_throwing_synchronize_is_an_error_not_a_crash),
         cmocka_unit_test(a_pool_sleeps_after_the_launches_still_in_the_queue),
+        cmocka_unit_test(cross_stream_frees_make_no_device_wide_wait),
+        cmocka_unit_test(a_free_on_the_release_thread_does_not_hang),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     char cmd[600];
