@@ -714,7 +714,8 @@ def record_stream(tensor, stream):
     ptr = tensor.untyped_storage().data_ptr()
     lib = library()
     device = tensor.device.index or 0
-    if hasattr(stream, "stream_id") and hasattr(stream, "npu_stream") and hasattr(lib, "hbm_torch_record_stream_npu"):
+    npu = hasattr(stream, "npu_stream")
+    if npu and hasattr(stream, "stream_id") and hasattr(lib, "hbm_torch_record_stream_npu"):
         # The stream's parts, not stream.npu_stream: that empties torch_npu's task queue (NPUStream::stream()), and
         # the plug-in needs the NPUStream to record the block's events through the queue when it is freed.
         rc = lib.hbm_torch_record_stream_npu(ptr, device, int(stream.stream_id), int(stream.device_index),
@@ -723,7 +724,7 @@ def record_stream(tensor, stream):
             return
         if rc != -2:
             raise RuntimeError("hbmalloc: " + _error())
-    handle = stream.npu_stream if hasattr(stream, "npu_stream") else stream.cuda_stream
+    handle = stream.npu_stream if npu else stream.cuda_stream
     if lib.hbm_torch_record_stream(ptr, device, handle) != 0:
         raise RuntimeError("hbmalloc: " + _error())
 

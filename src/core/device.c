@@ -328,6 +328,9 @@ int hbm__dev_may_wait(const hbm_allocator *a)
     return !q->may_wait || q->may_wait(q->ctx) != 0;
 }
 
+/* Whether a locked operation may give memory back now without a wait (none needed, or the last one still holds). */
+bool hbm__dev_quiet(const hbm_allocator *a) { return !BE(a)->caps.device_work || a->quiet_stamp == hbm__free_stamp(a); }
+
 /* Work queued on the device may still touch memory that is free in the cache (its owner launched it, then freed the
  * block, as frameworks do): before the first block goes back to the device, wait for all of it. The wait holds
  * until the next free (a->quiet_stamp). This form keeps the lock: with a framework's queue it makes no wait at all
@@ -335,9 +338,9 @@ int hbm__dev_may_wait(const hbm_allocator *a)
  * should have waited at its safe point (hbm__dev_quiesce_open), gets an error and gives nothing back; counted. */
 hbm_status hbm__dev_quiesce(hbm_allocator *a)
 {
-    uint64_t stamp = hbm__free_stamp(a);
-    if (a->quiet_stamp == stamp || !BE(a)->caps.device_work)
+    if (hbm__dev_quiet(a))
         return HBM_OK;
+    uint64_t stamp = hbm__free_stamp(a);
     if (hbm__framework_queue(a)) {
         a->dev.locked_queue_waits++;
         hbm__set_error(a,
@@ -368,7 +371,7 @@ hbm_status hbm__dev_quiesce_open(hbm_allocator *a)
     hbm_backend *b = BE(a);
     if (!hbm__framework_queue(a))
         return hbm__dev_quiesce(a);
-    if ((a->quiet_stamp == hbm__free_stamp(a) && !a->nunrec) || !b->caps.device_work)
+    if (hbm__dev_quiet(a) && (!a->nunrec || !b->caps.device_work))
         return HBM_OK;
     if (!hbm__dev_may_wait(a)) {
         hbm__set_error(a,
@@ -402,8 +405,6 @@ hbm_status hbm__dev_quiesce_open(hbm_allocator *a)
     return HBM_ERR_BACKEND;
 }
 
-/* Whether a locked operation may give memory back now without a wait (none needed, or the last one still holds). */
-bool hbm__dev_quiet(const hbm_allocator *a) { return !BE(a)->caps.device_work || a->quiet_stamp == hbm__free_stamp(a); }
 
 hbm_status hbm__dev_free(hbm_allocator *a, uintptr_t ptr, size_t size)
 {

@@ -566,8 +566,12 @@ static inline void note_block(hbm__block *b, uint64_t note)
 
 /* `in`: the private pool asked for (hbm_mempool_malloc), else NULL; `pol`: a->pol is set. Both constants where
  * inlined: the caching engine alone pays no test for a policy (hbm_malloc takes one branch on a->pol). */
+static hbm_status malloc_again(hbm_allocator *a, size_t orig, hbm_stream stream, hbm__mempool *in, void **out, bool pol,
+                               unsigned waits);
+
+/* `waits`: the open waits this request made already (malloc_again; 0 from the entry points). */
 HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream, hbm__mempool *in, void **out,
-                                   const bool pol)
+                                   const bool pol, unsigned waits)
 {
     if (orig >= HBM__MAX_REQUEST - a->request_pad) {
         a->stats.num_ooms++;
@@ -579,8 +583,6 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         return HBM_ERR_OOM;
     }
     hbm_status rc;
-    unsigned waits = 0; /* open waits this request made (a framework's queue) */
-again:
     if (!a->nspare_blocks && (rc = hbm__ensure_spares(a, 1)) != HBM_OK)
         return rc;
     if (hbm__ptrmap_reserve(&a->live, 1)) {
@@ -611,15 +613,15 @@ again:
         size_t alloc_size = hbm__allocation_size(&a->conf, size);
         /* During a graph capture nothing is returned to the device (a free synchronizes it). */
         bool may_release = a->ncaptures == 0;
-        /* With a framework's launch queue, the wait before memory goes back opens the lock: it is made here, before
-         * anything below is decided, and the request is looked at anew after it (the pool may have been put to
-         * sleep, a block freed, a capture begun): docs/CONTRACTS.md, "Waiting with the lock open". */
+        /* With a framework's launch queue, the wait before memory goes back opens the lock: it is made here,
+         * before anything below is decided, and the request is looked at anew after it (malloc_again: the pool may
+         * have been put to sleep, a block freed, a capture begun): docs/CONTRACTS.md, "Waiting with the lock open". */
         bool open = may_release && waits < HBM__OPEN_WAITS && hbm__framework_queue(a) &&
                     (!hbm__dev_quiet(a) || a->nunrec);
         if (open && ((gc_active(a) && gc_due(a)) || (a->expandable && a->conf.remap_free_pages))) {
             waits++;
             if (hbm__dev_quiesce_open(a) == HBM_OK)
-                goto again;
+                return malloc_again(a, orig, stream, in, out, pol, waits);
         }
         if (gc_active(a) && may_release && gc_due(a) && may_give_back(a))
             garbage_collect(a);
@@ -627,7 +629,7 @@ again:
         if (rc == HBM_ERR_OOM && open && waits < HBM__OPEN_WAITS) {
             waits++;
             if (hbm__dev_quiesce_open(a) == HBM_OK)
-                goto again;
+                return malloc_again(a, orig, stream, in, out, pol, waits);
         }
         if (rc == HBM_ERR_OOM && may_release && a->conf.max_split_size != SIZE_MAX && may_give_back(a) &&
             release_available(a, p, stream, size))
@@ -680,11 +682,19 @@ again:
     return HBM_OK;
 }
 
+/* A request looked at anew after an open wait (engine_malloc): everything it read may have changed. Out of line, so
+ * that the fast path pays nothing for it. */
+static __attribute__((noinline)) hbm_status malloc_again(hbm_allocator *a, size_t orig, hbm_stream stream,
+                                                         hbm__mempool *in, void **out, bool pol, unsigned waits)
+{
+    return engine_malloc(a, orig, stream, in, out, pol, waits);
+}
+
 /* engine_malloc with a policy: out of line, so that the caching engine's own path stays small. */
 static __attribute__((noinline)) hbm_status policy_malloc(hbm_allocator *a, size_t orig, hbm_stream stream,
                                                           hbm__mempool *in, void **out)
 {
-    return engine_malloc(a, orig, stream, in, out, true);
+    return engine_malloc(a, orig, stream, in, out, true, 0);
 }
 
 /* engine_malloc and its fast-path helpers are inlined into both mallocs (HBM__FAST): with two call sites GCC
@@ -699,7 +709,7 @@ hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **o
         return HBM_OK;
     hbm__lock(a);
     hbm_status rc = __builtin_expect(a->pol != NULL, 0) ? policy_malloc(a, size, stream, NULL, out)
-                                                        : engine_malloc(a, size, stream, NULL, out, false);
+                                                        : engine_malloc(a, size, stream, NULL, out, false, 0);
     to_sink(a, rc);
     hbm__unlock(a);
     return rc;
@@ -721,7 +731,7 @@ hbm_status hbm_mempool_malloc(hbm_allocator *a, hbm_mempool p, size_t size, hbm_
         rc = HBM_ERR_INVALID;
     } else {
         m->use_count++; /* not deleted while a wait opens the lock */
-        rc = a->pol ? policy_malloc(a, size, stream, m, out) : engine_malloc(a, size, stream, m, out, false);
+        rc = a->pol ? policy_malloc(a, size, stream, m, out) : engine_malloc(a, size, stream, m, out, false, 0);
         m->use_count--;
     }
     to_sink(a, rc);
@@ -745,7 +755,7 @@ hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, 
         hbm_label saved = a->context;
         if (label)
             a->context = label;
-        rc = a->pol ? policy_malloc(a, size, stream, NULL, out) : engine_malloc(a, size, stream, NULL, out, false);
+        rc = a->pol ? policy_malloc(a, size, stream, NULL, out) : engine_malloc(a, size, stream, NULL, out, false, 0);
         a->context = saved;
     }
     to_sink(a, rc);

@@ -189,7 +189,7 @@ static int queue_use(hbm_allocator *a, hbm__block *b, hbm_stream s)
     return 0;
 }
 
-static hbm_status unrecorded_add(hbm_allocator *a, hbm__block *b, hbm_stream s)
+static hbm_status unrecorded_add(hbm_allocator *a, hbm__block *b, hbm_stream s, bool retry)
 {
     if (hbm__grow((void **)&a->unrec, &a->cap_unrec, a->nunrec + 1, sizeof *a->unrec)) {
         /* Cannot even remember it: the block stays out of use for good rather than risk reuse. */
@@ -199,7 +199,7 @@ static hbm_status unrecorded_add(hbm_allocator *a, hbm__block *b, hbm_stream s)
                           "stays unused");
         return HBM_ERR_NOMEM;
     }
-    a->unrec[a->nunrec++] = (struct hbm__unrecorded){b, s, ++a->unrec_seq};
+    a->unrec[a->nunrec++] = (struct hbm__unrecorded){b, s, ++a->unrec_seq, retry};
     b->event_count++;
     a->pending_events++;
     a->dev.unrecorded_uses++;
@@ -218,14 +218,14 @@ static void unrecorded_drop(hbm_allocator *a, size_t i)
 static hbm_status queue_free(hbm_allocator *a, hbm__block *b)
 {
     hbm_status rc = HBM_OK;
-    bool can = hbm__dev_queue_events(a) && hbm__dev_may_wait(a);
+    bool events = hbm__dev_queue_events(a), can = events && hbm__dev_may_wait(a);
     uint32_t n = b->nuses;
     b->nuses = 0;
     b->event_count++; /* held while its uses are added: none completes it early */
     for (uint32_t i = 0; i < n; i++) {
         if (can && queue_use(a, b, b->uses[i]) == 0)
             continue;
-        hbm_status r = unrecorded_add(a, b, b->uses[i]);
+        hbm_status r = unrecorded_add(a, b, b->uses[i], events && !can);
         rc = rc == HBM_OK ? r : rc;
     }
     if (--b->event_count == 0)
@@ -233,15 +233,18 @@ static hbm_status queue_free(hbm_allocator *a, hbm__block *b)
     return rc;
 }
 
-/* Uses held unrecorded, recorded now in the queue's order where it can be (on a thread that may add to the queue). */
+/* Uses held for the thread they were freed on, recorded now in the queue's order where it can be (on a thread that
+ * may add to the queue); those the queue could not record (an unknown stream) wait for a device-wide wait. */
 static void record_unrecorded(hbm_allocator *a)
 {
     if (!hbm__dev_queue_events(a) || !hbm__dev_may_wait(a))
         return;
     for (size_t i = a->nunrec; i-- > 0;) {
-        hbm__block *b = a->unrec[i].block;
-        if (queue_use(a, b, a->unrec[i].stream) == 0)
-            unrecorded_drop(a, i); /* b keeps the event just recorded */
+        if (!a->unrec[i].retry)
+            continue;
+        a->unrec[i].retry = false; /* once: a failure here is the stream's */
+        if (queue_use(a, a->unrec[i].block, a->unrec[i].stream) == 0)
+            unrecorded_drop(a, i); /* the block keeps the event just recorded */
     }
 }
 

@@ -233,6 +233,7 @@ struct hbm_allocator {
         hbm__block *block;
         hbm_stream stream;
         uint64_t seq;
+        bool retry; /* held for the thread it was freed on, not for its stream: worth recording again */
     } * unrec;
     size_t nunrec, cap_unrec;
     uint64_t unrec_seq;
