@@ -6,7 +6,8 @@
 #   3. the PyTorch door (scripts/gpu_door.py): OOM as torch.cuda.OutOfMemoryError and training goes on,
 #      memory_stats() against PyTorch's key set and hbmalloc's figures, empty_cache, record_stream, a CUDA graph,
 #      torch.compile, Python frames in a snapshot, _record_memory_history() with torch's defaults recording, the
-#      caller's CUDA context and device unchanged after empty_cache(), torch.accelerator's figures (docs/CONTRACTS.md);
+#      caller's CUDA context and device unchanged after empty_cache(), torch.accelerator's figures (docs/CONTRACTS.md),
+#      device-wide waits and stream/event synchronizations per training step with 50 record_stream frees a step;
 #   4. train ResNet-50 and a GPT-2-sized transformer (random weights, variable sequence lengths) under
 #      PyTorch's allocator, hbmalloc, and hbmalloc with expandable segments; a table of peak reserved,
 #      step time relative to PyTorch's allocator, and device allocation calls, plus their memory snapshots;

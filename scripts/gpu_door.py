@@ -36,7 +36,8 @@ def main():
     checks = [("oom", check_oom), ("memory_stats", check_stats), ("empty_cache", check_empty_cache),
               ("record_stream", check_record_stream), ("cuda_graph", check_graph), ("compile", check_compile),
               ("snapshot_frames", check_snapshot), ("history_defaults", check_history_defaults),
-              ("context_after_empty_cache", check_context), ("accelerator", check_accelerator)]
+              ("context_after_empty_cache", check_context), ("accelerator", check_accelerator),
+              ("waits_per_step", check_waits_per_step)]
     for name, fn in checks:
         try:
             ok, detail = fn(torch, hbmalloc_torch, outdir)
@@ -115,6 +116,56 @@ def check_record_stream(torch, h, outdir):
     return ok, "reused while the stream ran: %s; after it finished: %s; active - allocated while pending: %d MiB, " \
         "active peak - allocated: %d MiB, equal once complete: %s" % (reused_early, reused_after, pending >> 20,
                                                                       peak_over >> 20, settled)
+
+
+# hbm_device_counters (include/hbmalloc.h), field by field: what hbm_torch_device_counters fills.
+_COUNTERS = ("malloc_calls", "free_calls", "info_calls", "map_calls", "unmap_calls", "vmm_calls", "sync_calls",
+             "event_calls", "failed_calls", "device_ns", "host_calls", "copy_calls", "copy_bytes", "device_waits",
+             "queue_events", "unrecorded_uses", "locked_queue_waits")
+
+
+def device_counters(h, device):
+    import ctypes
+
+    class Counters(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_uint64) for n in _COUNTERS]
+    c = Counters()
+    if h.library().hbm_torch_device_counters(device, ctypes.byref(c)) != 0:
+        raise RuntimeError("no allocator on device %d yet" % device)
+    return {n: getattr(c, n) for n in _COUNTERS}
+
+
+def check_waits_per_step(torch, h, outdir):
+    """Issue #35: device-wide waits (and stream or event synchronizations) per training step while 50 blocks a step
+    are used by a side stream and freed with record_stream (prefetch, comm/compute overlap): none in steady state,
+    as PyTorch's allocator, which records events for such frees (insert_events)."""
+    side = torch.cuda.Stream()
+    model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    dev = torch.cuda.current_device()
+    waits, syncs = [], []
+    for step in range(13):
+        before = device_counters(h, dev)
+        bufs = []
+        for _ in range(50):
+            b = torch.empty(1 << 20, device="cuda")
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                b.mul_(2)
+            b.record_stream(side)
+            bufs.append(b)
+        loss = model(torch.randn(256, 1024, device="cuda")).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        del bufs
+        after = device_counters(h, dev)
+        waits.append(after["device_waits"] - before["device_waits"])
+        syncs.append(after["sync_calls"] - before["sync_calls"])
+    torch.cuda.synchronize()
+    ok = sum(waits[3:]) == 0 and sum(syncs[3:]) == 0
+    return ok, "device-wide waits per step: %s; stream/event synchronizations per step: %s (3 warm-up steps)" % (
+        waits, syncs)
 
 
 def check_graph(torch, h, outdir):
