@@ -165,7 +165,7 @@ typedef struct acl {
     void *lib;
     acl_fns fn;
     int ndev;
-    int referenced;       /* our aclInit took a reference (0, or 100002 on CANN 8): aclFinalizeReference at close */
+    int referenced;       /* our aclInit took a reference (0, or 100002 from CANN 8.5): aclFinalizeReference at close */
     pthread_mutex_t lock; /* guards ctx[] being made */
     _Atomic(aclrtContext) ctx[ACL_MAX_DEVICES]; /* each device's default context, once we made it current: our one
                                                   aclrtSetDevice on it, returned by aclrtResetDevice at close */
@@ -521,7 +521,7 @@ static int acl_device_sync(void *ctx, int device, int (*via)(void *), void *via_
 
 /* Our references back: one aclrtResetDevice per device we set, and our aclInit reference. aclFinalize would end
  * the runtime for every user of the process (torch_npu's included), so it is never called: without
- * aclFinalizeReference (before CANN 8) the reference stays until the process ends. */
+ * aclFinalizeReference (before CANN 8.5) the reference stays until the process ends. */
 static void acl_close(void *ctx)
 {
     acl *c = ctx;

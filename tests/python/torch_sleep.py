@@ -6,8 +6,10 @@ usage: torch_sleep.py LIB PLUGIN_DIR MODE, MODE one of
   2.9         torch's own allocator global, pool() through torch.cuda.MemPool with hbmalloc as the pool's allocator
   2.6         the same, refused: torch 2.6 releases a pool's segment with cudaFree unless the pool is the releasing
               thread's active MemPoolContext
-  npu-2.13    torch_npu 26.2.0 (PyTorch 2.13 line): torch_npu.npu.MemPool with hbmalloc as the pool's allocator
-  npu-26.1.0  refused: torch_npu up to 26.1.0 releases a pool's segments with aclrtFree
+  npu-2.13    torch_npu 2.13 (the PyTorch 2.13 line, master): torch_npu.npu.MemPool with hbmalloc as the pool's
+              allocator
+  npu-26.1.0  refused: torch_npu below 2.13 (v26.1.0, and v26.2.0-beta.1 on the 2.7.1-2.12 lines) releases a pool's
+              segments with aclrtFree
   use-2.9     hbmalloc.torch.use() first: pool() routes the thread's allocations (the alloc hook) into the pool
 
 What the stand-in native allocator models of CUDACachingAllocator / NPUCachingAllocator for a MemPool with a custom

@@ -257,7 +257,7 @@ static void base_alloc_gives_the_device_allocation(void **state)
 static void device_stats_hook_matches_torch_npus_struct(void **state)
 {
     (void)state;
-    /* torch_npu/csrc/core/npu/NPUCachingAllocator.h (v6.0.rc1-pytorch2.1.0 .. v26.2.0-pytorch2.12.0), written
+    /* torch_npu/csrc/core/npu/NPUCachingAllocator.h (v6.0.rc1-pytorch2.1.0 .. v26.2.0-beta.1-pytorch2.12.0), written
      * here as torch_npu declares it, so a field out of order in the plug-in's C struct fails this test. */
     struct Stat {
         int64_t current = 0, peak = 0, allocated = 0, freed = 0;
