@@ -154,6 +154,12 @@ typedef struct hbm_backend_info {
 HBM_API hbm_status hbm_backend_get_info(const hbm_backend *b, hbm_backend_info *out);
 /* Free and total memory of `device`, asked of the device itself (no allocator needed: what a tool sizes a run by). */
 HBM_API hbm_status hbm_backend_mem_info(hbm_backend *b, int device, size_t *free_bytes, size_t *total_bytes);
+/* Let device `peer` read and write the expandable-segment pages of `device`: those mapped now and those mapped later
+ * (PyTorch's enablePeerAccess(peer, device)). Pages are granted to their own device and to the peers enabled so, no
+ * others (the CUDA backend's peers=capable option grants every peer that can reach them). Once per pair is enough;
+ * HBM_ERR_BACKEND with the reason in err (may be NULL) when the driver refuses, or when `peer` cannot reach `device`
+ * (cuDeviceCanAccessPeer). HBM_OK with nothing to do on a backend whose pages need no grant (sim, acl). */
+HBM_API hbm_status hbm_backend_enable_peer(hbm_backend *b, int device, int peer, char *err, size_t errlen);
 /* The name of a device runtime's error code ("ACL_ERROR_RT_MEMORY_ALLOCATION" for backend "acl"), or NULL when the
  * backend does not know it. */
 HBM_API const char *hbm_backend_error_name(const char *backend, int code);

@@ -34,8 +34,16 @@
 #include "torch_plugin.h"
 #include "util.h"
 
+/* Inside torch, peers=capable: torch tells a pluggable allocator nothing when a copy first crosses two devices
+ * (CUDAPluggableAllocator::enablePeerAccess only calls cudaDeviceEnablePeerAccess, CUDAPluggableAllocator.cpp
+ * v2.6.0:338-349), so expandable pages are granted to every device that can reach them, or such a copy would fault.
+ * HBMALLOC_BACKEND=cuda with hbm.enable_peer() grants only the peers named (docs/CONTRACTS.md, "torch (the CUDA
+ * plug-in and python/hbmalloc/torch.py)"). */
 #ifndef HBM_PLUGIN_BACKEND
 #define HBM_PLUGIN_BACKEND "cuda"
+#endif
+#ifndef HBM_PLUGIN_SPEC /* the build's spec (CMakeLists.txt: cuda:peers=capable for the CUDA plug-ins) */
+#define HBM_PLUGIN_SPEC HBM_PLUGIN_BACKEND
 #endif
 #define MAX_DEVICES 64
 
@@ -114,7 +122,7 @@ static void use_task_queue(void)
 static void open_devices(void)
 {
     const char *spec = getenv("HBMALLOC_BACKEND");
-    if (hbm_devices_open(&devices, spec && *spec ? spec : HBM_PLUGIN_BACKEND, NULL, open_error, sizeof open_error) !=
+    if (hbm_devices_open(&devices, spec && *spec ? spec : HBM_PLUGIN_SPEC, NULL, open_error, sizeof open_error) !=
         HBM_OK) {
         devices = NULL;
         return;
@@ -564,6 +572,7 @@ HBM_TORCH_EXPORT int hbm_torch_reset_accumulated_stats(int device);
 HBM_TORCH_EXPORT int hbm_torch_record_history(long max_entries, int stacks);
 HBM_TORCH_EXPORT int hbm_torch_snapshot(int device, const char *path);
 HBM_TORCH_EXPORT int hbm_torch_device_count(void);
+HBM_TORCH_EXPORT int hbm_torch_enable_peer(int device, int peer);
 HBM_TORCH_EXPORT int hbm_torch_device_used(int device);
 HBM_TORCH_EXPORT long hbm_torch_pool_ids(int device, uint64_t *out, long cap);
 HBM_TORCH_EXPORT int hbm_torch_captures_underway(int device);
@@ -771,6 +780,22 @@ HBM_TORCH_EXPORT int hbm_torch_device_count(void)
 {
     pthread_once(&once, open_devices);
     return devices ? hbm_devices_count(devices) : -1;
+}
+
+/* `peer` may read and write `device`'s expandable pages (hbm_backend_enable_peer). PyTorch's own allocator does it
+ * when a copy first crosses from peer to device (PeerToPeerAccess.cpp get_p2p_access -> enablePeerAccess ->
+ * addPeerAccess, v2.6.0:55, CUDACachingAllocator.cpp v2.6.0:3746-3764); CUDAPluggableAllocator::enablePeerAccess
+ * only calls cudaDeviceEnablePeerAccess (CUDAPluggableAllocator.cpp v2.6.0:338-349), so the plug-in never hears of
+ * it: the helper's enable_peer() is the way in. */
+HBM_TORCH_EXPORT int hbm_torch_enable_peer(int device, int peer)
+{
+    pthread_once(&once, open_devices);
+    if (!devices) {
+        hbm_torch__set_error("%s", open_error);
+        return -1;
+    }
+    hbm_backend *b = hbm_devices_backend(devices);
+    return hbm_backend_enable_peer(b, device, peer, helper_error, sizeof helper_error) == HBM_OK ? 0 : -1;
 }
 
 HBM_TORCH_EXPORT int hbm_torch_device_used(int device) { return existing(device) != NULL; }

@@ -149,6 +149,31 @@ hbm_status hbm_open(hbm_allocator **out, const char *backend_spec, int device, c
     return HBM_OK;
 }
 
+/* Peer access to a device's pages, for the whole backend: no allocator is needed, as PyTorch's enablePeerAccess needs
+ * none. (With the other hbm_backend_* entries it would sit in core/device.c, the one caller of a backend.) */
+hbm_status hbm_backend_enable_peer(hbm_backend *b, int device, int peer, char *err, size_t errlen)
+{
+    char none[8];
+    if (!err || !errlen)
+        err = none, errlen = sizeof none;
+    err[0] = 0;
+    int n = b ? b->caps.device_count : 0;
+    if (device < 0 || device >= n || peer < 0 || peer >= n) {
+        snprintf(err, errlen, "hbm_backend_enable_peer: no device %d or %d on %s (it has %d)", device, peer,
+                 b ? b->ops->name : "a NULL backend", n);
+        return HBM_ERR_INVALID;
+    }
+    if (!b->caps.has_vmm || !b->ops->vmm_peer)
+        return HBM_OK; /* nothing it maps needs a grant per device */
+    int rc = b->ops->vmm_peer(b->ctx, device, peer);
+    if (rc) {
+        snprintf(err, errlen, "%s: device %d cannot be given access to device %d's pages: %s", b->ops->name, peer,
+                 device, b->ops->strerror(b->ctx, rc));
+        return HBM_ERR_BACKEND;
+    }
+    return HBM_OK;
+}
+
 hbm_status hbm_destroy_report(hbm_allocator *a, char *msg, size_t msglen)
 {
     if (msg && msglen)

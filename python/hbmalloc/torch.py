@@ -39,8 +39,10 @@ MIN_TORCH_NPU = (2, 1)    # torch_npu.npu.memory.NPUPluggableAllocator (v6.0.rc1
 # pool() without use(): torch's MemPool with hbmalloc as its allocator. Below these releases torch frees a pool's
 # segments itself in some paths, never asking hbmalloc (docs/SLEEP.md, "Which releases"): torch before 2.8 routes
 # the release by the thread's active MemPoolContext (CUDACachingAllocator.cpp v2.6:2923-2950; issue #146431; fixed
-# when the pool came to own its allocator, PR #154746, 2.8); torch_npu before 26.2.0 (the PyTorch 2.13 line)
-# always releases with aclrtFree (NPUCachingAllocator.cpp v7.0.0:2678-2686, v26.1.0:2858-2873; master:3208-3214).
+# when the pool came to own its allocator, PR #154746, 2.8); torch_npu below 2.13 (torch_npu.__version__, the
+# PyTorch line it is built for) always releases with aclrtFree, v26.2.0-beta.1 on the 2.7.1-2.12 lines included
+# (NPUCachingAllocator.cpp v7.0.0:2678-2686, v26.1.0:2858-2873, v26.2.0-beta.1-pytorch2.12.0:2989); the 2.13 line
+# and master call the pool's allocator (master:3208-3214, commit c1d204968).
 MIN_TORCH_MEMPOOL = (2, 8)
 MIN_TORCH_NPU_MEMPOOL = (2, 13)
 # torch_npu releases whose DeviceStats is torch_npu's own struct (NPUCachingAllocator.h), the layout
@@ -108,6 +110,7 @@ def _declare(lib):
     lib.hbm_torch_pools.restype = c.c_long
     lib.hbm_torch_pools.argtypes = [c.c_char_p, c.c_long]
     lib.hbm_torch_mem_info.argtypes = [c.c_int, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]
+    lib.hbm_torch_enable_peer.argtypes = [c.c_int, c.c_int]
     for hook in ("hbm_torch_init", "hbm_torch_reset", "hbm_torch_memory_fraction", "hbm_torch_cuda_reset",
                  "hbm_torch_record_stream_fn", "hbm_torch_reset_peak"):
         getattr(lib, hook).restype = None
@@ -729,6 +732,18 @@ def record_stream(tensor, stream):
         raise RuntimeError("hbmalloc: " + _error())
 
 
+def enable_peer(device, peer):
+    """Let GPU `peer` read and write the expandable-segment pages of GPU `device`, those mapped now and later. Pages
+    are granted to their own GPU and to the peers enabled so: PyTorch's own allocator enables one when a copy first
+    crosses from `peer` to `device`, but under a pluggable allocator torch never tells hbmalloc. So the plug-in's
+    default backend, cuda:peers=capable, grants every GPU that can reach a page; with HBMALLOC_BACKEND=cuda only the
+    owner and the peers enabled here are granted (less mapping work on 8-GPU nodes): before copying a tensor from
+    cuda:0 into one on cuda:1 (the copy runs on cuda:0 and writes cuda:1's pages), call enable_peer(1, 0); both ways:
+    enable_peer(0, 1) too. Nothing to do without expandable_segments:True, on Ascend and on the simulated device."""
+    if library().hbm_torch_enable_peer(int(device), int(peer)) != 0:
+        raise RuntimeError("hbmalloc: " + _error())
+
+
 def set_memory_fraction(fraction, device=0):
     if library().hbm_torch_set_memory_fraction(float(fraction), device) != 0:
         raise ValueError("hbmalloc: " + _error())
@@ -737,6 +752,7 @@ def set_memory_fraction(fraction, device=0):
 # ---- pools that sleep and wake (docs/SLEEP.md) ----
 
 _mempools = {}  # (device type, tag, device index) -> (MemPool, its pluggable allocator): torch keeps neither alive
+_tags = {}  # the tags pool() made, in order (a dict as an ordered set): named when sleep() or wake() is given another
 _POOL_FIELDS = ("device", "id", "tag", "backup", "state", "live_bytes", "reserved_bytes", "asleep_bytes",
                 "backup_bytes", "host_bytes", "sleeps", "wakes", "sleep_ns", "sleep_device_ns", "sleep_calls",
                 "wake_ns", "wake_device_ns", "wake_calls")
@@ -749,9 +765,10 @@ def _mempool_api(device, torch):
         torch_npu = _need("torch_npu", "torch_npu (Ascend's PyTorch adapter)")
         mod, have, need = torch_npu.npu, torch_npu.__version__, MIN_TORCH_NPU_MEMPOOL
         cls = getattr(torch_npu.npu.memory, "NPUPluggableAllocator", None)
-        why = ("torch_npu before 26.2.0 (the PyTorch 2.13 line) gives a pool's segments back with aclrtFree, never "
-               "through the pool's allocator (NPUCachingAllocator.cpp release_block, v7.0.0:2678-2686, "
-               "v26.1.0:2858-2873)")
+        why = ("torch_npu below 2.13 (every line up to PyTorch 2.12, v26.2.0-beta.1 included) gives a pool's "
+               "segments back with aclrtFree, never through the pool's allocator (NPUCachingAllocator.cpp "
+               "release_block, v7.0.0:2678-2686, v26.2.0-beta.1-pytorch2.12.0:2989); the 2.13 line and master call "
+               "it (commit c1d204968)")
     else:
         mod, have, need = torch.cuda, torch.__version__, MIN_TORCH_MEMPOOL
         cls = getattr(torch.cuda.memory, "CUDAPluggableAllocator", None)
@@ -782,6 +799,7 @@ def pool(tag, backup=False):
     if _state.get("hooks") is not None:  # use(): hbmalloc is the framework's allocator
         if lib.hbm_torch_pool_enter(name, 1 if backup else 0, _current_device()) != 0:
             raise RuntimeError("hbmalloc: " + _error())
+        _tags[str(tag)] = None
         try:
             yield
         finally:
@@ -794,6 +812,7 @@ def pool(tag, backup=False):
     slot = lib.hbm_torch_pool_slot(name, 1 if backup else 0)
     if slot < 0:
         raise RuntimeError("hbmalloc: " + _error())
+    _tags[str(tag)] = None
     key = (device, str(tag), mod.current_device())
     if key not in _mempools:
         alloc = cls(lib.path, "hbm_torch_pool_alloc_%d" % slot, "hbm_torch_pool_free")
@@ -806,11 +825,25 @@ def _progress(fn):
     return _PROGRESS(lambda ctx, done, total: fn(done, total)) if fn else _PROGRESS()
 
 
+def _known_tag(call, tag):
+    """sleep(tag) and wake(tag) of a tag that no pool() made: a misspelt tag would otherwise put nothing to sleep and
+    return 0, and the memory the caller meant to free would stay held. ValueError naming the tags there are."""
+    if tag is None or library().hbm_torch_pool_state(str(tag).encode()) >= 0:
+        return
+    known = dict(_tags)
+    known.update((p["tag"], None) for p in pools())
+    have = "the tags are " + ", ".join(repr(t) for t in known) if known else "no tag is made yet"
+    raise ValueError("hbmalloc: %s(%r): no pool is tagged %r; %s (pool(tag) makes a tag; %s() alone: every tagged "
+                     "pool)" % (call, tag, str(tag), have, call))
+
+
 def sleep(tag=None, progress=None, chunk_mb=64):
     """Put pool `tag` (None: every tagged pool) to sleep on every device: the device's work is waited for, the live
     tensors of backup pools are copied to pinned host memory in pieces of chunk_mb (progress(done, total) after each),
     then every physical page of the pool goes back to the device; each tensor keeps its address. Its tensors must not
-    be touched until wake() (docs/SLEEP.md says what each device does if they are). Returns the pools put to sleep."""
+    be touched until wake() (docs/SLEEP.md says what each device does if they are). Returns the pools put to sleep;
+    a tag that no pool() made raises ValueError naming the tags there are."""
+    _known_tag("sleep", tag)
     cb = _progress(progress)
     n = library().hbm_torch_sleep(str(tag).encode() if tag is not None else None, int(chunk_mb) << 20, cb, None)
     if n < 0:
@@ -821,7 +854,9 @@ def sleep(tag=None, progress=None, chunk_mb=64):
 def wake(tag=None, progress=None, keep_host_buffers=True):
     """Wake pool `tag` (None: every tagged pool): new pages at the same addresses, backups copied back. CUDA and NPU
     graphs captured before the sleep replay as before. keep_host_buffers: the pinned buffers stay for the next sleep
-    (pinning is the slow part of a backup). On failure (the device is full) the pool stays asleep, nothing lost."""
+    (pinning is the slow part of a backup). On failure (the device is full) the pool stays asleep, nothing lost. A
+    tag that no pool() made raises ValueError, as in sleep()."""
+    _known_tag("wake", tag)
     cb = _progress(progress)
     n = library().hbm_torch_wake(str(tag).encode() if tag is not None else None, 0 if keep_host_buffers else 1,
                                  cb, None)

@@ -90,6 +90,9 @@ typedef struct hbm__backend_ops {
     int (*vmm_map)(void *ctx, int device, uintptr_t va, size_t size, uint64_t handle);
     int (*vmm_unmap)(void *ctx, int device, uintptr_t va, size_t size);
     int (*vmm_access)(void *ctx, int device, uintptr_t va, size_t size);
+    /* Let device `peer` read and write what is mapped on `device`, now and at every later vmm_access (PyTorch's
+     * enablePeerAccess for expandable segments). May be NULL: the backend grants no per-device access. */
+    int (*vmm_peer)(void *ctx, int device, int peer);
     int (*stream_sync)(void *ctx, int device, hbm_stream stream);
     /* Events (cross-stream frees). event_query returns 0 when complete,
      * HBM__BE_NOT_READY when not. stream_check (may be NULL) says whether a

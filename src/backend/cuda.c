@@ -6,13 +6,15 @@
  * (cuGetProcAddress_v2, then cuGetProcAddress, then the explicit versioned
  * exports of drivers older than 11.3: a plain dlsym("cuMemAlloc") would give
  * the 32-bit CUDA 2.0 ABI), primary contexts (each call makes the device's
- * current and gives the caller's context back), access for peer devices to
- * the pages it maps, and turning CUresult codes into text. Contracts and
+ * current and gives the caller's context back), access to the pages it maps
+ * (the owning device, and the peers enabled for it: it keeps the list of its
+ * mappings for that), and turning CUresult codes into text. Contracts and
  * sources: docs/CONTRACTS.md. Declares the few driver types it needs itself: no CUDA header is
  * needed to build. Knows nothing of pools or policy.
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,7 @@ enum {
     CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
     CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
     CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
     CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1,
     CU_MEMHOSTALLOC_PORTABLE = 0x01, /* pinned for every context, not only the current one (cuda.h:3247) */
 };
@@ -162,16 +165,35 @@ static const sym syms[] = {
 
 #define CUDA_MAX_DEVICES 64
 
+/* One cuMemMap: unmapped whole, as mapped. */
+typedef struct cuda_map {
+    CUdeviceptr va;
+    size_t size;
+} cuda_map;
+
+/* The pages mapped on one device: a peer enabled later is granted every one of them (PyTorch's addPeer). Its lock is
+ * held across the driver's map, unmap and access calls of that device only (never the allocator's lock). */
+typedef struct cuda_maps {
+    pthread_mutex_t lock; /* guards the list, and orders a peer's enabling against the device's maps and unmaps */
+    cuda_map *at;
+    size_t n, cap;
+} cuda_maps;
+
 typedef struct cuda {
     void *lib;
     cu_fns fn;
     int driver_version;
     int ndev;
-    CUcontext ctx[CUDA_MAX_DEVICES];
-    pthread_mutex_t lock; /* guards ctx retention */
-    /* peers[d]: the devices that can access device d's memory (cuDeviceCanAccessPeer), granted access to every
-     * page mapped on d as PyTorch grants its peers (cudaDeviceEnablePeerAccess does not cover cuMemMap'd memory). */
-    unsigned char peers[CUDA_MAX_DEVICES][CUDA_MAX_DEVICES];
+    pthread_mutex_t lock; /* guards retaining a device's primary context (once per device) */
+    /* Each device's primary context once retained: published with release, read with acquire and no lock. */
+    _Atomic(CUcontext) ctx[CUDA_MAX_DEVICES];
+    /* capable[d][p]: p can access d's memory (cuDeviceCanAccessPeer, asked at open). peer[d][p]: p was enabled for
+     * d's pages (cu_peer; all capable ones with the spec's peers=capable), granted with d at every map. PyTorch grants
+     * the owner and the peers its enablePeerAccess added, no others: cudaDeviceEnablePeerAccess does not cover
+     * cuMemMap'd memory, and each peer is one more mapping the driver makes for every page. */
+    unsigned char capable[CUDA_MAX_DEVICES][CUDA_MAX_DEVICES];
+    atomic_uchar peer[CUDA_MAX_DEVICES][CUDA_MAX_DEVICES];
+    cuda_maps maps[CUDA_MAX_DEVICES];
 } cuda;
 
 typedef CUresult (*getproc_v2_t)(const char *, void **, int, unsigned long long, int *);
@@ -212,22 +234,33 @@ typedef struct guard {
     int restore;
 } guard;
 
+/* The first call on a device: its primary context retained under the lock, then published. The release store
+ * pairs with enter's acquire load, so a thread that finds the context also sees the retain that made it. */
+static CUresult __attribute__((noinline)) retain(cuda *c, int device, CUcontext *out)
+{
+    pthread_mutex_lock(&c->lock);
+    CUcontext ctx = atomic_load_explicit(&c->ctx[device], memory_order_relaxed);
+    CUresult rc = CUDA_SUCCESS;
+    if (!ctx) {
+        CUdevice d;
+        rc = c->fn.DeviceGet(&d, device);
+        if (rc == CUDA_SUCCESS && (rc = c->fn.DevicePrimaryCtxRetain(&ctx, d)) == CUDA_SUCCESS)
+            atomic_store_explicit(&c->ctx[device], ctx, memory_order_release);
+    }
+    pthread_mutex_unlock(&c->lock);
+    *out = ctx;
+    return rc;
+}
+
+/* Every later call reads the retained context without the lock (shared by all devices), as acl.c does. */
 static CUresult enter(cuda *c, int device, guard *g)
 {
     g->restore = 0;
     if (device < 0 || device >= c->ndev)
         return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&c->lock);
-    CUresult rc = CUDA_SUCCESS;
-    if (!c->ctx[device]) {
-        CUdevice d;
-        rc = c->fn.DeviceGet(&d, device);
-        if (rc == CUDA_SUCCESS)
-            rc = c->fn.DevicePrimaryCtxRetain(&c->ctx[device], d);
-    }
-    CUcontext want = c->ctx[device];
-    pthread_mutex_unlock(&c->lock);
-    if (rc != CUDA_SUCCESS)
+    CUcontext want = atomic_load_explicit(&c->ctx[device], memory_order_acquire);
+    CUresult rc;
+    if (!want && (rc = retain(c, device, &want)) != CUDA_SUCCESS)
         return rc;
     CUcontext cur = NULL;
     if ((rc = c->fn.CtxGetCurrent(&cur)) != CUDA_SUCCESS || cur == want)
@@ -344,20 +377,64 @@ static int cu_release(void *ctx, int device, uint64_t handle)
     ON_DEVICE(c, device, c->fn.MemRelease(handle));
 }
 
+/* Room for one more mapping in the device's list (under its lock): 0, or -1 when host memory ran out. */
+static int maps_room(cuda_maps *m)
+{
+    if (m->n < m->cap)
+        return 0;
+    size_t cap = m->cap ? 2 * m->cap : 64;
+    cuda_map *at = realloc(m->at, cap * sizeof *at);
+    if (!at)
+        return -1;
+    m->at = at;
+    m->cap = cap;
+    return 0;
+}
+
+/* Mapped and listed under the device's list lock, so that a peer being enabled either finds the page in the list
+ * or has set its flag before cu_access reads it. A list that cannot grow refuses the map (as out of memory) rather
+ * than keep a page a later peer would not be granted. */
 static int cu_map(void *ctx, int device, uintptr_t va, size_t size, uint64_t handle)
 {
     cuda *c = ctx;
-    ON_DEVICE(c, device, c->fn.MemMap((CUdeviceptr)va, size, 0, handle, 0));
+    if (device < 0 || device >= c->ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    cuda_maps *m = &c->maps[device];
+    guard g = {0};
+    pthread_mutex_lock(&m->lock);
+    CUresult rc = maps_room(m) ? CUDA_ERROR_OUT_OF_MEMORY : enter(c, device, &g);
+    if (rc == CUDA_SUCCESS && (rc = c->fn.MemMap((CUdeviceptr)va, size, 0, handle, 0)) == CUDA_SUCCESS)
+        m->at[m->n++] = (cuda_map){(CUdeviceptr)va, size};
+    leave(c, &g);
+    pthread_mutex_unlock(&m->lock);
+    return code(rc);
 }
 
+/* cuMemUnmap takes the whole range of one cuMemMap (cuda.h), so the list finds it by its start. */
 static int cu_unmap(void *ctx, int device, uintptr_t va, size_t size)
 {
     cuda *c = ctx;
-    ON_DEVICE(c, device, c->fn.MemUnmap((CUdeviceptr)va, size));
+    if (device < 0 || device >= c->ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    cuda_maps *m = &c->maps[device];
+    guard g;
+    pthread_mutex_lock(&m->lock);
+    CUresult rc = enter(c, device, &g);
+    if (rc == CUDA_SUCCESS && (rc = c->fn.MemUnmap((CUdeviceptr)va, size)) == CUDA_SUCCESS)
+        for (size_t i = m->n; i-- > 0;)
+            if (m->at[i].va == (CUdeviceptr)va) {
+                m->at[i] = m->at[--m->n];
+                break;
+            }
+    leave(c, &g);
+    pthread_mutex_unlock(&m->lock);
+    return code(rc);
 }
 
-/* A new mapping is not accessible until cuMemSetAccess (cuda.h: cuMemMap): the owning device and its peers, in one
- * call, as PyTorch's ExpandableSegment::mapAndSetAccess. */
+/* A new mapping is not accessible until cuMemSetAccess (cuda.h: cuMemMap): the owning device and the peers enabled
+ * for it, in one call, as PyTorch's ExpandableSegment::mapAndSetAccess (CUDACachingAllocator.cpp v2.6.0:564-570).
+ * The flags need no stronger order: a peer enabled before this page was listed was flagged under the list's lock,
+ * which cu_map took after; one enabled after found the page in the list. */
 static int cu_access(void *ctx, int device, uintptr_t va, size_t size)
 {
     cuda *c = ctx;
@@ -365,9 +442,39 @@ static int cu_access(void *ctx, int device, uintptr_t va, size_t size)
     size_t n = 0;
     d[n++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     for (int p = 0; device >= 0 && device < c->ndev && p < c->ndev; p++)
-        if (c->peers[device][p])
+        if (p != device && atomic_load_explicit(&c->peer[device][p], memory_order_relaxed))
             d[n++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     ON_DEVICE(c, device, c->fn.MemSetAccess((CUdeviceptr)va, size, d, n));
+}
+
+/* Device `peer` may read and write `device`'s pages from now on: every page mapped there now gets its descriptor,
+ * and every page mapped later (PyTorch's addPeerAccess and ExpandableSegment::addPeer, CUDACachingAllocator.cpp
+ * v2.6.0:2144-2156, 533-537). Once per pair; a peer cuDeviceCanAccessPeer refuses would make every later map fail,
+ * so it is refused here. No context is made on a device with nothing mapped. */
+static int cu_peer(void *ctx, int device, int peer)
+{
+    cuda *c = ctx;
+    if (device < 0 || device >= c->ndev || peer < 0 || peer >= c->ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (peer == device || atomic_load_explicit(&c->peer[device][peer], memory_order_relaxed))
+        return CUDA_SUCCESS;
+    if (!c->capable[device][peer])
+        return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+    cuda_maps *m = &c->maps[device];
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&m->lock);
+    if (m->n) {
+        guard g;
+        CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, peer}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        rc = enter(c, device, &g);
+        for (size_t i = 0; rc == CUDA_SUCCESS && i < m->n; i++)
+            rc = c->fn.MemSetAccess(m->at[i].va, m->at[i].size, &d, 1);
+        leave(c, &g);
+    }
+    if (rc == CUDA_SUCCESS) /* a failure leaves it unflagged: enabling it again grants every page again */
+        atomic_store_explicit(&c->peer[device][peer], 1, memory_order_relaxed);
+    pthread_mutex_unlock(&m->lock);
+    return code(rc);
 }
 
 /* Every stream of the device: cuCtxSynchronize on its context (`via` is for a framework's queue; CUDA has none). */
@@ -468,12 +575,15 @@ static int cu_capture_mode(void *ctx, int device, int *mode)
 static void cu_close(void *ctx)
 {
     cuda *c = ctx;
-    for (int d = 0; d < c->ndev; d++)
-        if (c->ctx[d]) {
+    for (int d = 0; d < c->ndev; d++) {
+        if (atomic_load_explicit(&c->ctx[d], memory_order_acquire)) {
             CUdevice dev;
             if (c->fn.DeviceGet(&dev, d) == CUDA_SUCCESS)
                 c->fn.DevicePrimaryCtxRelease(dev);
         }
+        free(c->maps[d].at);
+        pthread_mutex_destroy(&c->maps[d].lock);
+    }
     pthread_mutex_destroy(&c->lock);
     dlclose(c->lib);
     free(c);
@@ -494,6 +604,7 @@ static const hbm__backend_ops cuda_ops = {
     .vmm_map = cu_map,
     .vmm_unmap = cu_unmap,
     .vmm_access = cu_access,
+    .vmm_peer = cu_peer,
     .stream_sync = cu_sync,
     .event_create = cu_event_create,
     .event_destroy = cu_event_destroy,
@@ -557,9 +668,33 @@ static void detect_vmm(cuda *c, hbm__backend_caps *caps)
             CUdevice dd, pd;
             if (p != d && c->fn.DeviceGet(&dd, d) == CUDA_SUCCESS && c->fn.DeviceGet(&pd, p) == CUDA_SUCCESS &&
                 c->fn.DeviceCanAccessPeer(&can, pd, dd) == CUDA_SUCCESS && can) {
-                c->peers[d][p] = 1;
+                c->capable[d][p] = 1;
             }
         }
+}
+
+/* A spec option: exactly `name`, `len` bytes at o. */
+static int opt_is(const char *o, size_t len, const char *name) { return len == strlen(name) && !strncmp(o, name, len); }
+
+/* The spec's options, comma-separated: lib=PATH (the driver library), peers=enabled (the default: the owning device
+ * and the peers enabled with hbm_backend_enable_peer get access to a page) or peers=capable (every device
+ * cuDeviceCanAccessPeer reports: for a framework that cannot say which peers it enables). */
+static int parse_opts(const char *opts, char *lib, size_t liblen, int *all_peers, char *err, size_t errlen)
+{
+    for (const char *o = opts; o && *o; o += *o == ',') {
+        size_t len = strcspn(o, ",");
+        if (len > 4 && !strncmp(o, "lib=", 4))
+            snprintf(lib, liblen, "%.*s", (int)(len - 4), o + 4);
+        else if (opt_is(o, len, "peers=enabled") || opt_is(o, len, "peers=capable"))
+            *all_peers = o[6] == 'c';
+        else {
+            snprintf(err, errlen, "cuda: unknown option '%.*s' (known: lib=PATH, peers=enabled, peers=capable)",
+                     (int)(len < 200 ? len : 200), o);
+            return -1;
+        }
+        o += len;
+    }
+    return 0;
 }
 
 int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t errlen)
@@ -567,13 +702,9 @@ int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t er
     char lib[512] = "";
     const char *env = hbm__env(HBM__ENV_LIBCUDA);
     snprintf(lib, sizeof lib, "%s", env && *env ? env : "libcuda.so.1");
-    if (opts && *opts) {
-        if (strncmp(opts, "lib=", 4) != 0 || strchr(opts, ',')) {
-            snprintf(err, errlen, "cuda: unknown option '%.200s' (known: lib=PATH)", opts);
-            return HBM_ERR_INVALID;
-        }
-        snprintf(lib, sizeof lib, "%s", opts + 4);
-    }
+    int all_peers = 0;
+    if (parse_opts(opts, lib, sizeof lib, &all_peers, err, errlen))
+        return HBM_ERR_INVALID;
     cuda *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "cuda: out of host memory");
@@ -610,6 +741,8 @@ int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t er
         return HBM_ERR_BACKEND;
     }
     c->ndev = count < CUDA_MAX_DEVICES ? count : CUDA_MAX_DEVICES;
+    for (int d = 0; d < c->ndev; d++)
+        pthread_mutex_init(&c->maps[d].lock, NULL);
     b->ops = &cuda_ops;
     b->ctx = c;
     b->caps.device_count = c->ndev;
@@ -620,6 +753,9 @@ int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t er
     snprintf(b->caps.version, sizeof b->caps.version, "CUDA driver API %d.%d (%d), %.40s", c->driver_version / 1000,
              c->driver_version % 1000 / 10, c->driver_version, lib);
     detect_vmm(c, &b->caps);
+    for (int d = 0; all_peers && d < c->ndev; d++)
+        for (int p = 0; p < c->ndev; p++)
+            atomic_store_explicit(&c->peer[d][p], c->capable[d][p], memory_order_relaxed);
     b->caps.host_copies = c->fn.MemHostAlloc && c->fn.MemFreeHost && c->fn.MemcpyDtoHAsync && c->fn.MemcpyHtoDAsync;
     return HBM_OK;
 }

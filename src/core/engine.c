@@ -550,12 +550,28 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
 #define HBM__OPEN_WAITS 4
 
 /* Whether memory may go back now, inside malloc's decisions: without a framework's queue the wait for the device is
- * made here (the lock held, as PyTorch does); with one, only an open wait made before them may hold. */
-static bool may_give_back(hbm_allocator *a)
+ * made here (the lock held, as PyTorch does); with one, only an open wait made before them may hold. Out of line, as
+ * the wait it stands for (hbm__dev_quiesce_open) was: only a collection or an OOM reaches it. */
+static __attribute__((noinline)) bool may_give_back(hbm_allocator *a)
 {
     return hbm__framework_queue(a) ? hbm__dev_quiet(a) : hbm__dev_quiesce(a) == HBM_OK;
 }
 
+/* Whether a request about to give memory back first waits with the lock open (hbm__dev_quiesce_open) and is then
+ * looked at anew: a framework's launch queue, a wait left (`waits`: those the request made already), and the device
+ * not quiet or uses held unrecorded that the wait settles. Asked only where memory would go back, after the settings
+ * that say so: a miss that gives nothing back (every replayed one) pays no test of the queue (issue #35). */
+static inline bool open_wait_due(const hbm_allocator *a, unsigned waits)
+{
+    return waits < HBM__OPEN_WAITS && hbm__framework_queue(a) && (!hbm__dev_quiet(a) || a->nunrec);
+}
+
+/* Room in the live map for one more block (hbm__ptrmap_reserve), its growth out of line and given the allocator:
+ * while the map's address was the growth's argument at both of engine_malloc's reserves (before the cache lookup and
+ * after the device was asked), GCC computed it once ahead of both and kept it on the stack across every malloc, cache
+ * hits included: 2 instructions a request (bench_instr, callgrind). */
+static __attribute__((noinline, cold)) int live_grow(hbm_allocator *a) { return hbm__ptrmap_reserve(&a->live, 1); }
+static inline int live_room(hbm_allocator *a) { return hbm__ptrmap_fits(&a->live, 1) ? 0 : live_grow(a); }
 
 /* A policy's note of the request (core/policy.h), carried by the block that serves it until it is freed. */
 static inline void note_block(hbm__block *b, uint64_t note)
@@ -585,7 +601,7 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
     hbm_status rc;
     if (!a->nspare_blocks && (rc = hbm__ensure_spares(a, 1)) != HBM_OK)
         return rc;
-    if (hbm__ptrmap_reserve(&a->live, 1)) {
+    if (live_room(a)) {
         hbm__set_error(a, "out of host memory for allocator bookkeeping");
         return HBM_ERR_NOMEM;
     }
@@ -616,20 +632,20 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         /* With a framework's launch queue, the wait before memory goes back opens the lock: it is made here,
          * before anything below is decided, and the request is looked at anew after it (malloc_again: the pool may
          * have been put to sleep, a block freed, a capture begun): docs/CONTRACTS.md, "Waiting with the lock open". */
-        bool open = may_release && waits < HBM__OPEN_WAITS && hbm__framework_queue(a) &&
-                    (!hbm__dev_quiet(a) || a->nunrec);
-        if (open && ((gc_active(a) && gc_due(a)) || (a->expandable && a->conf.remap_free_pages))) {
-            waits++;
-            if (hbm__dev_quiesce_open(a) == HBM_OK)
-                return malloc_again(a, orig, stream, in, out, pol, waits);
+        if (may_release && ((gc_active(a) && gc_due(a)) || (a->expandable && a->conf.remap_free_pages)) &&
+            open_wait_due(a, waits)) {
+            /* Looked at anew whether the wait succeeded or not: a failed one may have opened the lock too. */
+            (void)hbm__dev_quiesce_open(a);
+            return malloc_again(a, orig, stream, in, out, pol, waits + 1);
         }
         if (gc_active(a) && may_release && gc_due(a) && may_give_back(a))
             garbage_collect(a);
         rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
-        if (rc == HBM_ERR_OOM && open && waits < HBM__OPEN_WAITS) {
-            waits++;
-            if (hbm__dev_quiesce_open(a) == HBM_OK)
-                return malloc_again(a, orig, stream, in, out, pol, waits);
+        /* Asked here rather than before alloc_block, with the same answer: with a queue the lock stayed held across
+         * it (hbm__segment_new). */
+        if (rc == HBM_ERR_OOM && may_release && open_wait_due(a, waits)) {
+            (void)hbm__dev_quiesce_open(a);
+            return malloc_again(a, orig, stream, in, out, pol, waits + 1);
         }
         if (rc == HBM_ERR_OOM && may_release && a->conf.max_split_size != SIZE_MAX && may_give_back(a) &&
             release_available(a, p, stream, size))
@@ -657,7 +673,7 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
             return rc;
         }
         /* Again: with release_lock_on_malloc another thread may have used the spares meanwhile. */
-        if ((rc = hbm__ensure_spares(a, 1)) != HBM_OK || hbm__ptrmap_reserve(&a->live, 1)) {
+        if ((rc = hbm__ensure_spares(a, 1)) != HBM_OK || live_room(a)) {
             if (!rescued) /* keep the new segment cached: nothing is lost */
                 hbm__pool_insert(p, b);
             if (rc == HBM_OK) {

@@ -6,10 +6,10 @@
  *
  * defines the type `name` (keys, vals, used, mask, n, probes) and name_init(m) (MIN cells, a power of two), name_free, name_find (the
  * cell of a key, or the empty cell where it would go), name_probe (the same for a key known by its hash and a
- * match function: a table of ids found by their text), name_get, name_put_at, name_put, name_reserve, name_del_at
- * and name_del. HASH(m, key) gives the key's 64-bit hash. USED 0: key 0 marks an empty cell and is never stored
- * (the live-block map's addresses: no used array to read on the malloc path); USED 1: every key is valid (keys read
- * from files) and a byte per cell says which cells are used. COUNT 1: cells looked at are counted in `probes`
+ * match function: a table of ids found by their text), name_get, name_put_at, name_put, name_fits, name_reserve,
+ * name_del_at and name_del. HASH(m, key) gives the key's 64-bit hash. USED 0: key 0 marks an empty cell and is never
+ * stored (the live-block map's addresses: no used array to read on the malloc path); USED 1: every key is valid (keys
+ * read from files) and a byte per cell says which cells are used. COUNT 1: cells looked at are counted in `probes`
  * (the readers' resource tests). Instances: core/ptrmap.h (live blocks by address), tools/trace/u64map.h (64-bit
  * keys of files), core/labels.c (label ids by their text). Owns its arrays only; allocates with calloc.
  */
@@ -137,10 +137,13 @@
         return 0;                                                                                                   \
     }                                                                                                               \
                                                                                                                     \
+    /* Whether `extra` more entries fit without growing (name_reserve's test). */                                   \
+    static inline int name##_fits(const name *m, size_t extra) { return (m->n + extra) * 2 <= m->mask + 1; }        \
+                                                                                                                    \
     /* Room for `extra` more entries ahead of time, so that a later put cannot fail. 0, or -1. */                   \
     static inline int name##_reserve(name *m, size_t extra)                                                         \
     {                                                                                                               \
-        return (m->n + extra) * 2 <= m->mask + 1 ? 0 : name##_grow(m, extra);                                       \
+        return name##_fits(m, extra) ? 0 : name##_grow(m, extra);                                                   \
     }                                                                                                               \
                                                                                                                     \
     /* key's value set in cell i (from name_find); the table grows after when over half full: 0, or -1 when   \

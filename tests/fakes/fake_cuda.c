@@ -17,7 +17,9 @@
  *     synchronization": by default it does not here (the contract's worst
  *     case; free_syncs=1 makes it wait, as drivers commonly do);
  *   - access: a mapping has none until cuMemSetAccess, per device; peer devices
- *     (cuDeviceCanAccessPeer) need their own descriptor;
+ *     (cuDeviceCanAccessPeer) need their own descriptor, and one for a device
+ *     that cannot reach the page's owner is refused (the real driver refuses
+ *     it too; which code it gives is not modelled);
  *   - pinned host memory (cuMemHostAlloc, cuMemFreeHost, which does not wait:
  *     cuda.h:8823 has no synchronization note) and asynchronous copies
  *     (cuMemcpyDtoHAsync_v2, cuMemcpyHtoDAsync_v2, \note_async) that are work on
@@ -47,6 +49,7 @@ enum {
     OOM = 2,
     NOT_INITIALIZED = 3,
     INVALID_DEVICE = 101,
+    PEER_ACCESS_UNSUPPORTED = 217,
     NOT_FOUND = 500,
     NOT_READY = 600,
     NOT_SUPPORTED = 801,
@@ -57,7 +60,7 @@ enum {
 
 static struct {
     long memory, devices, version, vmm, getproc, fail_nth, fail_code, free_syncs, peers;
-    long calls, used;
+    long calls, used, access_calls, access_descriptors; /* cuMemSetAccess: calls, descriptors in them */
     int initialised;
     struct {
         void *p;
@@ -69,7 +72,7 @@ static struct {
     } resv[MAX];
     struct {
         size_t size;
-        int live, mapped;
+        int live, mapped, device; /* device: the owner (the prop's location) */
         unsigned char *mem;
     } handles[MAX];
     struct {
@@ -123,6 +126,18 @@ API long fake_cuda_get(const char *key)
         return capture_mode;
     if (!strcmp(key, "launched"))
         return W.launched;
+    if (!strcmp(key, "access_calls"))
+        return F.access_calls;
+    if (!strcmp(key, "access_descriptors"))
+        return F.access_descriptors;
+    if (!strcmp(key, "retained")) { /* primary-context references held, all devices */
+        long n = 0;
+        pthread_mutex_lock(&lock);
+        for (int i = 0; i < 8; i++)
+            n += F.ctx_retained[i];
+        pthread_mutex_unlock(&lock);
+        return n;
+    }
     if (!strcmp(key, "hosts")) { /* pinned host allocations not freed */
         long n = 0;
         for (int i = 0; i < MAX; i++)
@@ -465,6 +480,7 @@ API CUresult cuMemCreate(unsigned long long *h, size_t size, const prop_t *prop,
         return OOM;
     F.handles[F.nhandles].size = size;
     F.handles[F.nhandles].live = 1;
+    F.handles[F.nhandles].device = prop->loc.id;
     F.handles[F.nhandles].mem = mem;
     F.used += (long)size;
     *h = (unsigned long long)++F.nhandles;
@@ -545,10 +561,15 @@ API CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const void *desc, size_
     }
     size_t covered = 0;
     for (int i = 0; i < MAX; i++)
-        if (F.maps[i].size && F.maps[i].va >= va && F.maps[i].va + F.maps[i].size <= va + size)
+        if (F.maps[i].size && F.maps[i].va >= va && F.maps[i].va + F.maps[i].size <= va + size) {
             covered += F.maps[i].size;
+            if (!F.peers && mask & ~(1u << F.handles[FM_HANDLE(F.maps[i].h)].device))
+                return PEER_ACCESS_UNSUPPORTED; /* a device that cannot reach the owner */
+        }
     if (covered != size)
         return INVALID_VALUE; /* the range must be fully mapped */
+    F.access_calls++;
+    F.access_descriptors += (long)count;
     for (int i = 0; i < MAX; i++)
         if (F.maps[i].size && F.maps[i].va >= va && F.maps[i].va + F.maps[i].size <= va + size)
             F.maps[i].access |= mask;
@@ -789,6 +810,7 @@ API CUresult cuGetErrorName(CUresult e, const char **s)
     case OOM: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return OK;
     case NOT_INITIALIZED: *s = "CUDA_ERROR_NOT_INITIALIZED"; return OK;
     case NOT_READY: *s = "CUDA_ERROR_NOT_READY"; return OK;
+    case PEER_ACCESS_UNSUPPORTED: *s = "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED"; return OK;
     case INJECTED: *s = "CUDA_ERROR_UNKNOWN"; return OK;
     default: *s = NULL; return INVALID_VALUE;
     }
@@ -799,6 +821,7 @@ API CUresult cuGetErrorString(CUresult e, const char **s)
     switch (e) {
     case INVALID_VALUE: *s = "invalid argument"; return OK;
     case OOM: *s = "out of memory"; return OK;
+    case PEER_ACCESS_UNSUPPORTED: *s = "peer access is not supported across the given devices"; return OK;
     case INJECTED: *s = "unknown error (injected by the fake driver)"; return OK;
     default: *s = NULL; return INVALID_VALUE;
     }

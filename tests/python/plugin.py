@@ -106,6 +106,15 @@ for p in (ptrs[0], ptrs[2], inner, opt):
 assert h.empty_cache() == 0
 assert h.stats()["reserved_bytes.all.current"] == 0
 no_context_left("free and empty_cache")
+# Peer access (hbm_backend_enable_peer), which torch's pluggable allocator never forwards: a device and itself need
+# nothing; a device that does not exist is refused with the reason.
+h.enable_peer(0, 0)
+try:
+    h.enable_peer(0, 4096)
+    raise AssertionError("enable_peer accepted device 4096")
+except RuntimeError as e:
+    assert "no device 0 or 4096" in str(e), e
+no_context_left("enable_peer")
 
 
 # Step boundaries (hbm_step): step() counts; hook_optimizer calls it after each optimizer.step, through torch's

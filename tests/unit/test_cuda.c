@@ -2,6 +2,7 @@
 #include "helpers.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 
 static void *lib;
 static void (*fake_reset)(void);
@@ -107,6 +108,17 @@ static hbm_allocator *open_cuda(const char *settings)
     hbm_allocator *a = NULL;
     char err[600];
     if (hbm_open(&a, spec, 0, settings, err, sizeof err) != HBM_OK)
+        fail_msg("%s", err);
+    return a;
+}
+
+/* An allocator on device 0 of a backend the test holds (for the backend-wide calls: peers). */
+static hbm_allocator *open_cuda_on(hbm_backend **b, const char *backend_spec, const char *settings)
+{
+    hbm_allocator *a = NULL;
+    char err[600];
+    if (hbm_backend_open(b, backend_spec, err, sizeof err) != HBM_OK ||
+        hbm_create(&a, *b, 0, settings, err, sizeof err))
         fail_msg("%s", err);
     return a;
 }
@@ -332,35 +344,143 @@ static void the_callers_context_is_the_same_after_every_call(void **st)
     assert_driver_empty();
 }
 
-/* cudaDeviceEnablePeerAccess does not cover cuMemMap'd memory: PyTorch grants access to every peer with
- * cuMemSetAccess, so a peer copy from another GPU reads the pages. */
-static void expandable_pages_are_accessible_to_peer_devices(void **st)
+/* cudaDeviceEnablePeerAccess does not cover cuMemMap'd memory, so each device that touches a page needs its own
+ * cuMemSetAccess descriptor. PyTorch grants the owning device and the peers its enablePeerAccess added (addPeer on
+ * the pages mapped already, then every new page: CUDACachingAllocator.cpp v2.6.0:533-537, 564-570, 2144-2156), not
+ * every device cuDeviceCanAccessPeer reports: on an 8-GPU node that would be 8 descriptors a page, the driver
+ * mapping each. */
+static void expandable_pages_are_accessible_to_their_device_and_the_peers_enabled_for_it(void **st)
 {
     (void)st;
-    fake_set("devices", 2);
-    hbm_allocator *a = NULL;
+    fake_set("devices", 3); /* every device can reach every other */
+    hbm_backend *b;
     char err[600];
-    assert_int_equal(hbm_open(&a, spec, 0, "expandable_segments:True", err, sizeof err), HBM_OK);
+    hbm_allocator *a = open_cuda_on(&b, spec, "expandable_segments:True");
     void *p = must_malloc(a, 30 * MiB, 0);
     assert_true(fake_can_access(0, (uintptr_t)p, 30 * MiB));
-    assert_true(fake_can_access(1, (uintptr_t)p, 30 * MiB)); /* the peer */
+    assert_false(fake_can_access(1, (uintptr_t)p, 30 * MiB)); /* capable, never enabled: no descriptor */
+    assert_false(fake_can_access(2, (uintptr_t)p, 30 * MiB));
+    assert_int_equal(fake_get("access_descriptors"), fake_get("access_calls")); /* the owner's alone */
+    /* Enabled: the pages mapped already are granted at once, and every page mapped later. */
+    assert_int_equal(hbm_backend_enable_peer(b, 0, 1, err, sizeof err), HBM_OK);
+    assert_true(fake_can_access(1, (uintptr_t)p, 30 * MiB));
+    assert_false(fake_can_access(2, (uintptr_t)p, 30 * MiB));
+    void *q = must_malloc(a, 30 * MiB, 0); /* pages mapped after */
+    assert_true(fake_can_access(0, (uintptr_t)q, 30 * MiB) && fake_can_access(1, (uintptr_t)q, 30 * MiB));
+    assert_false(fake_can_access(2, (uintptr_t)q, 30 * MiB));
     framework_thread_on(1);
-    assert_int_equal(fake_launch(NULL, (uintptr_t)p, 30 * MiB), 0); /* a kernel on device 1 reads device 0's pages */
+    assert_int_equal(fake_launch(NULL, (uintptr_t)q, 30 * MiB), 0); /* a copy on device 1 writes device 0's pages */
     fake_progress(1);                                               /* and completes (the owner synchronizes) */
     assert_int_equal(cu_set_current(NULL), 0);
+    assert_no_violation();
+    /* Once per pair is enough, its own device needs nothing, a device that does not exist is refused, and a device
+     * with nothing mapped is given no context for it. */
+    long calls = fake_get("access_calls");
+    assert_int_equal(hbm_backend_enable_peer(b, 0, 1, err, sizeof err), HBM_OK);
+    assert_int_equal(hbm_backend_enable_peer(b, 0, 0, err, sizeof err), HBM_OK);
+    assert_int_equal(fake_get("access_calls"), calls);
+    assert_int_equal(hbm_backend_enable_peer(b, 0, 3, err, sizeof err), HBM_ERR_INVALID);
+    assert_non_null(strstr(err, "no device 0 or 3 on cuda (it has 3)"));
+    assert_int_equal(hbm_backend_enable_peer(b, 2, 0, err, sizeof err), HBM_OK);
+    assert_int_equal(fake_contexts(2), 0);
     hbm_free(a, p);
+    hbm_free(a, q);
+    assert_valid(a);
     hbm_destroy(a);
+    hbm_backend_close(b);
     assert_driver_empty();
-    /* Devices that cannot reach each other get no descriptor (cuMemSetAccess would refuse it). */
+    /* A peer that cannot reach the device is refused with the driver's words (a descriptor for it would make every
+     * later map fail), and the device's own pages go on working. */
     fake_reset();
     fake_set("devices", 2);
     fake_set("peers", 0);
-    assert_int_equal(hbm_open(&a, spec, 0, "expandable_segments:True", err, sizeof err), HBM_OK);
+    a = open_cuda_on(&b, spec, "expandable_segments:True");
     p = must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(hbm_backend_enable_peer(b, 0, 1, err, sizeof err), HBM_ERR_BACKEND);
+    assert_non_null(strstr(err, "cuda: device 1 cannot be given access to device 0's pages: "
+                                "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED (217)"));
     assert_false(fake_can_access(1, (uintptr_t)p, 30 * MiB));
+    q = must_malloc(a, 30 * MiB, 0);
+    assert_true(fake_can_access(0, (uintptr_t)q, 30 * MiB));
+    hbm_free(a, p);
+    hbm_free(a, q);
+    hbm_destroy(a);
+    hbm_backend_close(b);
+    assert_driver_empty();
+}
+
+/* cuda:peers=capable: every device cuDeviceCanAccessPeer reports gets every page, for a framework that cannot say
+ * which peers it enables (torch's pluggable allocator keeps its enablePeerAccess to itself). */
+static void peers_capable_grants_every_device_that_can_reach_the_pages(void **st)
+{
+    (void)st;
+    fake_set("devices", 3);
+    char capable[700];
+    snprintf(capable, sizeof capable, "%s,peers=capable", spec);
+    hbm_backend *b;
+    hbm_allocator *a = open_cuda_on(&b, capable, "expandable_segments:True");
+    void *p = must_malloc(a, 30 * MiB, 0);
+    for (int d = 0; d < 3; d++)
+        assert_true(fake_can_access(d, (uintptr_t)p, 30 * MiB));
+    assert_int_equal(fake_get("access_descriptors"), 3 * fake_get("access_calls"));
+    assert_int_equal(hbm_backend_enable_peer(b, 0, 2, NULL, 0), HBM_OK); /* granted already */
     hbm_free(a, p);
     hbm_destroy(a);
+    hbm_backend_close(b);
     assert_driver_empty();
+    char err[600];
+    assert_int_equal(hbm_backend_open(&b, "cuda:peers=all", err, sizeof err), HBM_ERR_INVALID);
+    assert_non_null(strstr(err, "unknown option 'peers=all' (known: lib=PATH, peers=enabled, peers=capable)"));
+}
+
+/* The first calls of many threads at once, on two devices: each context retained once, under the backend's lock;
+ * later calls find it without the lock. Each call, on a thread that never had a context, runs with the device's
+ * (cuMemGetInfo needs one) and leaves the thread with none. Run under ThreadSanitizer too. */
+#define RACERS 8
+struct racer {
+    hbm_backend *b;
+    pthread_barrier_t *start;
+    int device, rc, current_after;
+};
+
+static void *first_call(void *arg)
+{
+    struct racer *r = arg;
+    size_t free_b = 0, total = 0;
+    pthread_barrier_wait(r->start);
+    r->rc = hbm_backend_mem_info(r->b, r->device, &free_b, &total);
+    r->current_after = fake_current();
+    return NULL;
+}
+
+static void fresh_threads_get_the_devices_context_retained_once(void **st)
+{
+    (void)st;
+    fake_set("devices", 2);
+    hbm_backend *b;
+    char err[600];
+    assert_int_equal(hbm_backend_open(&b, spec, err, sizeof err), HBM_OK);
+    for (int round = 0; round < 2; round++) { /* round 0 retains, round 1 finds the contexts retained */
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, RACERS);
+        pthread_t th[RACERS];
+        struct racer r[RACERS];
+        for (int i = 0; i < RACERS; i++) {
+            r[i] = (struct racer){b, &start, i % 2, -1, 99};
+            assert_int_equal(pthread_create(&th[i], NULL, first_call, &r[i]), 0);
+        }
+        for (int i = 0; i < RACERS; i++) {
+            pthread_join(th[i], NULL);
+            assert_int_equal(r[i].rc, HBM_OK);
+            assert_int_equal(r[i].current_after, -1);
+        }
+        pthread_barrier_destroy(&start);
+        assert_int_equal(fake_get("retained"), 2);
+        assert_int_equal(fake_contexts(0), 1);
+        assert_int_equal(fake_contexts(1), 1);
+    }
+    hbm_backend_close(b);
+    assert_int_equal(fake_get("retained"), 0);
 }
 
 static void a_missing_library_is_a_clear_error(void **st)
@@ -405,15 +525,18 @@ static size_t driver_free(void)
 /* A pool's sleep and wake as the driver sees them (docs/SLEEP.md, docs/CONTRACTS.md): the device's work waited for
  * first (cuCtxSynchronize: a kernel on another stream the allocator was never told of still reads the block), the
  * backup copied on the pool's stream and waited for, then cuMemUnmap and cuMemRelease page by page; the wake
- * cuMemCreate and cuMemMap, then cuMemSetAccess for the owner and its peer before anything touches the pages, the
- * copies back waited for before the pinned buffer could be reused. The fake records any unmap, copy or host free
- * under queued work; the contents come back byte for byte; the driver's free memory moves by the pages. */
+ * cuMemCreate and cuMemMap, then cuMemSetAccess for the owner and its peer (enabled before the sleep) before anything
+ * touches the pages, the copies back waited for before the pinned buffer could be reused. The fake records any
+ * unmap, copy or host free under queued work; the contents come back byte for byte; the driver's free memory moves
+ * by the pages. */
 static void a_pool_sleeps_and_wakes_within_the_drivers_contracts(void **st)
 {
     (void)st;
     fake_set("devices", 2);
     framework_thread_on(0);
-    hbm_allocator *a = open_cuda("");
+    hbm_backend *b;
+    hbm_allocator *a = open_cuda_on(&b, spec, "");
+    assert_int_equal(hbm_backend_enable_peer(b, 0, 1, NULL, 0), HBM_OK);
     hbm_mempool mp;
     assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
     assert_int_equal(hbm_pool_tag(a, mp, "weights", 1), HBM_OK);
@@ -463,6 +586,7 @@ static void a_pool_sleeps_and_wakes_within_the_drivers_contracts(void **st)
     hbm_free(a, p);
     hbm_free(a, q);
     hbm_destroy(a);
+    hbm_backend_close(b);
     assert_driver_empty();
     assert_int_equal(fake_get("hosts"), 0);
     free(pat);
@@ -505,7 +629,9 @@ int main(void)
         cmocka_unit_test_setup(cross_stream_frees_wait_for_cuda_events, reset),
         cmocka_unit_test_setup(segments_go_back_only_after_the_device_has_finished_with_them, reset),
         cmocka_unit_test_setup(the_callers_context_is_the_same_after_every_call, reset),
-        cmocka_unit_test_setup(expandable_pages_are_accessible_to_peer_devices, reset),
+        cmocka_unit_test_setup(expandable_pages_are_accessible_to_their_device_and_the_peers_enabled_for_it, reset),
+        cmocka_unit_test_setup(peers_capable_grants_every_device_that_can_reach_the_pages, reset),
+        cmocka_unit_test_setup(fresh_threads_get_the_devices_context_retained_once, reset),
         cmocka_unit_test_setup(a_missing_library_is_a_clear_error, reset),
         cmocka_unit_test_setup(each_device_gets_its_own_context_and_allocator, reset),
         cmocka_unit_test_setup(a_pool_sleeps_and_wakes_within_the_drivers_contracts, reset),
