@@ -19,8 +19,11 @@ from setuptools.command.build_py import build_py
 
 try:
     from wheel.bdist_wheel import bdist_wheel
-except ImportError:  # building an sdist only
-    bdist_wheel = None
+except ImportError:
+    try:  # setuptools 70.1 and later have their own
+        from setuptools.command.bdist_wheel import bdist_wheel
+    except ImportError:  # building an sdist only
+        bdist_wheel = None
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -78,6 +81,17 @@ class BinaryDistribution(Distribution):
     def has_ext_modules(self):
         return True  # native files inside: a platform wheel, installed to platlib
 
+
+# A wheel (pip: bdist_wheel, and dist_info for its metadata) without the `wheel` package: setuptools would stop with
+# "error: invalid command 'bdist_wheel'", which names neither the Python nor the cause.
+if bdist_wheel is None and {"bdist_wheel", "dist_info"} & set(sys.argv[1:]):
+    sys.exit("setup.py: the Python building this (%s) has no `wheel` package, so setuptools cannot build a wheel "
+             "(\"invalid command 'bdist_wheel'\"). On Debian 12, offline, it comes from Debian's python3-wheel, which "
+             "a venv sees through --system-site-packages only when Debian's python3 made it: a python3 that is not "
+             "the system's (pyenv, conda, one built by hand) has site packages of its own, without it. Make the venv "
+             "with /usr/bin/python3 -m venv --system-site-packages, or install wheel into this Python; with network "
+             "access `pip install .` (without --no-build-isolation) fetches it."
+             % " -> ".join(dict.fromkeys([sys.executable, os.path.realpath(sys.executable)])))
 
 cmds = {"build_py": build_native}
 if bdist_wheel is not None:

@@ -13,6 +13,8 @@
 #include "util.h"
 #include "doctor/doctor.h"
 #include "hbmalloc.h"
+#include "run/device_spec.h"
+#include "run/dialect.h"
 #include "run/plan.h"
 #include "run/replay.h"
 #include "trace/steps.h"
@@ -29,11 +31,15 @@ static const struct {
      "  replay TRACE   replay an allocation trace on the simulated device and summarise it\n"
      "      --conf STRING      allocator settings (HBMALLOC_CONF rules); default: the environment (HBMALLOC_CONF,\n"
      "                         else PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF as the framework reads them)\n"
-     "      --capacity SIZE    device capacity, e.g. 80GiB (default 80GiB)\n"
-     "      --backend SPEC     backend spec (default sim; see docs/SIM.md); --capacity is appended\n"
+     "      --capacity SIZE    device capacity, e.g. 80GiB (default 80GiB; one capacity= inside --backend is the\n"
+     "                         same: given both ways, they must agree)\n"
+     "      --backend SPEC     backend spec (default sim; see docs/SIM.md)\n"
+     "      --torch VERSION | --torch-npu VERSION   your release: its settings rules; --torch-npu reads\n"
+     "                         PYTORCH_NPU_ALLOC_CONF. Else the framework is the backend's dialect, the snapshot's,\n"
+     "                         the environment's (docs/TOOL.md, \"The framework\")\n"
      "      --stats            print every statistic under memory_stats() names\n"
      "      --check            run the validator after every event (slow)\n"
-     "      --device N         which device's history of a PyTorch snapshot (default 0)\n"
+     "      --device N         which device's history of a PyTorch snapshot (default: its only one)\n"
      "      --min-capacity     find the smallest capacity that runs the trace without OOM\n"
      "      --steps auto|N     mark training steps (hbm_step) where the allocations repeat, or every N allocations;\n"
      "                         with --conf hbm_step_plan:True the step plan is learnt and used "
@@ -47,10 +53,12 @@ static const struct {
      "    (id,lower,upper,size), told apart by content; a snapshot's recorded settings are used unless --conf\n"
      "    exit status: 0 ran clean, 1 out of memory, 2 bad input\n"},
     {"sweep", "  sweep TRACE    replay under a grid of settings on all cores, rank them against yours, recommend one\n"
-              "      --capacity SIZE, --backend SPEC (the target device: its dialect and capabilities),\n"
-              "      --grid 'key=v1,v2;key2=...' ('-' = unset), --no-expandable (old firmware),\n"
-              "      --baseline SETTINGS (yours; default the dialect's PYTORCH_* variable),\n"
-              "      --torch VERSION | --torch-npu VERSION (your release: what it refuses is left out),\n"
+              "      --capacity SIZE, --backend SPEC (the target device: its dialect and capabilities; one\n"
+              "      capacity, given either way), --device N (which device's history of a snapshot),\n"
+              "      --grid 'key=v1,v2;key2=...' ('-' = unset), --no-expandable (old firmware), --steps auto|N,\n"
+              "      --baseline SETTINGS (yours; default the framework's PYTORCH_* variable),\n"
+              "      --torch VERSION | --torch-npu VERSION (your release: what it refuses is left out; --torch-npu\n"
+              "      advises PYTORCH_NPU_ALLOC_CONF; else docs/TOOL.md, \"The framework\"),\n"
               "      --jobs N, --json, --no-progress,\n"
               "      --html OUT.html (the first settings of the ranking and yours as view's page, side by side)\n"
               "    exit status: 0 the best runs clean, 1 every setting runs out of memory, 2 bad input\n"},
@@ -59,18 +67,21 @@ static const struct {
      "       (OUT.html: an interactive page; TRACE --conf A --conf B, or TRACE1 TRACE2: runs side by side;\n"
      "        --detail N: a run of more than N allocations, default 1000000, gets the map at 400 moments)\n"
      "                 (.png: the SVG rendered by librsvg's rsvg-convert, which must be on PATH)\n"
-     "      --conf STRING, --capacity SIZE, --backend SPEC, --device N\n"
+     "      --conf STRING, --capacity SIZE, --backend SPEC, --device N, --torch V | --torch-npu V\n"
      "    exit status: 0 drawn, 1 drawn up to an out-of-memory (marked), 2 bad input\n"},
-    {"conf", "  conf [STRING]  the effective settings of STRING as the framework reads it (default: the environment)\n"
-             "      --dialect cuda|npu  PYTORCH_CUDA_ALLOC_CONF (PyTorch) or PYTORCH_NPU_ALLOC_CONF (torch_npu)\n"
-             "      --torch VERSION | --torch-npu VERSION   that release's parser (default the newest known)\n"
-             "      --vmm yes|no        whether the device has virtual memory (torch_npu's expandable rule)\n"
-             "      --strict            as HBMALLOC_CONF: hbmalloc's strict rules and its own hbm_* keys\n"
-             "      --releases          list the releases known, their parsers and keys\n"
-             "      --keys              list every key hbmalloc reads (a Markdown table: docs/CONFIGURATION.md's)\n"
-             "      --backend SPEC      as an allocator on that backend runs them (dialect and capability\n"
-             "                          fallbacks included), e.g. --backend sim:firmware=22.0.3,dialect=npu\n"
-             "    exit status: 0 accepted, 2 refused or bad usage\n"},
+    {"conf",
+     "  conf [STRING]  the effective settings of STRING as the framework reads it (default: the environment;\n"
+     "                 both frameworks' variables set: each as its framework reads it)\n"
+     "      --dialect cuda|npu  PYTORCH_CUDA_ALLOC_CONF (PyTorch) or PYTORCH_NPU_ALLOC_CONF (torch_npu); default\n"
+     "                          docs/TOOL.md, \"The framework\" (--torch-npu, --backend, the environment)\n"
+     "      --torch VERSION | --torch-npu VERSION   that release's parser (default the newest known)\n"
+     "      --vmm yes|no        whether the device has virtual memory (torch_npu's expandable rule)\n"
+     "      --strict            as HBMALLOC_CONF: hbmalloc's strict rules and its own hbm_* keys\n"
+     "      --releases          list the releases known, their parsers and keys\n"
+     "      --keys              list every key hbmalloc reads (a Markdown table: docs/CONFIGURATION.md's)\n"
+     "      --backend SPEC      as an allocator on that backend runs them (dialect and capability\n"
+     "                          fallbacks included), e.g. --backend sim:firmware=22.0.3,dialect=npu\n"
+     "    exit status: 0 accepted, 2 refused or bad usage\n"},
     {"doctor",
      "  doctor         what is wrong with device memory or communication here, why, what to do next:\n"
      "                 backends, driver/firmware/CANN versions, npu-smi, nvidia-smi, virtual memory,\n"
@@ -174,61 +185,6 @@ static int command_help(const char *cmd, int argc, char **argv)
     return 0;
 }
 
-/* The simulated device's largest (src/backend/sim.c, SIM_MAX_CAPACITY). */
-#define SIM_CAPACITY_BYTES ((size_t)8 << 40)
-#define SIM_CAPACITY_MAX "8 TiB"
-
-/* --capacity: a size with a unit. A bare number is bytes, as everywhere in hbmalloc, but `--capacity 80` meant
- * 80 GiB every time we saw it (an OOM at event 0 and no word why): said, with what was read. -1: refused. */
-static int capacity_arg(const char *cmd, const char *capacity, size_t *cap)
-{
-    size_t digits = strspn(capacity, "0123456789.");
-    const char *unit = capacity + digits;
-    bool past = digits && strchr("pPeE", unit[0]) &&
-                (!unit[1] || !strcasecmp(unit + 1, "b") || !strcasecmp(unit + 1, "ib"));
-    if (!past && (hbm__parse_size(capacity, cap) || *cap == 0)) {
-        fprintf(stderr,
-                "hbmalloc %s: --capacity '%s' is not a size: a number and a unit (e.g. 80GiB, 512MiB, "
-                "2TiB; a bare number is bytes)\n",
-                cmd, capacity);
-        return -1;
-    }
-    if (past || *cap > SIM_CAPACITY_BYTES) {
-        fprintf(stderr, "hbmalloc %s: --capacity '%s' is more than the simulated device's limit, %s\n", cmd, capacity,
-                SIM_CAPACITY_MAX);
-        return -1;
-    }
-    if (!*unit && *cap < ((size_t)1 << 20))
-        fprintf(stderr,
-                "hbmalloc %s: warning: --capacity %s has no unit: %s bytes (for %s GiB, write --capacity "
-                "%sGiB)\n",
-                cmd, capacity, capacity, capacity, capacity);
-    else if (!*unit) {
-        char h[32];
-        hbm__format_size(*cap, h, sizeof h);
-        fprintf(stderr, "hbmalloc %s: note: --capacity %s has no unit: read as bytes, %s\n", cmd, capacity, h);
-    }
-    return 0;
-}
-
-static int sim_spec(const char *cmd, char *spec, size_t n, const char *backend, const char *capacity)
-{
-    if (!strncmp(backend, "cuda", 4) && (!backend[4] || backend[4] == ':')) {
-        /* A real device: its own capacity, and measured (not modelled) device time. */
-        snprintf(spec, n, "%s", backend);
-        return 0;
-    }
-    size_t cap;
-    if (capacity_arg(cmd, capacity, &cap))
-        return -1;
-    if (strncmp(backend, "sim", 3) != 0 || (backend[3] && backend[3] != ':')) {
-        fprintf(stderr, "hbmalloc: --backend must be a sim spec (sim:...) or cuda (a real GPU)\n");
-        return -1;
-    }
-    snprintf(spec, n, "%s%scapacity=%zu", backend, backend[3] ? "," : ":", cap);
-    return 0;
-}
-
 /* Settings as an allocator on that backend would run them, with any capability fallback. */
 static int conf_on_backend(const char *s, const char *spec)
 {
@@ -307,37 +263,70 @@ static void print_from_command_line(const char *out, const char *var)
     printf("%.*s\nsource: the command line, read as %s is%s", (int)(at - out), out, var, at + strlen(line) - 1);
 }
 
+/* A settings string as a framework reads it: the verdict, then the effective settings. 0, or 2 refused (printed). */
+static int conf_string(const char *var, const char *s, hbm_dialect d, const char *version, int vmm, int strict,
+                       int from_command_line)
+{
+    char out[8192];
+    if (hbm_settings_check_release(var, s, d, version, vmm, out, sizeof out) != HBM_OK) {
+        char who[200], tag[80];
+        if (strict)
+            snprintf(who, sizeof who, "hbmalloc (HBMALLOC_CONF)");
+        else
+            hbm_release_describe(d, version, who, sizeof who, tag, sizeof tag);
+        if (strstr(out, who)) /* the message names the release already */
+            fprintf(stderr, "hbmalloc conf: refused: %s\n", out);
+        else
+            fprintf(stderr, "hbmalloc conf: refused by %s: %s\n", who, out);
+        return 2;
+    }
+    conf_verdict(stdout, var, s, d, version, vmm, strict);
+    if (from_command_line)
+        print_from_command_line(out, var);
+    else
+        fputs(out, stdout);
+    return 0;
+}
+
+/* Both frameworks' variables set and nothing on the command line to choose: each is read by one framework only (a
+ * GPU's PyTorch never reads PYTORCH_NPU_ALLOC_CONF; torch_npu never reads PYTORCH_CUDA_ALLOC_CONF, dialect.c), so
+ * each is shown as its framework reads it. */
+static int conf_both(const char *version, int vmm)
+{
+    printf("PYTORCH_CUDA_ALLOC_CONF and PYTORCH_NPU_ALLOC_CONF are both set: PyTorch on a GPU reads\n"
+           "PYTORCH_CUDA_ALLOC_CONF only, torch_npu reads PYTORCH_NPU_ALLOC_CONF only; each below as its framework\n"
+           "reads it (--dialect cuda|npu, --torch or --torch-npu: one)\n");
+    if (getenv("HBMALLOC_CONF"))
+        printf("note: HBMALLOC_CONF is set too: hbmalloc's plug-ins read it before either (hbmalloc conf --strict "
+               "checks it)\n");
+    int rc = 0;
+    for (int npu = 0; npu < 2; npu++) {
+        hbm_dialect d = npu ? HBM_DIALECT_NPU : HBM_DIALECT_CUDA;
+        printf("\n%s: %s='%s'\n", dialect_framework(d), dialect_var(d), getenv(dialect_var(d)));
+        fflush(stdout);
+        if (conf_string(dialect_var(d), getenv(dialect_var(d)), d, version, vmm, 0, 0))
+            rc = 2;
+        fflush(stdout);
+    }
+    return rc;
+}
+
 static int cmd_conf(int argc, char **argv)
 {
-    const char *s = NULL, *backend = NULL, *version = NULL, *var = NULL;
-    hbm_dialect d = HBM_DIALECT_CUDA;
-    int dialect_given = 0, strict = 0, releases = 0, keys = 0, vmm = -1;
+    const char *s = NULL, *backend = NULL, *var = NULL;
+    dialect_evidence ev = {.log = -1, .machine = -1};
+    int strict = 0, releases = 0, keys = 0, vmm = -1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
         if (!strcmp(a, "--backend") && has_value) {
-            backend = argv[++i];
+            backend = ev.backend = argv[++i];
         } else if (!strcmp(a, "--dialect") && has_value) {
-            const char *v = argv[++i];
-            if (!strcmp(v, "cuda"))
-                d = HBM_DIALECT_CUDA;
-            else if (!strcmp(v, "npu"))
-                d = HBM_DIALECT_NPU;
-            else {
-                fprintf(stderr, "hbmalloc conf: --dialect must be cuda or npu, not '%s'\n", v);
-                return 2;
-            }
-            dialect_given = 1;
-        } else if ((!strcmp(a, "--torch") || !strcmp(a, "--torch-npu")) && has_value) {
-            hbm_dialect want = a[7] ? HBM_DIALECT_NPU : HBM_DIALECT_CUDA;
-            if (dialect_given && want != d) {
-                fprintf(stderr, "hbmalloc conf: %s contradicts --dialect %s\n", a,
-                        d == HBM_DIALECT_NPU ? "npu" : "cuda");
-                return 2;
-            }
-            d = want;
-            dialect_given = 1;
-            version = argv[++i];
+            ev.dialect = argv[++i];
+        } else if (!strcmp(a, "--torch") && has_value) {
+            ev.torch = argv[++i];
+        } else if (!strcmp(a, "--torch-npu") && has_value) {
+            ev.torch_npu = argv[++i];
         } else if (!strcmp(a, "--vmm") && has_value) {
             const char *v = argv[++i];
             if (strcmp(v, "yes") && strcmp(v, "no")) {
@@ -357,7 +346,9 @@ static int cmd_conf(int argc, char **argv)
                    "Checks a settings string as the framework reads it from PYTORCH_CUDA_ALLOC_CONF (PyTorch) or\n"
                    "PYTORCH_NPU_ALLOC_CONF (torch_npu): the release given, else the newest known, with its leniency\n"
                    "(each lenient reading is listed under warnings). Without SETTINGS: the environment, as hbmalloc\n"
-                   "reads it (HBMALLOC_CONF, else the framework's variables). --strict checks it as HBMALLOC_CONF.\n"
+                   "reads it (HBMALLOC_CONF, else the framework's variable; both frameworks' set: each as its own\n"
+                   "reads it). The framework: --dialect, --torch / --torch-npu, --backend, else the environment\n"
+                   "(docs/TOOL.md, \"The framework\"). --strict checks it as HBMALLOC_CONF.\n"
                    "--vmm says whether the device has virtual memory (torch_npu's expandable rule depends on it).\n"
                    "--backend: the settings as an allocator on that device runs them. --releases lists the releases,\n"
                    "--keys the keys (name, dialects, value, default, what hbmalloc does with it).\n"
@@ -382,6 +373,14 @@ static int cmd_conf(int argc, char **argv)
         free(out);
         return 0;
     }
+    dialect_choice dc;
+    char err[600];
+    if (dialect_decide(&ev, &dc, err, sizeof err)) {
+        fprintf(stderr, "hbmalloc conf: %s\n", err);
+        return 2;
+    }
+    hbm_dialect d = dc.d;
+    const char *version = dc.version;
     if (releases) {
         char *out = malloc(64 * 1024);
         if (!out)
@@ -392,70 +391,49 @@ static int cmd_conf(int argc, char **argv)
         return 0;
     }
     if (backend) {
-        /* A device's dialect is its own: the simulated one takes --dialect, a real one must agree with it. */
+        /* A simulated device takes the dialect decided; a real one has its own (dialect_decide checked they agree). */
         char spec[600];
-        const char *want = d == HBM_DIALECT_NPU ? "npu" : "cuda";
-        if (dialect_given && !strncmp(backend, "sim", 3) && (backend[3] == 0 || backend[3] == ':') &&
-            !strstr(backend, "dialect=")) {
-            snprintf(spec, sizeof spec, "%s%sdialect=%s", backend, backend[3] ? "," : ":", want);
+        if (d == HBM_DIALECT_NPU && !strncmp(backend, "sim", 3) && (backend[3] == 0 || backend[3] == ':') &&
+            dialect_of_backend(backend) < 0) {
+            snprintf(spec, sizeof spec, "%s%sdialect=npu", backend, backend[3] ? "," : ":");
             backend = spec;
-        } else if (dialect_given) {
-            int npu_backend = !strncmp(backend, "acl", 3) || !strncmp(backend, "npu", 3) ||
-                              strstr(backend, "dialect=npu") != NULL;
-            if (npu_backend != (d == HBM_DIALECT_NPU)) {
-                fprintf(stderr,
-                        "hbmalloc conf: --dialect %s contradicts --backend '%s', which follows the %s "
-                        "dialect\n",
-                        want, backend, npu_backend ? "npu" : "cuda");
-                return 2;
-            }
         }
         int rc = conf_on_backend(s, backend);
         if (rc == 0)
             note_hbm_keys(s);
         return rc;
     }
-    char out[8192];
-    hbm_status st;
-    if (!s) {
-        st = hbm_settings_check(NULL, d, out, sizeof out);
-    } else {
-        var = strict ? "HBMALLOC_CONF" : d == HBM_DIALECT_NPU ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
-        st = hbm_settings_check_release(var, s, d, version, vmm, out, sizeof out);
+    char line[700];
+    dialect_line(&dc, line, sizeof line);
+    if (s) {
+        var = strict ? "HBMALLOC_CONF" : dialect_var(d);
+        int rc = conf_string(var, s, d, version, vmm, strict, 1);
+        if (rc == 0 && !strict)
+            printf("framework: %s\n", line);
+        if (rc == 0 && strict)
+            note_hbm_keys(s);
+        return rc;
     }
-    if (st != HBM_OK) {
-        if (s) {
-            char who[200], tag[80];
-            if (strict)
-                snprintf(who, sizeof who, "hbmalloc (HBMALLOC_CONF)");
-            else
-                hbm_release_describe(d, version, who, sizeof who, tag, sizeof tag);
-            if (strstr(out, who)) /* the message names the release already */
-                fprintf(stderr, "hbmalloc conf: refused: %s\n", out);
-            else
-                fprintf(stderr, "hbmalloc conf: refused by %s: %s\n", who, out);
-        } else {
-            fprintf(stderr, "hbmalloc conf: %s\n", out);
-        }
+    if (!dc.given && !strict && getenv("PYTORCH_CUDA_ALLOC_CONF") && getenv("PYTORCH_NPU_ALLOC_CONF"))
+        return conf_both(version, vmm);
+    char out[8192];
+    if (hbm_settings_check(NULL, d, out, sizeof out) != HBM_OK) {
+        fprintf(stderr, "hbmalloc conf: %s\n", out);
         return 2;
     }
-    if (s) {
-        conf_verdict(stdout, var, s, d, version, vmm, strict);
-        print_from_command_line(out, var);
-    } else {
-        fputs(out, stdout);
-    }
-    if (strict)
-        note_hbm_keys(s);
+    printf("framework: %s\n", line);
+    fputs(out, stdout);
     return 0;
 }
 
-/* What replay, sweep and view share: TRACE, --conf, --capacity, --backend, --device. */
+/* What replay, sweep and view share: TRACE, --conf, --capacity, --backend, --device, --torch / --torch-npu. */
 typedef struct trace_cmd {
-    const char *name, *path, *capacity, *backend, *settings, *steps;
+    const char *name, *path, *capacity, *backend, *settings, *steps, *torch, *torch_npu;
     char steps_note[300];
     int device, conf_given;
-    char spec[1024];
+    char spec[1024], base[1024]; /* the device, and the same without its capacity (--min-capacity) */
+    dialect_choice dialect;      /* whose settings: dialect.c's rule */
+    char framework[700];         /* that, for the report */
     trace t;
 } trace_cmd;
 
@@ -473,6 +451,10 @@ static int shared_arg(trace_cmd *c, int argc, char **argv, int *i)
         c->backend = argv[++*i];
     } else if (!strcmp(a, "--steps") && has_value) {
         c->steps = argv[++*i];
+    } else if (!strcmp(a, "--torch") && has_value) {
+        c->torch = argv[++*i];
+    } else if (!strcmp(a, "--torch-npu") && has_value) {
+        c->torch_npu = argv[++*i];
     } else if (!strcmp(a, "--device") && has_value) {
         char *end;
         const char *v = argv[++*i];
@@ -494,18 +476,29 @@ static int shared_arg(trace_cmd *c, int argc, char **argv, int *i)
     return 1;
 }
 
-/* After the arguments: the device spec and the trace. 0 or 2 (printed). */
+/* After the arguments: the trace, whose framework it is (dialect.c's rule: the command line, the snapshot, the
+ * environment) and the device spec (one capacity, device_spec.c). 0 or 2 (printed). */
 static int open_trace(trace_cmd *c)
 {
-    char err[512];
+    char err[600];
     if (!c->path) {
         fprintf(stderr, "hbmalloc %s: missing TRACE\n", c->name);
         return 2;
     }
-    if (sim_spec(c->name, c->spec, sizeof c->spec, c->backend, c->capacity))
-        return 2;
     if (trace_read_any(c->path, c->device, &c->t, err, sizeof err)) {
         fprintf(stderr, "hbmalloc %s: %s\n", c->name, err);
+        return 2;
+    }
+    dialect_evidence ev = {
+        .torch = c->torch, .torch_npu = c->torch_npu, .backend = c->backend, .t = &c->t, .log = -1, .machine = -1};
+    if (dialect_decide(&ev, &c->dialect, err, sizeof err)) {
+        fprintf(stderr, "hbmalloc %s: %s\n", c->name, err);
+        trace_free(&c->t);
+        return 2;
+    }
+    dialect_line(&c->dialect, c->framework, sizeof c->framework);
+    if (device_spec(c->name, c->backend, c->capacity, c->dialect.d, c->spec, sizeof c->spec, c->base, sizeof c->base)) {
+        trace_free(&c->t);
         return 2;
     }
     if (c->steps && trace_mark_steps(&c->t, c->steps, c->steps_note, sizeof c->steps_note)) {
@@ -516,9 +509,18 @@ static int open_trace(trace_cmd *c)
     return 0;
 }
 
-#define TRACE_CMD(n)                                       \
-    {                                                      \
-        .name = (n), .capacity = "80GiB", .backend = "sim" \
+/* replay and view: the allocator reads the environment's settings as the release given (HBMALLOC_TORCH_VERSION /
+ * HBMALLOC_TORCH_NPU_VERSION, docs/CONFIGURATION.md), as the plug-in tells it. */
+static void release_to_allocator(const trace_cmd *c)
+{
+    if (c->dialect.version)
+        setenv(c->dialect.d == HBM_DIALECT_NPU ? "HBMALLOC_TORCH_NPU_VERSION" : "HBMALLOC_TORCH_VERSION",
+               c->dialect.version, 1);
+}
+
+#define TRACE_CMD(n)                                              \
+    {                                                             \
+        .name = (n), .backend = "sim", .device = TRACE_DEVICE_ANY \
     }
 
 /* The settings variables a snapshot's recorded settings replace in a replay, named for the report. */
@@ -557,9 +559,11 @@ static int cmd_replay(int argc, char **argv)
     }
     if (open_trace(&c))
         return 2;
+    release_to_allocator(&c);
     o.backend_spec = c.spec;
     o.settings = c.settings;
     o.steps_note = c.steps ? c.steps_note : NULL;
+    o.framework = c.framework;
     if (!c.conf_given && c.t.rec.has_settings) {
         o.settings = c.t.rec.settings; /* replay as the recording ran */
         o.settings_from_trace = 1;
@@ -568,7 +572,7 @@ static int cmd_replay(int argc, char **argv)
     o.seed = !c.conf_given && !fresh_start; /* the recording's own settings: begin where it began */
     int rc;
     if (min_capacity) {
-        rc = replay_min_capacity(&c.t, &o, c.backend, stdout);
+        rc = replay_min_capacity(&c.t, &o, c.base, stdout);
     } else {
         replay_result r;
         rc = replay_run(&c.t, &o, &r);
@@ -651,8 +655,6 @@ static int cmd_sweep(int argc, char **argv)
             o.progress = 0;
         else if (!strcmp(a, "--baseline") && i + 1 < argc)
             o.baseline = argv[++i];
-        else if ((!strcmp(a, "--torch") || !strcmp(a, "--torch-npu")) && i + 1 < argc)
-            o.version = argv[++i];
         else if (!strcmp(a, "--html") && i + 1 < argc)
             page.path = argv[++i];
         else if (shared_arg(&c, argc, argv, &i) < 0)
@@ -662,6 +664,8 @@ static int cmd_sweep(int argc, char **argv)
         return 2;
     o.name = c.path;
     o.backend_spec = c.spec;
+    o.version = c.dialect.version;
+    o.framework = c.framework;
     if (page.path) {
         size_t len = strlen(page.path);
         if (len < 6 || strcmp(page.path + len - 5, ".html")) {
@@ -734,6 +738,7 @@ static int cmd_view(int argc, char **argv)
                 rc = 2;
                 break;
             }
+            release_to_allocator(&cs[k]);
             opened = k + 1;
         } else {
             snprintf(cs[k].spec, sizeof cs[k].spec, "%s", cs[0].spec);
@@ -780,7 +785,8 @@ static int cmd_plan(int argc, char **argv)
                 return 2;
             }
             *(strcmp(a, "--budget") ? &po.seed : &po.budget) = v;
-        } else if (!strcmp(a, "--conf") || !strcmp(a, "--capacity") || !strcmp(a, "--backend")) {
+        } else if (!strcmp(a, "--conf") || !strcmp(a, "--capacity") || !strcmp(a, "--backend") ||
+                   !strcmp(a, "--torch") || !strcmp(a, "--torch-npu")) {
             fprintf(stderr, "hbmalloc plan: %s does not apply: a plan depends on the trace alone\n", a);
             return 2;
         } else if (shared_arg(&c, argc, argv, &i) < 0) {
@@ -828,7 +834,7 @@ static int cmd_plan(int argc, char **argv)
             fprintf(stderr, "hbmalloc plan: cannot write %s\n", outp);
             rc = 2;
         } else if (!json) {
-            printf("wrote %s\n", outp);
+            plan_print_use(stdout, outp, c.path);
         }
     }
     plan_free(&p);

@@ -2,6 +2,10 @@
 # The CLI as a user runs it: exit codes and the figures it prints.
 set -u
 bin=$1 src=$2
+# The framework a command speaks for is read from the environment when nothing else says (docs/TOOL.md, "The
+# framework"): the checks below set what they test, and nothing of the caller's shell leaks in.
+unset ASCEND_HOME_PATH PYTORCH_NPU_ALLOC_CONF PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF HBMALLOC_TORCH_VERSION \
+    HBMALLOC_TORCH_NPU_VERSION
 fails=0
 check() { # name expected_rc pattern command...
     name=$1 want=$2 pat=$3
@@ -146,7 +150,8 @@ check json_as_pickle 0 "^same$" sh -c '[ "$("$1" replay "$2" | sed 1d | grep -v 
 snap=$src/tests/data/linear-10k-50k-grad.pickle
 check replay_pickle 0 "recorded: *peak reserved 4.13 GiB (4439670784 bytes)" "$bin" replay "$snap"
 check replay_pickle_matches 0 "hbmalloc +0.00%" "$bin" replay "$snap"
-check replay_pickle_device 2 "choose one with --device" "$bin" replay "$src/tests/data/layoutediting-torch1x-segments.pickle"
+check replay_pickle_device 2 "choose one with --device" "$bin" replay "$src/tests/data/layoutediting-torch1x-segments.pickle" \
+    --device 0
 head -c 5000 "$snap" >"$tmp/cut.pickle"
 check replay_truncated 2 "offset .*truncated" "$bin" replay "$tmp/cut.pickle"
 # --min-capacity: the capacity found runs clean, 1 MiB less does not.
@@ -452,5 +457,93 @@ PY
 check not_a_trace_checkpoint 2 "is a torch.save archive (a checkpoint, or saved tensors): it holds no memory snapshot" \
     "$bin" replay "$tmp/model.pt"
 check not_a_trace_zip 2 "is a zip archive: hbmalloc reads the snapshot or trace itself" "$bin" replay "$tmp/traces.zip"
+# Issue #36 item 1: one capacity, from wherever it is given. The doctor's suggested command carries it inside
+# --backend; pasted, the sweep ran on 80 GiB (the default --capacity appended after it: "capacity=31675383808,
+# capacity=85899345920"), found no OOM and recommended "10.3% less" for a job that cannot fit in 29.50 GiB.
+check capacity_in_backend_sweep 1 "^no setting runs this trace without OOM at this capacity" "$bin" sweep "$ex" \
+    --backend 'sim:dialect=npu,vmm=off,capacity=31675383808' --torch-npu 2.1.0.post6 --no-progress
+check capacity_in_backend_replay 1 "^device: *sim:capacity=42949672960 (capacity 40.00 GiB)$" "$bin" replay "$ex" \
+    --conf "" --backend sim:capacity=40GiB
+check capacity_given_twice_same 1 "OOM at event" "$bin" replay "$ex" --conf "" --backend sim:capacity=40GiB \
+    --capacity 40GiB
+check capacity_given_twice_differ 2 "two capacities given: --capacity 80GiB (80.00 GiB) and capacity= in --backend 'sim:capacity=40GiB' (40.00 GiB): give one" \
+    "$bin" sweep "$ex" --backend sim:capacity=40GiB --capacity 80GiB --no-progress
+check capacity_twice_in_backend 2 "--backend gives two capacities, capacity=40GiB and capacity=30GiB" "$bin" replay \
+    "$ex" --backend sim:capacity=40GiB,capacity=30GiB
+check capacity_on_a_real_device 2 "--capacity 40GiB does not apply to --backend 'cuda'" "$bin" replay "$ex" \
+    --backend cuda --capacity 40GiB
+# Item 2: one rule for the framework (docs/TOOL.md, "The framework"), and the variable printed is the one it reads:
+# `sweep --torch-npu` printed `export PYTORCH_CUDA_ALLOC_CONF=...` (torch_npu never reads it) and checked the grid
+# against "PyTorch 2.1".
+check sweep_torch_npu_variable 0 "^export PYTORCH_NPU_ALLOC_CONF='" "$bin" sweep "$ex" --capacity 60GiB \
+    --torch-npu 2.1.0.post6 --no-progress
+check sweep_torch_npu_release 0 "^checked against: torch_npu 2.1.0.post6" "$bin" sweep "$ex" --capacity 60GiB \
+    --torch-npu 2.1.0.post6 --no-progress
+check sweep_torch_npu_json 0 '"variable":"PYTORCH_NPU_ALLOC_CONF"' "$bin" sweep "$ex" --capacity 60GiB \
+    --torch-npu 2.1.0.post6 --json
+check sweep_framework_contradiction 2 "--torch-npu 2.1.0.post6 contradicts --backend 'sim:dialect=cuda'" "$bin" sweep \
+    "$ex" --torch-npu 2.1.0.post6 --backend sim:dialect=cuda
+check sweep_env_npu 0 "^yours: PYTORCH_NPU_ALLOC_CONF='max_split_size_mb:256'" env \
+    PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:256 "$bin" sweep "$ex" --capacity 60GiB --no-progress \
+    --grid "max_split_size_mb=-,64"
+check sweep_env_ascend 0 "^yours: the defaults (PYTORCH_NPU_ALLOC_CONF is not set)" env ASCEND_HOME_PATH=/usr/local/Ascend/ascend-toolkit/latest \
+    "$bin" sweep "$ex" --capacity 60GiB --no-progress --grid "max_split_size_mb=-,64"
+check replay_torch_npu 0 "^device: *sim:dialect=npu,capacity=85899345920 " "$bin" replay "$ex" --conf "" \
+    --torch-npu 2.1.0.post6
+check replay_torch_npu_reads 0 "(from PYTORCH_NPU_ALLOC_CONF, read as torch_npu 2.1.0.post6" env \
+    PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:64 "$bin" replay "$ex" --torch-npu 2.1.0.post6
+check view_torch_npu_contradiction 2 "contradicts --backend 'sim:dialect=cuda'" "$bin" view "$ex" --conf "" \
+    --torch-npu 2.1.0.post6 --backend sim:dialect=cuda -o "$tmp/x.svg"
+check plan_torch_refused 2 "--torch-npu does not apply" "$bin" plan "$ex" --torch-npu 2.1.0.post6
+# A snapshot's recorded stacks name the allocator that made it: torch_npu's NPUCachingAllocator (the same snapshot
+# with its frames renamed), which outranks the environment; PyTorch's CUDACachingAllocator likewise.
+python3 - "$src/tests/data/linear-10k-50k-grad.pickle" "$tmp/npu-snapshot.json" <<'PY'
+import json, pickle, sys
+text = json.dumps(pickle.load(open(sys.argv[1], 'rb')))
+for cuda, npu in (('CUDACachingAllocator', 'NPUCachingAllocator'), ('RegisterCUDA.cpp', 'RegisterPrivateUse1.cpp'),
+                  ('c10::cuda::', 'c10_npu::')):
+    text = text.replace(cuda, npu)
+open(sys.argv[2], 'w').write(text)
+PY
+check snapshot_stacks_npu 0 "^framework: *torch_npu, which reads PYTORCH_NPU_ALLOC_CONF (from the snapshot: its recorded stacks name NPUCachingAllocator)" \
+    env PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64 "$bin" replay "$tmp/npu-snapshot.json"
+check snapshot_stacks_cuda 0 "^framework: *PyTorch, .*(from the snapshot: its recorded stacks name CUDACachingAllocator); outranked: the environment: PYTORCH_NPU_ALLOC_CONF is set (torch_npu's)" \
+    env PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:64 "$bin" replay "$snap"
+# Item 3: `conf` read an exported PYTORCH_NPU_ALLOC_CONF as nothing ("source: default") unless --dialect npu; with
+# both variables set it says which framework reads which, and shows each.
+check conf_env_npu 0 "^source: PYTORCH_NPU_ALLOC_CONF$" env -u HBMALLOC_CONF PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:64 \
+    "$bin" conf
+check conf_env_npu_string 0 '^string: "max_split_size_mb:64"$' env -u HBMALLOC_CONF \
+    PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:64 "$bin" conf
+check conf_env_both 0 "^PYTORCH_CUDA_ALLOC_CONF only, torch_npu reads PYTORCH_NPU_ALLOC_CONF only" env -u HBMALLOC_CONF \
+    PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:64 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$bin" conf
+check conf_env_both_npu 0 "^torch_npu: PYTORCH_NPU_ALLOC_CONF='max_split_size_mb:64'$" env -u HBMALLOC_CONF \
+    PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:64 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$bin" conf
+check conf_env_both_cuda 0 "^PyTorch: PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'$" env -u HBMALLOC_CONF \
+    PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:64 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$bin" conf
+check conf_env_both_chosen 0 "^source: PYTORCH_CUDA_ALLOC_CONF$" env -u HBMALLOC_CONF \
+    PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:64 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$bin" conf \
+    --dialect cuda
+# Item 4: a misspelled grid key was "refused by PyTorch", then "keep yours", exit 0: now named, with the key the
+# release reads nearest (as --conf gives it), exit 2. A key only the release given refuses is still left out.
+check sweep_grid_misspelled 2 "--grid 'expandable_segment=True': Unrecognized key 'expandable_segment' .*did you mean 'expandable_segments'?" \
+    "$bin" sweep "$ex" --grid "expandable_segment=True" --no-progress
+check sweep_grid_bad_value 2 "--grid 'max_split_size_mb=3': invalid setting" "$bin" sweep "$ex" \
+    --grid "max_split_size_mb=-,3" --no-progress
+# Item 5: a snapshot whose recorded start does not fit the capacity printed "OOMs: 0", "hbmalloc -100.00%" and an
+# OOM "rebuilding the recorded start" with no reason: it says the recorded state itself exceeds the capacity, both
+# figures, and no figures of a replay that did not run. (The snapshot's first 8 events dropped: its recording then
+# begins with 4 segments, 2.98 GiB, reserved.)
+python3 -c "import pickle, sys
+d = pickle.load(open(sys.argv[1], 'rb'))
+d['device_traces'][0] = d['device_traces'][0][8:]
+pickle.dump(d, open(sys.argv[2], 'wb'), protocol=4)" "$snap" "$tmp/mid-run.pickle"
+check replay_start_unfit 1 "^not replayed: *the recorded state itself exceeds the capacity: the recording began with 2.98 GiB reserved (3204448256 bytes, 4 segments), the device has 2.00 GiB (2147483648 bytes)" \
+    "$bin" replay "$tmp/mid-run.pickle" --capacity 2GiB
+if "$bin" replay "$tmp/mid-run.pickle" --capacity 2GiB 2>&1 | grep -q "^OOMs:\|-100.00%\|^OOM at event"; then
+    echo "FAIL replay_start_unfit_no_figures"; fails=$((fails + 1)); else echo "ok   replay_start_unfit_no_figures"; fi
+check replay_start_fits 0 "the replay begins from that state (4 segments rebuilt)" "$bin" replay "$tmp/mid-run.pickle"
+# Item 8: sweep --help lists --device.
+check help_sweep_device 0 "--device N" "$bin" sweep --help
 if [ "$fails" -ne 0 ]; then echo "$fails CLI check(s) failed"; exit 1; fi
 echo "all CLI checks passed"

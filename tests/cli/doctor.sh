@@ -11,10 +11,16 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # A clean environment: only what each case sets.
 doc() { env -i PATH="$D/bin:/usr/bin:/bin" HBMALLOC_LIBCUDA=/nonexistent/libcuda.so.1 \
         HBMALLOC_LIBASCENDCL=/nonexistent/libascendcl.so HBMALLOC_PYTHON=/nonexistent/python3 "$@"; }
+# The output wraps at words to 100 columns: texts are looked for in it as one line, runs of spaces as one.
+flat() { sed 's/ \\$//' "$1" | tr '\n' ' ' | tr -s ' '; } # lines joined, a command's " \\" too
+has() { flat "$T/out" | grep -qF -- "$(printf '%s' "$1" | tr -s ' ')"; } # has TEXT: in $T/out
 expect() { # expect RC FILE TEXT...: the exit status, then each text in the output
   want=$1; out=$2; shift 2
   [ "$rc" -eq "$want" ] || fail "$case: exit status $rc, expected $want"
-  for t in "$@"; do grep -qF -- "$t" "$out" || { fail "$case: missing '$t'"; sed 's/^/    /' "$out" | head -60; }; done
+  for t in "$@"; do
+    flat "$out" | grep -qF -- "$(printf '%s' "$t" | tr -s ' ')" ||
+      { fail "$case: missing '$t'"; sed 's/^/    /' "$out" | head -60; }
+  done
 }
 
 case=healthy-910b
@@ -79,6 +85,22 @@ doc HBMALLOC_PYTHON=python3 PYTHONPATH="$T/py-new" "$BIN" doctor --root "$T" >"$
 expect 0 "$T/out" "torch                    2.6.0+cu124 (built for CUDA 12.4): hbmalloc.torch.use() accepts it" \
   "torch_npu                2.6.0.post1: hbmalloc.torch.use() accepts it" \
   "PyTorch                  2.6.0+cu124 (the torch that " "torch_npu                2.6.0.post1 (the torch_npu that "
+# A torch_npu job (its log) where this Python's torch is too old: what the NPU needs (torch_npu with its torch), not
+# CUDA's wheel (issue #36 item 7); the job's own release when the log names it, not when it is only inferred.
+case=npu-job-old-torch
+doc HBMALLOC_PYTHON=python3 PYTHONPATH="$T/py-old:$SRC/python" "$BIN" doctor --root "$T" \
+    --log "$D/logs/field_report_constructed.log" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "[warning] torch 1.13.0a0 cannot host hbmalloc: hbmalloc.torch.use() refuses it" \
+  "the job runs torch_npu ($D/logs/field_report_constructed.log:1)" \
+  "this Python imports torch 1.13.0a0 and no torch_npu" "pip install 'torch_npu>=2.1' with its torch"
+for cuda in "wheel for your CUDA" "pip install 'torch>=2.3'" "get-started/locally"; do
+  has "$cuda" && fail "$case: CUDA advice for a torch_npu job: '$cuda'"
+done
+printf 'torch_npu version: 2.1.0.post6\nRuntimeError: NPU out of memory. Tried to allocate 20.00 MiB\n' >"$T/npu.log"
+doc HBMALLOC_PYTHON=python3 PYTHONPATH="$T/py-old:$SRC/python" "$BIN" doctor --root "$T" --log "$T/npu.log" \
+    >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "pip install torch==2.1.0 torch_npu==2.1.0.post6 (the job's torch_npu and its torch)"
+has "wheel for your CUDA" && fail "$case: CUDA advice for a torch_npu job"
 mkpkg "$T/py-broken" torch "raise ImportError('libc10.so: cannot open shared object file')"
 doc HBMALLOC_PYTHON=python3 PYTHONPATH="$T/py-broken" "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
 expect 0 "$T/out" "torch                    not importable: ImportError: libc10.so: cannot open shared object file"
@@ -91,10 +113,63 @@ case=oom-wrapped
 doc "$BIN" doctor --no-env --log "$D/logs/npu_oom_wrapped_constructed.log" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "NPU out of memory with 419.84 MiB reserved but unallocated: fragmentation (a 22.00 MiB request failed)" \
   "seen 2 times, first at $D/logs/npu_oom_wrapped_constructed.log:2:" "10.24 GiB in live tensors"
-grep -q "the live tensors do not fit" "$T/out" && fail "$case: a wrapped message read as a capacity problem"
+has "the live tensors do not fit" && fail "$case: a wrapped message read as a capacity problem"
 doc "$BIN" doctor --no-env --log "$D/logs/npu_oom_cut_constructed.log" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "[warning] NPU out of memory, but the message is cut in the log: its figures cannot all be read"
-grep -qE "fragmentation \(|do not fit" "$T/out" && fail "$case: concluded from a cut message"
+{ has "fragmentation (" || has "do not fit"; } && fail "$case: concluded from a cut message"
+
+# Issue #36 item 7: the output for people fits 100 columns, wrapped at words: the JSON of the same run (never
+# wrapped) is all in the text, space aside, so no word was cut or lost; no line is over 100 characters or ends in a
+# space; and a log line quoted anywhere is whole, or cut where a word ends and marked " ..." (a cut had left
+# "driver and firmwa)").
+layout() { # layout CASE ENV... BIN doctor ARGS...: the recorded setup, as text and as JSON
+  case=$1; shift
+  doc "$@" >"$T/text" 2>/dev/null
+  doc "$@" --json >"$T/json" 2>/dev/null
+  python3 - "$T/text" "$T/json" <<'PY' || { fail "$case: layout"; sed 's/^/    /' "$T/text" | head -80; }
+import json, os, re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+doc = json.load(open(sys.argv[2], encoding="utf-8"))
+bad = []
+for i, line in enumerate(text.split("\n"), 1):
+    if len(line) > 100:
+        bad.append("line %d has %d characters: %s" % (i, len(line), line))
+    if line.endswith(" "):
+        bad.append("line %d ends in a space" % i)
+strings = [e["value"] for e in doc["environment"]] + doc["not_checked"]
+for f in doc["findings"]:
+    strings += [f["title"], f["evidence"], f["why"]] + f["next"]
+squeezed = re.sub(r"\s+", "", text.replace(" \\\n", " "))  # a command continued with " \\"
+for s in strings:
+    if re.sub(r"\s+", "", s) not in squeezed:
+        bad.append("not in the text as the JSON has it (a word cut or lost): " + s[:150])
+    for m in re.finditer(r"([^\s(]+\.log):(\d+): ", s):
+        if not os.path.isfile(m.group(1)):
+            continue
+        line = open(m.group(1), encoding="utf-8", errors="replace").read().split("\n")[int(m.group(2)) - 1]
+        line = line.rstrip("\r").lstrip(" \t")
+        q = s[m.end():]
+        n = 0
+        while n < len(line) and n < len(q) and q[n] == line[n]:
+            n += 1
+        if n == len(line) or (q[n:n + 4] == " ..." and line[n] == " ") or \
+                (n and q[n - 1:n + 3] == " ..." and line[n - 1] == " "):
+            continue
+        bad.append("a quote of %s:%s cut inside a word: ...%s" % (m.group(1), m.group(2), q[max(0, n - 30):n + 10]))
+for b in bad:
+    print("    " + b)
+sys.exit(1 if bad else 0)
+PY
+}
+layout layout-test-sh NPU_SMI_INFO=$D/npu-smi/910b3-8.txt NPU_SMI_BOARD=$D/npu-smi/board-910.txt \
+    PYTORCH_NPU_ALLOC_CONF=expandable_segments:True "$BIN" doctor --root "$D/root-mismatch" \
+    --log "$D/logs/field_report_constructed.log" --log "$D/logs/npu_oom_sglang_29838.log"
+set --
+for l in "$D"/logs/*.log; do set -- "$@" --log "$l"; done
+layout layout-every-log NPU_SMI_INFO=$D/npu-smi/910b3-8.txt NPU_SMI_BOARD=$D/npu-smi/board-910.txt \
+    NVIDIA_SMI_OUT=$D/nvidia-smi/h100-8.txt PYTORCH_NPU_ALLOC_CONF=expandable_segments:True,max_split_size_mb:64 \
+    HBMALLOC_PYTHON=python3 PYTHONPATH="$T/py-old:$SRC/python" "$BIN" doctor --root "$D/root-mismatch" "$@"
+set --
 
 case=inference-310p
 doc NPU_SMI_INFO=$D/npu-smi/310p3.txt "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
@@ -129,14 +204,14 @@ expect 1 "$T/out" "1. [error] Ascend driver (HDK) 22.0.3 is older than 23.0.0" "
   "HCCL error: HcclGetRootInfo returned 2 (HCCL_E_PTR)" \
   "on a simulated NPU of 60.97 GiB without virtual memory: " "from 58.71 GiB with yours" \
   "and in your code: torch.npu.set_per_process_memory_fraction(0.99)"
-grep -q "is refused" "$T/out" && fail "$case: the string is called refused, but torch_npu 2.1.0.post6 ran it"
+has "is refused" && fail "$case: the string is called refused, but torch_npu 2.1.0.post6 ran it"
 # Without virtual memory the same sweep sizes hbmalloc's arena; its line runs the trace alone in one device allocation.
 arena=$(grep -o "export HBMALLOC_CONF='hbm_arena_mb:[0-9]*'" "$T/out" | grep -o "hbm_arena_mb:[0-9]*")
 [ -n "$arena" ] || fail "$case: no proven arena line"
 "$BIN" replay "$TRACE" --backend sim:dialect=npu,vmm=off --capacity 60.97GiB --conf "$arena" >"$T/arena" 2>&1 ||
   fail "$case: $arena does not run the trace"
 grep -q "device calls: *1 malloc, 0 free" "$T/arena" || fail "$case: $arena needed more than the arena"
-grep -q "max_split_size_mb:1024,garbage_collection_threshold:0.8" "$T/out" && fail "$case: typed advice"
+has "max_split_size_mb:1024,garbage_collection_threshold:0.8" && fail "$case: typed advice"
 peak() { # peak reserved bytes of a replay of TRACE under PYTORCH_NPU_ALLOC_CONF as torch_npu 2.1.0.post6 reads it
   "$@" HBMALLOC_TORCH_NPU_VERSION=2.1.0.post6 "$BIN" replay "$TRACE" --backend sim:dialect=npu,vmm=off \
     --capacity 60.97GiB | sed -n 's/^peak reserved: .*(\([0-9]*\) bytes).*/\1/p'
@@ -167,8 +242,19 @@ while IFS= read -r hit; do
   echo "$value" >>"$T/pasted-values"
 done <"$T/exports"
 [ "$(wc -l <"$T/pasted-values")" -ge 2 ] || fail "$case: fewer than two export lines"
-grep -q "garbage_collection_threshold is left out of that string" "$T/out" ||
+has "garbage_collection_threshold is left out of that string" ||
   fail "$case: the cleanup string should drop the inactive garbage_collection_threshold and say so"
+# The same run laid out for people (the layout cases above).
+layout layout-field-report-full PYTORCH_NPU_ALLOC_CONF="$MINE" "$BIN" doctor --root "$D/root-old" \
+    --log "$D/logs/field_report_full_constructed.log" --trace "$TRACE"
+
+# A snapshot with one device (device 1) is proven on without naming it; the sweep line names the device it read.
+case=trace-one-device
+ONE=$SRC/tests/data/layoutediting-torch1x-segments.pickle
+doc "$BIN" doctor --no-env --trace "$ONE" --capacity 80GiB >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "replayed $ONE on a simulated GPU of 80.00 GiB" "\$ hbmalloc sweep '$ONE' --device 1 --backend"
+doc "$BIN" doctor --no-env --trace "$ONE" --capacity 80GiB --device 0 >"$T/out" 2>&1; rc=$?
+expect 2 "$T/out" "device 0 has no segments or history in this snapshot (devices: 1); choose one with --device"
 
 case=old-hdk
 doc PYTORCH_NPU_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:[256:1,512:2,\>:4] \
@@ -190,7 +276,7 @@ expect 1 "$T/out" "loads                    yes" "AscendCL 1.15.0, driver 24.1.r
   "virtual memory           no: the probe aclrtReserveMemAddress(512 bytes) returned ACL_ERROR_RT_FEATURE_NOT_SUPPORT (207000)" \
   "sleeping pools           no: a sleep cannot keep addresses without virtual memory" \
 
-grep -q "asks for expandable_segments:True, which this NPU cannot do" "$T/out" || fail "$case: no expandable finding"
+has "asks for expandable_segments:True, which this NPU cannot do" || fail "$case: no expandable finding"
 case=runtime-ok
 doc HBMALLOC_LIBASCENDCL="$FAKEACL" PYTORCH_NPU_ALLOC_CONF=expandable_segments:True \
     "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
@@ -269,7 +355,15 @@ case=usage
 doc "$BIN" doctor --bogus >"$T/out" 2>&1; rc=$?
 expect 2 "$T/out" "unknown option"
 doc "$BIN" doctor --no-env --log "$T/missing.log" >"$T/out" 2>&1; rc=$?
-expect 2 "$T/out" "cannot open log"
+expect 2 "$T/out" "cannot open log $T/missing.log: No such file or directory" # the system's reason (issue #36 item 7)
+# --no-env and nothing else examines nothing: said, with bad usage's status, never "No problems found".
+case=nothing-to-check
+doc "$BIN" doctor --no-env >"$T/out" 2>&1; rc=$?
+expect 2 "$T/out" "hbmalloc doctor: nothing was checked: --no-env leaves out this machine's environment, and no" \
+  "--log or --trace was given"
+has "No problems found" && fail "$case: 'No problems found' with nothing examined"
+doc "$BIN" doctor --no-env --json >"$T/out" 2>&1; rc=$?
+expect 2 "$T/out" "nothing was checked"
 
 # Issue #28 item 13: a FIFO where a version file is expected blocked the doctor for ever (files were opened before
 # they were checked); a device named as a log (/dev/zero) was read without end. Version files are opened without

@@ -6,7 +6,9 @@
 #             --system-site-packages: no index is reached, PIP_NO_INDEX); the tool is then on the venv's PATH;
 #   use       `hbm.use()` in that venv, with Debian's torch 1.13: refused, and the message says what to install;
 #   library   cmake, build, install to ~/.local, on a machine without cmocka (pkg-config finds none): configured and
-#             built without the tests, with a word on how to get them; -DHBM_TESTS=ON there stops with the reason.
+#             built without the tests, with a word on how to get them; -DHBM_TESTS=ON there stops with the reason;
+#   embed     examples/embed built against that ~/.local install with CMake and with pkg-config, and run as built.
+# And what the README lists: every package scripts/deps.sh installs, every document in docs/.
 # Nothing of the user's: HOME is the test's folder, pip keeps no cache, Debian's python3 comes first on PATH.
 # usage: tests/cli/readme.sh SRC WORKDIR
 set -eu
@@ -20,11 +22,26 @@ block() { # NAME: the block README.md marks with it
         armed && /^```/ { if (inside) exit; inside = 1; next }
         inside { print }' "$src/README.md"
 }
-for name in install use library; do
+for name in install use library embed; do
     block "$name" >"$work/$name.block"
     [ -s "$work/$name.block" ] || fail "README.md has no block marked ($name)"
 done
-echo "README blocks: $(wc -l <"$work/install.block") + $(wc -l <"$work/use.block") + $(wc -l <"$work/library.block") lines"
+echo "README blocks: $(wc -l <"$work/install.block") + $(wc -l <"$work/use.block") + $(wc -l <"$work/library.block")" \
+    "+ $(wc -l <"$work/embed.block") lines"
+# The packages the README names for its two commands: scripts/deps.sh's, all of them.
+deps=$(awk '/^ *pkgs\+?=\(/ { on = 1 } on { print } on && /\)/ { on = 0 }' "$src/scripts/deps.sh" |
+    sed 's/.*(//; s/).*//')
+said=$(awk '/^Both install what they need/ { on = 1 } on && /^$/ { exit } on' "$src/README.md" | tr -d '`(),;:' |
+    tr ' ' '\n')
+[ -n "$deps" ] || fail "no packages read from scripts/deps.sh"
+for p in $deps; do
+    printf '%s\n' "$said" | grep -qxF -- "$p" || fail "README.md's list of what the two commands install lacks $p"
+done
+echo "README names the $(echo $deps | wc -w) packages of scripts/deps.sh"
+for d in "$src"/docs/*.md; do
+    grep -qF "(docs/$(basename "$d"))" "$src/README.md" || fail "README.md's Documentation lacks docs/$(basename "$d")"
+done
+echo "README names every document in docs/"
 # The source tree as a clone has it (no build folders of this checkout; outside git, the tree less build*/).
 mkdir "$work/src"
 if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
@@ -71,4 +88,9 @@ PKG_CONFIG_LIBDIR="$work/nopc" PKG_CONFIG_PATH="" cmake -S . -B build-tests -DHB
 [ "$rc" -ne 0 ] && grep -q "HBM_TESTS=ON: the tests need cmocka" "$work/tests-on.log" ||
     { tail -20 "$work/tests-on.log"; fail "-DHBM_TESTS=ON without cmocka: status $rc"; }
 echo "library: -DHBM_TESTS=ON without cmocka stops the configuration, saying why"
+
+# 4. embed: the README's lines that build examples/embed against that install (CMake, then pkg-config), run as built.
+bash -e "$work/embed.block" >"$work/embed.log" 2>&1 || { tail -30 "$work/embed.log"; fail "the embed block"; }
+[ "$(grep -c "double free reported" "$work/embed.log")" -eq 2 ] || { cat "$work/embed.log"; fail "embed's output"; }
+echo "embed: built against ~/.local with CMake and with pkg-config; both run"
 echo "readme: ok"

@@ -232,7 +232,22 @@ def same(t, seed):
     return ctypes.string_at(t.data_ptr(), t.n) == bytes((i * 7 + seed) & 0xff for i in range(256)) * (t.n // 256)
 
 
+def refused_tag(call, tag, *named):
+    """call(tag) of a tag no pool() made raises ValueError naming the tags there are (issue #36 item 6: it returned 0,
+    and a misspelt tag left the memory it meant to free held)."""
+    try:
+        call(tag)
+    except ValueError as e:
+        text = str(e)
+        assert "%s(%r): no pool is tagged %r" % (call.__name__, tag, tag) in text, text
+        for t in named:
+            assert repr(t) in text, (t, text)
+        return text
+    raise AssertionError("%s(%r) of an unknown tag did not raise" % (call.__name__, tag))
+
+
 if mode in ("2.6", "npu-26.1.0"):
+    assert "no tag is made yet" in refused_tag(hbm.sleep, "weights")
     try:
         with hbm.pool("weights", backup=True):
             raise AssertionError("pool() accepted a release that frees pool segments itself")
@@ -269,6 +284,11 @@ assert info["weights"]["state"] == "awake" and info["weights"]["backup"] and not
 free0, total = hbm.mem_get_info(0)
 reserved = info["weights"]["reserved_bytes"] + info["kv_cache"]["reserved_bytes"]
 addrs = [t.data_ptr() for t in w] + [kv.data_ptr()]
+
+# A misspelt tag is an error naming the tags, in sleep() and wake(); nothing is put to sleep.
+refused_tag(hbm.sleep, "weigths", "weights", "kv_cache")
+refused_tag(hbm.wake, "kv", "weights", "kv_cache")
+assert {p["tag"]: p["state"] for p in hbm.pools()} == {"weights": "awake", "kv_cache": "awake"}
 
 steps = []
 assert hbm.sleep(progress=lambda done, total: steps.append((done, total)), chunk_mb=16) == 2

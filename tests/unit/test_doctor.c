@@ -7,6 +7,7 @@
 #include "helpers.h"
 
 #include "doctor/doctor.h"
+#include "doctor/wrap.h"
 
 #define LOGS HBM_TEST_DATA "/doctor/logs/"
 
@@ -136,7 +137,7 @@ static void repeated_failures_are_counted_once(void **st)
     assert_int_equal(d.n, 1);
     assert_int_equal(d.f[0].count, 2);
     assert_int_equal(doctor_log(&d, LOGS "does-not-exist.log", err, sizeof err), -1);
-    has_text(err, "cannot open log");
+    has_text(err, "cannot open log " LOGS "does-not-exist.log: No such file or directory"); /* the system's reason */
     doctor_free(&d);
 }
 
@@ -269,6 +270,154 @@ static void a_read_error_is_a_finding_and_an_endless_line_stays_bounded(void **s
     doctor_free(&d);
 }
 
+/* ---- text for people (issue #36 item 7): 100 columns, broken at words, quotes cut at words ---- */
+
+/* doctor_wrap's output of text after prefix at width, in a buffer the caller frees. */
+static char *wrapped(int width, const char *prefix, const char *text)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *fp = open_memstream(&buf, &len);
+    assert_non_null(fp);
+    doctor_wrap(fp, width, prefix, text);
+    fclose(fp);
+    return buf;
+}
+
+/* text after prefix at width comes out exactly as want. */
+static void wraps_as(int width, const char *prefix, const char *text, const char *want)
+{
+    char *out = wrapped(width, prefix, text);
+    assert_string_equal(out, want);
+    free(out);
+}
+
+/* Every line at most width characters (UTF-8: a character is one), none ending in a space; the words, in order,
+ * are those of prefix and text (a word is never cut, and none is lost). */
+static void fits_and_keeps_words(const char *out, int width, const char *prefix, const char *text)
+{
+    for (const char *l = out; *l;) {
+        size_t n = strcspn(l, "\n"), chars = 0;
+        for (size_t i = 0; i < n; i++)
+            chars += ((unsigned char)l[i] & 0xC0) != 0x80;
+        if (chars > (size_t)width)
+            fail_msg("a line of %zu characters, over %d:\n%s", chars, width, out);
+        if (n && l[n - 1] == ' ')
+            fail_msg("a line ends in a space:\n%s", out);
+        l += n + (l[n] == '\n');
+    }
+    char want[2048], got[2048];
+    snprintf(want, sizeof want, "%s %s", prefix, text);
+    snprintf(got, sizeof got, "%s", out);
+    char *w = want, *g = got, *a, *b;
+    for (;;) {
+        a = strtok_r(w, " \n", &w);
+        b = strtok_r(g, " \n", &g);
+        if (!a || !b)
+            break;
+        if (strcmp(a, b))
+            fail_msg("word '%s' came out as '%s':\n%s", a, b, out);
+    }
+    assert_true(!a && !b);
+}
+
+static void lines_wrap_at_words_and_hang_under_the_text(void **st)
+{
+    (void)st;
+    const char *why = "The driver and firmware packages do not match. The runtime then answers virtual-memory calls "
+                      "with 207000 (ACL_ERROR_RT_FEATURE_NOT_SUPPORT, 'Feature is not supported and the possible "
+                      "cause is that driver and firmware packages do not match'): torch_npu prints "
+                      "'expandable_segments feature is not supportted' and runs without them.";
+    char *out = wrapped(DOCTOR_WIDTH, "   why: ", why);
+    fits_and_keeps_words(out, DOCTOR_WIDTH, "   why: ", why);
+    assert_non_null(strstr(out, "\n        ")); /* the further lines under the text, after "   why: " */
+    assert_int_equal(strncmp(out, "   why: The driver", 18), 0);
+    free(out);
+    /* Short text: one line, as printf would write it. */
+    wraps_as(DOCTOR_WIDTH, "  - ", "nothing to wrap", "  - nothing to wrap\n");
+    /* A run of spaces inside a line is kept as the log wrote it; at a break it goes. */
+    wraps_as(40, "", "supportted                     and the possible cause",
+             "supportted                     and the\npossible cause\n");
+}
+
+static void a_long_word_breaks_only_where_it_may_and_an_export_stays_whole(void **st)
+{
+    (void)st;
+    /* A path longer than a line breaks after a '/'; the pieces joined give it back. */
+    const char *path = "/usr/local/Ascend/ascend-toolkit/latest/aarch64-linux/lib64/plugin/opskernel/libhccl_plugin.so";
+    char *out = wrapped(40, "    ", path);
+    char joined[512] = "";
+    for (char *l = out, *e; *l; l = e + 1) {
+        e = strchr(l, '\n');
+        assert_non_null(e);
+        *e = 0;
+        size_t lead = strspn(l, " ");
+        assert_int_equal(lead, 4);
+        assert_true(strlen(l) <= 40);
+        assert_true(l[strlen(l) - 1] == '/' || !e[1]); /* every line but the last ends a directory */
+        strcat(joined, l + lead);
+    }
+    assert_string_equal(joined, path);
+    free(out);
+    /* Chinese has no spaces: it breaks between characters, each two columns wide, never inside one. */
+    const char *zh = "\xe5\x88\x9d\xe5\xa7\x8b\xe5\x8c\x96\xe9\x80\x9a\xe4\xbf\xa1\xe5\x9f\x9f"
+                     "\xe5\xa4\xb1\xe8\xb4\xa5"; /* 8 characters, 16 columns */
+    wraps_as(10, "", zh,
+             "\xe5\x88\x9d\xe5\xa7\x8b\xe5\x8c\x96\xe9\x80\x9a\xe4\xbf\xa1\n"
+             "\xe5\x9f\x9f\xe5\xa4\xb1\xe8\xb4\xa5\n");
+    /* A word with nowhere to break is written whole, past the width, never cut. */
+    wraps_as(20, "", "see abcdefghijklmnopqrstuvwxyz0123456789 here",
+             "see\nabcdefghijklmnopqrstuvwxyz0123456789\nhere\n");
+    /* "export VAR=VALUE" is pasted: it moves to a line of its own rather than break after "export". */
+    const char *next = "to drop only the part the device ignores, with the same memory use as today: export "
+                       "PYTORCH_NPU_ALLOC_CONF='max_split_size_mb:32'";
+    out = wrapped(DOCTOR_WIDTH, "     1) ", next);
+    assert_non_null(strstr(out, "\n        export PYTORCH_NPU_ALLOC_CONF='max_split_size_mb:32'\n"));
+    free(out);
+    /* A figure keeps its unit, an option its value. */
+    wraps_as(20, "", "on a GPU of 80.00 GiB", "on a GPU of\n80.00 GiB\n");
+    wraps_as(25, "", "npu-smi info -t board -i 0 must say OK", "npu-smi info -t board\n-i 0 must say OK\n");
+}
+
+static void quotes_are_cut_at_a_word_and_marked(void **st)
+{
+    (void)st;
+    int cut;
+    const char *s = "Warning: expandable_segments feature is not supportted and the possible cause is that driver";
+    assert_int_equal(doctor_quote_len(s, strlen(s), 200, &cut), strlen(s));
+    assert_false(cut);
+    size_t n = doctor_quote_len(s, strlen(s), 50, &cut); /* 50 ends inside "supportted" */
+    assert_true(cut);
+    assert_int_equal(n, strlen("Warning: expandable_segments feature is not"));
+    n = doctor_quote_len(s, strlen(s), 43, &cut); /* 43 is the space after "not": that word is whole */
+    assert_int_equal(n, strlen("Warning: expandable_segments feature is not"));
+    /* Between two Chinese characters is a word boundary; inside one never. */
+    const char *zh = "RuntimeError: \xe5\x88\x9d\xe5\xa7\x8b\xe5\x8c\x96";
+    n = doctor_quote_len(zh, strlen(zh), 20, &cut);
+    assert_int_equal(n, 14 + 6);
+    n = doctor_quote_len(zh, strlen(zh), 19, &cut);
+    assert_int_equal(n, 14 + 3);
+    /* The release a log names keeps its line up to a word ("driver and firmwa)" was what a cut left). */
+    doctor d;
+    doctor_init(&d);
+    char line[400];
+    snprintf(line, sizeof line,
+             "[W compiler_depend.ts:631] Warning: expandable_segments feature is not supportted                     "
+             "and the possible cause is that driver and firmware packages do not match. (function operator())\n");
+    doctor_log_versions(&d, "train.log", 7, line);
+    assert_string_equal(d.torch_npu_version, "2.1.0.post6");
+    const char *q = strstr(d.torch_npu_from, "train.log:7: [W compiler_depend.ts:631]");
+    assert_non_null(q);
+    size_t fl = strlen(d.torch_npu_from);
+    assert_true(fl > 4 && !strcmp(d.torch_npu_from + fl - 4, " ..."));
+    const char *body = d.torch_npu_from + strlen("train.log:7: ");
+    size_t bl = fl - 4 - strlen("train.log:7: ");
+    assert_int_equal(strncmp(body, line, bl), 0);
+    assert_true(line[bl] == ' '); /* the quote ends where a word does */
+    has_text(d.probe_failed_at, " ...");
+    doctor_free(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +433,9 @@ int main(void)
         cmocka_unit_test(npu_runtime_error_codes),
         cmocka_unit_test(garbled_numbers_are_clamped_not_undefined),
         cmocka_unit_test(a_read_error_is_a_finding_and_an_endless_line_stays_bounded),
+        cmocka_unit_test(lines_wrap_at_words_and_hang_under_the_text),
+        cmocka_unit_test(a_long_word_breaks_only_where_it_may_and_an_export_stays_whole),
+        cmocka_unit_test(quotes_are_cut_at_a_word_and_marked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -101,6 +101,38 @@ static void a_pytorch_1_list_of_segments_and_devices(void **st)
     free(d);
 }
 
+/* No device named (TRACE_DEVICE_ANY, the CLI without --device): a snapshot's only device is read, whichever it is;
+ * of several none is guessed, and the message lists them (issue #36 item 8). */
+static void a_snapshot_s_only_device_is_read_without_naming_it(void **st)
+{
+    (void)st;
+    size_t len;
+    unsigned char *d = slurp("layoutediting-torch1x-segments.pickle", &len);
+    assert_int_equal(trace_read_pickle_mem("x", d, len, TRACE_DEVICE_ANY, &t, err, sizeof err), 0);
+    assert_int_equal(t.rec.device, 1);
+    assert_int_equal(t.rec.segments_end, 255);
+    assert_int_equal(t.allocs, 1938);
+    trace_free(&t);
+    free(d);
+    const char *two = "{\"segments\": [{\"device\": 0, \"address\": 4096, \"total_size\": 2097152, \"stream\": 0, "
+                      "\"blocks\": []}, {\"device\": 3, \"address\": 4096, \"total_size\": 4194304, \"stream\": 0, "
+                      "\"blocks\": []}], \"device_traces\": [[], [], [], []]}";
+    const unsigned char *u = (const unsigned char *)two;
+    assert_int_equal(trace_read_json_mem("two", u, strlen(two), TRACE_DEVICE_ANY, &t, err, sizeof err), -1);
+    assert_non_null(strstr(err, "this snapshot holds more than one device (devices: 0, 3); choose one with --device"));
+    assert_int_equal(trace_read_json_mem("two", u, strlen(two), 3, &t, err, sizeof err), 0);
+    assert_int_equal(t.rec.device, 3);
+    assert_int_equal(t.rec.end_reserved, 4 * MiB);
+    trace_free(&t);
+    const char *none = "{\"segments\": [], \"device_traces\": []}"; /* nothing recorded: device 0, empty */
+    assert_int_equal(
+        trace_read_json_mem("none", (const unsigned char *)none, strlen(none), TRACE_DEVICE_ANY, &t, err, sizeof err),
+        0);
+    assert_int_equal(t.rec.device, 0);
+    assert_int_equal(t.n, 0);
+    trace_free(&t);
+}
+
 static void every_truncation_is_rejected_with_an_offset(void **st)
 {
     (void)st;
@@ -1254,6 +1286,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_pytorch_2_snapshot_gives_history_and_the_recorded_peak),
         cmocka_unit_test(a_pytorch_1_list_of_segments_and_devices),
+        cmocka_unit_test(a_snapshot_s_only_device_is_read_without_naming_it),
         cmocka_unit_test(every_truncation_is_rejected_with_an_offset),
         cmocka_unit_test(random_corruption_never_crashes),
         cmocka_unit_test(hostile_pickles_are_refused_with_the_opcode_and_offset),

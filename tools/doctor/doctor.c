@@ -1,9 +1,10 @@
 /*
- * doctor.c: `hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR]`.
+ * doctor.c: `hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR] [--trace SNAPSHOT]`.
  * Gathers the environment and the logs' findings, orders them (errors first,
  * then warnings, each in the order seen) and prints what is wrong, why and
  * what to do next, for people or as JSON. Exit status: 0 nothing wrong, 1
- * something to act on (a warning or an error), 2 bad usage or unreadable log.
+ * something to act on (a warning or an error), 2 bad usage, an unreadable log, or nothing to check (--no-env with
+ * no log or snapshot: never a silent "No problems found").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,8 @@
 
 #include "util.h"
 #include "doctor.h"
+#include "wrap.h"
+#include "trace/trace.h"
 #include "hbmalloc.h"
 
 static int by_importance(const void *pa, const void *pb)
@@ -88,8 +91,11 @@ static int actionable(const doctor *d)
 
 static const char *sev_name(int s) { return s == SEV_ERROR ? "error" : s == SEV_WARNING ? "warning" : "info"; }
 
+/* Every line through doctor_wrap (wrap.c): at most DOCTOR_WIDTH columns, broken at words, each field's further
+ * lines hanging under its text. */
 static void print_text(const doctor *d, FILE *out, int env)
 {
+    char prefix[160];
     fprintf(out, "hbmalloc doctor %s\n", HBM_VERSION_STRING);
     if (env) {
         fprintf(out, "\nEnvironment\n");
@@ -99,13 +105,14 @@ static void print_text(const doctor *d, FILE *out, int env)
             if (strcmp(x->section, last))
                 fprintf(out, "  %s\n", x->section);
             last = x->section;
-            fprintf(out, "    %-24s %s\n", x->key, x->value);
+            snprintf(prefix, sizeof prefix, "    %-24s ", x->key);
+            doctor_wrap(out, DOCTOR_WIDTH, prefix, x->value);
         }
     }
     if (d->nnot_checked) {
         fprintf(out, "\nNot checked\n");
         for (int i = 0; i < d->nnot_checked; i++)
-            fprintf(out, "  - %s\n", d->not_checked[i]);
+            doctor_wrap(out, DOCTOR_WIDTH, "  - ", d->not_checked[i]);
     }
     if (!d->n) {
         fprintf(out, d->nnot_checked ? "\nNo problems found in what could be checked.\n" : "\nNo problems found.\n");
@@ -114,19 +121,26 @@ static void print_text(const doctor *d, FILE *out, int env)
     fprintf(out, "\nFindings (%zu), most important first\n", d->n);
     for (size_t i = 0; i < d->n; i++) {
         const finding *f = &d->f[i];
-        fprintf(out, "\n%zu. [%s] %s\n", i + 1, sev_name(f->severity), f->title);
+        char head[sizeof f->title + 16];
+        snprintf(prefix, sizeof prefix, "%zu. ", i + 1);
+        snprintf(head, sizeof head, "[%s] %s", sev_name(f->severity), f->title);
+        fputc('\n', out);
+        doctor_wrap(out, DOCTOR_WIDTH, prefix, head); /* its further lines under the severity */
         if (f->explains[0])
-            fprintf(out, "   explains %s\n", f->explains);
+            doctor_wrap(out, DOCTOR_WIDTH, "   explains ", f->explains);
         if (f->count > 1)
-            fprintf(out, "   seen %d times, first at %s\n", f->count, f->evidence);
+            snprintf(prefix, sizeof prefix, "   seen %d times, first at ", f->count);
         else
-            fprintf(out, "   seen: %s\n", f->evidence);
+            snprintf(prefix, sizeof prefix, "   seen: ");
+        doctor_wrap(out, DOCTOR_WIDTH, prefix, f->evidence);
         if (f->why[0])
-            fprintf(out, "   why: %s\n", f->why);
+            doctor_wrap(out, DOCTOR_WIDTH, "   why: ", f->why);
         if (f->nnext) {
             fprintf(out, "   next:\n");
-            for (int k = 0; k < f->nnext; k++)
-                fprintf(out, "     %d) %s\n", k + 1, f->next[k]);
+            for (int k = 0; k < f->nnext; k++) {
+                snprintf(prefix, sizeof prefix, "     %d) ", k + 1);
+                doctor_wrap(out, DOCTOR_WIDTH, prefix, f->next[k]);
+            }
         }
     }
     if (!actionable(d))
@@ -178,10 +192,10 @@ static void print_json(const doctor *d, FILE *out)
 int doctor_main(int argc, char **argv)
 {
     const char *logs[64], *root = "/", *trace_path = NULL, *capacity = NULL, *torch = NULL, *torch_npu = NULL;
-    int nlogs = 0, json = 0, env = 1;
-    static const char usage[] =
-        "usage: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR] [--torch VERSION] "
-        "[--torch-npu VERSION] [--trace SNAPSHOT [--capacity SIZE]]\n";
+    int nlogs = 0, json = 0, env = 1, device = TRACE_DEVICE_ANY;
+    static const char usage[] = "usage: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR]\n"
+                                "           [--torch VERSION] [--torch-npu VERSION]\n"
+                                "           [--trace SNAPSHOT [--capacity SIZE] [--device N]]\n";
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
@@ -201,6 +215,15 @@ int doctor_main(int argc, char **argv)
             trace_path = argv[++i];
         } else if (!strcmp(a, "--capacity") && has_value) {
             capacity = argv[++i];
+        } else if (!strcmp(a, "--device") && has_value) {
+            char *end;
+            const char *v = argv[++i];
+            long dev = strtol(v, &end, 10);
+            if (end == v || *end || dev < 0 || dev > 63) {
+                fprintf(stderr, "hbmalloc doctor: --device takes a device index 0-63, not '%s'\n", v);
+                return 2;
+            }
+            device = (int)dev;
         } else if (!strcmp(a, "--torch") && has_value) {
             torch = argv[++i];
         } else if (!strcmp(a, "--torch-npu") && has_value) {
@@ -211,23 +234,31 @@ int doctor_main(int argc, char **argv)
                    "why, and what to do next (docs/DOCTOR.md). --torch / --torch-npu: your framework release (else\n"
                    "read from the logs), against which settings are checked. --trace: a memory snapshot of the job,\n"
                    "replayed under the sweep's grid on this device to prove the advice (--capacity when no\n"
-                   "out-of-memory message gives it).\nexit status: 0 nothing to act on, 1 findings to act on, 2 bad "
-                   "usage\n");
+                   "out-of-memory message gives it; --device: which of the snapshot's devices, when it has several).\n"
+                   "exit status: 0 nothing to act on, 1 findings to act on, 2 bad usage, an unreadable log, or\n"
+                   "nothing to check (--no-env without --log or --trace)\n");
             return 0;
         } else {
             fprintf(stderr, "hbmalloc doctor: unknown option or missing value: '%s'\n%s", a, usage);
             return 2;
         }
     }
+    if (!env && !nlogs && !trace_path) {
+        /* Nothing would be examined: "No problems found" would be read as a clean bill of health. */
+        doctor_wrap(stderr, DOCTOR_WIDTH, "hbmalloc doctor: ",
+                    "nothing was checked: --no-env leaves out this machine's environment, and no --log or --trace "
+                    "was given");
+        return 2;
+    }
     char err[1024];
     if (torch && hbm_settings_check_release("PYTORCH_CUDA_ALLOC_CONF", "", HBM_DIALECT_CUDA, torch, -1, err,
                                             sizeof err) != HBM_OK) {
-        fprintf(stderr, "hbmalloc doctor: --torch: %s\n", err);
+        doctor_wrap(stderr, DOCTOR_WIDTH, "hbmalloc doctor: --torch: ", err);
         return 2;
     }
     if (torch_npu && hbm_settings_check_release("PYTORCH_NPU_ALLOC_CONF", "", HBM_DIALECT_NPU, torch_npu, -1, err,
                                                 sizeof err) != HBM_OK) {
-        fprintf(stderr, "hbmalloc doctor: --torch-npu: %s\n", err);
+        doctor_wrap(stderr, DOCTOR_WIDTH, "hbmalloc doctor: --torch-npu: ", err);
         return 2;
     }
     doctor d;
@@ -244,7 +275,7 @@ int doctor_main(int argc, char **argv)
         doctor_env(&d, root);
     for (int i = 0; i < nlogs; i++) {
         if (doctor_log(&d, logs[i], err, sizeof err)) {
-            fprintf(stderr, "hbmalloc doctor: %s\n", err);
+            doctor_wrap(stderr, DOCTOR_WIDTH, "hbmalloc doctor: ", err);
             doctor_free(&d);
             return 2;
         }
@@ -259,8 +290,8 @@ int doctor_main(int argc, char **argv)
     if (d.torch_npu_version[0])
         doctor_fact(&d, "framework", "torch_npu", "%s%s (%.300s)", d.torch_npu_version,
                     d.npu_version_inferred ? " or another v6.0.rc2 release, inferred" : "", d.torch_npu_from);
-    if (trace_path && doctor_prove(&d, trace_path, capacity, err, sizeof err)) {
-        fprintf(stderr, "hbmalloc doctor: %s\n", err);
+    if (trace_path && doctor_prove(&d, trace_path, capacity, device, err, sizeof err)) {
+        doctor_wrap(stderr, DOCTOR_WIDTH, "hbmalloc doctor: ", err);
         doctor_free(&d);
         return 2;
     }

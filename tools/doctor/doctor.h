@@ -15,7 +15,8 @@
 #include "findings.h"
 
 /* The command: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR] [--torch V] [--torch-npu V]
- * [--trace FILE [--capacity SIZE]]. Exit status 0, 1 or 2. */
+ * [--trace FILE [--capacity SIZE] [--device N]]. Exit status 0, 1 or 2 (also when --no-env leaves nothing to
+ * check). */
 int doctor_main(int argc, char **argv);
 
 /* The environment under root ("/" normally; a test tree in tests). */
@@ -41,8 +42,11 @@ void doctor_log_versions(doctor *d, const char *path, long lineno, const char *l
 void doctor_settings(doctor *d);
 /* Replay a snapshot or trace under the sweep's grid on the device the findings describe (dialect, virtual
  * memory, capacity: the OOM message's, else `capacity`), the user's setting as the baseline: a finding with the
- * proven setting. 0, or -1 with err set. */
-int doctor_prove(doctor *d, const char *trace_path, const char *capacity, char *err, size_t errlen);
+ * proven setting. device: a snapshot's device, or TRACE_DEVICE_ANY (its only one). 0, or -1 with err set. */
+int doctor_prove(doctor *d, const char *trace_path, const char *capacity, int device, char *err, size_t errlen);
+/* Whether the job the doctor looks at runs torch_npu, and what says so (a log line, an NPU out-of-memory message,
+ * an Ascend machine, PYTORCH_NPU_ALLOC_CONF); NULL when nothing does. Advice for CUDA is not given to such a job. */
+const char *doctor_on_npu(const doctor *d);
 
 /* Versions: -1, 0, 1 as a <, ==, > b, by torch_npu's grammar (24.1.rc2, 23.0.RC3, 7.3.0.1.231). */
 int doctor_vercmp(const char *a, const char *b);

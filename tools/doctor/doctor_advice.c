@@ -19,6 +19,7 @@
 
 #include "util.h"
 #include "doctor.h"
+#include "wrap.h"
 #include "hbmalloc.h"
 #include "run/sweep.h"
 #include "trace/trace.h"
@@ -47,12 +48,21 @@ static int read_version(const char *p, char *out, size_t len)
     return 1;
 }
 
+/* "PATH:LINE: the line", the line quoted up to a word (and " ..." where cut) in 150 bytes. */
+static void quote_line(char *out, size_t len, const char *path, long lineno, const char *line)
+{
+    int cut;
+    while (*line == ' ' || *line == '\t')
+        line++;
+    size_t keep = doctor_quote_len(line, strcspn(line, "\r\n"), 150, &cut);
+    snprintf(out, len, "%.120s:%ld: %.*s%s", path, lineno, (int)keep, line, cut ? " ..." : "");
+}
+
 static void set_version(char *ver, size_t vlen, char *from, size_t flen, const char *v, const char *path, long lineno,
                         const char *line)
 {
     snprintf(ver, vlen, "%s", v);
-    size_t n = strcspn(line, "\r\n");
-    snprintf(from, flen, "%.120s:%ld: %.*s", path, lineno, (int)(n > 150 ? 150 : n), line);
+    quote_line(from, flen, path, lineno, line);
 }
 
 void doctor_log_versions(doctor *d, const char *path, long lineno, const char *line)
@@ -90,11 +100,8 @@ void doctor_log_versions(doctor *d, const char *path, long lineno, const char *l
     }
     int warn_probe = strstr(line, "expandable_segments feature is not supportted") != NULL;
     if (warn_probe || strstr(line, "expandable_segments setting failure")) {
-        if (!d->probe_failed) {
-            size_t n = strcspn(line, "\r\n");
-            snprintf(d->probe_failed_at, sizeof d->probe_failed_at, "%.120s:%ld: %.*s", path, lineno,
-                     (int)(n > 150 ? 150 : n), line);
-        }
+        if (!d->probe_failed)
+            quote_line(d->probe_failed_at, sizeof d->probe_failed_at, path, lineno, line);
         d->probe_failed = 1;
     }
     if (warn_probe && !d->torch_npu_version[0]) {
@@ -280,8 +287,12 @@ static void refused(var_check *c, const char *why)
     }
     char q[700];
     hbm__shell_quote(c->s, q, sizeof q);
-    doctor_next(f, "check a string against a release: hbmalloc conf %s --%s %s", q, c->npu ? "torch-npu" : "torch",
-                c->ver ? c->ver : "VERSION");
+    if (c->ver) /* a command on a line of its own ("$ "): runnable as printed (wrap.h) */
+        doctor_next(f, "check a string against your release:\n$ hbmalloc conf %s --%s %s", q,
+                    c->npu ? "torch-npu" : "torch", c->ver);
+    else
+        doctor_next(f, "check a string against a release: hbmalloc conf %s --%s VERSION", q,
+                    c->npu ? "torch-npu" : "torch");
 }
 
 /* torch_npu, release unknown, a device without virtual memory: older releases accept the combination. */
@@ -514,9 +525,24 @@ void doctor_settings(doctor *d)
 
 /* ---- proof by replay ---- */
 
-int doctor_prove(doctor *d, const char *trace_path, const char *capacity, char *err, size_t errlen)
+const char *doctor_on_npu(const doctor *d)
 {
-    int npu = d->oom_npu || d->ascend || d->probe_failed || d->torch_npu_version[0] || getenv("PYTORCH_NPU_ALLOC_CONF");
+    if (d->torch_npu_version[0])
+        return d->torch_npu_from;
+    if (d->probe_failed)
+        return d->probe_failed_at;
+    if (d->oom_npu)
+        return "a log shows an NPU out-of-memory message";
+    if (d->ascend)
+        return "this is an Ascend machine";
+    if (getenv("PYTORCH_NPU_ALLOC_CONF"))
+        return "PYTORCH_NPU_ALLOC_CONF is set";
+    return NULL;
+}
+
+int doctor_prove(doctor *d, const char *trace_path, const char *capacity, int snap_device, char *err, size_t errlen)
+{
+    int npu = doctor_on_npu(d) != NULL;
     int vmm = npu ? d->npu_vmm : d->cuda_vmm;
     if (npu && vmm < 0 && d->probe_failed)
         vmm = 0;
@@ -531,7 +557,7 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, char *
     }
     trace t;
     char terr[512];
-    if (trace_read_any(trace_path, 0, &t, terr, sizeof terr)) {
+    if (trace_read_any(trace_path, snap_device, &t, terr, sizeof terr)) {
         snprintf(err, errlen, "%s", terr);
         return -1;
     }
@@ -556,9 +582,12 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, char *
     char device[200];
     snprintf(device, sizeof device, "a simulated %s of %s%s", npu ? "NPU" : "GPU", capb,
              vmm == 0 ? " without virtual memory" : "");
-    char sweep_cmd[700];
-    snprintf(sweep_cmd, sizeof sweep_cmd, "the whole table: hbmalloc sweep %.300s --backend '%s'%s%s", trace_path, spec,
-             ver[0] ? (npu ? " --torch-npu " : " --torch ") : "", ver[0] ? ver : "");
+    char sweep_cmd[1200], dev_opt[24] = "", qpath[700];
+    if (t.format && !strcmp(t.format, "pytorch-snapshot") && t.rec.device) /* the snapshot's device read, when not 0 */
+        snprintf(dev_opt, sizeof dev_opt, " --device %d", t.rec.device);
+    hbm__shell_quote(trace_path, qpath, sizeof qpath);
+    snprintf(sweep_cmd, sizeof sweep_cmd, "the whole table:\n$ hbmalloc sweep %s%s --backend '%s'%s%s", qpath, dev_opt,
+             spec, ver[0] ? (npu ? " --torch-npu " : " --torch ") : "", ver[0] ? ver : "");
     finding *f;
     if (!best) {
         f = doctor_add(d, SEV_ERROR, "settings-proven");
@@ -570,8 +599,8 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, char *
                  "%d settings replayed (%s); the job needs more memory than this device "
                  "offers under any of them.",
                  so.n, so.release);
-        doctor_next(f, "the capacity it needs: hbmalloc replay %.300s --min-capacity --backend sim:dialect=%s%s",
-                    trace_path, npu ? "npu" : "cuda", vmm == 0 ? ",vmm=off" : "");
+        doctor_next(f, "the capacity it needs:\n$ hbmalloc replay %s%s --min-capacity --backend sim:dialect=%s%s",
+                    qpath, dev_opt, npu ? "npu" : "cuda", vmm == 0 ? ",vmm=off" : "");
     } else {
         hbm__format_size((uint64_t)best->r.stats.reserved_bytes[0].peak, pr, sizeof pr);
         if (best->baseline) {

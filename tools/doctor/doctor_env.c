@@ -776,6 +776,30 @@ static const char *probe_value(const char *text, const char *key, char *out, siz
     return get_key(text, key, '=', out, len) == 0 ? out : NULL;
 }
 
+/* The local torch refused, for a torch_npu job: what use() needs on an NPU (torch_npu >= 2.1 with the torch of the
+ * same number, python/hbmalloc/torch.py's MIN_TORCH_NPU), and the pair to install: the job's own release when a log
+ * names one (not inferred) that has the pluggable allocator. npu: this Python's torch_npu, or NULL. */
+static void torch_for_npu(finding *f, const char *torch, const char *npu, const char *why_npu, const char *job_npu)
+{
+    const char *colon = strstr(why_npu, ": "); /* a log's "PATH:LINE: the line": where is enough */
+    int at = colon ? (int)(colon - why_npu) : (int)strlen(why_npu);
+    snprintf(f->why, sizeof f->why,
+             "the job runs torch_npu (%.*s). On an NPU hbmalloc.torch.use() needs torch_npu 2.1 or later "
+             "(NPUPluggableAllocator) with the torch release of the same number (torch_npu 2.x.y goes with torch "
+             "2.x.y); this Python imports torch %s and %s%s.",
+             at > 400 ? 400 : at, why_npu, torch, npu ? "torch_npu " : "no torch_npu", npu ? npu : "");
+    int major = 0, minor = 0, patch = 0;
+    if (job_npu && sscanf(job_npu, "%d.%d.%d", &major, &minor, &patch) == 3 &&
+        (major > 2 || (major == 2 && minor >= 1)))
+        doctor_next(f,
+                    "pip install torch==%d.%d.%d torch_npu==%s (the job's torch_npu and its torch), with the CANN "
+                    "that torch_npu release names",
+                    major, minor, patch, job_npu);
+    else
+        doctor_next(f, "pip install 'torch_npu>=2.1' with its torch (torch_npu 2.x.y goes with torch 2.x.y) and the "
+                       "CANN it names, e.g. pip install torch==2.6.0 torch_npu==2.6.0");
+}
+
 void doctor_python(doctor *d)
 {
     const char *py = getenv("HBMALLOC_PYTHON");
@@ -793,6 +817,12 @@ void doctor_python(doctor *d)
     }
     char path[300], torch[64], cuda[64], npu[64], err[320], acc[1200];
     doctor_fact(d, "python", "interpreter", "%s", probe_value(text, "python", path, sizeof path) ? path : py);
+    /* A torch_npu job (a log, the machine, or this Python says so): use() needs torch_npu's pluggable allocator,
+     * and CUDA's, with its wheel, is beside the point. Asked before this Python's own torch_npu sets the version. */
+    int npu_here = probe_value(text, "torch_npu", npu, sizeof npu) != NULL;
+    const char *on_npu = doctor_on_npu(d);
+    if (!on_npu && npu_here)
+        on_npu = "this Python imports torch_npu";
     const struct {
         const char *dev, *name, *version_key, *error_key, *accept_key;
     } fw[] = {{"cuda", "torch", "torch", "torch_error", "accept_cuda"},
@@ -832,6 +862,10 @@ void doctor_python(doctor *d)
         snprintf(f->title, sizeof f->title, "%s %s cannot host hbmalloc: hbmalloc.torch.use() refuses it", fw[i].name,
                  ver);
         snprintf(f->evidence, sizeof f->evidence, "%.200s imports %s %s", path, fw[i].name, ver);
+        if (!i && on_npu) {
+            torch_for_npu(f, ver, npu_here ? npu : NULL, on_npu, d->npu_version_inferred ? NULL : d->torch_npu_version);
+            continue;
+        }
         snprintf(f->why, sizeof f->why, "%.1300s", strncmp(acc, "no: ", 4) ? acc : acc + 4);
         doctor_next(f, i ? "pip install 'torch_npu>=2.1' with its torch (torch_npu 2.x.y goes with torch 2.x.y)"
                          : "pip install 'torch>=2.3' (the wheel for your CUDA; a venv's torch comes before the "

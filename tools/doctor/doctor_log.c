@@ -17,6 +17,7 @@
 
 #include "util.h"
 #include "doctor.h"
+#include "wrap.h"
 #include "trace/trace.h"
 
 double doctor_size(const char *s, size_t *len)
@@ -113,8 +114,10 @@ static finding *seen(doctor *d, const where *w, int severity, const char *id, co
         t++, n--;
     size_t plen = strlen(w->path);
     plen = hbm__utf8_cut(w->path, plen > 200 ? 200 : plen); /* cuts between characters: logs are often Chinese */
-    snprintf(f->evidence, sizeof f->evidence, "%.*s:%ld: %.*s%s", (int)plen, w->path, w->line,
-             (int)hbm__utf8_cut(t, n > 400 ? 400 : n), t, n > 400 ? " ..." : "");
+    int cut;
+    size_t keep = doctor_quote_len(t, n, 400, &cut); /* up to a word: a cut word reads as another word */
+    snprintf(f->evidence, sizeof f->evidence, "%.*s:%ld: %.*s%s", (int)plen, w->path, w->line, (int)keep, t,
+             cut ? " ..." : "");
     f->count = 1;
     return f;
 }
@@ -241,16 +244,19 @@ static void oom(doctor *d, const where *w, const char *line)
     if (total > 0 && d->oom_capacity <= 0)
         d->oom_capacity = total;
     int no_vmm = is_npu ? (d->npu_vmm == 0 || d->probe_failed) : d->cuda_vmm == 0;
+    char qlog[600];
+    hbm__shell_quote(w->path, qlog, sizeof qlog);
     if (frag) {
         if (no_vmm) {
             doctor_next(f,
                         "expandable segments would cure this but this %s cannot do them (%s); which "
                         "max_split_size_mb / garbage_collection_threshold values help this job cannot be read from "
-                        "a log: replay a snapshot of it (below), or give it to the doctor: hbmalloc doctor --trace "
-                        "oom.pickle",
+                        "a log: replay a snapshot of it (below), or give it to the doctor with this log:\n$ hbmalloc "
+                        "doctor --trace oom.pickle --log %s",
                         is_npu ? "NPU" : "GPU",
                         is_npu ? (d->npu_vmm_why[0] ? d->npu_vmm_why : "the log shows the virtual-memory probe failing")
-                               : "no CUDA virtual memory management");
+                               : "no CUDA virtual memory management",
+                        qlog);
         } else {
             doctor_next(f,
                         "export %s='expandable_segments:True' (grows segments in place: reserved stays close to "
@@ -279,14 +285,22 @@ static void oom(doctor *d, const where *w, const char *line)
     else
         snprintf(s_cap, sizeof s_cap, "%.0f", total);
     const char *ver = is_npu ? d->torch_npu_version : d->torch_version;
+    char sweep_cmd[300];
+    if (total > 0)
+        snprintf(sweep_cmd, sizeof sweep_cmd,
+                 "\n$ hbmalloc sweep oom.pickle --capacity %s --backend sim:dialect=%s%s%s%s", s_cap,
+                 is_npu ? "npu" : "cuda", no_vmm ? ",vmm=off" : "",
+                 ver[0] ? (is_npu ? " --torch-npu " : " --torch ") : "", ver[0] ? ver : "");
+    else /* no capacity known: a template, not a command */
+        snprintf(sweep_cmd, sizeof sweep_cmd, " hbmalloc sweep oom.pickle --capacity SIZE --backend sim:dialect=%s%s",
+                 is_npu ? "npu" : "cuda", no_vmm ? ",vmm=off" : "");
     doctor_next(f,
                 "measure instead of guessing: record a snapshot (%s.memory._record_memory_history(max_entries="
-                "100000) ... %s.memory._dump_snapshot(\"oom.pickle\")), then hbmalloc sweep oom.pickle --capacity "
-                "%s --backend sim:dialect=%s%s%s%s ranks the settings against yours, and hbmalloc replay oom.pickle "
-                "--min-capacity says what capacity the job needs",
-                is_npu ? "torch_npu.npu" : "torch.cuda", is_npu ? "torch_npu.npu" : "torch.cuda",
-                total > 0 ? s_cap : "SIZE", is_npu ? "npu" : "cuda", no_vmm ? ",vmm=off" : "",
-                ver[0] ? (is_npu ? " --torch-npu " : " --torch ") : "", ver[0] ? ver : "");
+                "100000) ... %s.memory._dump_snapshot(\"oom.pickle\")); this ranks the settings against yours:%s"
+                "\nand this says what capacity the job needs:\n$ hbmalloc replay oom.pickle --min-capacity "
+                "--backend sim:dialect=%s%s",
+                is_npu ? "torch_npu.npu" : "torch.cuda", is_npu ? "torch_npu.npu" : "torch.cuda", sweep_cmd,
+                is_npu ? "npu" : "cuda", no_vmm ? ",vmm=off" : "");
 }
 
 /* ---- HCCL ---- */
@@ -731,7 +745,7 @@ int doctor_log(doctor *d, const char *path, char *err, size_t errlen)
 {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        snprintf(err, errlen, "cannot open log %.300s", path);
+        snprintf(err, errlen, "cannot open log %.300s: %s", path, strerror(errno));
         return -1;
     }
     const char *what = trace_not_a_file(fileno(fp));

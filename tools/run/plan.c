@@ -1,9 +1,11 @@
 /*
  * plan.c: see plan.h. Turns a trace into sized lifetimes for the library's
- * planner (hbm_plan_lifetimes), checks and writes plans as text.
+ * planner (hbm_plan_lifetimes), checks and writes plans as text, and says how
+ * to serve one (the HBMALLOC_CONF line a user pastes).
  */
 #include "plan.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,4 +154,81 @@ int plan_write(const plan *p, const char *source, FILE *f)
         fprintf(f, "%u %llu %llu %u %u\n", p->b[i].alloc, (unsigned long long)p->b[i].offset,
                 (unsigned long long)p->b[i].size, p->b[i].start, p->b[i].end);
     return ferror(f) ? -1 : 0;
+}
+
+/* The longest path hbm_plan_file takes: up to 127 characters (docs/CONFIGURATION.md, its row). */
+#define PLAN_CONF_PATH_MAX 127
+
+/* Why a settings string cannot name path (NULL: it can). HBMALLOC_CONF is read by hbmalloc's strict rules
+ * (src/conf/conf.c, lex): a word ends at a space or at ',' ':' '[' ']', and a byte outside printable ASCII is
+ * refused; the value is one word. */
+static const char *conf_path_problem(const char *path)
+{
+    if (strlen(path) > PLAN_CONF_PATH_MAX)
+        return "it is longer than 127 characters";
+    for (const char *c = path; *c; c++) {
+        if (*c == ',' || *c == ':' || *c == '[' || *c == ']')
+            return *c == ',' ? "it holds ','" : *c == ':' ? "it holds ':'" : "it holds '[' or ']'";
+        if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 0x7f)
+            return "it holds a space, or a byte outside printable ASCII";
+    }
+    return NULL;
+}
+
+/* s as one shell word: as it is when the shell leaves every byte alone, else in single quotes (a quote inside as
+ * '\''). '~' is quoted too: bash expands it after the ':' of an assignment. */
+static void put_shell_word(FILE *out, const char *s)
+{
+    int plain = *s != 0;
+    for (const char *c = s; *c && plain; c++)
+        plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                strchr("_-./+@%:,=", *c);
+    if (plain) {
+        fputs(s, out);
+        return;
+    }
+    fputc('\'', out);
+    for (const char *c = s; *c; c++)
+        if (*c == '\'')
+            fputs("'\\''", out);
+        else
+            fputc(*c, out);
+    fputc('\'', out);
+}
+
+void plan_print_use(FILE *out, const char *plan_path, const char *trace_path)
+{
+    fprintf(out, "wrote %s\n", plan_path);
+    /* The absolute path: a job is seldom started in the folder the plan was made in. The path as given when only
+     * that one fits the setting. */
+    char abs[PATH_MAX];
+    const char *use = realpath(plan_path, abs) ? abs : plan_path, *why = conf_path_problem(use);
+    const char *where = "";
+    if (why && use != plan_path && !conf_path_problem(plan_path)) {
+        fprintf(out, "note: the setting cannot name the file's full path (%s): it names it from this folder\n", why);
+        where = " in this folder";
+        use = plan_path;
+        why = NULL;
+    }
+    if (why) {
+        fprintf(out,
+                "note: HBMALLOC_CONF cannot name this file (%s): a setting's value ends at a space, ',', ':', '[' "
+                "or ']'.\n      Copy or link it to a path of at most %d printable ASCII characters without them, "
+                "and start the job\n      with HBMALLOC_CONF=hbm_plan_file:THAT_PATH before its command\n",
+                why, PLAN_CONF_PATH_MAX);
+        return;
+    }
+    char setting[sizeof "hbm_plan_file:" + PLAN_CONF_PATH_MAX];
+    snprintf(setting, sizeof setting, "hbm_plan_file:%s", use);
+    fprintf(out,
+            "to serve it, start the job%s with this before its command (other HBMALLOC_CONF settings after "
+            "a ','):\n  HBMALLOC_CONF=",
+            where);
+    put_shell_word(out, setting);
+    fprintf(out, "\nto see it served (plan_hits: the allocations served at their planned offset), replay the trace "
+                 "with it:\n  hbmalloc replay ");
+    put_shell_word(out, trace_path);
+    fputs(" --conf ", out);
+    put_shell_word(out, setting);
+    fputs(" --stats\n", out);
 }

@@ -53,5 +53,9 @@ void plan_free(plan *p);
 int plan_check(const plan *p, char *err, size_t errlen);
 /* The plan as text (docs/TRACE_FORMAT.md, "Plan files"). 0, or -1 when the write failed. */
 int plan_write(const plan *p, const char *source, FILE *f);
+/* After `plan -o`: "wrote PATH" and how to use it, as lines to paste in a shell: the HBMALLOC_CONF setting that
+ * serves it in a job (the file's absolute path, so that the job may start elsewhere) and the replay of trace_path
+ * that shows it served; or, when the settings cannot name the path, why and what to do. */
+void plan_print_use(FILE *out, const char *plan_path, const char *trace_path);
 
 #endif

@@ -76,6 +76,36 @@ void replay_device_line(const char *spec, char *out, size_t len)
     snprintf(out, len, "%s (capacity %s)", spec, h);
 }
 
+/* The recorded start state does not fit the device: said with both figures. No event of the job ran: the recording
+ * itself needs more than this device, which is what the report says instead of its empty figures. */
+static void start_unfit(hbm_allocator *a, const trace *t, size_t seg, replay_result *r)
+{
+    size_t free_bytes = 0, total = 0;
+    hbm_usage u = {0};
+    hbm_mem_get_info(a, &free_bytes, &total);
+    hbm_memory_usage(a, &u);
+    uint64_t start = t->rec.start_reserved > 0 ? (uint64_t)t->rec.start_reserved : 0;
+    char need[32], cap[32], held[32];
+    hbm__format_size(start, need, sizeof need);
+    hbm__format_size(total, cap, sizeof cap);
+    hbm__format_size(u.reserved, held, sizeof held);
+    r->start_unfit = 1;
+    if (start > total)
+        snprintf(
+            r->message, sizeof r->message,
+            "the recorded state itself exceeds the capacity: the recording began with %s reserved (%llu bytes, "
+            "%zu segments), the device has %s (%zu bytes): no event was replayed. The recorded state alone needs %s; "
+            "--min-capacity finds the capacity the whole recording needs",
+            need, (unsigned long long)start, t->rec.nseed_segments, cap, total, need);
+    else
+        snprintf(r->message, sizeof r->message,
+                 "the recorded state does not fit this device: the recording began with %s reserved (%llu bytes, %zu "
+                 "segments); segment %zu of them could not be reserved with %s reserved already, on a device of %s "
+                 "(%zu bytes)%s%s",
+                 need, (unsigned long long)start, t->rec.nseed_segments, seg + 1, held, cap, total,
+                 hbm_last_error(a)[0] ? ": " : "", hbm_last_error(a));
+}
+
 int replay_seed(hbm_allocator *a, const trace *t, void **slot, replay_result *r)
 {
     size_t most = 0;
@@ -99,11 +129,16 @@ int replay_seed(hbm_allocator *a, const trace *t, void **slot, replay_result *r)
             req[k] = sb->requested;
         }
         hbm_status st = hbm_seed_segment(a, ss->size, ss->stream, ss->small, ss->n, off, size, req, ptrs);
+        if (st == HBM_ERR_OOM) {
+            start_unfit(a, t, s, r);
+            r->oom = 1; /* an allocation failed, as the view marks it; replay_print says what instead */
+            rc = 1;
+            break;
+        }
         if (st != HBM_OK) {
             snprintf(r->message, sizeof r->message, "rebuilding the recorded start (segment %zu of %zu): %s", s + 1,
                      t->rec.nseed_segments, hbm_last_error(a));
-            rc = st == HBM_ERR_OOM ? 1 : 2;
-            r->oom = st == HBM_ERR_OOM;
+            rc = 2;
             break;
         }
         for (uint32_t k = 0; k < ss->n; k++)
@@ -474,6 +509,8 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
                 o->settings && o->settings[0] ? "'" : "");
     else
         fprintf(out, "settings:           %s\n", r->settings[0] ? r->settings : "?");
+    if (o->framework)
+        fprintf(out, "framework:          %s\n", o->framework);
     if (o->settings_from_trace && t->rec.settings_dropped[0])
         fprintf(out,
                 "                    note: the recorded '%s' is not applied: settings read from a file never "
@@ -497,6 +534,8 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
                 sr, (unsigned long long)t->rec.preexisting, (unsigned long long)t->rec.freed_preexisting);
         if (r->seeded)
             fprintf(out, "; the replay begins from that state (%zu segments rebuilt)\n", t->rec.nseed_segments);
+        else if (r->start_unfit)
+            fprintf(out, "; the replay was to begin from that state, which does not fit this device\n");
         else if (t->rec.seedable)
             fprintf(out, "; the replay begins from an empty device with those blocks allocated first (%s)\n",
                     o->settings_from_trace ? "--fresh-start"
@@ -516,6 +555,10 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
                 "stacks:             those of %llu frames lists not kept: the stack text built passed 2 characters "
                 "per byte of the snapshot (docs/TOOL.md)\n",
                 (unsigned long long)t->meta.dropped);
+    if (r->start_unfit) { /* no event ran: no peaks, no OOM count, no comparison with the recording */
+        fprintf(out, "not replayed:       %s\n", r->message);
+        return;
+    }
     fprintf(out, "events replayed:    %zu of %zu\n", r->events_done, t->n);
     fprintf(out, "peak requested:     %s (%lld bytes)\n", preq, (long long)s->requested_bytes[HBM_POOL_ALL].peak);
     fprintf(out, "peak allocated:     %s (%lld bytes)\n", pa, (long long)s->allocated_bytes[HBM_POOL_ALL].peak);

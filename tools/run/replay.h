@@ -19,6 +19,7 @@ typedef struct replay_opts {
     int seed;                  /* begin from the recorded start state where the trace has one (its own settings) */
     char env_overridden[400];  /* a settings variable the recorded settings replace, for the report */
     const char *steps_note;    /* how the step events were put in (--steps), for the report */
+    const char *framework;     /* whose settings, and why (dialect.c's dialect_line), for the report; NULL: not said */
 } replay_opts;
 
 /* One step of a trace with step events (s, or --steps): what the step plan did in it. */
@@ -51,6 +52,7 @@ typedef struct replay_result {
     double wall_s;
     char settings[700]; /* 'STRING' (SOURCE; read as RELEASE): what the allocator ran */
     int seeded;         /* began from the recorded start state */
+    int start_unfit;    /* the recorded start state itself did not fit the device (message says by how much) */
     size_t nsteps;      /* steps begun (step events + 1), when the trace has step events; else 0 */
     replay_step step[REPLAY_STEPS];
     replay_naps naps;

@@ -36,6 +36,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dialect.h"
 #include "util.h"
 
 #define MAX_VALUES 8
@@ -176,11 +177,6 @@ static int same_result(const sweep_row *a, const sweep_row *b)
            a->r.dev.device_ns == b->r.dev.device_ns;
 }
 
-static const char *dialect_var(hbm_dialect d)
-{
-    return d == HBM_DIALECT_NPU ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
-}
-
 /* s without its per_process_memory_fraction entry. */
 static void without_fraction(const char *s, char *out, size_t len)
 {
@@ -261,6 +257,25 @@ static int arena_row(const trace *t, const char *spec, sweep_row *row)
     }
 }
 
+/* Every entry of the grid is one the newest release of the dialect reads: a misspelled key (or a value no release
+ * takes) is the user's mistake, named with the key the release reads nearest (conf.c's suggestion, as --conf and
+ * hbmalloc conf give it), not a setting "refused by" the release and left out. -1 with err set. */
+static int grid_entries_known(const axis *ax, int nax, hbm_dialect d, char *err, size_t errlen)
+{
+    char entry[96], why[1024];
+    for (int k = 0; k < nax; k++)
+        for (int v = 0; v < ax[k].n; v++) {
+            if (!ax[k].values[v][0])
+                continue;
+            snprintf(entry, sizeof entry, "%.47s:%.31s", ax[k].key, ax[k].values[v]);
+            if (hbm_settings_check_release(dialect_var(d), entry, d, NULL, -1, why, sizeof why) != HBM_OK) {
+                snprintf(err, errlen, "--grid '%s=%s': %s", ax[k].key, ax[k].values[v], why);
+                return -1;
+            }
+        }
+    return 0;
+}
+
 static void release_name(hbm_dialect d, const char *version, char *out, size_t len)
 {
     char desc[4096];
@@ -301,6 +316,8 @@ int sweep_compute(const trace *t, const sweep_opts *o, sweep_outcome *out, char 
         return 2;
     }
     release_name(d, o->version, out->release, sizeof out->release);
+    if (grid_entries_known(ax, nax, d, err, errlen))
+        return 2;
 
     int total = 1, frac_axis = -1;
     for (int k = 0; k < nax; k++) {
@@ -621,6 +638,8 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
         hbm__json_str(out, o->backend_spec);
         fprintf(out, ",\"release\":");
         hbm__json_str(out, so.release);
+        fprintf(out, ",\"variable\":\"%s\",\"framework\":", dialect_var(so.dialect));
+        hbm__json_str(out, o->framework ? o->framework : dialect_framework(so.dialect));
         fprintf(out,
                 ",\"settings_run\":%d,\"distinct_results\":%d,\"left_out_invalid\":%d,\"left_out_unsupported\":%d,"
                 "\"left_out_inactive\":%d,\"jobs\":%d,\"baseline\":",
@@ -663,6 +682,8 @@ int sweep_run(const trace *t, const sweep_opts *o, FILE *out)
         replay_device_line(o->backend_spec, dev, sizeof dev);
         hbm__sb_init(&sb, head, sizeof head);
         fprintf(out, "sweep of:        %s\ndevice:          %s\n", o->name, dev);
+        if (o->framework)
+            put_wrapped(out, "framework:       ", "  ", o->framework, true);
         hbm__sb_printf(&sb, "%d settings, %d distinct results", so.n, so.results);
         if (so.rejected)
             hbm__sb_printf(&sb, "; %d left out: refused by %s", so.rejected, so.release);

@@ -16,9 +16,10 @@ typedef struct sweep_opts {
     int no_expandable;        /* leave expandable segments out (old firmware) */
     int jobs;                 /* threads; 0: all cores */
     int json;
-    int progress;         /* draw a progress bar on stderr */
-    const char *baseline; /* the user's setting, a row of its own; NULL: the dialect's PYTORCH_* variable */
-    const char *version;  /* the user's PyTorch / torch_npu release; NULL: unknown */
+    int progress;          /* draw a progress bar on stderr */
+    const char *baseline;  /* the user's setting, a row of its own; NULL: the dialect's PYTORCH_* variable */
+    const char *version;   /* the user's PyTorch / torch_npu release; NULL: unknown */
+    const char *framework; /* whose settings, and why (dialect.c's dialect_line), for the report; NULL: not said */
     /* Called with the ranking after it is printed (sweep --html draws it); its nonzero return is sweep_run's. */
     int (*after)(const sweep_outcome *so, void *ctx);
     void *after_ctx;

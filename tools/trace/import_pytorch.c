@@ -437,6 +437,31 @@ static int sr_fail(snap_read *r, const char *fmt, ...)
     return SR_FAIL;
 }
 
+/* The devices a snapshot holds, a bit each (0-63): those its segments name and those with a history. */
+static uint64_t snapshot_devices(const pv *segments, const pv *traces)
+{
+    uint64_t seen = 0;
+    for (uint32_t i = 0; i < pv_len(segments); i++) {
+        int64_t dev = 0;
+        pv_int(pv_get(pv_at(segments, i), "device"), &dev);
+        if (dev >= 0 && dev < 64)
+            seen |= 1ull << dev;
+    }
+    for (uint32_t d = 0; traces && d < pv_len(traces) && d < 64; d++)
+        if (pv_len(pv_at(traces, d)))
+            seen |= 1ull << d;
+    return seen;
+}
+
+/* "0, 1, 3": the devices of a mask. */
+static void device_list(uint64_t seen, char *buf, size_t len)
+{
+    buf[0] = 0;
+    for (int d = 0; d < 64; d++)
+        if (seen >> d & 1)
+            snprintf(buf + strlen(buf), len - strlen(buf), "%s%d", buf[0] ? ", " : "", d);
+}
+
 /* The end: segments and the blocks live in them. */
 static int read_end(snap_read *r)
 {
@@ -509,10 +534,8 @@ static int read_end(snap_read *r)
                        "repeat them); refusing at over one per %d bytes",
                        r->nev, r->len, PER_RECORD);
     if (!(devices_seen >> r->device & 1) && r->nev == 0 && devices_seen) {
-        char list[200] = "";
-        for (int d = 0; d < 64; d++)
-            if (devices_seen >> d & 1)
-                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", list[0] ? ", " : "", d);
+        char list[200];
+        device_list(devices_seen, list, sizeof list);
         return sr_fail(r,
                        "device %d has no segments or history in this snapshot (devices: %.100s); choose one with "
                        "--device",
@@ -812,11 +835,26 @@ static int read_snapshot(const char *name, pv *root, pickle_doc *doc, size_t len
         rc = sr_fail(&r, "not a PyTorch memory snapshot (no list of segments)");
         goto done;
     }
-    r.events = r.traces ? pv_at(r.traces, (uint32_t)device) : NULL;
     if (r.traces && r.traces->type != PV_LIST) {
         rc = sr_fail(&r, "device_traces is not a list");
         goto done;
     }
+    if (device < 0) { /* none named: the snapshot's only device (0 when it holds none) */
+        uint64_t seen = snapshot_devices(r.segments, r.traces);
+        if (seen & (seen - 1)) {
+            char list[200];
+            device_list(seen, list, sizeof list);
+            rc = sr_fail(&r, "this snapshot holds more than one device (devices: %.100s); choose one with --device",
+                         list);
+            goto done;
+        }
+        device = 0;
+        while (seen && !(seen >> device & 1))
+            device++;
+        r.device = device;
+    }
+    t->rec.device = device;
+    r.events = r.traces ? pv_at(r.traces, (uint32_t)device) : NULL;
     r.nev = pv_len(r.events);
     if (settings && settings->type == PV_DICT) {
         copy_str(pv_get(settings, "PYTORCH_CUDA_ALLOC_CONF"), t->rec.settings_raw, sizeof t->rec.settings_raw);

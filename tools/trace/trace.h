@@ -78,6 +78,7 @@ typedef struct trace_recorded {
     int64_t end_reserved;   /* reserved at the end (sum of the snapshot's segments) */
     int64_t start_reserved; /* reserved when the recording began (end minus the segment events) */
     uint64_t segments_end;
+    int device; /* the snapshot's device read (named, or its only one) */
     int has_settings;
     char settings[400];         /* what it ran: from the snapshot's parsed allocator_settings fields */
     char settings_raw[256];     /* the PYTORCH_CUDA_ALLOC_CONF string it recorded */
@@ -171,7 +172,10 @@ void trace_free(trace *t);
  * "path:line:column: message" in err. */
 int trace_read_text(const char *path, trace *t, char *err, size_t errlen);
 int trace_read_text_mem(const char *name, const char *data, size_t len, trace *t, char *err, size_t errlen);
-/* A PyTorch memory snapshot pickle (device's history). */
+/* A snapshot's device when none is named: its only one. One of several is not guessed: the message lists them
+ * ("devices: 0, 1") and asks for --device. */
+#define TRACE_DEVICE_ANY (-1)
+/* A PyTorch memory snapshot pickle (device's history; device 0-63, or TRACE_DEVICE_ANY). */
 int trace_read_pickle_mem(const char *name, const unsigned char *data, size_t len, int device, trace *t, char *err,
                           size_t errlen);
 /* The same snapshot as JSON (hbm_snapshot_save's HBM_SNAPSHOT_JSON; json.dump of torch.cuda.memory._snapshot()). */
@@ -183,7 +187,7 @@ int trace_read_rmm_mem(const char *name, const char *data, size_t len, trace *t,
 int trace_is_lifetimes(const char *data, size_t len);
 int trace_read_lifetimes_mem(const char *name, const char *data, size_t len, trace *t, char *err, size_t errlen);
 /* Any supported format, told apart by content; an empty, compressed or binary file is refused with what it is and
- * what to do. */
+ * what to do. device: a snapshot's (TRACE_DEVICE_ANY: its only one); other formats have one device. */
 int trace_read_any(const char *path, int device, trace *t, char *err, size_t errlen);
 /* Text lines end in LF, CRLF or a CR alone (every reader: a CR never drops the rest of its line). The start of the
  * next line after p. */
