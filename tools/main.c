@@ -1,8 +1,10 @@
 /*
- * main.c: the command-line tool's dispatch and argument handling.
- *   hbmalloc replay | sweep | plan | view | conf | doctor | top | version [options]  (hbmalloc CMD --help)
+ * main.c: the command-line tool's dispatch and what each command does with its arguments.
+ *   hbmalloc replay | sweep | plan | view | conf | doctor | top | version | help [options]  (hbmalloc CMD --help)
+ * The options each command takes, their parsing (--name=value, unknown ones) and the help: commands.c.
  * Exit status: 0 success, 1 OOM during replay, 2 bad input or usage.
  */
+#include <ctype.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <strings.h>
 
 #include "util.h"
+#include "commands.h"
 #include "doctor/doctor.h"
 #include "hbmalloc.h"
 #include "run/device_spec.h"
@@ -23,144 +26,6 @@
 #include "view/view.h"
 #include "trace/trace.h"
 
-/* One block per command: `hbmalloc CMD --help` prints its own, `hbmalloc help` all of them. */
-static const struct {
-    const char *name, *text;
-} help[] = {
-    {"replay",
-     "  replay TRACE   replay an allocation trace on the simulated device and summarise it\n"
-     "      --conf STRING      allocator settings (HBMALLOC_CONF rules); default: the environment (HBMALLOC_CONF,\n"
-     "                         else PYTORCH_CUDA_ALLOC_CONF / PYTORCH_NPU_ALLOC_CONF as the framework reads them)\n"
-     "      --capacity SIZE    device capacity, e.g. 80GiB (default 80GiB; one capacity= inside --backend is the\n"
-     "                         same: given both ways, they must agree)\n"
-     "      --backend SPEC     backend spec (default sim; see docs/SIM.md)\n"
-     "      --torch VERSION | --torch-npu VERSION   your release: its settings rules; --torch-npu reads\n"
-     "                         PYTORCH_NPU_ALLOC_CONF. Else the framework is the backend's dialect, the snapshot's,\n"
-     "                         the environment's (docs/TOOL.md, \"The framework\")\n"
-     "      --stats            print every statistic under memory_stats() names\n"
-     "      --check            run the validator after every event (slow)\n"
-     "      --device N         which device's history of a PyTorch snapshot (default: its only one)\n"
-     "      --min-capacity     find the smallest capacity that runs the trace without OOM\n"
-     "      --steps auto|N     mark training steps (hbm_step) where the allocations repeat, or every N allocations;\n"
-     "                         with --conf hbm_step_plan:True the step plan is learnt and used "
-     "(docs/CONFIGURATION.md)\n"
-     "      --fresh-start      a snapshot whose recording began mid-run: begin from an empty device (with the\n"
-     "                         blocks live at its start allocated first) rather than from its recorded state\n"
-     "      --snapshot FILE    write the allocator's memory snapshot with its history at the end\n"
-     "                         (or at the OOM): FILE.json as JSON, else a PyTorch snapshot pickle\n"
-     "                         that torch.cuda._memory_viz and pytorch.org/memory_viz open\n"
-     "    TRACE: hbmalloc text, a PyTorch / torch_npu snapshot pickle, an RMM CSV log or a tensor-lifetime CSV\n"
-     "    (id,lower,upper,size), told apart by content; a snapshot's recorded settings are used unless --conf\n"
-     "    exit status: 0 ran clean, 1 out of memory, 2 bad input\n"},
-    {"sweep", "  sweep TRACE    replay under a grid of settings on all cores, rank them against yours, recommend one\n"
-              "      --capacity SIZE, --backend SPEC (the target device: its dialect and capabilities; one\n"
-              "      capacity, given either way), --device N (which device's history of a snapshot),\n"
-              "      --grid 'key=v1,v2;key2=...' ('-' = unset), --no-expandable (old firmware), --steps auto|N,\n"
-              "      --baseline SETTINGS (yours; default the framework's PYTORCH_* variable),\n"
-              "      --torch VERSION | --torch-npu VERSION (your release: what it refuses is left out; --torch-npu\n"
-              "      advises PYTORCH_NPU_ALLOC_CONF; else docs/TOOL.md, \"The framework\"),\n"
-              "      --jobs N, --json, --no-progress,\n"
-              "      --html OUT.html (the first settings of the ranking and yours as view's page, side by side)\n"
-              "    exit status: 0 the best runs clean, 1 every setting runs out of memory, 2 bad input\n"},
-    {"view",
-     "  view TRACE -o OUT.svg|OUT.html|OUT.png   draw allocated/reserved over time and the segments at the peak\n"
-     "       (OUT.html: an interactive page; TRACE --conf A --conf B, or TRACE1 TRACE2: runs side by side;\n"
-     "        --detail N: a run of more than N allocations, default 1000000, gets the map at 400 moments)\n"
-     "                 (.png: the SVG rendered by librsvg's rsvg-convert, which must be on PATH)\n"
-     "      --conf STRING, --capacity SIZE, --backend SPEC, --device N, --torch V | --torch-npu V\n"
-     "    exit status: 0 drawn, 1 drawn up to an out-of-memory (marked), 2 bad input\n"},
-    {"conf",
-     "  conf [STRING]  the effective settings of STRING as the framework reads it (default: the environment;\n"
-     "                 both frameworks' variables set: each as its framework reads it)\n"
-     "      --dialect cuda|npu  PYTORCH_CUDA_ALLOC_CONF (PyTorch) or PYTORCH_NPU_ALLOC_CONF (torch_npu); default\n"
-     "                          docs/TOOL.md, \"The framework\" (--torch-npu, --backend, the environment)\n"
-     "      --torch VERSION | --torch-npu VERSION   that release's parser (default the newest known)\n"
-     "      --vmm yes|no        whether the device has virtual memory (torch_npu's expandable rule)\n"
-     "      --strict            as HBMALLOC_CONF: hbmalloc's strict rules and its own hbm_* keys\n"
-     "      --releases          list the releases known, their parsers and keys\n"
-     "      --keys              list every key hbmalloc reads (a Markdown table: docs/CONFIGURATION.md's)\n"
-     "      --backend SPEC      as an allocator on that backend runs them (dialect and capability\n"
-     "                          fallbacks included), e.g. --backend sim:firmware=22.0.3,dialect=npu\n"
-     "    exit status: 0 accepted, 2 refused or bad usage\n"},
-    {"doctor",
-     "  doctor         what is wrong with device memory or communication here, why, what to do next:\n"
-     "                 backends, driver/firmware/CANN versions, npu-smi, nvidia-smi, virtual memory,\n"
-     "                 visible devices, the allocator settings in the environment (as your release reads them)\n"
-     "      --log FILE         also read a training log (repeatable): out-of-memory messages (numbers\n"
-     "                         parsed), expandable-segments warnings, HCCL/NCCL errors, framework versions\n"
-     "      --torch VERSION | --torch-npu VERSION   your release (else read from the logs)\n"
-     "      --trace SNAPSHOT   replay it under the sweep's grid on this device to prove the advice\n"
-     "                         (--capacity SIZE when no out-of-memory message gives it)\n"
-     "      --json             for machines; --no-env: the logs only; --root DIR: read /usr/local/Ascend\n"
-     "                         under DIR\n"
-     "    exit status: 0 nothing to act on, 1 findings to act on, 2 bad usage\n"},
-    {"plan",
-     "  plan TRACE     place every allocation of a recorded trace at an offset in one region, as low as possible\n"
-     "                 (the memory a job needs with a plan and no virtual memory); compares it with peak live\n"
-     "      -o FILE            write the plan (docs/TRACE_FORMAT.md, plan files)\n"
-     "      --budget N         greedy evaluations of the improvement search (default: from the trace's size)\n"
-     "      --seed N           of the search's random moves (default 1: the same plan every run)\n"
-     "      --device N, --json\n"
-     "    exit status: 0 planned (and checked: no two live allocations overlap), 2 bad input\n"},
-    {"top",
-     "  top            the allocators of this user's running jobs, live: allocated, reserved of the device's\n"
-     "                 capacity, unallocated, fragmentation, largest free block, peaks, a trend, OOMs and retries per\n"
-     "                 process and device, and a total per device (docs/MONITOR.md)\n"
-     "      --once             print once and exit (default: refresh until q or Ctrl-C)\n"
-     "      --interval S       seconds between refreshes (default 1)\n"
-     "      --sort KEY         rank (default), reserved, allocated, unallocated or pid; s on the screen turns it\n"
-     "      --json             a JSON document per refresh; --csv FILE: append a line per process and device\n"
-     "      --textfile DIR     write DIR/hbmalloc.prom for node_exporter's textfile collector\n"
-     "      --dir DIR          where the records are (default $HBMALLOC_TOP_DIR, else /dev/shm)\n"
-     "      --clean            remove the records of exited processes (they are always ignored)\n"
-     "    exit status: 0, 2 bad usage or an unreadable folder\n"},
-    {"version", "  version        print the version\n"},
-};
-
-/* `hbmalloc --help`: every command with its options. */
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: hbmalloc <command> [options]   (hbmalloc <command> --help: that command's options)\n\n"
-               "commands:\n");
-    for (size_t i = 0; i < sizeof help / sizeof help[0]; i++)
-        fputs(help[i].text, f);
-}
-
-/* Plain `hbmalloc`, or a command it does not know: one line per command, on a screen. */
-static const struct {
-    const char *name, *what;
-} commands[] = {
-    {"replay", "replay TRACE      replay an allocation trace on a simulated device: peaks, device calls, OOMs"},
-    {"sweep", "sweep TRACE       replay it under a grid of settings and recommend one"},
-    {"plan", "plan TRACE        place every allocation in one region, as low as possible"},
-    {"view", "view TRACE -o F   draw it: an interactive page (.html), or .svg / .png"},
-    {"conf", "conf [SETTINGS]   the settings as PyTorch or torch_npu reads them, or why refused"},
-    {"doctor", "doctor            what is wrong with device memory here, and what to do"},
-    {"top", "top               the allocators of running jobs, live"},
-    {"version", "version           the version"},
-};
-
-static void short_usage(FILE *f)
-{
-    fputs("usage: hbmalloc <command> [options]\n", f);
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  hbmalloc %s\n", commands[i].what);
-    fputs("hbmalloc <command> --help: its options; hbmalloc --help: all of them (docs/TOOL.md)\n", f);
-}
-
-static void unknown_command(const char *cmd)
-{
-    const char *names[sizeof commands / sizeof commands[0]];
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        names[i] = commands[i].name;
-    const char *near = hbm__nearest(cmd, names, sizeof names / sizeof names[0]);
-    if (near)
-        fprintf(stderr, "hbmalloc: unknown command '%s': did you mean 'hbmalloc %s'?\n\n", cmd, near);
-    else
-        fprintf(stderr, "hbmalloc: unknown command '%s'\n\n", cmd);
-    short_usage(stderr);
-}
-
 /* An error of the library, printed for a command: the settings string given to it came from --conf. */
 static void print_error(const char *cmd, const char *msg)
 {
@@ -172,17 +37,30 @@ static void print_error(const char *cmd, const char *msg)
         fprintf(stderr, "hbmalloc %s: %s\n", cmd, msg);
 }
 
-/* `hbmalloc CMD --help`: 1 when printed. */
-static int command_help(const char *cmd, int argc, char **argv)
+/* A settings string that begins with its variable's name, as an export line has it
+ * (`PYTORCH_NPU_ALLOC_CONF=expandable_segments:True`): no key is in capitals, so every release refuses it, as
+ * "Unrecognized key 'PYTORCH_NPU_ALLOC_CONF=expandable_segments'", which does not say what to give instead. 1 when
+ * s is one (said: the value alone, as opt gives it, NULL for conf's operand, with extra after it), else 0. */
+static int named_variable(const char *cmd, const char *opt, const char *s, const char *extra)
 {
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            for (size_t k = 0; k < sizeof help / sizeof help[0]; k++)
-                if (!strcmp(help[k].name, cmd))
-                    printf("usage:\n%s", help[k].text);
-            return 1;
-        }
-    return 0;
+    size_t skip = strncmp(s, "export ", 7) ? 0 : 7;
+    size_t n = strspn(s + skip, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+    if (!n || isdigit((unsigned char)s[skip]) || s[skip + n] != '=')
+        return 0;
+    const char *v = s + skip + n + 1;
+    size_t len = strlen(v);
+    if (len >= 2 && (v[0] == '\'' || v[0] == '"') && v[len - 1] == v[0]) { /* the shell's quotes, kept by a paste */
+        v++;
+        len -= 2;
+    }
+    char value[1024], quoted[1100];
+    snprintf(value, sizeof value, "%.*s", (int)len, v);
+    hbm__shell_quote(value, quoted, sizeof quoted);
+    fprintf(stderr,
+            "hbmalloc %s: %s%s'%s' begins with the variable's name: drop '%.*s=' and give the value alone: %s%s %s%s\n",
+            cmd, opt ? opt : "", opt ? " " : "", s, (int)n, s + skip, opt ? "" : "hbmalloc ", opt ? opt : cmd, quoted,
+            extra ? extra : "");
+    return 1;
 }
 
 /* Settings as an allocator on that backend would run them, with any capability fallback. */
@@ -340,20 +218,6 @@ static int cmd_conf(int argc, char **argv)
             releases = 1;
         } else if (!strcmp(a, "--keys")) {
             keys = 1;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: hbmalloc conf [SETTINGS] [--dialect cuda|npu] [--torch VERSION | --torch-npu VERSION]\n"
-                   "                     [--vmm yes|no] [--strict] [--backend SPEC] [--releases] [--keys]\n\n"
-                   "Checks a settings string as the framework reads it from PYTORCH_CUDA_ALLOC_CONF (PyTorch) or\n"
-                   "PYTORCH_NPU_ALLOC_CONF (torch_npu): the release given, else the newest known, with its leniency\n"
-                   "(each lenient reading is listed under warnings). Without SETTINGS: the environment, as hbmalloc\n"
-                   "reads it (HBMALLOC_CONF, else the framework's variable; both frameworks' set: each as its own\n"
-                   "reads it). The framework: --dialect, --torch / --torch-npu, --backend, else the environment\n"
-                   "(docs/TOOL.md, \"The framework\"). --strict checks it as HBMALLOC_CONF.\n"
-                   "--vmm says whether the device has virtual memory (torch_npu's expandable rule depends on it).\n"
-                   "--backend: the settings as an allocator on that device runs them. --releases lists the releases,\n"
-                   "--keys the keys (name, dialects, value, default, what hbmalloc does with it).\n"
-                   "exit status: 0 accepted, 2 refused or bad usage\n");
-            return 0;
         } else if (a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "hbmalloc conf: unknown option or missing value: '%s' (see hbmalloc conf --help)\n", a);
             return 2;
@@ -381,6 +245,16 @@ static int cmd_conf(int argc, char **argv)
     }
     hbm_dialect d = dc.d;
     const char *version = dc.version;
+    if (s) { /* the variable a name pasted with the value calls for, when the command line chose none */
+        const char *name = strncmp(s, "export ", 7) ? s : s + 7;
+        const char *extra = strncmp(name, "HBMALLOC_CONF=", 14) || strict ? NULL : " --strict";
+        if (!dc.given && !strncmp(name, "PYTORCH_NPU_ALLOC_CONF=", 23) && d != HBM_DIALECT_NPU)
+            extra = " --dialect npu";
+        else if (!dc.given && !strncmp(name, "PYTORCH_CUDA_ALLOC_CONF=", 24) && d != HBM_DIALECT_CUDA)
+            extra = " --dialect cuda";
+        if (named_variable("conf", NULL, s, extra))
+            return 2;
+    }
     if (releases) {
         char *out = malloc(64 * 1024);
         if (!out)
@@ -445,6 +319,8 @@ static int shared_arg(trace_cmd *c, int argc, char **argv, int *i)
     if (!strcmp(a, "--conf") && has_value) {
         c->settings = argv[++*i];
         c->conf_given = 1;
+        if (named_variable(c->name, "--conf", c->settings, NULL))
+            return -1;
     } else if (!strcmp(a, "--capacity") && has_value) {
         c->capacity = argv[++*i];
     } else if (!strcmp(a, "--backend") && has_value) {
@@ -643,22 +519,29 @@ static int cmd_sweep(int argc, char **argv)
     o.progress = isatty(2);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--grid") && i + 1 < argc)
+        if (!strcmp(a, "--grid") && i + 1 < argc) {
             o.grid = argv[++i];
-        else if (!strcmp(a, "--jobs") && i + 1 < argc)
+        } else if (!strcmp(a, "--jobs") && i + 1 < argc) {
             o.jobs = atoi(argv[++i]);
-        else if (!strcmp(a, "--no-expandable"))
+        } else if (!strcmp(a, "--no-expandable")) {
             o.no_expandable = 1;
-        else if (!strcmp(a, "--json"))
+        } else if (!strcmp(a, "--json")) {
             o.json = 1;
-        else if (!strcmp(a, "--no-progress"))
+        } else if (!strcmp(a, "--no-progress")) {
             o.progress = 0;
-        else if (!strcmp(a, "--baseline") && i + 1 < argc)
+        } else if (!strcmp(a, "--baseline") && i + 1 < argc) {
             o.baseline = argv[++i];
-        else if (!strcmp(a, "--html") && i + 1 < argc)
-            page.path = argv[++i];
-        else if (shared_arg(&c, argc, argv, &i) < 0)
+            if (named_variable("sweep", "--baseline", o.baseline, NULL))
+                return 2;
+        } else if (!strcmp(a, "--conf")) {
+            fprintf(stderr, "hbmalloc sweep: --conf does not apply: the grid gives the settings, and --baseline "
+                            "yours\n");
             return 2;
+        } else if (!strcmp(a, "--html") && i + 1 < argc) {
+            page.path = argv[++i];
+        } else if (shared_arg(&c, argc, argv, &i) < 0) {
+            return 2;
+        }
     }
     if (open_trace(&c))
         return 2;
@@ -704,6 +587,8 @@ static int cmd_view(int argc, char **argv)
                 fprintf(stderr, "hbmalloc view: at most %d runs side by side\n", VIEW_RUNS_MAX);
                 return 2;
             }
+            if (a[0] == '-' && named_variable("view", "--conf", argv[i + 1], NULL))
+                return 2;
             if (a[0] == '-')
                 confs[nconf++] = argv[++i];
             else
@@ -842,6 +727,25 @@ static int cmd_plan(int argc, char **argv)
     return rc;
 }
 
+static int cmd_version(int argc, char **argv)
+{
+    if (argc) {
+        fprintf(stderr, "hbmalloc version: takes nothing, not '%s'\n", argv[0]);
+        return 2;
+    }
+    printf("hbmalloc %s\n", HBM_VERSION_STRING);
+    return 0;
+}
+
+/* What runs each command; commands.c has their options and help. */
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} runs[] = {
+    {"replay", cmd_replay},  {"sweep", cmd_sweep}, {"view", cmd_view},       {"plan", cmd_plan},  {"conf", cmd_conf},
+    {"doctor", doctor_main}, {"top", top_main},    {"version", cmd_version}, {"help", help_main},
+};
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -849,29 +753,23 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "doctor") && strcmp(cmd, "conf") && command_help(cmd, argc - 2, argv + 2))
-        return 0;
-    if (!strcmp(cmd, "replay"))
-        return cmd_replay(argc - 2, argv + 2);
-    if (!strcmp(cmd, "conf"))
-        return cmd_conf(argc - 2, argv + 2);
-    if (!strcmp(cmd, "sweep"))
-        return cmd_sweep(argc - 2, argv + 2);
-    if (!strcmp(cmd, "plan"))
-        return cmd_plan(argc - 2, argv + 2);
-    if (!strcmp(cmd, "view"))
-        return cmd_view(argc - 2, argv + 2);
-    if (!strcmp(cmd, "doctor"))
-        return doctor_main(argc - 2, argv + 2);
-    if (!strcmp(cmd, "top"))
-        return top_main(argc - 2, argv + 2);
-    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("hbmalloc %s\n", HBM_VERSION_STRING);
-        return 0;
-    }
-    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
-        usage(stdout);
-        return 0;
+    if (!strcmp(cmd, "--version"))
+        cmd = "version";
+    else if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h"))
+        cmd = "help";
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        const cli_cmd *c = cli_command(runs[i].name);
+        if (strcmp(runs[i].name, cmd) || !c)
+            continue;
+        /* Every command reads its arguments as the table puts them: --name=value split, --help answered. */
+        char **args = malloc((2 * (size_t)argc + 1) * sizeof *args);
+        int n = 0, rc = args ? cli_args(c, cli_commands, cli_ncommands, argc - 2, argv + 2, args, &n) : 2;
+        if (rc == 0)
+            rc = runs[i].run(n, args);
+        else if (rc == 1) /* the help was asked for, and printed */
+            rc = 0;
+        free(args);
+        return rc;
     }
     unknown_command(cmd);
     return 2;

@@ -208,18 +208,33 @@ static int64_t sat_sub(int64_t x, int64_t y)
     int64_t r;
     return __builtin_sub_overflow(x, y, &r) ? (y < 0 ? INT64_MAX : INT64_MIN) : r;
 }
-static int64_t unallocated(const hbm_record *r) { return sat_sub(r->reserved_bytes, r->allocated_bytes); }
+/* Pools that sleep (docs/SLEEP.md) keep their blocks allocated on pages given back, which reserved does not count:
+ * allocated = in memory + asleep. The record gives the sleeping pools' pages (asleep_bytes), which hold their blocks
+ * whole: they stand for those blocks here, at most all that is allocated (exact when the blocks fill their pages). */
+static int64_t asleep_held(const hbm_record *r)
+{
+    int64_t z = r->asleep_bytes < 0 ? 0 : r->asleep_bytes;
+    return z < r->allocated_bytes ? z : r->allocated_bytes > 0 ? r->allocated_bytes : 0;
+}
+/* "Unallocated" (docs/MONITOR.md, Terms): reserved less the blocks in memory. */
+static int64_t unallocated(const hbm_record *r)
+{
+    return sat_sub(r->reserved_bytes, sat_sub(r->allocated_bytes, asleep_held(r)));
+}
 /* part over whole, in [0, 1] whatever the record says. */
 static double ratio(int64_t part, int64_t whole)
 {
     double f = whole > 0 && part > 0 ? (double)part / (double)whole : 0.0;
     return f > 1.0 ? 1.0 : f;
 }
-/* "Unallocated" (docs/TOOL.md, Terms): reserved - allocated, PyTorch's "reserved but unallocated", and its share of
- * reserved. */
+/* Unallocated's share of reserved. */
 static double unallocated_share(const hbm_record *r) { return ratio(unallocated(r), r->reserved_bytes); }
-/* Free cached bytes: reserved less active (allocated, and freed blocks still waiting on another stream). */
-static int64_t free_cached(const hbm_record *r) { return sat_sub(r->reserved_bytes, r->active_bytes); }
+/* Free cached bytes: reserved less the active blocks in memory (allocated, and freed blocks still waiting on another
+ * stream; a sleeping pool's hold no reserved memory). */
+static int64_t free_cached(const hbm_record *r)
+{
+    return sat_sub(r->reserved_bytes, sat_sub(r->active_bytes, asleep_held(r)));
+}
 /* "Fragmentation" (docs/TOOL.md, Terms): 1 - the largest free cached block / free cached bytes, in [0, 1]; -1 when
  * nothing is cached free (no fragmentation to speak of). */
 static double fragmentation(const hbm_record *r)
@@ -394,6 +409,7 @@ enum {
     C_DEV,
     C_ALLOC,
     C_RES,
+    C_ASLEEP,
     C_CAP,
     C_USE,
     C_UNALLOC,
@@ -414,25 +430,16 @@ static const struct {
     const char *head;
     int width, left, drop;
 } cols[NCOLS] = {
-    [C_RANK] = {"RANK", 5, 1, 0},
-    [C_PID] = {"PID", 8, 0, 0},
-    [C_DEV] = {"DEV", 4, 0, 0},
-    [C_ALLOC] = {"ALLOCATED", 11, 0, 0},
-    [C_RES] = {"RESERVED", 11, 0, 0},
-    [C_CAP] = {"CAPACITY", 10, 0, 8},
-    [C_USE] = {"RES/CAP", 7, 0, 0},
-    [C_UNALLOC] = {"UNALLOC", 11, 0, 6},
-    [C_UNPCT] = {"UNALLOC%", 8, 0, 0},
-    [C_FRAG] = {"FRAG%", 6, 0, 3},
-    [C_LARGEST] = {"LARGEST FREE", 12, 0, 0},
-    [C_PEAK] = {"PEAK", 11, 0, 4},
-    [C_JOBPEAK] = {"JOB PEAK", 11, 0, 7},
-    [C_TREND] = {"TREND", TREND, 1, 2},
-    [C_OOMS] = {"OOMS", 5, 0, 0},
-    [C_RETRIES] = {"RETRIES", 7, 0, 5},
-    [C_DEVMALLOC] = {"DEV MALLOC", 10, 0, 9},
-    [C_EXP] = {"EXP", 3, 1, 10},
-    [C_COMMAND] = {"COMMAND", 7, 1, 11},
+    [C_RANK] = {"RANK", 5, 1, 0},        [C_PID] = {"PID", 8, 0, 0},
+    [C_DEV] = {"DEV", 4, 0, 0},          [C_ALLOC] = {"ALLOCATED", 11, 0, 0},
+    [C_RES] = {"RESERVED", 11, 0, 0},    [C_ASLEEP] = {"ASLEEP", 11, 0, 1}, /* shown while a pool sleeps */
+    [C_CAP] = {"CAPACITY", 10, 0, 8},    [C_USE] = {"RES/CAP", 7, 0, 0},
+    [C_UNALLOC] = {"UNALLOC", 11, 0, 6}, [C_UNPCT] = {"UNALLOC%", 8, 0, 0},
+    [C_FRAG] = {"FRAG%", 6, 0, 3},       [C_LARGEST] = {"LARGEST FREE", 12, 0, 0},
+    [C_PEAK] = {"PEAK", 11, 0, 4},       [C_JOBPEAK] = {"JOB PEAK", 11, 0, 7},
+    [C_TREND] = {"TREND", TREND, 1, 2},  [C_OOMS] = {"OOMS", 5, 0, 0},
+    [C_RETRIES] = {"RETRIES", 7, 0, 5},  [C_DEVMALLOC] = {"DEV MALLOC", 10, 0, 9},
+    [C_EXP] = {"EXP", 3, 1, 10},         [C_COMMAND] = {"COMMAND", 7, 1, 11},
 };
 #define DROP_MAX 11
 
@@ -519,7 +526,8 @@ static const field fields[] = {
     {F("settings", K_STR, settings), 1, 0, -1, T_STR, NOPROM},
     {F("source", K_STR, source), 1, 0, -1, T_STR, NOPROM},
     {F("command", K_STR, command), 1, 16, C_COMMAND, T_STR, NOPROM},
-    {F("asleep_bytes", K_I64, asleep_bytes), 1, 0, -1, T_SIZE, NOPROM},
+    {F("asleep_bytes", K_I64, asleep_bytes), 1, 0, C_ASLEEP, T_SIZE, 17, "hbmalloc_asleep_bytes", "gauge",
+     "Pages of sleeping pools given back; their blocks stay in allocated_bytes."},
     {F("backup_bytes", K_I64, backup_bytes), 1, 0, -1, T_SIZE, NOPROM},
     {F("asleep_tags", K_STR, asleep_tags), 1, 0, -1, T_STR, NOPROM},
     {F("job_peak_allocated_bytes", K_I64, job_peak_allocated_bytes), 1, 0, -1, T_SIZE, NOPROM},
@@ -654,13 +662,14 @@ static void row_cells(const seen *s, const entry *e, char cell[NCOLS][48])
  * the peaks or fragmentation, which do not). The capacity is the device's, once. */
 static void total_cells(const seen *s, const char *device, char cell[NCOLS][48])
 {
-    int64_t alloc = 0, res = 0, cap = 0, ooms = 0, retries = 0, mallocs = 0;
+    int64_t alloc = 0, res = 0, asleep = 0, cap = 0, ooms = 0, retries = 0, mallocs = 0;
     for (size_t i = 0; i < s->n; i++) {
         const hbm_record *r = &s->recs[i].r;
         if (strcmp(s->recs[i].device, device))
             continue;
         alloc = sat_add(alloc, r->allocated_bytes);
         res = sat_add(res, r->reserved_bytes);
+        asleep = sat_add(asleep, asleep_held(r));
         ooms = sat_add(ooms, r->num_ooms);
         retries = sat_add(retries, r->num_alloc_retries);
         mallocs = sat_add(mallocs, r->num_device_alloc);
@@ -673,10 +682,12 @@ static void total_cells(const seen *s, const char *device, char cell[NCOLS][48])
     snprintf(cell[C_DEV], 48, "%s", strchr(device, ' ') + 1);
     size_text(alloc, cell[C_ALLOC], 48);
     size_text(res, cell[C_RES], 48);
+    size_text(asleep, cell[C_ASLEEP], 48);
     size_text(cap, cell[C_CAP], 48);
     percent_text(ratio(res, cap), cell[C_USE], 48);
-    size_text(sat_sub(res, alloc), cell[C_UNALLOC], 48);
-    percent_text(ratio(sat_sub(res, alloc), res), cell[C_UNPCT], 48);
+    int64_t unalloc = sat_sub(res, sat_sub(alloc, asleep)); /* reserved less the blocks in memory */
+    size_text(unalloc, cell[C_UNALLOC], 48);
+    percent_text(ratio(unalloc, res), cell[C_UNPCT], 48);
     snprintf(cell[C_OOMS], 48, "%lld", (long long)ooms);
     snprintf(cell[C_RETRIES], 48, "%lld", (long long)retries);
     snprintf(cell[C_DEVMALLOC], 48, "%lld", (long long)mallocs);
@@ -709,13 +720,15 @@ static void print_table(FILE *f, const opts *o, const seen *s)
                        o->keys ? " (s)  quit: q" : "  Ctrl-C quits");
     put_line(f, o, line);
     put_line(f, o, "");
-    bool on[NCOLS];
+    bool on[NCOLS], asleep = false;
     int width = 0, command = (int)strlen(cols[C_COMMAND].head);
+    for (size_t i = 0; i < s->n; i++)
+        asleep |= s->recs[i].r.asleep_bytes > 0;
     for (size_t i = 0; i < s->n; i++)
         if (text_width(s->recs[i].r.command) > command)
             command = text_width(s->recs[i].r.command);
     for (int c = 0; c < NCOLS; c++) {
-        on[c] = c != C_TREND || !o->once; /* a trend needs refreshes */
+        on[c] = (c != C_TREND || !o->once) && (c != C_ASLEEP || asleep); /* a trend needs refreshes */
         width += on[c] ? (c == C_COMMAND ? command : cols[c].width) + (c > 0) : 0;
     }
     for (int level = DROP_MAX; level > 0 && o->columns && width > o->columns; level--)

@@ -1067,7 +1067,7 @@ void hbm__conf_defaults(hbm__conf *c, hbm_dialect d)
     strcpy(c->source, "default");
 }
 
-static const char *dialect_var(hbm_dialect d)
+static const char *conf_dialect_var(hbm_dialect d)
 {
     return d == HBM_DIALECT_NPU ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
 }
@@ -1297,6 +1297,21 @@ static hbm_status default_release(hbm__release *rel, hbm_dialect d, const char *
     return HBM_ERR_CONF;
 }
 
+/* ';' between settings, as a shell's list would have them: no release splits there. PyTorch's tokenizer splits at
+ * ',' ':' '[' ']' only (ConfigTokenizer, c10/core/AllocatorConfig.h:28-44 at pytorch/pytorch 007b9bc0; lexArgs in
+ * c10/cuda/CUDAAllocatorConfig.cpp before it; torch_npu uses the same two, as this file's head says), so
+ * "True;max_split_size_mb" is one word and the error names a piece of it. Appended to that error: the separator,
+ * and the string as it should read. */
+static void hint_semicolon(const char *s, char *err, size_t errlen)
+{
+    char fixed[512];
+    snprintf(fixed, sizeof fixed, "%s", s);
+    for (char *p = fixed; (p = strchr(p, ';'));)
+        *p = ',';
+    hbm__sbuf sb = {err, errlen, strlen(err)};
+    hbm__sb_printf(&sb, "; settings are separated by ',', not ';': write '%s'", fixed);
+}
+
 hbm_status hbm__conf_parse_version(hbm__conf *cf, const char *s, hbm_dialect d, const hbm__release *given,
                                    const char *version, int vmm, char *err, size_t errlen)
 {
@@ -1331,6 +1346,8 @@ hbm_status hbm__conf_parse_version(hbm__conf *cf, const char *s, hbm_dialect d, 
     if (rc == HBM_OK)
         rc = parse_tokens(cf, lx, &r, err, errlen);
     free(lx);
+    if (rc == HBM_ERR_CONF && strchr(s, ';') && errlen)
+        hint_semicolon(s, err, errlen);
     return rc;
 }
 
@@ -1388,7 +1405,8 @@ void hbm__conf_describe(const hbm__conf *c, char *out, size_t outlen)
 {
     hbm__sbuf sb;
     hbm__sb_init(&sb, out, outlen);
-    hbm__sb_printf(&sb, "dialect: %s (%s)\n", c->dialect == HBM_DIALECT_NPU ? "npu" : "cuda", dialect_var(c->dialect));
+    hbm__sb_printf(&sb, "dialect: %s (%s)\n", c->dialect == HBM_DIALECT_NPU ? "npu" : "cuda",
+                   conf_dialect_var(c->dialect));
     hbm__sb_printf(&sb, "source: %s\n", c->source);
     hbm__sb_printf(&sb, "read as: %s\n", c->release);
     hbm__sb_printf(&sb, "string: \"%s\"%s\n", c->text, c->text_truncated ? " (truncated)" : "");

@@ -79,7 +79,8 @@ check conf_equals_for_colon 2 "separated by ':', not '=': write 'max_split_size_
 check replay_conf_error_from_conf 2 "did you mean 'expandable_segments'? (from --conf)$" "$bin" replay "$ex" \
     --conf expandable_segment:True
 # Item 14: a capacity without a unit is bytes, and said so; past the simulated device's limit, the limit is named.
-check capacity_without_unit 1 "warning: --capacity 80 has no unit: 80 bytes (for 80 GiB, write --capacity 80GiB)" \
+# (Issue #36 item 10: below 1 MiB, which is no device, it is refused with the size meant.)
+check capacity_without_unit 2 "--capacity 80 has no unit: 80 bytes is no device; did you mean --capacity 80GiB?" \
     "$bin" replay "$ex" --conf "" --capacity 80
 check capacity_in_bytes_noted 0 "note: --capacity 85899345920 has no unit: read as bytes, 80.00 GiB" \
     "$bin" replay "$ex" --conf "" --capacity 85899345920
@@ -319,8 +320,8 @@ check input_lifetimes_bad 2 "bad-life.csv:2:5: 'x' is not a whole number (column
 for c in replay sweep plan view conf doctor; do
     check "help_$c" 0 "^usage:\|^usage: hbmalloc $c" "$bin" "$c" --help
 done
-check unknown_option_named 2 "unknown option or missing value: '--frobnicate'" "$bin" replay "$ex" --frobnicate
-check missing_value_named 2 "unknown option or missing value: '--capacity'" "$bin" replay "$ex" --capacity
+check unknown_option_named 2 "unknown option '--frobnicate'" "$bin" replay "$ex" --frobnicate
+check missing_value_named 2 "--capacity needs a value: --capacity SIZE or --capacity=SIZE" "$bin" replay "$ex" --capacity
 check input_device_file 2 "/dev/zero is not a regular file (a device)" "$bin" replay /dev/zero
 check input_directory 2 "is not a regular file (a directory)" "$bin" replay "$tmp"
 check input_pipe 0 "2 events: 1 alloc, 1 free" sh -c "printf 'a 1 1024\nf 1\n' | '$bin' replay /dev/stdin --conf ''"
@@ -545,5 +546,138 @@ if "$bin" replay "$tmp/mid-run.pickle" --capacity 2GiB 2>&1 | grep -q "^OOMs:\|-
 check replay_start_fits 0 "the replay begins from that state (4 segments rebuilt)" "$bin" replay "$tmp/mid-run.pickle"
 # Item 8: sweep --help lists --device.
 check help_sweep_device 0 "--device N" "$bin" sweep --help
+# Issue #36 item 10: options. GNU's `--name=value` is `--name value` to every command, for each option that takes a
+# value: the same output and exit status (clock times and replay times aside), and neither refused.
+joined_opts=""
+joined() { # option value command args...
+    opt=$1 val=$2
+    shift 2
+    joined_opts="$joined_opts $1$opt"
+    a=$("$bin" "$@" "$opt" "$val" 2>&1 | sed -e 's/[0-9-]* [0-9][0-9]:[0-9][0-9]:[0-9][0-9]//' -e '/^replay time:/d')
+    ra=$?
+    b=$("$bin" "$@" "$opt=$val" 2>&1 | sed -e 's/[0-9-]* [0-9][0-9]:[0-9][0-9]:[0-9][0-9]//' -e '/^replay time:/d')
+    if [ "$a" != "$b" ] || printf '%s\n' "$a$b" | grep -q "unknown option\|needs a value\|takes no value"; then
+        echo "FAIL joined $1 $opt=$val: not as $opt $val"; printf '%s\n--- joined:\n%s\n' "$a" "$b"
+        fails=$((fails + 1))
+    else echo "ok   joined $1 $opt=$val ($ra)"; fi
+}
+printf 'a 1 1048576\na 2 3145728\nf 1\na 3 1048576\nf 2\nf 3\n' >"$tmp/tiny.trace"
+tiny=$tmp/tiny.trace
+joined --conf expandable_segments:True replay "$tiny"
+joined --capacity 40GiB replay "$tiny" --conf ""
+joined --backend sim:vmm=off replay "$tiny" --conf ""
+joined --torch 2.1.0 replay "$tiny"
+joined --torch-npu 2.1.0.post6 replay "$tiny"
+joined --device 0 replay "$snap" --conf ""
+joined --steps 2 replay "$tiny" --conf ""
+joined --snapshot "$tmp/joined.json" replay "$tiny" --conf ""
+sweep_args="--no-progress --grid max_split_size_mb=-,64"
+# shellcheck disable=SC2086
+{
+joined --grid "max_split_size_mb=-,64" sweep "$tiny" --no-progress
+joined --capacity 40GiB sweep "$tiny" $sweep_args
+joined --backend sim:vmm=off sweep "$tiny" $sweep_args
+joined --device 0 sweep "$snap" $sweep_args
+joined --steps 2 sweep "$tiny" $sweep_args
+joined --baseline max_split_size_mb:64 sweep "$tiny" $sweep_args
+joined --torch 2.1.0 sweep "$tiny" $sweep_args
+joined --torch-npu 2.1.0.post6 sweep "$tiny" $sweep_args
+joined --jobs 2 sweep "$tiny" $sweep_args
+joined --html "$tmp/joined.html" sweep "$tiny" $sweep_args
+}
+joined --conf max_split_size_mb:64 view "$tiny" -o "$tmp/joined.svg"
+joined --detail 10 view "$tiny" --conf "" -o "$tmp/joined.svg"
+joined --capacity 40GiB view "$tiny" --conf "" -o "$tmp/joined.svg"
+joined --backend sim:vmm=off view "$tiny" --conf "" -o "$tmp/joined.svg"
+joined --device 0 view "$snap" --conf "" -o "$tmp/joined.svg"
+joined --torch 2.1.0 view "$tiny" -o "$tmp/joined.svg"
+joined --torch-npu 2.1.0.post6 view "$tiny" -o "$tmp/joined.svg"
+joined --steps 2 view "$tiny" --conf "" -o "$tmp/joined.svg"
+joined --budget 100 plan "$tiny"
+joined --seed 2 plan "$tiny"
+joined --device 0 plan "$snap"
+joined --dialect npu conf max_split_size_mb:64
+joined --torch 2.1.0 conf max_split_size_mb:64
+joined --torch-npu 2.1.0.post6 conf max_split_size_mb:64
+joined --vmm no conf expandable_segments:True --dialect npu
+joined --backend sim:dialect=npu conf expandable_segments:True
+printf 'RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.00 GiB total capacity; 50.00 GiB already allocated; 1.00 GiB free; 55.00 GiB reserved in total by PyTorch)\n' >"$tmp/train.log"
+joined --log "$tmp/train.log" doctor --no-env
+joined --torch 2.1.0 doctor --no-env --log "$tmp/train.log"
+joined --torch-npu 2.1.0.post6 doctor --no-env --log "$tmp/train.log"
+joined --root "$tmp" doctor --log "$tmp/train.log"
+joined --trace "$snap" doctor --no-env --capacity 2GiB
+joined --capacity 2GiB doctor --no-env --trace "$snap"
+joined --device 0 doctor --no-env --trace "$snap" --capacity 2GiB
+mkdir "$tmp/top"
+joined --dir "$tmp/top" top --once
+joined --interval 0.5 top --once --dir "$tmp/top"
+joined --sort pid top --once --dir "$tmp/top"
+joined --csv "$tmp/top.csv" top --once --dir "$tmp/top"
+joined --textfile "$tmp" top --once --dir "$tmp/top"
+# ... and each option with a value that a command's --help lists is among those.
+for c in replay sweep view plan conf doctor top; do
+    for o in $("$bin" "$c" --help | sed -n 's/^  \(--[a-z-]*\) [^ ].*/\1/p'); do
+        case " $joined_opts " in
+        *" $c$o "*) ;;
+        *) echo "FAIL joined: $c $o takes a value and has no joined check"; fails=$((fails + 1)) ;;
+        esac
+    done
+done
+# A mistyped option gets the nearest one the command has, as a mistyped command gets the nearest command; one of
+# another command is named as such; a flag given a value, and a value missing, are said so.
+check option_nearest 2 "unknown option '--capcity': did you mean '--capacity'?" "$bin" replay "$ex" --capcity 40GiB
+check option_nearest_joined 2 "unknown option '--capcity': did you mean '--capacity'?" "$bin" replay "$ex" \
+    --capcity=40GiB
+check option_nearest_sweep 2 "unknown option '--gird': did you mean '--grid'?" "$bin" sweep "$ex" --gird x
+check option_nearest_conf 2 "unknown option '--dialcet': did you mean '--dialect'?" "$bin" conf --dialcet npu
+check option_nearest_doctor 2 "unknown option '--lgo': did you mean '--log'?" "$bin" doctor --lgo x
+check option_nearest_top 2 "unknown option '--intervl': did you mean '--interval'?" "$bin" top --intervl 1
+check option_nearest_prefix 2 "unknown option '--cap': did you mean '--capacity'?" "$bin" replay "$ex" --cap 40GiB
+check option_of_another_command 2 "unknown option '--grid': an option of hbmalloc sweep, not of replay" "$bin" \
+    replay "$ex" --grid x
+check option_flag_given_value 2 "--stats takes no value: '--stats=1'" "$bin" replay "$ex" --stats=1
+check sweep_conf_refused 2 "--conf does not apply: the grid gives the settings, and --baseline yours" "$bin" sweep \
+    "$ex" --conf ""
+# ';' between settings (a shell list's separator) is named, with the string as it should read; so is the variable's
+# name pasted with its value.
+check conf_semicolon 2 "settings are separated by ',', not ';': write 'expandable_segments:True,max_split_size_mb:128'" \
+    "$bin" conf 'expandable_segments:True;max_split_size_mb:128'
+check replay_semicolon 2 "not ';': write 'expandable_segments:True,max_split_size_mb:128' (from --conf)$" "$bin" \
+    replay "$ex" --conf 'expandable_segments:True;max_split_size_mb:128'
+check conf_variable_name 2 "drop 'PYTORCH_NPU_ALLOC_CONF=' and give the value alone: hbmalloc conf 'expandable_segments:True' --dialect npu" \
+    "$bin" conf 'PYTORCH_NPU_ALLOC_CONF=expandable_segments:True'
+check conf_variable_export 2 "drop 'PYTORCH_CUDA_ALLOC_CONF=' and give the value alone: hbmalloc conf 'max_split_size_mb:64'$" \
+    "$bin" conf "export PYTORCH_CUDA_ALLOC_CONF='max_split_size_mb:64'"
+check replay_variable_name 2 "--conf 'PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64' begins with the variable's name: drop" \
+    "$bin" replay "$ex" --conf PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64
+# A capacity without a unit too small for a device is refused with the size meant, not run as bytes.
+check capacity_80_refused 2 "--capacity 80 has no unit: 80 bytes is no device; did you mean --capacity 80GiB?" "$bin" \
+    sweep "$ex" --capacity 80 --no-progress
+check capacity_80_joined 2 "did you mean --capacity 80GiB?" "$bin" view "$ex" --capacity=80 -o "$tmp/x.svg"
+check capacity_80_backend 2 "--backend's capacity=80 has no unit: 80 bytes is no device; did you mean capacity=80GiB?" \
+    "$bin" replay "$ex" --backend sim:capacity=80
+# Help in one style: a usage line, one aligned line per option, no line over 100 columns; the documents it names
+# (`hbmalloc help DOC`) are built in, so that they are there for a pip user too.
+for args in "--help" "help" "" "replya" "replay --help" "sweep --help" "view --help" "plan --help" "conf --help" \
+    "doctor --help" "top --help" "version --help" "help --help" "help replay"; do
+    # shellcheck disable=SC2086
+    w=$("$bin" $args 2>&1 | awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }')
+    if [ "$w" -le 100 ]; then echo "ok   help_width '$args' ($w columns)"
+    else echo "FAIL help_width '$args': $w columns"; fails=$((fails + 1)); fi
+done
+for c in replay sweep view plan conf doctor top; do
+    check "help_style_$c" 0 "^usage: hbmalloc $c .*\[options\]$" "$bin" "$c" --help
+done
+if "$bin" help TOOL | cmp -s - "$src/docs/TOOL.md"; then echo "ok   help_doc TOOL"
+else echo "FAIL help_doc: hbmalloc help TOOL is not docs/TOOL.md"; fails=$((fails + 1)); fi
+check help_doc_file_name 0 "^# " "$bin" help docs/SIM.md
+check help_doc_nearest 2 "no command or document 'TOOLS': did you mean 'hbmalloc help TOOL'?" "$bin" help TOOLS
+for d in $("$bin" --help | grep -o "hbmalloc help [A-Z_]*" | sed 's/hbmalloc help //' | grep -vx "DOC" | sort -u); do
+    if "$bin" help "$d" >/dev/null 2>&1; then echo "ok   help_names $d"
+    else echo "FAIL help_names: the help names 'hbmalloc help $d', which is no document"; fails=$((fails + 1)); fi
+done
+if "$bin" --help | grep -q "docs/[A-Z_]*\.md"; then echo "FAIL help_no_source_paths: the help names docs/*.md"
+    fails=$((fails + 1)); else echo "ok   help_no_source_paths"; fi
 if [ "$fails" -ne 0 ]; then echo "$fails CLI check(s) failed"; exit 1; fi
 echo "all CLI checks passed"

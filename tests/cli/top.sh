@@ -339,6 +339,71 @@ done
 "$bin" replay "$(dirname "$0")/../../examples/cs336-lm-ctx512-forward.trace" --conf hbm_publish:True >/dev/null
 [ -z "$(ls -A "$HBMALLOC_TOP_DIR")" ] || fail "a replay left a record"
 
+# 8b. A pool asleep (docs/SLEEP.md; issue #36 item 9): a process of the C API (libhbmalloc through ctypes) puts an
+# 80 MiB pool to sleep with 24 MiB of other blocks in memory. Its blocks stay allocated on pages given back, which
+# reserved does not count, so allocated passes reserved: the table gets an ASLEEP column (the record's asleep_bytes,
+# the pages the process's own hbm_pool_info_get reports) and unallocated is reserved less the blocks in memory, in
+# the row, the total and the JSON.
+lib="$(dirname "$bin")/libhbmalloc.so"
+if [ -e "$lib" ]; then
+    mkfifo "$tmp/zin"
+    cat >"$tmp/sleeper.py" <<'PY'
+import ctypes, json, os, sys
+lib = ctypes.CDLL(sys.argv[1])
+c = ctypes
+a, err, pool, ptr = c.c_void_p(), c.create_string_buffer(512), c.c_uint64(), c.c_void_p()
+assert lib.hbm_open(c.byref(a), b"sim:capacity=8GiB", 0, b"hbm_publish:True", err, 512) == 0, err.value
+assert lib.hbm_mempool_create(a, c.byref(pool)) == 0 and lib.hbm_pool_tag(a, pool, b"weights", 0) == 0
+assert lib.hbm_mempool_begin_thread(a, pool) == 0
+for _ in range(4):
+    assert lib.hbm_malloc(a, c.c_size_t(20 << 20), c.c_uint64(0), c.byref(ptr)) == 0
+assert lib.hbm_mempool_end(a, pool) == 0
+for _ in range(3):
+    assert lib.hbm_malloc(a, c.c_size_t(8 << 20), c.c_uint64(0), c.byref(ptr)) == 0
+lib.hbm_last_error.restype = c.c_char_p
+assert lib.hbm_pool_sleep(a, pool, None) == 0, lib.hbm_last_error(a)
+class PoolInfo(c.Structure):  # hbm_pool_info's head (include/hbmalloc.h), room for the rest
+    _fields_ = [("id", c.c_uint64), ("tag", c.c_char * 64), ("backup", c.c_int), ("state", c.c_int),
+                ("live_bytes", c.c_uint64), ("reserved_bytes", c.c_uint64), ("asleep_bytes", c.c_uint64),
+                ("rest", c.c_uint64 * 32)]
+info = PoolInfo()
+assert lib.hbm_pool_info_get(a, pool, c.byref(info)) == 0 and info.tag == b"weights"
+live, asleep = info.live_bytes, info.asleep_bytes
+assert lib.hbm_publish(a, 0) == 0 and lib.hbm_publish(a, 1) == 0  # the record as of now
+with open(sys.argv[2] + ".tmp", "w") as f:
+    json.dump({"pid": os.getpid(), "live": live, "asleep": asleep}, f)
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+sys.stdin.read()
+lib.hbm_destroy(a)
+PY
+    HBMALLOC_CONF= $py "$tmp/sleeper.py" "$lib" "$tmp/z.json" <"$tmp/zin" &
+    zpid=$!
+    exec 7>"$tmp/zin"
+    wait_for "$tmp/z.json"
+    "$bin" top --once >"$tmp/top-asleep.txt"
+    "$bin" top --once --json >"$tmp/top-asleep.json"
+    $py - "$tmp/z.json" "$tmp/top-asleep.json" "$tmp/top-asleep.txt" <<'PY' ||
+import json, re, sys
+own, top, text = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), open(sys.argv[3]).read()
+r = next(x for x in top["records"] if x["pid"] == own["pid"])
+assert own["live"] == 80 << 20 and r["asleep_bytes"] == own["asleep"] >= own["live"], (own, r)
+mem = r["allocated_bytes"] - r["asleep_bytes"]
+assert r["allocated_bytes"] > r["reserved_bytes"] >= mem, r  # allocated passes reserved; in memory does not
+assert r["reserved_unallocated_bytes"] == r["reserved_bytes"] - mem > 0, r
+assert re.search(r"^RANK +PID +DEV +ALLOCATED +RESERVED +ASLEEP +CAPACITY", text, re.M), text
+row = re.search(r"^- +%d +0 +(\S+ \S+) +(\S+ \S+) +80.00 MiB +8.00 GiB +\S+ +(\S+ \S+) " % own["pid"], text, re.M)
+assert row and row.group(3) != "0 bytes", text
+assert re.search(r"^      asleep: weights 80.00 MiB$", text, re.M), text
+print("top: a pool asleep: allocated %s, reserved %s, ASLEEP 80.00 MiB, unallocated %s" % row.groups())
+PY
+        fail "a pool asleep: $(cat "$tmp/top-asleep.txt")"
+    exec 7>&-
+    wait "$zpid" || fail "the sleeping pool's process ended with status $?"
+    [ -z "$(ls -A "$HBMALLOC_TOP_DIR")" ] || fail "records left by the sleeping pool's process"
+else
+    echo "SKIP (section 8b): no $lib to sleep a pool with"
+fi
+
 # 9. Bad usage is refused with status 2.
 for args in "--interval 0" "--interval x" "--textfile $tmp/none" "--bogus" "--csv"; do
     rc=0

@@ -108,6 +108,41 @@ def labels_apart(b):
     return "" if boxes else "no labels"
 
 
+def labels_clear(b):
+    """The curves' labels clear of the curves as drawn ('' when so): each curve a step from one pixel column to the
+    next (cols, as drawUsageBase strokes it), against each label's box, the stroke's half width around it."""
+    curves = b.js("cols.map((c, k) => c.map((col, i) => [k, i, col.map(([x, v]) => [x, yU(v)])]))")
+    boxes = b.js("hbmView.labels()")["boxes"]
+    for a in boxes:
+        x0, y0, x1, y1 = a["x"], a["y"], a["x"] + a["w"], a["y"] + a["h"]
+        for run in curves:
+            for k, i, pts in run:
+                for (xa, ya), (xb, yb) in zip(pts, pts[1:]):
+                    horizontal = xb >= x0 and xa <= x1 and y0 - 0.75 <= ya <= y1 + 0.75
+                    vertical = x0 <= xb <= x1 and max(ya, yb) + 0.75 >= y0 and min(ya, yb) - 0.75 <= y1
+                    if horizontal or vertical:
+                        return "%r at %s crosses run %s's %s curve at x %.1f..%.1f, y %.1f..%.1f" % (
+                            a["text"], [round(v, 1) for v in (x0, y0, x1, y1)], "ABCDEFGH"[k],
+                            ["reserved", "allocated", "asleep"][i], xa, xb, ya, yb)
+    return ""
+
+
+def words_broken(b):
+    """The words of the table of runs that a line break cuts ('' when none): each word of a cell (between spaces or a
+    break after a setting's comma) on one line."""
+    return "; ".join(b.js("""(() => { const bad = [];
+        for (const td of document.querySelectorAll('#abtable td')) {
+          const t = td.firstChild; if (!t || t.nodeType !== 3) continue;
+          const re = /[^ \u200b]+/g; let m;
+          while ((m = re.exec(t.data))) {
+            const r = document.createRange(); r.setStart(t, m.index); r.setEnd(t, m.index + m[0].length);
+            const tops = new Set([...r.getClientRects()].filter(q => q.width > 0).map(q => Math.round(q.top)));
+            if (tops.size > 1) bad.push(JSON.stringify(m[0]) + ' on ' + tops.size + ' lines');
+          }
+        }
+        return bad; })()"""))
+
+
 def nap_pixel(b, k, chart):
     """The colour drawn at the middle of marker k's triangle in a chart (the canvas's own pixel)."""
     return b.js("""(() => { const c = document.getElementById('%s'), r = c.getBoundingClientRect(), d = window.devicePixelRatio || 1;
@@ -374,6 +409,19 @@ try:
     for chart in ("usage", "timeline", "segtl"):  # drawn: a filled triangle, a sleep's purple, a wake's green
         got = [nap_pixel(b, k, chart) for k in (0, 2)]
         check("markers_drawn_" + chart, got == [[0x6a, 0x3d, 0x9a], [0x1b, 0x9e, 0x77]], "%s" % got)
+        # (issue #36 item 13) the trace ends with a wake: its marker is drawn at the plot's right edge, whole
+        last = len(naps) - 1
+        got = nap_pixel(b, last, chart)
+        check("last_wake_drawn_" + chart, all(abs(g - w) <= 4 for g, w in zip(got, [0x1b, 0x9e, 0x77])) and
+              abs(b.js("hbmView.napPoint(%d, '%s').x - document.getElementById('%s').getBoundingClientRect().left - "
+                       "window.scrollX" % (last, chart, chart)) - b.js("hbmView.plotRight")) < 1, "%s" % got)
+    # (issue #36 item 9) allocated = in memory + asleep: the allocated curve is what is in memory, never above
+    # reserved; the sleeping blocks have a curve of their own; the labels stand clear of every curve.
+    over = b.js("(() => { const S = D.series; if (!S.in_memory || !S.asleep) return 'no in_memory or asleep series'; "
+                "for (let j = 0; j < S.reserved.length; j++) if (S.in_memory[j] > S.reserved[j] || "
+                "S.in_memory[j] + S.asleep[j] !== S.allocated[j]) return 'point ' + j; return ''; })()")
+    check("sleep_in_memory_under_reserved", not over, over)
+    check("sleep_labels_clear", not labels_clear(b), labels_clear(b))
     tip = hover_at(b, b.js("hbmView.napPoint(2, 'usage')"))
     check("wake_marker_tooltip", tip.startswith("wake of pool 'weights'\nbackup: its live blocks copied back") and
           "160.00 MiB mapped again in the recording" in tip, "tooltip %r" % tip)
@@ -576,6 +624,7 @@ try:
               "table %s, figures at the peak %s" % (row, fig))
     # The A/B labels (item 10): the runs' equal peaks one label, no two overlapping; each run's settings line once.
     check("ab_labels_apart", not labels_apart(b), labels_apart(b))
+    check("ab_labels_clear", not labels_clear(b), labels_clear(b))  # (issue #36 item 13)
     text = b.js("document.body.innerText + [...document.querySelectorAll('option')].map(o => o.textContent).join('\\n')")
     counts = [text.count(st) for st in b.js("RUNS.map(R => R.settings)")]
     check("ab_settings_once", counts == [1, 1], "each run's settings line shown %s times" % counts)
@@ -639,6 +688,9 @@ try:
         b.open(path)
         check("narrow_%s_fits" % name, not overflow(b), overflow(b))
         check("narrow_%s_labels_apart" % name, not labels_apart(b), labels_apart(b))
+        check("narrow_%s_labels_clear" % name, not labels_clear(b), labels_clear(b))
+        if name in ("ab", "sweep"):  # (issue #36 item 13) a setting is never broken inside
+            check("narrow_%s_table_words_whole" % name, not words_broken(b), words_broken(b))
         if name == "cs336":
             b.screenshot(os.path.join(OUT, "view-900.png"))
     for where in (None, 30):

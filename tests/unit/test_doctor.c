@@ -80,7 +80,7 @@ static void npu_out_of_memory_old_format(void **st)
     has_text(f->title, "22.00 MiB request");
     has_text(f->why, "60.97 GiB in all, 19.52 MiB of it free");
     has_text(f->next[0], "PYTORCH_NPU_ALLOC_CONF='expandable_segments:True'");
-    has_text(f->next[f->nnext - 1], "hbmalloc sweep oom.pickle --capacity 60.97GiB --backend sim:dialect=npu ");
+    has_text(f->next[f->nnext - 1], "\n$ hbmalloc sweep oom.pickle --capacity 60.97GiB --backend sim:dialect=npu\n");
     assert_int_equal(d.n, 1);
     doctor_free(&d);
 }

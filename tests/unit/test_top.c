@@ -80,8 +80,8 @@ static int craft(const char *tag, int64_t reserved, int64_t allocated, const cha
 }
 
 /* A record with the figures the table's terms are made of, on a device, with the writer's lock held. */
-static int craft_figures(const char *tag, int device, int64_t rank, int64_t reserved, int64_t allocated, int64_t active,
-                         int64_t largest, int64_t capacity)
+static int craft_asleep(const char *tag, int device, int64_t rank, int64_t reserved, int64_t allocated, int64_t active,
+                        int64_t largest, int64_t capacity, int64_t asleep)
 {
     hbm__shared_record s;
     record_header(&s);
@@ -93,6 +93,9 @@ static int craft_figures(const char *tag, int device, int64_t rank, int64_t rese
     s.r.active_bytes = active;
     s.r.largest_free_bytes = largest;
     s.r.device_total = capacity;
+    s.r.asleep_bytes = asleep;
+    if (asleep)
+        snprintf(s.r.asleep_tags, sizeof s.r.asleep_tags, "weights %lld MiB", (long long)(asleep >> 20));
     strcpy(s.r.backend, "sim");
     strcpy(s.r.command, "job");
     char path[512];
@@ -102,6 +105,12 @@ static int craft_figures(const char *tag, int device, int64_t rank, int64_t rese
     assert_int_equal(write(fd, &s, sizeof s), (ssize_t)sizeof s);
     assert_int_equal(flock(fd, LOCK_EX), 0);
     return fd;
+}
+
+static int craft_figures(const char *tag, int device, int64_t rank, int64_t reserved, int64_t allocated, int64_t active,
+                         int64_t largest, int64_t capacity)
+{
+    return craft_asleep(tag, device, rank, reserved, allocated, active, largest, capacity, 0);
 }
 
 static char *slurp(const char *path, size_t *len)
@@ -272,6 +281,7 @@ static void rows_show_capacity_the_two_terms_and_a_total_per_device(void **state
         strstr(text, "\ntotal             0  700.00 MiB 1000.00 MiB   8.00 GiB   12.2%  300.00 MiB    30.0%"));
     assert_null(strstr(text, "\ntotal             1")); /* one allocator on device 1: its row is its total */
     assert_null(strstr(text, "\nall "));
+    assert_null(strstr(text, "ASLEEP")); /* nothing asleep: no column for it */
     free(text);
 
     const char *json[] = {"--once", "--json", "--dir", dir};
@@ -333,12 +343,54 @@ static void a_row_says_what_sleeps(void **state)
     close(fd);
 }
 
+/* Issue #36 item 9: a pool asleep keeps its blocks allocated on pages given back, which reserved does not count, so
+ * allocated passed reserved, in the row and in the device's total, and unallocated was nothing. Now an ASLEEP column
+ * (while a pool sleeps) gives the sleeping pages, allocated = in memory + asleep, and unallocated is reserved less the
+ * blocks in memory: rank 0 has 310 MiB allocated, 120 MiB of it asleep, in 194 MiB reserved: 4 MiB unallocated,
+ * 2 MiB of it the largest free block (fragmentation 50%). */
+static void a_pool_asleep_has_its_column_and_the_totals_add_up(void **state)
+{
+    (void)state;
+    const int64_t M = (int64_t)1 << 20, G = (int64_t)1 << 30;
+    int w0 = craft_asleep("a", 0, 0, 194 * M, 310 * M, 310 * M, 2 * M, 8 * G, 120 * M);
+    int w1 = craft_figures("b", 0, 1, 100 * M, 100 * M, 100 * M, 0, 8 * G);
+    const char *table[] = {"--once", "--dir", dir};
+    assert_int_equal(run_top(3, table), 0);
+    size_t n;
+    char *text = slurp(out, &n);
+    if (!strstr(text,
+                "\nRANK       PID  DEV   ALLOCATED    RESERVED      ASLEEP   CAPACITY RES/CAP     UNALLOC UNALLOC%"))
+        fail_msg("the header:\n%s", text);
+    char want[300];
+    snprintf(want, sizeof want,
+             "\n0     %8ld    0  310.00 MiB  194.00 MiB  120.00 MiB   8.00 GiB    2.4%%    4.00 MiB     2.1%%  50.0%% ",
+             (long)getpid());
+    if (!strstr(text, want))
+        fail_msg("rank 0's row:\n%s\nwanted:%s", text, want);
+    assert_non_null(strstr(text, "\n      asleep: weights 120 MiB\n"));
+    assert_non_null(
+        strstr(text, "  100.00 MiB  100.00 MiB     0 bytes   8.00 GiB    1.2%     0 bytes     0.0%      - "));
+    if (!strstr(text,
+                "\ntotal             0  410.00 MiB  294.00 MiB  120.00 MiB   8.00 GiB    3.6%    4.00 MiB     1.4%"))
+        fail_msg("the device's total:\n%s", text);
+    free(text);
+    const char *json[] = {"--once", "--json", "--dir", dir};
+    assert_int_equal(run_top(4, json), 0);
+    text = slurp(out, &n);
+    assert_non_null(strstr(text, "\"reserved_unallocated_bytes\": 4194304, \"unallocated_share\": 0.020619, "
+                                 "\"free_cached_bytes\": 4194304, \"fragmentation\": 0.500000,"));
+    free(text);
+    close(w0);
+    close(w1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(crafted_figures_and_texts_are_shown_safely, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_link_planted_at_the_temporary_name_is_not_followed, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_row_says_what_sleeps, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(a_pool_asleep_has_its_column_and_the_totals_add_up, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(rows_show_capacity_the_two_terms_and_a_total_per_device, make_dir, remove_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

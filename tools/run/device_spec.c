@@ -3,8 +3,9 @@
  * as --capacity or inside --backend (the doctor's suggested commands carry it there); the simulated device's own
  * parser takes the last of several, so a spec built by appending --capacity's default silently replaced the one the
  * user gave. Here there is one capacity: the one given, wherever; two different ones are refused naming both; none
- * is 80 GiB. The framework's dialect (dialect.c) goes into a simulated device's spec. Owns the capacity's parsing
- * and its checks; opens no device.
+ * is 80 GiB; a number without a unit too small for a device (`--capacity 80`) is refused with the size it meant.
+ * The framework's dialect (dialect.c) goes into a simulated device's spec. Owns the capacity's parsing and its
+ * checks; opens no device.
  */
 #include "device_spec.h"
 
@@ -20,9 +21,19 @@
 #define SIM_CAPACITY_MAX "8 TiB"
 #define DEFAULT_CAPACITY ((size_t)80 << 30)
 
-/* --capacity: a size with a unit. A bare number is bytes, as everywhere in hbmalloc, but `--capacity 80` meant
- * 80 GiB every time we saw it (an OOM at event 0 and no word why): said, with what was read. -1: refused. */
-static int capacity_arg(const char *cmd, const char *capacity, size_t *cap)
+/* A bare number below 1 MiB is no device's capacity but a unit left out: `--capacity 80` meant 80 GiB every time we
+ * saw it, and as 80 bytes every trace ran out of memory at event 0 with no word why. Refused, with the size it likely
+ * meant (in GiB; in MiB where that many GiB would pass the simulated device's limit) written into meant. A larger
+ * bare number is bytes, as everywhere in hbmalloc (the doctor's commands give capacity=31675383808). */
+static bool unit_left_out(const char *text, size_t cap, char *meant, size_t len)
+{
+    if (text[strspn(text, "0123456789.")] || cap >= ((size_t)1 << 20))
+        return false;
+    snprintf(meant, len, "%.40s%s", text, cap <= (SIM_CAPACITY_BYTES >> 30) ? "GiB" : "MiB");
+    return true;
+}
+
+int device_capacity(const char *cmd, const char *capacity, size_t *cap)
 {
     size_t digits = strspn(capacity, "0123456789.");
     const char *unit = capacity + digits;
@@ -40,12 +51,15 @@ static int capacity_arg(const char *cmd, const char *capacity, size_t *cap)
                 SIM_CAPACITY_MAX);
         return -1;
     }
-    if (!*unit && *cap < ((size_t)1 << 20))
+    char meant[64];
+    if (unit_left_out(capacity, *cap, meant, sizeof meant)) {
         fprintf(stderr,
-                "hbmalloc %s: warning: --capacity %s has no unit: %s bytes (for %s GiB, write --capacity "
-                "%sGiB)\n",
-                cmd, capacity, capacity, capacity, capacity);
-    else if (!*unit) {
+                "hbmalloc %s: --capacity %s has no unit: %s bytes is no device; did you mean --capacity %s? (a bare "
+                "number is bytes)\n",
+                cmd, capacity, capacity, meant);
+        return -1;
+    }
+    if (!*unit) {
         char h[32];
         hbm__format_size(*cap, h, sizeof h);
         fprintf(stderr, "hbmalloc %s: note: --capacity %s has no unit: read as bytes, %s\n", cmd, capacity, h);
@@ -72,6 +86,14 @@ static int backend_capacity(const char *cmd, const char *opts, size_t *cap, char
                         "hbmalloc %s: --backend's capacity=%s is not a size from 1 byte to %s (e.g. 80GiB; a bare "
                         "number is bytes)\n",
                         cmd, val, SIM_CAPACITY_MAX);
+                return -1;
+            }
+            char meant[64];
+            if (unit_left_out(val, c, meant, sizeof meant)) {
+                fprintf(stderr,
+                        "hbmalloc %s: --backend's capacity=%s has no unit: %s bytes is no device; did you mean "
+                        "capacity=%s? (a bare number is bytes)\n",
+                        cmd, val, val, meant);
                 return -1;
             }
             if (*cap && c != *cap) {
@@ -114,7 +136,7 @@ int device_spec(const char *cmd, const char *backend, const char *capacity, hbm_
     size_t in_spec, given = 0;
     if (backend_capacity(cmd, backend[3] ? backend + 4 : "", &in_spec, rest, sizeof rest))
         return -1;
-    if (capacity && capacity_arg(cmd, capacity, &given))
+    if (capacity && device_capacity(cmd, capacity, &given))
         return -1;
     if (capacity && in_spec && given != in_spec) {
         hbm__format_size(given, h1, sizeof h1);

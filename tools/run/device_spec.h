@@ -17,4 +17,9 @@
 int device_spec(const char *cmd, const char *backend, const char *capacity, hbm_dialect d, char *spec, size_t n,
                 char *base, size_t basen);
 
+/* --capacity's text (for command cmd) into *cap: a size with a unit up to the simulated device's limit (8 TiB); a
+ * bare number is bytes, noted on stderr, and refused below 1 MiB with the size it likely meant ("did you mean
+ * --capacity 80GiB?"). 0, or -1 with the reason printed. */
+int device_capacity(const char *cmd, const char *capacity, size_t *cap);
+
 #endif

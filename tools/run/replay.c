@@ -204,6 +204,62 @@ static void note_nap(replay_naps *n, const trace_event *e, uint64_t asleep0, uin
     }
 }
 
+int replay_asleep_open(replay_asleep *z, const trace *t, int64_t allocated)
+{
+    memset(z, 0, sizeof *z);
+    z->last = allocated;
+    if (!t->sleeps && !t->wakes)
+        return 0;
+    z->npools = t->npools;
+    z->pool = calloc(t->nslots ? t->nslots : 1, sizeof *z->pool);
+    z->held = calloc(t->npools + 1, sizeof *z->held);
+    z->asleep = calloc(t->npools + 1, 1);
+    if (z->pool && z->held && z->asleep)
+        return 0;
+    replay_asleep_close(z);
+    return -1;
+}
+
+void replay_asleep_note(replay_asleep *z, const trace_event *e, hbm_status st, int64_t allocated)
+{
+    int64_t d = allocated - z->last; /* the block the event allocated or freed */
+    z->last = allocated;
+    if (!z->pool)
+        return;
+    uint32_t k = e->kind == EV_ALLOC || e->kind == EV_FREE || e->kind == EV_PENDING ? z->pool[e->slot] : 0;
+    if (e->kind == EV_ALLOC && st == HBM_OK)
+        k = z->pool[e->slot] = z->current;
+    if (d && k) {
+        z->held[k] += (uint64_t)d; /* (a fall wraps, as it must) */
+        if (z->asleep[k])
+            z->bytes += (uint64_t)d; /* a sleeping pool's block freed */
+    }
+    uint32_t p = e->stream <= z->npools ? (uint32_t)e->stream : 0;
+    if (e->kind == EV_POOL && st == HBM_OK)
+        z->current = p; /* as replay_event's pool_event */
+    if ((e->kind == EV_SLEEP || e->kind == EV_WAKE) && p && st == HBM_OK && z->asleep[p] != (e->kind == EV_SLEEP)) {
+        z->asleep[p] = e->kind == EV_SLEEP;
+        z->bytes = z->asleep[p] ? z->bytes + z->held[p] : z->bytes - z->held[p];
+    }
+}
+
+void replay_asleep_close(replay_asleep *z)
+{
+    free(z->pool);
+    free(z->held);
+    free(z->asleep);
+    memset(z, 0, sizeof *z);
+}
+
+/* num_device_alloc and num_device_free now. */
+static void device_runs(hbm_allocator *a, int64_t out[2])
+{
+    hbm_stats s;
+    hbm_get_stats(a, &s);
+    out[0] = s.num_device_alloc;
+    out[1] = s.num_device_free;
+}
+
 /* The plan's hits, misses and unplanned allocations of the step under way (since at_start). */
 static void plan_counts(hbm_allocator *a, replay_step *cur, const hbm_stats *at_start)
 {
@@ -263,20 +319,45 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     replay_step *cur = stepped ? &r->step[0] : NULL;
     r->nsteps = stepped;
     hbm_stats at_start = {0};
-    for (size_t i = first; i < t->n; i++) {
+    replay_asleep z; /* the blocks of sleeping pools: allocated, in no memory (a trace with sleeps) */
+    hbm_usage u = {0};
+    hbm_memory_usage(a, &u);
+    if (replay_asleep_open(&z, t, (int64_t)u.allocated)) {
+        snprintf(r->message, sizeof r->message, "out of host memory");
+        rc = 2;
+    }
+    uint64_t most = u.allocated;
+    r->naps.peak_awake = u.allocated;
+    for (size_t i = first; i < t->n && rc != 2; i++) {
         const trace_event *e = &t->ev[i];
         if (cur && e->kind == EV_STEP) /* the step's plan statistics, and the next step's start */
             plan_counts(a, cur, &at_start);
         int nap = e->kind == EV_SLEEP || e->kind == EV_WAKE;
-        hbm_usage u0 = {0}, u;
+        hbm_usage u0 = {0};
+        int64_t runs0[2] = {0, 0}, runs1[2];
         uint64_t asleep0 = nap ? asleep_of(a, e, &pools) : 0;
-        if (nap)
+        if (nap) {
             hbm_memory_usage(a, &u0);
+            device_runs(a, runs0);
+        }
         st = replay_event(a, e, slot, &pools);
-        if ((nap || cur) && st == HBM_OK)
+        if ((nap || cur || z.pool) && st == HBM_OK)
             hbm_memory_usage(a, &u);
-        if (nap && st == HBM_OK)
+        if (nap && st == HBM_OK) {
             note_nap(&r->naps, e, asleep0, asleep_of(a, e, &pools), u0.reserved, u.reserved);
+            device_runs(a, runs1);
+            r->naps.nap_allocs += runs1[0] - runs0[0];
+            r->naps.nap_frees += runs1[1] - runs0[1];
+        }
+        if (z.pool) {
+            replay_asleep_note(&z, e, st, (int64_t)u.allocated);
+            if (u.allocated - z.bytes > r->naps.peak_awake)
+                r->naps.peak_awake = u.allocated - z.bytes;
+            if (u.allocated > most) {
+                most = u.allocated;
+                r->naps.asleep_at_peak = z.bytes;
+            }
+        }
         if (cur && st == HBM_OK) {
             if (e->kind == EV_STEP) {
                 hbm_get_stats(a, &at_start);
@@ -317,6 +398,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     }
     if (cur)
         plan_counts(a, cur, &at_start);
+    replay_asleep_close(&z);
     r->wall_s = now_s() - t0;
     if (o->snapshot_path) {
         hbm_snapshot *snap;
@@ -479,6 +561,43 @@ static void print_naps(FILE *out, const trace *t, const replay_result *r)
                 placed ? "                    " : "", (unsigned long long)t->unplaced, dr);
 }
 
+/* Peak allocated while pools sleep: in memory and asleep then, and the most ever in memory. */
+static void print_asleep(FILE *out, const replay_result *r)
+{
+    const hbm_stat *al = &r->stats.allocated_bytes[HBM_POOL_ALL];
+    const replay_naps *n = &r->naps;
+    char pa[32], mem[32], zz[32], top[32];
+    hbm__format_size((uint64_t)al->peak, pa, sizeof pa);
+    hbm__format_size((uint64_t)al->peak - n->asleep_at_peak, mem, sizeof mem);
+    hbm__format_size(n->asleep_at_peak, zz, sizeof zz);
+    hbm__format_size(n->peak_awake, top, sizeof top);
+    fprintf(out,
+            "peak allocated:     %s (%lld bytes): %s in memory and %s asleep (blocks of sleeping pools: allocated, "
+            "on pages given back, which reserved does not count)\n",
+            pa, (long long)al->peak, mem, zz);
+    fprintf(out, "peak in memory:     %s (%llu bytes): allocated less the blocks asleep, at its highest\n", top,
+            (unsigned long long)n->peak_awake);
+}
+
+/* The device calls against num_device_alloc and num_device_free, where they differ: why. */
+static void print_runs(FILE *out, const replay_result *r)
+{
+    const hbm_stats *s = &r->stats;
+    if (s->num_device_alloc == (int64_t)r->dev.malloc_calls && s->num_device_free == (int64_t)r->dev.free_calls)
+        return;
+    char failed[64] = "", naps[160] = "";
+    if (r->dev.failed_calls)
+        snprintf(failed, sizeof failed, ", and the %llu that failed", (unsigned long long)r->dev.failed_calls);
+    if (r->naps.nap_allocs || r->naps.nap_frees)
+        snprintf(naps, sizeof naps, "; the wakes mapped %lld run%s again, the sleeps gave %lld back",
+                 (long long)r->naps.nap_allocs, r->naps.nap_allocs == 1 ? "" : "s", (long long)r->naps.nap_frees);
+    fprintf(out,
+            "                    (the device calls count a page each for map and unmap%s; num_device_alloc and "
+            "num_device_free count as PyTorch does: a segment allocated or freed, or a run of pages mapped or "
+            "unmapped together%s)\n",
+            failed, naps);
+}
+
 void replay_print(FILE *out, const char *name, const trace *t, const replay_opts *o, const replay_result *r)
 {
     char pa[32], pr[32], preq[32];
@@ -486,9 +605,11 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
     hbm__format_size((uint64_t)s->allocated_bytes[HBM_POOL_ALL].peak, pa, sizeof pa);
     hbm__format_size((uint64_t)s->reserved_bytes[HBM_POOL_ALL].peak, pr, sizeof pr);
     hbm__format_size((uint64_t)s->requested_bytes[HBM_POOL_ALL].peak, preq, sizeof preq);
-    double ratio = s->allocated_bytes[HBM_POOL_ALL].peak
-                       ? (double)s->reserved_bytes[HBM_POOL_ALL].peak / (double)s->allocated_bytes[HBM_POOL_ALL].peak
-                       : 0.0;
+    /* While a pool sleeps its blocks stay allocated and its pages are not reserved: allocated is then said as in
+     * memory and asleep, and reserved is weighed against what is in memory. */
+    int asleep = (t->sleeps || t->wakes) && r->naps.peak_awake < (uint64_t)s->allocated_bytes[HBM_POOL_ALL].peak;
+    double held = asleep ? (double)r->naps.peak_awake : (double)s->allocated_bytes[HBM_POOL_ALL].peak;
+    double ratio = held > 0 ? (double)s->reserved_bytes[HBM_POOL_ALL].peak / held : 0.0;
     char pend[80] = "";
     if (t->pending)
         snprintf(pend, sizeof pend, " (%llu pending first: another stream used the block)",
@@ -561,9 +682,12 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
     }
     fprintf(out, "events replayed:    %zu of %zu\n", r->events_done, t->n);
     fprintf(out, "peak requested:     %s (%lld bytes)\n", preq, (long long)s->requested_bytes[HBM_POOL_ALL].peak);
-    fprintf(out, "peak allocated:     %s (%lld bytes)\n", pa, (long long)s->allocated_bytes[HBM_POOL_ALL].peak);
+    if (asleep)
+        print_asleep(out, r);
+    else
+        fprintf(out, "peak allocated:     %s (%lld bytes)\n", pa, (long long)s->allocated_bytes[HBM_POOL_ALL].peak);
     fprintf(out, "peak reserved:      %s (%lld bytes)\n", pr, (long long)s->reserved_bytes[HBM_POOL_ALL].peak);
-    fprintf(out, "reserved/allocated: %.4f\n", ratio);
+    fprintf(out, "reserved/allocated: %.4f%s\n", ratio, asleep ? " (peak reserved / peak in memory)" : "");
     if (t->rec.present) {
         char rp[32];
         hbm__format_size((uint64_t)t->rec.peak_reserved, rp, sizeof rp);
@@ -585,6 +709,7 @@ void replay_print(FILE *out, const char *name, const trace *t, const replay_opts
             (unsigned long long)r->dev.map_calls, (unsigned long long)r->dev.unmap_calls,
             (unsigned long long)(r->dev.vmm_calls + r->dev.sync_calls + r->dev.info_calls),
             (long long)s->num_device_alloc, (long long)s->num_device_free);
+    print_runs(out, r);
     fprintf(out, "expandable segments: %s\n", s->expandable_segments ? "on" : "off");
     fprintf(out, "device time:        %.3f ms (%s)\n", (double)r->dev.device_ns / 1e6,
             strncmp(o->backend_spec, "sim", 3) ? "measured" : "modelled");

@@ -38,6 +38,10 @@ typedef struct replay_naps {
     uint64_t fell;                /* reserved bytes given back at the sleeps: their pages, and cached free pages */
     uint64_t rec_slept, rec_woke; /* the recording's bytes of those same events */
     uint64_t drawn; /* the recording's bytes at the sleeps not replayed (of pools the trace cannot place) */
+    /* A sleeping pool's blocks stay allocated on pages given back: allocated bytes = in memory + asleep. */
+    uint64_t peak_awake;           /* allocated bytes in memory (less the blocks asleep), at their highest */
+    uint64_t asleep_at_peak;       /* the blocks asleep when allocated bytes peaked */
+    int64_t nap_allocs, nap_frees; /* num_device_alloc and num_device_free of the wakes and sleeps (runs of pages) */
 } replay_naps;
 
 typedef struct replay_result {
@@ -73,6 +77,23 @@ void replay_pools_close(replay_pools *p);
  * hbm_mempool_begin_thread / end, hbm_pool_sleep and hbm_pool_wake. A sleep or wake of a pool the trace does not
  * place is not replayed (docs/TRACE_FORMAT.md). */
 hbm_status replay_event(hbm_allocator *a, const trace_event *e, void **slot, replay_pools *pools);
+/* The allocated bytes of sleeping pools, followed event by event (replay_asleep_note after each): a block's pool is
+ * where allocations went when it was made (EV_POOL), each pool's allocated bytes the change in allocated bytes at its
+ * allocations and frees. For a trace with sleeps or wakes; for another, nothing is kept and bytes stays 0. */
+typedef struct replay_asleep {
+    uint32_t *pool;   /* each slot's pool: an index in t->pools + 1 (0: the default pools) */
+    uint64_t *held;   /* each pool's allocated bytes, by the same index */
+    uint8_t *asleep;  /* each pool asleep */
+    size_t npools;    /* t->npools */
+    uint32_t current; /* where allocations go now */
+    int64_t last;     /* allocated bytes after the event noted last */
+    uint64_t bytes;   /* allocated bytes of the pools asleep now */
+} replay_asleep;
+/* From `allocated` bytes (a seeded start's blocks are in the default pools): 0, or -1 (out of host memory). */
+int replay_asleep_open(replay_asleep *z, const trace *t, int64_t allocated);
+/* Event e ran with status st, leaving `allocated` bytes allocated. */
+void replay_asleep_note(replay_asleep *z, const trace_event *e, hbm_status st, int64_t allocated);
+void replay_asleep_close(replay_asleep *z);
 /* What a slot holds between a block's EV_PENDING and its EV_FREE on the sim: the block is freed, its free waits on
  * the held stream (replay_event). */
 extern char replay_pending_mark;

@@ -36,6 +36,7 @@ extern char **environ;
 
 typedef struct series {
     int64_t *alloc, *resv;
+    int64_t *asleep; /* of alloc, the blocks of sleeping pools (NULL: the trace has no sleep or wake) */
     size_t n;
 } series;
 
@@ -98,10 +99,33 @@ static void tick_label(uint64_t v, uint64_t step, char *out, size_t len)
         snprintf(out, len, "0");
 }
 
-static void polyline(FILE *f, const int64_t *v, size_t n, int64_t ymax, const char *colour, const char *id)
+/* Where the picture has ink that a label must not cover: per pixel column of the plot, the heights each curve
+ * passes through there (a step to the next point included), and the markers' boxes. */
+#define INK_CURVES 3
+#define INK_MARKS 64
+typedef struct ink_box {
+    double x0, y0, x1, y1;
+} ink_box;
+typedef struct ink {
+    float lo[INK_CURVES][PLOT_W], hi[INK_CURVES][PLOT_W];
+    int ncurves;
+    ink_box mark[INK_MARKS];
+    int nmarks;
+} ink;
+
+/* v as a curve (one point per pixel column: the maximum over the events it covers, so peaks stay visible), dashed
+ * when `dash` is not NULL; its columns noted in k. */
+static void polyline(FILE *f, const int64_t *v, size_t n, int64_t ymax, const char *colour, const char *id,
+                     const char *dash, ink *k)
 {
-    fprintf(f, "<polyline id=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", id, colour);
-    /* One point per pixel column: the maximum over the events it covers, so peaks stay visible. */
+    fprintf(f, "<polyline id=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s%s%s points=\"", id, colour,
+            dash ? " stroke-dasharray=\"" : "", dash ? dash : "", dash ? "\"" : "");
+    int c = k->ncurves < INK_CURVES ? k->ncurves++ : INK_CURVES - 1;
+    double prev = 0;
+    for (int px = 0; px < PLOT_W; px++) { /* (nothing drawn: no ink) */
+        k->lo[c][px] = (float)(PLOT_Y + PLOT_H + 100);
+        k->hi[c][px] = (float)(PLOT_Y - 100);
+    }
     for (int px = 0; px < PLOT_W && n; px++) {
         size_t lo = (size_t)px * n / PLOT_W, hi = (size_t)(px + 1) * n / PLOT_W;
         if (hi <= lo)
@@ -112,10 +136,59 @@ static void polyline(FILE *f, const int64_t *v, size_t n, int64_t ymax, const ch
         for (size_t i = lo; i < hi && i < n; i++)
             if (v[i] > m)
                 m = v[i];
-        double y = PLOT_Y + PLOT_H - (double)m / (double)ymax * PLOT_H;
+        double y = PLOT_Y + PLOT_H - (double)m / (double)ymax * PLOT_H, from = px ? prev : y;
         fprintf(f, "%d,%.1f ", PLOT_X + px, y);
+        k->lo[c][px] = (float)((from < y ? from : y) - 1.0); /* the stroke's half width, and a little */
+        k->hi[c][px] = (float)((from > y ? from : y) + 1.0);
+        prev = y;
     }
     fputs("\"/>\n", f);
+}
+
+/* Whether the box x0..x1, y0..y1 has no ink. */
+static int ink_free(const ink *k, double x0, double y0, double x1, double y1)
+{
+    for (int m = 0; m < k->nmarks; m++)
+        if (x0 < k->mark[m].x1 && k->mark[m].x0 < x1 && y0 < k->mark[m].y1 && k->mark[m].y0 < y1)
+            return 0;
+    int a = (int)(x0 - PLOT_X) - 1, b = (int)(x1 - PLOT_X) + 1;
+    for (int px = a < 0 ? 0 : a; px <= b && px < PLOT_W; px++)
+        for (int c = 0; c < k->ncurves; c++)
+            if (k->hi[c][px] >= y0 && k->lo[c][px] <= y1)
+                return 0;
+    return 1;
+}
+
+/* A text's width at 12 pixels, at most (7 pixels a character: DejaVu Sans and Helvetica draw digits 6.7-7.6 pixels
+ * wide, lower-case letters less, a space 3.8), for placing it clear of the curves. */
+static double text_w(const char *s)
+{
+    double n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xc0) != 0x80;
+    return 7.0 * n;
+}
+
+/* A label `w` pixels wide for the line at height `line`: where no curve or marker is, as near as can be to `want` (its
+ * left edge): on the line (the text just above it, or just under it) anywhere along it, else a line of text further
+ * up or down at a time. Its left edge and baseline; 0 if no place in the plot is free (then beside `want`). */
+static int place_label(const ink *k, double w, double want, double line, double *x, double *base)
+{
+    for (int j = 0; j < PLOT_H / 15; j++)
+        for (int d = 0; d <= PLOT_W; d += 4)
+            for (int side = 0; side < 4; side++) {
+                double x0 = want + (side & 1 ? -d : d), b = side & 2 ? line + 16 + 15 * j : line - 5 - 15 * j;
+                if ((d == 0 && side & 1) || x0 < PLOT_X + 2 || x0 + w > PLOT_X + PLOT_W - 2)
+                    continue;
+                if (b - 12 >= PLOT_Y && b + 4 <= PLOT_Y + PLOT_H && ink_free(k, x0, b - 12, x0 + w, b + 4)) {
+                    *x = x0;
+                    *base = b;
+                    return 1;
+                }
+            }
+    *x = want < PLOT_X + 2 ? PLOT_X + 2 : want;
+    *base = line - 5;
+    return 0;
 }
 
 static const char *state_colour(hbm_block_state st)
@@ -209,19 +282,21 @@ static void map_title(FILE *f, const hbm_snapshot *s)
     hbm__format_size(reserved - allocated, unalloc, sizeof unalloc);
     hbm__format_size(largest, big, sizeof big);
     hbm__format_size(free_b, cached, sizeof cached);
-    char slept[80] = "";
-    if (nasleep) {
-        char a[32];
-        hbm__format_size(asleep, a, sizeof a);
-        snprintf(slept, sizeof slept, "; %s asleep (a sleeping pool's pages: not drawn)", a);
-    }
     fprintf(f,
             "<text id=\"maptitle\" x=\"20\" y=\"%d\"><tspan font-size=\"14\" font-weight=\"bold\">Segments at peak "
-            "reserved</tspan>: %zu segments, %s; unallocated %s (%.1f%% of reserved); fragmentation %.1f%% (largest "
-            "free block %s of %s cached free)%s</text>\n",
-            MAP_Y - 44, nseg - nasleep, total, unalloc,
+            "reserved</tspan>: %zu segment%s, %s; unallocated %s (%.1f%% of reserved); fragmentation %.1f%% (largest "
+            "free block %s of %s cached free)</text>\n",
+            MAP_Y - 44, nseg - nasleep, nseg - nasleep == 1 ? "" : "s", total, unalloc,
             reserved ? 100.0 * (double)(reserved - allocated) / (double)reserved : 0.0,
-            free_b ? 100.0 * (1.0 - (double)largest / (double)free_b) : 0.0, big, cached, slept);
+            free_b ? 100.0 * (1.0 - (double)largest / (double)free_b) : 0.0, big, cached);
+    if (nasleep) { /* at the right of the scale's line: the title has no room left */
+        char a[32];
+        hbm__format_size(asleep, a, sizeof a);
+        fprintf(f,
+                "<text id=\"mapasleep\" x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#6a3d9a\">%s of pages asleep "
+                "(a sleeping pool's: not reserved, not drawn)</text>\n",
+                W - 20, MAP_Y - 26, a);
+    }
 }
 
 /* Event e's x: point j of the curves is drawn at PLOT_X + j * PLOT_W / n; point 0 is after event `first`, or the
@@ -234,7 +309,7 @@ static double event_x(size_t e, size_t first, int seeded, size_t n)
 /* A pool's sleeps and wakes over the curves (as the page draws them): a dashed line at each and a triangle at the
  * plot's top, pointing down for a sleep, up for a wake, hollow when not replayed (a pool the trace does not place);
  * its title says which pool, the bytes and the backup. Whether there were any. */
-static int draw_naps(FILE *f, const trace *t, size_t first, int seeded, size_t n)
+static int draw_naps(FILE *f, const trace *t, size_t first, int seeded, size_t n, ink *k)
 {
     static const char *const colour[2] = {"#6a3d9a", "#1b9e77"};
     size_t done = n > (size_t)seeded ? first + n - (size_t)seeded : first; /* events replayed */
@@ -265,27 +340,74 @@ static int draw_naps(FILE *f, const trace *t, size_t first, int seeded, size_t n
         fprintf(f, "<path d=\"M%.1f,%d L%.1f,%d L%.1f,%d Z\" fill=\"%s\" stroke=\"%s\" stroke-width=\"1.5\"/></g>\n",
                 x - 5, PLOT_Y + (wake ? 8 : 0), x + 5, PLOT_Y + (wake ? 8 : 0), x, PLOT_Y + (wake ? 0 : 8),
                 e->stream ? colour[wake] : "white", colour[wake]);
+        if (k->nmarks < INK_MARKS) /* (a label keeps clear of the triangle; the dashed line may run behind it) */
+            k->mark[k->nmarks++] = (ink_box){x - 6, PLOT_Y - 1, x + 6, PLOT_Y + 10};
         any = 1;
     }
     return any;
+}
+
+/* A key of the legend at *x (a square, or a triangle pointing down or up), its text after it; *x moves past it. */
+static void legend_key(FILE *f, int *x, int y, int shape, const char *colour, const char *text)
+{
+    if (shape == 0)
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>", *x, y - 10, colour);
+    else if (shape == 1) /* a dashed line */
+        fprintf(f,
+                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\" "
+                "stroke-dasharray=\"4,2\"/>",
+                *x, y - 4, *x + 12, y - 4, colour);
+    else
+        fprintf(f, "<path d=\"M%d,%d L%d,%d L%d,%d Z\" fill=\"%s\"/>", *x, y - (shape == 2 ? 9 : 0), *x + 12,
+                y - (shape == 2 ? 9 : 0), *x + 6, y - (shape == 2 ? 0 : 9), colour);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">", *x + 18, y);
+    xml_text(f, text);
+    fputs("</text>\n", f);
+    *x += 18 + (int)text_w(text) + 10;
+}
+
+/* The highest of v[0..n). */
+static int64_t highest(const int64_t *v, size_t n)
+{
+    int64_t m = 0;
+    for (size_t j = 0; j < n; j++)
+        m = v[j] > m ? v[j] : m;
+    return m;
 }
 
 static void draw(FILE *f, const trace *t, const series *sr, size_t first, int seeded, const hbm_snapshot *peak,
                  const hbm_stats *st, const char *name, const replay_opts *o, const replay_result *r)
 {
     int64_t pa = st->allocated_bytes[0].peak, pr = st->reserved_bytes[0].peak;
-    /* The byte axis: round ticks, the top the first tick at or above the peak (allocated passes reserved while a pool
-     * sleeps: its blocks stay allocated, its pages are given back). */
-    int64_t hi = pr > pa ? pr : pa;
+    /* While a pool sleeps its blocks stay allocated on pages given back (not reserved): the allocated curve is then
+     * what is in memory, and the sleeping blocks a curve of their own (allocated = in memory + asleep). */
+    int64_t *mem = NULL, pm = pa, pz = 0, za = 0;
+    if (sr->asleep && (pz = highest(sr->asleep, sr->n)) > 0 && (mem = malloc((sr->n ? sr->n : 1) * sizeof *mem))) {
+        for (size_t j = 0; j < sr->n; j++)
+            mem[j] = sr->alloc[j] - sr->asleep[j];
+        pm = highest(mem, sr->n);
+        for (size_t j = 0; j < sr->n; j++) /* the sleeping blocks when allocated peaked */
+            if (sr->alloc[j] == pa) {
+                za = sr->asleep[j];
+                break;
+            }
+    }
+    /* The byte axis: round ticks, the top the first tick at or above the highest curve. */
+    int64_t hi = pr > pm ? pr : pm;
+    hi = pz > hi ? pz : hi;
     uint64_t top = hi > 0 ? (uint64_t)hi : 1, ystep = bin_step(top, 6), ytop = (top + ystep - 1) / ystep * ystep;
     int64_t ymax = (int64_t)ytop;
-    char s_pa[32], s_pr[32], tick[32];
+    char s_pa[32], s_pr[32], s_pm[32], s_pz[32], s_za[32], tick[32];
     hbm__format_size((uint64_t)pa, s_pa, sizeof s_pa);
     hbm__format_size((uint64_t)pr, s_pr, sizeof s_pr);
+    hbm__format_size((uint64_t)pm, s_pm, sizeof s_pm);
+    hbm__format_size((uint64_t)pz, s_pz, sizeof s_pz);
+    hbm__format_size((uint64_t)za, s_za, sizeof s_za);
     fprintf(f,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-            "font-family=\"sans-serif\" font-size=\"12\" data-peak-allocated=\"%lld\" data-peak-reserved=\"%lld\">\n",
-            W, H, W, H, (long long)pa, (long long)pr);
+            "font-family=\"sans-serif\" font-size=\"12\" data-peak-allocated=\"%lld\" data-peak-reserved=\"%lld\" "
+            "data-peak-in-memory=\"%lld\" data-peak-asleep=\"%lld\">\n",
+            W, H, W, H, (long long)pa, (long long)pr, (long long)pm, (long long)pz);
     fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
     fputs("<text x=\"20\" y=\"28\" font-size=\"16\" font-weight=\"bold\">", f);
     xml_text(f, name);
@@ -296,7 +418,13 @@ static void draw(FILE *f, const trace *t, const series *sr, size_t first, int se
     replay_device_line(o->backend_spec, dev, sizeof dev);
     fputs("; device ", f);
     xml_text(f, dev);
-    fprintf(f, "; peak allocated %s, peak reserved %s%s</text>\n", s_pa, s_pr, r->oom ? "; OUT OF MEMORY" : "");
+    fprintf(f, "; peak allocated %s", s_pa);
+    if (mem)
+        fprintf(f, " (%s of it asleep)", s_za);
+    fprintf(f, ", peak reserved %s%s</text>\n", s_pr,
+            r->start_unfit ? "; NOT REPLAYED"
+            : r->oom       ? "; OUT OF MEMORY"
+                           : "");
     /* axes */
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", PLOT_X, PLOT_Y, PLOT_X,
             PLOT_Y + PLOT_H);
@@ -317,53 +445,62 @@ static void draw(FILE *f, const trace *t, const series *sr, size_t first, int se
                 event_x(e, first, seeded, sr->n), PLOT_Y + PLOT_H + 18, e);
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">event</text>\n", PLOT_X + PLOT_W / 2,
             PLOT_Y + PLOT_H + 36);
-    polyline(f, sr->resv, sr->n, ymax, "#e4572e", "reserved");
-    polyline(f, sr->alloc, sr->n, ymax, "#3b6fd4", "allocated");
-    int naps = draw_naps(f, t, first, seeded, sr->n);
-    /* The peak on the axis: a dashed line at peak reserved, its value beside the peak (on the side with room). */
+    ink *k = calloc(1, sizeof *k);
+    ink none = {.ncurves = 0}; /* (no host memory for the curves' columns: labels as before) */
+    ink *kk = k ? k : &none;
+    polyline(f, sr->resv, sr->n, ymax, "#e4572e", "reserved", NULL, kk);
+    polyline(f, mem ? mem : sr->alloc, sr->n, ymax, "#3b6fd4", "allocated", NULL, kk);
+    if (mem)
+        polyline(f, sr->asleep, sr->n, ymax, "#6a3d9a", "asleep", "5,3", kk);
+    int naps = draw_naps(f, t, first, seeded, sr->n, kk);
+    /* The peak on the axis: a dashed line at peak reserved, its value beside the peak where no curve is. */
     size_t jp = 0;
     for (size_t j = 1; j < sr->n; j++)
         jp = sr->resv[j] > sr->resv[jp] ? j : jp;
     double yp = PLOT_Y + PLOT_H - (double)pr / (double)ymax * PLOT_H;
     double xp = PLOT_X + (double)jp * PLOT_W / (double)(sr->n ? sr->n : 1);
-    int right = xp < PLOT_X + PLOT_W / 2;
+    char peak_text[64];
+    snprintf(peak_text, sizeof peak_text, "peak reserved %s", s_pr);
+    double w = text_w(peak_text), lx, lb;
+    place_label(kk, w, xp < PLOT_X + PLOT_W / 2 ? xp + 8 : xp - 8 - w, yp, &lx, &lb);
     fprintf(f,
             "<line id=\"peak\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e4572e\" "
             "stroke-dasharray=\"4,3\"/>\n",
             PLOT_X, yp, PLOT_X + PLOT_W, yp);
     fprintf(f,
-            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" xml:space=\"preserve\"><tspan fill=\"#e4572e\">peak "
-            "reserved </tspan>%s"
-            "</text>\n",
-            right ? xp + 8 : xp - 8, yp - 5, right ? "start" : "end", s_pr);
+            "<text id=\"peaklabel\" x=\"%.1f\" y=\"%.1f\" xml:space=\"preserve\"><tspan fill=\"#e4572e\">peak "
+            "reserved </tspan>%s</text>\n",
+            lx, lb, s_pr);
+    free(k);
     if (r->oom) { /* the failed request ends the curves: a red line there, and what failed */
         int x = PLOT_X + PLOT_W;
         fprintf(f,
                 "<line id=\"oom\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00000\" stroke-width=\"3\" "
                 "stroke-dasharray=\"6,3\"/>\n",
                 x, PLOT_Y, x, PLOT_Y + PLOT_H);
-        fprintf(f,
-                "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#c00000\" font-weight=\"bold\">OUT OF MEMORY at "
-                "event %zu</text>\n",
-                x - 6, PLOT_Y + PLOT_H - 10, r->oom_event);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#c00000\" font-weight=\"bold\">", x - 6,
+                PLOT_Y + PLOT_H - 10);
+        if (r->start_unfit)
+            fputs("NOT REPLAYED: the recorded start does not fit the device</text>\n", f);
+        else
+            fprintf(f, "OUT OF MEMORY at event %zu</text>\n", r->oom_event);
     }
     /* The legend, above the plot (inside it, it would cover the curves). */
-    fprintf(f,
-            "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#e4572e\"/><text x=\"%d\" y=\"%d\">reserved "
-            "(peak %s)</text>\n",
-            PLOT_X, PLOT_Y - 22, PLOT_X + 18, PLOT_Y - 12, s_pr);
-    fprintf(f,
-            "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#3b6fd4\"/><text x=\"%d\" y=\"%d\">allocated "
-            "(peak %s)</text>\n",
-            PLOT_X + 240, PLOT_Y - 22, PLOT_X + 258, PLOT_Y - 12, s_pa);
-    if (naps)
-        fprintf(
-            f,
-            "<path d=\"M%d,%d L%d,%d L%d,%d Z\" fill=\"#6a3d9a\"/><text x=\"%d\" y=\"%d\">a pool put to sleep"
-            "</text>\n<path d=\"M%d,%d L%d,%d L%d,%d Z\" fill=\"#1b9e77\"/><text x=\"%d\" y=\"%d\">woken (hollow: not "
-            "replayed)</text>\n",
-            PLOT_X + 480, PLOT_Y - 21, PLOT_X + 492, PLOT_Y - 21, PLOT_X + 486, PLOT_Y - 12, PLOT_X + 498, PLOT_Y - 12,
-            PLOT_X + 640, PLOT_Y - 12, PLOT_X + 652, PLOT_Y - 12, PLOT_X + 646, PLOT_Y - 21, PLOT_X + 658, PLOT_Y - 12);
+    char key[96];
+    int lxk = 20;
+    snprintf(key, sizeof key, "reserved (peak %s)", s_pr);
+    legend_key(f, &lxk, PLOT_Y - 12, 0, "#e4572e", key);
+    snprintf(key, sizeof key, mem ? "allocated in memory (peak %s)" : "allocated (peak %s)", mem ? s_pm : s_pa);
+    legend_key(f, &lxk, PLOT_Y - 12, 0, "#3b6fd4", key);
+    if (mem) {
+        snprintf(key, sizeof key, "asleep (peak %s)", s_pz);
+        legend_key(f, &lxk, PLOT_Y - 12, 1, "#6a3d9a", key);
+    }
+    if (naps) {
+        legend_key(f, &lxk, PLOT_Y - 12, 2, "#6a3d9a", "a pool put to sleep");
+        legend_key(f, &lxk, PLOT_Y - 12, 3, "#1b9e77", "woken (hollow: not replayed)");
+    }
+    free(mem);
     /* segment map */
     map_title(f, peak);
     if (peak)
@@ -371,10 +508,10 @@ static void draw(FILE *f, const trace *t, const series *sr, size_t first, int se
     int ly = MAP_Y + MAP_ROWS * (MAP_ROW_H + 2) + 12;
     const char *labels[3] = {"allocated", "free (cached)", "freed, waiting on another stream"};
     const hbm_block_state states[3] = {HBM_BLOCK_ALLOCATED, HBM_BLOCK_INACTIVE, HBM_BLOCK_PENDING_FREE};
-    for (int k = 0; k < 3; k++)
+    for (int c = 0; c < 3; c++)
         fprintf(f,
                 "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
-                PLOT_X + 240 * k, ly, state_colour(states[k]), PLOT_X + 240 * k + 18, ly + 10, labels[k]);
+                PLOT_X + 240 * c, ly, state_colour(states[c]), PLOT_X + 240 * c + 18, ly + 10, labels[c]);
     fputs("</svg>\n", f);
 }
 
@@ -419,6 +556,20 @@ static void run_free(view_run *v)
     view_rec_free(v->vr);
     free(v->sr.alloc);
     free(v->sr.resv);
+    free(v->sr.asleep);
+}
+
+/* A point of the curves: allocated and reserved bytes now, and the blocks of sleeping pools among them. */
+static void add_point(series *sr, hbm_allocator *a, replay_asleep *z, const trace_event *e, hbm_status st)
+{
+    hbm_stats s;
+    hbm_get_stats(a, &s);
+    if (e)
+        replay_asleep_note(z, e, st, s.allocated_bytes[0].current);
+    sr->alloc[sr->n] = s.allocated_bytes[0].current;
+    if (sr->asleep)
+        sr->asleep[sr->n] = (int64_t)z->bytes;
+    sr->resv[sr->n++] = s.reserved_bytes[0].current;
 }
 
 /* The settings string a runs under, without where it came from: the describe's "string:" line, unquoted. */
@@ -452,7 +603,9 @@ static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, 
     replay_result *r = &v->r;
     sr->alloc = calloc(t->n + 1, sizeof(int64_t));
     sr->resv = calloc(t->n + 1, sizeof(int64_t));
+    sr->asleep = t->sleeps || t->wakes ? calloc(t->n + 1, sizeof(int64_t)) : NULL;
     void **slot = calloc(t->nslots + 1, sizeof *slot);
+    replay_asleep z = {0};
     if (o->settings_from_trace)
         snprintf(r->settings, sizeof r->settings, "%s%.600s%s (what the snapshot's allocator ran)",
                  o->settings[0] ? "'" : "", o->settings[0] ? o->settings : "the defaults", o->settings[0] ? "'" : "");
@@ -462,7 +615,7 @@ static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, 
     settings_string(a, o, v->conf, sizeof v->conf);
     int rc = 0;
     v->vr = html ? view_rec_new(t) : NULL;
-    if (!sr->alloc || !sr->resv || !slot || (html && !v->vr)) {
+    if (!sr->alloc || !sr->resv || !slot || (html && !v->vr) || ((t->sleeps || t->wakes) && !sr->asleep)) {
         snprintf(err, errlen, "out of host memory");
         rc = 2;
     }
@@ -476,16 +629,26 @@ static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, 
             snprintf(err, errlen, "%s", r->message);
         v->first = t->rec.preexisting;
         v->seeded = 1;
-        hbm_stats s; /* the state the recording began in is the curves' first point */
-        hbm_get_stats(a, &s);
-        sr->alloc[sr->n] = s.allocated_bytes[0].current;
-        sr->resv[sr->n++] = s.reserved_bytes[0].current;
+        add_point(sr, a, &z, NULL, HBM_OK); /* the state the recording began in is the curves' first point */
+    }
+    /* The recorded start did not fit: no event runs; the picture says why, with the part of that state that fitted. */
+    int unfit = rc == 1 && r->start_unfit;
+    if (unfit) {
+        rc = 0;
+        r->oom_event = v->first;
+        snprintf(v->oom_message, sizeof v->oom_message, "%s", r->message);
+        if (!html) /* the map: the segments that fitted */
+            hbm_snapshot_take(a, &v->peak);
+    }
+    if (rc == 0 && replay_asleep_open(&z, t, sr->n ? sr->alloc[0] : 0)) {
+        snprintf(err, errlen, "out of host memory");
+        rc = 2;
     }
     if (rc == 0 && v->vr && view_rec_begin(v->vr, a, t, slot, v->first)) {
         snprintf(err, errlen, "out of host memory");
         rc = 2;
     }
-    for (size_t i = v->first; rc == 0 && i < t->n; i++) {
+    for (size_t i = v->first; rc == 0 && !unfit && i < t->n; i++) {
         const trace_event *e = &t->ev[i];
         if (v->vr && view_rec_before(v->vr, a, e, slot, err, errlen)) {
             rc = 2;
@@ -507,12 +670,9 @@ static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, 
             rc = 2;
             break;
         }
-        hbm_stats s;
-        hbm_get_stats(a, &s);
-        sr->alloc[sr->n] = s.allocated_bytes[0].current;
-        sr->resv[sr->n++] = s.reserved_bytes[0].current;
-        if (!html && s.reserved_bytes[0].current > best) { /* the layout at each new peak: the last one is kept */
-            best = s.reserved_bytes[0].current;
+        add_point(sr, a, &z, e, st);
+        if (!html && sr->resv[sr->n - 1] > best) { /* the layout at each new peak: the last one is kept */
+            best = sr->resv[sr->n - 1];
             hbm_snapshot_free(v->peak);
             v->peak = NULL;
             hbm_snapshot_take(a, &v->peak);
@@ -523,6 +683,7 @@ static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, 
     hbm_get_stats(a, &r->stats);
     hbm_get_device_counters(a, &v->dc);
     free(slot);
+    replay_asleep_close(&z);
     replay_pools_close(&pools);
     hbm_destroy(a);
     return rc ? rc : r->oom;
@@ -548,6 +709,7 @@ static void page_info(const view_run *v, const trace *t, const replay_opts *o, c
                            .seeded = v->seeded,
                            .alloc = v->sr.alloc,
                            .resv = v->sr.resv,
+                           .asleep = v->sr.asleep,
                            .n = v->sr.n,
                            .peak_j = argmax(v->sr.resv, v->sr.n),
                            .peak_alloc_j = argmax(v->sr.alloc, v->sr.n),
@@ -555,6 +717,7 @@ static void page_info(const view_run *v, const trace *t, const replay_opts *o, c
                            .dev = &v->dc,
                            .capacity = c ? strtoull(c + 9, NULL, 10) : 0,
                            .oom = v->r.oom,
+                           .unfit = v->r.start_unfit,
                            .oom_event = v->r.oom_event,
                            .oom_message = v->oom_message};
 }
@@ -648,9 +811,13 @@ int view_write_runs(const trace *const *t, const replay_opts *o, const char *con
         rc = write_out(kind, path, v, t, o, names, labels, n, detail ? detail : VIEW_DETAIL, err, errlen);
     if (rc == 0 && oom) {
         const view_run *w = &v[oom_run];
-        snprintf(err, errlen, "%s%sout of memory at event %zu (trace line %u): %s; the picture stops there, marked",
-                 n > 1 ? w->r.settings : "", n > 1 ? ": " : "", w->r.oom_event, t[oom_run]->ev[w->r.oom_event].line,
-                 w->oom_message);
+        if (w->r.start_unfit) /* replay_seed said why, with both figures */
+            snprintf(err, errlen, "%s%s%s; the picture shows the part of that state that fitted, marked",
+                     n > 1 ? w->r.settings : "", n > 1 ? ": " : "", w->r.message);
+        else
+            snprintf(err, errlen, "%s%sout of memory at event %zu (trace line %u): %s; the picture stops there, marked",
+                     n > 1 ? w->r.settings : "", n > 1 ? ": " : "", w->r.oom_event, t[oom_run]->ev[w->r.oom_event].line,
+                     w->oom_message);
         rc = 1;
     }
     for (size_t k = 0; k < n; k++)

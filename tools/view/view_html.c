@@ -542,24 +542,38 @@ static void write_runs(FILE *f, const view_rec *v, const uint32_t *idx, size_t n
 #undef RU
 }
 
+/* `"series":{...}`: allocated and reserved bytes, the highest of each `stride` points; while pools sleep also
+ * `in_memory` (allocated less the sleeping pools' blocks) and `asleep` (those blocks), each thinned the same way. */
+static void write_series(FILE *f, const view_page_info *p, size_t stride)
+{
+    size_t nb = (p->n + stride - 1) / stride;
+    for (int which = 0; which < (p->asleep ? 4 : 2); which++) {
+        static const char *const name[4] = {"allocated", "reserved", "in_memory", "asleep"};
+        fprintf(f, "%s\"%s\":[", which ? "," : "\"series\":{", name[which]);
+        for (size_t j = 0; j < nb; j++) {
+            int64_t m = INT64_MIN;
+            for (size_t k = j * stride; k < (j + 1) * stride && k < p->n; k++) {
+                int64_t v = which == 0   ? p->alloc[k]
+                            : which == 1 ? p->resv[k]
+                            : which == 2 ? p->alloc[k] - p->asleep[k]
+                                         : p->asleep[k];
+                m = v > m ? v : m;
+            }
+            fprintf(f, j ? ",%lld" : "%lld", (long long)m);
+        }
+        fputc(']', f);
+    }
+    fputc('}', f);
+}
+
 /* A run with more allocations or points than the page holds whole: the series thinned (the highest point of each
  * `stride`), the TOP largest allocations and reserved ranges of each slice of the run (the timelines' bands), and
  * the map at moments (view_moments.c). */
 static int run_json_large(FILE *f, const view_rec *v, const view_page_info *p, size_t x0, long long last)
 {
     size_t stride = (p->n + LARGE_POINTS - 1) / LARGE_POINTS, nb = (p->n + stride - 1) / stride;
-    fprintf(f, "\"stride\":%zu,\"allocs_total\":%zu,\n\"series\":{", stride, v->nal);
-    for (int which = 0; which < 2; which++) {
-        const int64_t *s = which ? p->resv : p->alloc;
-        fputs(which ? ",\"reserved\":[" : "\"allocated\":[", f);
-        for (size_t j = 0; j < nb; j++) {
-            int64_t m = s[j * stride];
-            for (size_t k = j * stride; k < (j + 1) * stride && k < p->n; k++)
-                m = s[k] > m ? s[k] : m;
-            fprintf(f, j ? ",%lld" : "%lld", (long long)m);
-        }
-        fputc(']', f);
-    }
+    fprintf(f, "\"stride\":%zu,\"allocs_total\":%zu,\n", stride, v->nal);
+    write_series(f, p, stride);
     size_t most = v->nal > v->nrun ? v->nal : v->nrun;
     uint32_t *idx = malloc((most ? most : 1) * sizeof *idx);
     span *sp = malloc((most ? most : 1) * sizeof *sp);
@@ -572,7 +586,7 @@ static int run_json_large(FILE *f, const view_rec *v, const view_page_info *p, s
     for (size_t k = 0; k < v->nal; k++)
         sp[k] = (span){v->al[k].start, v->al[k].end, v->al[k].size};
     size_t m = largest_per_slice(sp, v->nal, (uint32_t)x0, end, idx);
-    fputs("},\n", f);
+    fputs(",\n", f);
     int rc = write_allocs(f, v, idx, m, last);
     for (size_t k = 0; rc == 0 && k < v->nrun; k++)
         sp[k] = (span){v->run[k].start, v->run[k].end, v->run[k].size};
@@ -666,8 +680,11 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
     hbm__json_str_html(f, p->device);
     fprintf(f, ",\"last\":%zu,\"peak_at\":%zu,\"peak_allocated_at\":%zu", x0 + (p->n ? p->n - 1 : 0), x0 + p->peak_j,
             x0 + p->peak_alloc_j);
-    fprintf(f, ",\"events\":%zu,\"x0\":%zu,\"seeded\":%d,\"capacity\":%llu,\"oom\":%lld,\"oom_message\":", p->events,
-            x0, p->seeded, (unsigned long long)p->capacity, p->oom ? (long long)p->oom_event : -1LL);
+    fprintf(f,
+            ",\"events\":%zu,\"x0\":%zu,\"seeded\":%d,\"capacity\":%llu,\"oom\":%lld,\"unfit\":%d,"
+            "\"oom_message\":",
+            p->events, x0, p->seeded, (unsigned long long)p->capacity, p->oom ? (long long)p->oom_event : -1LL,
+            p->unfit);
     hbm__json_str_html(f, p->oom ? p->oom_message : "");
     fprintf(f,
             ",\"stats\":{\"peak_allocated\":%lld,\"peak_reserved\":%lld,\"device_mallocs\":%llu,"
@@ -690,11 +707,8 @@ static int run_json(FILE *f, const view_rec *v, const view_page_info *p)
         fputs("}", f);
         return 0;
     }
-    fputs("\"series\":{", f);
-    COLUMN(f, "allocated", p->n, p->alloc[k_]);
-    fputc(',', f);
-    COLUMN(f, "reserved", p->n, p->resv[k_]);
-    fputs("},\n", f);
+    write_series(f, p, 1);
+    fputs(",\n", f);
     if (write_allocs(f, v, NULL, v->nal, last))
         return -1;
     write_times(f, v, x0, p->n, 1);

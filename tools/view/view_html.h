@@ -30,6 +30,7 @@ typedef struct view_page_info {
     size_t events, first;        /* events of the trace; the first one replayed (after a seeded start) */
     int seeded;                  /* the points begin with the seeded start state, before event `first` */
     const int64_t *alloc, *resv; /* allocated and reserved bytes: (the start state and) after each event run */
+    const int64_t *asleep;       /* of the allocated bytes, those of sleeping pools' blocks (NULL: none sleep) */
     size_t n;
     size_t peak_j, peak_alloc_j; /* the first points of peak reserved and of peak allocated */
     size_t detail;               /* allocations sent whole; a run with more gets the map at moments */
@@ -37,6 +38,7 @@ typedef struct view_page_info {
     const hbm_device_counters *dev;
     uint64_t capacity; /* the device's bytes (0: unknown) */
     int oom;
+    int unfit; /* the recorded start state did not fit the device (oom_message says so): no event ran */
     size_t oom_event;
     const char *oom_message;
 } view_page_info;
