@@ -219,7 +219,7 @@ void plan_print_use(FILE *out, const char *plan_path, const char *trace_path)
         return;
     }
     char setting[sizeof "hbm_plan_file:" + PLAN_CONF_PATH_MAX];
-    snprintf(setting, sizeof setting, "hbm_plan_file:%s", use);
+    snprintf(setting, sizeof setting, "hbm_plan_file:%.*s", PLAN_CONF_PATH_MAX, use); /* use fits: checked above */
     fprintf(out,
             "to serve it, start the job%s with this before its command (other HBMALLOC_CONF settings after "
             "a ','):\n  HBMALLOC_CONF=",
