@@ -250,9 +250,13 @@ layout layout-field-report-full PYTORCH_NPU_ALLOC_CONF="$MINE" "$BIN" doctor --r
 
 # A snapshot with one device (device 1) is proven on without naming it; the sweep line names the device it read.
 case=trace-one-device
-ONE=$SRC/tests/data/layoutediting-torch1x-segments.pickle
+# In a folder deep enough that the path cannot fit a headline (CI's clone is deeper than a developer's): the headline
+# names the file, the evidence line its whole path, the command the path quoted.
+mkdir -p "$T/a-folder-whose-name-is-long-enough/to-push-the-path-past-the-width-of-a-headline"
+ONE=$T/a-folder-whose-name-is-long-enough/to-push-the-path-past-the-width-of-a-headline/layoutediting-torch1x-segments.pickle
+cp "$SRC/tests/data/layoutediting-torch1x-segments.pickle" "$ONE"
 doc "$BIN" doctor --no-env --trace "$ONE" --capacity 80GiB >"$T/out" 2>&1; rc=$?
-expect 1 "$T/out" "replayed $ONE on a simulated GPU of 80.00 GiB" "\$ hbmalloc sweep '$ONE' --device 1 --backend"
+expect 1 "$T/out" "replayed ${ONE##*/} on a simulated GPU of 80.00 GiB" "seen: $T/a-folder-whose-name-is-long-enough/" "\$ hbmalloc sweep '$ONE' --device 1 --backend"
 doc "$BIN" doctor --no-env --trace "$ONE" --capacity 80GiB --device 0 >"$T/out" 2>&1; rc=$?
 expect 2 "$T/out" "device 0 has no segments or history in this snapshot (devices: 1); choose one with --device"
 

@@ -588,13 +588,15 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, int sn
     hbm__shell_quote(trace_path, qpath, sizeof qpath);
     snprintf(sweep_cmd, sizeof sweep_cmd, "the whole table:\n$ hbmalloc sweep %s%s --backend '%s'%s%s", qpath, dev_opt,
              spec, ver[0] ? (npu ? " --torch-npu " : " --torch ") : "", ver[0] ? ver : "");
+    /* The headline names the file; the evidence line below gives its whole path (a path cut in a headline misleads). */
+    const char *name = strrchr(trace_path, '/') ? strrchr(trace_path, '/') + 1 : trace_path;
     finding *f;
     if (!best) {
         f = doctor_add(d, SEV_ERROR, "settings-proven");
         snprintf(f->title, sizeof f->title,
-                 "replayed %.80s on %.100s: no setting tried runs it without running out "
+                 "replayed %.120s on %.100s: no setting tried runs it without running out "
                  "of memory",
-                 trace_path, device);
+                 name, device);
         snprintf(f->why, sizeof f->why,
                  "%d settings replayed (%s); the job needs more memory than this device "
                  "offers under any of them.",
@@ -606,25 +608,25 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, int sn
         if (best->baseline) {
             f = doctor_add(d, SEV_INFO, "settings-proven");
             snprintf(f->title, sizeof f->title,
-                     "replayed %.80s on %.100s: your setting is already the best of %d "
+                     "replayed %.120s on %.100s: your setting is already the best of %d "
                      "(peak reserved %s)",
-                     trace_path, device, so.n, pr);
+                     name, device, so.n, pr);
             snprintf(f->why, sizeof f->why, "%.500s. Settings checked against %.120s.", so.baseline_note, so.release);
         } else {
             f = doctor_add(d, SEV_WARNING, "settings-proven");
             if (base && !base->rc) {
                 hbm__format_size((uint64_t)base->r.stats.reserved_bytes[0].peak, pb, sizeof pb);
                 snprintf(f->title, sizeof f->title,
-                         "replayed %.60s on %.90s: '%.90s' lowers peak reserved to %s "
+                         "replayed %.120s on %.90s: '%.90s' lowers peak reserved to %s "
                          "from %s with yours (%.1f%% less)",
-                         trace_path, device, best->conf, pr, pb,
+                         name, device, best->conf, pr, pb,
                          100.0 * (double)(base->r.stats.reserved_bytes[0].peak - best->r.stats.reserved_bytes[0].peak) /
                              (double)base->r.stats.reserved_bytes[0].peak);
             } else {
                 snprintf(f->title, sizeof f->title,
-                         "replayed %.60s on %.90s: '%.90s' runs it with peak reserved "
+                         "replayed %.120s on %.90s: '%.90s' runs it with peak reserved "
                          "%s%s",
-                         trace_path, device, best->conf, pr, base ? ", where yours runs out of memory" : "");
+                         name, device, best->conf, pr, base ? ", where yours runs out of memory" : "");
             }
             snprintf(f->why, sizeof f->why,
                      "%d settings replayed on the model of %s's allocator; %.500s. Strings "
@@ -649,7 +651,7 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, int sn
     doctor_next(f, "%s", sweep_cmd);
     for (size_t i = 0; i < d->n; i++)
         if (!strcmp(d->f[i].id, "oom-fragmentation") && &d->f[i] != f)
-            doctor_next(&d->f[i], "proven on your snapshot: see 'replayed %.200s' below", trace_path);
+            doctor_next(&d->f[i], "proven on your snapshot: see 'replayed %.120s' below", name);
     sweep_outcome_free(&so);
     trace_free(&t);
     return 0;
