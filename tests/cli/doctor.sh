@@ -259,6 +259,10 @@ doc "$BIN" doctor --no-env --trace "$ONE" --capacity 80GiB >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "replayed ${ONE##*/} on a simulated GPU of 80.00 GiB" "seen: $T/a-folder-whose-name-is-long-enough/" "\$ hbmalloc sweep '$ONE' --device 1 --backend"
 doc "$BIN" doctor --no-env --trace "$ONE" --capacity 80GiB --device 0 >"$T/out" 2>&1; rc=$?
 expect 2 "$T/out" "device 0 has no segments or history in this snapshot (devices: 1); choose one with --device"
+# --capacity is read as every command reads it: 80 with no unit is refused with its likely meaning, not replayed on
+# a device of 80 bytes.
+doc "$BIN" doctor --no-env --trace "$ONE" --capacity 80 >"$T/out" 2>&1; rc=$?
+expect 2 "$T/out" "hbmalloc doctor: --capacity 80 has no unit: 80 bytes is no device; did you mean --capacity 80GiB?"
 
 case=old-hdk
 doc PYTORCH_NPU_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:[256:1,512:2,\>:4] \

@@ -291,7 +291,8 @@ int doctor_main(int argc, char **argv)
         doctor_fact(&d, "framework", "torch_npu", "%s%s (%.300s)", d.torch_npu_version,
                     d.npu_version_inferred ? " or another v6.0.rc2 release, inferred" : "", d.torch_npu_from);
     if (trace_path && doctor_prove(&d, trace_path, capacity, device, err, sizeof err)) {
-        doctor_wrap(stderr, DOCTOR_WIDTH, "hbmalloc doctor: ", err);
+        if (err[0])
+            doctor_wrap(stderr, DOCTOR_WIDTH, "hbmalloc doctor: ", err);
         doctor_free(&d);
         return 2;
     }

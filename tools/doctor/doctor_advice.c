@@ -21,6 +21,7 @@
 #include "doctor.h"
 #include "wrap.h"
 #include "hbmalloc.h"
+#include "run/device_spec.h"
 #include "run/sweep.h"
 #include "trace/trace.h"
 
@@ -547,9 +548,13 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, int sn
     if (npu && vmm < 0 && d->probe_failed)
         vmm = 0;
     size_t cap = 0;
+    if (capacity && device_capacity("doctor", capacity, &cap)) { /* the same reading as sweep's: 80 is no device */
+        err[0] = '\0';                                           /* said on stderr */
+        return -1;
+    }
     if (d->oom_capacity > 0)
         cap = (size_t)d->oom_capacity;
-    else if (!capacity || hbm__parse_size(capacity, &cap) || !cap) {
+    else if (!capacity) {
         snprintf(err, errlen,
                  "--trace needs the device's capacity: no out-of-memory message in a --log gives it, so "
                  "give --capacity SIZE (e.g. 64GiB)");
