@@ -48,8 +48,12 @@ static __thread int depth;
 /* The slot of tag, made when new (backup is fixed at that moment). -1 with the error set. tags_lock held. */
 static int slot_of(const char *tag, int backup)
 {
-    if (!tag || !*tag || strlen(tag) >= sizeof tags[0].name) {
-        hbm_torch__set_error("pool tag '%.80s' must be 1 to %zu bytes", tag ? tag : "", sizeof tags[0].name - 1);
+    if (hbm__tag_invalid(tag)) {
+        hbm_torch__set_error("pool tag %s: %s", tag && *tag ? "with a control character" : "''", hbm__tag_invalid(tag));
+        return -1;
+    }
+    if (strlen(tag) >= sizeof tags[0].name) {
+        hbm_torch__set_error("pool tag '%.80s' must be 1 to %zu bytes", tag, sizeof tags[0].name - 1);
         return -1;
     }
     for (int i = 0; i < ntags; i++)

@@ -71,6 +71,8 @@ struct hbm__sleep {
     size_t backup_bytes;
     uint64_t sleeps, wakes;
     uint64_t sleep_cost[3], wake_cost[3]; /* the last sleep's and wake's: wall ns, device ns, device calls */
+    size_t rec_bytes;                     /* hbm__sleep_record's sum of its pages asleep */
+    hbm__block *cur;                      /* copy_in's place in the blocks (NULL: from a segment's head) */
 };
 
 static uint64_t wall_ns(void)
@@ -147,8 +149,15 @@ static hbm__mempool *pool_for(hbm_allocator *a, hbm_mempool id, const char *op, 
 
 hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool id, const char *tag, int backup)
 {
-    if (!a || !tag || !*tag)
+    if (!a)
         return HBM_ERR_INVALID;
+    const char *bad = hbm__tag_invalid(tag);
+    if (bad) {
+        hbm__lock(a);
+        hbm__set_error(a, "hbm_pool_tag: %s", bad);
+        hbm__unlock(a);
+        return HBM_ERR_INVALID;
+    }
     hbm__lock(a);
     hbm_status rc = HBM_ERR_INVALID;
     hbm__mempool *m = hbm__mempool_find(a, id);
@@ -283,26 +292,36 @@ static hbm_status plan_backup(hbm_allocator *a, hbm__mempool *m, size_t chunk)
     return HBM_OK;
 }
 
-/* Wait for the streams the runs [from, to) were queued on (the copies are device work). */
+/* Wait for the streams the runs [from, to) were queued on (the copies are device work): each once, in O(runs) (a
+ * pool of small blocks has thousands of runs in a buffer, on a handful of streams; past SEEN of them one may be
+ * waited for twice). */
 static hbm_status sync_runs(hbm_allocator *a, const hbm__sleep *sl, size_t from, size_t to)
 {
+    enum { SEEN = 16 };
+    hbm_stream seen[SEEN];
+    size_t nseen = 0;
     hbm_status rc = HBM_OK;
     for (size_t i = from; i < to && rc == HBM_OK; i++) {
-        bool seen = false;
-        for (size_t k = from; k < i && !seen; k++)
-            seen = sl->runs[k].stream == sl->runs[i].stream;
-        if (!seen)
-            rc = hbm__dev_sync(a, sl->runs[i].stream);
+        hbm_stream s = sl->runs[i].stream;
+        size_t k = 0;
+        while (k < nseen && seen[k] != s)
+            k++;
+        if (k < nseen)
+            continue;
+        if (nseen < SEEN)
+            seen[nseen++] = s;
+        rc = hbm__dev_sync(a, s);
     }
     return rc;
 }
 
 /* The caller's progress callback, with the lock released (it may take the GIL, which another thread holds while
  * it waits for this lock: torch's allocation path). */
-static void progress(hbm_allocator *a, const hbm_sleep_opts *o, uint64_t done, uint64_t total)
+static void progress(hbm_allocator *a, hbm__sleep *sl, const hbm_sleep_opts *o, uint64_t done, uint64_t total)
 {
     if (!o->progress)
         return;
+    sl->cur = NULL; /* a free meanwhile may merge the block it points to */
     hbm__unlock(a);
     o->progress(o->ctx, done, total);
     hbm__lock(a);
@@ -316,6 +335,7 @@ static hbm_status each_buffer(hbm_allocator *a, hbm__mempool *m, const hbm_sleep
     hbm__sleep *sl = m->sl;
     hbm_status rc = HBM_OK;
     *done = 0;
+    sl->cur = NULL;
     for (size_t i = 0; i < sl->nruns && rc == HBM_OK;) {
         size_t j = i;
         for (; j < sl->nruns && sl->runs[j].buf == sl->runs[i].buf && rc == HBM_OK; j++)
@@ -327,7 +347,7 @@ static hbm_status each_buffer(hbm_allocator *a, hbm__mempool *m, const hbm_sleep
             *done += sl->runs[k].size;
         i = j;
         if (rc == HBM_OK)
-            progress(a, o, *done, sl->backup_bytes);
+            progress(a, sl, o, *done, sl->backup_bytes);
     }
     return rc;
 }
@@ -339,18 +359,24 @@ static hbm_status copy_out(hbm_allocator *a, hbm__mempool *m, const backup_run *
 }
 
 /* A piece back only where a block is still live (one freed while asleep has nothing to get back, and its pages may
- * be gone). */
+ * be gone). The runs come in address order: the walk over the segment's blocks goes on from the block the last run
+ * ended in (sl->cur) while the lock stayed closed, so a wake costs O(runs + blocks), not O(runs x blocks). */
 static hbm_status copy_in(hbm_allocator *a, hbm__mempool *m, const backup_run *r)
 {
+    hbm__sleep *sl = m->sl;
     hbm_status rc = HBM_OK;
     hbm__segment *seg = hbm__segment_find(a, r->addr);
     if (seg && !in_pool(seg, m))
         seg = NULL; /* never: hbm__sleep_forget drops the runs of a segment given back */
-    for (hbm__block *b = seg ? seg->head : NULL; b && b->addr < r->addr + r->size && rc == HBM_OK; b = b->next) {
+    hbm__block *b = seg ? seg->head : NULL;
+    if (seg && sl->cur && sl->cur->seg == seg && sl->cur->addr <= r->addr)
+        b = sl->cur;
+    for (; b && b->addr < r->addr + r->size && rc == HBM_OK; b = b->next) {
         uintptr_t lo = b->addr > r->addr ? b->addr : r->addr;
         uintptr_t hi = b->addr + b->size < r->addr + r->size ? b->addr + b->size : r->addr + r->size;
         if (b->allocated && lo < hi)
             rc = hbm__dev_copy_h2d(a, lo, r->host + (lo - r->addr), hi - lo, r->stream);
+        sl->cur = b; /* the next run begins in this block or after it */
     }
     return rc;
 }
@@ -754,38 +780,64 @@ void hbm__sleep_trace(hbm_allocator *a, const hbm__mempool *m, hbm_trace_action 
         hbm__record(a, action | (m->sl->backup ? HBM__TRACE_BACKUP : 0), addr, size, stream, m->sl->tag_label);
 }
 
+typedef struct tag_sum {
+    const char *tag;
+    size_t bytes, at; /* its pools' pages asleep; the place of its oldest pool in the list */
+} tag_sum;
+
+/* The published figures of what sleeps, in O(pools x tags shown + segments): it runs under the lock at every change
+ * of reserved memory (publish.c), and a job may hold thousands of pools (a graph's each). */
 void hbm__sleep_record(hbm_allocator *a, int64_t *asleep, int64_t *backup, char *tags, size_t len)
 {
     hbm__sbuf sb;
     hbm__sb_init(&sb, tags, len);
     tags[0] = 0;
     *asleep = *backup = 0;
-    /* One entry per tag (pools may share one: a graph's and its pool(tag)'s), oldest pool first: the list is newest
-     * first, so a tag is written at its last pool in the list. */
+    bool any = false;
     for (hbm__mempool *m = a->mempools; m; m = m->next)
-        if (m->sl && m->sleep_state) {
-            *asleep += (int64_t)asleep_bytes(a, m);
-            *backup += (int64_t)m->sl->backup_bytes;
+        if (m->sl) {
+            m->sl->rec_bytes = 0;
+            any |= m->sleep_state != 0;
+            *backup += m->sleep_state ? (int64_t)m->sl->backup_bytes : 0;
         }
-    size_t n = 0;
-    for (hbm__mempool *m = a->mempools; m; m = m->next)
-        n++;
-    for (size_t k = n; k-- > 0;) {
-        hbm__mempool *m = a->mempools;
-        for (size_t i = 0; i < k; i++)
-            m = m->next;
-        bool later = false; /* an older pool of this tag is written for it */
-        for (hbm__mempool *o = m->next; o && !later; o = o->next)
-            later = o->sl && o->sleep_state && m->sl && !strcmp(o->sl->tag, m->sl->tag);
-        if (!m->sl || !m->sleep_state || later)
+    if (!any)
+        return;
+    for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
+        hbm__mempool *m = seg->asleep_pages ? seg->pool->owner : NULL;
+        if (m && m->sl && m->sleep_state) {
+            m->sl->rec_bytes += seg->asleep_pages * seg->page;
+            *asleep += (int64_t)(seg->asleep_pages * seg->page);
+        }
+    }
+    /* One entry per tag (pools may share one: a graph's and its pool(tag)'s), in the order of each tag's oldest pool.
+     * The list is newest first: a tag's place is where it is seen last. The text holds fewer tags than `shown`
+     * (each at least "t 0, "); past that many tags the newest ones are left out. */
+    enum { SHOWN = 64 };
+    tag_sum e[SHOWN];
+    size_t ne = 0, at = 0;
+    for (hbm__mempool *m = a->mempools; m; m = m->next, at++) {
+        if (!m->sl || !m->sleep_state)
             continue;
-        size_t bytes = 0;
-        for (hbm__mempool *o = a->mempools; o; o = o->next)
-            if (o->sl && o->sleep_state && !strcmp(o->sl->tag, m->sl->tag))
-                bytes += asleep_bytes(a, o);
+        size_t i = 0;
+        while (i < ne && strcmp(e[i].tag, m->sl->tag))
+            i++;
+        if (i == ne && ne == SHOWN)
+            continue;
+        if (i == ne)
+            e[ne++].bytes = 0;
+        e[i].tag = m->sl->tag;
+        e[i].bytes += m->sl->rec_bytes;
+        e[i].at = at;
+    }
+    for (size_t i = 1; i < ne; i++) /* the oldest (largest `at`) first: at most SHOWN, by insertion */
+        for (size_t j = i; j > 0 && e[j].at > e[j - 1].at; j--) {
+            tag_sum t = e[j];
+            e[j] = e[j - 1], e[j - 1] = t;
+        }
+    for (size_t i = 0; i < ne && sb.len + 1 < sb.cap; i++) {
         char size[32];
-        hbm__format_size(bytes, size, sizeof size);
-        hbm__sb_printf(&sb, "%s%s %s", tags[0] ? ", " : "", m->sl->tag, size);
+        hbm__format_size(e[i].bytes, size, sizeof size);
+        hbm__sb_printf(&sb, "%s%s %s", tags[0] ? ", " : "", e[i].tag, size);
     }
 }
 

@@ -6,7 +6,9 @@
 #define HBM_PUBLISH_SIGNALS_H
 
 /* Once, at the first record: a handler for SIGTERM, SIGINT and SIGHUP where the process left them at their
- * default (the signal would end it without atexit); a signal the application handles or ignores is not touched. */
+ * default (the signal would end it without atexit); a signal the application handles or ignores is not touched, nor
+ * SIGINT in a process with Python (Py_Initialize takes it only at its default). Put back when the library is
+ * unloaded, where still installed. */
 void hbm__pubsig_install(void);
 /* A record of this process made: its path, for the handler; returns its slot, or -1 (no slot free, or no memory:
  * the record is removed at exit only). */

@@ -299,3 +299,14 @@ const char *hbm_status_name(hbm_status s)
     }
     return "HBM_ERR_UNKNOWN";
 }
+
+const char *hbm__tag_invalid(const char *tag)
+{
+    if (!tag || !*tag)
+        return "an empty tag names nothing: give the pool a name (\"weights\", \"kv_cache\")";
+    for (const unsigned char *c = (const unsigned char *)tag; *c; c++)
+        if (*c < 0x20 || *c == 0x7f)
+            return "a tag holds no control characters (a tab, a newline): it is printed in tables and "
+                   "tab-separated lines";
+    return NULL;
+}

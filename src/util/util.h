@@ -68,5 +68,8 @@ const char *hbm__nearest(const char *word, const char *const *names, size_t n);
 /* 1 when an executable `prog` is in a folder of PATH (empty entries skipped), else 0: the commands that run one
  * (the doctor's npu-smi and nvidia-smi, the view's rsvg-convert) say so when it is missing. */
 int hbm__on_path(const char *prog);
+/* Why a sleeping pool's tag is refused (empty, a control character: it is printed in tables and tab-separated
+ * lines), or NULL when it is fine. */
+const char *hbm__tag_invalid(const char *tag);
 
 #endif

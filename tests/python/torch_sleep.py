@@ -290,6 +290,17 @@ refused_tag(hbm.sleep, "weigths", "weights", "kv_cache")
 refused_tag(hbm.wake, "kv", "weights", "kv_cache")
 assert {p["tag"]: p["state"] for p in hbm.pools()} == {"weights": "awake", "kv_cache": "awake"}
 
+# A tag with a tab or a newline is refused with the reason (it made pools() raise on every call after, its line split
+# at the tab), and so is an empty one; pools() still reads (issue #37 item 10).
+for bad, why in (("a\tb", "no control characters"), ("kv\n", "no control characters"), ("", "an empty tag")):
+    try:
+        with hbm.pool(bad):
+            pass
+        raise AssertionError("pool(%r) was not refused" % bad)
+    except RuntimeError as e:
+        assert why in str(e), str(e)
+assert {p["tag"]: p["state"] for p in hbm.pools()} == {"weights": "awake", "kv_cache": "awake"}
+
 steps = []
 assert hbm.sleep(progress=lambda done, total: steps.append((done, total)), chunk_mb=16) == 2
 assert steps and steps[-1][0] == steps[-1][1] == info["weights"]["live_bytes"], steps

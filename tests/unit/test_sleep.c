@@ -543,6 +543,25 @@ static void statistics_and_snapshots_mark_a_sleeping_pool(void **st)
 }
 
 /* A pool let go while it sleeps: its blocks freed, empty_cache takes everything back, its pinned buffers too. */
+/* A tag is printed in messages, tables and tab-separated lines: an empty one and one with a control character are
+ * refused with the reason (issue #37 item 10: the empty one was refused without a message). */
+static void a_tag_with_a_control_character_or_none_is_refused_with_the_reason(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "");
+    hbm_mempool mp;
+    assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
+    const char *bad[] = {"", "a\tb", "kv\n", "x\x7f"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(hbm_pool_tag(a, mp, bad[i], 1), HBM_ERR_INVALID);
+        assert_non_null(strstr(hbm_last_error(a), i ? "no control characters" : "an empty tag names nothing"));
+    }
+    assert_int_equal(hbm_pool_tag(a, mp, NULL, 1), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "an empty tag"));
+    assert_int_equal(hbm_pool_tag(a, mp, "kv cache \xc3\xa9", 0), HBM_OK); /* spaces and UTF-8 are fine */
+    hbm_destroy(a);
+}
+
 static void a_sleeping_pool_let_go_gives_everything_back(void **st)
 {
     (void)st;
@@ -789,6 +808,7 @@ int main(void)
         cmocka_unit_test(a_big_backup_reports_progress_with_the_lock_open),
         cmocka_unit_test(statistics_and_snapshots_mark_a_sleeping_pool),
         cmocka_unit_test(a_sleeping_pool_let_go_gives_everything_back),
+        cmocka_unit_test(a_tag_with_a_control_character_or_none_is_refused_with_the_reason),
         cmocka_unit_test(a_reservation_given_back_while_asleep_takes_its_backup_with_it),
         cmocka_unit_test(a_device_without_virtual_memory_refuses_with_the_fix),
         cmocka_unit_test(the_model_gives_the_cost_per_gib),
