@@ -264,7 +264,9 @@ typedef struct hbm_sleep_opts {
  * and release every physical page of it, free cached pages too, keeping its reservations and every block's address.
  * Until hbm_pool_wake, allocations into it are refused (HBM_ERR_ASLEEP) and its blocks must not be touched by the
  * device; frees work. A failure before any page is given back leaves it awake; after, it is asleep and the message
- * says what is still held (sleep again to retry). HBM_ERR_CAPTURE during a graph capture. opts may be NULL. */
+ * says what is still held (sleep again to retry). HBM_ERR_CAPTURE during a graph capture. opts may be NULL. A pool
+ * released while blocks of it are live (hbm_mempool_release: HBM_ERR_POOL_BUSY; a deleted graph whose output is
+ * held) is still its tag's: it sleeps and wakes, released awake or asleep, until it is emptied and reaped. */
 HBM_API hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool p, const hbm_sleep_opts *opts);
 /* Wake pool p: new pages mapped at the same addresses under its live blocks, the backup copied back. On failure
  * (the device is full: HBM_ERR_OOM; a refused call: HBM_ERR_BACKEND) nothing is lost: the pool stays asleep, its

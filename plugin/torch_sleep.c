@@ -246,23 +246,37 @@ SLOT(0) SLOT(1) SLOT(2) SLOT(3) SLOT(4) SLOT(5) SLOT(6) SLOT(7)
 SLOT(8) SLOT(9) SLOT(10) SLOT(11) SLOT(12) SLOT(13) SLOT(14) SLOT(15)
     // clang-format on
 
-    /* fn on every tagged pool of every device in use whose tag is `tag` (NULL: any tag). */
-    static void each_tagged(const char *tag,
-                            void (*fn)(int device, hbm_allocator *a, const hbm_pool_info *info, void *ctx), void *ctx)
+    /* fn on every tagged pool of every device in use whose tag is `tag` (NULL: any tag), however many pools there
+     * are (a job with hundreds of graphs has a pool each). 0, or -1 with the error set (no host memory for the
+     * list). */
+    static int each_tagged(const char *tag,
+                           void (*fn)(int device, hbm_allocator *a, const hbm_pool_info *info, void *ctx), void *ctx)
 {
     int n = hbm_torch_device_count();
     for (int d = 0; d < n; d++) {
         hbm_allocator *a = hbm_torch_device_used(d) ? hbm_torch__allocator(d) : NULL;
         if (!a)
             continue;
-        hbm_mempool ids[256];
-        size_t k = hbm_pool_list(a, ids, 256);
-        for (size_t i = 0; i < k && i < 256; i++) {
+        size_t cap = hbm_pool_list(a, NULL, 0), k;
+        hbm_mempool *ids = NULL;
+        for (;;) { /* pools made between the two calls: asked again with room for them */
+            free(ids);
+            if (!(ids = malloc((cap ? cap : 1) * sizeof *ids))) {
+                hbm_torch__set_error("out of host memory listing the pools of device %d", d);
+                return -1;
+            }
+            if ((k = hbm_pool_list(a, ids, cap)) <= cap)
+                break;
+            cap = k;
+        }
+        for (size_t i = 0; i < k; i++) {
             hbm_pool_info info;
             if (hbm_pool_info_get(a, ids[i], &info) == HBM_OK && info.tag[0] && (!tag || !strcmp(tag, info.tag)))
                 fn(d, a, &info, ctx);
         }
+        free(ids);
     }
+    return 0;
 }
 
 typedef struct apply_ctx {
@@ -288,7 +302,8 @@ static int each_pool(const char *tag, hbm_status (*fn)(hbm_allocator *, hbm_memp
                      const hbm_sleep_opts *o)
 {
     apply_ctx c = {fn, o, 0, 0};
-    each_tagged(tag, apply_one, &c);
+    if (each_tagged(tag, apply_one, &c))
+        return -1;
     return c.failed ? -1 : c.done;
 }
 
@@ -355,8 +370,7 @@ static void pool_line(int device, hbm_allocator *a, const hbm_pool_info *f, void
 HBM_TORCH_EXPORT long hbm_torch_pools(char *buf, long len)
 {
     text_ctx t = {buf, len, 0};
-    each_tagged(NULL, pool_line, &t);
-    return t.need;
+    return each_tagged(NULL, pool_line, &t) ? -1 : t.need;
 }
 
 /* torch.cuda.mem_get_info()'s figures, as the runtime gives them to hbmalloc (tests on the simulated device). */

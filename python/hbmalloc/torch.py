@@ -870,8 +870,14 @@ def pools():
     backup and pinned host memory, and what the last sleep and wake cost (wall and device time in ns, device calls)."""
     lib = library()
     n = lib.hbm_torch_pools(None, 0)
-    buf = ctypes.create_string_buffer(n + 1)
-    lib.hbm_torch_pools(buf, n + 1)
+    while True:  # pools made between the two calls: asked again with room for them
+        if n < 0:
+            raise RuntimeError("hbmalloc: pools(): " + _error())
+        buf = ctypes.create_string_buffer(n + 1)
+        need = lib.hbm_torch_pools(buf, n + 1)
+        if need <= n:
+            break
+        n = need
     out = []
     for line in buf.value.decode(errors="replace").splitlines():
         vals = line.split("\t")

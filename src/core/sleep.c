@@ -110,12 +110,15 @@ hbm_status hbm__sleep_refuse(hbm_allocator *a, const hbm__mempool *m)
     return HBM_ERR_ASLEEP;
 }
 
-/* The pool named, held and tagged, or NULL with the error set. */
+/* The pool named and tagged, or NULL with the error set. A pool released (use count 0) is still its tag's while it
+ * exists, that is while it holds memory: a graph deleted whose output is still held keeps its pool's blocks, which
+ * sleep and wake with the tag (and must wake, to be restored); an empty_cache reaps it once it holds nothing. */
 static hbm__mempool *tagged_pool(hbm_allocator *a, hbm_mempool id, const char *op)
 {
     hbm__mempool *m = hbm__mempool_find(a, id);
-    if (!m || m->use_count == 0)
-        hbm__set_error(a, "%s: private pool %llu does not exist (or was released already)", op, (unsigned long long)id);
+    if (!m)
+        hbm__set_error(a, "%s: private pool %llu does not exist (or was released and emptied already)", op,
+                       (unsigned long long)id);
     else if (!m->sl)
         hbm__set_error(a,
                        "%s: private pool %llu has no tag: only a tagged pool sleeps (hbm_pool_tag before its "

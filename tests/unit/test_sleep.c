@@ -562,6 +562,39 @@ static void a_tag_with_a_control_character_or_none_is_refused_with_the_reason(vo
     hbm_destroy(a);
 }
 
+/* A pool released while it still holds blocks (a graph deleted whose output is still held) is still its tag's: it
+ * sleeps and wakes, its contents restored; released while asleep, it still wakes with its backup; once its blocks
+ * are freed an empty_cache reaps it (issue #37 item 6: both were refused as "released already" until then, and a
+ * pool released asleep could never wake). */
+static void a_released_pool_still_sleeps_and_wakes_with_its_tag(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim(HOST_SIM, "");
+    hbm_mempool g = tagged(a, "weights", 1), h = tagged(a, "weights", 1);
+    void *out = in_pool(a, g, 3 * MiB, 0), *tmp = in_pool(a, g, MiB, 0), *o2 = in_pool(a, h, 5 * MiB, 0);
+    fill(out, 3 * MiB, 5);
+    fill(o2, 5 * MiB, 6);
+    hbm_free(a, tmp); /* cached in the pool */
+    assert_int_equal(hbm_mempool_release(a, g), HBM_ERR_POOL_BUSY);
+    must(a, hbm_pool_sleep(a, g, NULL), "sleep of a released pool");
+    assert_int_equal(info(a, g).state, HBM_POOL_ASLEEP);
+    assert_int_equal(info(a, g).reserved_bytes, 0);
+    must(a, hbm_pool_wake(a, g, NULL), "wake of a released pool");
+    assert_true(same(out, 3 * MiB, 5));
+    must(a, hbm_pool_sleep(a, h, NULL), "sleep");
+    assert_int_equal(hbm_mempool_release(a, h), HBM_ERR_POOL_BUSY); /* released asleep */
+    must(a, hbm_pool_wake(a, h, NULL), "wake of a pool released asleep");
+    assert_true(same(o2, 5 * MiB, 6));
+    assert_valid(a);
+    hbm_free(a, out);
+    hbm_free(a, o2);
+    must(a, hbm_empty_cache(a), "empty_cache");
+    assert_int_equal(hbm_pool_list(a, NULL, 0), 0);
+    assert_int_equal(hbm_pool_sleep(a, g, NULL), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "does not exist (or was released and emptied already)"));
+    hbm_destroy(a);
+}
+
 static void a_sleeping_pool_let_go_gives_everything_back(void **st)
 {
     (void)st;
@@ -808,6 +841,7 @@ int main(void)
         cmocka_unit_test(a_big_backup_reports_progress_with_the_lock_open),
         cmocka_unit_test(statistics_and_snapshots_mark_a_sleeping_pool),
         cmocka_unit_test(a_sleeping_pool_let_go_gives_everything_back),
+        cmocka_unit_test(a_released_pool_still_sleeps_and_wakes_with_its_tag),
         cmocka_unit_test(a_tag_with_a_control_character_or_none_is_refused_with_the_reason),
         cmocka_unit_test(a_reservation_given_back_while_asleep_takes_its_backup_with_it),
         cmocka_unit_test(a_device_without_virtual_memory_refuses_with_the_fix),

@@ -515,6 +515,54 @@ static void a_graph_captured_inside_a_pool_sleeps_with_its_tag(void **state)
     release(0, id);
 }
 
+/* A graph deleted whose output is still held keeps its pool (released, not empty): it still sleeps and wakes with
+ * its tag, released awake or asleep (issue #37 item 6: sleep and wake raised "released already" until the next
+ * empty_cache, and a pool released asleep never woke). And every pool of a device counts, however many graphs made
+ * one: with 300 of them made first, a tag's pool is still found (item 7: the plug-in read the oldest 256, and
+ * sleep("late") returned 0). */
+static void released_and_late_pools_still_sleep_with_their_tag(void **state)
+{
+    (void)state;
+    auto begin = std::function<Begin>(sym<Begin>("hbm_torch_begin_allocate_to_pool"));
+    auto end = std::function<EndOrRelease>(sym<EndOrRelease>("hbm_torch_end_allocate_to_pool"));
+    auto release = std::function<EndOrRelease>(sym<EndOrRelease>("hbm_torch_release_pool"));
+    auto enter = sym<int(const char *, int, int)>("hbm_torch_pool_enter");
+    auto leave = sym<int(void)>("hbm_torch_pool_exit");
+    auto sleep_ = sym<int(const char *, size_t, void *, void *)>("hbm_torch_sleep");
+    auto wake_ = sym<int(const char *, int, void *, void *)>("hbm_torch_wake");
+    Host h;
+    cuda_stream capture = S(0x7a);
+    auto graph = [&](uint64_t n, size_t bytes) { /* a graph captured inside the thread's pool(tag), if any */
+        MempoolId_t id{0, n};
+        begin(0, id, [&](cuda_stream s) { return s == capture; });
+        void *out = bytes ? h.malloc(bytes, 0, capture) : nullptr;
+        end(0, id);
+        return out;
+    };
+    assert_int_equal(enter("released", 1, 0), 0);
+    void *out = graph(801, 4 << 20);
+    void *out2 = graph(802, 4 << 20);
+    assert_int_equal(leave(), 0);
+    release(0, MempoolId_t{0, 801}); /* the graph deleted, its output held */
+    assert_int_equal(sleep_("released", 0, nullptr, nullptr), 3); /* the tag's own pool and the graphs' */
+    release(0, MempoolId_t{0, 802}); /* deleted while asleep */
+    assert_int_equal(wake_("released", 0, nullptr, nullptr), 3);
+    assert_int_equal(stat("asleep_pools"), 0);
+    h.raw_delete(out);
+    h.raw_delete(out2);
+    for (uint64_t n = 0; n < 300; n++) /* 300 graph pools (empty: no address space needed) */
+        graph(1000 + n, 0);
+    assert_int_equal(enter("late", 0, 0), 0);
+    void *late = h.malloc(2 << 20, 0, S(0x11));
+    assert_int_equal(leave(), 0);
+    assert_int_equal(sleep_("late", 0, nullptr, nullptr), 1);
+    assert_int_equal(stat("asleep_pools"), 1);
+    assert_int_equal(wake_("late", 0, nullptr, nullptr), 1);
+    h.raw_delete(late);
+    for (uint64_t n = 0; n < 300; n++)
+        release(0, MempoolId_t{0, 1000 + n});
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -549,6 +597,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(a_throwing_filter_means_not_this_pool),
         cmocka_unit_test(python_stacks_are_off_outside_python),
         cmocka_unit_test(a_graph_captured_inside_a_pool_sleeps_with_its_tag),
+        cmocka_unit_test(released_and_late_pools_still_sleep_with_their_tag),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
