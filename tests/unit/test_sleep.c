@@ -274,6 +274,39 @@ static void sleep_waits_for_streams_still_using_its_blocks(void **st)
     hbm_destroy(a);
 }
 
+/* The public hold (hbm_sim_hold_stream, as `hbmalloc replay` uses it) on the pool's own stream and on one a block was
+ * recorded on, held through a backup sleep and its wake: neither hangs (the sim's wait completes a held stream: the
+ * host waits, so the device gets there), the pending free completes, every byte comes back, and the streams are
+ * still held after (issue #37 item 11). alarm: a hang fails the test instead of the run. */
+static void a_sleep_and_wake_with_streams_held_complete(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim(HOST_SIM, "");
+    hbm_mempool mp = tagged(a, "weights", 1);
+    void *p = in_pool(a, mp, 6 * MiB, S1), *freed = in_pool(a, mp, 2 * MiB, S1);
+    fill(p, 6 * MiB, 3);
+    must(a, hbm_sim_hold_stream(a, S1, 1), "hold");
+    must(a, hbm_sim_hold_stream(a, (hbm_stream)9, 1), "hold");
+    must(a, hbm_record_stream(a, freed, (hbm_stream)9), "record");
+    hbm_free(a, freed); /* pending on held stream 9 */
+    assert_int_equal(stats_of(a).active[HBM_POOL_ALL].current, 2);
+    alarm(20);
+    must(a, hbm_pool_sleep(a, mp, NULL), "sleep with streams held");
+    assert_int_equal(stats_of(a).active[HBM_POOL_ALL].current, 1); /* the pending free completed */
+    must(a, hbm_pool_wake(a, mp, NULL), "wake with streams held");
+    alarm(0);
+    assert_true(same(p, 6 * MiB, 3));
+    void *q = in_pool(a, mp, MiB, S1); /* work on S1 after the wake still waits for its release */
+    must(a, hbm_record_stream(a, q, (hbm_stream)9), "record");
+    hbm_free(a, q);
+    assert_int_equal(stats_of(a).active[HBM_POOL_ALL].current, 2);
+    must(a, hbm_sim_hold_stream(a, (hbm_stream)9, 0), "release");
+    must(a, hbm_sim_hold_stream(a, S1, 0), "release");
+    hbm_free(a, p);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
 static int is_stream(void *ctx, hbm_stream s) { return s == *(hbm_stream *)ctx; }
 
 /* A graph's private pool, tagged before its capture (hbmalloc.torch.pool around the capture), sleeps and wakes
@@ -834,6 +867,7 @@ int main(void)
         cmocka_unit_test(touching_a_sleeping_block_faults),
         cmocka_unit_test(allocations_into_a_sleeping_pool_are_refused_and_frees_work),
         cmocka_unit_test(sleep_waits_for_streams_still_using_its_blocks),
+        cmocka_unit_test(a_sleep_and_wake_with_streams_held_complete),
         cmocka_unit_test(a_graph_pool_sleeps_and_wakes),
         cmocka_unit_test(a_wake_that_finds_the_device_full_keeps_the_pool_asleep),
         cmocka_unit_test(a_wake_the_device_refuses_can_be_tried_again),

@@ -533,19 +533,19 @@ static void released_and_late_pools_still_sleep_with_their_tag(void **state)
     Host h;
     cuda_stream capture = S(0x7a);
     auto graph = [&](uint64_t n, size_t bytes) { /* a graph captured inside the thread's pool(tag), if any */
-        MempoolId_t id{0, n};
-        begin(0, id, [&](cuda_stream s) { return s == capture; });
-        void *out = bytes ? h.malloc(bytes, 0, capture) : nullptr;
-        end(0, id);
-        return out;
+                                                 MempoolId_t id{0, n};
+                                                 begin(0, id, [&](cuda_stream s) { return s == capture; });
+                                                 void *out = bytes ? h.malloc(bytes, 0, capture) : nullptr;
+                                                 end(0, id);
+                                                 return out;
     };
     assert_int_equal(enter("released", 1, 0), 0);
     void *out = graph(801, 4 << 20);
     void *out2 = graph(802, 4 << 20);
     assert_int_equal(leave(), 0);
-    release(0, MempoolId_t{0, 801}); /* the graph deleted, its output held */
+    release(0, MempoolId_t{0, 801});                              /* the graph deleted, its output held */
     assert_int_equal(sleep_("released", 0, nullptr, nullptr), 3); /* the tag's own pool and the graphs' */
-    release(0, MempoolId_t{0, 802}); /* deleted while asleep */
+    release(0, MempoolId_t{0, 802});                              /* deleted while asleep */
     assert_int_equal(wake_("released", 0, nullptr, nullptr), 3);
     assert_int_equal(stat("asleep_pools"), 0);
     h.raw_delete(out);
