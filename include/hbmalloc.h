@@ -248,16 +248,28 @@ HBM_API hbm_status hbm_mempool_malloc(hbm_allocator *a, hbm_mempool p, size_t si
  * mapped page by page on expandable segments whatever the expandable_segments setting, so that hbm_pool_sleep can
  * give every physical page back while each block keeps its address. backup: sleeping copies the live blocks to
  * pinned host memory and waking copies them back; without it they wake with undefined contents (a KV cache).
- * Before the pool's first allocation. HBM_ERR_INVALID with the reason and the fix on a device without virtual
- * memory (no address can be kept there), or with backup where the runtime has no pinned host copies. */
+ * backup is the default of each sleep, which may choose otherwise (hbm_sleep_opts.backup). Before the pool's first
+ * allocation: once it holds memory its tag and default are fixed (the same call again is a no-op; another tag or
+ * default is refused, HBM_ERR_INVALID). HBM_ERR_INVALID with the reason and the fix on a device without virtual
+ * memory (no address can be kept there), or with backup where the runtime has no pinned host copies; a tag empty or
+ * with a control character. */
 HBM_API hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool p, const char *tag, int backup);
 
 typedef void (*hbm_sleep_progress)(void *ctx, uint64_t done, uint64_t total);
+/* What a sleep does with the pool's contents: the tag's choice (hbm_pool_tag's backup), or this sleep's own. */
+typedef enum hbm_sleep_backup {
+    HBM_SLEEP_AS_TAGGED = 0, /* as the pool was tagged */
+    HBM_SLEEP_BACKUP = 1,    /* copied to pinned host memory, copied back at the wake (vLLM's sleep level 1) */
+    HBM_SLEEP_DISCARD = 2    /* not copied: the blocks wake with undefined contents (level 2; a KV cache) */
+} hbm_sleep_backup;
 typedef struct hbm_sleep_opts {
     size_t chunk_bytes;          /* the backup is copied in pieces of this size, each a pinned buffer (0: 64 MiB) */
     hbm_sleep_progress progress; /* bytes copied so far, after each piece, with the allocator's lock released */
     void *ctx;
-    int release_host; /* wake: free the pinned buffers (0: keep them for the next sleep) */
+    int release_host;        /* wake: free the pinned buffers (0: keep them for the next sleep) */
+    hbm_sleep_backup backup; /* sleep: keep the contents or not, this time (0: as tagged) */
+    int no_restore;          /* wake: drop the backup instead of copying it back, the blocks undefined (new contents
+                                are loaded next: an RL job's weight sync); 0: restore it */
 } hbm_sleep_opts;
 
 /* Put pool p to sleep: wait for the device's work, copy its live blocks to host memory (backup pools), then unmap

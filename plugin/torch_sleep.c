@@ -123,6 +123,10 @@ HBM_TORCH_EXPORT int hbm_torch_pool_slot(const char *tag, int backup);
 HBM_TORCH_EXPORT int hbm_torch_pool_state(const char *tag);
 HBM_TORCH_EXPORT int hbm_torch_sleep(const char *tag, size_t chunk, hbm_sleep_progress progress, void *ctx);
 HBM_TORCH_EXPORT int hbm_torch_wake(const char *tag, int release_host, hbm_sleep_progress progress, void *ctx);
+HBM_TORCH_EXPORT int hbm_torch_sleep_as(const char *tag, size_t chunk, int backup, hbm_sleep_progress progress,
+                                        void *ctx);
+HBM_TORCH_EXPORT int hbm_torch_wake_as(const char *tag, int release_host, int no_restore, hbm_sleep_progress progress,
+                                       void *ctx);
 HBM_TORCH_EXPORT long hbm_torch_pools(char *buf, long len);
 HBM_TORCH_EXPORT int hbm_torch_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
 HBM_TORCH_EXPORT void hbm_torch_pool_free(void *ptr, size_t size, int device, void *stream);
@@ -307,16 +311,30 @@ static int each_pool(const char *tag, hbm_status (*fn)(hbm_allocator *, hbm_memp
     return c.failed ? -1 : c.done;
 }
 
+/* sleep(tag, backup=None|True|False): backup is an hbm_sleep_backup (0: as the tag was made). */
+HBM_TORCH_EXPORT int hbm_torch_sleep_as(const char *tag, size_t chunk, int backup, hbm_sleep_progress progress,
+                                        void *ctx)
+{
+    hbm_sleep_opts o = {.chunk_bytes = chunk, .progress = progress, .ctx = ctx, .backup = (hbm_sleep_backup)backup};
+    return each_pool(tag, hbm_pool_sleep, &o);
+}
+
+/* wake(tag, restore=False): no_restore drops the backups instead of copying them back. */
+HBM_TORCH_EXPORT int hbm_torch_wake_as(const char *tag, int release_host, int no_restore, hbm_sleep_progress progress,
+                                       void *ctx)
+{
+    hbm_sleep_opts o = {.progress = progress, .ctx = ctx, .release_host = release_host, .no_restore = no_restore};
+    return each_pool(tag, hbm_pool_wake, &o);
+}
+
 HBM_TORCH_EXPORT int hbm_torch_sleep(const char *tag, size_t chunk, hbm_sleep_progress progress, void *ctx)
 {
-    hbm_sleep_opts o = {.chunk_bytes = chunk, .progress = progress, .ctx = ctx};
-    return each_pool(tag, hbm_pool_sleep, &o);
+    return hbm_torch_sleep_as(tag, chunk, HBM_SLEEP_AS_TAGGED, progress, ctx);
 }
 
 HBM_TORCH_EXPORT int hbm_torch_wake(const char *tag, int release_host, hbm_sleep_progress progress, void *ctx)
 {
-    hbm_sleep_opts o = {.progress = progress, .ctx = ctx, .release_host = release_host};
-    return each_pool(tag, hbm_pool_wake, &o);
+    return hbm_torch_wake_as(tag, release_host, 0, progress, ctx);
 }
 
 /* The state of a tag across devices: HBM_POOL_AWAKE unless one of its pools is not; -1 for an unknown tag. */

@@ -107,6 +107,8 @@ def _declare(lib):
     lib.hbm_torch_pool_state.argtypes = [c.c_char_p]
     lib.hbm_torch_sleep.argtypes = [c.c_char_p, c.c_size_t, _PROGRESS, c.c_void_p]
     lib.hbm_torch_wake.argtypes = [c.c_char_p, c.c_int, _PROGRESS, c.c_void_p]
+    lib.hbm_torch_sleep_as.argtypes = [c.c_char_p, c.c_size_t, c.c_int, _PROGRESS, c.c_void_p]
+    lib.hbm_torch_wake_as.argtypes = [c.c_char_p, c.c_int, c.c_int, _PROGRESS, c.c_void_p]
     lib.hbm_torch_pools.restype = c.c_long
     lib.hbm_torch_pools.argtypes = [c.c_char_p, c.c_long]
     lib.hbm_torch_mem_info.argtypes = [c.c_int, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]
@@ -837,29 +839,36 @@ def _known_tag(call, tag):
                      "pool)" % (call, tag, str(tag), have, call))
 
 
-def sleep(tag=None, progress=None, chunk_mb=64):
+def sleep(tag=None, progress=None, chunk_mb=64, backup=None):
     """Put pool `tag` (None: every tagged pool) to sleep on every device: the device's work is waited for, the live
     tensors of backup pools are copied to pinned host memory in pieces of chunk_mb (progress(done, total) after each),
     then every physical page of the pool goes back to the device; each tensor keeps its address. Its tensors must not
-    be touched until wake() (docs/SLEEP.md says what each device does if they are). Returns the pools put to sleep;
-    a tag that no pool() made raises ValueError naming the tags there are."""
+    be touched until wake() (docs/SLEEP.md says what each device does if they are). backup: None, as pool(tag, backup)
+    made the tag; True, copy this time (vLLM's sleep level 1); False, discard this time (level 2: the weights are
+    reloaded or synced after the wake). Returns the pools put to sleep; a tag that no pool() made raises ValueError
+    naming the tags there are."""
     _known_tag("sleep", tag)
+    if backup not in (None, True, False):
+        raise ValueError("hbmalloc: sleep(backup=%r): None (as the tag was made), True or False" % (backup,))
     cb = _progress(progress)
-    n = library().hbm_torch_sleep(str(tag).encode() if tag is not None else None, int(chunk_mb) << 20, cb, None)
+    mode = 0 if backup is None else 1 if backup else 2  # hbm_sleep_backup
+    n = library().hbm_torch_sleep_as(str(tag).encode() if tag is not None else None, int(chunk_mb) << 20, mode, cb,
+                                     None)
     if n < 0:
         raise RuntimeError("hbmalloc: sleep(%r): %s" % (tag, _error()))
     return n
 
 
-def wake(tag=None, progress=None, keep_host_buffers=True):
+def wake(tag=None, progress=None, keep_host_buffers=True, restore=True):
     """Wake pool `tag` (None: every tagged pool): new pages at the same addresses, backups copied back. CUDA and NPU
     graphs captured before the sleep replay as before. keep_host_buffers: the pinned buffers stay for the next sleep
-    (pinning is the slow part of a backup). On failure (the device is full) the pool stays asleep, nothing lost. A
-    tag that no pool() made raises ValueError, as in sleep()."""
+    (pinning is the slow part of a backup). restore=False: the backups are dropped, not copied back, the tensors
+    undefined (an RL job loads new weights right after the wake). On failure (the device is full) the pool stays
+    asleep, nothing lost. A tag that no pool() made raises ValueError, as in sleep()."""
     _known_tag("wake", tag)
     cb = _progress(progress)
-    n = library().hbm_torch_wake(str(tag).encode() if tag is not None else None, 0 if keep_host_buffers else 1,
-                                 cb, None)
+    n = library().hbm_torch_wake_as(str(tag).encode() if tag is not None else None, 0 if keep_host_buffers else 1,
+                                    0 if restore else 1, cb, None)
     if n < 0:
         raise RuntimeError("hbmalloc: wake(%r): %s" % (tag, _error()))
     return n

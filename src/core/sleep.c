@@ -71,6 +71,7 @@ struct hbm__sleep {
     size_t backup_bytes;
     uint64_t sleeps, wakes;
     uint64_t sleep_cost[3], wake_cost[3]; /* the last sleep's and wake's: wall ns, device ns, device calls */
+    bool kept;                            /* the last sleep kept a backup (its choice, or the tag's) */
     size_t rec_bytes;                     /* hbm__sleep_record's sum of its pages asleep */
     hbm__block *cur;                      /* copy_in's place in the blocks (NULL: from a segment's head) */
 };
@@ -164,14 +165,19 @@ hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool id, const char *tag, int b
     hbm__lock(a);
     hbm_status rc = HBM_ERR_INVALID;
     hbm__mempool *m = hbm__mempool_find(a, id);
-    bool plain = false;
-    for (hbm__segment *seg = hbm__segments_first(a); m && seg; seg = hbm__segments_next(seg))
+    bool plain = false, holds = false;
+    for (hbm__segment *seg = hbm__segments_first(a); m && seg; seg = hbm__segments_next(seg)) {
         plain |= in_pool(seg, m) && !seg->expandable;
+        holds |= in_pool(seg, m);
+    }
+    bool same = m && m->sl && !strcmp(m->sl->tag, tag) && m->sl->backup == (backup != 0);
     if (a->vmm < 0)
         a->vmm = hbm__dev_vmm(a, a->vmm_why, sizeof a->vmm_why);
     if (!m || m->use_count == 0) {
         hbm__set_error(a, "hbm_pool_tag: private pool %llu does not exist (or was released already)",
                        (unsigned long long)id);
+    } else if (same) {
+        rc = HBM_OK; /* tagged so already */
     } else if (strlen(tag) >= sizeof m->sl->tag) {
         hbm__set_error(a, "hbm_pool_tag: tag '%.40s...' is longer than %zu bytes", tag, sizeof m->sl->tag - 1);
     } else if (a->vmm != 1) {
@@ -195,6 +201,18 @@ hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool id, const char *tag, int b
                        "hbm_pool_tag: private pool %llu already holds whole segments (made before it was tagged, "
                        "with expandable segments off): tag a pool before its first allocation",
                        (unsigned long long)id);
+    } else if (holds && !same) { /* one model: a tag and its backup default are fixed at the first allocation */
+        if (m->sl)
+            hbm__set_error(a,
+                           "hbm_pool_tag: pool '%s' (backup %s) already holds memory: its tag and its backup "
+                           "default were fixed at its first allocation. Choose backup or discard at each sleep "
+                           "instead (hbm_sleep_opts.backup; hbmalloc.torch.sleep(tag, backup=...))",
+                           m->sl->tag, m->sl->backup ? "on" : "off");
+        else
+            hbm__set_error(a,
+                           "hbm_pool_tag: private pool %llu already holds memory: tag a pool before its first "
+                           "allocation",
+                           (unsigned long long)id);
     } else if (m->sleep_state) {
         hbm__set_error(a, "hbm_pool_tag: pool '%s' is %s: its tag and backup change only while it is awake", tag_of(m),
                        state_name(m->sleep_state));
@@ -469,6 +487,22 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
     }
     hbm__sleep *sl = m->sl;
     bool again = m->sleep_state == HBM_POOL_ASLEEP; /* a sleep that left pages mapped: give them back now */
+    bool keep = o.backup == HBM_SLEEP_BACKUP || (o.backup == HBM_SLEEP_AS_TAGGED && sl->backup);
+    if ((unsigned)o.backup > HBM_SLEEP_DISCARD || (keep && !again && !hbm__dev_can_copy(a))) {
+        if ((unsigned)o.backup > HBM_SLEEP_DISCARD)
+            hbm__set_error(a, "hbm_pool_sleep: backup %d is none of HBM_SLEEP_AS_TAGGED, _BACKUP, _DISCARD",
+                           (int)o.backup);
+        else
+            hbm__set_error(a,
+                           "pool '%s': a backup needs pinned host memory and copies on a stream, which the %s "
+                           "backend does not offer here; sleep it with HBM_SLEEP_DISCARD (its contents are then "
+                           "undefined after the wake). Nothing was given back",
+                           sl->tag, a->backend->ops->name);
+        hbm__unlock(a);
+        return HBM_ERR_INVALID;
+    }
+    if (!again)
+        sl->kept = keep;
     m->sleep_state = HBM_POOL_FALLING_ASLEEP;
     m->use_count++; /* not deleted while the lock is open */
     rc = settle(a, m);
@@ -476,7 +510,7 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
         hbm_status rl = hbm__release_pool(a, &m->large), rs = hbm__release_pool(a, &m->small);
         rc = rl != HBM_OK ? rl : rs;
     }
-    if (rc == HBM_OK && sl->backup && !again)
+    if (rc == HBM_OK && sl->kept && !again)
         rc = take_backup(a, m, &o);
     size_t given = 0, held = 0;
     /* The progress callbacks opened the lock: a block freed meanwhile (other streams' work on it) is waited for
@@ -617,6 +651,8 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
         return rc;
     }
     hbm__sleep *sl = m->sl;
+    bool kept = sl->kept;
+    sl->kept &= !o.no_restore; /* what the wake's history entries say: restored or not */
     m->sleep_state = HBM_POOL_WAKING;
     m->use_count++;
     /* Pages under blocks freed while asleep hold nothing: forgotten, without a device call (a free page a failed
@@ -660,7 +696,7 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
                            "pool '%s' stays asleep: mapping its pages failed (%.900s); nothing was lost, wake it again",
                            sl->tag, why);
     }
-    if (rc == HBM_OK && sl->nruns && (rc = restore_backup(a, m, &o)) != HBM_OK) {
+    if (rc == HBM_OK && sl->nruns && !o.no_restore && (rc = restore_backup(a, m, &o)) != HBM_OK) {
         char why[sizeof a->err];
         memcpy(why, a->err, sizeof why);
         hbm__set_error(a,
@@ -672,6 +708,7 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
         for (size_t i = 0; i < nw; i++)
             hbm__expand_unwake(a, w[i].seg, w[i].pages);
         m->sleep_state = HBM_POOL_ASLEEP;
+        sl->kept = kept; /* the backup is still there */
     } else {
         drop_backup(sl);
         if (o.release_host)
@@ -780,7 +817,7 @@ void hbm__sleep_trace(hbm_allocator *a, const hbm__mempool *m, hbm_trace_action 
                       hbm_stream stream)
 {
     if (a->history && m && m->sl)
-        hbm__record(a, action | (m->sl->backup ? HBM__TRACE_BACKUP : 0), addr, size, stream, m->sl->tag_label);
+        hbm__record(a, action | (m->sl->kept ? HBM__TRACE_BACKUP : 0), addr, size, stream, m->sl->tag_label);
 }
 
 typedef struct tag_sum {

@@ -342,6 +342,33 @@ assert all(same(t, i) for i, t in enumerate(w))
 p = {q["tag"]: q for q in hbm.pools()}["weights"]
 assert p["sleeps"] == 6 and p["wakes"] == 6 and p["host_bytes"] >= p["live_bytes"], p
 
+# A choice per sleep (issue #37 item 1): the KV cache (a discard tag) backed up this once, and kept; the weights (a
+# backup tag) discarded this once (vLLM's level 2), then backed up but woken without the restore (RL weight sync: new
+# weights are loaded right after); a bad choice refused before anything sleeps.
+fill(kv, 7)
+assert hbm.sleep("kv_cache", backup=True) == 1
+p = {q["tag"]: q for q in hbm.pools()}["kv_cache"]
+assert p["backup_bytes"] == p["live_bytes"] >= kv.n and not p["backup"], p
+assert hbm.wake("kv_cache") == 1 and same(kv, 7)
+assert hbm.sleep("weights", backup=False) == 1
+p = {q["tag"]: q for q in hbm.pools()}["weights"]
+assert p["state"] == "asleep" and p["backup_bytes"] == 0 and p["backup"], p
+assert hbm.wake("weights") == 1
+assert hbm.sleep("weights") == 1 and {q["tag"]: q for q in hbm.pools()}["weights"]["backup_bytes"] > 0
+assert hbm.wake("weights", restore=False) == 1
+p = {q["tag"]: q for q in hbm.pools()}["weights"]
+assert p["state"] == "awake" and p["backup_bytes"] == 0, p
+for i, t in enumerate(w):  # the new weights
+    fill(t, i + 20)
+try:
+    hbm.sleep("weights", backup="yes")
+    raise AssertionError("sleep(backup='yes') was not refused")
+except ValueError as e:
+    assert "None (as the tag was made), True or False" in str(e), str(e)
+assert {q["tag"]: q["state"] for q in hbm.pools()} == {"weights": "awake", "kv_cache": "awake"}
+assert hbm.sleep("weights") == 1 and hbm.wake("weights") == 1
+assert all(same(t, i + 20) for i, t in enumerate(w))
+
 # Tensors die; the pool is emptied through raw_delete (torch's release_block), so the pages go back to the device.
 for t in w + [kv]:
     t.free()

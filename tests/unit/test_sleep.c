@@ -576,6 +576,75 @@ static void statistics_and_snapshots_mark_a_sleeping_pool(void **st)
 }
 
 /* A pool let go while it sleeps: its blocks freed, empty_cache takes everything back, its pinned buffers too. */
+/* One model (issue #37 item 1): a tag and its backup default are fixed at the pool's first allocation; each sleep may
+ * choose otherwise (vLLM's levels 1 and 2), and a wake may drop the backup instead of restoring it (an RL job's weight
+ * sync). Re-tagging a pool that holds memory switched it silently; now only the same call again is taken. */
+static void each_sleep_chooses_backup_or_discard_and_a_wake_may_skip_the_restore(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim(HOST_SIM, "expandable_segments:True");
+    hbm_mempool kv = tagged(a, "kv_cache", 0), w = tagged(a, "weights", 1);
+    void *k = in_pool(a, kv, 4 * MiB, 0), *p = in_pool(a, w, 6 * MiB, 0);
+    fill(k, 4 * MiB, 1);
+    fill(p, 6 * MiB, 2);
+    /* A discard tag backed up this once: its contents come back. */
+    hbm_sleep_opts keep = {.backup = HBM_SLEEP_BACKUP}, drop = {.backup = HBM_SLEEP_DISCARD};
+    must(a, hbm_pool_sleep(a, kv, &keep), "sleep with backup");
+    assert_int_equal(info(a, kv).backup_bytes, 4 * MiB);
+    must(a, hbm_pool_wake(a, kv, NULL), "wake");
+    assert_true(same(k, 4 * MiB, 1));
+    /* A backup tag discarded this once: nothing copied, the pages come back new (zeroed on the host-backed sim). */
+    hbm_device_counters d0, d1;
+    hbm_get_device_counters(a, &d0);
+    must(a, hbm_pool_sleep(a, w, &drop), "sleep with discard");
+    hbm_get_device_counters(a, &d1);
+    assert_int_equal(d1.copy_calls - d0.copy_calls, 0);
+    assert_int_equal(info(a, w).backup_bytes, 0);
+    assert_true(info(a, w).backup); /* the tag's default is unchanged */
+    must(a, hbm_pool_wake(a, w, NULL), "wake");
+    assert_false(same(p, 6 * MiB, 2));
+    /* As tagged (backup), then woken without the restore: the backup is dropped, nothing copied back. */
+    fill(p, 6 * MiB, 3);
+    must(a, hbm_pool_sleep(a, w, NULL), "sleep as tagged");
+    assert_int_equal(info(a, w).backup_bytes, 6 * MiB);
+    hbm_sleep_opts fresh = {.no_restore = 1};
+    hbm_get_device_counters(a, &d0);
+    must(a, hbm_pool_wake(a, w, &fresh), "wake without the restore");
+    hbm_get_device_counters(a, &d1);
+    assert_int_equal(d1.copy_calls - d0.copy_calls, 0);
+    assert_int_equal(info(a, w).backup_bytes, 0);
+    assert_int_equal(info(a, w).state, HBM_POOL_AWAKE);
+    assert_false(same(p, 6 * MiB, 3));
+    /* A choice that is none of the three is refused before anything sleeps. */
+    hbm_sleep_opts bad = {.backup = (hbm_sleep_backup)7};
+    assert_int_equal(hbm_pool_sleep(a, w, &bad), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "backup 7 is none of"));
+    assert_int_equal(info(a, w).state, HBM_POOL_AWAKE);
+    /* A backup asked of a runtime without pinned host copies: refused with the way out, the pool awake. */
+    a->backend->caps.host_copies = 0;
+    assert_int_equal(hbm_pool_sleep(a, kv, &keep), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "sleep it with HBM_SLEEP_DISCARD"));
+    a->backend->caps.host_copies = 1;
+    assert_int_equal(info(a, kv).state, HBM_POOL_AWAKE);
+    /* Re-tagging: the same call is taken, another tag or default refused; an untagged pool that holds memory too. */
+    must(a, hbm_pool_tag(a, w, "weights", 1), "the same tag again");
+    assert_int_equal(hbm_pool_tag(a, w, "weights", 0), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "pool 'weights' (backup on) already holds memory"));
+    assert_int_equal(hbm_pool_tag(a, kv, "kv", 0), HBM_ERR_INVALID);
+    assert_true(info(a, w).backup);
+    assert_string_equal(info(a, kv).tag, "kv_cache");
+    hbm_mempool plain;
+    must(a, hbm_mempool_create(a, &plain), "create");
+    void *q = in_pool(a, plain, 3 * MiB, 0);
+    assert_int_equal(hbm_pool_tag(a, plain, "late", 0), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "already holds memory: tag a pool before its first allocation"));
+    hbm_free(a, q);
+    hbm_free(a, k);
+    hbm_free(a, p);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
 /* A tag is printed in messages, tables and tab-separated lines: an empty one and one with a control character are
  * refused with the reason (issue #37 item 10: the empty one was refused without a message). */
 static void a_tag_with_a_control_character_or_none_is_refused_with_the_reason(void **st)
@@ -875,6 +944,7 @@ int main(void)
         cmocka_unit_test(a_big_backup_reports_progress_with_the_lock_open),
         cmocka_unit_test(statistics_and_snapshots_mark_a_sleeping_pool),
         cmocka_unit_test(a_sleeping_pool_let_go_gives_everything_back),
+        cmocka_unit_test(each_sleep_chooses_backup_or_discard_and_a_wake_may_skip_the_restore),
         cmocka_unit_test(a_released_pool_still_sleeps_and_wakes_with_its_tag),
         cmocka_unit_test(a_tag_with_a_control_character_or_none_is_refused_with_the_reason),
         cmocka_unit_test(a_reservation_given_back_while_asleep_takes_its_backup_with_it),
