@@ -7,6 +7,8 @@
  *                                    map new pages, timed
  *   bench_sleep runs RUNS            one tagged pool with backup holding RUNS live blocks apart (RUNS backup runs):
  *                                    its sleep and its wake, timed
+ *   bench_sleep checksum MIB         a backup pool of MIB MiB on the host-backed sim: its sleep and wake with and
+ *                                    without hbm_sleep_opts.checksum (what the opt-in read of the backup costs)
  *
  * The records go to a temporary folder (HBMALLOC_TOP_DIR), removed at the end.
  */
@@ -90,6 +92,29 @@ static void runs(int n, double *sleep_s, double *wake_s)
     hbm_destroy(a);
 }
 
+/* A backup pool of mib MiB on the host-backed sim (the bytes move): sleep + wake with and without the checksum. */
+static void checksum(int mib, int on, double *sleep_s, double *wake_s)
+{
+    hbm_allocator *a = open_sim("sim:capacity=8GiB,memory=host,vmm=on");
+    hbm_mempool id;
+    void *p;
+    check(a, hbm_mempool_create(a, &id), "create");
+    check(a, hbm_pool_tag(a, id, "weights", 1), "tag");
+    check(a, hbm_mempool_malloc(a, id, (size_t)mib << 20, 0, &p), "pool malloc");
+    memset(p, 7, (size_t)mib << 20);
+    hbm_sleep_opts o = {.checksum = on};
+    check(a, hbm_pool_sleep(a, id, &o), "sleep"); /* the pinned buffers made once, as in a job's later cycles */
+    check(a, hbm_pool_wake(a, id, NULL), "wake");
+    double t0 = now();
+    check(a, hbm_pool_sleep(a, id, &o), "sleep");
+    double t1 = now();
+    check(a, hbm_pool_wake(a, id, NULL), "wake");
+    *sleep_s = t1 - t0;
+    *wake_s = now() - t1;
+    hbm_free(a, p);
+    hbm_destroy(a);
+}
+
 static int cmp(const void *x, const void *y)
 {
     double a = *(const double *)x, b = *(const double *)y;
@@ -117,8 +142,21 @@ int main(int argc, char **argv)
         qsort(t[0], 3, sizeof t[0][0], cmp);
         qsort(t[1], 3, sizeof t[1][0], cmp);
         printf("runs: %s backup runs: sleep %.3f s, wake %.3f s\n", argv[2], t[0][1], t[1][1]);
+    } else if (argc == 3 && !strcmp(argv[1], "checksum")) {
+        double c[2][3];
+        for (int r = 0; r < 3; r++) {
+            checksum(atoi(argv[2]), 0, &t[0][r], &t[1][r]);
+            checksum(atoi(argv[2]), 1, &c[0][r], &c[1][r]);
+        }
+        for (int k = 0; k < 2; k++) {
+            qsort(t[k], 3, sizeof t[k][0], cmp);
+            qsort(c[k], 3, sizeof c[k][0], cmp);
+        }
+        printf("checksum: %s MiB backup pool (host-backed sim: memcpy copies): sleep %.3f s -> %.3f s, wake %.3f s -> "
+               "%.3f s with the checksum\n",
+               argv[2], t[0][1], c[0][1], t[1][1], c[1][1]);
     } else {
-        fprintf(stderr, "usage: bench_sleep record POOLS ALLOCS | bench_sleep runs RUNS\n");
+        fprintf(stderr, "usage: bench_sleep record POOLS ALLOCS | bench_sleep runs RUNS | bench_sleep checksum MIB\n");
         rc = 2;
     }
     rmdir(dir);

@@ -43,7 +43,8 @@ typedef enum hbm_status {
     HBM_ERR_POOL_BUSY = 10,   /* private pool released while blocks are live: kept until they are freed */
     HBM_ERR_CAPTURE = 11,     /* refused while a graph capture is under way (it would synchronize the device) */
     HBM_ERR_STALE = 12,       /* hbm_record_read: the record of a process that has exited */
-    HBM_ERR_ASLEEP = 13       /* the private pool sleeps (hbm_pool_sleep): wake it before allocating into it */
+    HBM_ERR_ASLEEP = 13,      /* the private pool sleeps (hbm_pool_sleep): wake it before allocating into it */
+    HBM_ERR_CHECKSUM = 14     /* hbm_pool_wake: the backup changed in host memory since the sleep (a checksum) */
 } hbm_status;
 
 /* Short name of a status ("HBM_ERR_OOM"). */
@@ -270,6 +271,9 @@ typedef struct hbm_sleep_opts {
     hbm_sleep_backup backup; /* sleep: keep the contents or not, this time (0: as tagged) */
     int no_restore;          /* wake: drop the backup instead of copying it back, the blocks undefined (new contents
                                 are loaded next: an RL job's weight sync); 0: restore it */
+    int checksum;            /* sleep: checksum each piece of the backup once copied; its wake checks them before
+                                copying anything back (HBM_ERR_CHECKSUM naming the pool and the piece, the pool left
+                                asleep). Costs a read of the backup at each end; needs host memory the CPU can read */
 } hbm_sleep_opts;
 
 /* Put pool p to sleep: wait for the device's work, copy its live blocks to host memory (backup pools), then unmap
@@ -284,6 +288,13 @@ HBM_API hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool p, const hbm_sle
  * (the device is full: HBM_ERR_OOM; a refused call: HBM_ERR_BACKEND) nothing is lost: the pool stays asleep, its
  * backup kept, and can be woken later. */
 HBM_API hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool p, const hbm_sleep_opts *opts);
+/* Say that p's memory was handed to a collective library (NCCL/HCCL buffer registration, a symmetric-memory
+ * rendezvous), which keeps pointing at its physical pages: until as many hbm_pool_unpin, hbm_pool_sleep refuses it
+ * (HBM_ERR_INVALID) with `reason` ("ncclCommRegister by the training loop"; the latest one is kept, 160 bytes), since
+ * the pages it gives back would leave the library with stale mappings (hangs, wrong results). docs/SLEEP.md,
+ * "Collectives", says what hbmalloc detects by itself and what only the caller knows. */
+HBM_API hbm_status hbm_pool_pin(hbm_allocator *a, hbm_mempool p, const char *reason);
+HBM_API hbm_status hbm_pool_unpin(hbm_allocator *a, hbm_mempool p);
 
 typedef enum hbm_pool_state {
     HBM_POOL_AWAKE = 0,
@@ -310,6 +321,31 @@ typedef struct hbm_pool_info {
 HBM_API hbm_status hbm_pool_info_get(hbm_allocator *a, hbm_mempool p, hbm_pool_info *out);
 /* The ids of a's private pools, oldest first, up to cap; returns how many there are. */
 HBM_API size_t hbm_pool_list(hbm_allocator *a, hbm_mempool *ids, size_t cap);
+
+/* What holds a's device's memory while pools sleep (docs/SLEEP.md, "What still holds memory"): the device's figures
+ * as its runtime reports them (mem_get_info), hbmalloc's reserved bytes by holder, and the rest, outside hbmalloc.
+ * reserved = asleep_reserved + awake_reserved + graph_reserved + default_reserved. */
+typedef struct hbm_resident {
+    int device;
+    /* The runtime's figures: total (the capacity read at create when its query fails); used = total - free, -1 when
+     * unknown (the query failed); outside = used - reserved: other processes, the runtime's context, communicators'
+     * buffers, another allocator of this process (0 if used < reserved; -1 when unknown). */
+    int64_t device_total, device_used, outside;
+    uint64_t reserved; /* hbmalloc's reserved_bytes */
+    /* Tagged pools not awake: pages still mapped (0 after a whole sleep); pages given back (not reserved). */
+    uint64_t asleep_reserved, asleep_bytes;
+    uint64_t awake_reserved, awake_live;     /* tagged pools awake: pages mapped; allocated blocks */
+    uint64_t graph_reserved, graph_live;     /* untagged private pools (graph pools, MemPools): they never sleep */
+    uint64_t default_reserved, default_live; /* the default pools */
+    uint64_t cache;                          /* default_reserved - default_live: reserved by hbmalloc but unallocated */
+    uint64_t releasable; /* of the cache, what empty_cache gives back now (whole free segments and pages) */
+    uint32_t asleep_pools, awake_pools, graph_pools;
+    char awake_tags[128]; /* the awake pools' pages by tag, largest first: "kv_cache 2.00 GiB, weights 1.00 GiB" */
+} hbm_resident;
+/* Fill out for a's device, under its lock. A failed memory query is not an error: device_used and outside -1. */
+HBM_API hbm_status hbm_resident_get(hbm_allocator *a, hbm_resident *out);
+/* r as one sentence for people, its largest holder first; returns its length (cut to fit len, NUL-terminated). */
+HBM_API size_t hbm_resident_describe(const hbm_resident *r, char *buf, size_t len);
 
 /* ---- Several devices ------------------------------------------------------- */
 /* One allocator per device of a backend, created on first use, addressed by index. */

@@ -31,6 +31,8 @@
 typedef struct tag_entry {
     char name[64];
     int backup;
+    int pins; /* hbm_torch_pin minus unpin: every pool of the tag, made now or later, pinned so often */
+    char pin_why[160];
     hbm_mempool pool[DEVICES]; /* 0: not made on that device yet */
 } tag_entry;
 
@@ -106,6 +108,8 @@ static hbm_mempool pool_on(int slot, int device, hbm_allocator **out)
             hbm_torch__set_error("%s", e);
             return 0;
         }
+        for (int k = 0; k < t->pins; k++) /* pinned before this device's pool was made */
+            hbm_pool_pin(a, id, t->pin_why);
         t->pool[device] = id;
     }
     *out = a;
@@ -123,8 +127,8 @@ HBM_TORCH_EXPORT int hbm_torch_pool_slot(const char *tag, int backup);
 HBM_TORCH_EXPORT int hbm_torch_pool_state(const char *tag);
 HBM_TORCH_EXPORT int hbm_torch_sleep(const char *tag, size_t chunk, hbm_sleep_progress progress, void *ctx);
 HBM_TORCH_EXPORT int hbm_torch_wake(const char *tag, int release_host, hbm_sleep_progress progress, void *ctx);
-HBM_TORCH_EXPORT int hbm_torch_sleep_as(const char *tag, size_t chunk, int backup, hbm_sleep_progress progress,
-                                        void *ctx);
+HBM_TORCH_EXPORT int hbm_torch_sleep_as(const char *tag, size_t chunk, int backup, int checksum,
+                                        hbm_sleep_progress progress, void *ctx);
 HBM_TORCH_EXPORT int hbm_torch_wake_as(const char *tag, int release_host, int no_restore, hbm_sleep_progress progress,
                                        void *ctx);
 HBM_TORCH_EXPORT long hbm_torch_pools(char *buf, long len);
@@ -183,6 +187,9 @@ void hbm_torch__tag_graph_pool(hbm_allocator *a, hbm_mempool pool)
     if (hbm_pool_tag(a, pool, t.name, t.backup) != HBM_OK)
         fprintf(stderr, "hbmalloc: warning: the graph captured inside pool('%s') will not sleep with it: %s\n", t.name,
                 hbm_last_error(a));
+    else
+        for (int k = 0; k < t.pins; k++) /* the tag is pinned: so is the graph's pool */
+            hbm_pool_pin(a, pool, t.pin_why);
 }
 
 /* MemPool mode: the slot whose entry point (hbm_torch_pool_alloc_SLOT) serves the tag. */
@@ -311,11 +318,15 @@ static int each_pool(const char *tag, hbm_status (*fn)(hbm_allocator *, hbm_memp
     return c.failed ? -1 : c.done;
 }
 
-/* sleep(tag, backup=None|True|False): backup is an hbm_sleep_backup (0: as the tag was made). */
-HBM_TORCH_EXPORT int hbm_torch_sleep_as(const char *tag, size_t chunk, int backup, hbm_sleep_progress progress,
-                                        void *ctx)
+/* sleep(tag, backup=None|True|False, checksum=): backup is an hbm_sleep_backup (0: as the tag was made). */
+HBM_TORCH_EXPORT int hbm_torch_sleep_as(const char *tag, size_t chunk, int backup, int checksum,
+                                        hbm_sleep_progress progress, void *ctx)
 {
-    hbm_sleep_opts o = {.chunk_bytes = chunk, .progress = progress, .ctx = ctx, .backup = (hbm_sleep_backup)backup};
+    hbm_sleep_opts o = {.chunk_bytes = chunk,
+                        .progress = progress,
+                        .ctx = ctx,
+                        .backup = (hbm_sleep_backup)backup,
+                        .checksum = checksum};
     return each_pool(tag, hbm_pool_sleep, &o);
 }
 
@@ -329,7 +340,7 @@ HBM_TORCH_EXPORT int hbm_torch_wake_as(const char *tag, int release_host, int no
 
 HBM_TORCH_EXPORT int hbm_torch_sleep(const char *tag, size_t chunk, hbm_sleep_progress progress, void *ctx)
 {
-    return hbm_torch_sleep_as(tag, chunk, HBM_SLEEP_AS_TAGGED, progress, ctx);
+    return hbm_torch_sleep_as(tag, chunk, HBM_SLEEP_AS_TAGGED, 0, progress, ctx);
 }
 
 HBM_TORCH_EXPORT int hbm_torch_wake(const char *tag, int release_host, hbm_sleep_progress progress, void *ctx)
@@ -400,4 +411,84 @@ HBM_TORCH_EXPORT int hbm_torch_mem_info(int device, size_t *free_bytes, size_t *
         return -1;
     }
     return 0;
+}
+
+/* What still holds memory (docs/SLEEP.md): one line per device in use (device < 0: all of them; else that one, when
+ * in use), tab-separated: device, device_total, device_used, outside (-1: unknown), reserved, asleep_reserved,
+ * asleep_bytes, awake_reserved, awake_live, graph_reserved, graph_live, default_reserved, default_live, cache,
+ * releasable, asleep_pools, awake_pools, graph_pools, awake_tags, then hbm_resident_describe's sentence. Returns the
+ * length (or the length needed); tags and the sentence hold no tab (a tag with a control character is refused). */
+HBM_TORCH_EXPORT long hbm_torch_resident(int device, char *buf, long len);
+HBM_TORCH_EXPORT long hbm_torch_resident(int device, char *buf, long len)
+{
+    text_ctx t = {buf, len, 0};
+    int n = hbm_torch_device_count();
+    for (int d = device < 0 ? 0 : device; d < (device < 0 ? n : device + 1) && d < n; d++) {
+        hbm_allocator *a = hbm_torch_device_used(d) ? hbm_torch__allocator(d) : NULL;
+        hbm_resident r;
+        if (!a || hbm_resident_get(a, &r) != HBM_OK)
+            continue;
+        char say[1024];
+        hbm_resident_describe(&r, say, sizeof say);
+        int w = snprintf(
+            t.buf && t.need < t.len ? t.buf + t.need : NULL, t.buf && t.need < t.len ? (size_t)(t.len - t.need) : 0,
+            "%d\t%lld\t%lld\t%lld\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%u\t%u"
+            "\t%u\t%s\t%s\n",
+            d, (long long)r.device_total, (long long)r.device_used, (long long)r.outside,
+            (unsigned long long)r.reserved, (unsigned long long)r.asleep_reserved, (unsigned long long)r.asleep_bytes,
+            (unsigned long long)r.awake_reserved, (unsigned long long)r.awake_live,
+            (unsigned long long)r.graph_reserved, (unsigned long long)r.graph_live,
+            (unsigned long long)r.default_reserved, (unsigned long long)r.default_live, (unsigned long long)r.cache,
+            (unsigned long long)r.releasable, r.asleep_pools, r.awake_pools, r.graph_pools, r.awake_tags, say);
+        t.need += w;
+    }
+    return t.need;
+}
+
+typedef struct pin_ctx {
+    const char *reason; /* NULL: unpin */
+    int failed;
+} pin_ctx;
+
+static void pin_one(int device, hbm_allocator *a, const hbm_pool_info *info, void *ctx)
+{
+    pin_ctx *c = ctx;
+    hbm_status rc = c->reason ? hbm_pool_pin(a, info->id, c->reason) : hbm_pool_unpin(a, info->id);
+    if (rc != HBM_OK && !c->failed++) {
+        char e[1200];
+        hbm_copy_last_error(a, e, sizeof e);
+        hbm_torch__set_error("device %d: %s", device, e);
+    }
+}
+
+/* pin(tag, reason) / unpin(tag): every pool of the tag on every device, and those made for it later (a graph
+ * captured inside it), refuse to sleep while pinned (hbm_pool_pin). A tag asleep cannot be pinned. */
+HBM_TORCH_EXPORT int hbm_torch_pin(const char *tag, const char *reason, int on);
+HBM_TORCH_EXPORT int hbm_torch_pin(const char *tag, const char *reason, int on)
+{
+    if (on && (!reason || !*reason)) {
+        hbm_torch__set_error("pin(%.80s): give the reason (what registered the pool's memory)", tag ? tag : "");
+        return -1;
+    }
+    if (on && hbm_torch_pool_state(tag) > 0) {
+        hbm_torch__set_error("pin('%.80s'): the pool is not awake: wake it first", tag);
+        return -1;
+    }
+    pthread_mutex_lock(&tags_lock);
+    int slot = -1;
+    for (int i = 0; i < ntags && slot < 0; i++)
+        if (tag && !strcmp(tags[i].name, tag))
+            slot = i;
+    if (slot < 0 || (!on && !tags[slot].pins)) {
+        pthread_mutex_unlock(&tags_lock);
+        hbm_torch__set_error(slot < 0 ? "no pool is tagged '%.80s'" : "pool '%.80s' is not pinned", tag ? tag : "");
+        return -1;
+    }
+    tags[slot].pins += on ? 1 : -1;
+    if (on)
+        snprintf(tags[slot].pin_why, sizeof tags[slot].pin_why, "%s", reason);
+    pin_ctx c = {on ? reason : NULL, 0};
+    int rc = each_tagged(tag, pin_one, &c); /* with tags_lock held: no pool of the tag is made meanwhile */
+    pthread_mutex_unlock(&tags_lock);
+    return rc || c.failed ? -1 : 0;
 }

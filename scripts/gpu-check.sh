@@ -13,7 +13,8 @@
 #      step time relative to PyTorch's allocator, and device allocation calls, plus their memory snapshots;
 #   5. pools that sleep and wake (scripts/gpu_sleep.py, docs/SLEEP.md): a 4 GiB backup pool and an 8 GiB discard
 #      pool slept and woken 20 times beside a training loop on torch's own allocator: mem_get_info at each step,
-#      addresses, contents and a CUDA graph's replay checked, seconds per GiB and device calls.
+#      addresses, contents and a CUDA graph's replay checked, seconds per GiB and device calls, and the GiB/s of a
+#      backup and a discard sleep and wake against a pinned copy of the same bytes in the same run (goal: 80%).
 # Output goes to $OUT (or ./gpu-check-out): gpu-check.md, results.jsonl, *.pickle snapshots, logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -10,7 +10,9 @@ default pools). A CUDA graph captured before the first sleep reads the weights. 
 (timed, apart), train a few steps in the memory the sleep gave back, wake each (timed), check that
 torch.cuda.mem_get_info() rose and fell by the pools' pages, that every weights tensor kept its address and its
 contents (a fingerprint every cycle, every byte at the end against a host copy), and that the graph replays to the
-same output. Prints JSON lines (one per cycle, then a summary with seconds per GiB) and writes OUTDIR/sleep.md.
+same output. Then a plain copy of the same bytes between one device tensor and pinned host memory, each way, as the
+yardstick: the summary gives each pool's sleep and wake in GiB/s and a backup's as a share of that copy. Prints JSON
+lines (one per cycle, then the summary) and writes OUTDIR/sleep.md.
 Must run in a fresh process: the mode is chosen before anything touches the GPU.
 """
 import json
@@ -142,6 +144,22 @@ def main():
     every_byte = all(torch.equal(w.cpu(), h) for w, h in zip(weights, host_copy))
     ok &= every_byte
 
+    # The yardstick, in this run: a plain copy of the same bytes between one device tensor and pinned host memory
+    # (issue #37 item 4: a backup sleep and wake should reach 80% of it; torch_memory_saver's issue #111: about 10%).
+    nbytes = sum(sizes)
+    dbuf = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    hbuf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+    def timed(fn):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+    d2h = statistics.median(timed(lambda: hbuf.copy_(dbuf, non_blocking=True)) for _ in range(5))
+    h2d = statistics.median(timed(lambda: dbuf.copy_(hbuf, non_blocking=True)) for _ in range(5))
+    del dbuf, hbuf
+
     def per_gib(key, gib):
         vals = [r[key] for r in rows[1:]] or [rows[0][key]]  # the first sleep also pins the host buffers
         return statistics.median(vals) / gib
@@ -155,8 +173,15 @@ def main():
         "sleep_s_per_gib_discard": per_gib("sleep_kv_cache", discard_gib),
         "wake_s_per_gib_discard": per_gib("wake_kv_cache", discard_gib),
         "first_sleep_s_backup": rows[0]["sleep_weights"],
+        "pinned_copy_gib_s": {"d2h": nbytes / GiB / d2h, "h2d": nbytes / GiB / h2d},
         "sleep_calls": rows[-1]["sleep_calls"], "wake_calls": rows[-1]["wake_calls"],
         "gained_gib_min": min(r["gained_gib"] for r in rows), "every_byte_at_the_end": every_byte, "ok": ok}
+    summary["backup_sleep_gib_s"] = 1 / summary["sleep_s_per_gib_backup"]
+    summary["backup_wake_gib_s"] = 1 / summary["wake_s_per_gib_backup"]
+    summary["backup_sleep_of_pinned_copy"] = summary["backup_sleep_gib_s"] / summary["pinned_copy_gib_s"]["d2h"]
+    summary["backup_wake_of_pinned_copy"] = summary["backup_wake_gib_s"] / summary["pinned_copy_gib_s"]["h2d"]
+    summary["discard_sleep_gib_s"] = 1 / summary["sleep_s_per_gib_discard"]
+    summary["discard_wake_gib_s"] = 1 / summary["wake_s_per_gib_discard"]
     print(json.dumps(summary), flush=True)
     lines = ["| pool | GiB | sleep s/GiB | wake s/GiB | device calls to sleep / wake |", "|---|---|---|---|---|",
              "| weights (backup) | %d | %.4f | %.4f | %s / %s |" % (
@@ -165,6 +190,13 @@ def main():
              "| kv_cache (discard) | %d | %.4f | %.4f | %s / %s |" % (
                  discard_gib, summary["sleep_s_per_gib_discard"], summary["wake_s_per_gib_discard"],
                  summary["sleep_calls"].get("kv_cache"), summary["wake_calls"].get("kv_cache")),
+             "", "GiB/s: backup sleep %.1f (%.0f%% of a pinned device-to-host copy of the same bytes, %.1f GiB/s), "
+             "backup wake %.1f (%.0f%% of host-to-device, %.1f GiB/s); discard sleep %.1f, discard wake %.1f "
+             "(goal: a backup at 80%% or more of the pinned copy)" % (
+                 summary["backup_sleep_gib_s"], 100 * summary["backup_sleep_of_pinned_copy"],
+                 summary["pinned_copy_gib_s"]["d2h"], summary["backup_wake_gib_s"],
+                 100 * summary["backup_wake_of_pinned_copy"], summary["pinned_copy_gib_s"]["h2d"],
+                 summary["discard_sleep_gib_s"], summary["discard_wake_gib_s"]),
              "", "mode: %s; %s; first backup sleep %.3f s (pins the host buffers); mem_get_info rose by at least "
              "%.2f GiB at every sleep; addresses, contents (every byte at the end: %s) and the graph's replay: %s" % (
                  summary["mode"], summary["gpu"], summary["first_sleep_s_backup"], summary["gained_gib_min"],

@@ -107,10 +107,13 @@ def _declare(lib):
     lib.hbm_torch_pool_state.argtypes = [c.c_char_p]
     lib.hbm_torch_sleep.argtypes = [c.c_char_p, c.c_size_t, _PROGRESS, c.c_void_p]
     lib.hbm_torch_wake.argtypes = [c.c_char_p, c.c_int, _PROGRESS, c.c_void_p]
-    lib.hbm_torch_sleep_as.argtypes = [c.c_char_p, c.c_size_t, c.c_int, _PROGRESS, c.c_void_p]
+    lib.hbm_torch_sleep_as.argtypes = [c.c_char_p, c.c_size_t, c.c_int, c.c_int, _PROGRESS, c.c_void_p]
     lib.hbm_torch_wake_as.argtypes = [c.c_char_p, c.c_int, c.c_int, _PROGRESS, c.c_void_p]
+    lib.hbm_torch_pin.argtypes = [c.c_char_p, c.c_char_p, c.c_int]
     lib.hbm_torch_pools.restype = c.c_long
     lib.hbm_torch_pools.argtypes = [c.c_char_p, c.c_long]
+    lib.hbm_torch_resident.restype = c.c_long
+    lib.hbm_torch_resident.argtypes = [c.c_int, c.c_char_p, c.c_long]
     lib.hbm_torch_mem_info.argtypes = [c.c_int, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]
     lib.hbm_torch_enable_peer.argtypes = [c.c_int, c.c_int]
     for hook in ("hbm_torch_init", "hbm_torch_reset", "hbm_torch_memory_fraction", "hbm_torch_cuda_reset",
@@ -839,21 +842,90 @@ def _known_tag(call, tag):
                      "pool)" % (call, tag, str(tag), have, call))
 
 
-def sleep(tag=None, progress=None, chunk_mb=64, backup=None):
+def pin(tag, reason):
+    """Say that pool `tag`'s memory was handed to a collective library (ProcessGroupNCCL.register_mem_pool on its
+    MemPool, ncclCommRegister, a symmetric-memory rendezvous): NCCL/HCCL keep pointing at its physical pages, which a
+    sleep would give back (hangs or wrong results after the wake). Until unpin(tag), sleep(tag) raises RuntimeError with
+    `reason`; graph pools captured inside pool(tag) later are pinned too. hbmalloc cannot see such a registration by
+    itself (docs/SLEEP.md, "Collectives")."""
+    if library().hbm_torch_pin(str(tag).encode(), str(reason).encode(), 1) != 0:
+        raise RuntimeError("hbmalloc: pin(%r): %s" % (tag, _error()))
+
+
+def unpin(tag):
+    """Undo one pin(tag), once the collective library has let go of the pool's memory (deregistered it)."""
+    if library().hbm_torch_pin(str(tag).encode(), None, 0) != 0:
+        raise RuntimeError("hbmalloc: unpin(%r): %s" % (tag, _error()))
+
+
+_TRUE = ("y", "yes", "1", "t", "true")  # torch's getCvarBool (torch/csrc/distributed/c10d/Utils.hpp)
+_warned = set()
+
+
+def _collective_risks(tag, env, mempool_mode, graph_pools, nccl):
+    """What the environment says a sleep of pool `tag` would do to NCCL: (refusals, warnings), each a sentence.
+    mempool_mode: torch's own allocator serves the job (no use()); graph_pools: graphs were captured inside pool(tag);
+    nccl: NCCL is in the process. What hbmalloc cannot see (a registration the job made itself) is pin()'s."""
+    refuse, warn = [], []
+    hook = env.get("TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK", "0").strip().lower() in _TRUE
+    expandable = "expandable_segments:true" in env.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "").lower()
+    if hook and mempool_mode and not expandable:
+        refuse.append("TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=%s: ProcessGroupNCCL registers every segment of "
+                      "torch's allocator with NCCL (ncclCommRegister from its allocator trace hook, "
+                      "ProcessGroupNCCL.cpp), the segments of pool(%r)'s MemPool included, and NCCL would keep the "
+                      "pages this sleep gives back: unset it, or keep the pool out of collectives (vLLM refuses the "
+                      "same combination)" % (env["TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK"], tag))
+    if graph_pools and nccl and env.get("NCCL_GRAPH_REGISTER", "1").strip() != "0":
+        warn.append("NCCL registers the buffers of collectives captured in CUDA graphs (NCCL_GRAPH_REGISTER, on unless "
+                    "0): a graph captured inside pool(%r) whose collectives NCCL registered keeps pointing at the pages "
+                    "this sleep gives back (hangs or wrong results after the wake; torch_memory_saver's README, vLLM's "
+                    "sleep mode). Set NCCL_GRAPH_REGISTER=0 before NCCL starts, or capture collectives outside "
+                    "pool(%r)" % (tag, tag))
+    return refuse, warn
+
+
+def _nccl_in_process():
+    """Whether libnccl is mapped into this process (torch.distributed loads it at the first NCCL communicator)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return any("libnccl" in line for line in f)
+    except OSError:
+        return False
+
+
+def _check_collectives(tag):
+    """Refuse or warn (once per tag and reason) before sleep(tag), from _collective_risks."""
+    infos = [p for p in pools() if tag is None or p["tag"] == tag]
+    for t in sorted({p["tag"] for p in infos}):
+        mine = [p for p in infos if p["tag"] == t]
+        graph_pools = len(mine) > len({p["device"] for p in mine})  # a pool per device, more: graphs captured inside
+        refuse, warn = _collective_risks(t, os.environ, _state.get("hooks") is None, graph_pools, _nccl_in_process())
+        if refuse:
+            raise RuntimeError("hbmalloc: sleep(%r): %s. Nothing was put to sleep" % (t, refuse[0]))
+        for w in warn:
+            if (t, w) not in _warned:
+                _warned.add((t, w))
+                warnings.warn("hbmalloc: sleep(%r): %s" % (t, w), RuntimeWarning, stacklevel=3)
+
+
+def sleep(tag=None, progress=None, chunk_mb=64, backup=None, checksum=False):
     """Put pool `tag` (None: every tagged pool) to sleep on every device: the device's work is waited for, the live
     tensors of backup pools are copied to pinned host memory in pieces of chunk_mb (progress(done, total) after each),
     then every physical page of the pool goes back to the device; each tensor keeps its address. Its tensors must not
     be touched until wake() (docs/SLEEP.md says what each device does if they are). backup: None, as pool(tag, backup)
     made the tag; True, copy this time (vLLM's sleep level 1); False, discard this time (level 2: the weights are
-    reloaded or synced after the wake). Returns the pools put to sleep; a tag that no pool() made raises ValueError
+    reloaded or synced after the wake). checksum=True: each piece of the backup is checksummed once copied and wake()
+    checks it before copying anything back (a RuntimeError naming the pool and the piece if host memory changed; the
+    pool stays asleep). Returns the pools put to sleep; a tag that no pool() made raises ValueError
     naming the tags there are."""
     _known_tag("sleep", tag)
+    _check_collectives(tag)
     if backup not in (None, True, False):
         raise ValueError("hbmalloc: sleep(backup=%r): None (as the tag was made), True or False" % (backup,))
     cb = _progress(progress)
     mode = 0 if backup is None else 1 if backup else 2  # hbm_sleep_backup
-    n = library().hbm_torch_sleep_as(str(tag).encode() if tag is not None else None, int(chunk_mb) << 20, mode, cb,
-                                     None)
+    n = library().hbm_torch_sleep_as(str(tag).encode() if tag is not None else None, int(chunk_mb) << 20, mode,
+                                     1 if checksum else 0, cb, None)
     if n < 0:
         raise RuntimeError("hbmalloc: sleep(%r): %s" % (tag, _error()))
     return n
@@ -893,6 +965,37 @@ def pools():
         d = {k: (v if k == "tag" else int(v)) for k, v in zip(_POOL_FIELDS, vals)}
         d["backup"] = bool(d["backup"])
         d["state"] = _STATES[d["state"]] if 0 <= d["state"] < len(_STATES) else str(d["state"])
+        out.append(d)
+    return out
+
+
+_RESIDENT_FIELDS = ("device", "device_total", "device_used", "outside", "reserved", "asleep_reserved", "asleep_bytes",
+                    "awake_reserved", "awake_live", "graph_reserved", "graph_live", "default_reserved", "default_live",
+                    "cache", "releasable", "asleep_pools", "awake_pools", "graph_pools", "awake_tags", "text")
+
+
+def resident(device=None):
+    """What still holds each device's memory, for the devices in use (or `device` alone), one dict each: the
+    runtime's device_total and device_used, hbmalloc's reserved bytes by holder (asleep_reserved and asleep_bytes of
+    sleeping pools, awake_reserved/_live of tagged pools awake, graph_reserved/_live of untagged private pools,
+    default_reserved/_live, cache and what empty_cache gives back of it, releasable), outside (used - reserved: other
+    processes, the runtime's context, communicators; None with device_used when the runtime's query failed), the
+    count of each kind of pool, awake_tags, and text: one sentence, the largest holder first (docs/SLEEP.md)."""
+    lib = library()
+    dev = -1 if device is None else int(device)
+    n = lib.hbm_torch_resident(dev, None, 0)
+    while True:  # a sentence may grow between the two calls
+        buf = ctypes.create_string_buffer(n + 1)
+        need = lib.hbm_torch_resident(dev, buf, n + 1)
+        if need <= n:
+            break
+        n = need
+    out = []
+    for line in buf.value.decode(errors="replace").splitlines():
+        vals = line.split("\t")
+        d = {k: (v if k in ("awake_tags", "text") else int(v)) for k, v in zip(_RESIDENT_FIELDS, vals)}
+        for k in ("device_used", "outside"):
+            d[k] = None if d[k] < 0 else d[k]
         out.append(d)
     return out
 

@@ -737,5 +737,6 @@ int hbm__acl_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     b->caps.unmap_syncs_device = 1; /* torch_npu's ExpandableSegment::unmapHandles: npuSynchronizeDevice */
     detect_vmm(c, &b->caps);
     b->caps.host_copies = c->fn.MallocHost && c->fn.FreeHost && c->fn.MemcpyAsync;
+    b->caps.host_readable = b->caps.host_copies; /* aclrtMallocHost: page-locked host memory */
     return HBM_OK;
 }

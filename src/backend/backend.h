@@ -69,7 +69,8 @@ typedef struct hbm__backend_caps {
      * device (torch_npu's). 0 on the simulated device, which runs no work. */
     int device_work;
     int unmap_syncs_device;
-    int host_copies; /* host_alloc, host_free and the copies work (a sleeping pool's backup) */
+    int host_copies;   /* host_alloc, host_free and the copies work (a sleeping pool's backup) */
+    int host_readable; /* and host_alloc's memory is memory the CPU reads (the sim's address-only tokens are not) */
 } hbm__backend_caps;
 
 typedef struct hbm__backend_ops {

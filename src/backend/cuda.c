@@ -757,5 +757,6 @@ int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t er
         for (int p = 0; p < c->ndev; p++)
             atomic_store_explicit(&c->peer[d][p], c->capable[d][p], memory_order_relaxed);
     b->caps.host_copies = c->fn.MemHostAlloc && c->fn.MemFreeHost && c->fn.MemcpyDtoHAsync && c->fn.MemcpyHtoDAsync;
+    b->caps.host_readable = b->caps.host_copies; /* cuMemHostAlloc: page-locked host memory */
     return HBM_OK;
 }

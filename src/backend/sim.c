@@ -1207,6 +1207,7 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     }
     b->caps.has_vmm = s->vmm;
     b->caps.host_copies = 1;
+    b->caps.host_readable = s->host_backed; /* address-only: a token no one reads */
     b->caps.vmm_granularity = s->granularity;
     if (!b->caps.version[0])
         snprintf(b->caps.version, sizeof b->caps.version, "simulated device");
@@ -1313,3 +1314,16 @@ int hbm__sim_stream_capture(void *ctx, int device, hbm_stream stream, int captur
 }
 
 int hbm__sim_is_host_backed(void *ctx) { return ((sim *)ctx)->host_backed; }
+
+int hbm__sim_host_scribble(void *ctx, size_t nth, size_t offset)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    int rc = -1;
+    if (s->host_backed && nth < s->nhosts && offset < s->hosts[nth].size) {
+        ((unsigned char *)s->hosts[nth].p)[offset] ^= 0x5a;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}

@@ -56,6 +56,9 @@ int hbm__sim_add_fault(void *ctx, const hbm__sim_fault *rule);
 void hbm__sim_clear_faults(void *ctx);
 void hbm__sim_get_counters(void *ctx, hbm__sim_counters *out);
 int hbm__sim_is_host_backed(void *ctx);
+/* Tests: change the byte at offset of the nth live pinned host allocation (host-backed only), as a stray write into
+ * a sleeping pool's backup would. 0, or -1 when there is none such. */
+int hbm__sim_host_scribble(void *ctx, size_t nth, size_t offset);
 /* Streams: create one (needed with streams=strict); hold one (work recorded on it
  * stays incomplete until released or synchronized); count its incomplete work. */
 int hbm__sim_stream_create(void *ctx, int device, hbm_stream stream);

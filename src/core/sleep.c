@@ -52,6 +52,7 @@ typedef struct backup_run {
     unsigned char *host;
     hbm_stream stream; /* the segment's: the copy is queued there */
     size_t buf;        /* which buffer */
+    uint64_t sum;      /* the piece's checksum once copied (hbm_sleep_opts.checksum) */
 } backup_run;
 
 typedef struct host_buf {
@@ -72,6 +73,9 @@ struct hbm__sleep {
     uint64_t sleeps, wakes;
     uint64_t sleep_cost[3], wake_cost[3]; /* the last sleep's and wake's: wall ns, device ns, device calls */
     bool kept;                            /* the last sleep kept a backup (its choice, or the tag's) */
+    bool summed;                          /* its runs have checksums, checked by the wake */
+    uint32_t pins;                        /* hbm_pool_pin minus hbm_pool_unpin: while > 0 it does not sleep */
+    char pin_why[160];                    /* the latest pin's reason */
     size_t rec_bytes;                     /* hbm__sleep_record's sum of its pages asleep */
     hbm__block *cur;                      /* copy_in's place in the blocks (NULL: from a segment's head) */
 };
@@ -246,6 +250,34 @@ static void drop_backup(hbm__sleep *sl)
 {
     sl->nruns = 0;
     sl->backup_bytes = 0;
+    sl->summed = false;
+}
+
+/* A checksum of n bytes of host memory, 8 at a time: each word multiplied into the state and the state rotated, so
+ * that a changed byte, a moved word or a swapped pair of words changes it (not a cryptographic hash: it catches
+ * stray writes and torn copies, not an adversary). About 4 GB/s on one core. */
+static uint64_t sum_of(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ (w * 0xff51afd7ed558ccdull)) * 0xc4ceb9fe1a85ec53ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h ^ (h >> 32);
+}
+
+/* The first run whose bytes no longer match their checksum, or SIZE_MAX. */
+static size_t first_changed(const hbm__sleep *sl)
+{
+    for (size_t i = 0; i < sl->nruns; i++)
+        if (sum_of(sl->runs[i].host, sl->runs[i].size) != sl->runs[i].sum)
+            return i;
+    return SIZE_MAX;
 }
 
 static hbm_status add_run(hbm_allocator *a, hbm__sleep *sl, backup_run r)
@@ -297,8 +329,8 @@ static hbm_status plan_backup(hbm_allocator *a, hbm__mempool *m, size_t chunk)
                 hi = b->addr + b->size;
             while (lo < hi) {
                 size_t room = sl->bufs[buf].size - used, take = room < hi - lo ? room : hi - lo;
-                hbm_status rc =
-                    add_run(a, sl, (backup_run){lo, take, (unsigned char *)sl->bufs[buf].p + used, seg->stream, buf});
+                hbm_status rc = add_run(
+                    a, sl, (backup_run){lo, take, (unsigned char *)sl->bufs[buf].p + used, seg->stream, buf, 0});
                 if (rc != HBM_OK) {
                     drop_backup(sl);
                     return rc;
@@ -348,28 +380,71 @@ static void progress(hbm_allocator *a, hbm__sleep *sl, const hbm_sleep_opts *o, 
     hbm__lock(a);
 }
 
-/* copy on every run, a buffer at a time: the buffer's copies queued, their streams waited for (a failed copy's too:
- * the others must be done before the buffer is reused), then progress; *done: the bytes of the buffers done. */
+/* A piece of the backup in flight: runs [i, j), and the event recorded after their copies when they are all on
+ * one stream (else their streams are waited for). */
+typedef struct piece {
+    size_t i, j;
+    uint64_t ev;
+    bool has_ev;
+} piece;
+
+static hbm_status piece_wait(hbm_allocator *a, const hbm__sleep *sl, const piece *p)
+{
+    return p->has_ev ? hbm__dev_event_sync(a, p->ev) : sync_runs(a, sl, p->i, p->j);
+}
+
+/* copy on every run, in address order, without a wait per piece. Without a progress callback every copy is queued
+ * and each stream waited for once at the end: the pieces follow each other on the device. With one, a piece's copies
+ * are queued, then the piece before it is waited for (an event recorded after its copies; two events, used in turn)
+ * and reported: one piece in flight while the next is queued. *done: the bytes of the pieces done. A failure: what
+ * was queued is waited for first (its buffers must not be reused under the copies). */
 static hbm_status each_buffer(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o,
                               hbm_status (*copy)(hbm_allocator *, hbm__mempool *, const backup_run *), uint64_t *done)
 {
     hbm__sleep *sl = m->sl;
     hbm_status rc = HBM_OK;
+    size_t i = 0;
     *done = 0;
     sl->cur = NULL;
-    for (size_t i = 0; i < sl->nruns && rc == HBM_OK;) {
-        size_t j = i;
-        for (; j < sl->nruns && sl->runs[j].buf == sl->runs[i].buf && rc == HBM_OK; j++)
-            rc = copy(a, m, &sl->runs[j]);
-        hbm_status rs = sync_runs(a, sl, i, j);
-        if (rc == HBM_OK)
-            rc = rs;
-        for (size_t k = i; k < j; k++)
-            *done += sl->runs[k].size;
-        i = j;
-        if (rc == HBM_OK)
-            progress(a, sl, o, *done, sl->backup_bytes);
+    if (!o->progress) {
+        for (; i < sl->nruns && rc == HBM_OK; i++)
+            rc = copy(a, m, &sl->runs[i]);
+        hbm_status rs = sync_runs(a, sl, 0, i);
+        if (rc == HBM_OK && (rc = rs) == HBM_OK)
+            *done = sl->backup_bytes;
+        return rc;
     }
+    uint64_t ev[2];
+    bool made[2] = {false, false};
+    piece prev = {0, 0, 0, false};
+    for (int k = 0; rc == HBM_OK && (i < sl->nruns || prev.j > prev.i); k ^= 1) {
+        piece cur = {i, i, 0, false};
+        bool one = true;
+        for (; cur.j < sl->nruns && sl->runs[cur.j].buf == sl->runs[i].buf && rc == HBM_OK; cur.j++) {
+            rc = copy(a, m, &sl->runs[cur.j]);
+            one &= sl->runs[cur.j].stream == sl->runs[i].stream;
+        }
+        if (rc == HBM_OK && cur.j > i && one && (made[k] || hbm__dev_event_create(a, &ev[k]) == HBM_OK)) {
+            made[k] = true; /* without events (a failed create or record) the piece's streams are waited for */
+            cur.has_ev = hbm__dev_event_record(a, ev[k], sl->runs[i].stream) == HBM_OK;
+            cur.ev = ev[k];
+        }
+        i = cur.j;
+        if (prev.j > prev.i) {
+            hbm_status rs = piece_wait(a, sl, &prev);
+            if (rc == HBM_OK && (rc = rs) == HBM_OK) {
+                for (size_t r = prev.i; r < prev.j; r++)
+                    *done += sl->runs[r].size;
+                progress(a, sl, o, *done, sl->backup_bytes); /* the lock open: the next piece's copies run */
+            }
+        }
+        prev = cur;
+    }
+    if (rc != HBM_OK)
+        (void)sync_runs(a, sl, 0, i);
+    for (int k = 0; k < 2; k++)
+        if (made[k])
+            hbm__dev_event_destroy(a, ev[k]);
     return rc;
 }
 
@@ -486,12 +561,29 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
         return rc;
     }
     hbm__sleep *sl = m->sl;
+    if (sl->pins) {
+        hbm__set_error(a,
+                       "pool '%s' is pinned (hbm_pool_pin, %u time%s): %s. Its pages were handed to a collective "
+                       "library, which would keep pointing at the pages a sleep gives back (hangs or wrong results "
+                       "after the wake): deregister them and hbm_pool_unpin (hbmalloc.torch.unpin) first. Nothing "
+                       "was given back",
+                       sl->tag, sl->pins, sl->pins == 1 ? "" : "s", sl->pin_why);
+        hbm__unlock(a);
+        return HBM_ERR_INVALID;
+    }
     bool again = m->sleep_state == HBM_POOL_ASLEEP; /* a sleep that left pages mapped: give them back now */
     bool keep = o.backup == HBM_SLEEP_BACKUP || (o.backup == HBM_SLEEP_AS_TAGGED && sl->backup);
-    if ((unsigned)o.backup > HBM_SLEEP_DISCARD || (keep && !again && !hbm__dev_can_copy(a))) {
+    bool unreadable = keep && o.checksum && !a->backend->caps.host_readable;
+    if ((unsigned)o.backup > HBM_SLEEP_DISCARD || (keep && !again && !hbm__dev_can_copy(a)) || unreadable) {
         if ((unsigned)o.backup > HBM_SLEEP_DISCARD)
             hbm__set_error(a, "hbm_pool_sleep: backup %d is none of HBM_SLEEP_AS_TAGGED, _BACKUP, _DISCARD",
                            (int)o.backup);
+        else if (unreadable)
+            hbm__set_error(a,
+                           "pool '%s': a checksum of the backup needs host memory the CPU can read, which the %s "
+                           "backend's pinned memory is not here (the simulated device without memory=host); sleep "
+                           "it without checksum. Nothing was given back",
+                           sl->tag, a->backend->ops->name);
         else
             hbm__set_error(a,
                            "pool '%s': a backup needs pinned host memory and copies on a stream, which the %s "
@@ -510,8 +602,11 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
         hbm_status rl = hbm__release_pool(a, &m->large), rs = hbm__release_pool(a, &m->small);
         rc = rl != HBM_OK ? rl : rs;
     }
-    if (rc == HBM_OK && sl->kept && !again)
-        rc = take_backup(a, m, &o);
+    if (rc == HBM_OK && sl->kept && !again && (rc = take_backup(a, m, &o)) == HBM_OK && o.checksum) {
+        for (size_t i = 0; i < sl->nruns; i++) /* the copies are complete: each_buffer waited for them */
+            sl->runs[i].sum = sum_of(sl->runs[i].host, sl->runs[i].size);
+        sl->summed = true;
+    }
     size_t given = 0, held = 0;
     /* The progress callbacks opened the lock: a block freed meanwhile (other streams' work on it) is waited for
      * again before any page goes, at this safe point (with a framework's queue the lock opens; nothing decided
@@ -662,10 +757,21 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
         hbm_status rl = hbm__release_pool(a, &m->large), rs = hbm__release_pool(a, &m->small);
         (void)rl, (void)rs; /* a failure only keeps free pages mapped */
     }
-    size_t need = asleep_bytes(a, m);
+    size_t need = asleep_bytes(a, m), bad = sl->summed && !o.no_restore ? first_changed(sl) : SIZE_MAX;
     was_asleep *w = NULL;
     size_t nw = 0;
-    if (a->fraction_set && a->total_reserved + need > a->allowed_max) {
+    if (bad != SIZE_MAX) { /* before any page is mapped: nothing to undo */
+        char s_bad[32];
+        hbm__format_size(sl->runs[bad].size, s_bad, sizeof s_bad);
+        hbm__set_error(a,
+                       "pool '%s' stays asleep: its backup changed in host memory since the sleep (the piece of %s "
+                       "for device address %p, piece %zu of %zu, no longer matches its checksum: a stray write into "
+                       "the pinned buffer at %p, or a copy that had not finished). Nothing was copied back. Wake it "
+                       "without the restore (hbm_sleep_opts.no_restore; hbmalloc.torch.wake(tag, restore=False)) and "
+                       "load its contents again",
+                       sl->tag, s_bad, (void *)sl->runs[bad].addr, bad + 1, sl->nruns, (void *)sl->runs[bad].host);
+        rc = HBM_ERR_CHECKSUM;
+    } else if (a->fraction_set && a->total_reserved + need > a->allowed_max) {
         char s_need[32], s_max[32];
         hbm__format_size(need, s_need, sizeof s_need);
         hbm__format_size(a->allowed_max, s_max, sizeof s_max);
@@ -724,6 +830,34 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
     hbm__unlock(a);
     return rc;
 }
+
+/* ---- pins: pools handed to a collective library ---- */
+
+static hbm_status pin(hbm_allocator *a, hbm_mempool id, const char *reason, int by)
+{
+    if (!a || (by > 0 && (!reason || !*reason)))
+        return HBM_ERR_INVALID;
+    hbm__lock(a);
+    hbm_status rc = HBM_ERR_INVALID;
+    hbm__mempool *m = tagged_pool(a, id, by > 0 ? "hbm_pool_pin" : "hbm_pool_unpin");
+    if (m && by > 0 && m->sleep_state != HBM_POOL_AWAKE) {
+        hbm__set_error(a, "hbm_pool_pin: pool '%s' is %s: its pages are not the device's to hand out; wake it first",
+                       m->sl->tag, state_name(m->sleep_state));
+    } else if (m && by < 0 && !m->sl->pins) {
+        hbm__set_error(a, "hbm_pool_unpin: pool '%s' is not pinned", m->sl->tag);
+    } else if (m) {
+        m->sl->pins += by;
+        if (by > 0)
+            snprintf(m->sl->pin_why, sizeof m->sl->pin_why, "%s", reason);
+        rc = HBM_OK;
+    }
+    hbm__unlock(a);
+    return rc;
+}
+
+hbm_status hbm_pool_pin(hbm_allocator *a, hbm_mempool id, const char *reason) { return pin(a, id, reason, 1); }
+
+hbm_status hbm_pool_unpin(hbm_allocator *a, hbm_mempool id) { return pin(a, id, NULL, -1); }
 
 /* ---- state ---- */
 
@@ -935,3 +1069,6 @@ void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what)
         }
     }
 }
+
+/* resident.c names the awake pools that hold memory by their tags. */
+const char *hbm__sleep_tag(const hbm__mempool *m) { return tag_of(m); }

@@ -21,5 +21,7 @@ void hbm__sleep_trace(hbm_allocator *a, const hbm__mempool *m, hbm_trace_action 
                       hbm_stream stream);
 /* hbm_get_stats: the asleep figures. */
 void hbm__sleep_stats(hbm_allocator *a, hbm_stats *st);
+/* Pool m's tag ("" when untagged). */
+const char *hbm__sleep_tag(const hbm__mempool *m);
 
 #endif

@@ -296,6 +296,7 @@ const char *hbm_status_name(hbm_status s)
     case HBM_ERR_CAPTURE: return "HBM_ERR_CAPTURE";
     case HBM_ERR_STALE: return "HBM_ERR_STALE";
     case HBM_ERR_ASLEEP: return "HBM_ERR_ASLEEP";
+    case HBM_ERR_CHECKSUM: return "HBM_ERR_CHECKSUM";
     }
     return "HBM_ERR_UNKNOWN";
 }

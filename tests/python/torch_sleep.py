@@ -369,6 +369,43 @@ assert {q["tag"]: q["state"] for q in hbm.pools()} == {"weights": "awake", "kv_c
 assert hbm.sleep("weights") == 1 and hbm.wake("weights") == 1
 assert all(same(t, i + 20) for i, t in enumerate(w))
 
+# Collectives (issue #37 item 3): a tag pinned for a collective library refuses to sleep with the reason, on every
+# device and nothing put to sleep, until unpinned; what the environment shows is refused or warned before anything.
+hbm.pin("weights", "ncclCommRegister by the test")
+try:
+    hbm.sleep("weights")
+    raise AssertionError("a pinned pool slept")
+except RuntimeError as e:
+    assert "pool 'weights' is pinned (hbm_pool_pin, 1 time): ncclCommRegister by the test" in str(e), str(e)
+assert {q["tag"]: q["state"] for q in hbm.pools()} == {"weights": "awake", "kv_cache": "awake"}
+hbm.unpin("weights")
+try:
+    hbm.unpin("weights")
+    raise AssertionError("unpin of a pool not pinned")
+except RuntimeError as e:
+    assert "is not pinned" in str(e), str(e)
+assert hbm.sleep("weights") == 1 and hbm.wake("weights") == 1
+hook = {"TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "True"}
+refuse, warn = hbm._collective_risks("w", hook, True, False, True)
+assert len(refuse) == 1 and "ProcessGroupNCCL registers every segment" in refuse[0] and not warn, (refuse, warn)
+assert hbm._collective_risks("w", hook, False, False, True) == ([], [])  # use(): torch's hook is not ours
+assert hbm._collective_risks("w", dict(hook, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"), True, False,
+                             True) == ([], [])  # ProcessGroupNCCL turns the hook off with expandable segments
+assert hbm._collective_risks("w", {"TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "0"}, True, False, True) == ([], [])
+refuse, warn = hbm._collective_risks("w", {}, False, True, True)
+assert not refuse and len(warn) == 1 and "NCCL_GRAPH_REGISTER" in warn[0], (refuse, warn)
+assert hbm._collective_risks("w", {"NCCL_GRAPH_REGISTER": "0"}, False, True, True) == ([], [])
+assert hbm._collective_risks("w", {}, False, True, False) == ([], [])  # no NCCL in the process
+if not use_mode:  # the environment's refusal, through sleep() itself
+    os.environ["TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK"] = "1"
+    try:
+        hbm.sleep("kv_cache")
+        raise AssertionError("slept with torch's NCCL registration hook on")
+    except RuntimeError as e:
+        assert "sleep('kv_cache'): TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1" in str(e), str(e)
+    del os.environ["TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK"]
+    assert {q["tag"]: q["state"] for q in hbm.pools()}["kv_cache"] == "awake"
+
 # Tensors die; the pool is emptied through raw_delete (torch's release_block), so the pages go back to the device.
 for t in w + [kv]:
     t.free()
@@ -379,4 +416,27 @@ if not use_mode:
     assert len(seen["raw_delete"]) == 4, seen["raw_delete"]
     assert lib.hbm_torch_empty_cache() == 0
     assert hbm.mem_get_info(0)[0] > free0
+
+# What still holds memory (issue #37 item 2): the KV cache asleep, the weights left awake. resident() agrees with
+# pools() and mem_get_info(), and its sentence names the awake pool and what the sleep gave back.
+with hbm.pool("weights", backup=True):
+    w = [Tensor(30 * MiB)]
+with hbm.pool("kv_cache"):
+    kv = Tensor(40 * MiB)
+assert hbm.sleep("kv_cache") == 1
+p = {q["tag"]: q for q in hbm.pools()}
+(r,) = hbm.resident()
+assert hbm.resident(0) == [r] and hbm.resident(5) == [], (r, hbm.resident(5))
+free, total = hbm.mem_get_info(0)
+assert r["device"] == 0 and r["device_total"] == total and r["device_used"] == total - free, r
+assert r["outside"] == max(r["device_used"] - r["reserved"], 0), r
+assert r["asleep_pools"] == 1 and r["asleep_bytes"] == p["kv_cache"]["asleep_bytes"] > 0 and r["asleep_reserved"] == 0
+assert r["awake_pools"] == 1 and r["awake_reserved"] == p["weights"]["reserved_bytes"] > 0, r
+assert r["awake_live"] == p["weights"]["live_bytes"] and r["awake_tags"].startswith("weights "), r
+assert r["reserved"] == r["awake_reserved"] + r["graph_reserved"] + r["default_reserved"], r
+assert r["text"].startswith("device 0: ") and "in 1 awake pool (weights " in r["text"], r["text"]
+assert r["text"].endswith("; 1 pool asleep gave back %.2f MiB" % (r["asleep_bytes"] / MiB)), r["text"]
+assert hbm.wake("kv_cache") == 1 and hbm.resident()[0]["asleep_pools"] == 0
+for t in w + [kv]:
+    t.free()
 print("ok")

@@ -645,6 +645,78 @@ static void each_sleep_chooses_backup_or_discard_and_a_wake_may_skip_the_restore
     hbm_destroy(a);
 }
 
+/* An opt-in checksum of the backup (issue #37 item 5): a wake checks each piece before copying anything back; a
+ * byte changed in host memory since the sleep leaves the pool asleep, nothing mapped, with an error naming the pool
+ * and the piece, and a wake without the restore is the way out. Where host memory cannot be read (the address-only
+ * sim), a checksum is refused before anything sleeps. */
+static void a_checksummed_backup_that_changed_is_not_restored(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim(HOST_SIM, "");
+    hbm_mempool w = tagged(a, "weights", 1);
+    void *p = in_pool(a, w, 6 * MiB, 0);
+    fill(p, 6 * MiB, 4);
+    hbm_sleep_opts o = {.checksum = 1, .chunk_bytes = 2 * MiB};
+    must(a, hbm_pool_sleep(a, w, &o), "sleep with a checksum");
+    must(a, hbm_pool_wake(a, w, NULL), "wake of an untouched backup");
+    assert_true(same(p, 6 * MiB, 4));
+    fill(p, 6 * MiB, 5);
+    must(a, hbm_pool_sleep(a, w, &o), "sleep with a checksum");
+    assert_int_equal(hbm__sim_host_scribble(sim_of(a), 1, 12345), 0); /* the second piece's buffer */
+    assert_int_equal(hbm_pool_wake(a, w, NULL), HBM_ERR_CHECKSUM);
+    const char *e = hbm_last_error(a);
+    assert_non_null(strstr(e, "pool 'weights' stays asleep: its backup changed in host memory since the sleep"));
+    assert_non_null(strstr(e, "piece 2 of 3"));
+    assert_non_null(strstr(e, "wake(tag, restore=False)"));
+    assert_int_equal(info(a, w).state, HBM_POOL_ASLEEP);
+    assert_int_equal(info(a, w).reserved_bytes, 0);
+    assert_int_equal(hbm_pool_wake(a, w, NULL), HBM_ERR_CHECKSUM); /* the same again: nothing lost, nothing copied */
+    hbm_sleep_opts fresh = {.no_restore = 1};
+    must(a, hbm_pool_wake(a, w, &fresh), "wake without the restore");
+    assert_int_equal(info(a, w).state, HBM_POOL_AWAKE);
+    hbm_free(a, p);
+    assert_valid(a);
+    hbm_destroy(a);
+    a = open_sim("sim:capacity=1GiB", "");
+    w = tagged(a, "weights", 1);
+    p = in_pool(a, w, 4 * MiB, 0);
+    assert_int_equal(hbm_pool_sleep(a, w, &o), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "a checksum of the backup needs host memory the CPU can read"));
+    assert_int_equal(info(a, w).state, HBM_POOL_AWAKE);
+    hbm_free(a, p);
+    hbm_destroy(a);
+}
+
+/* A pool whose memory was handed to a collective library (issue #37 item 3) refuses to sleep, with the caller's
+ * reason, until it is unpinned as often as pinned; pinning needs a reason and an awake pool. */
+static void a_pinned_pool_refuses_to_sleep_with_the_reason(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "");
+    hbm_mempool w = tagged(a, "weights", 0);
+    void *p = in_pool(a, w, 4 * MiB, 0);
+    assert_int_equal(hbm_pool_pin(a, w, ""), HBM_ERR_INVALID);
+    must(a, hbm_pool_pin(a, w, "ncclCommRegister by the trainer"), "pin");
+    must(a, hbm_pool_pin(a, w, "a symmetric-memory rendezvous"), "pin again");
+    uint64_t reserved = info(a, w).reserved_bytes;
+    assert_int_equal(hbm_pool_sleep(a, w, NULL), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "pool 'weights' is pinned (hbm_pool_pin, 2 times): a symmetric-memory "
+                                              "rendezvous"));
+    assert_int_equal(info(a, w).state, HBM_POOL_AWAKE);
+    assert_int_equal(info(a, w).reserved_bytes, reserved); /* nothing given back */
+    must(a, hbm_pool_unpin(a, w), "unpin");
+    assert_int_equal(hbm_pool_sleep(a, w, NULL), HBM_ERR_INVALID); /* still pinned once */
+    must(a, hbm_pool_unpin(a, w), "unpin");
+    assert_int_equal(hbm_pool_unpin(a, w), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "is not pinned"));
+    must(a, hbm_pool_sleep(a, w, NULL), "sleep once unpinned");
+    assert_int_equal(hbm_pool_pin(a, w, "too late"), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "is asleep"));
+    must(a, hbm_pool_wake(a, w, NULL), "wake");
+    hbm_free(a, p);
+    hbm_destroy(a);
+}
+
 /* A tag is printed in messages, tables and tab-separated lines: an empty one and one with a control character are
  * refused with the reason (issue #37 item 10: the empty one was refused without a message). */
 static void a_tag_with_a_control_character_or_none_is_refused_with_the_reason(void **st)
@@ -786,6 +858,12 @@ static void a_device_without_virtual_memory_refuses_with_the_fix(void **st)
 /* What a sleep and a wake cost on the model (sim.c's defaults; docs/SLEEP.md has the table and the GPU's figures),
  * and how many device calls: a 1 GiB pool in 20 MiB pages takes 52 unmaps and releases to sleep, 52 creates and maps
  * and one access to wake, plus the copies of its backup. */
+static void tally(void *ctx, uint64_t done, uint64_t total)
+{
+    (void)done, (void)total;
+    ++*(int *)ctx;
+}
+
 static void the_model_gives_the_cost_per_gib(void **st)
 {
     (void)st;
@@ -807,6 +885,21 @@ static void the_model_gives_the_cost_per_gib(void **st)
         assert_int_equal(d1.copy_calls - d0.copy_calls, backup ? 16 : 0); /* 64 MiB pieces */
         assert_int_equal(d2.copy_calls - d1.copy_calls, backup ? 16 : 0);
         assert_int_equal(d1.host_calls - d0.host_calls, 0); /* buffers kept from the first cycle */
+        /* No wait per piece (issue #37 item 4): the 16 copies queued one after another, one wait at the end. */
+        assert_int_equal(d1.sync_calls - d0.sync_calls, backup ? 3 : 2);
+        assert_int_equal(d2.sync_calls - d1.sync_calls, backup ? 1 : 0);
+        assert_int_equal(i.sleep_calls, backup ? 123 : 106);
+        assert_int_equal(i.wake_calls, backup ? 122 : 105);
+        /* With a progress callback: one piece in flight while the next is queued, an event after each. */
+        int pieces = 0;
+        hbm_sleep_opts o = {.progress = tally, .ctx = &pieces};
+        hbm_get_device_counters(a, &d0);
+        must(a, hbm_pool_sleep(a, mp, &o), "sleep with progress");
+        hbm_get_device_counters(a, &d1);
+        assert_int_equal(d1.sync_calls - d0.sync_calls, backup ? 2 + 16 : 2);       /* an event waited for per piece */
+        assert_int_equal(d1.event_calls - d0.event_calls, backup ? 2 + 16 + 2 : 0); /* made, recorded, destroyed */
+        assert_int_equal(pieces, backup ? 16 : 0);
+        must(a, hbm_pool_wake(a, mp, NULL), "wake");
         printf("model, 1 GiB %s pool: sleep %.2f ms in %llu device calls, wake %.2f ms in %llu\n",
                backup ? "backup" : "discard", (double)i.sleep_device_ns / 1e6, (unsigned long long)i.sleep_calls,
                (double)i.wake_device_ns / 1e6, (unsigned long long)i.wake_calls);
@@ -944,6 +1037,8 @@ int main(void)
         cmocka_unit_test(a_big_backup_reports_progress_with_the_lock_open),
         cmocka_unit_test(statistics_and_snapshots_mark_a_sleeping_pool),
         cmocka_unit_test(a_sleeping_pool_let_go_gives_everything_back),
+        cmocka_unit_test(a_pinned_pool_refuses_to_sleep_with_the_reason),
+        cmocka_unit_test(a_checksummed_backup_that_changed_is_not_restored),
         cmocka_unit_test(each_sleep_chooses_backup_or_discard_and_a_wake_may_skip_the_restore),
         cmocka_unit_test(a_released_pool_still_sleeps_and_wakes_with_its_tag),
         cmocka_unit_test(a_tag_with_a_control_character_or_none_is_refused_with_the_reason),
