@@ -9,6 +9,8 @@
  *                                    its sleep and its wake, timed
  *   bench_sleep checksum MIB         a backup pool of MIB MiB on the host-backed sim: its sleep and wake with and
  *                                    without hbm_sleep_opts.checksum (what the opt-in read of the backup costs)
+ *   bench_sleep file MIB [DIR]       the same pool backed up to pinned memory and to a file in DIR (default: the
+ *                                    temporary folder, on /tmp): sleep and wake times, pinned host memory held
  *
  * The records go to a temporary folder (HBMALLOC_TOP_DIR), removed at the end.
  */
@@ -92,8 +94,9 @@ static void runs(int n, double *sleep_s, double *wake_s)
     hbm_destroy(a);
 }
 
-/* A backup pool of mib MiB on the host-backed sim (the bytes move): sleep + wake with and without the checksum. */
-static void checksum(int mib, int on, double *sleep_s, double *wake_s)
+/* A backup pool of mib MiB on the host-backed sim (the bytes move): sleep + wake with the checksum on or not, to
+ * pinned memory or to a file in dir; *pinned: the pinned host memory the pool held while asleep. */
+static void cycle(int mib, int on, const char *dir, double *sleep_s, double *wake_s, uint64_t *pinned)
 {
     hbm_allocator *a = open_sim("sim:capacity=8GiB,memory=host,vmm=on");
     hbm_mempool id;
@@ -102,12 +105,15 @@ static void checksum(int mib, int on, double *sleep_s, double *wake_s)
     check(a, hbm_pool_tag(a, id, "weights", 1), "tag");
     check(a, hbm_mempool_malloc(a, id, (size_t)mib << 20, 0, &p), "pool malloc");
     memset(p, 7, (size_t)mib << 20);
-    hbm_sleep_opts o = {.checksum = on};
+    hbm_sleep_opts o = {.checksum = on, .backup_dir = dir};
     check(a, hbm_pool_sleep(a, id, &o), "sleep"); /* the pinned buffers made once, as in a job's later cycles */
     check(a, hbm_pool_wake(a, id, NULL), "wake");
     double t0 = now();
     check(a, hbm_pool_sleep(a, id, &o), "sleep");
     double t1 = now();
+    hbm_pool_info info;
+    check(a, hbm_pool_info_get(a, id, &info), "info");
+    *pinned = info.host_bytes;
     check(a, hbm_pool_wake(a, id, NULL), "wake");
     *sleep_s = t1 - t0;
     *wake_s = now() - t1;
@@ -129,6 +135,7 @@ int main(int argc, char **argv)
         return 2;
     }
     double t[2][3];
+    uint64_t pinned[2];
     int rc = 0;
     if (argc == 4 && !strcmp(argv[1], "record")) {
         for (int r = 0; r < 3; r++)
@@ -145,8 +152,8 @@ int main(int argc, char **argv)
     } else if (argc == 3 && !strcmp(argv[1], "checksum")) {
         double c[2][3];
         for (int r = 0; r < 3; r++) {
-            checksum(atoi(argv[2]), 0, &t[0][r], &t[1][r]);
-            checksum(atoi(argv[2]), 1, &c[0][r], &c[1][r]);
+            cycle(atoi(argv[2]), 0, NULL, &t[0][r], &t[1][r], &pinned[0]);
+            cycle(atoi(argv[2]), 1, NULL, &c[0][r], &c[1][r], &pinned[1]);
         }
         for (int k = 0; k < 2; k++) {
             qsort(t[k], 3, sizeof t[k][0], cmp);
@@ -155,8 +162,23 @@ int main(int argc, char **argv)
         printf("checksum: %s MiB backup pool (host-backed sim: memcpy copies): sleep %.3f s -> %.3f s, wake %.3f s -> "
                "%.3f s with the checksum\n",
                argv[2], t[0][1], c[0][1], t[1][1], c[1][1]);
+    } else if ((argc == 3 || argc == 4) && !strcmp(argv[1], "file")) {
+        double c[2][3];
+        for (int r = 0; r < 3; r++) {
+            cycle(atoi(argv[2]), 0, NULL, &t[0][r], &t[1][r], &pinned[0]);
+            cycle(atoi(argv[2]), 0, argc == 4 ? argv[3] : dir, &c[0][r], &c[1][r], &pinned[1]);
+        }
+        for (int k = 0; k < 2; k++) {
+            qsort(t[k], 3, sizeof t[k][0], cmp);
+            qsort(c[k], 3, sizeof c[k][0], cmp);
+        }
+        printf("file: %s MiB backup pool (host-backed sim), pinned memory -> a file in %s: sleep %.3f s -> %.3f s, "
+               "wake %.3f s -> %.3f s, pinned host memory held %.0f MiB -> %.0f MiB\n",
+               argv[2], argc == 4 ? argv[3] : dir, t[0][1], c[0][1], t[1][1], c[1][1], pinned[0] / 1048576.0,
+               pinned[1] / 1048576.0);
     } else {
-        fprintf(stderr, "usage: bench_sleep record POOLS ALLOCS | bench_sleep runs RUNS | bench_sleep checksum MIB\n");
+        fprintf(stderr, "usage: bench_sleep record POOLS ALLOCS | bench_sleep runs RUNS | bench_sleep checksum MIB | "
+                        "bench_sleep file MIB [DIR]\n");
         rc = 2;
     }
     rmdir(dir);

@@ -274,6 +274,10 @@ typedef struct hbm_sleep_opts {
     int checksum;            /* sleep: checksum each piece of the backup once copied; its wake checks them before
                                 copying anything back (HBM_ERR_CHECKSUM naming the pool and the piece, the pool left
                                 asleep). Costs a read of the backup at each end; needs host memory the CPU can read */
+    const char *backup_dir;  /* sleep: keep the backup in a file made in this folder, through two pinned buffers of
+                                chunk_bytes, not in pinned memory (host memory short); its room is taken before the
+                                first copy (a full disk refuses the sleep, the pool awake), the file unlinked at once
+                                and closed by the wake. NULL: pinned host memory */
 } hbm_sleep_opts;
 
 /* Put pool p to sleep: wait for the device's work, copy its live blocks to host memory (backup pools), then unmap
@@ -317,6 +321,7 @@ typedef struct hbm_pool_info {
     /* The last sleep and the last wake: wall time, time in device calls (modelled on the sim), device calls. */
     uint64_t sleep_ns, sleep_device_ns, sleep_calls;
     uint64_t wake_ns, wake_device_ns, wake_calls;
+    uint64_t file_bytes; /* of backup_bytes, those in a file (hbm_sleep_opts.backup_dir) */
 } hbm_pool_info;
 HBM_API hbm_status hbm_pool_info_get(hbm_allocator *a, hbm_mempool p, hbm_pool_info *out);
 /* The ids of a's private pools, oldest first, up to cap; returns how many there are. */

@@ -127,7 +127,7 @@ HBM_TORCH_EXPORT int hbm_torch_pool_slot(const char *tag, int backup);
 HBM_TORCH_EXPORT int hbm_torch_pool_state(const char *tag);
 HBM_TORCH_EXPORT int hbm_torch_sleep(const char *tag, size_t chunk, hbm_sleep_progress progress, void *ctx);
 HBM_TORCH_EXPORT int hbm_torch_wake(const char *tag, int release_host, hbm_sleep_progress progress, void *ctx);
-HBM_TORCH_EXPORT int hbm_torch_sleep_as(const char *tag, size_t chunk, int backup, int checksum,
+HBM_TORCH_EXPORT int hbm_torch_sleep_as(const char *tag, size_t chunk, int backup, int checksum, const char *backup_dir,
                                         hbm_sleep_progress progress, void *ctx);
 HBM_TORCH_EXPORT int hbm_torch_wake_as(const char *tag, int release_host, int no_restore, hbm_sleep_progress progress,
                                        void *ctx);
@@ -318,15 +318,17 @@ static int each_pool(const char *tag, hbm_status (*fn)(hbm_allocator *, hbm_memp
     return c.failed ? -1 : c.done;
 }
 
-/* sleep(tag, backup=None|True|False, checksum=): backup is an hbm_sleep_backup (0: as the tag was made). */
-HBM_TORCH_EXPORT int hbm_torch_sleep_as(const char *tag, size_t chunk, int backup, int checksum,
+/* sleep(tag, backup=None|True|False, checksum=, backup_dir=): backup is an hbm_sleep_backup (0: as the tag was
+ * made); backup_dir NULL: the backup in pinned host memory. */
+HBM_TORCH_EXPORT int hbm_torch_sleep_as(const char *tag, size_t chunk, int backup, int checksum, const char *backup_dir,
                                         hbm_sleep_progress progress, void *ctx)
 {
     hbm_sleep_opts o = {.chunk_bytes = chunk,
                         .progress = progress,
                         .ctx = ctx,
                         .backup = (hbm_sleep_backup)backup,
-                        .checksum = checksum};
+                        .checksum = checksum,
+                        .backup_dir = backup_dir};
     return each_pool(tag, hbm_pool_sleep, &o);
 }
 
@@ -340,7 +342,7 @@ HBM_TORCH_EXPORT int hbm_torch_wake_as(const char *tag, int release_host, int no
 
 HBM_TORCH_EXPORT int hbm_torch_sleep(const char *tag, size_t chunk, hbm_sleep_progress progress, void *ctx)
 {
-    return hbm_torch_sleep_as(tag, chunk, HBM_SLEEP_AS_TAGGED, 0, progress, ctx);
+    return hbm_torch_sleep_as(tag, chunk, HBM_SLEEP_AS_TAGGED, 0, NULL, progress, ctx);
 }
 
 HBM_TORCH_EXPORT int hbm_torch_wake(const char *tag, int release_host, hbm_sleep_progress progress, void *ctx)
@@ -385,12 +387,13 @@ static void pool_line(int device, hbm_allocator *a, const hbm_pool_info *f, void
         t->buf && t->need < t->len ? t->buf + t->need : NULL,
         t->buf && t->need < t->len ? (size_t)(t->len - t->need) : 0,
         "%d\t%llu\t%s\t%d\t%d\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu"
-        "\t%llu\n",
+        "\t%llu\t%llu\n",
         device, (unsigned long long)f->id, f->tag, f->backup, (int)f->state, (unsigned long long)f->live_bytes,
         (unsigned long long)f->reserved_bytes, (unsigned long long)f->asleep_bytes, (unsigned long long)f->backup_bytes,
         (unsigned long long)f->host_bytes, (unsigned long long)f->sleeps, (unsigned long long)f->wakes,
         (unsigned long long)f->sleep_ns, (unsigned long long)f->sleep_device_ns, (unsigned long long)f->sleep_calls,
-        (unsigned long long)f->wake_ns, (unsigned long long)f->wake_device_ns, (unsigned long long)f->wake_calls);
+        (unsigned long long)f->wake_ns, (unsigned long long)f->wake_device_ns, (unsigned long long)f->wake_calls,
+        (unsigned long long)f->file_bytes);
     t->need += w;
 }
 

@@ -107,7 +107,7 @@ def _declare(lib):
     lib.hbm_torch_pool_state.argtypes = [c.c_char_p]
     lib.hbm_torch_sleep.argtypes = [c.c_char_p, c.c_size_t, _PROGRESS, c.c_void_p]
     lib.hbm_torch_wake.argtypes = [c.c_char_p, c.c_int, _PROGRESS, c.c_void_p]
-    lib.hbm_torch_sleep_as.argtypes = [c.c_char_p, c.c_size_t, c.c_int, c.c_int, _PROGRESS, c.c_void_p]
+    lib.hbm_torch_sleep_as.argtypes = [c.c_char_p, c.c_size_t, c.c_int, c.c_int, c.c_char_p, _PROGRESS, c.c_void_p]
     lib.hbm_torch_wake_as.argtypes = [c.c_char_p, c.c_int, c.c_int, _PROGRESS, c.c_void_p]
     lib.hbm_torch_pin.argtypes = [c.c_char_p, c.c_char_p, c.c_int]
     lib.hbm_torch_pools.restype = c.c_long
@@ -760,7 +760,7 @@ _mempools = {}  # (device type, tag, device index) -> (MemPool, its pluggable al
 _tags = {}  # the tags pool() made, in order (a dict as an ordered set): named when sleep() or wake() is given another
 _POOL_FIELDS = ("device", "id", "tag", "backup", "state", "live_bytes", "reserved_bytes", "asleep_bytes",
                 "backup_bytes", "host_bytes", "sleeps", "wakes", "sleep_ns", "sleep_device_ns", "sleep_calls",
-                "wake_ns", "wake_device_ns", "wake_calls")
+                "wake_ns", "wake_device_ns", "wake_calls", "file_bytes")
 _STATES = ("awake", "asleep", "falling asleep", "waking")
 
 
@@ -908,7 +908,7 @@ def _check_collectives(tag):
                 warnings.warn("hbmalloc: sleep(%r): %s" % (t, w), RuntimeWarning, stacklevel=3)
 
 
-def sleep(tag=None, progress=None, chunk_mb=64, backup=None, checksum=False):
+def sleep(tag=None, progress=None, chunk_mb=64, backup=None, checksum=False, backup_dir=None):
     """Put pool `tag` (None: every tagged pool) to sleep on every device: the device's work is waited for, the live
     tensors of backup pools are copied to pinned host memory in pieces of chunk_mb (progress(done, total) after each),
     then every physical page of the pool goes back to the device; each tensor keeps its address. Its tensors must not
@@ -916,16 +916,19 @@ def sleep(tag=None, progress=None, chunk_mb=64, backup=None, checksum=False):
     made the tag; True, copy this time (vLLM's sleep level 1); False, discard this time (level 2: the weights are
     reloaded or synced after the wake). checksum=True: each piece of the backup is checksummed once copied and wake()
     checks it before copying anything back (a RuntimeError naming the pool and the piece if host memory changed; the
-    pool stays asleep). Returns the pools put to sleep; a tag that no pool() made raises ValueError
-    naming the tags there are."""
+    pool stays asleep). backup_dir="/scratch": the backup goes to a nameless file in that folder through two pinned
+    buffers of chunk_mb, for jobs whose host memory cannot hold it (its room is taken first: a full disk raises with
+    the pool awake; wake() reads it back and closes it). Returns the pools put to sleep; a tag that no pool() made
+    raises ValueError naming the tags there are."""
     _known_tag("sleep", tag)
     _check_collectives(tag)
     if backup not in (None, True, False):
         raise ValueError("hbmalloc: sleep(backup=%r): None (as the tag was made), True or False" % (backup,))
     cb = _progress(progress)
     mode = 0 if backup is None else 1 if backup else 2  # hbm_sleep_backup
+    folder = None if backup_dir is None else os.fsencode(os.fspath(backup_dir))
     n = library().hbm_torch_sleep_as(str(tag).encode() if tag is not None else None, int(chunk_mb) << 20, mode,
-                                     1 if checksum else 0, cb, None)
+                                     1 if checksum else 0, folder, cb, None)
     if n < 0:
         raise RuntimeError("hbmalloc: sleep(%r): %s" % (tag, _error()))
     return n

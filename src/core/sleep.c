@@ -38,6 +38,7 @@
 #include "core/labels.h"
 #include "core/streams.h"
 #include "core/sleep.h"
+#include "core/sleep_file.h"
 #include "core/expandable.h"
 #include "core/device.h"
 #include "core/pool.h"
@@ -51,8 +52,9 @@ typedef struct backup_run {
     size_t size;
     unsigned char *host;
     hbm_stream stream; /* the segment's: the copy is queued there */
-    size_t buf;        /* which buffer */
+    size_t buf;        /* which buffer (with a file: which piece; its buffer is buf % 2) */
     uint64_t sum;      /* the piece's checksum once copied (hbm_sleep_opts.checksum) */
+    uint64_t off;      /* with a file: where its bytes are in it */
 } backup_run;
 
 typedef struct host_buf {
@@ -70,6 +72,8 @@ struct hbm__sleep {
     host_buf *bufs; /* pinned host memory: the backup, or kept from the last one for the next */
     size_t nbufs, cap_bufs;
     size_t backup_bytes;
+    hbm__bfile file; /* the backup's file (hbm_sleep_opts.backup_dir); not open: in pinned memory */
+    size_t nstage;   /* with a file: the buffers its pieces go through in turn (1 or 2) */
     uint64_t sleeps, wakes;
     uint64_t sleep_cost[3], wake_cost[3]; /* the last sleep's and wake's: wall ns, device ns, device calls */
     bool kept;                            /* the last sleep kept a backup (its choice, or the tag's) */
@@ -251,6 +255,7 @@ static void drop_backup(hbm__sleep *sl)
     sl->nruns = 0;
     sl->backup_bytes = 0;
     sl->summed = false;
+    hbm__bfile_close(&sl->file);
 }
 
 /* A checksum of n bytes of host memory, 8 at a time: each word multiplied into the state and the state rotated, so
@@ -292,8 +297,10 @@ static hbm_status add_run(hbm_allocator *a, hbm__sleep *sl, backup_run r)
 
 /* The pool's live bytes as runs (adjacent live blocks joined, in address order), cut into pieces that each lie in
  * one pinned buffer: the buffers kept from the last backup first, new ones of `chunk` bytes (the last one smaller)
- * after them; buffers left over are freed. The host pointers are set; nothing is copied yet. */
-static hbm_status plan_backup(hbm_allocator *a, hbm__mempool *m, size_t chunk)
+ * after them; buffers left over are freed. The host pointers are set; nothing is copied yet. With a folder (a
+ * backup in a file), the pieces are `chunk` bytes of the file each, staged in turn through two pinned buffers of
+ * that size (one when the whole fits in one piece), and the file's room is taken now. */
+static hbm_status plan_backup(hbm_allocator *a, hbm__mempool *m, size_t chunk, const char *dir)
 {
     hbm__sleep *sl = m->sl;
     drop_backup(sl);
@@ -301,11 +308,23 @@ static hbm_status plan_backup(hbm_allocator *a, hbm__mempool *m, size_t chunk)
     for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg))
         for (hbm__block *b = in_pool(seg, m) ? seg->head : NULL; b; b = b->next)
             total += b->allocated ? b->size : 0;
-    while (keep < sl->nbufs && covered < total)
-        covered += sl->bufs[keep++].size;
+    size_t stage = total < chunk ? total : chunk, nstage = total > chunk ? 2 : 1;
+    if (dir) {
+        hbm_status rc = hbm__bfile_open(a, &sl->file, dir, total);
+        if (rc != HBM_OK)
+            return rc;
+        sl->nstage = nstage;
+        while (keep < sl->nbufs && keep < nstage && sl->bufs[keep].size == stage)
+            keep++; /* a larger one would hold the pinned memory the file is for */
+        covered = keep * stage;
+        total = nstage * stage; /* the pinned memory wanted */
+    } else {
+        while (keep < sl->nbufs && covered < total)
+            covered += sl->bufs[keep++].size;
+    }
     free_bufs(a, sl, keep);
     while (covered < total) {
-        size_t want = total - covered < chunk ? total - covered : chunk;
+        size_t want = dir ? stage : total - covered < chunk ? total - covered : chunk;
         void *p = NULL;
         if (hbm__grow((void **)&sl->bufs, &sl->cap_bufs, sl->nbufs + 1, sizeof *sl->bufs)) {
             hbm__set_error(a, "out of host memory for allocator bookkeeping");
@@ -317,7 +336,7 @@ static hbm_status plan_backup(hbm_allocator *a, hbm__mempool *m, size_t chunk)
         sl->bufs[sl->nbufs++] = (host_buf){p, want};
         covered += want;
     }
-    size_t buf = 0, used = 0; /* the buffer being filled and how much of it */
+    size_t buf = 0, used = 0; /* the buffer (with a file, the piece) being filled and how much of it */
     for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
         for (hbm__block *b = in_pool(seg, m) ? seg->head : NULL; b;) {
             if (!b->allocated) {
@@ -328,16 +347,18 @@ static hbm_status plan_backup(hbm_allocator *a, hbm__mempool *m, size_t chunk)
             for (b = b->next; b && b->allocated; b = b->next)
                 hi = b->addr + b->size;
             while (lo < hi) {
-                size_t room = sl->bufs[buf].size - used, take = room < hi - lo ? room : hi - lo;
+                const host_buf *hb = &sl->bufs[dir ? buf % nstage : buf];
+                size_t size = dir ? stage : hb->size, room = size - used, take = room < hi - lo ? room : hi - lo;
                 hbm_status rc = add_run(
-                    a, sl, (backup_run){lo, take, (unsigned char *)sl->bufs[buf].p + used, seg->stream, buf, 0});
+                    a, sl,
+                    (backup_run){lo, take, (unsigned char *)hb->p + used, seg->stream, buf, 0, sl->backup_bytes});
                 if (rc != HBM_OK) {
                     drop_backup(sl);
                     return rc;
                 }
                 lo += take;
                 sl->backup_bytes += take;
-                if ((used += take) == sl->bufs[buf].size)
+                if ((used += take) == size)
                     buf++, used = 0;
             }
         }
@@ -393,22 +414,32 @@ static hbm_status piece_wait(hbm_allocator *a, const hbm__sleep *sl, const piece
     return p->has_ev ? hbm__dev_event_sync(a, p->ev) : sync_runs(a, sl, p->i, p->j);
 }
 
-/* copy on every run, in address order, without a wait per piece. Without a progress callback every copy is queued
- * and each stream waited for once at the end: the pieces follow each other on the device. With one, a piece's copies
- * are queued, then the piece before it is waited for (an event recorded after its copies; two events, used in turn)
- * and reported: one piece in flight while the next is queued. *done: the bytes of the pieces done. A failure: what
- * was queued is waited for first (its buffers must not be reused under the copies). */
-static hbm_status each_buffer(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o,
-                              hbm_status (*copy)(hbm_allocator *, hbm__mempool *, const backup_run *), uint64_t *done)
+/* A pass over the backup: copy queues one run's copy; with a file, `before` reads a piece's runs [i, j) into their
+ * buffer ahead of their copies (a wake) and `after` writes them out once their copies are done (a sleep). */
+typedef struct pass {
+    hbm_status (*copy)(hbm_allocator *, hbm__mempool *, const backup_run *);
+    hbm_status (*before)(hbm_allocator *, hbm__sleep *, const hbm_sleep_opts *, size_t, size_t);
+    hbm_status (*after)(hbm_allocator *, hbm__sleep *, const hbm_sleep_opts *, size_t, size_t);
+} pass;
+
+/* copy on every run, in address order, without a wait per piece. Without a progress callback or a file every copy
+ * is queued and each stream waited for once at the end: the pieces follow each other on the device. Otherwise a
+ * piece's copies are queued, then the piece before it is waited for (an event recorded after its copies; two events,
+ * used in turn), written to the file and reported: one piece in flight while the next is queued. The two buffers of
+ * a file's pieces are used in turn: a piece's buffer was last used by the piece two before, which the last turn
+ * waited for. *done: the bytes of the pieces done. A failure: what was queued is waited for first (its buffers must
+ * not be reused under the copies). */
+static hbm_status each_buffer(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o, const pass *ps,
+                              uint64_t *done)
 {
     hbm__sleep *sl = m->sl;
     hbm_status rc = HBM_OK;
     size_t i = 0;
     *done = 0;
     sl->cur = NULL;
-    if (!o->progress) {
+    if (!o->progress && !sl->file.open) {
         for (; i < sl->nruns && rc == HBM_OK; i++)
-            rc = copy(a, m, &sl->runs[i]);
+            rc = ps->copy(a, m, &sl->runs[i]);
         hbm_status rs = sync_runs(a, sl, 0, i);
         if (rc == HBM_OK && (rc = rs) == HBM_OK)
             *done = sl->backup_bytes;
@@ -419,9 +450,14 @@ static hbm_status each_buffer(hbm_allocator *a, hbm__mempool *m, const hbm_sleep
     piece prev = {0, 0, 0, false};
     for (int k = 0; rc == HBM_OK && (i < sl->nruns || prev.j > prev.i); k ^= 1) {
         piece cur = {i, i, 0, false};
+        size_t end = i;
+        while (end < sl->nruns && sl->runs[end].buf == sl->runs[i].buf)
+            end++;
+        if (end > i && sl->file.open && ps->before)
+            rc = ps->before(a, sl, o, i, end);
         bool one = true;
-        for (; cur.j < sl->nruns && sl->runs[cur.j].buf == sl->runs[i].buf && rc == HBM_OK; cur.j++) {
-            rc = copy(a, m, &sl->runs[cur.j]);
+        for (; cur.j < end && rc == HBM_OK; cur.j++) {
+            rc = ps->copy(a, m, &sl->runs[cur.j]);
             one &= sl->runs[cur.j].stream == sl->runs[i].stream;
         }
         if (rc == HBM_OK && cur.j > i && one && (made[k] || hbm__dev_event_create(a, &ev[k]) == HBM_OK)) {
@@ -432,7 +468,9 @@ static hbm_status each_buffer(hbm_allocator *a, hbm__mempool *m, const hbm_sleep
         i = cur.j;
         if (prev.j > prev.i) {
             hbm_status rs = piece_wait(a, sl, &prev);
-            if (rc == HBM_OK && (rc = rs) == HBM_OK) {
+            if (rc == HBM_OK && (rc = rs) == HBM_OK && sl->file.open && ps->after)
+                rc = ps->after(a, sl, o, prev.i, prev.j);
+            if (rc == HBM_OK) {
                 for (size_t r = prev.i; r < prev.j; r++)
                     *done += sl->runs[r].size;
                 progress(a, sl, o, *done, sl->backup_bytes); /* the lock open: the next piece's copies run */
@@ -477,23 +515,62 @@ static hbm_status copy_in(hbm_allocator *a, hbm__mempool *m, const backup_run *r
     return rc;
 }
 
-/* Copy every run to host memory. */
+/* A piece's runs [i, j) lie one after the other in their buffer and in the file. */
+static hbm_status piece_out(hbm_allocator *a, hbm__sleep *sl, const hbm_sleep_opts *o, size_t i, size_t j)
+{
+    if (o->checksum)
+        for (size_t r = i; r < j; r++)
+            sl->runs[r].sum = sum_of(sl->runs[r].host, sl->runs[r].size);
+    size_t n = (size_t)(sl->runs[j - 1].off + sl->runs[j - 1].size - sl->runs[i].off);
+    return hbm__bfile_write(a, &sl->file, sl->runs[i].off, sl->runs[i].host, n);
+}
+
+static hbm_status piece_in(hbm_allocator *a, hbm__sleep *sl, const hbm_sleep_opts *o, size_t i, size_t j)
+{
+    (void)o;
+    size_t n = (size_t)(sl->runs[j - 1].off + sl->runs[j - 1].size - sl->runs[i].off);
+    hbm_status rc = hbm__bfile_read(a, &sl->file, sl->runs[i].off, sl->runs[i].host, n);
+    for (size_t r = i; r < j && rc == HBM_OK && sl->summed; r++) {
+        if (sum_of(sl->runs[r].host, sl->runs[r].size) == sl->runs[r].sum)
+            continue;
+        char s_bad[32];
+        hbm__format_size(sl->runs[r].size, s_bad, sizeof s_bad);
+        hbm__set_error(a,
+                       "its backup changed in its file since the sleep (the piece of %s for device address %p, piece "
+                       "%zu of %zu, at offset %llu of the file in %s, no longer matches its checksum: the disk or "
+                       "another writer of the file). Wake it without the restore (hbm_sleep_opts.no_restore; "
+                       "hbmalloc.torch.wake(tag, restore=False)) and load its contents again",
+                       s_bad, (void *)sl->runs[r].addr, r + 1, sl->nruns, (unsigned long long)sl->runs[r].off,
+                       sl->file.dir);
+        rc = HBM_ERR_CHECKSUM;
+    }
+    return rc;
+}
+
+static const pass backup_pass = {copy_out, NULL, piece_out}, restore_pass = {copy_in, piece_in, NULL};
+
+/* Copy every run to host memory (or through it to the file in o->backup_dir). */
 static hbm_status take_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o)
 {
     hbm__sleep *sl = m->sl;
     uint64_t done = 0;
-    hbm_status rc = plan_backup(a, m, o->chunk_bytes);
+    hbm_status rc = plan_backup(a, m, o->chunk_bytes, o->backup_dir);
     if (rc == HBM_OK)
-        rc = each_buffer(a, m, o, copy_out, &done);
+        rc = each_buffer(a, m, o, &backup_pass, &done);
     if (rc != HBM_OK) {
         char s_done[32], s_all[32], why[sizeof a->err];
         memcpy(why, a->err, sizeof why);
         hbm__format_size(done, s_done, sizeof s_done);
         hbm__format_size(sl->backup_bytes, s_all, sizeof s_all);
-        hbm__set_error(a,
-                       "pool '%s': the backup to host memory stopped after %s of %s (%.900s); the pool stays awake, "
-                       "nothing was given back",
-                       sl->tag, s_done, s_all, why);
+        if (!sl->nruns)
+            hbm__set_error(a,
+                           "pool '%s': no backup could be made (%.900s); the pool stays awake, nothing was given back",
+                           sl->tag, why);
+        else
+            hbm__set_error(a,
+                           "pool '%s': the backup to %s stopped after %s of %s (%.900s); the pool stays awake, "
+                           "nothing was given back",
+                           sl->tag, sl->file.open ? "its file" : "host memory", s_done, s_all, why);
         drop_backup(sl);
     }
     return rc;
@@ -503,7 +580,7 @@ static hbm_status take_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sleep
 static hbm_status restore_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o)
 {
     uint64_t done;
-    return each_buffer(a, m, o, copy_in, &done);
+    return each_buffer(a, m, o, &restore_pass, &done);
 }
 
 /* ---- sleep ---- */
@@ -573,17 +650,24 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
     }
     bool again = m->sleep_state == HBM_POOL_ASLEEP; /* a sleep that left pages mapped: give them back now */
     bool keep = o.backup == HBM_SLEEP_BACKUP || (o.backup == HBM_SLEEP_AS_TAGGED && sl->backup);
-    bool unreadable = keep && o.checksum && !a->backend->caps.host_readable;
-    if ((unsigned)o.backup > HBM_SLEEP_DISCARD || (keep && !again && !hbm__dev_can_copy(a)) || unreadable) {
+    bool unreadable = keep && (o.checksum || o.backup_dir) && !a->backend->caps.host_readable;
+    bool no_file = o.backup_dir && !keep && !again;
+    if ((unsigned)o.backup > HBM_SLEEP_DISCARD || (keep && !again && !hbm__dev_can_copy(a)) || unreadable || no_file) {
         if ((unsigned)o.backup > HBM_SLEEP_DISCARD)
             hbm__set_error(a, "hbm_pool_sleep: backup %d is none of HBM_SLEEP_AS_TAGGED, _BACKUP, _DISCARD",
                            (int)o.backup);
+        else if (no_file)
+            hbm__set_error(a,
+                           "pool '%s': a backup folder was given (%.300s) to a sleep that keeps no backup (%s): ask "
+                           "for one (HBM_SLEEP_BACKUP; backup=True) or give no folder. Nothing was given back",
+                           sl->tag, o.backup_dir, o.backup == HBM_SLEEP_DISCARD ? "HBM_SLEEP_DISCARD" : "tagged so");
         else if (unreadable)
             hbm__set_error(a,
-                           "pool '%s': a checksum of the backup needs host memory the CPU can read, which the %s "
-                           "backend's pinned memory is not here (the simulated device without memory=host); sleep "
-                           "it without checksum. Nothing was given back",
-                           sl->tag, a->backend->ops->name);
+                           "pool '%s': %s needs host memory the CPU can read, which the %s backend's pinned memory "
+                           "is not here (the simulated device without memory=host); sleep it without. Nothing was "
+                           "given back",
+                           sl->tag, o.checksum ? "a checksum of the backup" : "a backup in a file",
+                           a->backend->ops->name);
         else
             hbm__set_error(a,
                            "pool '%s': a backup needs pinned host memory and copies on a stream, which the %s "
@@ -603,8 +687,8 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
         rc = rl != HBM_OK ? rl : rs;
     }
     if (rc == HBM_OK && sl->kept && !again && (rc = take_backup(a, m, &o)) == HBM_OK && o.checksum) {
-        for (size_t i = 0; i < sl->nruns; i++) /* the copies are complete: each_buffer waited for them */
-            sl->runs[i].sum = sum_of(sl->runs[i].host, sl->runs[i].size);
+        for (size_t i = 0; i < sl->nruns && !sl->file.open; i++)          /* complete: each_buffer waited for them */
+            sl->runs[i].sum = sum_of(sl->runs[i].host, sl->runs[i].size); /* a file's: as each piece was written */
         sl->summed = true;
     }
     size_t given = 0, held = 0;
@@ -757,7 +841,8 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
         hbm_status rl = hbm__release_pool(a, &m->large), rs = hbm__release_pool(a, &m->small);
         (void)rl, (void)rs; /* a failure only keeps free pages mapped */
     }
-    size_t need = asleep_bytes(a, m), bad = sl->summed && !o.no_restore ? first_changed(sl) : SIZE_MAX;
+    size_t need = asleep_bytes(a, m);
+    size_t bad = sl->summed && !sl->file.open && !o.no_restore ? first_changed(sl) : SIZE_MAX; /* a file's: read */
     was_asleep *w = NULL;
     size_t nw = 0;
     if (bad != SIZE_MAX) { /* before any page is mapped: nothing to undo */
@@ -805,10 +890,14 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
     if (rc == HBM_OK && sl->nruns && !o.no_restore && (rc = restore_backup(a, m, &o)) != HBM_OK) {
         char why[sizeof a->err];
         memcpy(why, a->err, sizeof why);
-        hbm__set_error(a,
-                       "pool '%s' stays asleep: copying its backup back failed (%.900s); the backup is kept, wake it "
-                       "again",
-                       sl->tag, why);
+        if (rc == HBM_ERR_CHECKSUM)
+            hbm__set_error(a, "pool '%s' stays asleep: %.900s", sl->tag, why);
+        else
+            hbm__set_error(
+                a,
+                "pool '%s' stays asleep: copying its backup back failed (%.900s); the backup is kept, wake it "
+                "again",
+                sl->tag, why);
     }
     if (rc != HBM_OK) { /* back as it was: what this wake mapped is given back (fresh pages; the copies waited for) */
         for (size_t i = 0; i < nw; i++)
@@ -887,6 +976,7 @@ hbm_status hbm_pool_info_get(hbm_allocator *a, hbm_mempool id, hbm_pool_info *ou
             snprintf(out->tag, sizeof out->tag, "%s", sl->tag);
             out->backup = sl->backup;
             out->backup_bytes = sl->backup_bytes;
+            out->file_bytes = sl->file.open ? sl->backup_bytes : 0;
             for (size_t i = 0; i < sl->nbufs; i++)
                 out->host_bytes += sl->bufs[i].size;
             out->sleeps = sl->sleeps;
@@ -1024,6 +1114,7 @@ void hbm__sleep_free(hbm_allocator *a, hbm__mempool *m)
         hbm__dev_host_free(a, sl->bufs[i].p, sl->bufs[i].size);
     free(sl->bufs);
     free(sl->runs);
+    hbm__bfile_close(&sl->file);
     free(sl);
     m->sl = NULL;
 }
@@ -1046,11 +1137,13 @@ void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what)
         for (size_t i = 0; i < sl->nruns; i++) {
             const backup_run *r = &sl->runs[i];
             hbm__segment *seg = hbm__segment_find(a, r->addr);
+            size_t buf = sl->file.open && sl->nstage ? r->buf % sl->nstage : r->buf;
             sum += r->size;
-            if (r->buf >= sl->nbufs || r->host < (unsigned char *)sl->bufs[r->buf].p ||
-                r->host + r->size > (unsigned char *)sl->bufs[r->buf].p + sl->bufs[r->buf].size) {
-                snprintf(msg, sizeof msg, "pool '%s': backup run %p (%zu bytes) lies outside its host buffer", sl->tag,
-                         (void *)r->addr, r->size);
+            if (buf >= sl->nbufs || r->host < (unsigned char *)sl->bufs[buf].p ||
+                r->host + r->size > (unsigned char *)sl->bufs[buf].p + sl->bufs[buf].size ||
+                (sl->file.open && r->off + r->size > sl->file.size)) {
+                snprintf(msg, sizeof msg, "pool '%s': backup run %p (%zu bytes) lies outside its buffer or file",
+                         sl->tag, (void *)r->addr, r->size);
                 fail(ck, msg);
             }
             /* A run outlives its blocks (freed while asleep), not their segment (hbm__sleep_forget). */
@@ -1060,7 +1153,8 @@ void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what)
                 fail(ck, msg);
             }
         }
-        if (sum != sl->backup_bytes || (sl->nruns && m->sleep_state == HBM_POOL_AWAKE) || sum > held) {
+        if (sum != sl->backup_bytes || (sl->nruns && m->sleep_state == HBM_POOL_AWAKE) ||
+            (sum > held && !sl->file.open) || (sl->file.open && m->sleep_state == HBM_POOL_AWAKE)) {
             snprintf(msg, sizeof msg,
                      "pool '%s' (%s) holds a backup of %zu bytes in runs of %zu, in %zu bytes of host "
                      "buffers",

@@ -24,6 +24,7 @@ import ctypes
 import gc
 import os
 import sys
+import tempfile
 import types
 
 lib_path, plugin_dir, mode = sys.argv[1:4]
@@ -368,6 +369,29 @@ except ValueError as e:
 assert {q["tag"]: q["state"] for q in hbm.pools()} == {"weights": "awake", "kv_cache": "awake"}
 assert hbm.sleep("weights") == 1 and hbm.wake("weights") == 1
 assert all(same(t, i + 20) for i, t in enumerate(w))
+
+# A backup in a file, with a checksum (issue #37 items 4, 5): through two pinned pieces of chunk_mb into a nameless
+# file of the folder, back byte for byte; the pinned buffers kept are two pieces, not the backup. A folder that
+# cannot hold the backup raises with the pool awake.
+folder = tempfile.mkdtemp()
+for cycle in range(2):
+    assert hbm.sleep("weights", chunk_mb=2, checksum=True, backup_dir=folder) == 1
+    p = {q["tag"]: q for q in hbm.pools()}["weights"]
+    assert p["state"] == "asleep" and p["file_bytes"] == p["backup_bytes"] == p["live_bytes"], p
+    assert p["host_bytes"] == 4 * MiB, p
+    assert os.listdir(folder) == [], os.listdir(folder)
+    assert hbm.wake("weights") == 1
+    assert all(same(t, i + 20) for i, t in enumerate(w))
+    assert {q["tag"]: q for q in hbm.pools()}["weights"]["file_bytes"] == 0
+try:
+    hbm.sleep("weights", backup_dir=os.path.join(folder, "missing"))
+    raise AssertionError("a backup into a missing folder slept")
+except RuntimeError as e:
+    assert "no backup could be made (no backup file could be made in %s/missing" % folder in str(e), str(e)
+    assert "the pool stays awake" in str(e), str(e)
+assert {q["tag"]: q["state"] for q in hbm.pools()}["weights"] == "awake"
+assert all(same(t, i + 20) for i, t in enumerate(w))
+os.rmdir(folder)
 
 # Collectives (issue #37 item 3): a tag pinned for a collective library refuses to sleep with the reason, on every
 # device and nothing put to sleep, until unpinned; what the environment shows is refused or warned before anything.

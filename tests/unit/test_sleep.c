@@ -6,6 +6,9 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
+#include <limits.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -687,6 +690,134 @@ static void a_checksummed_backup_that_changed_is_not_restored(void **st)
     hbm_destroy(a);
 }
 
+/* The descriptor of the backup file made in dir, or -1: it has no name (unlinked at once), so it is found by what
+ * /proc/self/fd says of it: "DIR/hbmalloc-backup-XXXXXX (deleted)". */
+static int backup_fd(const char *dir)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int found = -1;
+    char want[300], link[PATH_MAX], path[300];
+    snprintf(want, sizeof want, "%s/hbmalloc-backup-", dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        if (n > 0 && (link[n] = 0, !strncmp(link, want, strlen(want))) && strstr(link, "(deleted)"))
+            found = atoi(e->d_name);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+static int entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* A backup in a file (issue #37 item 4, hbm_sleep_opts.backup_dir): the live bytes go through two pinned buffers of
+ * one piece into a file of the folder given, which has no name while the pool sleeps; the wake brings them back
+ * byte for byte and closes it. A byte of the file changed since the sleep fails the wake's checksum, which gives back
+ * what it mapped and leaves the pool asleep; a folder that cannot take the backup (missing, or a file-size limit as
+ * a full disk) refuses the sleep with the pool awake and its contents in place; a folder given to a sleep that keeps
+ * no backup is refused. */
+static void a_backup_in_a_file_goes_through_two_pinned_pieces(void **st)
+{
+    (void)st;
+    char dir[] = "/tmp/hbm-bfile-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    hbm_allocator *a = open_sim(HOST_SIM, "");
+    hbm_mempool w = tagged(a, "weights", 1);
+    void *p = in_pool(a, w, 20 * MiB, 0), *q = in_pool(a, w, 9 * MiB, 0);
+    fill(p, 20 * MiB, 7);
+    fill(q, 9 * MiB, 8);
+    hbm_sleep_opts o = {.chunk_bytes = 2 * MiB, .backup_dir = dir, .checksum = 1};
+    for (int cycle = 0; cycle < 3; cycle++) {
+        must(a, hbm_pool_sleep(a, w, &o), "sleep to a file");
+        hbm_pool_info i = info(a, w);
+        assert_int_equal(i.backup_bytes, 29 * MiB);
+        assert_int_equal(i.file_bytes, 29 * MiB);
+        assert_int_equal(i.host_bytes, 4 * MiB); /* two pieces, not the backup */
+        assert_int_equal(i.reserved_bytes, 0);
+        assert_int_equal(entries(dir), 0); /* nameless */
+        int fd = backup_fd(dir);
+        assert_true(fd >= 0);
+        struct stat sb;
+        assert_int_equal(fstat(fd, &sb), 0);
+        assert_int_equal(sb.st_size, 29 * MiB);
+        assert_valid(a);
+        must(a, hbm_pool_wake(a, w, NULL), "wake from a file");
+        assert_true(same(p, 20 * MiB, 7));
+        assert_true(same(q, 9 * MiB, 8));
+        assert_int_equal(backup_fd(dir), -1); /* closed: its room is back */
+        assert_int_equal(info(a, w).file_bytes, 0);
+    }
+    fill(q, 9 * MiB, 9);
+    must(a, hbm_pool_sleep(a, w, &o), "sleep to a file");
+    int fd = backup_fd(dir);
+    assert_int_equal(pwrite(fd, "x", 1, 3 * MiB), 1); /* the second piece */
+    assert_int_equal(hbm_pool_wake(a, w, NULL), HBM_ERR_CHECKSUM);
+    const char *e = hbm_last_error(a);
+    assert_non_null(strstr(e, "pool 'weights' stays asleep: its backup changed in its file since the sleep"));
+    assert_non_null(strstr(e, "piece 2 of "));
+    assert_non_null(strstr(e, dir));
+    assert_int_equal(info(a, w).state, HBM_POOL_ASLEEP);
+    assert_int_equal(info(a, w).reserved_bytes, 0); /* what the wake mapped is given back */
+    assert_valid(a);
+    hbm_sleep_opts fresh = {.no_restore = 1};
+    must(a, hbm_pool_wake(a, w, &fresh), "wake without the restore");
+    assert_int_equal(backup_fd(dir), -1);
+
+    fill(p, 20 * MiB, 10); /* undefined after a wake without the restore */
+    fill(q, 9 * MiB, 11);
+    hbm_sleep_opts none = {.backup_dir = "/nonexistent/hbmalloc"};
+    assert_int_equal(hbm_pool_sleep(a, w, &none), HBM_ERR_BACKEND);
+    assert_non_null(strstr(hbm_last_error(a), "pool 'weights': no backup could be made (no backup file could be "
+                                              "made in /nonexistent/hbmalloc: No such file or directory)"));
+    assert_int_equal(info(a, w).state, HBM_POOL_AWAKE);
+    assert_true(same(p, 20 * MiB, 10));
+
+    struct rlimit old, small;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    small = (struct rlimit){4 * MiB, old.rlim_max};
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN); /* the kernel's signal for a file past the limit */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    hbm_status rc = hbm_pool_sleep(a, w, &o);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, was);
+    assert_int_not_equal(rc, HBM_OK);
+    assert_non_null(strstr(hbm_last_error(a), "File too large"));
+    assert_non_null(strstr(hbm_last_error(a), "the pool stays awake, nothing was given back"));
+    assert_int_equal(info(a, w).state, HBM_POOL_AWAKE);
+    assert_int_equal(backup_fd(dir), -1);
+    assert_true(same(p, 20 * MiB, 10));
+    assert_true(same(q, 9 * MiB, 11));
+
+    hbm_sleep_opts discard = {.backup = HBM_SLEEP_DISCARD, .backup_dir = dir};
+    assert_int_equal(hbm_pool_sleep(a, w, &discard), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "a backup folder was given"));
+    assert_int_equal(info(a, w).state, HBM_POOL_AWAKE);
+    hbm_free(a, p);
+    hbm_free(a, q);
+    assert_valid(a);
+    hbm_destroy(a);
+
+    a = open_sim("sim:capacity=1GiB", ""); /* host memory the CPU cannot read */
+    w = tagged(a, "weights", 1);
+    p = in_pool(a, w, 4 * MiB, 0);
+    hbm_sleep_opts plain = {.backup_dir = dir};
+    assert_int_equal(hbm_pool_sleep(a, w, &plain), HBM_ERR_INVALID);
+    assert_non_null(strstr(hbm_last_error(a), "a backup in a file needs host memory the CPU can read"));
+    hbm_free(a, p);
+    hbm_destroy(a);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* A pool whose memory was handed to a collective library (issue #37 item 3) refuses to sleep, with the caller's
  * reason, until it is unpinned as often as pinned; pinning needs a reason and an awake pool. */
 static void a_pinned_pool_refuses_to_sleep_with_the_reason(void **st)
@@ -1039,6 +1170,7 @@ int main(void)
         cmocka_unit_test(a_sleeping_pool_let_go_gives_everything_back),
         cmocka_unit_test(a_pinned_pool_refuses_to_sleep_with_the_reason),
         cmocka_unit_test(a_checksummed_backup_that_changed_is_not_restored),
+        cmocka_unit_test(a_backup_in_a_file_goes_through_two_pinned_pieces),
         cmocka_unit_test(each_sleep_chooses_backup_or_discard_and_a_wake_may_skip_the_restore),
         cmocka_unit_test(a_released_pool_still_sleeps_and_wakes_with_its_tag),
         cmocka_unit_test(a_tag_with_a_control_character_or_none_is_refused_with_the_reason),
