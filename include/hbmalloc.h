@@ -707,6 +707,12 @@ typedef struct hbm_record {
     char asleep_tags[128];       /* what sleeps, per tag: "weights 4.00 GiB, kv_cache 8.00 GiB" ("" when nothing) */
     /* The peaks since the allocator was made: a reset of the peaks (reset_peak_memory_stats) does not lower them. */
     int64_t job_peak_allocated_bytes, job_peak_reserved_bytes;
+    /* What held the device's memory at the last sleep or wake of a pool (hbm_resident, docs/SLEEP.md "What still
+     * holds memory"): the runtime's used bytes then, the part outside hbmalloc (-1 both: no sleep yet, or the query
+     * failed), when (CLOCK_REALTIME ns; 0: never), and hbm_resident_describe's sentence. */
+    int64_t resident_used_bytes, outside_bytes;
+    uint64_t resident_ns;
+    char resident[512];
 } hbm_record;
 
 /* The folder records go in: $HBMALLOC_TOP_DIR when set, else /dev/shm (else /tmp). */

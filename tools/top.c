@@ -133,6 +133,7 @@ static void safe_record(hbm_record *r)
     safe_text(r->source, sizeof r->source);
     safe_text(r->command, sizeof r->command);
     safe_text(r->asleep_tags, sizeof r->asleep_tags);
+    safe_text(r->resident, sizeof r->resident);
 }
 
 /* Prometheus: an entry's index among the entries of its rank and device, in their order (entries sorted), so
@@ -530,6 +531,11 @@ static const field fields[] = {
      "Pages of sleeping pools given back; their blocks stay in allocated_bytes."},
     {F("backup_bytes", K_I64, backup_bytes), 1, 0, -1, T_SIZE, NOPROM},
     {F("asleep_tags", K_STR, asleep_tags), 1, 0, -1, T_STR, NOPROM},
+    {F("resident_ns", K_I64, resident_ns), 1, 0, -1, T_INT, NOPROM},
+    {F("resident_used_bytes", K_I64, resident_used_bytes), 1, 0, -1, T_SIZE, NOPROM},
+    {F("outside_bytes", K_I64, outside_bytes), 1, 0, -1, T_SIZE, 18, "hbmalloc_outside_bytes", "gauge",
+     "Device memory used outside hbmalloc at the last sleep or wake of a pool (-1: none yet)."},
+    {F("resident", K_STR, resident), 1, 0, -1, T_STR, NOPROM},
     {F("job_peak_allocated_bytes", K_I64, job_peak_allocated_bytes), 1, 0, -1, T_SIZE, NOPROM},
     {F("job_peak_reserved_bytes", K_I64, job_peak_reserved_bytes), 1, 0, C_JOBPEAK, T_SIZE, 5,
      "hbmalloc_job_peak_reserved_bytes", "gauge",
@@ -744,8 +750,8 @@ static void print_table(FILE *f, const opts *o, const seen *s)
     /* On a terminal the rows that fit, and how many do not: the title, the notes and the totals stay in view. */
     size_t room = s->n;
     int notes = 2 * (s->stale > 0) + 2 * (s->refused > 0) + !s->n;
-    for (size_t i = 0; i < s->n; i++) /* a line under each row whose pools sleep */
-        notes += s->recs[i].r.asleep_bytes > 0;
+    for (size_t i = 0; i < s->n; i++) /* lines under each row whose pools sleep: what sleeps, what still holds */
+        notes += (s->recs[i].r.asleep_bytes > 0) * (1 + (s->recs[i].r.resident[0] != 0));
     if (o->lines > 0 && !o->once) {
         int free_lines = o->lines - 3 - (int)ndev - notes - 1;
         room = free_lines > 1 ? (size_t)free_lines : 1;
@@ -765,6 +771,10 @@ static void print_table(FILE *f, const opts *o, const seen *s)
         if (shown[i]->r.asleep_bytes > 0) { /* pools that sleep (docs/SLEEP.md): their pages are not in reserved */
             snprintf(line, sizeof line, "      asleep: %s", shown[i]->r.asleep_tags);
             put_line(f, o, line);
+            if (shown[i]->r.resident[0]) { /* what the sleep left held: awake pools, graph pools, cache, others */
+                snprintf(line, sizeof line, "      held at the last sleep or wake: %s", shown[i]->r.resident);
+                put_line(f, o, line);
+            }
         }
     }
     free(shown);

@@ -14,8 +14,10 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/device.h"
+#include "core/resident.h"
 #include "core/segments.h"
 #include "core/sleep.h"
 #include "core/types.h"
@@ -142,13 +144,11 @@ static void walk(hbm_allocator *a, hbm_resident *r, tag_table *tt)
     r->cache = r->default_reserved > r->default_live ? r->default_reserved - r->default_live : 0;
 }
 
-hbm_status hbm_resident_get(hbm_allocator *a, hbm_resident *out)
+/* The figures, with a->lock held. */
+static void resident_locked(hbm_allocator *a, hbm_resident *out)
 {
-    if (!a || !out)
-        return HBM_ERR_INVALID;
     memset(out, 0, sizeof *out);
     tag_table tt = {.n = 0};
-    hbm__lock(a);
     out->device = a->device;
     /* A failed query is an unknown figure, not a failure of this call: the last error stays the caller's. */
     char saved[sizeof a->err];
@@ -159,7 +159,6 @@ hbm_status hbm_resident_get(hbm_allocator *a, hbm_resident *out)
     walk(a, out, &tt);
     tag_text(&tt, out->awake_tags, sizeof out->awake_tags); /* the tags point into the pools: under the lock */
     out->device_total = (int64_t)(known ? dev_total : a->device_total);
-    hbm__unlock(a);
     if (known) {
         uint64_t used = dev_total > dev_free ? dev_total - dev_free : 0;
         out->device_used = (int64_t)used;
@@ -167,7 +166,30 @@ hbm_status hbm_resident_get(hbm_allocator *a, hbm_resident *out)
     } else {
         out->device_used = out->outside = -1;
     }
+}
+
+hbm_status hbm_resident_get(hbm_allocator *a, hbm_resident *out)
+{
+    if (!a || !out)
+        return HBM_ERR_INVALID;
+    hbm__lock(a);
+    resident_locked(a, out);
+    hbm__unlock(a);
     return HBM_OK;
+}
+
+void hbm__resident_note(hbm_allocator *a)
+{
+    if (!a->pub)
+        return;
+    hbm_resident r;
+    resident_locked(a, &r);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    a->res_used = r.device_used;
+    a->res_outside = r.outside;
+    a->res_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    hbm_resident_describe(&r, a->res_text, sizeof a->res_text);
 }
 
 /* ---- the sentence ---- */

@@ -39,6 +39,7 @@
 #include "core/streams.h"
 #include "core/sleep.h"
 #include "core/sleep_file.h"
+#include "core/resident.h"
 #include "core/expandable.h"
 #include "core/device.h"
 #include "core/pool.h"
@@ -732,6 +733,7 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
     m->use_count--;
     if (!again || given)
         record_cost(a, t0, &d0, sl->sleep_cost);
+    hbm__resident_note(a);
     hbm__published(a);
     hbm__unlock(a);
     return rc;
@@ -915,6 +917,7 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
         forget(w, nw);
     m->use_count--;
     record_cost(a, t0, &d0, sl->wake_cost);
+    hbm__resident_note(a);
     hbm__published(a);
     hbm__unlock(a);
     return rc;

@@ -215,6 +215,12 @@ struct hbm_allocator {
     struct hbm__policy *pol; /* the policy beside the caching engine (core/policy.h), NULL: none */
     struct hbm__pub *pub;    /* hbm_publish (publish.c): the shared-memory record, NULL when not published */
     void (*pub_update)(hbm_allocator *a); /* what keeps that record current (set with pub): hbm__published */
+    /* What held the device's memory at the last sleep or wake while published (resident.c hbm__resident_note): the
+     * runtime's used bytes and those outside hbmalloc (-1: unknown), when (CLOCK_REALTIME ns, 0: never), the
+     * sentence. */
+    int64_t res_used, res_outside;
+    uint64_t res_ns;
+    char res_text[512];
     hbm__mempool *mempools;
     hbm_mempool next_mempool_id;
     hbm__route *routes; /* searched last first, as PyTorch searches captures */

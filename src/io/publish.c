@@ -191,6 +191,10 @@ static void fill_stats(hbm_allocator *a, hbm_record *r)
     r->expandable_segments = s->expandable_segments;
     r->device_total = (int64_t)a->device_total;
     hbm__sleep_record(a, &r->asleep_bytes, &r->backup_bytes, r->asleep_tags, sizeof r->asleep_tags);
+    r->resident_ns = a->res_ns;
+    r->resident_used_bytes = a->res_ns ? a->res_used : -1;
+    r->outside_bytes = a->res_ns ? a->res_outside : -1;
+    snprintf(r->resident, sizeof r->resident, "%s", a->res_ns ? a->res_text : "");
 }
 
 static void update(struct hbm__pub *p)

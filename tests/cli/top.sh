@@ -343,7 +343,8 @@ done
 # 80 MiB pool to sleep with 24 MiB of other blocks in memory. Its blocks stay allocated on pages given back, which
 # reserved does not count, so allocated passes reserved: the table gets an ASLEEP column (the record's asleep_bytes,
 # the pages the process's own hbm_pool_info_get reports) and unallocated is reserved less the blocks in memory, in
-# the row, the total and the JSON.
+# the row, the total and the JSON. Under the row, what still held the device's memory at that sleep (issue #37 item
+# 2): the 1 GiB other processes hold on the sim (others=1GiB) outside hbmalloc, in the line and in outside_bytes.
 lib="$(dirname "$bin")/libhbmalloc.so"
 if [ -e "$lib" ] && ! ldd "$lib" 2>/dev/null | grep -q 'lib[at]san'; then
     mkfifo "$tmp/zin"
@@ -352,7 +353,7 @@ import ctypes, json, os, sys
 lib = ctypes.CDLL(sys.argv[1])
 c = ctypes
 a, err, pool, ptr = c.c_void_p(), c.create_string_buffer(512), c.c_uint64(), c.c_void_p()
-assert lib.hbm_open(c.byref(a), b"sim:capacity=8GiB", 0, b"hbm_publish:True", err, 512) == 0, err.value
+assert lib.hbm_open(c.byref(a), b"sim:capacity=8GiB,others=1GiB", 0, b"hbm_publish:True", err, 512) == 0, err.value
 assert lib.hbm_mempool_create(a, c.byref(pool)) == 0 and lib.hbm_pool_tag(a, pool, b"weights", 0) == 0
 assert lib.hbm_mempool_begin_thread(a, pool) == 0
 for _ in range(4):
@@ -394,6 +395,11 @@ assert re.search(r"^RANK +PID +DEV +ALLOCATED +RESERVED +ASLEEP +CAPACITY", text
 row = re.search(r"^- +%d +0 +(\S+ \S+) +(\S+ \S+) +80.00 MiB +8.00 GiB +\S+ +(\S+ \S+) " % own["pid"], text, re.M)
 assert row and row.group(3) != "0 bytes", text
 assert re.search(r"^      asleep: weights 80.00 MiB$", text, re.M), text
+held = re.search(r"^      held at the last sleep or wake: device 0: (.*)$", text, re.M)
+assert held and "largest first: 1024.00 MiB outside hbmalloc (other processes" in held.group(1), text
+assert held.group(1).endswith("; 1 pool asleep gave back 80.00 MiB"), held.group(1)
+assert r["outside_bytes"] == 1 << 30 and r["resident_used_bytes"] > 1 << 30 and r["resident_ns"] > 0, r
+assert r["resident"] == "device 0: " + held.group(1), r
 print("top: a pool asleep: allocated %s, reserved %s, ASLEEP 80.00 MiB, unallocated %s" % row.groups())
 PY
         fail "a pool asleep: $(cat "$tmp/top-asleep.txt")"

@@ -1040,14 +1040,15 @@ static void the_model_gives_the_cost_per_gib(void **st)
 }
 
 /* What `hbmalloc top` reads: the published record says how much sleeps, per tag (a graph's pool and its pool(tag)'s
- * counted together), and reserved leaves it out. */
+ * counted together), and reserved leaves it out; what still held the device at the last sleep or wake, and outside
+ * hbmalloc. */
 static void the_published_record_says_what_sleeps_per_tag(void **st)
 {
     (void)st;
     char dir[] = "/tmp/hbm-sleep-top-XXXXXX";
     assert_non_null(mkdtemp(dir));
     setenv("HBMALLOC_TOP_DIR", dir, 1);
-    hbm_allocator *a = open_sim("sim:capacity=8GiB", "");
+    hbm_allocator *a = open_sim("sim:capacity=8GiB,others=1GiB", "");
     must(a, hbm_publish(a, 1), "publish");
     hbm_mempool w = tagged(a, "weights", 1), w2 = tagged(a, "weights", 1), kv = tagged(a, "kv_cache", 0);
     void *p = in_pool(a, w, 50 * MiB, 0), *q = in_pool(a, w2, 10 * MiB, 0), *k = in_pool(a, kv, 30 * MiB, 0);
@@ -1068,12 +1069,22 @@ static void the_published_record_says_what_sleeps_per_tag(void **st)
     assert_int_equal(r.backup_bytes, 60 * MiB);
     assert_string_equal(r.asleep_tags, "weights 80.00 MiB, kv_cache 40.00 MiB");
     assert_int_equal(r.reserved_bytes, 0);
+    /* What still held the device at the last sleep (issue #37 item 2): the others' 1 GiB, outside hbmalloc. */
+    assert_true(r.resident_ns > 0);
+    assert_int_equal(r.resident_used_bytes, GiB);
+    assert_int_equal(r.outside_bytes, GiB);
+    assert_string_equal(r.resident,
+                        "device 0: 1024.00 MiB used of 8.00 GiB, hbmalloc holds 0 bytes; largest first: "
+                        "1024.00 MiB outside hbmalloc (other processes, the runtime's context, communicators' "
+                        "buffers, other allocators); 3 pools asleep gave back 120.00 MiB");
     must(a, hbm_pool_wake(a, w, NULL), "wake");
     must(a, hbm_pool_wake(a, w2, NULL), "wake");
     must(a, hbm_pool_wake(a, kv, NULL), "wake");
     assert_int_equal(hbm_record_read(path, &r, why, sizeof why), HBM_OK);
     assert_int_equal(r.asleep_bytes, 0);
     assert_string_equal(r.asleep_tags, "");
+    assert_non_null(strstr(r.resident, "hbmalloc holds 120.00 MiB; largest first: 1024.00 MiB outside hbmalloc"));
+    assert_non_null(strstr(r.resident, "in 3 awake pools (weights 80.00 MiB, kv_cache 40.00 MiB); no pool is asleep"));
     hbm_free(a, p);
     hbm_free(a, q);
     hbm_free(a, k);
