@@ -112,6 +112,22 @@ expect 0 "$T/out" "/nonexistent/python3     not found, or failed (HBMALLOC_PYTHO
 
 # An OOM message the log wrapped (cut mid-word at 100 columns, then at word boundaries at 90) reads as the one-line
 # original; one whose end never comes is said to be unreadable, with no conclusion drawn.
+# Issue #37 item 2: what a sleep left in use, from the line vLLM's sleep mode logs after every sleep (gpu_worker.py).
+# A real RL job's log (8 workers, one of them far above the others: info, exit 0) and a constructed one whose
+# figure grows at every sleep of one process (a warning, exit 1).
+case=sleep-left-in-use
+doc "$BIN" doctor --no-env --log "$D/logs/vllm_sleep_rl_8workers.log" >"$T/out" 2>&1; rc=$?
+expect 0 "$T/out" "[info] After a sleep, up to 4.82 GiB stayed in use on the device (8 sleeps logged)" \
+  "Process 475091 left the most, 4.82 GiB, where the least was 1.38 GiB" "hbmalloc.torch.resident() after the sleep"
+has "grew from" && fail "$case: a steady figure read as growth"
+doc "$BIN" doctor --no-env --log "$D/logs/vllm_sleep_growth_constructed.log" --json >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" '"id":"sleep-growth"' \
+  "What a sleep leaves in use grew from 1.38 GiB to 2.23 GiB over 4 sleeps of process 20417 (least 1.38 GiB)" \
+  '"count":4'
+printf 'Sleep mode freed 7 GiB memory, all of it\n' >"$T/odd.log" # the words without the figures: not read
+doc "$BIN" doctor --no-env --log "$T/odd.log" >"$T/out" 2>&1; rc=$?
+has "stayed in use" && fail "$case: a line without the figures read as a sleep"
+
 case=oom-wrapped
 doc "$BIN" doctor --no-env --log "$D/logs/npu_oom_wrapped_constructed.log" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "NPU out of memory with 419.84 MiB reserved but unallocated: fragmentation (a 22.00 MiB request failed)" \

@@ -34,6 +34,9 @@ int doctor_log(doctor *d, const char *path, char *err, size_t errlen);
 /* The same from an open stream; name is what the findings cite. 0, or -1 when host memory ran out. */
 int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t errlen);
 
+/* The line vLLM's sleep mode logs after a sleep ("Sleep mode freed X GiB memory, Y GiB memory is still in use."):
+ * what stayed in use, and its growth per process (doctor_sleep.c). 1 when the line was one. */
+int doctor_sleep_line(doctor *d, const char *path, long lineno, const char *line);
 /* A PyTorch or torch_npu version, or the probe warning only some releases print, in one log line. */
 void doctor_log_versions(doctor *d, const char *path, long lineno, const char *line);
 /* The settings variables set here, checked as the user's release reads them on this device: refusals, what a

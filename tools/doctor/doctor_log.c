@@ -106,19 +106,7 @@ static finding *seen(doctor *d, const where *w, int severity, const char *id, co
         }
     finding *f = doctor_add(d, severity, id);
     snprintf(f->title, sizeof f->title, "%s", title);
-    size_t n = strlen(w->text);
-    while (n && (w->text[n - 1] == '\n' || w->text[n - 1] == '\r'))
-        n--;
-    const char *t = w->text;
-    while (*t == ' ' || *t == '\t')
-        t++, n--;
-    size_t plen = strlen(w->path);
-    plen = hbm__utf8_cut(w->path, plen > 200 ? 200 : plen); /* cuts between characters: logs are often Chinese */
-    int cut;
-    size_t keep = doctor_quote_len(t, n, 400, &cut); /* up to a word: a cut word reads as another word */
-    snprintf(f->evidence, sizeof f->evidence, "%.*s:%ld: %.*s%s", (int)plen, w->path, w->line, (int)keep, t,
-             cut ? " ..." : "");
-    f->count = 1;
+    doctor_evidence(f, w->path, w->line, w->text);
     return f;
 }
 
@@ -572,7 +560,7 @@ static void one_line(doctor *d, const where *w, const char *line)
             oom_unreadable(d, w, line);
         return;
     }
-    if (known_match(d, w, line, 1))
+    if (known_match(d, w, line, 1) || doctor_sleep_line(d, w->path, w->line, line))
         return;
     char func[80];
     int code;

@@ -10,6 +10,7 @@
 
 #include "findings.h"
 #include "util.h"
+#include "wrap.h"
 
 void doctor_init(doctor *d)
 {
@@ -38,6 +39,21 @@ finding *doctor_add(doctor *d, int severity, const char *id)
     f->count = 1;
     snprintf(f->id, sizeof f->id, "%s", id);
     return f;
+}
+
+void doctor_evidence(finding *f, const char *path, long line, const char *text)
+{
+    size_t n = strlen(text);
+    while (n && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+        n--;
+    while (n && (*text == ' ' || *text == '\t'))
+        text++, n--;
+    size_t plen = strlen(path);
+    plen = hbm__utf8_cut(path, plen > 200 ? 200 : plen); /* cuts between characters: logs are often Chinese */
+    int cut;
+    size_t keep = doctor_quote_len(text, n, 400, &cut); /* up to a word: a cut word reads as another word */
+    snprintf(f->evidence, sizeof f->evidence, "%.*s:%ld: %.*s%s", (int)plen, path, line, (int)keep, text,
+             cut ? " ..." : "");
 }
 
 void doctor_next(finding *f, const char *fmt, ...)

@@ -54,12 +54,23 @@ typedef struct doctor {
     char probe_failed_at[300];
     int oom_npu;         /* an NPU out-of-memory message was seen */
     double oom_capacity; /* its device's total capacity, bytes (0: unknown) */
+    /* What each process's sleeps left in use (doctor_sleep.c), up to 32 processes; findings by index + 1. */
+    struct doctor_sleeps {
+        long pid; /* -1: the log names none */
+        int n;
+        double first, last, low, high; /* GiB still in use after its first, last, least and most sleep */
+        int growth;                    /* its growth finding, index + 1 (0: none yet) */
+    } sleeps[32];
+    int nsleeps;
+    int sleep_finding; /* the finding of what sleeps left in use, index + 1 (0: none yet) */
 } doctor;
 
 void doctor_init(doctor *d);
 void doctor_free(doctor *d);
 finding *doctor_add(doctor *d, int severity, const char *id);
 void doctor_next(finding *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The finding's evidence: "PATH:LINE: the line" (the path cut at 200 bytes, the line up to a word). */
+void doctor_evidence(finding *f, const char *path, long line, const char *text);
 void doctor_fact(doctor *d, const char *section, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
