@@ -726,6 +726,10 @@ API CUresult cuMemcpyHtoDAsync(unsigned int d, const void *s, unsigned int n, vo
     return NOT_SUPPORTED;
 }
 
+/* Whether a queued copy still uses host memory [p, p + n): the CPU must not touch it (tests). */
+API int fake_cuda_host_queued(uintptr_t p, size_t n);
+API int fake_cuda_host_queued(uintptr_t p, size_t n) { return fw_host_queued(p, p + n); }
+
 /* A kernel writing or reading device memory (tests): 0, or -1 when it is not mapped. */
 API int fake_cuda_poke(CUdeviceptr va, const void *src, size_t n)
 {

@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static void *lib;
 static void (*fake_reset)(void);
@@ -24,6 +26,7 @@ static int (*cu_init)(unsigned);
 static int (*fake_poke)(uint64_t, const void *, size_t);
 static int (*fake_peek)(uint64_t, void *, size_t);
 static const char *(*fake_log)(void);
+static int (*fake_host_queued)(uint64_t, size_t);
 static int (*cu_mem_info)(size_t *, size_t *);
 static char spec[600];
 
@@ -51,12 +54,13 @@ static int setup(void **st)
     *(void **)&fake_poke = dlsym(lib, "fake_cuda_poke");
     *(void **)&fake_peek = dlsym(lib, "fake_cuda_peek");
     *(void **)&fake_log = dlsym(lib, "fake_cuda_log");
+    *(void **)&fake_host_queued = dlsym(lib, "fake_cuda_host_queued");
     *(void **)&cu_mem_info = dlsym(lib, "cuMemGetInfo_v2");
     snprintf(spec, sizeof spec, "cuda:lib=%s", HBM_FAKE_CUDA);
     setenv("HBMALLOC_QUIET", "1", 1);
     return fake_reset && fake_set && fake_outstanding && fake_get && fake_launch && fake_first_use && fake_progress &&
                    fake_violations && fake_contexts && fake_current && fake_can_access && cu_retain && cu_release &&
-                   cu_set_current && cu_init && fake_poke && fake_peek && fake_log && cu_mem_info
+                   cu_set_current && cu_init && fake_poke && fake_peek && fake_log && cu_mem_info && fake_host_queued
                ? 0
                : -1;
 }
@@ -593,6 +597,93 @@ static void a_pool_sleeps_and_wakes_within_the_drivers_contracts(void **st)
     free(back);
 }
 
+/* The backup file's writes and reads (src/core/sleep_file.c), as the CPU makes them, checked against the fake
+ * driver's queued copies: the CPU must not write to the file a pinned buffer that a queued device-to-host copy still
+ * fills, nor read the file into one that a queued host-to-device copy still reads (on a GPU the copy runs later: the
+ * file would get stale bytes, or the device the next piece's). The fake moves a copy's bytes at once, so the contents
+ * alone cannot show it; these definitions take the place of libc's in this program (hbmalloc is linked in). */
+static long io_calls, io_early;
+
+static void io_check(const void *p, size_t n)
+{
+    if (fake_host_queued) {
+        io_calls++;
+        io_early += fake_host_queued((uintptr_t)p, n);
+    }
+}
+
+ssize_t pwrite(int fd, const void *p, size_t n, off_t off)
+{
+    io_check(p, n);
+    return syscall(SYS_pwrite64, fd, p, n, off);
+}
+
+ssize_t pread(int fd, void *p, size_t n, off_t off)
+{
+    io_check(p, n);
+    return syscall(SYS_pread64, fd, p, n, off);
+}
+
+/* A backup in a file (issue #37 item 4) within the driver's contracts: two pinned buffers of one piece, each piece's
+ * copies waited for (its event) before the CPU writes it out, each read in before its copies are queued and only
+ * into a buffer whose last copies completed; with a progress callback and without; the contents byte for byte. */
+static int progress_calls;
+static void count_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    (void)ctx, (void)done, (void)total;
+    progress_calls++;
+}
+
+static void a_backup_in_a_file_never_touches_a_buffer_under_a_copy(void **st)
+{
+    (void)st;
+    char dir[] = "/tmp/hbm-cuda-bfile-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    framework_thread_on(0);
+    hbm_allocator *a = open_cuda("");
+    hbm_mempool mp;
+    assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
+    assert_int_equal(hbm_pool_tag(a, mp, "weights", 1), HBM_OK);
+    void *p = NULL, *q = NULL;
+    assert_int_equal(hbm_mempool_malloc(a, mp, 30 * MiB, 3, &p), HBM_OK);
+    assert_int_equal(hbm_mempool_malloc(a, mp, 5 * MiB, 3, &q), HBM_OK);
+    unsigned char *pat = malloc(35 * MiB + 1), *back = malloc(30 * MiB);
+    for (size_t i = 0; i < 35 * MiB + 1; i++)
+        pat[i] = (unsigned char)(i * 13 + (i >> 12));
+    for (int with_progress = 0; with_progress < 2; with_progress++) {
+        assert_int_equal(fake_poke((uintptr_t)p, pat + with_progress, 30 * MiB), 0);
+        assert_int_equal(fake_poke((uintptr_t)q, pat + 30 * MiB, 5 * MiB), 0);
+        hbm_sleep_opts o = {.chunk_bytes = 4 * MiB, .backup_dir = dir, .checksum = 1};
+        if (with_progress)
+            o.progress = count_progress;
+        io_calls = io_early = progress_calls = 0;
+        fake_set("log", 1);
+        assert_int_equal(hbm_pool_sleep(a, mp, &o), HBM_OK);
+        assert_no_violation();
+        assert_int_equal(log_count(fake_log(), "cuMemHostAlloc"), with_progress ? 0 : 2); /* two pieces, kept */
+        assert_int_equal(io_calls, 9);                                                    /* 35 MiB in 4 MiB pieces */
+        assert_int_equal(io_early, 0);
+        hbm_sleep_opts w = {.progress = o.progress};
+        assert_int_equal(hbm_pool_wake(a, mp, &w), HBM_OK);
+        assert_no_violation();
+        assert_int_equal(io_calls, 18);
+        assert_int_equal(io_early, 0);
+        assert_int_equal(progress_calls, with_progress ? 18 : 0);
+        assert_int_equal(fake_peek((uintptr_t)p, back, 30 * MiB), 0);
+        assert_memory_equal(back, pat + with_progress, 30 * MiB);
+        assert_int_equal(fake_peek((uintptr_t)q, back, 5 * MiB), 0);
+        assert_memory_equal(back, pat + 30 * MiB, 5 * MiB);
+    }
+    assert_valid(a);
+    hbm_free(a, p);
+    hbm_free(a, q);
+    hbm_destroy(a);
+    assert_driver_empty();
+    assert_int_equal(rmdir(dir), 0);
+    free(pat);
+    free(back);
+}
+
 /* A kernel that touches a sleeping block finds nothing mapped there: on a GPU an illegal address (the context is
  * lost), which the fake records. hbmalloc cannot stop it; it refuses allocations into the pool and says so. */
 static void a_kernel_on_a_sleeping_block_finds_nothing_mapped(void **st)
@@ -635,6 +726,7 @@ int main(void)
         cmocka_unit_test_setup(a_missing_library_is_a_clear_error, reset),
         cmocka_unit_test_setup(each_device_gets_its_own_context_and_allocator, reset),
         cmocka_unit_test_setup(a_pool_sleeps_and_wakes_within_the_drivers_contracts, reset),
+        cmocka_unit_test_setup(a_backup_in_a_file_never_touches_a_buffer_under_a_copy, reset),
         cmocka_unit_test_setup(a_kernel_on_a_sleeping_block_finds_nothing_mapped, reset),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
