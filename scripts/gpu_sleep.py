@@ -10,7 +10,9 @@ default pools). A CUDA graph captured before the first sleep reads the weights. 
 (timed, apart), train a few steps in the memory the sleep gave back, wake each (timed), check that
 torch.cuda.mem_get_info() rose and fell by the pools' pages, that every weights tensor kept its address and its
 contents (a fingerprint every cycle, every byte at the end against a host copy), and that the graph replays to the
-same output. Then a plain copy of the same bytes between one device tensor and pinned host memory, each way, as the
+same output. Then three sleeps of the weights to a file with the checksum on (HBM_SLEEP_FILE_DIR, else the temporary
+folder), contents checked after each wake. Then a plain copy of the same bytes between one device tensor and pinned
+host memory, each way, as the
 yardstick: the summary gives each pool's sleep and wake in GiB/s and a backup's as a share of that copy. Prints JSON
 lines (one per cycle, then the summary) and writes OUTDIR/sleep.md.
 Must run in a fresh process: the mode is chosen before anything touches the GPU.
@@ -20,6 +22,7 @@ import os
 import re
 import statistics
 import sys
+import tempfile
 import time
 
 
@@ -144,6 +147,21 @@ def main():
     every_byte = all(torch.equal(w.cpu(), h) for w, h in zip(weights, host_copy))
     ok &= every_byte
 
+    # A backup in a file with its checksum (issue #37 items 4, 5): two pinned pieces, the disk's speed
+    # (HBM_SLEEP_FILE_DIR names the folder; the default temporary one otherwise). Contents checked after each wake.
+    folder = tempfile.mkdtemp(dir=os.environ.get("HBM_SLEEP_FILE_DIR") or None)
+    file_times, file_ok = [], True
+    for _ in range(3):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        hbm.sleep("weights", backup_dir=folder, checksum=True)
+        t1 = time.perf_counter()
+        hbm.wake("weights")
+        file_times.append((t1 - t0, time.perf_counter() - t1))
+        file_ok &= all(torch.equal(w.cpu(), h) for w, h in zip(weights, host_copy))
+    os.rmdir(folder)
+    ok &= file_ok
+
     # The yardstick, in this run: a plain copy of the same bytes between one device tensor and pinned host memory
     # (issue #37 item 4: a backup sleep and wake should reach 80% of it; torch_memory_saver's issue #111: about 10%).
     nbytes = sum(sizes)
@@ -175,7 +193,10 @@ def main():
         "first_sleep_s_backup": rows[0]["sleep_weights"],
         "pinned_copy_gib_s": {"d2h": nbytes / GiB / d2h, "h2d": nbytes / GiB / h2d},
         "sleep_calls": rows[-1]["sleep_calls"], "wake_calls": rows[-1]["wake_calls"],
-        "gained_gib_min": min(r["gained_gib"] for r in rows), "every_byte_at_the_end": every_byte, "ok": ok}
+        "gained_gib_min": min(r["gained_gib"] for r in rows), "every_byte_at_the_end": every_byte,
+        "file_sleep_gib_s": backup_gib / statistics.median(t[0] for t in file_times),
+        "file_wake_gib_s": backup_gib / statistics.median(t[1] for t in file_times), "file_contents_ok": file_ok,
+        "ok": ok}
     summary["backup_sleep_gib_s"] = 1 / summary["sleep_s_per_gib_backup"]
     summary["backup_wake_gib_s"] = 1 / summary["wake_s_per_gib_backup"]
     summary["backup_sleep_of_pinned_copy"] = summary["backup_sleep_gib_s"] / summary["pinned_copy_gib_s"]["d2h"]
@@ -197,6 +218,9 @@ def main():
                  summary["pinned_copy_gib_s"]["d2h"], summary["backup_wake_gib_s"],
                  100 * summary["backup_wake_of_pinned_copy"], summary["pinned_copy_gib_s"]["h2d"],
                  summary["discard_sleep_gib_s"], summary["discard_wake_gib_s"]),
+             "", "backup in a file (checksum on, %s): sleep %.2f GiB/s, wake %.2f GiB/s, contents %s" % (
+                 os.environ.get("HBM_SLEEP_FILE_DIR") or tempfile.gettempdir(), summary["file_sleep_gib_s"],
+                 summary["file_wake_gib_s"], "ok" if file_ok else "CHANGED"),
              "", "mode: %s; %s; first backup sleep %.3f s (pins the host buffers); mem_get_info rose by at least "
              "%.2f GiB at every sleep; addresses, contents (every byte at the end: %s) and the graph's replay: %s" % (
                  summary["mode"], summary["gpu"], summary["first_sleep_s_backup"], summary["gained_gib_min"],
