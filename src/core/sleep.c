@@ -310,6 +310,8 @@ static hbm_status plan_backup(hbm_allocator *a, hbm__mempool *m, size_t chunk, c
         for (hbm__block *b = in_pool(seg, m) ? seg->head : NULL; b; b = b->next)
             total += b->allocated ? b->size : 0;
     size_t stage = total < chunk ? total : chunk, nstage = total > chunk ? 2 : 1;
+    if (!total)
+        dir = NULL; /* nothing to keep: no file */
     if (dir) {
         hbm_status rc = hbm__bfile_open(a, &sl->file, dir, total);
         if (rc != HBM_OK)
@@ -324,6 +326,8 @@ static hbm_status plan_backup(hbm_allocator *a, hbm__mempool *m, size_t chunk, c
             covered += sl->bufs[keep++].size;
     }
     free_bufs(a, sl, keep);
+    if (dir && sl->nbufs != keep)
+        return HBM_ERR_BACKEND; /* a buffer not freed (its message set) would be taken for a piece's */
     while (covered < total) {
         size_t want = dir ? stage : total - covered < chunk ? total - covered : chunk;
         void *p = NULL;
@@ -423,13 +427,34 @@ typedef struct pass {
     hbm_status (*after)(hbm_allocator *, hbm__sleep *, const hbm_sleep_opts *, size_t, size_t);
 } pass;
 
+/* A piece queued earlier, finished: waited for, written to the file (a sleep's), counted and reported (the lock
+ * open in the callback). rc: the pass's status so far (a failed pass still waits, and reports nothing). The piece is
+ * empty after. */
+static hbm_status piece_done(hbm_allocator *a, hbm__sleep *sl, const hbm_sleep_opts *o, const pass *ps, piece *p,
+                             hbm_status rc, uint64_t *done)
+{
+    if (p->j <= p->i)
+        return rc;
+    hbm_status rs = piece_wait(a, sl, p);
+    if (rc == HBM_OK && (rc = rs) == HBM_OK && sl->file.open && ps->after)
+        rc = ps->after(a, sl, o, p->i, p->j);
+    if (rc == HBM_OK) {
+        for (size_t r = p->i; r < p->j; r++)
+            *done += sl->runs[r].size;
+        progress(a, sl, o, *done, sl->backup_bytes); /* the lock open: the next piece's copies run */
+    }
+    p->i = p->j = 0;
+    return rc;
+}
+
 /* copy on every run, in address order, without a wait per piece. Without a progress callback or a file every copy
  * is queued and each stream waited for once at the end: the pieces follow each other on the device. Otherwise a
  * piece's copies are queued, then the piece before it is waited for (an event recorded after its copies; two events,
- * used in turn), written to the file and reported: one piece in flight while the next is queued. The two buffers of
- * a file's pieces are used in turn: a piece's buffer was last used by the piece two before, which the last turn
- * waited for. *done: the bytes of the pieces done. A failure: what was queued is waited for first (its buffers must
- * not be reused under the copies). */
+ * used in turn), written to the file and reported: one piece in flight while the next is queued. A file's pieces go
+ * through two buffers in turn (piece n in buffer n % 2); when the piece before uses the same buffer (pieces between
+ * them were dropped with a segment given back while asleep, hbm__sleep_forget), it is finished first, so that a
+ * buffer is never refilled under a copy. *done: the bytes of the pieces done. A failure: what was queued is waited
+ * for first (its buffers must not be reused under the copies). */
 static hbm_status each_buffer(hbm_allocator *a, hbm__mempool *m, const hbm_sleep_opts *o, const pass *ps,
                               uint64_t *done)
 {
@@ -454,7 +479,10 @@ static hbm_status each_buffer(hbm_allocator *a, hbm__mempool *m, const hbm_sleep
         size_t end = i;
         while (end < sl->nruns && sl->runs[end].buf == sl->runs[i].buf)
             end++;
-        if (end > i && sl->file.open && ps->before)
+        if (end > i && sl->file.open && prev.j > prev.i &&
+            sl->runs[prev.i].buf % sl->nstage == sl->runs[i].buf % sl->nstage)
+            rc = piece_done(a, sl, o, ps, &prev, rc, done); /* its buffer is this piece's: free it first */
+        if (rc == HBM_OK && end > i && sl->file.open && ps->before)
             rc = ps->before(a, sl, o, i, end);
         bool one = true;
         for (; cur.j < end && rc == HBM_OK; cur.j++) {
@@ -467,16 +495,7 @@ static hbm_status each_buffer(hbm_allocator *a, hbm__mempool *m, const hbm_sleep
             cur.ev = ev[k];
         }
         i = cur.j;
-        if (prev.j > prev.i) {
-            hbm_status rs = piece_wait(a, sl, &prev);
-            if (rc == HBM_OK && (rc = rs) == HBM_OK && sl->file.open && ps->after)
-                rc = ps->after(a, sl, o, prev.i, prev.j);
-            if (rc == HBM_OK) {
-                for (size_t r = prev.i; r < prev.j; r++)
-                    *done += sl->runs[r].size;
-                progress(a, sl, o, *done, sl->backup_bytes); /* the lock open: the next piece's copies run */
-            }
-        }
+        rc = piece_done(a, sl, o, ps, &prev, rc, done);
         prev = cur;
     }
     if (rc != HBM_OK)

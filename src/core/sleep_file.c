@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/engine.h"
@@ -39,10 +40,24 @@ hbm_status hbm__bfile_open(hbm_allocator *a, hbm__bfile *f, const char *dir, uin
         return HBM_ERR_BACKEND;
     }
     (void)unlink(path); /* nameless from now on: a job that dies leaves nothing behind */
-    int err = size ? posix_fallocate(fd, 0, (off_t)size) : 0;
+    char s_size[32];
+    hbm__format_size(size, s_size, sizeof s_size);
+    /* Past the process's file-size limit the kernel sends SIGXFSZ, whose default ends the process: refused first. */
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && size > (uint64_t)lim.rlim_cur) {
+        char s_lim[32];
+        hbm__format_size((uint64_t)lim.rlim_cur, s_lim, sizeof s_lim);
+        hbm__set_error(a,
+                       "the backup file in %s could not take its %s: %s (the process's file-size limit, ulimit -f, "
+                       "is %s)",
+                       dir, s_size, strerror(EFBIG), s_lim);
+        close(fd);
+        return HBM_ERR_OOM;
+    }
+    int err = EINTR;
+    while (err == EINTR)
+        err = size ? posix_fallocate(fd, 0, (off_t)size) : 0;
     if (err) {
-        char s_size[32];
-        hbm__format_size(size, s_size, sizeof s_size);
         hbm__set_error(a, "the backup file in %s could not take its %s: %s", dir, s_size, strerror(err));
         close(fd);
         return err == ENOSPC || err == EFBIG ? HBM_ERR_OOM : HBM_ERR_BACKEND;

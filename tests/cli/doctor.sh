@@ -110,8 +110,6 @@ expect 0 "$T/out" "torch                    not importable: ImportError: libc10.
 doc "$BIN" doctor --root "$T" >"$T/out" 2>&1; rc=$?
 expect 0 "$T/out" "/nonexistent/python3     not found, or failed (HBMALLOC_PYTHON names another)"
 
-# An OOM message the log wrapped (cut mid-word at 100 columns, then at word boundaries at 90) reads as the one-line
-# original; one whose end never comes is said to be unreadable, with no conclusion drawn.
 # Issue #37 item 2: what a sleep left in use, from the line vLLM's sleep mode logs after every sleep (gpu_worker.py).
 # A real RL job's log (8 workers, one of them far above the others: info, exit 0) and a constructed one whose
 # figure grows at every sleep of one process (a warning, exit 1).
@@ -124,10 +122,18 @@ doc "$BIN" doctor --no-env --log "$D/logs/vllm_sleep_growth_constructed.log" --j
 expect 1 "$T/out" '"id":"sleep-growth"' \
   "What a sleep leaves in use grew from 1.38 GiB to 2.23 GiB over 4 sleeps of process 20417 (least 1.38 GiB)" \
   '"count":4'
+# Two workers' figures interleaved in one series (no PID in the lines): steady each, not growth.
+for x in 1.38 1.90 1.38 1.90 1.38 1.90; do
+  printf 'INFO [gpu_worker.py:104] Sleep mode freed 70.00 GiB memory, %s GiB memory is still in use.\n' "$x"
+done >"$T/two.log"
+doc "$BIN" doctor --no-env --log "$T/two.log" >"$T/out" 2>&1; rc=$?
+expect 0 "$T/out" "After a sleep, up to 1.90 GiB stayed in use on the device (6 sleeps logged)"
 printf 'Sleep mode freed 7 GiB memory, all of it\n' >"$T/odd.log" # the words without the figures: not read
 doc "$BIN" doctor --no-env --log "$T/odd.log" >"$T/out" 2>&1; rc=$?
 has "stayed in use" && fail "$case: a line without the figures read as a sleep"
 
+# An OOM message the log wrapped (cut mid-word at 100 columns, then at word boundaries at 90) reads as the one-line
+# original; one whose end never comes is said to be unreadable, with no conclusion drawn.
 case=oom-wrapped
 doc "$BIN" doctor --no-env --log "$D/logs/npu_oom_wrapped_constructed.log" >"$T/out" 2>&1; rc=$?
 expect 1 "$T/out" "NPU out of memory with 419.84 MiB reserved but unallocated: fragmentation (a 22.00 MiB request failed)" \

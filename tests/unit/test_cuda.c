@@ -1,7 +1,9 @@
 /* test_cuda.c: the CUDA backend against tests/fakes/fake_cuda.c, loaded through the same dlopen path. */
 #include "helpers.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -602,26 +604,28 @@ static void a_pool_sleeps_and_wakes_within_the_drivers_contracts(void **st)
  * fills, nor read the file into one that a queued host-to-device copy still reads (on a GPU the copy runs later: the
  * file would get stale bytes, or the device the next piece's). The fake moves a copy's bytes at once, so the contents
  * alone cannot show it; these definitions take the place of libc's in this program (hbmalloc is linked in). */
-static long io_calls, io_early;
+static long io_calls, io_early, io_fail_at; /* io_fail_at: the call (1-based) that fails with EIO, 0: none */
 
-static void io_check(const void *p, size_t n)
+static int io_check(uintptr_t p, size_t n)
 {
     if (fake_host_queued) {
-        io_calls++;
-        io_early += fake_host_queued((uintptr_t)p, n);
+        io_early += fake_host_queued(p, n);
+        if (++io_calls == io_fail_at) {
+            errno = EIO;
+            return -1;
+        }
     }
+    return 0;
 }
 
 ssize_t pwrite(int fd, const void *p, size_t n, off_t off)
 {
-    io_check(p, n);
-    return syscall(SYS_pwrite64, fd, p, n, off);
+    return io_check((uintptr_t)p, n) ? -1 : syscall(SYS_pwrite64, fd, p, n, off);
 }
 
 ssize_t pread(int fd, void *p, size_t n, off_t off)
 {
-    io_check(p, n);
-    return syscall(SYS_pread64, fd, p, n, off);
+    return io_check((uintptr_t)p, n) ? -1 : syscall(SYS_pread64, fd, p, n, off);
 }
 
 /* A backup in a file (issue #37 item 4) within the driver's contracts: two pinned buffers of one piece, each piece's
@@ -684,6 +688,115 @@ static void a_backup_in_a_file_never_touches_a_buffer_under_a_copy(void **st)
     free(back);
 }
 
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void fill_block(void *p, size_t n, unsigned seed)
+{
+    unsigned char *pat = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        pat[i] = (unsigned char)(i * seed + (i >> 13));
+    assert_int_equal(fake_poke((uintptr_t)p, pat, n), 0);
+    free(pat);
+}
+
+static int block_is(void *p, size_t n, unsigned seed)
+{
+    unsigned char *back = malloc(n);
+    int same = fake_peek((uintptr_t)p, back, n) == 0;
+    for (size_t i = 0; same && i < n; i++)
+        same = back[i] == (unsigned char)(i * seed + (i >> 13));
+    free(back);
+    return same;
+}
+
+static int by_address(const void *x, const void *y)
+{
+    uintptr_t a = *(const uintptr_t *)x, b = *(const uintptr_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* Pieces dropped while asleep (found by review): three 4 MiB blocks on three streams, three segments, one piece
+ * each; the middle block freed while asleep, so the wake gives its segment back and its piece goes
+ * (hbm__sleep_forget): the pieces left, 0 and 2, both use staging buffer 0, and piece 2 must not be read into it
+ * while piece 0's copies are queued. Then a file that fails: a write error stops the sleep (the pool awake, its
+ * contents in place, the file closed); a read error stops the wake (asleep, nothing lost), and the next wake
+ * restores every byte. */
+static void a_backup_file_survives_dropped_pieces_and_io_errors(void **st)
+{
+    (void)st;
+    char dir[] = "/tmp/hbm-cuda-bfile-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    framework_thread_on(0);
+    hbm_allocator *a = open_cuda("");
+    hbm_mempool mp;
+    assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
+    assert_int_equal(hbm_pool_tag(a, mp, "weights", 1), HBM_OK);
+    uintptr_t s[3];
+    for (int k = 0; k < 3; k++) {
+        void *p = NULL;
+        assert_int_equal(hbm_mempool_malloc(a, mp, 4 * MiB, (hbm_stream)(uintptr_t)(3 + 2 * k), &p), HBM_OK);
+        s[k] = (uintptr_t)p;
+    }
+    qsort(s, 3, sizeof s[0], by_address);
+    for (int k = 0; k < 3; k++)
+        fill_block((void *)s[k], 4 * MiB, 11 + 2 * (unsigned)k);
+    hbm_sleep_opts o = {.chunk_bytes = 4 * MiB, .backup_dir = dir, .checksum = 1};
+    assert_int_equal(hbm_pool_sleep(a, mp, &o), HBM_OK);
+    hbm_free(a, (void *)s[1]);
+    io_calls = io_early = 0;
+    assert_int_equal(hbm_pool_wake(a, mp, NULL), HBM_OK);
+    assert_no_violation();
+    assert_int_equal(io_calls, 2);
+    assert_int_equal(io_early, 0);
+    assert_true(block_is((void *)s[0], 4 * MiB, 11));
+    assert_true(block_is((void *)s[2], 4 * MiB, 15));
+
+    int fds = open_fds();
+    io_calls = 0, io_fail_at = 2; /* the second piece's write */
+    assert_int_equal(hbm_pool_sleep(a, mp, &o), HBM_ERR_BACKEND);
+    assert_non_null(strstr(hbm_last_error(a), "the backup to its file stopped after 4.00 MiB of 8.00 MiB (writing "
+                                              "the backup file in"));
+    assert_no_violation();
+    hbm_pool_info f;
+    assert_int_equal(hbm_pool_info_get(a, mp, &f), HBM_OK);
+    assert_int_equal(f.state, HBM_POOL_AWAKE);
+    assert_int_equal(f.file_bytes, 0);
+    assert_int_equal(open_fds(), fds); /* the file closed */
+    assert_true(block_is((void *)s[0], 4 * MiB, 11) && block_is((void *)s[2], 4 * MiB, 15));
+
+    io_calls = 0, io_fail_at = 0;
+    assert_int_equal(hbm_pool_sleep(a, mp, &o), HBM_OK);
+    io_calls = 0, io_fail_at = 2; /* the second piece's read */
+    assert_int_equal(hbm_pool_wake(a, mp, NULL), HBM_ERR_BACKEND);
+    assert_non_null(strstr(hbm_last_error(a), "pool 'weights' stays asleep: copying its backup back failed (reading "
+                                              "the backup file in"));
+    assert_no_violation();
+    assert_int_equal(hbm_pool_info_get(a, mp, &f), HBM_OK);
+    assert_int_equal(f.state, HBM_POOL_ASLEEP);
+    assert_int_equal(f.reserved_bytes, 0); /* what it mapped given back */
+    assert_int_equal(f.file_bytes, 8 * MiB);
+    io_calls = 0, io_fail_at = 0;
+    assert_int_equal(hbm_pool_wake(a, mp, NULL), HBM_OK);
+    assert_no_violation();
+    assert_true(block_is((void *)s[0], 4 * MiB, 11) && block_is((void *)s[2], 4 * MiB, 15));
+    assert_int_equal(open_fds(), fds);
+    assert_valid(a);
+    hbm_free(a, (void *)s[0]);
+    hbm_free(a, (void *)s[2]);
+    hbm_destroy(a);
+    assert_driver_empty();
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* A kernel that touches a sleeping block finds nothing mapped there: on a GPU an illegal address (the context is
  * lost), which the fake records. hbmalloc cannot stop it; it refuses allocations into the pool and says so. */
 static void a_kernel_on_a_sleeping_block_finds_nothing_mapped(void **st)
@@ -727,6 +840,7 @@ int main(void)
         cmocka_unit_test_setup(each_device_gets_its_own_context_and_allocator, reset),
         cmocka_unit_test_setup(a_pool_sleeps_and_wakes_within_the_drivers_contracts, reset),
         cmocka_unit_test_setup(a_backup_in_a_file_never_touches_a_buffer_under_a_copy, reset),
+        cmocka_unit_test_setup(a_backup_file_survives_dropped_pieces_and_io_errors, reset),
         cmocka_unit_test_setup(a_kernel_on_a_sleeping_block_finds_nothing_mapped, reset),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

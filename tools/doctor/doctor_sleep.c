@@ -21,6 +21,9 @@
 #define GiB 1073741824.0
 #define GROWTH_GIB 0.25 /* less than this between the first and the last sleep is noise of the runtime's own */
 #define GROWTH_SLEEPS 3
+#define NOISE_GIB \
+    0.10 /* a figure lower than the one before by more than this: not a steady growth (two devices'
+                          figures interleaved in one series, a cache given back) */
 
 /* The PID a log line names ("p:475095", "pid=1234"), or -1. */
 static long pid_of(const char *line)
@@ -61,7 +64,7 @@ static void left_in_use(doctor *d, const char *path, long lineno, const char *li
     finding *f;
     if (!d->sleep_finding) {
         f = doctor_add(d, SEV_INFO, "sleep-left-in-use");
-        d->sleep_finding = (int)d->n;
+        d->sleep_finding = d->n && f == &d->f[d->n - 1] ? (int)d->n : 0; /* 0: out of host memory, not kept */
         doctor_evidence(f, path, lineno, line);
         doctor_next(f, "name each holder with its size: with hbmalloc's pools (hbmalloc.torch.pool() and sleep()), "
                        "hbmalloc.torch.resident() after the sleep, or `hbmalloc top` under the process's row "
@@ -98,12 +101,12 @@ static void left_in_use(doctor *d, const char *path, long lineno, const char *li
 
 static void growth(doctor *d, struct doctor_sleeps *s, const char *path, long lineno, const char *line)
 {
-    if (s->n < GROWTH_SLEEPS || s->last - s->first < GROWTH_GIB)
+    if (s->n < GROWTH_SLEEPS || s->last - s->first < GROWTH_GIB || s->fell)
         return;
     finding *f;
     if (!s->growth) {
         f = doctor_add(d, SEV_WARNING, "sleep-growth");
-        s->growth = (int)d->n;
+        s->growth = d->n && f == &d->f[d->n - 1] ? (int)d->n : 0;
         snprintf(f->why, sizeof f->why,
                  "Each sleep and wake of this process leaves more memory in use after the sleep: something "
                  "allocates outside the sleeping pools every cycle and does not give it back, and after enough "
@@ -145,6 +148,7 @@ int doctor_sleep_line(doctor *d, const char *path, long lineno, const char *line
     used /= GiB;
     struct doctor_sleeps *s = series(d, pid_of(line));
     if (s) {
+        s->fell |= s->n && used < s->last - NOISE_GIB;
         s->first = s->n ? s->first : used;
         s->low = s->n && s->low < used ? s->low : used;
         s->high = s->n && s->high > used ? s->high : used;

@@ -59,6 +59,7 @@ typedef struct doctor {
         long pid; /* -1: the log names none */
         int n;
         double first, last, low, high; /* GiB still in use after its first, last, least and most sleep */
+        int fell;                      /* a sleep left less than the one before it, by more than noise */
         int growth;                    /* its growth finding, index + 1 (0: none yet) */
     } sleeps[32];
     int nsleeps;
