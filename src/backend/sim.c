@@ -96,6 +96,7 @@ typedef struct sim_event {
     int live, device, recorded;
     hbm_stream stream;
     uint64_t seq;
+    uint32_t gen, next_free; /* as a handle's: a destroyed event's slot is reused, its old id refused */
 } sim_event;
 
 typedef struct sim_fault_state {
@@ -133,9 +134,10 @@ typedef struct sim {
     size_t nstreams, cap_streams;
     uint32_t *stream_index; /* open addressing over (device, id): index + 1 into streams, 0: empty; a power of two */
     size_t index_cap;
-    sim_event *events; /* event e lives at events[e - 1] */
+    sim_event *events; /* event e lives at events[HANDLE_SLOT(e)], its generation in the high half */
     size_t nevents, cap_events;
-    int ncapturing; /* streams with a capture under way */
+    uint32_t free_event; /* index + 1 of the first destroyed slot, 0: none */
+    int ncapturing;      /* streams with a capture under way */
 } sim;
 
 /* The calling thread's capture mode (HBM__CAPTURE_MODE_*), as the CUDA driver keeps one per thread. */
@@ -613,10 +615,10 @@ static sim_stream *stream_get(sim *s, int device, hbm_stream id, int create)
 
 static sim_event *event_get(sim *s, int device, uint64_t e)
 {
-    if (e == 0 || e > s->nevents)
+    if ((e & 0xffffffffu) == 0 || HANDLE_SLOT(e) >= s->nevents)
         return NULL;
-    sim_event *x = &s->events[e - 1];
-    return x->live && x->device == device ? x : NULL;
+    sim_event *x = &s->events[HANDLE_SLOT(e)];
+    return x->live && x->gen == (uint32_t)(e >> 32) && x->device == device ? x : NULL;
 }
 
 static int ev_begin(sim *s, hbm__op op, int device)
@@ -637,11 +639,16 @@ static int sim_event_create(void *ctx, int device, uint64_t *event)
     sim *s = ctx;
     pthread_mutex_lock(&s->lock);
     int rc = ev_begin(s, HBM__OP_EVENT, device);
-    if (!rc && hbm__grow((void **)&s->events, &s->cap_events, s->nevents + 1, sizeof(sim_event)))
+    if (!rc && !s->free_event &&
+        (s->nevents >= UINT32_MAX || hbm__grow((void **)&s->events, &s->cap_events, s->nevents + 1, sizeof(sim_event))))
         rc = HBM__SIM_ERR_HOST;
-    if (!rc) {
-        s->events[s->nevents] = (sim_event){1, device, 0, 0, 0};
-        *event = ++s->nevents;
+    if (!rc) { /* a destroyed event's slot first: a job that makes and destroys events holds a bounded table */
+        size_t slot = s->free_event ? s->free_event - 1 : s->nevents++;
+        sim_event *x = &s->events[slot];
+        uint32_t gen = s->free_event ? x->gen : 0;
+        s->free_event = s->free_event ? x->next_free : 0;
+        *x = (sim_event){1, device, 0, 0, 0, gen, 0};
+        *event = (uint64_t)gen << 32 | (slot + 1);
         s->counters.live_events++;
     }
     pthread_mutex_unlock(&s->lock);
@@ -658,6 +665,9 @@ static int sim_event_destroy(void *ctx, int device, uint64_t event)
         rc = HBM__SIM_ERR_BAD_EVENT;
     if (!rc) {
         e->live = 0;
+        e->gen++;
+        e->next_free = s->free_event;
+        s->free_event = (uint32_t)(e - s->events) + 1;
         s->counters.live_events--;
     }
     pthread_mutex_unlock(&s->lock);

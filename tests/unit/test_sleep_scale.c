@@ -7,6 +7,7 @@
 #include "helpers.h"
 
 #include <dirent.h>
+#include <malloc.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -184,12 +185,110 @@ static void the_walk_keeps_every_byte(void **st)
     hbm_destroy(a);
 }
 
+/* What a job holds after cycle c, to compare cycle 10's with cycle 1000's. */
+typedef struct held {
+    hbm__sim_counters sim; /* the device's: allocations, reservations, handles, pages, events, pinned buffers */
+    int64_t reserved;      /* hbmalloc's reserved bytes */
+    uint64_t host_bytes[2];
+    size_t heap; /* the process's heap in use (mallinfo2; 0 where a sanitizer owns malloc) */
+    int fds;
+} held;
+
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static held held_now(hbm_allocator *a, const hbm_mempool mp[2])
+{
+    held h;
+    memset(&h, 0, sizeof h);
+    hbm__sim_get_counters(sim_of(a), &h.sim);
+    memset(h.sim.calls, 0, sizeof h.sim.calls); /* calls grow with every cycle, by design */
+    hbm_stats st = stats_of(a);
+    h.reserved = st.reserved_bytes[HBM_POOL_ALL].current;
+    for (int k = 0; k < 2; k++) {
+        hbm_pool_info info;
+        must(a, hbm_pool_info_get(a, mp[k], &info), "info");
+        h.host_bytes[k] = info.host_bytes;
+    }
+    h.heap = mallinfo2().uordblks;
+    h.fds = open_fds();
+    return h;
+}
+
+/* A thousand sleep/wake cycles leave nothing behind (the users' "memory grows per cycle", and the goal of 0 bytes
+ * over 1,000 cycles): a backup pool (one sleep in ten to a file, with the checksum) and a discard pool, the other
+ * phase allocating and freeing in between; the device's allocations, reservations, handles, mapped pages, events
+ * and pinned buffers, hbmalloc's reserved bytes, the pools' pinned memory, the open files and the process's heap
+ * after cycle 1000 are what they were after cycle 10, and the weights' bytes are whole every hundred cycles. */
+static void a_thousand_cycles_leave_nothing_behind(void **st)
+{
+    (void)st;
+    char dir[] = "/tmp/hbm-cycles-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    hbm_allocator *a = open_sim("sim:capacity=1GiB,memory=host,vmm=on", "");
+    hbm_mempool mp[2];
+    for (int k = 0; k < 2; k++) {
+        must(a, hbm_mempool_create(a, &mp[k]), "create");
+        must(a, hbm_pool_tag(a, mp[k], k ? "kv_cache" : "weights", !k), "tag");
+    }
+    static const size_t sizes[3] = {1 << 20, 300 << 10, (2 << 20) + 3};
+    unsigned char *w[3];
+    for (int i = 0; i < 3; i++) {
+        must(a, hbm_mempool_malloc(a, mp[0], sizes[i], 0, (void **)&w[i]), "weights");
+        for (size_t j = 0; j < sizes[i]; j++)
+            w[i][j] = (unsigned char)(j * 31 + (size_t)i);
+    }
+    void *kv;
+    must(a, hbm_mempool_malloc(a, mp[1], 6 << 20, 0, &kv), "kv_cache");
+    held at10 = {0};
+    for (int c = 1; c <= 1000; c++) {
+        hbm_sleep_opts o = {.chunk_bytes = 1 << 20};
+        if (c % 10 == 0)
+            o.backup_dir = dir, o.checksum = 1;
+        must(a, hbm_pool_sleep(a, mp[0], &o), "sleep weights");
+        must(a, hbm_pool_sleep(a, mp[1], NULL), "sleep kv_cache");
+        void *other = must_malloc(a, (size_t)(c % 7 + 1) << 20, 0); /* the other phase */
+        hbm_free(a, other);
+        must(a, hbm_pool_wake(a, mp[0], NULL), "wake weights");
+        must(a, hbm_pool_wake(a, mp[1], NULL), "wake kv_cache");
+        if (c == 10)
+            at10 = held_now(a, mp);
+        if (c % 100 == 0)
+            for (int i = 0; i < 3; i++)
+                for (size_t j = 0; j < sizes[i]; j++)
+                    if (w[i][j] != (unsigned char)(j * 31 + (size_t)i))
+                        fail_msg("cycle %d: weights block %d byte %zu changed", c, i, j);
+    }
+    held at1000 = held_now(a, mp);
+    assert_memory_equal(&at1000.sim, &at10.sim, sizeof at10.sim);
+    assert_int_equal(at1000.reserved, at10.reserved);
+    assert_int_equal(at1000.host_bytes[0], at10.host_bytes[0]);
+    assert_int_equal(at1000.host_bytes[1], at10.host_bytes[1]);
+    assert_int_equal(at1000.fds, at10.fds);
+    assert_int_equal(at1000.heap, at10.heap);
+    assert_valid(a);
+    for (int i = 0; i < 3; i++)
+        hbm_free(a, w[i]);
+    hbm_free(a, kv);
+    hbm_destroy(a);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(the_record_of_4000_pools_is_rewritten_in_linear_time),
         cmocka_unit_test(a_wake_of_32000_runs_takes_linear_time),
         cmocka_unit_test(the_walk_keeps_every_byte),
+        cmocka_unit_test(a_thousand_cycles_leave_nothing_behind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
