@@ -949,21 +949,25 @@ def wake(tag=None, progress=None, keep_host_buffers=True, restore=True):
     return n
 
 
+def _text_lines(what, entry):
+    """The lines of a plug-in entry that writes text into (buf, len) and returns the length it needs: asked with no
+    room first, then again while it needs more (pools made, a sentence grown, between the two calls)."""
+    n = entry(None, 0)
+    while True:
+        if n < 0:
+            raise RuntimeError("hbmalloc: %s: %s" % (what, _error()))
+        buf = ctypes.create_string_buffer(n + 1)
+        need = entry(buf, n + 1)
+        if need <= n:
+            return buf.value.decode(errors="replace").splitlines()
+        n = need
+
+
 def pools():
     """Every tagged pool of every device in use: its state ("awake", "asleep"), live, reserved and asleep bytes, its
     backup and pinned host memory, and what the last sleep and wake cost (wall and device time in ns, device calls)."""
-    lib = library()
-    n = lib.hbm_torch_pools(None, 0)
-    while True:  # pools made between the two calls: asked again with room for them
-        if n < 0:
-            raise RuntimeError("hbmalloc: pools(): " + _error())
-        buf = ctypes.create_string_buffer(n + 1)
-        need = lib.hbm_torch_pools(buf, n + 1)
-        if need <= n:
-            break
-        n = need
     out = []
-    for line in buf.value.decode(errors="replace").splitlines():
+    for line in _text_lines("pools()", library().hbm_torch_pools):
         vals = line.split("\t")
         d = {k: (v if k == "tag" else int(v)) for k, v in zip(_POOL_FIELDS, vals)}
         d["backup"] = bool(d["backup"])
@@ -984,17 +988,9 @@ def resident(device=None):
     default_reserved/_live, cache and what empty_cache gives back of it, releasable), outside (used - reserved: other
     processes, the runtime's context, communicators; None with device_used when the runtime's query failed), the
     count of each kind of pool, awake_tags, and text: one sentence, the largest holder first (docs/SLEEP.md)."""
-    lib = library()
     dev = -1 if device is None else int(device)
-    n = lib.hbm_torch_resident(dev, None, 0)
-    while True:  # a sentence may grow between the two calls
-        buf = ctypes.create_string_buffer(n + 1)
-        need = lib.hbm_torch_resident(dev, buf, n + 1)
-        if need <= n:
-            break
-        n = need
     out = []
-    for line in buf.value.decode(errors="replace").splitlines():
+    for line in _text_lines("resident()", lambda buf, n: library().hbm_torch_resident(dev, buf, n)):
         vals = line.split("\t")
         d = {k: (v if k in ("awake_tags", "text") else int(v)) for k, v in zip(_RESIDENT_FIELDS, vals)}
         for k in ("device_used", "outside"):

@@ -535,21 +535,25 @@ static hbm_status copy_in(hbm_allocator *a, hbm__mempool *m, const backup_run *r
     return rc;
 }
 
-/* A piece's runs [i, j) lie one after the other in their buffer and in the file. */
+/* A piece's runs [i, j) lie one after the other in their buffer and in the file, with the gaps of runs dropped while
+ * asleep (hbm__sleep_forget): the bytes from the first run's start to the last run's end. */
+static size_t piece_bytes(const hbm__sleep *sl, size_t i, size_t j)
+{
+    return (size_t)(sl->runs[j - 1].off + sl->runs[j - 1].size - sl->runs[i].off);
+}
+
 static hbm_status piece_out(hbm_allocator *a, hbm__sleep *sl, const hbm_sleep_opts *o, size_t i, size_t j)
 {
     if (o->checksum)
         for (size_t r = i; r < j; r++)
             sl->runs[r].sum = sum_of(sl->runs[r].host, sl->runs[r].size);
-    size_t n = (size_t)(sl->runs[j - 1].off + sl->runs[j - 1].size - sl->runs[i].off);
-    return hbm__bfile_write(a, &sl->file, sl->runs[i].off, sl->runs[i].host, n);
+    return hbm__bfile_write(a, &sl->file, sl->runs[i].off, sl->runs[i].host, piece_bytes(sl, i, j));
 }
 
 static hbm_status piece_in(hbm_allocator *a, hbm__sleep *sl, const hbm_sleep_opts *o, size_t i, size_t j)
 {
     (void)o;
-    size_t n = (size_t)(sl->runs[j - 1].off + sl->runs[j - 1].size - sl->runs[i].off);
-    hbm_status rc = hbm__bfile_read(a, &sl->file, sl->runs[i].off, sl->runs[i].host, n);
+    hbm_status rc = hbm__bfile_read(a, &sl->file, sl->runs[i].off, sl->runs[i].host, piece_bytes(sl, i, j));
     for (size_t r = i; r < j && rc == HBM_OK && sl->summed; r++) {
         if (sum_of(sl->runs[r].host, sl->runs[r].size) == sl->runs[r].sum)
             continue;

@@ -2,6 +2,7 @@
 #ifndef HBM_TEST_HELPERS_H
 #define HBM_TEST_HELPERS_H
 
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,6 +71,19 @@ static inline void *must_malloc(hbm_allocator *a, size_t n, hbm_stream s)
 }
 
 static inline void *sim_of(hbm_allocator *a) { return hbm__sim_ctx(a->backend); }
+
+/* The entries of a folder, "." and ".." aside (dir_entries("/proc/self/fd"): the open files, the one that reads
+ * them included). */
+static inline int dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d)
+        closedir(d);
+    return n;
+}
 
 /* xorshift64*: the property tests' random numbers (seed it by setting rng_state). */
 static uint64_t rng_state;

@@ -638,16 +638,24 @@ static void count_progress(void *ctx, uint64_t done, uint64_t total)
     progress_calls++;
 }
 
+/* A folder made from the template dir for the backup file, and an allocator on the fake driver (a framework thread's
+ * context current) with a backup pool tagged "weights". */
+static hbm_allocator *file_backed_pool(char *dir, hbm_mempool *mp)
+{
+    assert_non_null(mkdtemp(dir));
+    framework_thread_on(0);
+    hbm_allocator *a = open_cuda("");
+    assert_int_equal(hbm_mempool_create(a, mp), HBM_OK);
+    assert_int_equal(hbm_pool_tag(a, *mp, "weights", 1), HBM_OK);
+    return a;
+}
+
 static void a_backup_in_a_file_never_touches_a_buffer_under_a_copy(void **st)
 {
     (void)st;
     char dir[] = "/tmp/hbm-cuda-bfile-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    framework_thread_on(0);
-    hbm_allocator *a = open_cuda("");
     hbm_mempool mp;
-    assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
-    assert_int_equal(hbm_pool_tag(a, mp, "weights", 1), HBM_OK);
+    hbm_allocator *a = file_backed_pool(dir, &mp);
     void *p = NULL, *q = NULL;
     assert_int_equal(hbm_mempool_malloc(a, mp, 30 * MiB, 3, &p), HBM_OK);
     assert_int_equal(hbm_mempool_malloc(a, mp, 5 * MiB, 3, &q), HBM_OK);
@@ -688,17 +696,6 @@ static void a_backup_in_a_file_never_touches_a_buffer_under_a_copy(void **st)
     free(back);
 }
 
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        n += e->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return n;
-}
-
 static void fill_block(void *p, size_t n, unsigned seed)
 {
     unsigned char *pat = malloc(n);
@@ -734,12 +731,8 @@ static void a_backup_file_survives_dropped_pieces_and_io_errors(void **st)
 {
     (void)st;
     char dir[] = "/tmp/hbm-cuda-bfile-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    framework_thread_on(0);
-    hbm_allocator *a = open_cuda("");
     hbm_mempool mp;
-    assert_int_equal(hbm_mempool_create(a, &mp), HBM_OK);
-    assert_int_equal(hbm_pool_tag(a, mp, "weights", 1), HBM_OK);
+    hbm_allocator *a = file_backed_pool(dir, &mp);
     uintptr_t s[3];
     for (int k = 0; k < 3; k++) {
         void *p = NULL;
@@ -760,7 +753,7 @@ static void a_backup_file_survives_dropped_pieces_and_io_errors(void **st)
     assert_true(block_is((void *)s[0], 4 * MiB, 11));
     assert_true(block_is((void *)s[2], 4 * MiB, 15));
 
-    int fds = open_fds();
+    int fds = dir_entries("/proc/self/fd");
     io_calls = 0, io_fail_at = 2; /* the second piece's write */
     assert_int_equal(hbm_pool_sleep(a, mp, &o), HBM_ERR_BACKEND);
     assert_non_null(strstr(hbm_last_error(a), "the backup to its file stopped after 4.00 MiB of 8.00 MiB (writing "
@@ -770,7 +763,7 @@ static void a_backup_file_survives_dropped_pieces_and_io_errors(void **st)
     assert_int_equal(hbm_pool_info_get(a, mp, &f), HBM_OK);
     assert_int_equal(f.state, HBM_POOL_AWAKE);
     assert_int_equal(f.file_bytes, 0);
-    assert_int_equal(open_fds(), fds); /* the file closed */
+    assert_int_equal(dir_entries("/proc/self/fd"), fds); /* the file closed */
     assert_true(block_is((void *)s[0], 4 * MiB, 11) && block_is((void *)s[2], 4 * MiB, 15));
 
     io_calls = 0, io_fail_at = 0;
@@ -788,7 +781,7 @@ static void a_backup_file_survives_dropped_pieces_and_io_errors(void **st)
     assert_int_equal(hbm_pool_wake(a, mp, NULL), HBM_OK);
     assert_no_violation();
     assert_true(block_is((void *)s[0], 4 * MiB, 11) && block_is((void *)s[2], 4 * MiB, 15));
-    assert_int_equal(open_fds(), fds);
+    assert_int_equal(dir_entries("/proc/self/fd"), fds);
     assert_valid(a);
     hbm_free(a, (void *)s[0]);
     hbm_free(a, (void *)s[2]);

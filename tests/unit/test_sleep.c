@@ -709,17 +709,6 @@ static int backup_fd(const char *dir)
     return found;
 }
 
-static int entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    if (d)
-        closedir(d);
-    return n;
-}
-
 /* A backup in a file (issue #37 item 4, hbm_sleep_opts.backup_dir): the live bytes go through two pinned buffers of
  * one piece into a file of the folder given, which has no name while the pool sleeps; the wake brings them back
  * byte for byte and closes it. A byte of the file changed since the sleep fails the wake's checksum, which gives back
@@ -744,7 +733,7 @@ static void a_backup_in_a_file_goes_through_two_pinned_pieces(void **st)
         assert_int_equal(i.file_bytes, 29 * MiB);
         assert_int_equal(i.host_bytes, 4 * MiB); /* two pieces, not the backup */
         assert_int_equal(i.reserved_bytes, 0);
-        assert_int_equal(entries(dir), 0); /* nameless */
+        assert_int_equal(dir_entries(dir), 0); /* nameless */
         int fd = backup_fd(dir);
         assert_true(fd >= 0);
         struct stat sb;

@@ -194,17 +194,6 @@ typedef struct held {
     int fds;
 } held;
 
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        n += e->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return n;
-}
-
 static held held_now(hbm_allocator *a, const hbm_mempool mp[2])
 {
     held h;
@@ -219,7 +208,7 @@ static held held_now(hbm_allocator *a, const hbm_mempool mp[2])
         h.host_bytes[k] = info.host_bytes;
     }
     h.heap = mallinfo2().uordblks;
-    h.fds = open_fds();
+    h.fds = dir_entries("/proc/self/fd");
     return h;
 }
 
