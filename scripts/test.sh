@@ -2,18 +2,38 @@
 # Build and run every test: once in a normal build, once under AddressSanitizer + UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's wall time, printed at the end (also when a phase fails: the table says how far it got).
+phases=() phase_start=$SECONDS phase_name=""
+phase() { # NAME: the phase that begins now ends the one before
+    [ -n "$phase_name" ] && phases+=("$(printf '%6ds  %s' $((SECONDS - phase_start)) "$phase_name")")
+    phase_name=$1 phase_start=$SECONDS
+}
+report() {
+    local rc=$?
+    phase ""
+    echo "test.sh phases (wall time, $(nproc) cores):"
+    printf '  %s\n' "${phases[@]}"
+    printf '  %6ds  total, exit status %d\n' "$SECONDS" "$rc"
+}
+trap report EXIT
+phase "packages (apt)"
 scripts/deps.sh test
 jobs=$(nproc)
 # Debian's python3 (its torch): the plug-ins are also built against torch's headers and tested inside torch.
 py=/usr/bin/python3
+phase "normal build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHBM_TESTS=ON -DHBM_WERROR=ON -DHBM_PYTHON=$py -DHBM_TORCH_C10=ON >/dev/null
 cmake --build build -j"$jobs"
+phase "normal tests"
 ctest --test-dir build --output-on-failure -j"$jobs"
+phase "ASan+UBSan build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=address,undefined -DHBM_BENCH=OFF -DHBM_TESTS=ON -DHBM_WERROR=ON \
     -DHBM_PYTHON=$py -DHBM_TORCH_C10=ON >/dev/null
 cmake --build build-asan -j"$jobs"
+phase "ASan+UBSan tests"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs"
+phase "release builds (gcc, clang)"
 # Release builds with gcc and clang, warnings as errors (users' builds have them non-fatal: HBM_WERROR is off by
 # default), the library, the tool and the plug-ins.
 for cc in "gcc g++" "clang clang++"; do
@@ -23,6 +43,7 @@ for cc in "gcc g++" "clang clang++"; do
     cmake --build "build-release-$1" -j"$jobs" >/dev/null
     echo "release build clean: $1"
 done
+phase "valgrind"
 # valgrind memcheck of the command-line tool on real traces.
 for args in "replay tests/data/linear-10k-50k-grad.pickle --snapshot build/vg.pickle" \
             "replay examples/cs336-lm-ctx512-forward.trace --conf expandable_segments:True" \
@@ -41,8 +62,10 @@ PATH="$PWD/tests/data/doctor/bin:$PATH" NPU_SMI_INFO=tests/data/doctor/npu-smi/9
     --log tests/data/doctor/logs/npu_oom_sglang_29838.log --json >/dev/null || rc=$?
 [ "$rc" -eq 1 ] || { echo "valgrind: hbmalloc doctor exit status $rc"; exit 1; }
 echo "valgrind clean: hbmalloc doctor (recorded npu-smi, version files, logs)"
+phase "fuzzing"
 # Each fuzz target for a bounded, repeatable run of about a minute (make fuzz runs them long, at random).
 scripts/fuzz.sh "${HBM_FUZZ_SECONDS:-ci}"
+phase "ThreadSanitizer"
 # Last, so that ctest's summary closes the output: the thread stress, the stream tests, the published
 # statistics (a refresher thread), threads racing a pool's sleep (test_sleep) and the runtimes' doubles (the NPU
 # plug-in waiting with its lock released while torch_npu's queue worker frees and allocates; the window explorer)
