@@ -24,9 +24,11 @@
 #include <string.h>
 
 #include "util/fork.h"
+#include "util/rb.h"
 #include "util/util.h"
 #include "backend.h"
 #include "sim.h"
+#include "sim_ranges.h"
 
 #define SIM_MAX_DEVICES 16
 #define SIM_ALIGN (2 * HBM__MiB)
@@ -35,29 +37,40 @@
 #define SIM_MAX_CAPACITY ((size_t)8 << 40)         /* 8 TiB */
 #define SIM_MAX_FAULTS 32
 
-typedef struct sim_range {
-    uintptr_t start, end;
-} sim_range;
-
+/* A live allocation, in a tree by address: a free finds it, a copy finds the allocation holding an address, in
+ * O(log n) (a sorted array's insertion and removal made empty_cache quadratic: issue #38 item 5). */
 typedef struct sim_alloc {
+    hbm__rb node;
     uintptr_t addr;
     size_t size;
     int device;
+    struct sim_alloc *next_spare; /* while on the spare list */
 } sim_alloc;
+
+/* Nodes come from blocks of SIM_NODES, freed ones are kept for the next allocation: a node costs no malloc of its
+ * own (a replay makes one per segment; malloc and free were 6% of a default replay's instructions). */
+#define SIM_NODES 128
+typedef struct sim_node_block {
+    struct sim_node_block *next;
+    sim_alloc nodes[SIM_NODES];
+} sim_node_block;
 
 typedef struct sim_dev {
     size_t capacity, used, others;
-    sim_range *free_ranges; /* sorted by start, disjoint, never adjacent */
-    size_t nranges, cap_ranges;
+    hbm__ranges free; /* free addresses (address-only mode) */
 } sim_dev;
 
-/* A virtual reservation and its page table (handle per granularity page, 0 = unmapped). */
+/* A virtual reservation and its page table (handle per granularity page, 0 = unmapped), in chunks of
+ * SIM_PAGE_CHUNK pages made at a chunk's first map: a reservation costs its chunk pointers (8 bytes per
+ * SIM_PAGE_CHUNK pages: 8 KiB for 1 TiB of 2 MiB pages), not a page table of the whole range zeroed at each
+ * reservation and scanned at each unreservation (issue #38 item 4). */
+#define SIM_PAGE_CHUNK 512
 typedef struct sim_resv {
     uintptr_t va;
     size_t size;
     int device;
-    uint64_t *pages;
-    size_t npages;
+    uint64_t **chunks;
+    size_t npages, mapped; /* pages in the range, pages mapped now */
 } sim_resv;
 
 /* Pinned host memory (host_alloc): real memory when host-backed, else a token no one reads (address-only mode
@@ -113,8 +126,10 @@ typedef struct sim {
     sim_host *hosts; /* pinned host allocations */
     size_t nhosts, cap_hosts;
     uintptr_t next_token;
-    sim_alloc *live; /* sorted by addr */
-    size_t nlive, cap_live;
+    hbm__rb *live;               /* sim_alloc by address */
+    sim_node_block *node_blocks; /* the first one is being carved */
+    size_t nodes_carved;         /* of the first block */
+    sim_alloc *spare_nodes;
     uint64_t cost_base_ns[HBM__OP_KINDS];
     uint64_t cost_per_gib_ns[HBM__OP_KINDS];
     sim_fault_state faults[SIM_MAX_FAULTS];
@@ -173,63 +188,92 @@ static inline int capture_check(sim *s, hbm__op op, const sim_stream *record_on)
 
 /* ---- address ranges (address-only mode) ---- */
 
+static size_t range_bytes(size_t size) { return (size + SIM_ALIGN - 1) / SIM_ALIGN * SIM_ALIGN; }
+
 static int range_take(sim_dev *d, size_t size, uintptr_t *out)
 {
-    size_t need = (size + SIM_ALIGN - 1) / SIM_ALIGN * SIM_ALIGN;
-    for (size_t i = 0; i < d->nranges; i++) {
-        sim_range *r = &d->free_ranges[i];
-        if (r->end - r->start < need)
-            continue;
-        *out = r->start;
-        r->start += need;
-        if (r->start == r->end) {
-            memmove(r, r + 1, (d->nranges - i - 1) * sizeof *r);
-            d->nranges--;
-        }
-        return 0;
-    }
-    return -1;
+    return hbm__ranges_take(&d->free, range_bytes(size), out);
 }
 
 static int range_give(sim_dev *d, uintptr_t addr, size_t size)
 {
-    uintptr_t end = addr + (size + SIM_ALIGN - 1) / SIM_ALIGN * SIM_ALIGN;
-    size_t i = 0;
-    while (i < d->nranges && d->free_ranges[i].start < addr)
-        i++;
-    int merge_prev = i > 0 && d->free_ranges[i - 1].end == addr;
-    int merge_next = i < d->nranges && d->free_ranges[i].start == end;
-    if (merge_prev && merge_next) {
-        d->free_ranges[i - 1].end = d->free_ranges[i].end;
-        memmove(&d->free_ranges[i], &d->free_ranges[i + 1], (d->nranges - i - 1) * sizeof(sim_range));
-        d->nranges--;
-    } else if (merge_prev) {
-        d->free_ranges[i - 1].end = end;
-    } else if (merge_next) {
-        d->free_ranges[i].start = addr;
-    } else {
-        if (hbm__grow((void **)&d->free_ranges, &d->cap_ranges, d->nranges + 1, sizeof(sim_range)))
-            return -1;
-        memmove(&d->free_ranges[i + 1], &d->free_ranges[i], (d->nranges - i) * sizeof(sim_range));
-        d->free_ranges[i] = (sim_range){addr, end};
-        d->nranges++;
-    }
-    return 0;
+    return hbm__ranges_give(&d->free, addr, addr + range_bytes(size));
 }
 
 /* ---- live allocations ---- */
 
-static size_t live_find(const sim *s, uintptr_t addr)
+static bool alloc_less(const hbm__rb *a, const hbm__rb *b)
 {
-    size_t lo = 0, hi = s->nlive;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (s->live[mid].addr < addr)
-            lo = mid + 1;
-        else
-            hi = mid;
+    return ((const sim_alloc *)a)->addr < ((const sim_alloc *)b)->addr;
+}
+
+static sim_alloc *node_get(sim *s)
+{
+    sim_alloc *a = s->spare_nodes;
+    if (a) {
+        s->spare_nodes = a->next_spare;
+        return a;
     }
-    return lo;
+    if (!s->node_blocks || s->nodes_carved == SIM_NODES) {
+        sim_node_block *b = malloc(sizeof *b);
+        if (!b)
+            return NULL;
+        b->next = s->node_blocks;
+        s->node_blocks = b;
+        s->nodes_carved = 0;
+    }
+    return &s->node_blocks->nodes[s->nodes_carved++];
+}
+
+static void node_put(sim *s, sim_alloc *a)
+{
+    a->next_spare = s->spare_nodes;
+    s->spare_nodes = a;
+}
+
+/* The live allocation with the highest address at or below addr, or NULL. */
+static sim_alloc *live_at_or_below(const sim *s, uintptr_t addr)
+{
+    sim_alloc *best = NULL;
+    for (hbm__rb *n = s->live; n;) {
+        sim_alloc *a = (sim_alloc *)n;
+        if (a->addr <= addr) {
+            best = a;
+            n = n->r;
+        } else {
+            n = n->l;
+        }
+    }
+    return best;
+}
+
+/* ---- page tables of reservations ---- */
+
+static uint64_t page_get(const sim_resv *r, size_t i)
+{
+    const uint64_t *c = r->chunks[i / SIM_PAGE_CHUNK];
+    return c ? c[i % SIM_PAGE_CHUNK] : 0;
+}
+
+/* Makes the chunks of pages [first, first + n) that are not there yet. -1: no host memory (the ones made stay). */
+static int page_chunks(sim_resv *r, size_t first, size_t n)
+{
+    for (size_t c = first / SIM_PAGE_CHUNK; n && c <= (first + n - 1) / SIM_PAGE_CHUNK; c++)
+        if (!r->chunks[c] && !(r->chunks[c] = calloc(SIM_PAGE_CHUNK, sizeof **r->chunks)))
+            return -1;
+    return 0;
+}
+
+static void page_set(sim_resv *r, size_t i, uint64_t handle)
+{
+    r->chunks[i / SIM_PAGE_CHUNK][i % SIM_PAGE_CHUNK] = handle;
+}
+
+static void resv_free_pages(sim_resv *r)
+{
+    for (size_t c = 0; c < (r->npages + SIM_PAGE_CHUNK - 1) / SIM_PAGE_CHUNK; c++)
+        free(r->chunks[c]);
+    free(r->chunks);
 }
 
 /* ---- faults ---- */
@@ -272,7 +316,8 @@ static int sim_alloc_fn(void *ctx, int device, size_t size, uintptr_t *out)
         rc = HBM__BE_OOM;
         goto done;
     }
-    if (hbm__grow((void **)&s->live, &s->cap_live, s->nlive + 1, sizeof(sim_alloc))) {
+    sim_alloc *a = node_get(s);
+    if (!a) {
         rc = HBM__SIM_ERR_HOST;
         goto done;
     }
@@ -280,18 +325,18 @@ static int sim_alloc_fn(void *ctx, int device, size_t size, uintptr_t *out)
     if (s->host_backed) {
         void *p = NULL;
         if (posix_memalign(&p, 4096, size ? size : 1)) {
+            node_put(s, a);
             rc = HBM__SIM_ERR_HOST;
             goto done;
         }
         addr = (uintptr_t)p;
     } else if (range_take(d, size, &addr)) {
+        node_put(s, a);
         rc = HBM__BE_OOM; /* the virtual range is exhausted: only past 16 TiB of churn */
         goto done;
     }
-    size_t i = live_find(s, addr);
-    memmove(&s->live[i + 1], &s->live[i], (s->nlive - i) * sizeof(sim_alloc));
-    s->live[i] = (sim_alloc){addr, size, device};
-    s->nlive++;
+    *a = (sim_alloc){.addr = addr, .size = size, .device = device};
+    hbm__rb_insert(&s->live, &a->node, alloc_less);
     d->used += size;
     s->counters.live_allocations++;
     s->counters.live_bytes += size;
@@ -309,8 +354,8 @@ static int sim_free_fn(void *ctx, int device, uintptr_t ptr, size_t size)
     s->counters.calls[HBM__OP_FREE]++;
     if ((rc = capture_check(s, HBM__OP_FREE, NULL)))
         goto done;
-    size_t i = live_find(s, ptr);
-    if (i == s->nlive || s->live[i].addr != ptr || s->live[i].device != device || s->live[i].size != size) {
+    sim_alloc *a = live_at_or_below(s, ptr);
+    if (!a || a->addr != ptr || a->device != device || a->size != size) {
         rc = HBM__SIM_ERR_BAD_FREE;
         goto done;
     }
@@ -323,8 +368,8 @@ static int sim_free_fn(void *ctx, int device, uintptr_t ptr, size_t size)
         rc = HBM__SIM_ERR_HOST;
         goto done;
     }
-    memmove(&s->live[i], &s->live[i + 1], (s->nlive - i - 1) * sizeof(sim_alloc));
-    s->nlive--;
+    hbm__rb_remove(&s->live, &a->node);
+    node_put(s, a);
     d->used -= size;
     s->counters.live_allocations--;
     s->counters.live_bytes -= size;
@@ -384,9 +429,10 @@ static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *va)
         rc = HBM__SIM_ERR_ALIGN;
     if (!rc && size > SIM_VA_SPAN)
         rc = HBM__BE_OOM; /* more address space than the device has, before any host memory is asked for */
-    uint64_t *pages = NULL;
+    size_t npages = rc ? 0 : size / s->granularity;
+    uint64_t **chunks = NULL;
     if (!rc && (hbm__grow((void **)&s->resv, &s->cap_resv, s->nresv + 1, sizeof(sim_resv)) ||
-                !(pages = calloc(size / s->granularity, sizeof *pages))))
+                !(chunks = calloc((npages + SIM_PAGE_CHUNK - 1) / SIM_PAGE_CHUNK, sizeof *chunks))))
         rc = HBM__SIM_ERR_HOST;
     if (!rc && s->host_backed) {
         void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -398,10 +444,10 @@ static int sim_reserve(void *ctx, int device, size_t size, uintptr_t *va)
         rc = HBM__BE_OOM; /* address space exhausted */
     }
     if (!rc) {
-        s->resv[s->nresv++] = (sim_resv){*va, size, device, pages, size / s->granularity};
+        s->resv[s->nresv++] = (sim_resv){*va, size, device, chunks, npages, 0};
         s->counters.live_reservations++;
     } else {
-        free(pages);
+        free(chunks);
     }
     pthread_mutex_unlock(&s->lock);
     return rc;
@@ -415,15 +461,14 @@ static int sim_unreserve(void *ctx, int device, uintptr_t va, size_t size)
     sim_resv *r = rc ? NULL : resv_find(s, device, va, size);
     if (!rc && (!r || r->va != va || r->size != size))
         rc = HBM__SIM_ERR_BAD_RANGE;
-    for (size_t i = 0; !rc && i < r->npages; i++)
-        if (r->pages[i])
-            rc = HBM__SIM_ERR_STILL_MAPPED;
+    if (!rc && r->mapped)
+        rc = HBM__SIM_ERR_STILL_MAPPED;
     if (!rc) {
         if (s->host_backed)
             munmap((void *)va, size);
         else
             range_give(&s->dev[device], va, size);
-        free(r->pages);
+        resv_free_pages(r);
         *r = s->resv[--s->nresv];
         s->counters.live_reservations--;
     }
@@ -513,14 +558,17 @@ static int sim_map(void *ctx, int device, uintptr_t va, size_t size, uint64_t ha
         rc = HBM__SIM_ERR_BAD_RANGE;
     size_t first = rc ? 0 : (va - r->va) / s->granularity, n = rc ? 0 : size / s->granularity;
     for (size_t i = 0; !rc && i < n; i++)
-        if (r->pages[first + i])
+        if (page_get(r, first + i))
             rc = HBM__SIM_ERR_STILL_MAPPED;
+    if (!rc && page_chunks(r, first, n))
+        rc = HBM__SIM_ERR_HOST;
     if (!rc && s->host_backed &&
         mmap((void *)va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, h->fd, 0) == MAP_FAILED)
         rc = HBM__SIM_ERR_HOST;
     for (size_t i = 0; !rc && i < n; i++)
-        r->pages[first + i] = handle;
+        page_set(r, first + i, handle);
     if (!rc) {
+        r->mapped += n;
         h->mapped += (int)n;
         s->counters.mapped_pages += n;
     }
@@ -538,18 +586,20 @@ static int sim_unmap(void *ctx, int device, uintptr_t va, size_t size)
         rc = HBM__SIM_ERR_BAD_RANGE;
     size_t first = rc ? 0 : (va - r->va) / s->granularity, n = rc ? 0 : size / s->granularity;
     for (size_t i = 0; !rc && i < n; i++)
-        if (!r->pages[first + i])
+        if (!page_get(r, first + i))
             rc = HBM__SIM_ERR_BAD_RANGE; /* not mapped */
     /* The address stays reserved, without access: a touch of it faults, as on a device. */
     if (!rc && s->host_backed &&
         mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
         rc = HBM__SIM_ERR_HOST;
     for (size_t i = 0; !rc && i < n; i++) {
-        s->handles[HANDLE_SLOT(r->pages[first + i])].mapped--;
-        r->pages[first + i] = 0;
+        s->handles[HANDLE_SLOT(page_get(r, first + i))].mapped--;
+        page_set(r, first + i, 0);
     }
-    if (!rc)
+    if (!rc) {
+        r->mapped -= n;
         s->counters.mapped_pages -= n;
+    }
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -773,16 +823,15 @@ static int host_holds(const sim *s, uintptr_t p, size_t n)
  * reservation. */
 static int device_holds(const sim *s, int device, uintptr_t p, size_t n)
 {
-    size_t i = live_find(s, p + 1);
-    if (i > 0 && s->live[i - 1].device == device && p >= s->live[i - 1].addr &&
-        p + n <= s->live[i - 1].addr + s->live[i - 1].size)
+    const sim_alloc *a = live_at_or_below(s, p);
+    if (a && a->device == device && n <= a->size && p - a->addr <= a->size - n)
         return 1;
     for (size_t k = 0; k < s->nresv; k++) {
         const sim_resv *r = &s->resv[k];
         if (r->device != device || p < r->va || p - r->va > r->size || n > r->size - (p - r->va))
             continue;
         for (size_t g = (p - r->va) / s->granularity; g * s->granularity < p - r->va + n; g++)
-            if (!r->pages[g])
+            if (!page_get(r, g))
                 return 0;
         return 1;
     }
@@ -921,15 +970,18 @@ static uint64_t sim_cost_ns(void *ctx, hbm__op op, size_t size)
 static void sim_close(void *ctx)
 {
     sim *s = ctx;
-    if (s->host_backed)
-        for (size_t i = 0; i < s->nlive; i++)
-            free((void *)s->live[i].addr);
+    for (hbm__rb *n = hbm__rb_first(s->live); n && s->host_backed; n = hbm__rb_next(n))
+        free((void *)((sim_alloc *)n)->addr);
+    for (sim_node_block *b = s->node_blocks, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
     for (int d = 0; d < s->ndev; d++)
-        free(s->dev[d].free_ranges);
+        hbm__ranges_clear(&s->dev[d].free);
     for (size_t i = 0; i < s->nresv; i++) {
         if (s->host_backed)
             munmap((void *)s->resv[i].va, s->resv[i].size);
-        free(s->resv[i].pages);
+        resv_free_pages(&s->resv[i]);
     }
     free(s->resv);
     for (size_t i = 0; i < s->nhandles; i++)
@@ -942,7 +994,6 @@ static void sim_close(void *ctx)
     free(s->streams);
     free(s->stream_index);
     free(s->events);
-    free(s->live);
     hbm__fork_untrack(&s->lock);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -68,11 +68,9 @@ static hbm_status reserve_segment(hbm_allocator *a, hbm__pool *p, hbm_stream str
     size_t npages = (total + page - 1) / page;
     size_t size = npages * page;
     hbm__segment *seg = calloc(1, sizeof *seg);
-    hbm__page *pages = calloc(npages, sizeof *pages);
     hbm__block *b = hbm__block_new(a);
-    if (!seg || !pages || !b) {
+    if (!seg || !b) {
         free(seg);
-        free(pages);
         if (b)
             hbm__block_recycle(a, b);
         hbm__set_error(a, "out of host memory for allocator bookkeeping");
@@ -82,7 +80,6 @@ static hbm_status reserve_segment(hbm_allocator *a, hbm__pool *p, hbm_stream str
     hbm_status rc = hbm__dev_reserve(a, size, &va);
     if (rc != HBM_OK) {
         free(seg);
-        free(pages);
         hbm__block_recycle(a, b);
         return rc;
     }
@@ -93,8 +90,7 @@ static hbm_status reserve_segment(hbm_allocator *a, hbm__pool *p, hbm_stream str
     seg->head = b;
     seg->expandable = true;
     seg->page = page;
-    seg->npages = npages;
-    seg->pages = pages;
+    seg->npages = npages; /* the page table is made as pages are mapped (make_pages) */
     b->seg = seg;
     b->stream = stream;
     b->addr = va;
@@ -127,12 +123,32 @@ static hbm_status find_expandable(hbm_allocator *a, hbm__pool *p, hbm_stream str
     return new_segment(a, p, stream, out);
 }
 
+/* Makes the page table of seg hold pages [0, end): grown by doubling, the new entries zero. */
+static hbm_status make_pages(hbm_allocator *a, hbm__segment *seg, size_t end)
+{
+    if (end <= seg->pages_made)
+        return HBM_OK;
+    size_t made = seg->pages_made < 16 ? 16 : 2 * seg->pages_made;
+    made = made < end ? end : made > seg->npages ? seg->npages : made;
+    hbm__page *pages = realloc(seg->pages, made * sizeof *pages);
+    if (!pages) {
+        hbm__set_error(a, "out of host memory for allocator bookkeeping");
+        return HBM_ERR_NOMEM;
+    }
+    memset(&pages[seg->pages_made], 0, (made - seg->pages_made) * sizeof *pages);
+    seg->pages = pages;
+    seg->pages_made = made;
+    return HBM_OK;
+}
+
 /* Map the pages [first, first + n) of seg, all or nothing. Handles come from
  * the page itself (kept after a failed release), then the pool's spares
  * (hbm_remap_free_pages), then new ones. */
 static hbm_status map_pages(hbm_allocator *a, hbm__segment *seg, size_t first, size_t n)
 {
-    hbm_status rc = HBM_OK;
+    hbm_status rc = make_pages(a, seg, first + n);
+    if (rc != HBM_OK)
+        return rc;
     hbm__pool *p = seg->pool;
     size_t created = 0, mapped = 0;
     for (; created < n; created++) {
@@ -253,7 +269,7 @@ static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uin
     size_t first = (lo - seg->addr) / seg->page, n = (hi - lo) / seg->page, done = 0, real = 0;
     bool any_mapped = !seg->asleep_pages;
     for (size_t i = 0; !any_mapped && i < n; i++)
-        any_mapped = seg->pages[first + i].mapped;
+        any_mapped = hbm__seg_page(seg, first + i).mapped;
     hbm_status rc = hbm__ensure_spares(a, 2);
     /* Unmapping does not wait for the device: wait for the segment's stream (or the device, on Ascend) first;
      * pages this request mapped a moment ago (fresh) were never handed out. */
@@ -332,7 +348,7 @@ static hbm_status release_segment(hbm_allocator *a, hbm__block *b)
     hbm__segment *seg = b->seg;
     hbm_status rc = HBM_OK;
     /* Handles kept after a failed release go back now; the reservation follows. */
-    for (size_t i = 0; i < seg->npages && rc == HBM_OK; i++)
+    for (size_t i = 0; i < seg->pages_made && rc == HBM_OK; i++)
         if (seg->pages[i].handle && (rc = hbm__dev_release(a, seg->pages[i].handle)) == HBM_OK)
             seg->pages[i].handle = 0;
     if (rc == HBM_OK)
@@ -542,9 +558,9 @@ hbm_status hbm__expand_sleep(hbm_allocator *a, hbm__segment *seg, size_t *given)
         return HBM_OK;
     /* As before any unmap: the segment's work, or the device's (the caller waited for the device already). */
     hbm_status rc = hbm__dev_sync_unmap(a, seg->stream);
-    for (size_t i = 0; rc == HBM_OK && i < seg->npages;) {
+    for (size_t i = 0; rc == HBM_OK && i < seg->pages_made;) {
         size_t run = 0;
-        for (; i + run < seg->npages && seg->pages[i + run].mapped; run++) {
+        for (; i + run < seg->pages_made && seg->pages[i + run].mapped; run++) {
             hbm__page *pg = &seg->pages[i + run];
             if ((rc = hbm__dev_unmap(a, seg->addr + (i + run) * seg->page, seg->page)) != HBM_OK)
                 break;
@@ -566,9 +582,9 @@ hbm_status hbm__expand_wake(hbm_allocator *a, hbm__segment *seg, size_t *mapped)
 {
     *mapped = 0;
     hbm_status rc = HBM_OK;
-    for (size_t i = 0; rc == HBM_OK && seg->asleep_pages && i < seg->npages;) {
+    for (size_t i = 0; rc == HBM_OK && seg->asleep_pages && i < seg->pages_made;) {
         size_t run = 0;
-        while (i + run < seg->npages && seg->pages[i + run].asleep)
+        while (i + run < seg->pages_made && seg->pages[i + run].asleep)
             run++;
         if (!run) {
             i++;
@@ -585,11 +601,11 @@ hbm_status hbm__expand_wake(hbm_allocator *a, hbm__segment *seg, size_t *mapped)
     return rc;
 }
 
-void hbm__expand_unwake(hbm_allocator *a, hbm__segment *seg, const bool *was_asleep)
+void hbm__expand_unwake(hbm_allocator *a, hbm__segment *seg, const bool *was_asleep, size_t n)
 {
-    for (size_t i = 0; i < seg->npages;) {
+    for (size_t i = 0; i < n;) {
         size_t run = 0;
-        while (i + run < seg->npages && was_asleep[i + run] && seg->pages[i + run].mapped) {
+        while (i + run < n && was_asleep[i + run] && seg->pages[i + run].mapped) {
             hbm__page *pg = &seg->pages[i + run];
             if (hbm__dev_unmap(a, seg->addr + (i + run) * seg->page, seg->page) != HBM_OK)
                 break; /* stays mapped: held, counted in reserved, given back by the next sleep */
@@ -634,7 +650,7 @@ hbm_status hbm__expand_release_pool(hbm_allocator *a, hbm__pool *p)
 
 void hbm__expand_teardown(hbm_allocator *a, hbm__segment *seg)
 {
-    for (size_t i = 0; i < seg->npages; i++) {
+    for (size_t i = 0; i < seg->pages_made; i++) {
         hbm__page *pg = &seg->pages[i];
         if (pg->mapped)
             hbm__dev_unmap(a, seg->addr + i * seg->page, seg->page);

@@ -25,9 +25,9 @@ hbm_status hbm__expand_sleep(hbm_allocator *a, hbm__segment *seg, size_t *given)
 /* Map the asleep pages of seg again, a run of adjacent pages at a time (a run all or nothing); stops at the first
  * failure. *mapped: bytes mapped. */
 hbm_status hbm__expand_wake(hbm_allocator *a, hbm__segment *seg, size_t *mapped);
-/* Unmap the pages of seg mapped since `since` (a wake that failed part-way: fresh pages, nothing to wait for),
- * each marked asleep again. */
-void hbm__expand_unwake(hbm_allocator *a, hbm__segment *seg, const bool *was_asleep);
+/* Unmap the pages of seg that were asleep (was_asleep, for its first n pages) and are mapped now (a wake that failed
+ * part-way: fresh pages, nothing to wait for), each marked asleep again. */
+void hbm__expand_unwake(hbm_allocator *a, hbm__segment *seg, const bool *was_asleep, size_t n);
 /* Return a segment's pages and reservation at destroy (whatever their state). */
 void hbm__expand_teardown(hbm_allocator *a, hbm__segment *seg);
 void hbm__expand_teardown_pool(hbm_allocator *a, hbm__pool *p);

@@ -101,7 +101,7 @@ static uint64_t releasable(const hbm__block *b)
         return !b->prev && !b->next ? seg->size : 0;
     size_t first = (b->addr - seg->addr + seg->page - 1) / seg->page, end = (b->addr + b->size - seg->addr) / seg->page;
     uint64_t n = 0;
-    for (size_t i = first; i < end && i < seg->npages; i++)
+    for (size_t i = first; i < end && i < seg->pages_made; i++)
         n += seg->pages[i].mapped;
     return n * seg->page;
 }

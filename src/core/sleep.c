@@ -767,6 +767,7 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
 typedef struct was_asleep {
     hbm__segment *seg;
     bool *pages;
+    size_t n; /* the segment's pages made then */
 } was_asleep;
 
 /* Which pages were asleep before the wake, per segment of the pool: a wake that fails gives back what it mapped. */
@@ -784,7 +785,7 @@ static hbm_status remember(hbm_allocator *a, hbm__mempool *m, was_asleep **out, 
     for (hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
         if (!in_pool(seg, m) || !seg->asleep_pages)
             continue;
-        bool *pg = malloc(seg->npages * sizeof *pg);
+        bool *pg = malloc(seg->pages_made * sizeof *pg);
         if (!pg) {
             for (size_t i = 0; i < *n; i++)
                 free(w[i].pages);
@@ -792,9 +793,9 @@ static hbm_status remember(hbm_allocator *a, hbm__mempool *m, was_asleep **out, 
             hbm__set_error(a, "out of host memory for allocator bookkeeping");
             return HBM_ERR_NOMEM;
         }
-        for (size_t i = 0; i < seg->npages; i++)
+        for (size_t i = 0; i < seg->pages_made; i++)
             pg[i] = seg->pages[i].asleep;
-        w[(*n)++] = (was_asleep){seg, pg};
+        w[(*n)++] = (was_asleep){seg, pg, seg->pages_made};
     }
     *out = w;
     return HBM_OK;
@@ -926,7 +927,7 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
     }
     if (rc != HBM_OK) { /* back as it was: what this wake mapped is given back (fresh pages; the copies waited for) */
         for (size_t i = 0; i < nw; i++)
-            hbm__expand_unwake(a, w[i].seg, w[i].pages);
+            hbm__expand_unwake(a, w[i].seg, w[i].pages, w[i].n);
         m->sleep_state = HBM_POOL_ASLEEP;
         sl->kept = kept; /* the backup is still there */
     } else {

@@ -15,7 +15,7 @@
 #include "backend/backend.h"
 #include "conf/conf.h"
 #include "core/ptrmap.h"
-#include "core/rb.h"
+#include "util/rb.h"
 #include "util/fork.h"
 #include "hbmalloc.h"
 
@@ -97,12 +97,20 @@ struct hbm__segment {
     hbm__block *head; /* lowest-address block */
     /* Expandable segments: a virtual reservation mapped page by page. */
     bool expandable;
-    size_t page; /* page size: 2 MiB small pool, large_segment_size large pool */
-    size_t npages;
+    size_t page;       /* page size: 2 MiB small pool, large_segment_size large pool */
+    size_t npages;     /* pages in the reservation */
+    size_t pages_made; /* entries of `pages`: the pages past them were never mapped (their entries all zero) */
     size_t mapped_pages;
     size_t asleep_pages; /* pages asleep (sleep.c): unmapped, blocks still cover them as if mapped */
-    hbm__page *pages;
+    hbm__page *pages;    /* made as pages are first mapped (issue #38 item 4: a table for the whole reservation, 9/8
+                       * of the device, was zeroed at each reservation: 9 MiB of 2 MiB pages at 1 TiB) */
 };
+
+/* Page i of an expandable segment, a page never mapped when past the ones made. */
+static inline hbm__page hbm__seg_page(const hbm__segment *seg, size_t i)
+{
+    return i < seg->pages_made ? seg->pages[i] : (hbm__page){0, false, false};
+}
 
 struct hbm__pool {
     hbm__rb *free_tree; /* free mapped blocks ordered by (stream, size, address) */

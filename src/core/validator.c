@@ -116,15 +116,17 @@ static void check_block(checker *ck, hbm_allocator *a, hbm__segment *seg, hbm__b
         if (!b->mapped && ((b->addr - seg->addr) % seg->page || b->size % seg->page))
             FAIL(ck, "unmapped block %p is not page-aligned", (void *)b->addr);
         /* An asleep page is unmapped while its blocks stay as they were (mapped). */
-        for (size_t i = first; i <= last && i < seg->npages; i++)
-            if ((seg->pages[i].mapped || seg->pages[i].asleep) != b->mapped) {
+        for (size_t i = first; i <= last && i < seg->npages; i++) {
+            hbm__page pg = hbm__seg_page(seg, i);
+            if ((pg.mapped || pg.asleep) != b->mapped) {
                 FAIL(ck, "block %p is %smapped but page %zu of its segment is %s", (void *)b->addr,
                      b->mapped ? "" : "un", i,
-                     seg->pages[i].mapped   ? "mapped"
-                     : seg->pages[i].asleep ? "asleep"
-                                            : "unmapped");
+                     pg.mapped   ? "mapped"
+                     : pg.asleep ? "asleep"
+                                 : "unmapped");
                 break;
             }
+        }
         if (b->mapped)
             *mapped_bytes += b->size;
     } else if (!b->mapped) {
@@ -216,7 +218,9 @@ static void check_segment(checker *ck, hbm_allocator *a, hbm__segment *seg, uint
             t->oversize_seg++;
     }
     size_t mapped_bytes = 0, pages_mapped = 0, pages_asleep = 0;
-    for (size_t i = 0; seg->expandable && i < seg->npages; i++) {
+    if (seg->pages_made > seg->npages)
+        FAIL(ck, "segment %p has a table of %zu pages for %zu", (void *)seg->addr, seg->pages_made, seg->npages);
+    for (size_t i = 0; seg->expandable && i < seg->pages_made; i++) {
         pages_mapped += seg->pages[i].mapped;
         pages_asleep += seg->pages[i].asleep;
         if (seg->pages[i].mapped && seg->pages[i].asleep)

@@ -1,5 +1,6 @@
 /* test_sim.c: the simulated device: capacity, addresses, counters, cost model, faults, host mode. */
 #include "helpers.h"
+#include "backend/sim_ranges.h"
 
 static hbm_backend *open_backend(const char *spec)
 {
@@ -71,6 +72,125 @@ static void freed_ranges_are_reused_first_fit(void **st)
     assert_int_equal(b->ops->mem_free(b->ctx, 0, x, 4 * MiB), 0);
     assert_int_equal(b->ops->mem_alloc(b->ctx, 0, 2 * MiB, &z), 0);
     assert_int_equal(z, x);
+    hbm_backend_close(b);
+}
+
+/* The free ranges (src/backend/sim_ranges.c, a treap since issue #38 item 5) place as the sorted list they replaced:
+ * 20,000 random takes and give-backs against a first-fit list written here, the same address or the same refusal
+ * each time, the same number of ranges, and the treap's shape rules every 100 operations. */
+typedef struct ref_range {
+    uintptr_t start, end;
+} ref_range;
+
+static int ref_take(ref_range *r, size_t *n, size_t size, uintptr_t *out)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (r[i].end - r[i].start >= size) {
+            *out = r[i].start;
+            r[i].start += size;
+            if (r[i].start == r[i].end)
+                memmove(&r[i], &r[i + 1], (--*n - i) * sizeof *r);
+            return 0;
+        }
+    return -1;
+}
+
+static void ref_give(ref_range *r, size_t *n, uintptr_t start, uintptr_t end)
+{
+    size_t i = 0;
+    while (i < *n && r[i].start < start)
+        i++;
+    int prev = i > 0 && r[i - 1].end == start, next = i < *n && r[i].start == end;
+    if (prev && next) {
+        r[i - 1].end = r[i].end;
+        memmove(&r[i], &r[i + 1], (--*n - i) * sizeof *r);
+    } else if (prev) {
+        r[i - 1].end = end;
+    } else if (next) {
+        r[i].start = start;
+    } else {
+        memmove(&r[i + 1], &r[i], (*n - i) * sizeof *r);
+        r[i] = (ref_range){start, end};
+        ++*n;
+    }
+}
+
+static void free_ranges_place_as_a_first_fit_list(void **st)
+{
+    (void)st;
+    enum { OPS = 20000, HELD = 4096 };
+    const uintptr_t base = 1 << 20, span = (uintptr_t)1 << 30;
+    ref_range *ref = calloc(HELD + 2, sizeof *ref);
+    ref_range *held = calloc(HELD, sizeof *held);
+    assert_non_null(ref);
+    assert_non_null(held);
+    size_t nref = 0, nheld = 0;
+    hbm__ranges rs = {0};
+    assert_int_equal(hbm__ranges_give(&rs, base, base + span), 0);
+    ref_give(ref, &nref, base, base + span);
+    uint64_t x = 88172645463325252ull;
+    for (int op = 0; op < OPS; op++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        if (nheld < HELD && (nheld == 0 || x % 100 < 55)) {
+            size_t size = ((x >> 8) % 64 + 1) * 4096 * (x % 7 == 0 ? 512 : 1); /* now and then a large one */
+            uintptr_t a = 0, b = 0;
+            int ra = hbm__ranges_take(&rs, size, &a), rb = ref_take(ref, &nref, size, &b);
+            assert_int_equal(ra, rb);
+            assert_int_equal(a, b);
+            if (!ra)
+                held[nheld++] = (ref_range){a, a + size};
+        } else {
+            size_t k = (size_t)(x >> 20) % nheld;
+            ref_range h = held[k];
+            held[k] = held[--nheld];
+            assert_int_equal(hbm__ranges_give(&rs, h.start, h.end), 0);
+            ref_give(ref, &nref, h.start, h.end);
+        }
+        assert_int_equal(rs.n, nref);
+        if (op % 100 == 0)
+            assert_int_equal(hbm__ranges_verify(&rs), (long)nref);
+    }
+    while (nheld) { /* everything back: one range again */
+        ref_range h = held[--nheld];
+        assert_int_equal(hbm__ranges_give(&rs, h.start, h.end), 0);
+    }
+    assert_int_equal(hbm__ranges_verify(&rs), 1);
+    uintptr_t all;
+    assert_int_equal(hbm__ranges_take(&rs, span + 1, &all), -1);
+    assert_int_equal(hbm__ranges_take(&rs, span, &all), 0);
+    assert_int_equal(all, base);
+    assert_int_equal(hbm__ranges_verify(&rs), 0);
+    hbm__ranges_clear(&rs);
+    free(ref);
+    free(held);
+}
+
+/* A reservation's page table is made as pages are mapped (issue #38 item 4: a table of the whole range was zeroed at
+ * each reservation): 8 TiB reserved, its first and last pages mapped, unreserving refused while any is. */
+static void a_large_reservation_maps_its_far_pages(void **st)
+{
+    (void)st;
+    hbm_backend *b = open_backend("sim:capacity=8TiB");
+    const hbm__backend_ops *o = b->ops;
+    const size_t span = (size_t)8 << 40, page = 2 * MiB;
+    uintptr_t va;
+    uint64_t h1, h2;
+    assert_int_equal(o->vmm_reserve(b->ctx, 0, span, &va), 0);
+    assert_int_equal(o->vmm_create(b->ctx, 0, page, &h1), 0);
+    assert_int_equal(o->vmm_create(b->ctx, 0, page, &h2), 0);
+    assert_int_equal(o->vmm_map(b->ctx, 0, va + span - page, page, h1), 0);
+    assert_int_equal(o->vmm_map(b->ctx, 0, va, page, h2), 0);
+    assert_int_equal(o->vmm_map(b->ctx, 0, va + span - page, page, h2), HBM__SIM_ERR_STILL_MAPPED);
+    assert_int_equal(o->vmm_unmap(b->ctx, 0, va + page, page), HBM__SIM_ERR_BAD_RANGE); /* never mapped */
+    hbm__sim_counters c;
+    hbm__sim_get_counters(b->ctx, &c);
+    assert_int_equal(c.mapped_pages, 2);
+    assert_int_equal(o->vmm_unmap(b->ctx, 0, va, page), 0);
+    assert_int_equal(o->vmm_unreserve(b->ctx, 0, va, span), HBM__SIM_ERR_STILL_MAPPED); /* the last page is */
+    assert_int_equal(o->vmm_unmap(b->ctx, 0, va + span - page, page), 0);
+    assert_int_equal(o->vmm_unreserve(b->ctx, 0, va, span), 0);
+    assert_int_equal(o->vmm_release(b->ctx, 0, h1), 0);
+    assert_int_equal(o->vmm_release(b->ctx, 0, h2), 0);
     hbm_backend_close(b);
 }
 
@@ -241,6 +361,8 @@ int main(void)
         cmocka_unit_test(address_only_mode_serves_a_1tib_device),
         cmocka_unit_test(addresses_are_deterministic),
         cmocka_unit_test(freed_ranges_are_reused_first_fit),
+        cmocka_unit_test(free_ranges_place_as_a_first_fit_list),
+        cmocka_unit_test(a_large_reservation_maps_its_far_pages),
         cmocka_unit_test(counters_and_cost_model),
         cmocka_unit_test(fault_rules_match_by_kind_size_and_count),
         cmocka_unit_test(fail_nth_from_the_spec_counts_every_call),

@@ -185,7 +185,7 @@ static void the_walk_keeps_every_byte(void **st)
     hbm_destroy(a);
 }
 
-/* What a job holds after cycle c, to compare cycle 10's with cycle 1000's. */
+/* What a job holds after cycle c, to compare cycle 100's with cycle 1000's. */
 typedef struct held {
     hbm__sim_counters sim; /* the device's: allocations, reservations, handles, pages, events, pinned buffers */
     int64_t reserved;      /* hbmalloc's reserved bytes */
@@ -216,7 +216,10 @@ static held held_now(hbm_allocator *a, const hbm_mempool mp[2])
  * over 1,000 cycles): a backup pool (one sleep in ten to a file, with the checksum) and a discard pool, the other
  * phase allocating and freeing in between; the device's allocations, reservations, handles, mapped pages, events
  * and pinned buffers, hbmalloc's reserved bytes, the pools' pinned memory, the open files and the process's heap
- * after cycle 1000 are what they were after cycle 10, and the weights' bytes are whole every hundred cycles. */
+ * after cycle 1000 are what they were after cycle 100, and the weights' bytes are whole every hundred cycles. Cycle
+ * 100, not 10: the first cycles fill glibc's cache of freed chunks (tcache, up to 7 chunks a size per thread, which
+ * mallinfo2 counts as in use; the simulated device's nodes of live allocations fill it by cycle 40), and the heap
+ * then stays the same to the byte: a block kept per cycle, or per ten, shows by cycle 1000. */
 static void a_thousand_cycles_leave_nothing_behind(void **st)
 {
     (void)st;
@@ -237,7 +240,7 @@ static void a_thousand_cycles_leave_nothing_behind(void **st)
     }
     void *kv;
     must(a, hbm_mempool_malloc(a, mp[1], 6 << 20, 0, &kv), "kv_cache");
-    held at10 = {0};
+    held at100 = {0};
     for (int c = 1; c <= 1000; c++) {
         hbm_sleep_opts o = {.chunk_bytes = 1 << 20};
         if (c % 10 == 0)
@@ -248,8 +251,8 @@ static void a_thousand_cycles_leave_nothing_behind(void **st)
         hbm_free(a, other);
         must(a, hbm_pool_wake(a, mp[0], NULL), "wake weights");
         must(a, hbm_pool_wake(a, mp[1], NULL), "wake kv_cache");
-        if (c == 10)
-            at10 = held_now(a, mp);
+        if (c == 100)
+            at100 = held_now(a, mp);
         if (c % 100 == 0)
             for (int i = 0; i < 3; i++)
                 for (size_t j = 0; j < sizes[i]; j++)
@@ -257,12 +260,12 @@ static void a_thousand_cycles_leave_nothing_behind(void **st)
                         fail_msg("cycle %d: weights block %d byte %zu changed", c, i, j);
     }
     held at1000 = held_now(a, mp);
-    assert_memory_equal(&at1000.sim, &at10.sim, sizeof at10.sim);
-    assert_int_equal(at1000.reserved, at10.reserved);
-    assert_int_equal(at1000.host_bytes[0], at10.host_bytes[0]);
-    assert_int_equal(at1000.host_bytes[1], at10.host_bytes[1]);
-    assert_int_equal(at1000.fds, at10.fds);
-    assert_int_equal(at1000.heap, at10.heap);
+    assert_memory_equal(&at1000.sim, &at100.sim, sizeof at100.sim);
+    assert_int_equal(at1000.reserved, at100.reserved);
+    assert_int_equal(at1000.host_bytes[0], at100.host_bytes[0]);
+    assert_int_equal(at1000.host_bytes[1], at100.host_bytes[1]);
+    assert_int_equal(at1000.fds, at100.fds);
+    assert_int_equal(at1000.heap, at100.heap);
     assert_valid(a);
     for (int i = 0; i < 3; i++)
         hbm_free(a, w[i]);
