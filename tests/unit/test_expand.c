@@ -47,6 +47,14 @@ static void a_large_request_maps_one_20mib_page_of_a_reservation(void **st)
     assert_non_null(seg);
     assert_true(seg->expandable);
     assert_int_equal(seg->size, 90 * GiB);
+    /* Its page table is made as pages are mapped (issue #38 item 4): 16 entries of the 4,608 pages, then the table
+     * doubles as the segment grows. */
+    assert_int_equal(seg->npages, 90 * GiB / (20 * MiB));
+    assert_int_equal(seg->pages_made, 16);
+    void *q = must_malloc(a, 400 * MiB, 0); /* pages 1 to 20 */
+    assert_int_equal(seg->pages_made, 32);
+    assert_valid(a);
+    hbm_free(a, q);
     assert_valid(a);
     hbm_destroy(a);
 }
