@@ -161,7 +161,7 @@ API const char *fake_acl_log(void);
 API void fake_acl_reset(void)
 {
     for (long i = 0; i < F.nhandles; i++)
-        free(F.handles[i].mem);
+        handle_bytes_free(F.handles[i].mem, F.handles[i].size);
     for (int i = 0; i < MAX; i++)
         free(F.hosts[i].p);
     memset(&F, 0, sizeof F);
@@ -739,7 +739,7 @@ API aclError aclrtMallocPhysical(void **h, size_t size, const prop *p, unsigned 
     pthread_mutex_lock(&lock);
     aclError rc = OK;
     unsigned char *mem = NULL;
-    if (F.used + (long)size > F.memory || F.nhandles >= MAX || !(mem = calloc(1, size)))
+    if (F.used + (long)size > F.memory || F.nhandles >= MAX || !(mem = handle_bytes(size)))
         rc = fail(MEMORY_ALLOCATION, "EL0004: Failed to allocate memory.");
     else {
         F.handles[F.nhandles].size = size, F.handles[F.nhandles].live = 1, F.handles[F.nhandles].mem = mem;
@@ -762,7 +762,7 @@ API aclError aclrtFreePhysical(void *h)
     if (F.handles[i].mapped)
         return fail(RT_PARAM_INVALID, "EE1003: free of a physical handle that is still mapped");
     F.handles[i].live = 0;
-    free(F.handles[i].mem);
+    handle_bytes_free(F.handles[i].mem, F.handles[i].size);
     F.handles[i].mem = NULL;
     F.used -= (long)F.handles[i].size;
     return OK;

@@ -154,7 +154,7 @@ API int fake_cuda_peek(CUdeviceptr va, void *dst, size_t n);
 API void fake_cuda_reset(void)
 {
     for (long i = 0; i < F.nhandles; i++)
-        free(F.handles[i].mem);
+        handle_bytes_free(F.handles[i].mem, F.handles[i].size);
     for (int i = 0; i < MAX; i++)
         free(F.hosts[i].p);
     memset(&F, 0, sizeof F);
@@ -475,7 +475,7 @@ API CUresult cuMemCreate(unsigned long long *h, size_t size, const prop_t *prop,
         return OOM;
     if (F.nhandles == MAX)
         return OOM;
-    unsigned char *mem = calloc(1, size); /* the page's bytes (untouched: no host memory until written) */
+    unsigned char *mem = handle_bytes(size); /* the page's bytes (untouched: no host memory until written) */
     if (!mem)
         return OOM;
     F.handles[F.nhandles].size = size;
@@ -494,7 +494,7 @@ API CUresult cuMemRelease(unsigned long long h)
     if (!h || (long)h > F.nhandles || !F.handles[h - 1].live)
         return INVALID_VALUE;
     F.handles[h - 1].live = 0;
-    free(F.handles[h - 1].mem);
+    handle_bytes_free(F.handles[h - 1].mem, F.handles[h - 1].size);
     F.handles[h - 1].mem = NULL;
     F.used -= (long)F.handles[h - 1].size;
     return OK;
