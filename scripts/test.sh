@@ -44,24 +44,37 @@ for cc in "gcc g++" "clang clang++"; do
     echo "release build clean: $1"
 done
 phase "valgrind"
-# valgrind memcheck of the command-line tool on real traces.
-for args in "replay tests/data/linear-10k-50k-grad.pickle --snapshot build/vg.pickle" \
-            "replay examples/cs336-lm-ctx512-forward.trace --conf expandable_segments:True" \
-            "view examples/cs336-lm-ctx512-forward.trace -o build/vg.svg" \
-            "sweep examples/cs336-lm-ctx512-forward.trace --jobs 2 --no-progress --grid expandable_segments=False,True"; do
-    # shellcheck disable=SC2086
-    valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite build/hbmalloc $args >/dev/null
-    echo "valgrind clean: hbmalloc $args"
-done
-# The doctor on recorded outputs and real logs (exit status 1: it found what it should).
-rc=0
-PATH="$PWD/tests/data/doctor/bin:$PATH" NPU_SMI_INFO=tests/data/doctor/npu-smi/910b3-8.txt \
-    NPU_SMI_BOARD=tests/data/doctor/npu-smi/board-910.txt PYTORCH_NPU_ALLOC_CONF=expandable_segments:True \
-    valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite build/hbmalloc doctor \
-    --root tests/data/doctor/root-mismatch --log tests/data/doctor/logs/field_report_constructed.log \
-    --log tests/data/doctor/logs/npu_oom_sglang_29838.log --json >/dev/null || rc=$?
-[ "$rc" -eq 1 ] || { echo "valgrind: hbmalloc doctor exit status $rc"; exit 1; }
-echo "valgrind clean: hbmalloc doctor (recorded npu-smi, version files, logs)"
+# valgrind memcheck of the command-line tool on real traces, and of the doctor on recorded outputs and real logs (its
+# exit status 1: it found what it should). Two lanes side by side (memcheck is one thread); the reports in order.
+vgdir=$(mktemp -d)
+vg() { # N STATUS ARGS...: hbmalloc ARGS under memcheck (VAR=VALUE words first: its environment), exiting STATUS
+    local n=$1 want=$2 rc=0 vars=()
+    shift 2
+    while [[ $1 == *=* ]]; do vars+=("$1"); shift; done
+    env "${vars[@]}" valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+        build/hbmalloc "$@" >/dev/null 2>"$vgdir/$n.err" || rc=$?
+    if [ "$rc" -eq "$want" ]; then
+        echo "valgrind clean: hbmalloc $*" >"$vgdir/$n.out"
+    else
+        { cat "$vgdir/$n.err"; echo "valgrind: hbmalloc $*: exit status $rc, not $want"; } >"$vgdir/$n.out"
+        return 1
+    fi
+}
+doctor_env=(PATH="$PWD/tests/data/doctor/bin:$PATH" NPU_SMI_INFO=tests/data/doctor/npu-smi/910b3-8.txt
+    NPU_SMI_BOARD=tests/data/doctor/npu-smi/board-910.txt PYTORCH_NPU_ALLOC_CONF=expandable_segments:True)
+(vg 1 0 sweep examples/cs336-lm-ctx512-forward.trace --jobs 2 --no-progress \
+    --grid expandable_segments=False,True &&
+    vg 2 0 view examples/cs336-lm-ctx512-forward.trace -o build/vg.svg) &
+lane=$!
+vg 3 0 replay tests/data/linear-10k-50k-grad.pickle --snapshot build/vg.pickle &&
+    vg 4 0 replay examples/cs336-lm-ctx512-forward.trace --conf expandable_segments:True &&
+    vg 5 1 "${doctor_env[@]}" doctor --root tests/data/doctor/root-mismatch \
+        --log tests/data/doctor/logs/field_report_constructed.log --log tests/data/doctor/logs/npu_oom_sglang_29838.log \
+        --json || vg_failed=1
+wait "$lane" || vg_failed=1
+cat "$vgdir"/*.out
+rm -rf "$vgdir"
+[ -z "${vg_failed:-}" ] || exit 1
 phase "fuzzing"
 # Each fuzz target for a bounded, repeatable run of about a minute (make fuzz runs them long, at random).
 scripts/fuzz.sh "${HBM_FUZZ_SECONDS:-ci}"
