@@ -27,7 +27,6 @@ static hbm_status abandon(hbm_allocator *a, const char *why, hbm_status rc, char
 {
     put_err(err, errlen, why);
     hbm__fork_untrack(&a->lock);
-    pthread_mutex_destroy(&a->lock);
     hbm__ptrmap_free(&a->live);
     free(a);
     return rc;
@@ -80,10 +79,9 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         free(a);
         return rc;
     }
-    pthread_mutex_init(&a->lock, NULL);
-    if (hbm__fork_track(&a->lock, HBM__FORK_ALLOCATOR)) {
+    hbm__mutex_init(&a->lock);
+    if (hbm__fork_track_mutex(&a->lock, HBM__FORK_ALLOCATOR)) {
         put_err(err, errlen, "out of host memory");
-        pthread_mutex_destroy(&a->lock);
         hbm__ptrmap_free(&a->live);
         free(a);
         return HBM_ERR_NOMEM;
@@ -202,7 +200,6 @@ hbm_status hbm_destroy_report(hbm_allocator *a, char *msg, size_t msglen)
                  (unsigned long long)a->teardown_failed, a->teardown_failed == 1 ? "" : "s", size, a->device,
                  a->teardown_first);
     }
-    pthread_mutex_destroy(&a->lock);
     if (a->owns_backend)
         hbm_backend_close(a->backend);
     free(a);

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "conf/conf.h"
 #include "core/ptrmap.h"
+#include "util/lock.h"
 #include "util/rb.h"
 #include "util/fork.h"
 #include "hbmalloc.h"
@@ -169,7 +170,7 @@ typedef struct hbm__event_queue {
  * PyTorch does without release_lock_on_cudamalloc).
  */
 struct hbm_allocator {
-    pthread_mutex_t lock;
+    hbm__mutex lock;    /* util/lock.h */
     bool single_thread; /* set once at creation by hbm_set_single_thread: no lock is taken */
     /* When the device's work was last waited for (hbm__dev_quiesce), as the free stamp then (hbm__free_stamp; 0:
      * never). A wait holds while no block has been freed since: a block can only carry work launched before the
@@ -274,13 +275,13 @@ struct hbm_allocator {
 static inline void hbm__lock(hbm_allocator *a)
 {
     if (!a->single_thread)
-        pthread_mutex_lock(&a->lock);
+        hbm__mutex_take(&a->lock);
 }
 
 static inline void hbm__unlock(hbm_allocator *a)
 {
     if (!a->single_thread)
-        pthread_mutex_unlock(&a->lock);
+        hbm__mutex_give(&a->lock);
 }
 
 #endif

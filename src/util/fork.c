@@ -12,14 +12,16 @@
  * then an allocator's, then its backend's); it knows nothing of what they guard.
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "util/fork.h"
 #include "util/util.h"
 
 typedef struct tracked {
-    pthread_mutex_t *m;
+    void *m;
     int rank;
+    bool own; /* an hbm__mutex (lock.h), else a pthread mutex */
 } tracked;
 
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
@@ -32,7 +34,9 @@ static void prepare(void)
     pthread_mutex_lock(&registry);
     for (int rank = HBM__FORK_SET; rank <= HBM__FORK_BACKEND; rank++)
         for (size_t i = 0; i < nlocks; i++)
-            if (locks[i].rank == rank)
+            if (locks[i].rank == rank && locks[i].own)
+                hbm__mutex_take(locks[i].m);
+            else if (locks[i].rank == rank)
                 pthread_mutex_lock(locks[i].m);
 }
 
@@ -41,25 +45,31 @@ static void release(void)
 {
     for (int rank = HBM__FORK_BACKEND; rank >= HBM__FORK_SET; rank--)
         for (size_t i = nlocks; i-- > 0;)
-            if (locks[i].rank == rank)
+            if (locks[i].rank == rank && locks[i].own)
+                hbm__mutex_give(locks[i].m);
+            else if (locks[i].rank == rank)
                 pthread_mutex_unlock(locks[i].m);
     pthread_mutex_unlock(&registry);
 }
 
 static void install(void) { pthread_atfork(prepare, release, release); }
 
-int hbm__fork_track(pthread_mutex_t *m, int rank)
+static int track(void *m, int rank, bool own)
 {
     pthread_once(&installed, install);
     pthread_mutex_lock(&registry);
     int rc = hbm__grow((void **)&locks, &cap_locks, nlocks + 1, sizeof *locks);
     if (!rc)
-        locks[nlocks++] = (tracked){m, rank};
+        locks[nlocks++] = (tracked){m, rank, own};
     pthread_mutex_unlock(&registry);
     return rc;
 }
 
-void hbm__fork_untrack(pthread_mutex_t *m)
+int hbm__fork_track(pthread_mutex_t *m, int rank) { return track(m, rank, false); }
+
+int hbm__fork_track_mutex(hbm__mutex *m, int rank) { return track(m, rank, true); }
+
+void hbm__fork_untrack(const void *m)
 {
     pthread_mutex_lock(&registry);
     for (size_t i = 0; i < nlocks; i++)

@@ -553,7 +553,7 @@ static void single_thread_mode_takes_no_lock(void **st)
     (void)st;
     hbm_allocator *a = open_sim("sim", ""), *b = open_sim("sim", "");
     hbm_set_single_thread(a);
-    pthread_mutex_lock(&a->lock);
+    hbm__mutex_take(&a->lock);
     void *p[4], *q[4];
     size_t sizes[4] = {1000, 3u << 20, 700, 12u << 20};
     for (int i = 0; i < 4; i++) {
@@ -571,7 +571,7 @@ static void single_thread_mode_takes_no_lock(void **st)
     assert_int_equal(sa.reserved_bytes[HBM_POOL_ALL].current, sb.reserved_bytes[HBM_POOL_ALL].current);
     assert_int_equal(sa.allocated_bytes[HBM_POOL_ALL].peak, sb.allocated_bytes[HBM_POOL_ALL].peak);
     assert_valid(a);
-    pthread_mutex_unlock(&a->lock);
+    hbm__mutex_give(&a->lock);
     hbm_destroy(a);
     hbm_destroy(b);
 }
