@@ -236,7 +236,7 @@ if command -v valgrind >/dev/null; then
     "$here/bench/copies.sh" "$build/bench/bench_instr" "${ex[@]}" >"$keep/copies.out" 2>&1
     claim expandable_cost_gmean "$(sed -n 's/.*geometric mean \([0-9.]*\) over.*/\1/p' "$keep/expandable-cost.out")" 1 rel \
         "bench/expandable_cost.sh: expandable / default instructions per event, geometric mean of the examples"
-    claim copies_max "$(awk -F'|' '$7 ~ /[0-9]/ { print $7 + 0 }' "$keep/copies.out" | sort -g | tail -1)" 2 rel \
+    claim copies_max "$(awk -F'|' '$3 ~ /^ *[0-9]+ *$/ { print $7 + 0 }' "$keep/copies.out" | sort -g | tail -1)" 2 rel \
         "bench/copies.sh: instructions per event at 16 copies / at 1, the largest of the examples"
     # Against d48e752, the commit before labels and graph-capture mode (bench/instr_against.sh).
     if [ $quick = 1 ]; then

@@ -31,6 +31,19 @@
 #include "policy/step_period.h"
 #include "backend/sim.h"
 
+/* 1 in a build with AddressSanitizer or ThreadSanitizer (gcc's macros, clang's __has_feature), where a test repeats
+ * only what gives new evidence there: the code run under the sanitizer, not each logical check again. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HBM_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HBM_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef HBM_TEST_SANITIZED
+#define HBM_TEST_SANITIZED 0
+#endif
+
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
 

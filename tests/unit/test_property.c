@@ -1,13 +1,18 @@
 /*
  * test_property.c: random operation sequences over several seeds and
- * settings, with the validator after every operation. In host-backed mode
- * every live block is filled with a pattern that is checked when it is freed,
- * so overlapping blocks or a block handed out twice are caught.
+ * settings, with the validator after every operation (every 64th under a
+ * sanitizer). In host-backed mode every live block is filled with a pattern
+ * that is checked when it is freed, so overlapping blocks or a block handed
+ * out twice are caught.
  */
 #include "helpers.h"
 
 #define OPS 100000
 #define MAX_LIVE 400
+/* The validator after every operation; under a sanitizer after every 64th (issue #38 item 8): the sequences are the
+ * normal build's (the same seeds), so the validator's verdicts are too, while every operation still runs under the
+ * sanitizer. It was three quarters of the sanitizer build's longest test (192 s). */
+#define VALIDATE_EVERY (HBM_TEST_SANITIZED ? 64 : 1)
 
 typedef struct live {
     unsigned char *p;
@@ -76,12 +81,14 @@ static void run_ex2(const char *spec, const char *settings, uint64_t seed, int f
                 assert_int_equal(hbm_mempool_end(a, mp), HBM_OK);
                 routed = 0;
             }
-            assert_valid(a);
+            if (op % VALIDATE_EVERY == 0)
+                assert_valid(a);
             continue;
         }
         if (streams && r >= 560 && r < 640 && nl > 0) {
             assert_int_equal(hbm_record_stream(a, L[rnd() % (uint64_t)nl].p, (hbm_stream)(3 + rnd() % 2)), HBM_OK);
-            assert_valid(a);
+            if (op % VALIDATE_EVERY == 0)
+                assert_valid(a);
             continue;
         }
         if ((r < 560 && nl < MAX_LIVE) || nl == 0) {
@@ -129,7 +136,8 @@ static void run_ex2(const char *spec, const char *settings, uint64_t seed, int f
         if (streams ? req < requested : req != requested)
             fail_msg("seed %llu op %d: requested_bytes %lld, live blocks requested %lld", (unsigned long long)seed, op,
                      (long long)req, (long long)requested);
-        assert_valid(a);
+        if (op % VALIDATE_EVERY == 0)
+            assert_valid(a);
     }
     hbm__sim_clear_faults(sim_of(a));
     if (routed)
