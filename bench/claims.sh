@@ -6,7 +6,7 @@
 #   BUILD_DIR    a Release build with -DHBM_BENCH=ON (its hbmalloc, bench/bench_*, libhbmalloc_torch.so)
 #   --quick      the fast claims only (under a minute): one run of bench_malloc instead of three, three runs of
 #                the plug-in benchmark instead of nine; no offline plans, footprint without virtual memory, steady
-#                state or comparison against d48e752 (those SKIPPED). The whole run: about 4 minutes on 2 cores
+#                state or comparison against d48e752 (those SKIPPED). The whole run: about 6 minutes on 2 quiet cores
 #   --traces DIR the shared traces (default: ../shared/traces beside the repository); claims that need them are
 #                SKIPPED without them
 #   --old-build  a build of d48e752 (before labels) with -DHBM_BENCH=ON, for bench/instr_against.sh; without it

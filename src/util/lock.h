@@ -27,8 +27,7 @@ static inline void hbm__mutex_init(hbm__mutex *m) { __atomic_store_n(&m->state, 
 static inline void hbm__mutex_take(hbm__mutex *m)
 {
     int expect = 0;
-    if (__builtin_expect(!__atomic_compare_exchange_n(&m->state, &expect, 1, false, __ATOMIC_ACQUIRE,
-                                                      __ATOMIC_RELAXED),
+    if (__builtin_expect(!__atomic_compare_exchange_n(&m->state, &expect, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED),
                          0))
         hbm__mutex_wait(m);
 }
