@@ -632,8 +632,8 @@ HBM_API hbm_status hbm_snapshot_save(const hbm_snapshot *s, const char *path, hb
  * hbmalloc_torch.hook_optimizer() do). Counted in stats.steps; with the hbm_step_plan
  * setting the allocator learns the step's allocations and serves later steps from a plan
  * (docs/CONFIGURATION.md); without any call it looks for the steps itself, and the first
- * call ends that. Cheap: O(1) unless a plan is made, which happens at most at a
- * few boundaries and takes O(n^2) in the step's n allocations at worst. */
+ * call ends that. Cheap: O(1) unless a plan is made, which happens at a few
+ * boundaries only and takes O(n log n) in the step's n allocations (src/policy/lifetime_sweep.c). */
 HBM_API hbm_status hbm_step(hbm_allocator *a);
 
 /* A buffer to place: live at the allocations numbered [start, end) and, in a cyclic plan

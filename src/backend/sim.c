@@ -28,7 +28,7 @@
 #include "util/util.h"
 #include "backend.h"
 #include "sim.h"
-#include "sim_ranges.h"
+#include "util/ranges.h"
 
 #define SIM_MAX_DEVICES 16
 #define SIM_ALIGN (2 * HBM__MiB)

@@ -6,8 +6,8 @@
  * (hbm_step after optimizer.step), the allocator records each step's
  * allocations of one stream (size, and the span of allocations each lives
  * over) while the caching policy serves them, plans offsets for one step in
- * one region (hbm_plan_lifetimes: no two buffers that live at the same time
- * overlap), reserves that region in one device allocation (the arena) and
+ * one region (lifetime_sweep.c, O(n log n): no two buffers that live at the
+ * same time overlap), reserves that region in one device allocation (the arena) and
  * serves allocation k of each later step at its planned offset when it fits
  * and that range is free. Everything else falls back to the caching policy:
  * allocations the plan has no place for (kept across steps), sizes past the
@@ -50,18 +50,18 @@
 #include "core/device.h"
 #include "policy/step_period.h"
 #include "policy/arena.h"
+#include "policy/lifetime_sweep.h"
 #include "util/util.h"
 
 #define LIVE UINT32_MAX       /* not freed yet */
 #define NEXT (UINT32_MAX - 1) /* freed during the next step, at its allocation `wrap` */
 #define MAX_STEP_ALLOCS (1u << 22)
-#define LOOKAHEAD 4           /* planned positions searched past the expected one for an exact size, */
-#define LOOKBACK 2            /* and before it */
-#define PLAN_WORK 50000000ull /* pair tests the search may make at one boundary, beyond the eight greedy orders */
-#define SHAPES 4              /* step shapes kept with their plans */
-#define PREFIX 8              /* first allocations by which a step under way picks another shape's plan */
-#define DETECT_FROM 1024      /* unmarked steps: the period is looked for at 1024, 2048, 4096, ... allocations */
-#define QUIET_AFTER 2         /* clean steps before recording stops (the steady state) */
+#define LOOKAHEAD 4      /* planned positions searched past the expected one for an exact size, */
+#define LOOKBACK 2       /* and before it */
+#define SHAPES 4         /* step shapes kept with their plans */
+#define PREFIX 8         /* first allocations by which a step under way picks another shape's plan */
+#define DETECT_FROM 1024 /* unmarked steps: the period is looked for at 1024, 2048, 4096, ... allocations */
+#define QUIET_AFTER 2    /* clean steps before recording stops (the steady state) */
 
 typedef struct step_rec {
     uint64_t size;
@@ -79,7 +79,9 @@ typedef struct shape {
     uint64_t height;
     bool cyclic;            /* the plan covers the tensors alive across a boundary */
     uint32_t used;          /* the step it last ended, for eviction */
-    uint32_t backoff, wait; /* steps of this shape to wait before the next re-plan on misses */
+    uint32_t backoff, wait; /* steps of this shape to wait before the next re-plan (on misses, or after a plan
+                               refused as larger than the cache: never_above_the_cache) */
+    size_t cache_reserved;  /* what was reserved when its last plan that was not cyclic was made */
 } shape;
 
 typedef struct hbm__stepplan {
@@ -101,10 +103,11 @@ typedef struct hbm__stepplan {
     /* The steady state: after QUIET_AFTER whole recorded steps that a cyclic plan served without a miss, steps are
      * no longer recorded (only counted: sp->n), until a step misses; then the next one is recorded again, and a
      * re-plan, if one is due, comes from it. */
-    bool quiet;      /* the step under way is not recorded */
-    uint32_t clean;  /* recorded steps in a row of one shape served without a miss by its cyclic plan */
-    int last_served; /* the shape served in the step before */
-    size_t inexact;  /* allocations of this step not of their planned size (a step of other lengths) */
+    bool quiet;        /* the step under way is not recorded */
+    uint32_t clean;    /* recorded steps in a row of one shape served without a miss by its cyclic plan */
+    int last_served;   /* the shape served in the step before */
+    size_t inexact;    /* allocations of this step not of their planned size (a step of other lengths) */
+    bool said_refused; /* a plan refused (never_above_the_cache): said once in hbm_warning */
 } hbm__stepplan;
 
 #define SP(a) ((hbm__stepplan *)(a)->pol)
@@ -351,6 +354,91 @@ static int shape_for_prefix(hbm__stepplan *sp, size_t k)
     return -1;
 }
 
+/* The device memory the steps would hold with a plan of `height` that places the positions where size[k] is not 0:
+ * the region, and the segments that keep a block the plan does not place (the parameters', the optimizer's: what is
+ * live at this boundary, but for the tensors of this step the plan places, carried over it). With expandable
+ * segments, their pages under such blocks only. The segments that hold nothing else are given back at the next
+ * boundaries (want_region). */
+static uint64_t footprint_with(hbm_allocator *a, uint64_t height, const uint64_t *size, size_t n)
+{
+    uint32_t step = SP(a)->step + 1; /* the tag of a block allocated in the step just ended */
+    uint64_t bytes = height;
+    for (hbm__rb *r = hbm__rb_first(a->segments); r; r = hbm__rb_next(r)) {
+        const hbm__segment *seg = (const hbm__segment *)(const void *)r; /* node is its first member (types.h) */
+        if (seg == a->arena_seg)
+            continue;
+        uintptr_t counted = seg->addr; /* expandable: the pages below this are counted */
+        for (const hbm__block *b = seg->head; b; b = b->next) {
+            bool held = b->allocated || b->event_count > 0;
+            if (!held || (b->rec_step == step && b->rec_k < n && size[b->rec_k]))
+                continue;
+            if (!seg->expandable) {
+                bytes += seg->size;
+                break;
+            }
+            uintptr_t lo = seg->addr + (b->addr - seg->addr) / seg->page * seg->page;
+            uintptr_t hi = seg->addr + (b->addr + b->size - seg->addr + seg->page - 1) / seg->page * seg->page;
+            if (lo < counted)
+                lo = counted;
+            if (hi > lo)
+                bytes += hi - lo, counted = hi;
+        }
+    }
+    return bytes;
+}
+
+/* Never above the cache: a plan whose steps would hold more than the caching policy does is not used. The bar: for
+ * the cyclic plan that follows a plan that is not (made before the tensors carried over a boundary are known, not
+ * judged, and replaced a step later), what was reserved when that one was made (the first: the caching policy's
+ * footprint); for a later one (the steps changed), that or what is reserved now, whichever is more (the misses grew
+ * the cache as they would have without a plan). A plan in force that is not cyclic is dropped with its successor: its region drains, and the cached segments are given back at
+ * the next boundaries so that the cache grows again as it would have. Tried again after 1, 2, 4, ... 64 steps
+ * (boundary); said once. */
+static bool never_above_the_cache(hbm_allocator *a, shape *h, uint64_t height, const uint64_t *size, size_t n)
+{
+    hbm__stepplan *sp = SP(a);
+    uint64_t with = footprint_with(a, height, size, n), bar = h->cache_reserved;
+    if (!(h->off && !h->cyclic) && a->total_reserved > bar)
+        bar = a->total_reserved;
+    if (with <= bar)
+        return true;
+    h->wait = h->backoff;
+    h->backoff = h->backoff ? (h->backoff < 64 ? h->backoff * 2 : 64) : 1;
+    if (!sp->said_refused) {
+        char need[32], have[32], text[300];
+        hbm__format_size(with, need, sizeof need);
+        hbm__format_size(bar, have, sizeof have);
+        snprintf(text, sizeof text,
+                 "hbm_step_plan: with a plan, steps of %zu allocations would hold %s, more than the %s the caching "
+                 "policy held: the caching policy serves them",
+                 n, need, have);
+        hbm__warning_add(a, text);
+        sp->said_refused = true;
+    }
+    if (h->off && !h->cyclic) { /* the first plan, in force: dropped */
+        free(h->off);
+        free(h->size);
+        free(h->below);
+        h->off = NULL, h->size = NULL, h->below = NULL;
+        if (sp->serving == (int)(h - sp->shapes)) {
+            sp->serving = -1, PL(a)->n = 0, PL(a)->off = PL(a)->size = NULL, PL(a)->below = NULL;
+            hbm__plan_lazy(a, PL(a));
+        }
+        sp->planned = false;
+        PL(a)->height = 0;
+        for (int i = 0; i < SHAPES; i++)
+            if (sp->shapes[i].off) {
+                sp->planned = true;
+                if (sp->shapes[i].height > PL(a)->height)
+                    PL(a)->height = sp->shapes[i].height;
+            }
+        if (!sp->planned && a->arena_seg)
+            hbm__region_retire(a), PL(a)->cursor = 0;
+        sp->settle = 3;
+    }
+    return false;
+}
+
 /* Plans the step `src`: its allocations freed within it and, when cyclic (src is the step before the one just
  * ended), those freed early in the next. Replaces the plan in force; HBM_ERR_NOMEM leaves it. */
 static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
@@ -363,7 +451,6 @@ static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
     uint32_t *start = calloc(n ? n : 1, sizeof *start), *end = calloc(n ? n : 1, sizeof *end);
     uint64_t *off = calloc(n ? n : 1, sizeof *off), *size = calloc(n ? n : 1, sizeof *size);
     hbm_status rc = HBM_ERR_NOMEM;
-    hbm_plan_info info = {0};
     size_t m = 0;
     if (!l || !pos || !start || !end || !off || !size)
         goto done;
@@ -379,9 +466,15 @@ static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
         l[m] = (hbm_lifetime){.size = sz, .start = (uint32_t)k, .end = e, .wrap = wrap};
         pos[m++] = (uint32_t)k;
     }
-    uint64_t budget = m ? PLAN_WORK / ((uint64_t)m * m) : 0;
-    if ((rc = hbm_plan_lifetimes(l, m, budget ? budget : 1, 1, &info)) != HBM_OK)
+    uint64_t height;
+    if (!cyclic) /* the bar for the cyclic plan that follows (never_above_the_cache) */
+        h->cache_reserved = a->total_reserved;
+    if ((rc = hbm__plan_sweep(l, m, (uint32_t)n, &height)) != HBM_OK)
         goto done;
+    for (size_t i = 0; i < m; i++)
+        size[pos[i]] = l[i].size;
+    if ((cyclic || h->off) && !never_above_the_cache(a, h, height, size, n))
+        goto done; /* rc HBM_OK */
     for (size_t i = 0; i < m; i++) {
         off[pos[i]] = l[i].offset;
         size[pos[i]] = l[i].size;
@@ -410,7 +503,7 @@ static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
     h->off = off;
     h->size = size;
     h->below = PL(a)->below;
-    h->height = info.height;
+    h->height = height;
     h->cyclic = cyclic;
     off = size = NULL;
     serve(a, (int)(h - sp->shapes));
@@ -435,8 +528,13 @@ done:
  * one than the arena held replaces it once no block of it is in use. */
 static void want_region(hbm_allocator *a, bool new_plan)
 {
-    if (!SP(a)->planned)
+    if (!SP(a)->planned) {
+        if (SP(a)->settle) { /* a plan dropped (never_above_the_cache): the cache grows again as without it */
+            SP(a)->settle--;
+            hbm__release_cached(a);
+        }
         return;
+    }
     if (a->arena_seg && a->arena_seg->size < PL(a)->height)
         hbm__region_retire(a), PL(a)->cursor = 0;
     /* What the old plan missed, and the tensors carried over the boundary before the new plan placed them, were
@@ -473,6 +571,8 @@ static hbm_status boundary(hbm_allocator *a)
         } else if (!exact) { /* a known shape with an allocation more or less: its plan stays */
             if (sp->serving != (int)(h - sp->shapes))
                 serve(a, (int)(h - sp->shapes));
+        } else if ((!h->off || (!h->cyclic && same)) && h->wait) {
+            h->wait--; /* a plan refused lately (never_above_the_cache): not made again yet */
         } else if (!h->off || (!h->cyclic && same)) {
             rc = make_plan(a, h, same ? prev : cur, same);
         } else if (sp->serving != (int)(h - sp->shapes)) {

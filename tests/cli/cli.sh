@@ -344,13 +344,17 @@ check plan_json 0 '"allocations":2382,' "$bin" plan "$src/examples/cs336-lm-ctx5
 check plan_conf_refused 2 "does not apply: a plan depends on the trace alone" "$bin" plan "$ex" --conf ""
 check plan_bad_seed 2 "takes a whole number above 0" "$bin" plan "$ex" --seed 0
 # The step plan: --steps finds the repeat of the real 3-step CPU trace (period 1000 allocations), the plan serves the
-# step after the recorded one (all but the 49 tensors carried over the boundary) and the next cyclically, the
-# validator after every event; variable-length steps are found by their frees; bad --steps and doubled marks refused.
+# step after the recorded one (all but the 49 tensors carried over the boundary), the validator after every event;
+# variable-length steps are found by their frees; bad --steps and doubled marks refused.
 cpu="$src/examples/cpu-transformer-trainstep.trace"
 check steps_auto 0 "every 1000 allocations, the first before allocation 548" "$bin" replay "$cpu" --steps auto --conf ""
 check steps_served 0 "^ *2  *1000  *951  *0  *49 " "$bin" replay "$cpu" --steps auto --check \
     --backend sim:firmware=22.0.3 --conf hbm_step_plan:True
-check steps_cyclic 0 "^ *3  *674  *674  *0  *0 " "$bin" replay "$cpu" --steps auto \
+# The cyclic plan of this trace would hold 296 MiB where the caching policy held 292 (POLICY.md, never above the
+# cache): refused, the first plan dropped with it, and the last step served by the cache again.
+check steps_cyclic_refused 0 "would hold 296.00 MiB, more than the 292.00 MiB the caching policy held" "$bin" replay \
+    "$cpu" --steps auto --backend sim:firmware=22.0.3 --conf hbm_step_plan:True
+check steps_after_refusal 0 "^ *3  *674  *0  *0  *0 " "$bin" replay "$cpu" --steps auto \
     --backend sim:firmware=22.0.3 --conf hbm_step_plan:True
 check steps_varlen 0 "every 122 allocations.*frees repeat, sizes change" "$bin" replay \
     "$src/examples/finetune-varlen.trace" --steps auto --conf ""

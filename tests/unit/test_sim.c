@@ -1,6 +1,6 @@
 /* test_sim.c: the simulated device: capacity, addresses, counters, cost model, faults, host mode. */
 #include "helpers.h"
-#include "backend/sim_ranges.h"
+#include "util/ranges.h"
 
 static hbm_backend *open_backend(const char *spec)
 {
@@ -75,7 +75,7 @@ static void freed_ranges_are_reused_first_fit(void **st)
     hbm_backend_close(b);
 }
 
-/* The free ranges (src/backend/sim_ranges.c, a treap since issue #38 item 5) place as the sorted list they replaced:
+/* The free ranges (src/util/ranges.c, a treap since issue #38 item 5) place as the sorted list they replaced:
  * 20,000 random takes and give-backs against a first-fit list written here, the same address or the same refusal
  * each time, the same number of ranges, and the treap's shape rules every 100 operations. */
 typedef struct ref_range {

@@ -1,9 +1,11 @@
-/* test_stepplan.c: the hbm_step_plan policy (src/policy/step_plan.c) and the planner (src/policy/lifetime_planner.c): a toy training loop
+/* test_stepplan.c: the hbm_step_plan policy (src/policy/step_plan.c) and the planners (src/policy/lifetime_planner.c,
+ * the step plan's src/policy/lifetime_sweep.c): a toy training loop
  * (parameters kept, activations freed in reverse, a loss carried into the next step) is learnt from its steps and
  * served from one region; late frees, record_stream, a changed step, longer sizes, another stream, a device too
  * small for the region each fall back or say so; beside expandable segments the same; the validator after every
  * call. */
 #include "helpers.h"
+#include "policy/lifetime_sweep.h"
 
 #define NOVMM "sim:vmm=off,capacity=8GiB"
 
@@ -93,11 +95,11 @@ static void a_repeating_step_is_learnt_and_served_from_one_region(void **st)
     assert_int_equal(s.plan_unplanned, 1);
     assert_int_equal(s.plan_misses, 0);
     assert_int_equal(s.plan_replans, 2);
-    int64_t arena = s.arena_bytes;
-    assert_true(arena >= s.plan_height && s.plan_height > 0);
     for (int k = 0; k < 4; k++) /* steps 3-6: everything from the cyclic plan, the loss too */
         one_step(&l);
     s = stats_of(l.a);
+    assert_true(s.arena_bytes >= s.plan_height && s.plan_height > 0); /* the region holds the cyclic plan (taller: it
+                                                                         places the loss too) */
     assert_int_equal(s.plan_hits, per_step - 1 + 4 * per_step);
     assert_int_equal(s.plan_unplanned, 1);
     assert_int_equal(s.plan_misses, 0);
@@ -315,6 +317,117 @@ static void cyclic_plans_never_overlap_buffers_live_together(void **st)
                     assert_true(b[i].offset + b[i].size <= b[j].offset || b[j].offset + b[j].size <= b[i].offset);
         }
     }
+}
+
+/* The step plan's planner (src/policy/lifetime_sweep.c) on the same random cyclic problems: no two buffers live at
+ * one allocation overlap, the height is the highest buffer's top and no lower than the peak, and each buffer not
+ * live at the quietest allocation lies at or above the ones that are (the stack at the bottom). */
+static void the_sweep_never_overlaps_buffers_live_together(void **st)
+{
+    (void)st;
+    uint64_t r = 54321;
+    for (int trial = 0; trial < 400; trial++) {
+        hbm_lifetime b[40], copy[40];
+        size_t n = 1 + trial % 40;
+        for (size_t i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t s = (uint32_t)(r >> 33) % 40, len = 1 + (uint32_t)(r >> 40) % 20;
+            b[i] = (hbm_lifetime){.size = 512 * (1 + (r >> 50) % 64), .start = s, .end = s + len};
+            if (b[i].end >= 40) {
+                b[i].wrap = b[i].end - 40 <= s ? b[i].end - 40 : 0;
+                b[i].end = 40;
+            }
+        }
+        memcpy(copy, b, sizeof b);
+        uint64_t height, top = 0;
+        hbm_plan_info info;
+        assert_int_equal(hbm__plan_sweep(b, n, 40, &height), HBM_OK);
+        assert_int_equal(hbm_plan_lifetimes(copy, n, 1, 1, &info), HBM_OK); /* for its peak_live */
+        assert_true(height >= info.peak_live);
+        for (size_t i = 0; i < n; i++) {
+            if (b[i].offset + b[i].size > top)
+                top = b[i].offset + b[i].size;
+            for (size_t j = i + 1; j < n; j++)
+                if (live_together(&b[i], &b[j]))
+                    assert_true(b[i].offset + b[i].size <= b[j].offset || b[j].offset + b[j].size <= b[i].offset);
+        }
+        assert_int_equal(height, top);
+    }
+    /* Out of bounds: refused, as the search refuses them; none to place: height 0. */
+    hbm_lifetime past = {.size = 512, .start = 0, .end = 41}, self = {.size = 512, .start = 3, .end = 40, .wrap = 4};
+    hbm_lifetime empty = {.size = 512, .start = 3, .end = 3}, zero = {.size = 0, .start = 0, .end = 1};
+    hbm_lifetime huge[2] = {{.size = (uint64_t)1 << 62, .start = 0, .end = 1}, {.size = 512, .start = 0, .end = 1}};
+    uint64_t h = 1;
+    assert_int_equal(hbm__plan_sweep(&past, 1, 40, &h), HBM_ERR_INVALID);
+    assert_int_equal(hbm__plan_sweep(&self, 1, 40, &h), HBM_ERR_INVALID);
+    assert_int_equal(hbm__plan_sweep(&empty, 1, 40, &h), HBM_ERR_INVALID);
+    assert_int_equal(hbm__plan_sweep(&zero, 1, 40, &h), HBM_ERR_INVALID);
+    assert_int_equal(hbm__plan_sweep(huge, 2, 40, &h), HBM_ERR_INVALID);
+    assert_int_equal(hbm__plan_sweep(NULL, 1, 40, &h), HBM_ERR_INVALID);
+    assert_int_equal(hbm__plan_sweep(NULL, 0, 40, &h), HBM_OK);
+    assert_int_equal(h, 0);
+}
+
+/* The cycle is cut where the fewest bytes are live: at allocation 5 none is, so the 4 KiB buffer carried over the
+ * boundary ([30, 40) and [0, 5)) shares one range with the two 64 KiB ones, none live with another. Cut at the
+ * boundary instead, it would be stacked below them: 69,632 bytes. */
+static void the_sweep_cuts_the_cycle_where_the_fewest_bytes_live(void **st)
+{
+    (void)st;
+    hbm_lifetime b[3] = {{.size = 4096, .start = 30, .end = 40, .wrap = 5},
+                         {.size = 65536, .start = 6, .end = 12},
+                         {.size = 65536, .start = 14, .end = 29}};
+    uint64_t height;
+    assert_int_equal(hbm__plan_sweep(b, 3, 40, &height), HBM_OK);
+    assert_int_equal(height, 65536);
+    assert_int_equal(b[0].offset, 0);
+    assert_int_equal(b[1].offset, 0);
+    assert_int_equal(b[2].offset, 0);
+}
+
+/* Twelve steps of: a 1 MiB tensor, the loss of the step before freed, a 40 MiB tensor, a new 40 MiB loss carried
+ * over the boundary; hbm_step. The caching policy holds one 40 MiB segment for the tensor and the loss by turns;
+ * the cyclic plan must stack the loss and the tensor (each is live where the other is: 80 MiB and more). */
+static hbm_stats loss_and_tensor_steps(const char *settings, hbm_allocator **out)
+{
+    hbm_allocator *a = open_sim(NOVMM, settings);
+    void *loss = NULL;
+    for (int step = 0; step < 12; step++) {
+        void *x = must_malloc(a, MiB, 0);
+        if (loss)
+            assert_int_equal(hbm_free(a, loss), HBM_OK);
+        void *big = must_malloc(a, 40 * MiB, 0);
+        assert_int_equal(hbm_free(a, x), HBM_OK);
+        assert_int_equal(hbm_free(a, big), HBM_OK);
+        loss = must_malloc(a, 40 * MiB, 0);
+        assert_int_equal(hbm_step(a), HBM_OK);
+        assert_valid(a);
+    }
+    hbm_stats s = stats_of(a);
+    assert_int_equal(hbm_free(a, loss), HBM_OK);
+    *out = a;
+    return s;
+}
+
+/* A plan whose steps would hold more than the caching policy did is not used, and the first plan (made before the
+ * loss was known to be carried) is dropped with it: once the cache has grown again the steps hold what they hold
+ * without the step plan. Said once, though tried again after 1, 2, 4 steps. */
+static void a_plan_larger_than_the_cache_is_not_used(void **st)
+{
+    (void)st;
+    hbm_allocator *plain, *planned;
+    hbm_stats p = loss_and_tensor_steps("", &plain);
+    hbm_stats s = loss_and_tensor_steps("hbm_step_plan:True", &planned);
+    assert_int_equal(s.plan_replans, 1); /* the first plan only */
+    assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].current, p.reserved_bytes[HBM_POOL_ALL].current);
+    assert_int_equal(s.arena_bytes, 0);
+    const char *said =
+        strstr(hbm_warning(planned),
+               "hbm_step_plan: with a plan, steps of 3 allocations would hold 81.00 MiB, more than the 42.00 MiB");
+    assert_non_null(said);
+    assert_null(strstr(said + 1, "hbm_step_plan:"));
+    assert_int_equal(hbm_destroy(plain), HBM_OK);
+    assert_int_equal(hbm_destroy(planned), HBM_OK);
 }
 
 /* A buffer carried over the boundary ([30, 40) and [0, 5)) cannot share its range with one live at allocation 2;
@@ -770,6 +883,9 @@ int main(void)
         cmocka_unit_test(a_plan_file_and_the_step_plan_are_refused_together),
         cmocka_unit_test(cyclic_plans_never_overlap_buffers_live_together),
         cmocka_unit_test(a_wrapped_lifetime_meets_the_next_periods_start),
+        cmocka_unit_test(the_sweep_never_overlaps_buffers_live_together),
+        cmocka_unit_test(the_sweep_cuts_the_cycle_where_the_fewest_bytes_live),
+        cmocka_unit_test(a_plan_larger_than_the_cache_is_not_used),
         cmocka_unit_test(bad_lifetimes_are_refused),
         cmocka_unit_test(loose_blocks_are_coalesced_before_the_region_says_it_is_full),
         cmocka_unit_test(random_perturbed_steps_keep_every_invariant),

@@ -278,6 +278,7 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     if (st != HBM_OK)
         return 2;
     hbm_set_single_thread(a); /* this thread alone uses it (sweep runs one allocator per thread) */
+    size_t said_at_create = strlen(hbm_warning(a));
     if (!o->quiet)
         replay_settings_line(a, r->settings, sizeof r->settings);
     if (o->snapshot_path && hbm_history_enable(a, t->n * 3 + 1024) != HBM_OK) {
@@ -414,6 +415,8 @@ int replay_run(const trace *t, const replay_opts *o, replay_result *r)
     }
     hbm_get_stats(a, &r->stats);
     hbm_get_device_counters(a, &r->dev);
+    const char *late = hbm_warning(a) + said_at_create;
+    snprintf(r->late_warning, sizeof r->late_warning, "%s", late + (late[0] == ';' ? 2 : 0));
     if (rc == 0 && !o->check_every) {
         char rep[512];
         if (hbm_check(a, rep, sizeof rep)) {
@@ -512,6 +515,8 @@ static void print_plan(FILE *out, const replay_result *r)
                 "                    the whole steps after a plan: %.1f%% of their allocations served from it "
                 "(the worst step %.1f%%)\n",
                 100.0 * (double)served / (double)tried, worst);
+    if (r->late_warning[0])
+        fprintf(out, "                    %s\n", r->late_warning);
 }
 
 /* The steps one by one: what the step plan served, and the footprint of each (with or without a plan). */

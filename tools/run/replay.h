@@ -60,6 +60,7 @@ typedef struct replay_result {
     size_t nsteps;      /* steps begun (step events + 1), when the trace has step events; else 0 */
     replay_step step[REPLAY_STEPS];
     replay_naps naps;
+    char late_warning[512]; /* what hbm_warning gained during the replay (a step plan refused, an arena given up) */
 } replay_result;
 
 /* The private pools of a trace (t->pools) as a replay made them: pool k + 1 of the events is id[k]. */

@@ -1,7 +1,8 @@
 /*
- * sim_ranges.h: the simulated device's free address ranges (address-only mode). Owns the set of free ranges of one
- * device and first-fit placement: a request takes the lowest-addressed range long enough, from its start, as the
- * sorted array it replaces did (replays give the same addresses as before). Knows nothing of devices or costs.
+ * ranges.h: a set of free address ranges with first-fit placement: a request takes the lowest-addressed range long
+ * enough, from its start. The simulated device's free memory (address-only mode: replays give the same addresses as
+ * the sorted array it replaced) and the step plan's sweep (policy/lifetime_sweep.c) use it. Knows nothing of
+ * devices, costs or lifetimes.
  *
  * Why this shape: a trace that calls empty_cache, or a sweep at a large capacity, gives back and takes thousands of
  * ranges, and the array's insertion, removal and first-fit scan were O(n) each (issue #38 item 5: 408, 712 and 789
@@ -10,8 +11,8 @@
  * range are each one or two descents: O(log n) expected. Priorities come from a fixed sequence (xorshift), so the
  * shape, like the addresses, is the same on every run.
  */
-#ifndef HBM_SIM_RANGES_H
-#define HBM_SIM_RANGES_H
+#ifndef HBM_RANGES_H
+#define HBM_RANGES_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,11 +1,11 @@
 /*
- * sim_ranges.c: the simulated device's free address ranges, a treap ordered by start whose nodes keep the longest
- * range of their subtree (sim_ranges.h says why). The functions recurse to a depth of the treap's height, O(log n)
+ * ranges.c: free address ranges, a treap ordered by start whose nodes keep the longest range of their subtree
+ * (ranges.h says why). The functions recurse to a depth of the treap's height, O(log n)
  * expected.
  */
 #include <stdlib.h>
 
-#include "sim_ranges.h"
+#include "ranges.h"
 
 struct hbm__range_node {
     uintptr_t start, end;
