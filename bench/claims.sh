@@ -238,6 +238,11 @@ if command -v valgrind >/dev/null; then
         "bench/expandable_cost.sh: expandable / default instructions per event, geometric mean of the examples"
     claim copies_max "$(awk -F'|' '$3 ~ /^ *[0-9]+ *$/ { print $7 + 0 }' "$keep/copies.out" | sort -g | tail -1)" 2 rel \
         "bench/copies.sh: instructions per event at 16 copies / at 1, the largest of the examples"
+    # The step plan's planning per allocation of the step, up to 100,000 allocations a step (issue #38 item 6).
+    note "bench/planning.sh (callgrind)"
+    "$here/bench/planning.sh" "$bin" >"$keep/planning.out" 2>&1
+    claim planning_per_alloc_max "$(awk -F'|' '$3 ~ /^ *[0-9]+ *$/ { print $9 + 0 }' "$keep/planning.out" | sort -g |
+        tail -1)" 2 rel "bench/planning.sh: instructions per allocation of the step at a plan, the most of the traces"
     # Against d48e752, the commit before labels and graph-capture mode (bench/instr_against.sh).
     if [ $quick = 1 ]; then
         skip against_gmean against_least pair_instr "--quick"
@@ -275,7 +280,7 @@ if command -v valgrind >/dev/null; then
 else
     skip instr_cpu instr_ctx128_fullstep instr_ctx512_forward instr_finetune locked_cpu locked_ctx128_fullstep \
         locked_ctx512_forward locked_finetune arena_cpu arena_ctx128_fullstep arena_ctx512_forward arena_finetune \
-        against_gmean against_least pair_instr expandable_cost_gmean copies_max "no valgrind"
+        against_gmean against_least pair_instr expandable_cost_gmean copies_max planning_per_alloc_max "no valgrind"
 fi
 
 # 4. Deterministic tables: fidelity, expandable segments (with bench_pages), the step plan.

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "hbmalloc.h"
+#include "policy/lifetime_sweep.h"
 #include "util/util.h"
 
 typedef struct search {
@@ -215,9 +216,9 @@ hbm_status hbm_plan_lifetimes(hbm_lifetime *b, size_t n, uint64_t budget, uint64
         goto done;
     /* The eight greedy orders; the best one seeds the search. */
     int best_fit = BEST_FIT;
-    for (int key = 0; key < 4; key++)
+    for (int key = 0; key < 4; key++) {
+        sort_by(&s, key, keys, work); /* once for both fits */
         for (int fit = BEST_FIT; fit <= FIRST_FIT; fit++) {
-            sort_by(&s, key, keys, work);
             uint64_t before = s.height;
             if (evaluate(&s, work, fit) && s.height < before) {
                 memcpy(order, work, n * sizeof *order);
@@ -226,6 +227,7 @@ hbm_status hbm_plan_lifetimes(hbm_lifetime *b, size_t n, uint64_t budget, uint64
                          fit == BEST_FIT ? "best fit" : "first fit");
             }
         }
+    }
     info->greedy_height = s.height;
     /* Improvement: move a buffer that reaches the top earlier in the order (it then finds a lower gap before
      * the space fills), or, for small problems, try a random order; keep what is no worse. */
@@ -271,5 +273,35 @@ done:
     free(order);
     free(work);
     free(keys);
+    return rc;
+}
+
+hbm_status hbm__plan_by_size(hbm_lifetime *b, size_t n, uint64_t pairs, uint64_t *height)
+{
+    *height = UINT64_MAX;
+    if (n < 2 || n >= UINT32_MAX || (uint64_t)n * n / 2 > pairs)
+        return HBM_OK;
+    search s = {.b = b, .n = n, .height = UINT64_MAX};
+    uint32_t *order = malloc(n * sizeof *order);
+    order_key *keys = malloc(n * sizeof *keys);
+    s.byoff = malloc(n * sizeof *s.byoff);
+    s.off = malloc(n * sizeof *s.off);
+    s.best = malloc(n * sizeof *s.best);
+    hbm_status rc = HBM_ERR_NOMEM;
+    if (order && keys && s.byoff && s.off && s.best) {
+        sort_by(&s, 0, keys, order);
+        /* First fit, then best fit while the pairs last (each evaluation tests at most n^2 / 2 pairs). */
+        for (int fit = FIRST_FIT; fit >= BEST_FIT && (uint64_t)(FIRST_FIT - fit + 1) * n * n / 2 <= pairs; fit--)
+            evaluate(&s, order, fit);
+        for (size_t i = 0; i < n; i++)
+            b[i].offset = s.best[i];
+        *height = s.height;
+        rc = HBM_OK;
+    }
+    free(order);
+    free(keys);
+    free(s.byoff);
+    free(s.off);
+    free(s.best);
     return rc;
 }

@@ -6,7 +6,7 @@
  * (hbm_step after optimizer.step), the allocator records each step's
  * allocations of one stream (size, and the span of allocations each lives
  * over) while the caching policy serves them, plans offsets for one step in
- * one region (lifetime_sweep.c, O(n log n): no two buffers that live at the
+ * one region (plan_offsets, at a bounded cost: no two buffers that live at the
  * same time overlap), reserves that region in one device allocation (the arena) and
  * serves allocation k of each later step at its planned offset when it fits
  * and that range is free. Everything else falls back to the caching policy:
@@ -56,12 +56,13 @@
 #define LIVE UINT32_MAX       /* not freed yet */
 #define NEXT (UINT32_MAX - 1) /* freed during the next step, at its allocation `wrap` */
 #define MAX_STEP_ALLOCS (1u << 22)
-#define LOOKAHEAD 4      /* planned positions searched past the expected one for an exact size, */
-#define LOOKBACK 2       /* and before it */
-#define SHAPES 4         /* step shapes kept with their plans */
-#define PREFIX 8         /* first allocations by which a step under way picks another shape's plan */
-#define DETECT_FROM 1024 /* unmarked steps: the period is looked for at 1024, 2048, 4096, ... allocations */
-#define QUIET_AFTER 2    /* clean steps before recording stops (the steady state) */
+#define LOOKAHEAD 4             /* planned positions searched past the expected one for an exact size, */
+#define LOOKBACK 2              /* and before it */
+#define PLAN_PAIRS 400000000ull /* pair tests the greedy placements may make at one boundary (plan_offsets) */
+#define SHAPES 4                /* step shapes kept with their plans */
+#define PREFIX 8                /* first allocations by which a step under way picks another shape's plan */
+#define DETECT_FROM 1024        /* unmarked steps: the period is looked for at 1024, 2048, 4096, ... allocations */
+#define QUIET_AFTER 2           /* clean steps before recording stops (the steady state) */
 
 typedef struct step_rec {
     uint64_t size;
@@ -439,6 +440,35 @@ static bool never_above_the_cache(hbm_allocator *a, shape *h, uint64_t height, c
     return false;
 }
 
+/* Offsets for the m lifetimes of a step of n allocations, at a cost bounded by PLAN_PAIRS pair tests whatever m:
+ * the sweep (lifetime_sweep.c, O(m log m)) always; the offline search's eight greedy orders (and, up to 64
+ * allocations, its improvement search) while they fit in PLAN_PAIRS (steps of up to about 9,400 allocations);
+ * beyond, its greedy placement by size while that fits (up to about 28,000). The lowest plan wins: the sweep is
+ * cheap but fragments where sizes vary from layer to layer (PERFORMANCE.md, the step plan's planning). */
+static hbm_status plan_offsets(hbm_lifetime *l, size_t m, uint32_t n, uint64_t *height)
+{
+    hbm_status rc = hbm__plan_sweep(l, m, n, height);
+    uint64_t pairs = (uint64_t)m * m / 2; /* at most, per greedy evaluation */
+    hbm_lifetime *l2 = rc == HBM_OK && m >= 2 && pairs <= PLAN_PAIRS ? malloc(m * sizeof *l2) : NULL;
+    if (!l2) /* out of host memory for the greedy: the sweep's plan stands */
+        return rc;
+    memcpy(l2, l, m * sizeof *l2);
+    uint64_t h = UINT64_MAX;
+    hbm_plan_info info;
+    if (9 * pairs <= PLAN_PAIRS) {
+        if (hbm_plan_lifetimes(l2, m, m <= 64 ? PLAN_PAIRS / pairs - 8 : 1, 1, &info) == HBM_OK)
+            h = info.height;
+    } else if (hbm__plan_by_size(l2, m, PLAN_PAIRS, &h) != HBM_OK) {
+        h = UINT64_MAX;
+    }
+    if (h < *height) {
+        memcpy(l, l2, m * sizeof *l);
+        *height = h;
+    }
+    free(l2);
+    return HBM_OK;
+}
+
 /* Plans the step `src`: its allocations freed within it and, when cyclic (src is the step before the one just
  * ended), those freed early in the next. Replaces the plan in force; HBM_ERR_NOMEM leaves it. */
 static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
@@ -469,7 +499,7 @@ static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
     uint64_t height;
     if (!cyclic) /* the bar for the cyclic plan that follows (never_above_the_cache) */
         h->cache_reserved = a->total_reserved;
-    if ((rc = hbm__plan_sweep(l, m, (uint32_t)n, &height)) != HBM_OK)
+    if ((rc = plan_offsets(l, m, (uint32_t)n, &height)) != HBM_OK)
         goto done;
     for (size_t i = 0; i < m; i++)
         size[pos[i]] = l[i].size;
