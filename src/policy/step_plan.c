@@ -48,6 +48,7 @@
 
 #include "core/engine.h"
 #include "core/device.h"
+#include "core/segments.h"
 #include "policy/step_period.h"
 #include "policy/arena.h"
 #include "policy/lifetime_sweep.h"
@@ -283,13 +284,41 @@ static void serve(hbm_allocator *a, int i)
     hbm__plan_lazy(a, PL(a)); /* plan_last's hints were the other plan's */
 }
 
-static void shape_clear(shape *h)
+/* Frees shape h's plan (off NULL: none). */
+static void shape_plan_free(shape *h)
 {
-    free(h->env);
     free(h->off);
     free(h->size);
     free(h->below);
+    h->off = NULL, h->size = NULL, h->below = NULL;
+}
+
+static void shape_clear(shape *h)
+{
+    free(h->env);
+    shape_plan_free(h);
     memset(h, 0, sizeof *h);
+}
+
+/* No plan in force: the region is coalesced. */
+static void stop_serving(hbm_allocator *a)
+{
+    SP(a)->serving = -1, PL(a)->n = 0, PL(a)->off = PL(a)->size = NULL, PL(a)->below = NULL;
+    hbm__plan_lazy(a, PL(a));
+}
+
+/* The region's height: the highest plan kept. Returns whether any is. */
+static bool region_height(hbm_allocator *a)
+{
+    bool any = false;
+    PL(a)->height = 0;
+    for (int i = 0; i < SHAPES; i++)
+        if (SP(a)->shapes[i].off) {
+            any = true;
+            if (SP(a)->shapes[i].height > PL(a)->height)
+                PL(a)->height = SP(a)->shapes[i].height;
+        }
+    return any;
 }
 
 /* The shape of the step `src`: the one with as many allocations (*exact), else one within a few of it (a step
@@ -317,10 +346,8 @@ static shape *shape_of(hbm_allocator *a, int src, bool *exact)
         for (int i = 1; i < SHAPES; i++)
             if (!sp->shapes[i].n || (sp->shapes[at].n && sp->shapes[i].used < sp->shapes[at].used))
                 at = sp->shapes[at].n ? i : at;
-        if (sp->serving == at) {
-            sp->serving = -1, PL(a)->n = 0, PL(a)->off = PL(a)->size = NULL, PL(a)->below = NULL;
-            hbm__plan_lazy(a, PL(a)); /* no plan in force: the region is coalesced */
-        }
+        if (sp->serving == at)
+            stop_serving(a);
         shape_clear(&sp->shapes[at]);
         shape *h = &sp->shapes[at];
         if (!(h->env = calloc(n ? n : 1, sizeof *h->env)))
@@ -364,8 +391,7 @@ static uint64_t footprint_with(hbm_allocator *a, uint64_t height, const uint64_t
 {
     uint32_t step = SP(a)->step + 1; /* the tag of a block allocated in the step just ended */
     uint64_t bytes = height;
-    for (hbm__rb *r = hbm__rb_first(a->segments); r; r = hbm__rb_next(r)) {
-        const hbm__segment *seg = (const hbm__segment *)(const void *)r; /* node is its first member (types.h) */
+    for (const hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
         if (seg == a->arena_seg)
             continue;
         uintptr_t counted = seg->addr; /* expandable: the pages below this are counted */
@@ -417,22 +443,10 @@ static bool never_above_the_cache(hbm_allocator *a, shape *h, uint64_t height, c
         sp->said_refused = true;
     }
     if (h->off && !h->cyclic) { /* the first plan, in force: dropped */
-        free(h->off);
-        free(h->size);
-        free(h->below);
-        h->off = NULL, h->size = NULL, h->below = NULL;
-        if (sp->serving == (int)(h - sp->shapes)) {
-            sp->serving = -1, PL(a)->n = 0, PL(a)->off = PL(a)->size = NULL, PL(a)->below = NULL;
-            hbm__plan_lazy(a, PL(a));
-        }
-        sp->planned = false;
-        PL(a)->height = 0;
-        for (int i = 0; i < SHAPES; i++)
-            if (sp->shapes[i].off) {
-                sp->planned = true;
-                if (sp->shapes[i].height > PL(a)->height)
-                    PL(a)->height = sp->shapes[i].height;
-            }
+        shape_plan_free(h);
+        if (sp->serving == (int)(h - sp->shapes))
+            stop_serving(a);
+        sp->planned = region_height(a);
         if (!sp->planned && a->arena_seg)
             hbm__region_retire(a), PL(a)->cursor = 0;
         sp->settle = 3;
@@ -527,9 +541,7 @@ static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
             PL(a)->off = PL(a)->size = NULL, PL(a)->n = 0;
         goto done;
     }
-    free(h->off);
-    free(h->size);
-    free(h->below);
+    shape_plan_free(h);
     h->off = off;
     h->size = size;
     h->below = PL(a)->below;
@@ -537,10 +549,7 @@ static hbm_status make_plan(hbm_allocator *a, shape *h, int src, bool cyclic)
     h->cyclic = cyclic;
     off = size = NULL;
     serve(a, (int)(h - sp->shapes));
-    PL(a)->height = 0; /* the region: the highest plan kept */
-    for (int i = 0; i < SHAPES; i++)
-        if (sp->shapes[i].off && sp->shapes[i].height > PL(a)->height)
-            PL(a)->height = sp->shapes[i].height;
+    (void)region_height(a);
     sp->planned = m > 0 || sp->planned;
     a->stats.plan_replans++;
     rc = HBM_OK;

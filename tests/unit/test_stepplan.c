@@ -285,6 +285,20 @@ static int live_together(const hbm_lifetime *x, const hbm_lifetime *y)
     return 0;
 }
 
+/* n random lifetimes over a period of 40 allocations, some carried into the next period (wrap), from the state *r. */
+static void random_cycle(hbm_lifetime *b, size_t n, uint64_t *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        *r = *r * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t s = (uint32_t)(*r >> 33) % 40, len = 1 + (uint32_t)(*r >> 40) % 20;
+        b[i] = (hbm_lifetime){.size = 512 * (1 + (*r >> 50) % 64), .start = s, .end = s + len};
+        if (b[i].end >= 40) { /* past the period's end: it wraps into the next */
+            b[i].wrap = b[i].end - 40 < s ? b[i].end - 40 : 0;
+            b[i].end = 40;
+        }
+    }
+}
+
 /* Random cyclic problems: no two buffers live at one allocation overlap, the height covers them, no plan is lower
  * than the peak, and the same seed gives the same plan. */
 static void cyclic_plans_never_overlap_buffers_live_together(void **st)
@@ -294,15 +308,7 @@ static void cyclic_plans_never_overlap_buffers_live_together(void **st)
     for (int trial = 0; trial < 200; trial++) {
         hbm_lifetime b[24], again[24];
         size_t n = 1 + trial % 24;
-        for (size_t i = 0; i < n; i++) {
-            r = r * 6364136223846793005ull + 1442695040888963407ull;
-            uint32_t s = (uint32_t)(r >> 33) % 40, len = 1 + (uint32_t)(r >> 40) % 20;
-            b[i] = (hbm_lifetime){.size = 512 * (1 + (r >> 50) % 64), .start = s, .end = s + len};
-            if (b[i].end >= 40) { /* past the period's end: it wraps into the next */
-                b[i].wrap = b[i].end - 40 < s ? b[i].end - 40 : 0;
-                b[i].end = 40;
-            }
-        }
+        random_cycle(b, n, &r);
         memcpy(again, b, sizeof b);
         hbm_plan_info info, info2;
         assert_int_equal(hbm_plan_lifetimes(b, n, 50, 7, &info), HBM_OK);
@@ -329,15 +335,7 @@ static void the_sweep_never_overlaps_buffers_live_together(void **st)
     for (int trial = 0; trial < 400; trial++) {
         hbm_lifetime b[40], copy[40];
         size_t n = 1 + trial % 40;
-        for (size_t i = 0; i < n; i++) {
-            r = r * 6364136223846793005ull + 1442695040888963407ull;
-            uint32_t s = (uint32_t)(r >> 33) % 40, len = 1 + (uint32_t)(r >> 40) % 20;
-            b[i] = (hbm_lifetime){.size = 512 * (1 + (r >> 50) % 64), .start = s, .end = s + len};
-            if (b[i].end >= 40) {
-                b[i].wrap = b[i].end - 40 <= s ? b[i].end - 40 : 0;
-                b[i].end = 40;
-            }
-        }
+        random_cycle(b, n, &r);
         memcpy(copy, b, sizeof b);
         uint64_t height, top = 0;
         hbm_plan_info info;
@@ -394,15 +392,8 @@ static void the_placement_by_size_keeps_buffers_apart_within_its_budget(void **s
     for (int trial = 0; trial < 200; trial++) {
         hbm_lifetime b[40];
         size_t n = 2 + trial % 39;
-        for (size_t i = 0; i < n; i++) {
-            r = r * 6364136223846793005ull + 1442695040888963407ull;
-            uint32_t s = (uint32_t)(r >> 33) % 40, len = 1 + (uint32_t)(r >> 40) % 20;
-            b[i] = (hbm_lifetime){.size = 512 * (1 + (r >> 50) % 64), .start = s, .end = s + len, .offset = 7};
-            if (b[i].end >= 40) {
-                b[i].wrap = b[i].end - 40 <= s ? b[i].end - 40 : 0;
-                b[i].end = 40;
-            }
-        }
+        random_cycle(b, n, &r);
+        b[0].offset = 7;
         uint64_t height, top = 0;
         assert_int_equal(hbm__plan_by_size(b, n, (uint64_t)n * n / 2 - 1, &height), HBM_OK);
         assert_int_equal(height, UINT64_MAX); /* not one evaluation within the budget */
