@@ -192,6 +192,14 @@ claim mixed_finetune "$(bm '$1 == "finetune-varlen.trace" { print $5 }')" 40 rel
 claim publish_512 "$(bm '$1 == "512" { print $6 }')" 8 rel "$how; published / plain"
 claim publish_16m "$(bm '$1 == "16777216" { print $6 }')" 8 rel "$how; published / plain"
 
+# Host memory per live block (bench/bench_blocks.c: 10^6 live blocks, the resident set's growth / count).
+note "bench_blocks"
+for sz in 512:512 2097152:2m; do
+    "$build/bench/bench_blocks" "${sz%%:*}" >"$keep/blocks.${sz#*:}.out" 2>&1
+    claim "block_bytes_${sz#*:}" "$(awk '{ print $NF }' "$keep/blocks.${sz#*:}.out")" 2 rel \
+        "bench_blocks ${sz%%:*}: bytes of host memory per live block"
+done
+
 # 2. Trace tools (bench/traces.sh reads ../shared/traces beside the source it is given: a folder of links).
 mkdir -p "$tmp/src/tests/data" "$tmp/shared"
 ln -s "$here/examples" "$tmp/src/examples"

@@ -130,11 +130,8 @@ hbm_status hbm__add_slab(hbm_allocator *a)
     }
     s->next = a->slabs;
     a->slabs = s;
-    for (int i = BLOCK_SLAB - 1; i >= 0; i--) {
-        s->blocks[i].uses = NULL;
-        s->blocks[i].cap_uses = 0;
+    for (int i = BLOCK_SLAB - 1; i >= 0; i--)
         hbm__block_recycle(a, &s->blocks[i]);
-    }
     return HBM_OK;
 }
 
@@ -238,11 +235,13 @@ HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__blo
             hbm__stat_arr_dec(st->inactive_split, p, 1);
         }
     }
-    b->allocated = true;
+    b->allocated = true; /* held: the held side's fields from here */
     b->requested = orig;
+    b->uses = NULL;
     b->label = a->context;
+    b->rec_step = b->rec_k = 0;
     hbm__trace(a, HBM_TRACE_ALLOC, b->addr, orig, b->stream);
-    hbm__ptrmap_insert(&a->live, b->addr, b); /* room reserved by the caller */
+    hbm__ptrmap_insert(&a->live, b); /* room reserved by the caller */
     hbm__stats_on_alloc(a, p, b->size, orig);
     return b;
 }
@@ -947,7 +946,7 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
         hbm__stat_arr_dec(a->stats.allocated_bytes, p, (int64_t)b->size);
         if (b->size >= a->conf.max_split_size)
             hbm__stat_dec(&a->stats.oversize_allocations, 1);
-        if (b->nuses) {
+        if (b->uses) {
             hbm__pend_add(a, p, (int64_t)b->size, +1); /* active until its events complete */
             rc = hbm__free_with_uses(a, b);
         } else {
@@ -1068,7 +1067,8 @@ void hbm__engine_teardown(hbm_allocator *a)
         else
             hbm__dev_free(a, s->addr, s->size);
         for (hbm__block *b = s->head; b; b = b->next)
-            free(b->uses);
+            if (hbm__block_held(b))
+                free(b->uses);
         free(s);
     }
     a->segments = NULL;
@@ -1081,9 +1081,7 @@ void hbm__engine_teardown(hbm_allocator *a)
     a->context = 0;
     hbm__expand_teardown_pool(a, &a->small);
     hbm__expand_teardown_pool(a, &a->large);
-    for (hbm__block *b = a->spare_blocks; b; b = b->next)
-        free(b->uses);
-    a->spare_blocks = NULL;
+    a->spare_blocks = NULL; /* a spare object owns nothing: it was free when recycled */
     a->nspare_blocks = 0;
     while (a->slabs) {
         hbm__slab *sl = a->slabs;

@@ -27,13 +27,11 @@ static inline hbm__block *hbm__block_take(hbm_allocator *a)
 /* The state of a block object that holds nothing yet, but for what hbm__block_blank's caller sets itself. */
 static inline void hbm__block_blank(hbm__block *b)
 {
-    b->requested = 0;
+    b->node = (hbm__rb){0}; /* free, in no tree: the free side's fields */
     b->gc_base = 0;
     b->allocated = b->in_tree = false;
     b->mapped = true;
     b->event_count = 0;
-    b->nuses = 0; /* a recycled object keeps its uses array for reuse */
-    b->rec_step = 0;
     b->loose = false;
 }
 /* A block object off the spare list, blank (NULL when host memory ran out). Inline: every split takes one. */

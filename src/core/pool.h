@@ -97,7 +97,8 @@ static inline hbm__block *hbm__tree_next(const hbm__block *b) { return hbm__pool
  * moved towards needs a look: when b still sorts before it (after it), the
  * node stays where it is, with no descent; otherwise it moves. Either way it
  * counts as a fresh insertion for the GC age. */
-static inline void hbm__pool_rekey_by(hbm__pool *p, hbm__block *b, bool grew, hbm__rb_less less)
+static inline __attribute__((always_inline)) void hbm__pool_rekey_by(hbm__pool *p, hbm__block *b, bool grew,
+                                                                     hbm__rb_less less)
 {
     hbm__block *n = grew ? hbm__tree_next(b) : hbm__tree_prev(b);
     if (n && (grew ? !less(&b->node, &n->node) : !less(&n->node, &b->node))) {
@@ -108,7 +109,7 @@ static inline void hbm__pool_rekey_by(hbm__pool *p, hbm__block *b, bool grew, hb
     }
 }
 
-static inline void hbm__pool_rekey(hbm__pool *p, hbm__block *b, bool grew)
+static inline __attribute__((always_inline)) void hbm__pool_rekey(hbm__pool *p, hbm__block *b, bool grew)
 {
     hbm__pool_rekey_by(p, b, grew, hbm__block_less);
 }

@@ -73,11 +73,13 @@ hbm_status hbm_seed_segment(hbm_allocator *a, size_t size, hbm_stream stream, in
         if (off)
             b = hbm__split_back(a, b, off); /* spares were ensured */
         free_part = b->size > sizes[i] ? hbm__split_back(a, b, sizes[i]) : NULL;
-        b->allocated = true;
+        b->allocated = true; /* held: the held side's fields from here */
         b->requested = requested[i];
+        b->uses = NULL;
         b->label = a->context;
+        b->rec_step = b->rec_k = 0;
         hbm__trace(a, HBM_TRACE_ALLOC, b->addr, requested[i], b->stream);
-        hbm__ptrmap_put(&a->live, b->addr, b);
+        hbm__ptrmap_put(&a->live, b);
         hbm__stats_on_alloc(a, p, b->size, requested[i]);
         ptrs[i] = (void *)b->addr;
         if (!free_part)

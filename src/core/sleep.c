@@ -625,8 +625,8 @@ static hbm_status settle(hbm_allocator *a, hbm__mempool *m)
                 continue;
             rc = hbm__dev_sync(a, seg->stream);
             for (hbm__block *b = seg->head; b && rc == HBM_OK; b = b->next)
-                for (uint32_t u = 0; b->allocated && u < b->nuses && rc == HBM_OK; u++)
-                    rc = hbm__dev_sync(a, b->uses[u]);
+                for (uint32_t u = 0; b->allocated && b->uses && u < b->uses->n && rc == HBM_OK; u++)
+                    rc = hbm__dev_sync(a, b->uses->s[u]);
         }
     }
     if (rc == HBM_OK && a->pending_events)

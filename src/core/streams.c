@@ -123,10 +123,10 @@ static void pending_done(hbm_allocator *a, hbm__block *b)
 hbm_status hbm__insert_events(hbm_allocator *a, hbm__block *b)
 {
     hbm_status first_error = HBM_OK;
-    uint32_t n = b->nuses;
-    b->nuses = 0; /* PyTorch moves stream_uses out here */
-    for (uint32_t i = 0; i < n; i++) {
-        hbm_stream s = b->uses[i];
+    hbm__uses *u = b->uses;
+    b->uses = NULL; /* PyTorch moves stream_uses out here */
+    for (uint32_t i = 0; i < u->n; i++) {
+        hbm_stream s = u->s[i];
         hbm__event_queue *q = queue_for(a, s);
         uint64_t ev;
         hbm_status rc = q ? event_get(a, &ev) : HBM_ERR_NOMEM;
@@ -142,6 +142,7 @@ hbm_status hbm__insert_events(hbm_allocator *a, hbm__block *b)
         if (first_error == HBM_OK)
             first_error = sync != HBM_OK ? sync : HBM_OK;
     }
+    free(u);
     if (b->event_count == 0)
         pending_done(a, b);
     return first_error;
@@ -219,15 +220,16 @@ static hbm_status queue_free(hbm_allocator *a, hbm__block *b)
 {
     hbm_status rc = HBM_OK;
     bool events = hbm__dev_queue_events(a), can = events && hbm__dev_may_wait(a);
-    uint32_t n = b->nuses;
-    b->nuses = 0;
+    hbm__uses *u = b->uses;
+    b->uses = NULL;
     b->event_count++; /* held while its uses are added: none completes it early */
-    for (uint32_t i = 0; i < n; i++) {
-        if (can && queue_use(a, b, b->uses[i]) == 0)
+    for (uint32_t i = 0; i < u->n; i++) {
+        if (can && queue_use(a, b, u->s[i]) == 0)
             continue;
-        hbm_status r = unrecorded_add(a, b, b->uses[i], events && !can);
+        hbm_status r = unrecorded_add(a, b, u->s[i], events && !can);
         rc = rc == HBM_OK ? r : rc;
     }
+    free(u);
     if (--b->event_count == 0)
         pending_done(a, b);
     return rc;
@@ -366,23 +368,25 @@ hbm_status hbm_record_stream(hbm_allocator *a, void *ptr, hbm_stream stream)
                        ptr);
         rc = seg ? HBM_ERR_INVALID : HBM_ERR_FOREIGN_PTR;
     } else if (stream != b->stream) {
-        uint32_t i = 0;
-        while (i < b->nuses && b->uses[i] != stream)
+        hbm__uses *u = b->uses;
+        uint32_t i = 0, n = u ? u->n : 0;
+        while (i < n && u->s[i] != stream)
             i++;
-        if (i == b->nuses && (rc = hbm__dev_stream_check(a, stream)) == HBM_OK) {
-            if (b->nuses == b->cap_uses) {
-                uint32_t cap = b->cap_uses ? b->cap_uses * 2 : 2;
-                hbm_stream *u = realloc(b->uses, cap * sizeof *u);
-                if (!u) {
+        if (i == n && (rc = hbm__dev_stream_check(a, stream)) == HBM_OK) {
+            if (!u || u->n == u->cap) {
+                uint32_t cap = u ? u->cap * 2 : 2;
+                hbm__uses *g = realloc(u, sizeof *g + cap * sizeof *g->s);
+                if (!g) {
                     hbm__set_error(a, "out of host memory for allocator bookkeeping");
                     rc = HBM_ERR_NOMEM;
                 } else {
-                    b->uses = u;
-                    b->cap_uses = cap;
+                    g->n = n;
+                    g->cap = cap;
+                    b->uses = u = g;
                 }
             }
             if (rc == HBM_OK)
-                b->uses[b->nuses++] = stream;
+                u->s[u->n++] = stream;
         }
     }
     hbm__unlock(a);

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "conf/conf.h"
 #include "core/ptrmap.h"
+#include "util/hashmap.h"
 #include "util/lock.h"
 #include "util/rb.h"
 #include "util/fork.h"
@@ -33,27 +34,49 @@ typedef struct hbm__segment hbm__segment;
 typedef struct hbm__pool hbm__pool;
 typedef struct hbm__mempool hbm__mempool;
 
+/* Streams other than its own that used a block (record_stream), owned by the block while it is held (allocated, or
+ * freed and waiting on its events) and given up when its events are recorded. */
+typedef struct hbm__uses {
+    uint32_t n, cap;
+    hbm_stream s[];
+} hbm__uses;
+
+/* A block: a range of a segment, free or held (allocated, or freed and waiting on events: event_count > 0). What
+ * only a free block needs and what only a held one needs share their bytes (issue #38 item 3: 88 bytes, was 136):
+ * read a side only in its state (hbm__block_held). */
 typedef struct hbm__block {
-    hbm__rb node;                   /* in pool->free_tree while free */
+    union {
+        struct {              /* free: in pool->free_tree or pool->unmapped, on pool->loose, or outside every tree */
+            hbm__rb node;     /* in pool->free_tree (or unmapped) while in_tree; the loose list's links while loose */
+            uint64_t gc_base; /* pool->search_count when the block entered the free tree */
+        };
+        struct {                      /* held */
+            size_t requested;         /* the caller's size */
+            hbm__uses *uses;          /* other streams that used it (record_stream), or NULL */
+            hbm_label label;          /* call-site label of the allocation (context_when_allocated) */
+            uint32_t rec_step, rec_k; /* a policy's note of the allocation (core/policy.h; 0: none): the step plan's,
+                                         allocation rec_k of step rec_step - 1 */
+        };
+    };
     struct hbm__block *prev, *next; /* neighbours inside the segment, address order */
     hbm__segment *seg;
     hbm_stream stream; /* the segment's stream, kept here for the comparator */
     uintptr_t addr;
     size_t size;
-    size_t requested; /* the caller's size while allocated */
-    uint64_t gc_base; /* pool->search_count when the block entered the free tree */
     bool allocated;
-    bool in_tree;     /* in pool->free_tree (free and mapped) or pool->unmapped (unmapped) */
-    bool loose;       /* free in a lazy pool, outside its tree, not coalesced: on pool->loose (core/region.c) */
-    bool mapped;      /* false only for unmapped ranges of expandable segments */
-    int event_count;  /* events still to complete before a freed block is reusable */
-    hbm_stream *uses; /* other streams that used the block (record_stream) */
-    uint32_t nuses, cap_uses;
-    hbm_label label;          /* call-site label of the allocation (context_when_allocated); read only while the
-                         block is allocated or pending, so never reset */
-    uint32_t rec_step, rec_k; /* a policy's note of the allocation (core/policy.h; 0: none): the step plan's, allocation
-                                 rec_k of step rec_step - 1; cleared when freed, so free blocks have 0 */
+    bool in_tree;    /* in pool->free_tree (free and mapped) or pool->unmapped (unmapped) */
+    bool loose;      /* free in a lazy pool, outside its tree, not coalesced: on pool->loose (core/region.c) */
+    bool mapped;     /* false only for unmapped ranges of expandable segments */
+    int event_count; /* events still to complete before a freed block is reusable */
 } hbm__block;
+
+_Static_assert(sizeof(void *) != 8 || sizeof(hbm__block) == 88, "a block object is 88 bytes (docs/PERFORMANCE.md)");
+
+/* Whether b is held (its held-side fields are its own) rather than free (its free-side fields are). */
+static inline bool hbm__block_held(const hbm__block *b) { return b->allocated || b->event_count > 0; }
+
+/* The live blocks by address (core/ptrmap.h). */
+HBM__KEYSET(hbm__ptrmap, hbm__block, addr, HBM__PTRMAP_HASH, HBM__PTRMAP_MIN)
 
 /* The ids of interned labels found by their text: the one hash map (util/hashmap.h) of ids (0: an empty cell),
  * hashed by their text (labels.c). */

@@ -1,5 +1,5 @@
 /*
- * hashmap.h: the one hash map of hbmalloc, instantiated per key type: open addressing, linear probing,
+ * hashmap.h: the hash map of hbmalloc, instantiated per key type: open addressing, linear probing,
  * backward-shift deletion, a capacity that is a power of two, a load of at most 1/2.
  *
  *   HBM__HASHMAP(name, K, V, HASH, USED, COUNT, MIN)
@@ -8,10 +8,11 @@
  * cell of a key, or the empty cell where it would go), name_probe (the same for a key known by its hash and a
  * match function: a table of ids found by their text), name_get, name_put_at, name_put, name_fits, name_reserve,
  * name_del_at and name_del. HASH(m, key) gives the key's 64-bit hash. USED 0: key 0 marks an empty cell and is never
- * stored (the live-block map's addresses: no used array to read on the malloc path); USED 1: every key is valid (keys
+ * stored (label ids); USED 1: every key is valid (keys
  * read from files) and a byte per cell says which cells are used. COUNT 1: cells looked at are counted in `probes`
- * (the readers' resource tests). Instances: core/ptrmap.h (live blocks by address), tools/trace/u64map.h (64-bit
- * keys of files), core/labels.c (label ids by their text). Owns its arrays only; allocates with calloc.
+ * (the readers' resource tests). Instances: tools/trace/u64map.h (64-bit keys of files), core/labels.c (label ids
+ * by their text). Objects that carry their own key are kept in a keyset (util/keyset.h: one pointer a cell), as the
+ * live blocks are. Owns its arrays only; allocates with calloc.
  */
 #ifndef HBM_UTIL_HASHMAP_H
 #define HBM_UTIL_HASHMAP_H

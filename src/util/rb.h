@@ -22,16 +22,24 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
+/* Three words: the colour is the low bit of the parent's address (nodes are pointer-aligned), which takes a block
+ * object from 136 to 128 bytes before the free-only fields overlap the live-only ones (issue #38 item 3). */
 typedef struct hbm__rb {
-    struct hbm__rb *l, *r, *p;
-    bool red;
+    struct hbm__rb *l, *r;
+    uintptr_t pc; /* the parent's address | 1 when red */
 } hbm__rb;
+
+static inline hbm__rb *hbm__rb_parent(const hbm__rb *n) { return (hbm__rb *)(n->pc & ~(uintptr_t)1); }
+static inline bool hbm__rb_red(const hbm__rb *n) { return n->pc & 1; }
+static inline void hbm__rb_set_parent(hbm__rb *n, const hbm__rb *p) { n->pc = (uintptr_t)p | (n->pc & 1); }
+static inline void hbm__rb_set_red(hbm__rb *n, bool red) { n->pc = (n->pc & ~(uintptr_t)1) | (uintptr_t)red; }
 
 /* The ordering: true when a sorts before b. Keys are unique. */
 typedef bool (*hbm__rb_less)(const hbm__rb *a, const hbm__rb *b);
 
-static inline bool hbm__rb_is_red(const hbm__rb *n) { return n && n->red; }
+static inline bool hbm__rb_is_red(const hbm__rb *n) { return n && hbm__rb_red(n); }
 
 /* Make `to` take from's place under parent (the root when parent is NULL). */
 static inline void hbm__rb_replace(hbm__rb **root, hbm__rb *parent, const hbm__rb *from, hbm__rb *to)
@@ -49,11 +57,11 @@ static inline void hbm__rb_rot_left(hbm__rb **root, hbm__rb *x)
     hbm__rb *y = x->r;
     x->r = y->l;
     if (y->l)
-        y->l->p = x;
-    y->p = x->p;
-    hbm__rb_replace(root, x->p, x, y);
+        hbm__rb_set_parent(y->l, x);
+    hbm__rb_set_parent(y, hbm__rb_parent(x));
+    hbm__rb_replace(root, hbm__rb_parent(x), x, y);
     y->l = x;
-    x->p = y;
+    hbm__rb_set_parent(x, y);
 }
 
 static inline void hbm__rb_rot_right(hbm__rb **root, hbm__rb *x)
@@ -61,24 +69,25 @@ static inline void hbm__rb_rot_right(hbm__rb **root, hbm__rb *x)
     hbm__rb *y = x->l;
     x->l = y->r;
     if (y->r)
-        y->r->p = x;
-    y->p = x->p;
-    hbm__rb_replace(root, x->p, x, y);
+        hbm__rb_set_parent(y->r, x);
+    hbm__rb_set_parent(y, hbm__rb_parent(x));
+    hbm__rb_replace(root, hbm__rb_parent(x), x, y);
     y->r = x;
-    x->p = y;
+    hbm__rb_set_parent(x, y);
 }
 
 /* Restore the colours after linking red node z as a leaf. */
 static inline void hbm__rb_insert_fix(hbm__rb **root, hbm__rb *z)
 {
     hbm__rb *p;
-    while ((p = z->p) && p->red) {
-        hbm__rb *g = p->p; /* exists: a red node is never the root */
+    while ((p = hbm__rb_parent(z)) && hbm__rb_red(p)) {
+        hbm__rb *g = hbm__rb_parent(p); /* exists: a red node is never the root */
         if (p == g->l) {
             hbm__rb *u = g->r;
             if (hbm__rb_is_red(u)) {
-                p->red = u->red = false;
-                g->red = true;
+                hbm__rb_set_red(p, false);
+                hbm__rb_set_red(u, false);
+                hbm__rb_set_red(g, true);
                 z = g;
                 continue;
             }
@@ -86,14 +95,15 @@ static inline void hbm__rb_insert_fix(hbm__rb **root, hbm__rb *z)
                 hbm__rb_rot_left(root, p);
                 p = z;
             }
-            p->red = false;
-            g->red = true;
+            hbm__rb_set_red(p, false);
+            hbm__rb_set_red(g, true);
             hbm__rb_rot_right(root, g);
         } else {
             hbm__rb *u = g->l;
             if (hbm__rb_is_red(u)) {
-                p->red = u->red = false;
-                g->red = true;
+                hbm__rb_set_red(p, false);
+                hbm__rb_set_red(u, false);
+                hbm__rb_set_red(g, true);
                 z = g;
                 continue;
             }
@@ -101,13 +111,13 @@ static inline void hbm__rb_insert_fix(hbm__rb **root, hbm__rb *z)
                 hbm__rb_rot_right(root, p);
                 p = z;
             }
-            p->red = false;
-            g->red = true;
+            hbm__rb_set_red(p, false);
+            hbm__rb_set_red(g, true);
             hbm__rb_rot_left(root, g);
         }
         break;
     }
-    (*root)->red = false;
+    hbm__rb_set_red(*root, false);
 }
 
 static inline void hbm__rb_insert(hbm__rb **root, hbm__rb *n, hbm__rb_less less)
@@ -118,8 +128,7 @@ static inline void hbm__rb_insert(hbm__rb **root, hbm__rb *n, hbm__rb_less less)
         link = less(n, parent) ? &parent->l : &parent->r;
     }
     n->l = n->r = NULL;
-    n->p = parent;
-    n->red = true;
+    n->pc = (uintptr_t)parent | 1; /* red */
     *link = n;
     hbm__rb_insert_fix(root, n);
 }
@@ -131,58 +140,58 @@ static inline void hbm__rb_remove_fix(hbm__rb **root, hbm__rb *x, hbm__rb *paren
     while (x != *root && !hbm__rb_is_red(x)) {
         if (x == parent->l) {
             hbm__rb *w = parent->r; /* exists: x's side is one black short */
-            if (w->red) {
-                w->red = false;
-                parent->red = true;
+            if (hbm__rb_red(w)) {
+                hbm__rb_set_red(w, false);
+                hbm__rb_set_red(parent, true);
                 hbm__rb_rot_left(root, parent);
                 w = parent->r;
             }
             if (!hbm__rb_is_red(w->l) && !hbm__rb_is_red(w->r)) {
-                w->red = true;
+                hbm__rb_set_red(w, true);
                 x = parent;
-                parent = x->p;
+                parent = hbm__rb_parent(x);
                 continue;
             }
             if (!hbm__rb_is_red(w->r)) {
-                w->l->red = false;
-                w->red = true;
+                hbm__rb_set_red(w->l, false);
+                hbm__rb_set_red(w, true);
                 hbm__rb_rot_right(root, w);
                 w = parent->r;
             }
-            w->red = parent->red;
-            parent->red = false;
-            w->r->red = false;
+            hbm__rb_set_red(w, hbm__rb_red(parent));
+            hbm__rb_set_red(parent, false);
+            hbm__rb_set_red(w->r, false);
             hbm__rb_rot_left(root, parent);
         } else {
             hbm__rb *w = parent->l;
-            if (w->red) {
-                w->red = false;
-                parent->red = true;
+            if (hbm__rb_red(w)) {
+                hbm__rb_set_red(w, false);
+                hbm__rb_set_red(parent, true);
                 hbm__rb_rot_right(root, parent);
                 w = parent->l;
             }
             if (!hbm__rb_is_red(w->l) && !hbm__rb_is_red(w->r)) {
-                w->red = true;
+                hbm__rb_set_red(w, true);
                 x = parent;
-                parent = x->p;
+                parent = hbm__rb_parent(x);
                 continue;
             }
             if (!hbm__rb_is_red(w->l)) {
-                w->r->red = false;
-                w->red = true;
+                hbm__rb_set_red(w->r, false);
+                hbm__rb_set_red(w, true);
                 hbm__rb_rot_left(root, w);
                 w = parent->l;
             }
-            w->red = parent->red;
-            parent->red = false;
-            w->l->red = false;
+            hbm__rb_set_red(w, hbm__rb_red(parent));
+            hbm__rb_set_red(parent, false);
+            hbm__rb_set_red(w->l, false);
             hbm__rb_rot_right(root, parent);
         }
         x = *root;
         break;
     }
     if (x)
-        x->red = false;
+        hbm__rb_set_red(x, false);
 }
 
 /* Unlink z, which must be in the tree. No comparison is made. */
@@ -192,33 +201,32 @@ static inline void hbm__rb_remove(hbm__rb **root, hbm__rb *z)
     bool was_red;
     if (!z->l || !z->r) {
         child = z->l ? z->l : z->r;
-        parent = z->p;
-        was_red = z->red;
+        parent = hbm__rb_parent(z);
+        was_red = hbm__rb_red(z);
         if (child)
-            child->p = parent;
+            hbm__rb_set_parent(child, parent);
         hbm__rb_replace(root, parent, z, child);
     } else {
         /* Two children: z's successor y takes z's place and colour. */
         hbm__rb *y = z->r;
         while (y->l)
             y = y->l;
-        was_red = y->red;
+        was_red = hbm__rb_red(y);
         child = y->r;
-        if (y->p == z) {
+        if (hbm__rb_parent(y) == z) {
             parent = y;
         } else {
-            parent = y->p;
+            parent = hbm__rb_parent(y);
             parent->l = child;
             if (child)
-                child->p = parent;
+                hbm__rb_set_parent(child, parent);
             y->r = z->r;
-            z->r->p = y;
+            hbm__rb_set_parent(z->r, y);
         }
         y->l = z->l;
-        z->l->p = y;
-        y->p = z->p;
-        y->red = z->red;
-        hbm__rb_replace(root, z->p, z, y);
+        hbm__rb_set_parent(z->l, y);
+        y->pc = z->pc; /* z's parent and colour */
+        hbm__rb_replace(root, hbm__rb_parent(z), z, y);
     }
     if (!was_red)
         hbm__rb_remove_fix(root, child, parent);
@@ -288,18 +296,18 @@ static inline hbm__rb *hbm__rb_next(const hbm__rb *n)
 {
     if (n->r)
         return hbm__rb_first(n->r);
-    while (n->p && n == n->p->r)
-        n = n->p;
-    return n->p;
+    while (hbm__rb_parent(n) && n == hbm__rb_parent(n)->r)
+        n = hbm__rb_parent(n);
+    return hbm__rb_parent(n);
 }
 
 static inline hbm__rb *hbm__rb_prev(const hbm__rb *n)
 {
     if (n->l)
         return hbm__rb_last(n->l);
-    while (n->p && n == n->p->l)
-        n = n->p;
-    return n->p;
+    while (hbm__rb_parent(n) && n == hbm__rb_parent(n)->l)
+        n = hbm__rb_parent(n);
+    return hbm__rb_parent(n);
 }
 
 /* The shape rules below t (for the validator and the tests): parent links
@@ -309,12 +317,13 @@ static inline int hbm__rb_verify(const hbm__rb *t, const hbm__rb *parent)
 {
     if (!t)
         return 0;
-    if (t->p != parent || (t->red && (hbm__rb_is_red(t->l) || hbm__rb_is_red(t->r))) || (!parent && t->red))
+    if (hbm__rb_parent(t) != parent || (hbm__rb_red(t) && (hbm__rb_is_red(t->l) || hbm__rb_is_red(t->r))) ||
+        (!parent && hbm__rb_red(t)))
         return -1;
     int hl = hbm__rb_verify(t->l, t), hr = hbm__rb_verify(t->r, t);
     if (hl < 0 || hl != hr)
         return -1;
-    return hl + !t->red;
+    return hl + !hbm__rb_red(t);
 }
 
 #endif /* HBM_RB_H */

@@ -252,6 +252,47 @@ static bool in_pool(hbm_allocator *a, void *p, hbm_mempool id)
     return seg && seg->pool->owner && seg->pool->owner->id == id;
 }
 
+/* A block's stream uses are its own while it is held (core/types.h: they share their bytes with the free tree's
+ * node): five uses recorded (the array grows twice), each one waited for at the free, none carried into the block's
+ * next life (its merge back into the free tree would have overwritten them), and those of a block still allocated at
+ * destroy freed with it (LeakSanitizer in the sanitizer build says if not). */
+static void stream_uses_belong_to_one_life_of_a_block(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "");
+    hbm_stream others[] = {S2, S3, (hbm_stream)4, (hbm_stream)5, (hbm_stream)6};
+    void *p = must_malloc(a, 4096, S1);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(hbm_sim_hold_stream(a, others[i], 1), HBM_OK);
+        assert_int_equal(hbm_record_stream(a, p, others[i]), HBM_OK);
+        assert_int_equal(hbm_record_stream(a, p, others[i]), HBM_OK); /* once each */
+    }
+    hbm__block *b = hbm__ptrmap_get(&a->live, (uintptr_t)p);
+    assert_non_null(b->uses);
+    assert_int_equal(b->uses->n, 5);
+    assert_int_equal(hbm_free(a, p), HBM_OK);
+    assert_int_equal(b->event_count, 5);
+    assert_null(b->uses); /* given to the events */
+    assert_valid(a);
+    for (int i = 0; i < 5; i++) {
+        hbm_sim_hold_stream(a, others[i], 0);
+        void *q = must_malloc(a, 4096, S1);   /* polls the events */
+        assert_true(i < 4 ? q != p : q == p); /* reusable only once the fifth stream is done */
+        hbm_free(a, q);
+    }
+    void *again = must_malloc(a, 4096, S1);
+    assert_ptr_equal(again, p);
+    b = hbm__ptrmap_get(&a->live, (uintptr_t)again);
+    assert_null(b->uses); /* a new life starts with none */
+    assert_int_equal(hbm_free(a, again), HBM_OK);
+    assert_int_equal(stats_of(a).active_bytes[HBM_POOL_ALL].current, 0); /* freed at once: no events */
+    void *kept = must_malloc(a, 4096, S1);
+    assert_int_equal(hbm_record_stream(a, kept, S2), HBM_OK);
+    assert_int_equal(hbm_record_stream(a, kept, S3), HBM_OK);
+    assert_valid(a);
+    hbm_destroy(a); /* kept's uses go with it */
+}
+
 static void a_private_pool_takes_the_routed_stream_and_keeps_its_blocks(void **st)
 {
     (void)st;
@@ -399,6 +440,7 @@ int main(void)
         cmocka_unit_test(bad_pointers_and_streams_are_reported),
         cmocka_unit_test(an_event_failure_falls_back_to_waiting_for_the_stream),
         cmocka_unit_test(destroy_with_pending_frees_leaves_no_event),
+        cmocka_unit_test(stream_uses_belong_to_one_life_of_a_block),
         cmocka_unit_test(a_private_pool_takes_the_routed_stream_and_keeps_its_blocks),
         cmocka_unit_test(releasing_a_pool_with_live_blocks_keeps_it_until_they_are_freed),
         cmocka_unit_test(active_counts_a_pending_block_until_its_event_completes),
