@@ -150,7 +150,7 @@ hbm_status hbm__ensure_spares(hbm_allocator *a, int n)
     return HBM_OK;
 }
 
-static bool gc_active(const hbm_allocator *a) { return a->fraction_set && a->conf.gc_threshold > 0.0; }
+static bool gc_active(const hbm_allocator *a) { return a->gc_on; }
 
 static bool block_is_split(const hbm__block *b) { return b->prev || b->next; }
 
@@ -210,6 +210,7 @@ static bool should_split(const hbm_allocator *a, const hbm__pool *p, const hbm__
 HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__block *b, size_t size, size_t orig)
 {
     hbm_stats *st = &a->stats;
+    int k = hbm__pool_kind(p);
     bool already_split = block_is_split(b);
     if (should_split(a, p, b, size)) {
         /* The front becomes the caller's block; the old object keeps the remainder. */
@@ -222,17 +223,17 @@ HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__blo
         /* Expandable segments stay out of inactive_split: their free pages can always be returned. */
         if (b->seg->expandable) {
         } else if (already_split) {
-            hbm__stat_arr_dec(st->inactive_split_bytes, p, (int64_t)size);
+            hbm__stat_k_dec(st->inactive_split_bytes, k, (int64_t)size);
         } else {
-            hbm__stat_arr_inc(st->inactive_split_bytes, p, (int64_t)rem->size);
-            hbm__stat_arr_inc(st->inactive_split, p, 1);
+            hbm__stat_k_inc(st->inactive_split_bytes, k, (int64_t)rem->size);
+            hbm__stat_k_inc(st->inactive_split, k, 1);
         }
     } else {
         if (b->in_tree)
             hbm__pool_remove(p, b);
         if (already_split && !b->seg->expandable) {
-            hbm__stat_arr_dec(st->inactive_split_bytes, p, (int64_t)b->size);
-            hbm__stat_arr_dec(st->inactive_split, p, 1);
+            hbm__stat_k_dec(st->inactive_split_bytes, k, (int64_t)b->size);
+            hbm__stat_k_dec(st->inactive_split, k, 1);
         }
     }
     b->allocated = true; /* held: the held side's fields from here */
@@ -807,15 +808,19 @@ static bool can_merge(const hbm__block *dst, const hbm__block *src)
     return src && !src->allocated && src->event_count == 0 && src->mapped == dst->mapped;
 }
 
-HBM__FAST size_t try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
+/* src, which can_merge into dst, out of its tree and into dst. */
+HBM__FAST size_t merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
 {
-    if (!can_merge(dst, src))
-        return 0;
     if (src->mapped)
         hbm__pool_remove(p, src);
     else
         hbm__unmapped_remove(p, src);
     return absorb(a, dst, src);
+}
+
+HBM__FAST size_t try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
+{
+    return can_merge(dst, src) ? merge(a, p, dst, src) : 0;
 }
 
 size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
@@ -828,6 +833,7 @@ size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__bloc
 HBM__FAST hbm__block *settle_by(hbm_allocator *a, hbm__pool *p, hbm__block *b, hbm__rb_less less)
 {
     hbm_stats *st = &a->stats;
+    int k = hbm__pool_kind(p);
     /* Coalesce with the free neighbours (both in the free tree): the larger one
      * takes in the rest, and often keeps its place in the tree. */
     bool mp = can_merge(b, b->prev), mn = can_merge(b, b->next);
@@ -837,7 +843,8 @@ HBM__FAST hbm__block *settle_by(hbm_allocator *a, hbm__pool *p, hbm__block *b, h
         hbm__pool_insert_by(p, b, less);
     } else {
         hbm__block *keep = !mp ? b->next : !mn ? b->prev : b->prev->size >= b->next->size ? b->prev : b->next;
-        try_merge(a, p, b, keep == b->prev ? b->next : b->prev); /* nothing when that one is not free */
+        if (mp && mn) /* the other one comes in first */
+            merge(a, p, b, keep == b->prev ? b->next : b->prev);
         absorb(a, keep, b);
         b = keep;
         hbm__pool_rekey_by(p, b, true, less);
@@ -849,13 +856,13 @@ HBM__FAST hbm__block *settle_by(hbm_allocator *a, hbm__pool *p, hbm__block *b, h
     if (b->seg->expandable)
         net_blocks = net_bytes = 0; /* not counted in inactive_split, as in PyTorch */
     if (net_blocks > 0)
-        hbm__stat_arr_inc(st->inactive_split, p, net_blocks);
+        hbm__stat_k_inc(st->inactive_split, k, net_blocks);
     else if (net_blocks < 0)
-        hbm__stat_arr_dec(st->inactive_split, p, -net_blocks);
+        hbm__stat_k_dec(st->inactive_split, k, -net_blocks);
     if (net_bytes > 0)
-        hbm__stat_arr_inc(st->inactive_split_bytes, p, net_bytes);
+        hbm__stat_k_inc(st->inactive_split_bytes, k, net_bytes);
     else if (net_bytes < 0)
-        hbm__stat_arr_dec(st->inactive_split_bytes, p, -net_bytes);
+        hbm__stat_k_dec(st->inactive_split_bytes, k, -net_bytes);
     return b;
 }
 
@@ -871,7 +878,6 @@ HBM__FAST void free_block(hbm_allocator *a, hbm__block *b)
     hbm_stats *st = &a->stats;
     size_t requested = b->requested;
     hbm__trace_block(a, HBM_TRACE_FREE_COMPLETED, b, requested);
-    b->requested = 0;
     if (__builtin_expect(!p->is_arena, 1))
         settle(a, p, b);
     else if (p->lazy == HBM__LAZY) /* only the region is ever lazy (region.c) */
@@ -880,7 +886,8 @@ HBM__FAST void free_block(hbm_allocator *a, hbm__block *b)
         hbm__loose_put(p, b); /* the same, the region made of pages */
     else
         settle_by(a, p, b, hbm__arena_less);
-    hbm__stat_arr_dec(st->requested_bytes, p, (int64_t)requested); /* active follows allocation (stats.c) */
+    hbm__stat_k_dec(st->requested_bytes, hbm__pool_kind(p),
+                    (int64_t)requested); /* active follows allocation (stats.c) */
 }
 
 void hbm__free_block(hbm_allocator *a, hbm__block *b) { free_block(a, b); }
@@ -942,8 +949,9 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
         hbm__pool *p = b->seg->pool;
         b->allocated = false;
         hbm__trace_block(a, HBM_TRACE_FREE_REQUESTED, b, b->requested);
-        hbm__stat_arr_dec(a->stats.allocation, p, 1);
-        hbm__stat_arr_dec(a->stats.allocated_bytes, p, (int64_t)b->size);
+        int k = hbm__pool_kind(p);
+        hbm__stat_k_dec(a->stats.allocation, k, 1);
+        hbm__stat_k_dec(a->stats.allocated_bytes, k, (int64_t)b->size);
         if (b->size >= a->conf.max_split_size)
             hbm__stat_dec(&a->stats.oversize_allocations, 1);
         if (b->uses) {
@@ -1041,6 +1049,7 @@ hbm_status hbm__set_fraction_locked(hbm_allocator *a, double fraction)
     a->fraction = fraction;
     /* PyTorch 2.8+: a fraction of 1 removes the limit (and with it GC). */
     a->fraction_set = fraction < 1.0;
+    a->gc_on = a->fraction_set && a->conf.gc_threshold > 0.0;
     a->allowed_max = a->fraction_set ? (size_t)(fraction * (double)a->device_total) : SIZE_MAX;
     a->reserved_when_limited = a->total_reserved;
     return HBM_OK;

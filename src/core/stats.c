@@ -30,7 +30,11 @@ static void each_stat(hbm_stats *s, void (*fn)(hbm_stat *))
 }
 
 static void reset_peak(hbm_stat *st) { st->peak = st->current; }
-static void reset_acc(hbm_stat *st) { st->allocated = st->freed = 0; }
+static void reset_acc(hbm_stat *st)
+{
+    st->allocated = 0;
+    st->freed = st->current; /* the base of the freed count (core/stats.h) */
+}
 
 void hbm__stats_reset_peak(hbm_allocator *a)
 {
@@ -60,10 +64,14 @@ void hbm__stats_view(const hbm_allocator *a, hbm_stats *out)
     const hbm_stats *s = &a->stats;
     *out = *s;
 #define SUM(name)                                                                                              \
+    for (int k = HBM_POOL_SMALL; k <= HBM_POOL_LARGE; k++)                                                     \
+        out->name[k].freed = hbm__stat_freed(&s->name[k]);                                                     \
     out->name[HBM_POOL_ALL].allocated = s->name[HBM_POOL_SMALL].allocated + s->name[HBM_POOL_LARGE].allocated; \
-    out->name[HBM_POOL_ALL].freed = s->name[HBM_POOL_SMALL].freed + s->name[HBM_POOL_LARGE].freed;
+    out->name[HBM_POOL_ALL].freed = out->name[HBM_POOL_SMALL].freed + out->name[HBM_POOL_LARGE].freed;
     ARRAYS(SUM)
 #undef SUM
+    out->oversize_allocations.freed = hbm__stat_freed(&s->oversize_allocations);
+    out->oversize_segments.freed = hbm__stat_freed(&s->oversize_segments);
     /* active = allocation + the pending blocks (what hbm_free gave up and events still hold). */
     for (int k = 0; k < HBM_POOL_KINDS; k++) {
         const hbm_stat *n = &out->allocation[k], *b = &out->allocated_bytes[k];

@@ -229,6 +229,8 @@ struct hbm_allocator {
     size_t total_reserved;        /* bytes held from the device (total_allocated_memory) */
     size_t device_total;          /* device capacity, read at create */
     bool fraction_set;            /* a fraction < 1 is in force */
+    bool gc_on;                   /* garbage_collection_threshold acts: a threshold and a fraction set (one test on the
+                                     malloc path; hbm__set_fraction_locked keeps it) */
     size_t allowed_max;           /* allowed_memory_maximum when fraction_set */
     size_t reserved_when_limited; /* reserved when the fraction was last set: it may stay above a lowered limit
                                      (as in PyTorch), and cannot grow while above it */

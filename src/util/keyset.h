@@ -26,6 +26,7 @@
         T **cells;                                                                                                    \
         size_t mask; /* capacity - 1 */                                                                               \
         size_t n;                                                                                                     \
+        size_t limit; /* the most objects at a load of 1/2: capacity / 2 */                                           \
     } name;                                                                                                           \
                                                                                                                       \
     static inline size_t name##_home(const name *m, uintptr_t key) { return (size_t)(HASH(key)) & m->mask; }          \
@@ -35,6 +36,7 @@
         *m = (name){0};                                                                                               \
         m->cells = calloc(MIN, sizeof *m->cells);                                                                     \
         m->mask = (size_t)(MIN)-1;                                                                                    \
+        m->limit = (size_t)(MIN) / 2;                                                                                 \
         return m->cells ? 0 : -1;                                                                                     \
     }                                                                                                                 \
                                                                                                                       \
@@ -64,7 +66,7 @@
     }                                                                                                                 \
                                                                                                                       \
     /* Whether `extra` more objects fit without growing. */                                                           \
-    static inline int name##_fits(const name *m, size_t extra) { return (m->n + extra) * 2 <= m->mask + 1; }          \
+    static inline int name##_fits(const name *m, size_t extra) { return m->n + extra <= m->limit; }                   \
                                                                                                                       \
     /* Room for n + extra objects: the capacity doubled until there is. 0, or -1 when host memory ran out (m        \
      * unchanged). */ \
@@ -79,6 +81,7 @@
         name old = *m;                                                                                                \
         m->cells = cells;                                                                                             \
         m->mask = ncap - 1;                                                                                           \
+        m->limit = ncap / 2;                                                                                          \
         for (size_t i = 0; i <= old.mask; i++)                                                                        \
             if (old.cells[i])                                                                                         \
                 name##_place(m, old.cells[i]);                                                                        \

@@ -460,6 +460,50 @@ static void stats_resets_and_flat_names(void **st)
     hbm_destroy(a);
 }
 
+/* The freed counts are not moved by a free (core/stats.h: made when read, from what was added and the current value,
+ * and the current value at the last reset of the accumulated counts): PyTorch's figures across a reset with blocks
+ * live, for every kind of counter (a pool's, "all", the oversize ones, segments given back). */
+static void freed_counts_are_made_when_read_and_survive_a_reset(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim", "max_split_size_mb:20");
+    void *p[3], *big = must_malloc(a, 40 * MiB, 0);
+    for (int i = 0; i < 3; i++)
+        p[i] = must_malloc(a, 4096, 0);
+    hbm_free(a, p[0]);
+    hbm_stats s = stats_of(a);
+    assert_int_equal(s.allocation[HBM_POOL_SMALL].allocated, 3);
+    assert_int_equal(s.allocation[HBM_POOL_SMALL].freed, 1);
+    assert_int_equal(s.allocation[HBM_POOL_ALL].freed, 1);
+    hbm_reset_accumulated_stats(a); /* two small blocks and the big one live */
+    hbm_free(a, p[1]);
+    hbm_free(a, p[2]);
+    hbm_free(a, big);
+    void *q = must_malloc(a, 4096, 0);
+    assert_int_equal(hbm_empty_cache(a), HBM_OK); /* the big segment goes back */
+    s = stats_of(a);
+    assert_int_equal(s.allocation[HBM_POOL_SMALL].allocated, 1);
+    assert_int_equal(s.allocation[HBM_POOL_SMALL].freed, 2);
+    assert_int_equal(s.allocation[HBM_POOL_SMALL].current, 1);
+    assert_int_equal(s.allocation[HBM_POOL_LARGE].freed, 1);
+    assert_int_equal(s.allocation[HBM_POOL_ALL].freed, 3);
+    assert_int_equal(s.allocated_bytes[HBM_POOL_SMALL].freed, 2 * 4096);
+    assert_int_equal(s.allocated_bytes[HBM_POOL_ALL].freed, 2 * 4096 + 40 * MiB);
+    assert_int_equal(s.oversize_allocations.allocated, 0);
+    assert_int_equal(s.oversize_allocations.freed, 1);
+    assert_int_equal(s.segment[HBM_POOL_LARGE].freed, 1);
+    assert_int_equal(s.reserved_bytes[HBM_POOL_LARGE].freed, 40 * MiB);
+    assert_int_equal(s.oversize_segments.freed, 1);
+    hbm_reset_accumulated_stats(a); /* a second reset starts from here */
+    hbm_free(a, q);
+    s = stats_of(a);
+    assert_int_equal(s.allocation[HBM_POOL_SMALL].allocated, 0);
+    assert_int_equal(s.allocation[HBM_POOL_SMALL].freed, 1);
+    assert_int_equal(s.requested_bytes[HBM_POOL_ALL].freed, 4096);
+    assert_valid(a);
+    hbm_destroy(a);
+}
+
 static void npu_dialect_pads_every_request_by_32_bytes(void **st)
 {
     (void)st;
@@ -601,6 +645,7 @@ int main(void)
         cmocka_unit_test(gc_does_nothing_without_a_fraction_limit),
         cmocka_unit_test(zero_and_huge_sizes),
         cmocka_unit_test(stats_resets_and_flat_names),
+        cmocka_unit_test(freed_counts_are_made_when_read_and_survive_a_reset),
         cmocka_unit_test(npu_dialect_pads_every_request_by_32_bytes),
         cmocka_unit_test(device_errors_are_returned_and_leave_state_intact),
         cmocka_unit_test(failing_device_free_keeps_the_segment_cached),
