@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "hashmap.h" /* the one hash map, instantiated per key type */
+#include "hashmap.h" /* the hash map, instantiated per key type */
 
 #define HBM__KiB ((size_t)1024)
 #define HBM__MiB ((size_t)1024 * 1024)
