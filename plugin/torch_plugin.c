@@ -341,8 +341,9 @@ int hbm_torch__pool_begin(int device, uint64_t id0, uint64_t id1, hbm_stream_fil
     } else if (rc == 0) {
         m->ctxs[m->nctx++] = ctx;
         m->uses++;
-        if (created)
-            hbm_torch__tag_graph_pool(a, m->pool); /* captured inside hbmalloc.torch.pool(tag): it sleeps too */
+        void (*made)(hbm_allocator *, hbm_mempool) = __atomic_load_n(&hbm_torch__graph_pool_made, __ATOMIC_ACQUIRE);
+        if (created && made)
+            made(a, m->pool); /* captured inside hbmalloc.torch.pool(tag): it sleeps too */
     }
     if (rc != 0 && created) {
         hbm_mempool_release(a, m->pool);
@@ -579,26 +580,18 @@ HBM_TORCH_EXPORT int hbm_torch_captures_underway(int device);
 HBM_TORCH_EXPORT const char *hbm_torch_error(void);
 HBM_TORCH_EXPORT const char *hbm_torch_npu_release(const char *version);
 
-static __thread char helper_error[1600]; /* the helper's calls, per thread */
-
-void hbm_torch__set_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(helper_error, sizeof helper_error, fmt, ap);
-    va_end(ap);
-}
+void (*hbm_torch__graph_pool_made)(hbm_allocator *a, hbm_mempool pool);
 
 /* alloc without the exception (tests, benchmarks, the helper): NULL and hbm_torch_error() on failure. */
 HBM_TORCH_EXPORT void *hbm_torch_raw_alloc(size_t size, int device, void *stream)
 {
     void *p;
-    if (hbm_torch__malloc(size, device, stream, &p, helper_error, sizeof helper_error) != 0)
+    if (hbm_torch__malloc(size, device, stream, &p, hbm_torch__helper_error, sizeof hbm_torch__helper_error) != 0)
         return NULL;
     return p;
 }
 
-/* fn on every device in use: 0, or -1 with the last failure's text in helper_error. */
+/* fn on every device in use: 0, or -1 with the last failure's text in hbm_torch__helper_error. */
 static int each_device(hbm_status (*fn)(hbm_allocator *))
 {
     pthread_once(&once, open_devices);
@@ -606,7 +599,7 @@ static int each_device(hbm_status (*fn)(hbm_allocator *))
     for (int d = 0; devices && d < hbm_devices_count(devices); d++) {
         hbm_allocator *a = hbm_devices_existing(devices, d);
         if (a && fn(a) != HBM_OK) {
-            hbm_copy_last_error(a, helper_error, sizeof helper_error);
+            hbm_copy_last_error(a, hbm_torch__helper_error, sizeof hbm_torch__helper_error);
             rc = -1;
         }
     }
@@ -629,7 +622,7 @@ HBM_TORCH_EXPORT int hbm_torch_record_stream(void *ptr, int device, void *stream
     if (!ptr || !hbm_block_size(a, ptr))
         return 0;
     if (hbm_record_stream(a, ptr, (hbm_stream)(uintptr_t)stream) != HBM_OK) {
-        hbm_copy_last_error(a, helper_error, sizeof helper_error);
+        hbm_copy_last_error(a, hbm_torch__helper_error, sizeof hbm_torch__helper_error);
         return -1;
     }
     return 0;
@@ -658,7 +651,7 @@ HBM_TORCH_EXPORT int hbm_torch_set_memory_fraction(double fraction, int device)
     if (!a)
         return -1;
     if (hbm_set_memory_fraction(a, fraction) != HBM_OK) {
-        hbm_copy_last_error(a, helper_error, sizeof helper_error);
+        hbm_copy_last_error(a, hbm_torch__helper_error, sizeof hbm_torch__helper_error);
         return -1;
     }
     return 0;
@@ -679,8 +672,8 @@ HBM_TORCH_EXPORT long hbm_torch_stats(int device, char *buf, long len)
 {
     pthread_once(&once, open_devices);
     if (!devices || device < 0 || device >= hbm_devices_count(devices)) {
-        snprintf(helper_error, sizeof helper_error, "device %d does not exist (%d devices)", device,
-                 hbm_devices_count(devices));
+        snprintf(hbm_torch__helper_error, sizeof hbm_torch__helper_error, "device %d does not exist (%d devices)",
+                 device, hbm_devices_count(devices));
         return -1;
     }
     hbm_stats s;
@@ -731,7 +724,8 @@ HBM_TORCH_EXPORT int hbm_torch_reset_accumulated_stats(int device)
 HBM_TORCH_EXPORT int hbm_torch_record_history(long max_entries, int stacks)
 {
     if (max_entries < 0) {
-        snprintf(helper_error, sizeof helper_error, "memory history: max_entries %ld is negative", max_entries);
+        snprintf(hbm_torch__helper_error, sizeof hbm_torch__helper_error, "memory history: max_entries %ld is negative",
+                 max_entries);
         return -1;
     }
     pthread_once(&once, open_devices);
@@ -747,7 +741,8 @@ HBM_TORCH_EXPORT int hbm_torch_record_history(long max_entries, int stacks)
             if (!history_applied[d]) {
                 char e[1200];
                 hbm_copy_last_error(a, e, sizeof e);
-                snprintf(helper_error, sizeof helper_error, "memory history on device %d: %s", d, e[0] ? e : "refused");
+                snprintf(hbm_torch__helper_error, sizeof hbm_torch__helper_error, "memory history on device %d: %s", d,
+                         e[0] ? e : "refused");
                 rc = -1;
             }
         }
@@ -765,13 +760,13 @@ HBM_TORCH_EXPORT int hbm_torch_snapshot(int device, const char *path)
         return -1;
     hbm_snapshot *s;
     if (hbm_snapshot_take(a, &s) != HBM_OK) {
-        snprintf(helper_error, sizeof helper_error, "out of host memory taking a snapshot");
+        snprintf(hbm_torch__helper_error, sizeof hbm_torch__helper_error, "out of host memory taking a snapshot");
         return -1;
     }
     size_t n = strlen(path);
     hbm_status rc = hbm_snapshot_save(s, path,
                                       n > 5 && !strcmp(path + n - 5, ".json") ? HBM_SNAPSHOT_JSON : HBM_SNAPSHOT_PICKLE,
-                                      helper_error, sizeof helper_error);
+                                      hbm_torch__helper_error, sizeof hbm_torch__helper_error);
     hbm_snapshot_free(s);
     return rc == HBM_OK ? 0 : -1;
 }
@@ -795,7 +790,9 @@ HBM_TORCH_EXPORT int hbm_torch_enable_peer(int device, int peer)
         return -1;
     }
     hbm_backend *b = hbm_devices_backend(devices);
-    return hbm_backend_enable_peer(b, device, peer, helper_error, sizeof helper_error) == HBM_OK ? 0 : -1;
+    return hbm_backend_enable_peer(b, device, peer, hbm_torch__helper_error, sizeof hbm_torch__helper_error) == HBM_OK
+               ? 0
+               : -1;
 }
 
 HBM_TORCH_EXPORT int hbm_torch_device_used(int device) { return existing(device) != NULL; }
@@ -827,8 +824,8 @@ HBM_TORCH_EXPORT int hbm_torch_captures_underway(int device)
 HBM_TORCH_EXPORT const char *hbm_torch_error(void)
 {
     pthread_once(&once, open_devices);
-    if (helper_error[0])
-        return helper_error;
+    if (hbm_torch__helper_error[0])
+        return hbm_torch__helper_error;
     return devices ? hbm_devices_error(devices) : open_error;
 }
 

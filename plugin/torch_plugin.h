@@ -58,12 +58,14 @@ int hbm_torch__npu_event_query(void *ctx, void *event);
 void hbm_torch__npu_event_release(void *ctx, void *event);
 #endif
 
-/* The helper's error text for the calling thread (hbm_torch_error()), printf-style. */
+/* The helper's error text for the calling thread (hbm_torch_error()), and its setter, printf-style (torch_error.c). */
+extern __thread char hbm_torch__helper_error[1600];
 void hbm_torch__set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* torch_sleep.c: a graph's private pool just made by a capture on this thread: tagged with the thread's pool(tag),
- * if any, so that the graph sleeps with it. */
-void hbm_torch__tag_graph_pool(hbm_allocator *a, hbm_mempool pool);
+/* Told of a graph's private pool just made by a capture on this thread (torch_plugin.c calls it when set): set by
+ * torch_sleep.c at the first pool(tag), which tags the graph's pool with the thread's pool(tag), if any, so that the
+ * graph sleeps with it. A pointer, so that the plug-in's core calls nothing of the pools that sleep above it. */
+extern void (*hbm_torch__graph_pool_made)(hbm_allocator *a, hbm_mempool pool);
 
 /* pystack.c: the label of the calling allocation (0: none) and the capture switches. */
 hbm_label hbm_torch__call_label(hbm_allocator *a, int device);

@@ -6,7 +6,8 @@
  * ways in:
  *   - with use() (hbmalloc is torch's allocator): hbm_torch_pool_enter routes the calling thread's allocations into
  *     the tag's pool (hbm_mempool_begin_thread) until hbm_torch_pool_exit; a graph captured meanwhile gets a private
- *     pool of its own, tagged the same (hbm_torch__tag_graph_pool), so that it sleeps with the tag;
+ *     pool of its own, tagged the same (tag_graph_pool, through hbm_torch__graph_pool_made), so that it sleeps
+ *     with the tag;
  *   - without it (torch's own allocator global): torch's MemPool with hbmalloc as its pluggable allocator. torch
  *     calls the allocator with (size, device, stream) only, so each tag has its own alloc entry point, a slot:
  *     hbm_torch_pool_alloc_K allocates in tag K's pool (hbm_mempool_malloc), whatever thread calls it (torch asks
@@ -136,8 +137,11 @@ HBM_TORCH_EXPORT int hbm_torch_mem_info(int device, size_t *free_bytes, size_t *
 HBM_TORCH_EXPORT void hbm_torch_pool_free(void *ptr, size_t size, int device, void *stream);
 
 /* use() mode: the calling thread's allocations on `device` go into the tag's pool until hbm_torch_pool_exit. */
+static void tag_graph_pool(hbm_allocator *a, hbm_mempool pool);
+
 HBM_TORCH_EXPORT int hbm_torch_pool_enter(const char *tag, int backup, int device)
 {
+    __atomic_store_n(&hbm_torch__graph_pool_made, tag_graph_pool, __ATOMIC_RELEASE);
     if (depth == DEPTH) {
         hbm_torch__set_error("pool(%.80s): nested more than %d deep", tag ? tag : "", DEPTH);
         return -1;
@@ -177,7 +181,7 @@ HBM_TORCH_EXPORT int hbm_torch_pool_exit(void)
     return 0;
 }
 
-void hbm_torch__tag_graph_pool(hbm_allocator *a, hbm_mempool pool)
+static void tag_graph_pool(hbm_allocator *a, hbm_mempool pool)
 {
     if (!depth)
         return;

@@ -7,10 +7,12 @@
   tests/unit/helpers.h);
 - layers: the includes and cross-file calls of src/ and tools/ make no circle spanning more than one module folder
   (src/core, src/policy, src/backend, src/conf, src/io, src/util, src/ itself; tools/trace, tools/run, ...);
+- rooms: inside a folder of src/, tools/ or plugin/, the files (a .c and its .h are one) call each other in no circle but the ones ROOM_CIRCLES
+  names, each argued in docs/DESIGN.md;
 - cites: every path of the repository a comment or a document names exists, and every section cited by a
   document's name and a quoted title is a heading (or a paragraph's bold lead) of that document.
 
-usage: scripts/check-tree.py [CHECK...]   (all four by default); exit status 1 when any fails, each failure said.
+usage: scripts/check-tree.py [CHECK...]   (all five by default); exit status 1 when any fails, each failure said.
 """
 import os
 import re
@@ -95,31 +97,15 @@ PROTOTYPE = re.compile(r'^[A-Za-z_][\w \*]*\b\w+\s*\([^;{}]*\)\s*(?:__attribute_
 COMMENT = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"', re.S)
 
 
-def check_layers():
-    code = {f: PROTOTYPE.sub(' ', COMMENT.sub(' ', read(f))) for f in FILES  # declarations are not calls
-            if f.endswith(('.c', '.h')) and f.startswith(('src/', 'tools/'))}
-    defined = {}
-    for f, s in code.items():
-        if f.endswith('.c'):
-            for name in DEF.findall(s):
-                defined.setdefault(name, f)
-    edges = {}  # module -> modules it uses (includes or calls)
-    for f, s in code.items():
-        m = module_of(f)
-        for inc in INCLUDE.findall(read(f)):
-            for cand in (os.path.join(os.path.dirname(f), inc), os.path.join('src', inc), os.path.join('tools', inc),
-                         os.path.join('src/util', inc)):
-                if os.path.exists(cand):
-                    t = module_of(os.path.normpath(cand))
-                    if t and t != m:
-                        edges.setdefault(m, {}).setdefault(t, 'includes ' + inc + ' (' + f + ')')
-                    break
-        for name in set(CALL.findall(s)):
-            g = defined.get(name)
-            t = module_of(g) if g else None
-            if t and t != m and g != f:
-                edges.setdefault(m, {}).setdefault(t, 'calls ' + name + ' (' + f + ' -> ' + g + ')')
-    # Strongly connected components of the module graph (Tarjan).
+# The circles of calls inside a folder that stay, each argued in docs/DESIGN.md, "The knot": a new one fails.
+ROOM_CIRCLES = {
+    'src/core': [{'engine', 'expandable', 'mempools', 'region', 'sleep'}],
+}
+INLINE_DEF = re.compile(r'^static\s+inline\b[^;{(]*?\b(\w+)\s*\([^;{]*\)\s*\{', re.M)
+
+
+def sccs(edges):
+    """The strongly connected components of a graph {node: {node: why}} of more than one node (Tarjan)."""
     index, low, stack, on, comps, n = {}, {}, [], set(), [], [0]
 
     def visit(v):
@@ -146,12 +132,37 @@ def check_layers():
     for v in sorted(set(edges) | {t for e in edges.values() for t in e}):
         if v not in index:
             visit(v)
+    return [c for c in comps if len(c) > 1]
+
+
+def check_layers():
+    code = {f: PROTOTYPE.sub(' ', COMMENT.sub(' ', read(f))) for f in FILES  # declarations are not calls
+            if f.endswith(('.c', '.h')) and f.startswith(('src/', 'tools/'))}
+    defined = {}
+    for f, s in code.items():
+        if f.endswith('.c'):
+            for name in DEF.findall(s):
+                defined.setdefault(name, f)
+    edges = {}  # module -> modules it uses (includes or calls)
+    for f, s in code.items():
+        m = module_of(f)
+        for inc in INCLUDE.findall(read(f)):
+            for cand in (os.path.join(os.path.dirname(f), inc), os.path.join('src', inc), os.path.join('tools', inc),
+                         os.path.join('src/util', inc)):
+                if os.path.exists(cand):
+                    t = module_of(os.path.normpath(cand))
+                    if t and t != m:
+                        edges.setdefault(m, {}).setdefault(t, 'includes ' + inc + ' (' + f + ')')
+                    break
+        for name in set(CALL.findall(s)):
+            g = defined.get(name)
+            t = module_of(g) if g else None
+            if t and t != m and g != f:
+                edges.setdefault(m, {}).setdefault(t, 'calls ' + name + ' (' + f + ' -> ' + g + ')')
     bad = []
-    for comp in comps:
-        if len(comp) > 1:
-            why = ['%s -> %s: %s' % (a, b, edges[a][b]) for a in sorted(comp) for b in sorted(edges.get(a, {}))
-                   if b in comp]
-            bad.append('a circle spans %s:\n    %s' % (', '.join(sorted(comp)), '\n    '.join(why)))
+    for comp in sccs(edges):
+        why = ['%s -> %s: %s' % (a, b, edges[a][b]) for a in sorted(comp) for b in sorted(edges.get(a, {})) if b in comp]
+        bad.append('a circle spans %s:\n    %s' % (', '.join(sorted(comp)), '\n    '.join(why)))
     return bad
 
 
@@ -198,7 +209,38 @@ def check_cites():
     return bad
 
 
-CHECKS = {'format': check_format, 'boundary': check_boundary, 'layers': check_layers, 'cites': check_cites}
+def check_rooms():
+    """Calls between the files of one folder: a function defined in a .c, or static inline in a .h, belongs to its
+    file's stem; a call from another stem of the same folder is an edge."""
+    code = {f: COMMENT.sub(' ', read(f)) for f in FILES
+            if f.endswith(('.c', '.h')) and f.startswith(('src/', 'tools/', 'plugin/'))}
+    stem = lambda f: os.path.splitext(f)[0]
+    owner = {}
+    for f, s in code.items():
+        names = (DEF.findall(PROTOTYPE.sub(' ', s)) if f.endswith('.c') else []) + INLINE_DEF.findall(s)
+        for name in names:
+            if not name.startswith('__'):
+                owner.setdefault(name, stem(f))
+    edges = {}
+    for f, s in code.items():
+        u = stem(f)
+        for name in set(CALL.findall(PROTOTYPE.sub(' ', s))):
+            t = owner.get(name)
+            if t and t != u and os.path.dirname(t) == os.path.dirname(u):
+                edges.setdefault(u, {}).setdefault(t, name)
+    bad = []
+    for comp in sccs(edges):
+        if {os.path.basename(c) for c in comp} in ROOM_CIRCLES.get(os.path.dirname(comp[0]), []):
+            continue
+        why = ['%s -> %s: calls %s' % (a, b, edges[a][b]) for a in sorted(comp) for b in sorted(edges.get(a, {}))
+               if b in comp]
+        bad.append('a circle of calls inside %s: %s (untie it, or name and argue it in docs/DESIGN.md and '
+                   'ROOM_CIRCLES):\n    %s' % (os.path.dirname(comp[0]), ', '.join(sorted(comp)), '\n    '.join(why)))
+    return bad
+
+
+CHECKS = {'format': check_format, 'boundary': check_boundary, 'layers': check_layers, 'rooms': check_rooms,
+          'cites': check_cites}
 
 
 def main():

@@ -11,6 +11,7 @@
 #include "util/env.h"
 #include "core/stats.h"
 #include "core/sleep.h"
+#include "core/events.h"
 #include "core/device.h"
 #include "policy/policy.h"
 #include "conf/releases.h"
@@ -87,6 +88,8 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         return HBM_ERR_NOMEM;
     }
     a->request_pad = b->caps.request_pad;
+    a->device_waited = hbm__settle_unrecorded;
+    a->free_completed = hbm__free_block;
     for (int k = 0; k < HBM__ROUNDUP_INTERVALS; k++)
         a->roundup |= a->conf.roundup_divisions[k] > 1;
     a->small.is_small = true;

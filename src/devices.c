@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/engine.h"
+#include "core/errors.h"
 
 #define MAX_DEVICES 64
 

@@ -11,7 +11,7 @@
 
 #include "core/device.h"
 #include "backend/sim.h"
-#include "core/engine.h"
+#include "core/errors.h"
 #include "util/util.h"
 
 static void put_err(char *err, size_t errlen, const char *msg)
@@ -365,7 +365,7 @@ hbm_status hbm__dev_quiesce(hbm_allocator *a)
  * operator's compile; workspaces under TASK_QUEUE_ENABLE=2), and would wait for the lock forever. A block freed
  * while the lock was open may carry work launched after the wait began: then it is waited for again. On a thread
  * the queue runs itself (hbm__dev_may_wait) nothing is waited for: an error, nothing is given back. A completed
- * wait also settles the uses of freed blocks that could not be recorded before it began (streams.c). */
+ * wait also settles the uses of freed blocks that could not be recorded before it began (events.c). */
 hbm_status hbm__dev_quiesce_open(hbm_allocator *a)
 {
     hbm_backend *b = BE(a);
@@ -390,7 +390,7 @@ hbm_status hbm__dev_quiesce_open(hbm_allocator *a)
         if (rc != HBM_OK)
             return rc;
         a->dev.device_waits++;
-        hbm__settle_unrecorded(a, seq);
+        a->device_waited(a, seq);
         if (hbm__free_stamp(a) == stamp) {
             a->quiet_stamp = stamp;
             return HBM_OK;

@@ -22,7 +22,7 @@ hbm_status hbm__dev_sync(hbm_allocator *a, hbm_stream stream);
  * queue this locked form never waits: an error unless an open wait since the last free holds (docs/CONTRACTS.md). */
 hbm_status hbm__dev_quiesce(hbm_allocator *a);
 /* The same at a safe point (no decision read across it): a framework's queue is waited for with the lock released;
- * it settles the unrecorded uses (streams.c) added before it began. */
+ * it settles the unrecorded uses (events.c) added before it began. */
 hbm_status hbm__dev_quiesce_open(hbm_allocator *a);
 /* Whether the last wait still holds (memory may go back without one). */
 bool hbm__dev_quiet(const hbm_allocator *a);
@@ -34,9 +34,6 @@ bool hbm__dev_queue_events(const hbm_allocator *a);
 int hbm__dev_qevent_record(hbm_allocator *a, hbm_stream stream, uint64_t *ev);
 int hbm__dev_qevent_done(hbm_allocator *a, uint64_t ev);
 void hbm__dev_qevent_release(hbm_allocator *a, uint64_t ev);
-/* The uses recorded nowhere that were added before unrecorded sequence `seq`: complete (a device-wide wait that began
- * after them has ended). streams.c. */
-void hbm__settle_unrecorded(hbm_allocator *a, uint64_t seq);
 /* Changes whenever a block is freed (never 0): every hbm_free counts in allocation[ALL].freed, which only
  * hbm_reset_accumulated_stats sets back, and that counts in stat_resets. */
 static inline uint64_t hbm__free_stamp(const hbm_allocator *a)

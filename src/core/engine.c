@@ -22,7 +22,8 @@
 #include "core/segments.h"
 #include "core/history.h"
 #include "core/labels.h"
-#include "core/streams.h"
+#include "core/events.h"
+#include "core/mempools.h"
 #include "core/sleep.h"
 #include "core/expandable.h"
 #include "core/device.h"
@@ -84,70 +85,12 @@ size_t hbm__allocation_size(const hbm__conf *c, size_t size)
 
 /* ---- errors ---- */
 
-__thread char *hbm__err_sink;
-__thread size_t hbm__err_sink_len;
-
 /* A failed call's message to the calling thread's sink, if it set one (hbm_devices), while the lock is held: the
  * allocator's own buffer is shared, and another thread's failure may overwrite it the moment the lock is dropped. */
 static inline void to_sink(const hbm_allocator *a, hbm_status rc)
 {
     if (rc != HBM_OK && hbm__err_sink)
         snprintf(hbm__err_sink, hbm__err_sink_len, "%s", a->err);
-}
-
-void hbm__warning_add(hbm_allocator *a, const char *text)
-{
-    size_t n = strlen(a->warning);
-    snprintf(a->warning + n, sizeof a->warning - n, "%s%s", n ? "; " : "", text);
-}
-
-void hbm__set_error(hbm_allocator *a, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(a->err, sizeof a->err, fmt, ap);
-    va_end(ap);
-}
-
-/* ---- block objects ---- */
-
-/* Block objects come in slabs of BLOCK_SLAB, threaded onto the spare list
- * and freed together at destroy: a split or a new segment takes one from the
- * list instead of calling malloc. */
-#define BLOCK_SLAB 64
-
-typedef struct hbm__slab {
-    struct hbm__slab *next;
-    hbm__block blocks[BLOCK_SLAB];
-} hbm__slab;
-
-hbm_status hbm__add_slab(hbm_allocator *a)
-{
-    hbm__slab *s = malloc(sizeof *s);
-    if (!s) {
-        hbm__set_error(a, "out of host memory for allocator bookkeeping");
-        return HBM_ERR_NOMEM;
-    }
-    s->next = a->slabs;
-    a->slabs = s;
-    for (int i = BLOCK_SLAB - 1; i >= 0; i--)
-        hbm__block_recycle(a, &s->blocks[i]);
-    return HBM_OK;
-}
-
-void hbm__block_recycle(hbm_allocator *a, hbm__block *b)
-{
-    b->next = a->spare_blocks;
-    a->spare_blocks = b;
-    a->nspare_blocks++;
-}
-
-hbm_status hbm__ensure_spares(hbm_allocator *a, int n)
-{
-    while (a->nspare_blocks < (size_t)n)
-        if (hbm__add_slab(a) != HBM_OK)
-            return HBM_ERR_NOMEM;
-    return HBM_OK;
 }
 
 static bool gc_active(const hbm_allocator *a) { return a->gc_on; }
@@ -781,52 +724,6 @@ hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, 
 
 /* ---- free ---- */
 
-HBM__FAST size_t absorb(hbm_allocator *a, hbm__block *dst, hbm__block *src)
-{
-    if (dst->prev == src) {
-        dst->addr = src->addr;
-        dst->prev = src->prev;
-        if (dst->prev)
-            dst->prev->next = dst;
-        else
-            dst->seg->head = dst;
-    } else {
-        dst->next = src->next;
-        if (dst->next)
-            dst->next->prev = dst;
-    }
-    size_t absorbed = src->size;
-    dst->size += absorbed;
-    hbm__block_recycle(a, src);
-    return absorbed;
-}
-
-size_t hbm__absorb(hbm_allocator *a, hbm__block *dst, hbm__block *src) { return absorb(a, dst, src); }
-
-static bool can_merge(const hbm__block *dst, const hbm__block *src)
-{
-    return src && !src->allocated && src->event_count == 0 && src->mapped == dst->mapped;
-}
-
-/* src, which can_merge into dst, out of its tree and into dst. */
-HBM__FAST size_t merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
-{
-    if (src->mapped)
-        hbm__pool_remove(p, src);
-    else
-        hbm__unmapped_remove(p, src);
-    return absorb(a, dst, src);
-}
-
-HBM__FAST size_t try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
-{
-    return can_merge(dst, src) ? merge(a, p, dst, src) : 0;
-}
-
-size_t hbm__try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
-{
-    return try_merge(a, p, dst, src);
-}
 
 /* b, free and outside every tree, coalesced with its free neighbours into p's tree; the inactive_split counts
  * follow (b was not counted as free). Returns the block that holds b's range. */
@@ -836,7 +733,7 @@ HBM__FAST hbm__block *settle_by(hbm_allocator *a, hbm__pool *p, hbm__block *b, h
     int k = hbm__pool_kind(p);
     /* Coalesce with the free neighbours (both in the free tree): the larger one
      * takes in the rest, and often keeps its place in the tree. */
-    bool mp = can_merge(b, b->prev), mn = can_merge(b, b->next);
+    bool mp = hbm__pool_can_merge(b, b->prev), mn = hbm__pool_can_merge(b, b->next);
     int64_t net_blocks = -(int64_t)mp - (int64_t)mn;
     int64_t net_bytes = -(int64_t)((mp ? b->prev->size : 0) + (mn ? b->next->size : 0));
     if (!mp && !mn) {
@@ -844,8 +741,8 @@ HBM__FAST hbm__block *settle_by(hbm_allocator *a, hbm__pool *p, hbm__block *b, h
     } else {
         hbm__block *keep = !mp ? b->next : !mn ? b->prev : b->prev->size >= b->next->size ? b->prev : b->next;
         if (mp && mn) /* the other one comes in first */
-            merge(a, p, b, keep == b->prev ? b->next : b->prev);
-        absorb(a, keep, b);
+            hbm__pool_merge(a, p, b, keep == b->prev ? b->next : b->prev);
+        hbm__absorb(a, keep, b);
         b = keep;
         hbm__pool_rekey_by(p, b, true, less);
     }
@@ -1083,18 +980,13 @@ void hbm__engine_teardown(hbm_allocator *a)
     a->segments = NULL;
     if (a->pol)
         a->pol->ops->teardown(a);
-    hbm__stream_teardown(a);
+    hbm__events_teardown(a);
+    hbm__mempools_teardown(a);
     free(a->history);
     a->history = NULL;
     hbm__labels_destroy(&a->labels);
     a->context = 0;
     hbm__expand_teardown_pool(a, &a->small);
     hbm__expand_teardown_pool(a, &a->large);
-    a->spare_blocks = NULL; /* a spare object owns nothing: it was free when recycled */
-    a->nspare_blocks = 0;
-    while (a->slabs) {
-        hbm__slab *sl = a->slabs;
-        a->slabs = sl->next;
-        free(sl);
-    }
+    hbm__blocks_teardown(a);
 }

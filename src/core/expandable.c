@@ -227,8 +227,8 @@ static hbm_status map_block(hbm_allocator *a, hbm__block *b, size_t size, hbm__b
     hbm_status rc = map_range(a, b, b->addr, b->addr + round_up(size, b->seg->page), &b);
     if (rc != HBM_OK)
         return rc;
-    hbm__try_merge(a, p, b, b->prev);
-    hbm__try_merge(a, p, b, b->next);
+    hbm__pool_try_merge(a, p, b, b->prev);
+    hbm__pool_try_merge(a, p, b, b->next);
     hbm__pool_insert(p, b);
     *out = b;
     return HBM_OK;
@@ -328,8 +328,8 @@ static hbm_status unmap_range(hbm_allocator *a, hbm__block *b, uintptr_t lo, uin
     b->addr = lo;
     b->size = hi - lo;
     b->mapped = false;
-    hbm__try_merge(a, p, b, b->prev);
-    hbm__try_merge(a, p, b, b->next);
+    hbm__pool_try_merge(a, p, b, b->prev);
+    hbm__pool_try_merge(a, p, b, b->next);
     hbm__unmapped_insert(p, b);
     if (real) {
         seg->mapped_pages -= real;

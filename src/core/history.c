@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/engine.h"
+#include "core/errors.h"
 #include "util/env.h"
 #include "core/history.h"
 #include "core/labels.h"

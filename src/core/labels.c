@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/engine.h"
+#include "core/errors.h"
 #include "core/labels.h"
 #include "util/util.h"
 

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 
+#include "core/blocks.h"
 #include "core/types.h"
 
 #define HBM__BLOCK_OF(n) ((hbm__block *)((char *)(n)-offsetof(hbm__block, node)))
@@ -146,6 +147,29 @@ static inline hbm__block *hbm__unmapped_lower_bound(hbm__pool *p, hbm_stream str
     key.stream = stream;
     key.addr = addr;
     return hbm__pool_node(hbm__rb_lower_bound(p->unmapped, &key.node, hbm__unmapped_less));
+}
+
+/* Whether src, a neighbour of dst, can join it: free, no event pending, in the same mapped state. */
+static inline bool hbm__pool_can_merge(const hbm__block *dst, const hbm__block *src)
+{
+    return src && !src->allocated && src->event_count == 0 && src->mapped == dst->mapped;
+}
+
+/* src, which can merge into dst, out of its tree and into dst: the bytes absorbed. */
+static inline __attribute__((always_inline)) size_t hbm__pool_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst,
+                                                                    hbm__block *src)
+{
+    if (src->mapped)
+        hbm__pool_remove(p, src);
+    else
+        hbm__unmapped_remove(p, src);
+    return hbm__absorb(a, dst, src);
+}
+
+/* The same when src can merge; 0 when it cannot. */
+static inline size_t hbm__pool_try_merge(hbm_allocator *a, hbm__pool *p, hbm__block *dst, hbm__block *src)
+{
+    return hbm__pool_can_merge(dst, src) ? hbm__pool_merge(a, p, dst, src) : 0;
 }
 
 #endif

@@ -137,7 +137,7 @@ static void walk(hbm_allocator *a, hbm_resident *r, tag_table *tt)
             r->awake_reserved += res;
             r->awake_live += live;
             if (res)
-                tag_add(tt, hbm__sleep_tag(m), res);
+                tag_add(tt, m->tag, res);
         }
     }
     r->reserved = r->asleep_reserved + r->awake_reserved + r->graph_reserved + r->default_reserved;

@@ -36,7 +36,8 @@
 #include "core/segments.h"
 #include "core/history.h"
 #include "core/labels.h"
-#include "core/streams.h"
+#include "core/events.h"
+#include "core/mempools.h"
 #include "core/sleep.h"
 #include "core/sleep_file.h"
 #include "core/resident.h"
@@ -65,7 +66,6 @@ typedef struct host_buf {
 
 typedef struct hbm__sleep hbm__sleep;
 struct hbm__sleep {
-    char tag[64];
     hbm_label tag_label; /* the tag as a label: history entries of its pages carry it (0: the label table was full) */
     bool backup;
     backup_run *runs;
@@ -103,7 +103,7 @@ static bool in_pool(const hbm__segment *seg, const hbm__mempool *m)
     return seg->pool == &m->small || seg->pool == &m->large;
 }
 
-static const char *tag_of(const hbm__mempool *m) { return m->sl ? m->sl->tag : ""; }
+static const char *tag_of(const hbm__mempool *m) { return m->tag; }
 
 static const char *state_name(uint8_t s)
 {
@@ -179,7 +179,7 @@ hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool id, const char *tag, int b
         plain |= in_pool(seg, m) && !seg->expandable;
         holds |= in_pool(seg, m);
     }
-    bool same = m && m->sl && !strcmp(m->sl->tag, tag) && m->sl->backup == (backup != 0);
+    bool same = m && m->sl && !strcmp(m->tag, tag) && m->sl->backup == (backup != 0);
     if (a->vmm < 0)
         a->vmm = hbm__dev_vmm(a, a->vmm_why, sizeof a->vmm_why);
     if (!m || m->use_count == 0) {
@@ -187,8 +187,8 @@ hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool id, const char *tag, int b
                        (unsigned long long)id);
     } else if (same) {
         rc = HBM_OK; /* tagged so already */
-    } else if (strlen(tag) >= sizeof m->sl->tag) {
-        hbm__set_error(a, "hbm_pool_tag: tag '%.40s...' is longer than %zu bytes", tag, sizeof m->sl->tag - 1);
+    } else if (strlen(tag) >= sizeof m->tag) {
+        hbm__set_error(a, "hbm_pool_tag: tag '%.40s...' is longer than %zu bytes", tag, sizeof m->tag - 1);
     } else if (a->vmm != 1) {
         hbm__set_error(a,
                        "pool '%s' cannot sleep on %s device %d: %s. A sleeping pool keeps every tensor's address "
@@ -216,7 +216,7 @@ hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool id, const char *tag, int b
                            "hbm_pool_tag: pool '%s' (backup %s) already holds memory: its tag and its backup "
                            "default were fixed at its first allocation. Choose backup or discard at each sleep "
                            "instead (hbm_sleep_opts.backup; hbmalloc.torch.sleep(tag, backup=...))",
-                           m->sl->tag, m->sl->backup ? "on" : "off");
+                           m->tag, m->sl->backup ? "on" : "off");
         else
             hbm__set_error(a,
                            "hbm_pool_tag: private pool %llu already holds memory: tag a pool before its first "
@@ -229,7 +229,7 @@ hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool id, const char *tag, int b
         hbm__set_error(a, "out of host memory for allocator bookkeeping");
         rc = HBM_ERR_NOMEM;
     } else {
-        snprintf(m->sl->tag, sizeof m->sl->tag, "%s", tag);
+        snprintf(m->tag, sizeof m->tag, "%s", tag);
         m->sl->backup = backup != 0;
         if (hbm__label_intern(&a->labels, tag, &m->sl->tag_label) != HBM_OK)
             m->sl->tag_label = 0; /* the history's entries then go without the tag; the pool sleeps all the same */
@@ -589,12 +589,12 @@ static hbm_status take_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sleep
         if (!sl->nruns)
             hbm__set_error(a,
                            "pool '%s': no backup could be made (%.900s); the pool stays awake, nothing was given back",
-                           sl->tag, why);
+                           m->tag, why);
         else
             hbm__set_error(a,
                            "pool '%s': the backup to %s stopped after %s of %s (%.900s); the pool stays awake, "
                            "nothing was given back",
-                           sl->tag, sl->file.open ? "its file" : "host memory", s_done, s_all, why);
+                           m->tag, sl->file.open ? "its file" : "host memory", s_done, s_all, why);
         drop_backup(sl);
     }
     return rc;
@@ -668,7 +668,7 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
                        "library, which would keep pointing at the pages a sleep gives back (hangs or wrong results "
                        "after the wake): deregister them and hbm_pool_unpin (hbmalloc.torch.unpin) first. Nothing "
                        "was given back",
-                       sl->tag, sl->pins, sl->pins == 1 ? "" : "s", sl->pin_why);
+                       m->tag, sl->pins, sl->pins == 1 ? "" : "s", sl->pin_why);
         hbm__unlock(a);
         return HBM_ERR_INVALID;
     }
@@ -684,20 +684,20 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
             hbm__set_error(a,
                            "pool '%s': a backup folder was given (%.300s) to a sleep that keeps no backup (%s): ask "
                            "for one (HBM_SLEEP_BACKUP; backup=True) or give no folder. Nothing was given back",
-                           sl->tag, o.backup_dir, o.backup == HBM_SLEEP_DISCARD ? "HBM_SLEEP_DISCARD" : "tagged so");
+                           m->tag, o.backup_dir, o.backup == HBM_SLEEP_DISCARD ? "HBM_SLEEP_DISCARD" : "tagged so");
         else if (unreadable)
             hbm__set_error(a,
                            "pool '%s': %s needs host memory the CPU can read, which the %s backend's pinned memory "
                            "is not here (the simulated device without memory=host); sleep it without. Nothing was "
                            "given back",
-                           sl->tag, o.checksum ? "a checksum of the backup" : "a backup in a file",
+                           m->tag, o.checksum ? "a checksum of the backup" : "a backup in a file",
                            a->backend->ops->name);
         else
             hbm__set_error(a,
                            "pool '%s': a backup needs pinned host memory and copies on a stream, which the %s "
                            "backend does not offer here; sleep it with HBM_SLEEP_DISCARD (its contents are then "
                            "undefined after the wake). Nothing was given back",
-                           sl->tag, a->backend->ops->name);
+                           m->tag, a->backend->ops->name);
         hbm__unlock(a);
         return HBM_ERR_INVALID;
     }
@@ -741,9 +741,9 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
                 hbm__set_error(a,
                                "pool '%s': sleeping gave back %s, but %s of its pages are still mapped (%.900s); the "
                                "pool is asleep: sleep it again to give them back, or wake it",
-                               sl->tag, s_given, s_held, why);
+                               m->tag, s_given, s_held, why);
             else
-                hbm__set_error(a, "pool '%s': nothing was given back (%.900s); the pool stays awake", sl->tag, why);
+                hbm__set_error(a, "pool '%s': nothing was given back (%.900s); the pool stays awake", m->tag, why);
         }
     }
     if (rc == HBM_OK || given || again) {
@@ -880,7 +880,7 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
                        "the pinned buffer at %p, or a copy that had not finished). Nothing was copied back. Wake it "
                        "without the restore (hbm_sleep_opts.no_restore; hbmalloc.torch.wake(tag, restore=False)) and "
                        "load its contents again",
-                       sl->tag, s_bad, (void *)sl->runs[bad].addr, bad + 1, sl->nruns, (void *)sl->runs[bad].host);
+                       m->tag, s_bad, (void *)sl->runs[bad].addr, bad + 1, sl->nruns, (void *)sl->runs[bad].host);
         rc = HBM_ERR_CHECKSUM;
     } else if (a->fraction_set && a->total_reserved + need > a->allowed_max) {
         char s_need[32], s_max[32];
@@ -889,7 +889,7 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
         hbm__set_error(a,
                        "pool '%s' stays asleep: waking it needs %s, past the memory-fraction limit of %s "
                        "(per_process_memory_fraction %g)",
-                       sl->tag, s_need, s_max, a->fraction);
+                       m->tag, s_need, s_max, a->fraction);
         rc = HBM_ERR_OOM;
     } else {
         rc = remember(a, m, &w, &nw);
@@ -907,23 +907,23 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
                            "pool '%s' stays asleep: waking it needs %s of device memory and %s device %d has %s "
                            "free (after hbmalloc's own cache was given back); free memory in the other phase and "
                            "wake it again. Nothing was lost",
-                           sl->tag, s_need, a->backend->ops->name, a->device, s_free);
+                           m->tag, s_need, a->backend->ops->name, a->device, s_free);
         else
             hbm__set_error(a,
                            "pool '%s' stays asleep: mapping its pages failed (%.900s); nothing was lost, wake it again",
-                           sl->tag, why);
+                           m->tag, why);
     }
     if (rc == HBM_OK && sl->nruns && !o.no_restore && (rc = restore_backup(a, m, &o)) != HBM_OK) {
         char why[sizeof a->err];
         memcpy(why, a->err, sizeof why);
         if (rc == HBM_ERR_CHECKSUM)
-            hbm__set_error(a, "pool '%s' stays asleep: %.900s", sl->tag, why);
+            hbm__set_error(a, "pool '%s' stays asleep: %.900s", m->tag, why);
         else
             hbm__set_error(
                 a,
                 "pool '%s' stays asleep: copying its backup back failed (%.900s); the backup is kept, wake it "
                 "again",
-                sl->tag, why);
+                m->tag, why);
     }
     if (rc != HBM_OK) { /* back as it was: what this wake mapped is given back (fresh pages; the copies waited for) */
         for (size_t i = 0; i < nw; i++)
@@ -958,9 +958,9 @@ static hbm_status pin(hbm_allocator *a, hbm_mempool id, const char *reason, int 
     hbm__mempool *m = tagged_pool(a, id, by > 0 ? "hbm_pool_pin" : "hbm_pool_unpin");
     if (m && by > 0 && m->sleep_state != HBM_POOL_AWAKE) {
         hbm__set_error(a, "hbm_pool_pin: pool '%s' is %s: its pages are not the device's to hand out; wake it first",
-                       m->sl->tag, state_name(m->sleep_state));
+                       m->tag, state_name(m->sleep_state));
     } else if (m && by < 0 && !m->sl->pins) {
-        hbm__set_error(a, "hbm_pool_unpin: pool '%s' is not pinned", m->sl->tag);
+        hbm__set_error(a, "hbm_pool_unpin: pool '%s' is not pinned", m->tag);
     } else if (m) {
         m->sl->pins += by;
         if (by > 0)
@@ -1000,7 +1000,7 @@ hbm_status hbm_pool_info_get(hbm_allocator *a, hbm_mempool id, hbm_pool_info *ou
         }
         const hbm__sleep *sl = m->sl;
         if (sl) {
-            snprintf(out->tag, sizeof out->tag, "%s", sl->tag);
+            snprintf(out->tag, sizeof out->tag, "%s", m->tag);
             out->backup = sl->backup;
             out->backup_bytes = sl->backup_bytes;
             out->file_bytes = sl->file.open ? sl->backup_bytes : 0;
@@ -1110,13 +1110,13 @@ void hbm__sleep_record(hbm_allocator *a, int64_t *asleep, int64_t *backup, char 
         if (!m->sl || !m->sleep_state)
             continue;
         size_t i = 0;
-        while (i < ne && strcmp(e[i].tag, m->sl->tag))
+        while (i < ne && strcmp(e[i].tag, m->tag))
             i++;
         if (i == ne && ne == SHOWN)
             continue;
         if (i == ne)
             e[ne++].bytes = 0;
-        e[i].tag = m->sl->tag;
+        e[i].tag = m->tag;
         e[i].bytes += m->sl->rec_bytes;
         e[i].at = at;
     }
@@ -1144,6 +1144,7 @@ void hbm__sleep_free(hbm_allocator *a, hbm__mempool *m)
     hbm__bfile_close(&sl->file);
     free(sl);
     m->sl = NULL;
+    m->tag[0] = 0;
 }
 
 void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what), void *ck)
@@ -1170,13 +1171,13 @@ void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what)
                 r->host + r->size > (unsigned char *)sl->bufs[buf].p + sl->bufs[buf].size ||
                 (sl->file.open && r->off + r->size > sl->file.size)) {
                 snprintf(msg, sizeof msg, "pool '%s': backup run %p (%zu bytes) lies outside its buffer or file",
-                         sl->tag, (void *)r->addr, r->size);
+                         m->tag, (void *)r->addr, r->size);
                 fail(ck, msg);
             }
             /* A run outlives its blocks (freed while asleep), not their segment (hbm__sleep_forget). */
             if (!seg || !in_pool(seg, m) || r->addr + r->size > seg->addr + seg->size) {
                 snprintf(msg, sizeof msg, "pool '%s': backup run %p (%zu bytes) is not inside one of its segments",
-                         sl->tag, (void *)r->addr, r->size);
+                         m->tag, (void *)r->addr, r->size);
                 fail(ck, msg);
             }
         }
@@ -1185,11 +1186,10 @@ void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what)
             snprintf(msg, sizeof msg,
                      "pool '%s' (%s) holds a backup of %zu bytes in runs of %zu, in %zu bytes of host "
                      "buffers",
-                     sl->tag, state_name(m->sleep_state), sl->backup_bytes, sum, held);
+                     m->tag, state_name(m->sleep_state), sl->backup_bytes, sum, held);
             fail(ck, msg);
         }
     }
 }
 
 /* resident.c names the awake pools that hold memory by their tags. */
-const char *hbm__sleep_tag(const hbm__mempool *m) { return tag_of(m); }

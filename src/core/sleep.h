@@ -6,7 +6,7 @@
 
 /* A block asked of a sleeping pool (engine_malloc): HBM_ERR_ASLEEP, with the pool's tag in the message. */
 hbm_status hbm__sleep_refuse(hbm_allocator *a, const hbm__mempool *m);
-/* A pool's sleep state freed (its pinned host memory back), when the pool goes (streams.c). */
+/* A pool's sleep state freed (its pinned host memory back), when the pool goes (mempools.c). */
 void hbm__sleep_free(hbm_allocator *a, hbm__mempool *m);
 /* The validator's part: every tagged pool's state, backup and counts agree; each broken rule goes to fail(ck). */
 void hbm__sleep_check(hbm_allocator *a, void (*fail)(void *ck, const char *what), void *ck);
@@ -21,7 +21,5 @@ void hbm__sleep_trace(hbm_allocator *a, const hbm__mempool *m, hbm_trace_action 
                       hbm_stream stream);
 /* hbm_get_stats: the asleep figures. */
 void hbm__sleep_stats(hbm_allocator *a, hbm_stats *st);
-/* Pool m's tag ("" when untagged). */
-const char *hbm__sleep_tag(const hbm__mempool *m);
 
 #endif

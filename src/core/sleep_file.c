@@ -21,7 +21,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "core/engine.h"
+#include "core/errors.h"
 #include "core/sleep_file.h"
 #include "util/util.h"
 

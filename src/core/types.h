@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "conf/conf.h"
+#include "core/labels.h"
 #include "core/ptrmap.h"
 #include "util/hashmap.h"
 #include "util/lock.h"
@@ -78,21 +79,6 @@ static inline bool hbm__block_held(const hbm__block *b) { return b->allocated ||
 /* The live blocks by address (core/ptrmap.h). */
 HBM__KEYSET(hbm__ptrmap, hbm__block, addr, HBM__PTRMAP_HASH, HBM__PTRMAP_MIN)
 
-/* The ids of interned labels found by their text: the one hash map (util/hashmap.h) of ids (0: an empty cell),
- * hashed by their text (labels.c). */
-uint64_t hbm__label_hash(const void *slots, uint32_t id);
-#define HBM__LABEL_HASH(m, id) hbm__label_hash(m, id)
-HBM__HASHMAP(hbm__label_slots, uint32_t, uint8_t, HBM__LABEL_HASH, 0, 0, 64)
-
-/* Interned label texts (labels.c): text[id - 1]; slots finds an id by its text. */
-typedef struct hbm__labels {
-    char **text;
-    uint32_t n, cap;
-    hbm__label_slots slots;
-    uint32_t nslot; /* slots' capacity (a power of two; its load is at most 1/2), or 0 before the first label */
-    size_t bytes;   /* of text kept, bounded by HBM_LABELS_MAX_BYTES */
-    int full;       /* the last refusal was the bound, not host memory */
-} hbm__labels;
 
 /* One history entry as the ring keeps it: the label as an id (snapshots resolve it). */
 typedef struct hbm__trace_rec {
@@ -161,6 +147,7 @@ struct hbm__mempool {
     int use_count;         /* the creator's hold plus active routings */
     uint8_t sleep_state;   /* hbm_pool_state: allocations into it are refused unless HBM_POOL_AWAKE (0) */
     struct hbm__sleep *sl; /* a tagged pool's sleep (sleep.c); NULL: untagged, it never sleeps */
+    char tag[64];          /* its tag (hbm_pool_tag; "" while untagged) */
     hbm__mempool *next;
 };
 
@@ -267,7 +254,7 @@ struct hbm_allocator {
     size_t nqueues, cap_queues;
     size_t pending_events; /* events in all queues, the deferred frees (one each) and the unrecorded uses */
     /* Uses of freed blocks whose events could not be recorded in a framework queue's order when they were freed
-     * (streams.c): each holds its block (event_count) until recorded later, or until a device-wide wait that began
+     * (events.c): each holds its block (event_count) until recorded later, or until a device-wide wait that began
      * after it (seq: unrec_seq when it was added) completes. */
     struct hbm__unrecorded {
         hbm__block *block;
@@ -277,6 +264,12 @@ struct hbm_allocator {
     } * unrec;
     size_t nunrec, cap_unrec;
     uint64_t unrec_seq;
+    /* After a device-wide wait that began at unrec_seq (device.c): the unrecorded uses it settles (events.c's
+     * hbm__settle_unrecorded, set at creation: the door to the device calls nothing above it). */
+    void (*device_waited)(hbm_allocator *a, uint64_t seq);
+    /* A freed block whose last event completed, free again (events.c calls the engine's hbm__free_block through it,
+     * set at creation). */
+    void (*free_completed)(hbm_allocator *a, hbm__block *b);
     uint64_t *spare_events; /* recorded-and-completed events, for reuse */
     size_t nspare_events, cap_spare_events;
     hbm__trace_rec *history; /* ring buffer, NULL when off */
@@ -307,6 +300,14 @@ static inline void hbm__unlock(hbm_allocator *a)
 {
     if (!a->single_thread)
         hbm__mutex_give(&a->lock);
+}
+
+/* At a segment change or an OOM: the published record, if any, follows (a device call was just made: the copy is
+ * free). Through the pointer io/publish.c sets: the engine names nothing above it. */
+static inline void hbm__published(hbm_allocator *a)
+{
+    if (__builtin_expect(a->pub != NULL, 0))
+        a->pub_update(a);
 }
 
 #endif

@@ -47,7 +47,7 @@
 
 #include "util/fork.h"
 #include "util/env.h"
-#include "core/engine.h"
+#include "core/errors.h"
 #include "core/stats.h"
 #include "core/segments.h"
 #include "core/sleep.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/engine.h"
+#include "core/errors.h"
 #include "core/segments.h"
 #include "core/history.h"
 #include "core/labels.h"

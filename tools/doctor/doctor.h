@@ -56,7 +56,7 @@ int doctor_vercmp(const char *a, const char *b);
 /* Is v inside one of the ranges "[lo,hi],[lo,hi]"? 1 yes, 0 no, -1 unparsable. A trailing '.' on hi means any
  * version starting with it. */
 int doctor_in_ranges(const char *v, const char *ranges);
-/* "20.00 MiB", "79.15 GiB", "0 bytes" at s: bytes, and the length read (0 when not a size). */
+/* "20.00 MiB", "79.15 GiB", "0 bytes" at s: bytes, and the length read (0 when not a size). logsize.c. */
 double doctor_size(const char *s, size_t *len);
 
 #endif

@@ -20,32 +20,6 @@
 #include "wrap.h"
 #include "trace/trace.h"
 
-double doctor_size(const char *s, size_t *len)
-{
-    static const struct {
-        const char *u;
-        double mul;
-    } units[] = {{"bytes", 1},          {"KiB", 1024.0},          {"MiB", 1048576.0},
-                 {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"B", 1}};
-    const char *p = s;
-    *len = 0;
-    if (!isdigit((unsigned char)*p))
-        return 0;
-    char *end;
-    double v = strtod(p, &end);
-    p = end;
-    while (*p == ' ')
-        p++;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        size_t n = strlen(units[i].u);
-        if (!strncmp(p, units[i].u, n) && !isalpha((unsigned char)p[n])) {
-            *len = (size_t)(p + n - s);
-            return v * units[i].mul;
-        }
-    }
-    return 0;
-}
-
 /* The size just after `phrase` in line (e.g. "Tried to allocate "), or -1. */
 static double size_after(const char *line, const char *phrase)
 {

@@ -1,0 +1,26 @@
+/*
+ * errors.c: an allocator's last error and its warnings, and the calling thread's copy of a failure (the ground floor
+ * of core/: it calls nothing of the library).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/errors.h"
+
+__thread char *hbm__err_sink;
+__thread size_t hbm__err_sink_len;
+
+void hbm__warning_add(hbm_allocator *a, const char *text)
+{
+    size_t n = strlen(a->warning);
+    snprintf(a->warning + n, sizeof a->warning - n, "%s%s", n ? "; " : "", text);
+}
+
+void hbm__set_error(hbm_allocator *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->err, sizeof a->err, fmt, ap);
+    va_end(ap);
+}
