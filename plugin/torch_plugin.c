@@ -53,8 +53,11 @@ static char open_error[1024];
 
 /* History as the helper asked for it, applied to every device's allocator, also to those created later. */
 static pthread_mutex_t history_lock = PTHREAD_MUTEX_INITIALIZER;
-static long history_entries = -1; /* -1: never asked */
-static bool history_applied[MAX_DEVICES];
+static _Atomic long history_entries = -1; /* -1: never asked */
+static bool history_applied[MAX_DEVICES]; /* under history_lock */
+/* Tried on that device (applied or refused) since the helper last asked: read without a lock on every allocation,
+ * so that a malloc takes the allocator's lock only (issue #39 item 3: it took the history's on every call). */
+static _Atomic bool history_settled[MAX_DEVICES];
 
 #ifdef HBM_PLUGIN_NPU
 /* torch_npu's task queue (TASK_QUEUE_ENABLE, default 1: OptionsManager.cpp): operators wait in a host queue before
@@ -133,14 +136,18 @@ static void open_devices(void)
 #endif
 }
 
-static void apply_history(hbm_allocator *a, int device)
+/* The history asked for, on device's allocator, once: false when it was refused this time. */
+static bool apply_history(hbm_allocator *a, int device)
 {
+    bool refused = false;
     pthread_mutex_lock(&history_lock);
-    if (history_entries >= 0 && device >= 0 && device < MAX_DEVICES && !history_applied[device]) {
-        if (hbm_history_enable(a, (size_t)history_entries) == HBM_OK)
-            history_applied[device] = true;
+    if (history_entries >= 0 && device >= 0 && device < MAX_DEVICES && !history_settled[device]) {
+        history_applied[device] = hbm_history_enable(a, (size_t)history_entries) == HBM_OK;
+        refused = !history_applied[device];
+        history_settled[device] = true;
     }
     pthread_mutex_unlock(&history_lock);
+    return !refused;
 }
 
 /* Statistics for `hbmalloc top`: published unless the settings say hbm_publish:False (the C API's default is
@@ -170,8 +177,10 @@ hbm_allocator *hbm_torch__allocator(int device)
         fprintf(stderr, "hbmalloc: %s\n", hbm_devices_error(devices));
         return NULL;
     }
-    if (history_entries >= 0)
-        apply_history(a, device);
+    if (history_entries >= 0 && device >= 0 && device < MAX_DEVICES &&
+        !atomic_load_explicit(&history_settled[device], memory_order_acquire) && !apply_history(a, device) &&
+        !getenv("HBMALLOC_QUIET")) /* an allocator made after the helper asked: said once, the job goes on */
+        fprintf(stderr, "hbmalloc: warning: memory history on device %d: %s\n", device, hbm_last_error(a));
     if (device >= 0 && device < MAX_DEVICES && !atomic_load_explicit(&publish_decided[device], memory_order_relaxed))
         apply_publish(a, device);
     return a;
@@ -732,13 +741,14 @@ HBM_TORCH_EXPORT int hbm_torch_record_history(long max_entries, int stacks)
     pthread_mutex_lock(&history_lock);
     history_entries = max_entries;
     memset(history_applied, 0, sizeof history_applied);
+    for (int d = 0; d < MAX_DEVICES; d++)
+        history_settled[d] = false;
     pthread_mutex_unlock(&history_lock);
     int rc = 0;
     for (int d = 0; devices && d < hbm_devices_count(devices) && d < MAX_DEVICES; d++) {
         hbm_allocator *a = hbm_devices_existing(devices, d);
         if (a) {
-            apply_history(a, d);
-            if (!history_applied[d]) {
+            if (!apply_history(a, d)) {
                 char e[1200];
                 hbm_copy_last_error(a, e, sizeof e);
                 snprintf(hbm_torch__helper_error, sizeof hbm_torch__helper_error, "memory history on device %d: %s", d,

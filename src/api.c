@@ -23,16 +23,6 @@ static void put_err(char *err, size_t errlen, const char *msg)
         snprintf(err, errlen, "%s", msg);
 }
 
-/* hbm_create after the lock is tracked: a failure gives back what was made, with its message. */
-static hbm_status abandon(hbm_allocator *a, const char *why, hbm_status rc, char *err, size_t errlen)
-{
-    put_err(err, errlen, why);
-    hbm__fork_untrack(&a->lock);
-    hbm__ptrmap_free(&a->live);
-    free(a);
-    return rc;
-}
-
 hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const char *settings, char *err, size_t errlen)
 {
     char local[600];
@@ -47,13 +37,16 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         put_err(err, errlen, local);
         return HBM_ERR_INVALID;
     }
+    /* Every failure below goes to `fail`, with its status and its message in `why`: one cleanup path. */
+    const char *why = local;
+    bool tracked = false; /* the lock is known to the fork handlers */
+    hbm_status rc = HBM_ERR_NOMEM;
     hbm_allocator *a = calloc(1, sizeof *a);
     if (!a || hbm__ptrmap_init(&a->live)) {
-        free(a);
-        put_err(err, errlen, "out of host memory");
-        return HBM_ERR_NOMEM;
+        why = "out of host memory";
+        goto fail;
     }
-    hbm_status rc = hbm__conf_load(&a->conf, settings, b->caps.dialect, local, sizeof local);
+    rc = hbm__conf_load(&a->conf, settings, b->caps.dialect, local, sizeof local);
     /* Virtual memory is probed on this device only, and only when a setting depends on it (the probe may create
      * the device's context: on Ascend, aclrtSetDevice). */
     a->backend = b;
@@ -74,19 +67,15 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
         snprintf(local, sizeof local, "hbm_step_plan and hbm_plan_file both name the plan to serve: keep one");
         rc = HBM_ERR_CONF;
     }
-    if (rc != HBM_OK) {
-        put_err(err, errlen, local);
-        hbm__ptrmap_free(&a->live);
-        free(a);
-        return rc;
-    }
+    if (rc != HBM_OK)
+        goto fail;
     hbm__mutex_init(&a->lock);
     if (hbm__fork_track_mutex(&a->lock, HBM__FORK_ALLOCATOR)) {
-        put_err(err, errlen, "out of host memory");
-        hbm__ptrmap_free(&a->live);
-        free(a);
-        return HBM_ERR_NOMEM;
+        why = "out of host memory";
+        rc = HBM_ERR_NOMEM;
+        goto fail;
     }
+    tracked = true;
     a->request_pad = b->caps.request_pad;
     a->device_waited = hbm__settle_unrecorded;
     a->free_completed = hbm__free_block;
@@ -101,8 +90,10 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
     rc = hbm__dev_info(a, &dev_free, &a->device_total);
     if (rc == HBM_OK)
         rc = hbm__set_fraction_locked(a, a->conf.memory_fraction);
-    if (rc != HBM_OK)
-        return abandon(a, a->err, rc, err, errlen);
+    if (rc != HBM_OK) {
+        why = a->err;
+        goto fail;
+    }
     a->err[0] = 0;
     if (a->conf.expandable_segments) {
         if (a->vmm == 1) {
@@ -121,17 +112,25 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
     /* The policy beside the caching engine, if the settings ask for one (policy/policy.c). With expandable segments
      * in force too, it works beside them (arena.c: a plan's region is made of pages, an arena alone is one device
      * allocation; POLICY.md, "The step plan"). */
-    if ((rc = hbm__policy_create(a, local, sizeof local)) != HBM_OK) {
-        if (a->pol)
-            a->pol->ops->teardown(a);
-        return abandon(a, local, rc, err, errlen);
-    }
+    if ((rc = hbm__policy_create(a, local, sizeof local)) != HBM_OK)
+        goto fail;
     a->stats.expandable_segments = a->expandable;
     if (a->conf.publish == 1 && hbm_publish(a, 1) != HBM_OK) /* monitoring never stops the job: said, not failed */
         hbm__warning_add(a, a->err);
     a->err[0] = 0;
     *out = a;
     return HBM_OK;
+fail:
+    put_err(err, errlen, why); /* before `a` goes: `why` may be its error text */
+    if (a) {
+        if (a->pol)
+            a->pol->ops->teardown(a);
+        if (tracked)
+            hbm__fork_untrack(&a->lock);
+        hbm__ptrmap_free(&a->live);
+        free(a);
+    }
+    return rc;
 }
 
 hbm_status hbm_open(hbm_allocator **out, const char *backend_spec, int device, const char *settings, char *err,

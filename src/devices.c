@@ -82,9 +82,9 @@ hbm_allocator *hbm_devices_get(hbm_devices *d, int device)
                  d->backend->ops->name, d->count, d->count == 1 ? "" : "s");
         return NULL;
     }
-    pthread_mutex_lock(&d->lock);
-    hbm_allocator *a = d->dev[device];
-    pthread_mutex_unlock(&d->lock);
+    /* Made once, then read without the set's lock (a malloc takes the allocator's lock only): published with
+     * release below, read with acquire here. */
+    hbm_allocator *a = __atomic_load_n(&d->dev[device], __ATOMIC_ACQUIRE);
     if (a)
         return a;
     /* Created without the set's lock, which is never held around another (fork.c takes them in order);
@@ -95,7 +95,9 @@ hbm_allocator *hbm_devices_get(hbm_devices *d, int device)
         return NULL;
     }
     pthread_mutex_lock(&d->lock);
-    hbm_allocator *won = d->dev[device] ? d->dev[device] : (d->dev[device] = a);
+    hbm_allocator *won = d->dev[device];
+    if (!won)
+        __atomic_store_n(&d->dev[device], won = a, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&d->lock);
     if (won != a)
         hbm_destroy(a);

@@ -34,6 +34,10 @@ bool hbm__dev_queue_events(const hbm_allocator *a);
 int hbm__dev_qevent_record(hbm_allocator *a, hbm_stream stream, uint64_t *ev);
 int hbm__dev_qevent_done(hbm_allocator *a, uint64_t ev);
 void hbm__dev_qevent_release(hbm_allocator *a, uint64_t ev);
+/* The backend's name ("sim", "cuda", "acl") and capabilities, for messages and decisions: read here, as every
+ * other thing about the device (core names the backend nowhere else). */
+static inline const char *hbm__dev_name(const hbm_allocator *a) { return a->backend->ops->name; }
+static inline const hbm__backend_caps *hbm__dev_caps(const hbm_allocator *a) { return &a->backend->caps; }
 /* Changes whenever a block is freed (never 0): every hbm_free counts in allocation[ALL].freed, which only
  * hbm_reset_accumulated_stats sets back, and that counts in stat_resets. */
 static inline uint64_t hbm__free_stamp(const hbm_allocator *a)

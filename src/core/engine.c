@@ -426,7 +426,7 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
     hbm__sb_printf(&sb,
                    "out of memory on %s device %d. Tried to allocate %s (a request of %s). Device %d has a total "
                    "capacity of %s of which %s is free. ",
-                   a->backend->ops->name, a->device, s_alloc, s_orig, a->device, s_total, s_free);
+                   hbm__dev_name(a), a->device, s_alloc, s_orig, a->device, s_total, s_free);
     if (a->fraction_set) {
         hbm__format_size(a->allowed_max, s_x, sizeof s_x);
         hbm__sb_printf(&sb, "%s allowed (per_process_memory_fraction %g). ", s_x, a->fraction);
@@ -528,6 +528,85 @@ static inline void note_block(hbm__block *b, uint64_t note)
 static hbm_status malloc_again(hbm_allocator *a, size_t orig, hbm_stream stream, hbm__mempool *in, void **out, bool pol,
                                unsigned waits);
 
+/* The waits a release needs, when they open the lock (a framework's launch queue: docs/CONTRACTS.md, "Waiting with
+ * the lock open"), are made before anything they could invalidate is decided, and the request is then looked at anew
+ * (malloc_again: the pool may have been put to sleep, a block freed, a capture begun), whether the wait succeeded or
+ * not: a failed one may have opened the lock too. */
+#define WAIT_THEN_AGAIN()                                              \
+    do {                                                               \
+        (void)hbm__dev_quiesce_open(a);                                \
+        return malloc_again(a, orig, stream, in, out, pol, waits + 1); \
+    } while (0)
+
+/* The miss: no cached block fits. PyTorch's sequence (CUDACachingAllocator.cpp malloc, after get_free_block), one
+ * step a line; nothing is given back to the device during a graph capture (a free synchronizes it). Inlined where
+ * engine_malloc is (out of line, the replays that make a segment every other event paid 1.7% more per event). */
+HBM__FAST hbm_status malloc_miss(hbm_allocator *a, hbm__pool *p, size_t orig, size_t size, hbm_stream stream,
+                                 hbm__mempool *in, void **out, const bool pol, unsigned waits, uint64_t note)
+{
+    size_t alloc_size = hbm__allocation_size(&a->conf, size);
+    bool may_release = a->ncaptures == 0;
+    hbm__block *b = NULL;
+    /* 1. The wait that garbage collection or remapping free pages would make, first. */
+    if (may_release && ((gc_active(a) && gc_due(a)) || (a->expandable && a->conf.remap_free_pages)) &&
+        open_wait_due(a, waits))
+        WAIT_THEN_AGAIN();
+    /* 2. garbage_collection_threshold: old cached segments back, when reserved is above it. */
+    if (gc_active(a) && may_release && gc_due(a) && may_give_back(a))
+        garbage_collect(a);
+    /* 3. A new segment (or pages) from the device. */
+    hbm_status rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
+    /* 4. Out of memory: the wait a release needs, if not made yet (with a queue the lock stayed held in step 3). */
+    if (rc == HBM_ERR_OOM && may_release && open_wait_due(a, waits))
+        WAIT_THEN_AGAIN();
+    /* 5. release_available_cached_blocks: oversize cached blocks of this stream back, and try again. */
+    if (rc == HBM_ERR_OOM && may_release && a->conf.max_split_size != SIZE_MAX && may_give_back(a) &&
+        release_available(a, p, stream, size))
+        rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
+    /* 6. release_cached_blocks: every cached block back (pending frees waited for), and the last try (a retry). */
+    if (rc == HBM_ERR_OOM && may_release) {
+        if (may_give_back(a))
+            hbm__release_cached_blocks(a);
+        rc = alloc_block(a, p, stream, size, alloc_size, true, &b);
+    }
+    /* 7. A policy's region with room for what the device could not give: not an OOM. */
+    bool rescued = false;
+    if (pol && rc == HBM_ERR_OOM && a->pol->ops->rescue && (b = a->pol->ops->rescue(a, stream, size))) {
+        rescued = true;
+        rc = HBM_OK;
+        a->err[0] = 0;
+        p = &a->arena;
+    }
+    /* 8. Out of memory after all: counted, PyTorch's message made, the published record told. */
+    if (rc != HBM_OK) {
+        if (rc == HBM_ERR_OOM) {
+            a->stats.num_ooms++;
+            oom_message(a, orig, alloc_size, stream);
+            memcpy(a->oom_msg, a->err, sizeof a->oom_msg);
+            hbm__published(a);
+        }
+        return rc;
+    }
+    /* 9. The block taken as a hit's would be. Again first: with release_lock_on_malloc another thread may have used
+     * the spares meanwhile; without them the new segment stays cached and nothing is lost. */
+    if ((rc = hbm__ensure_spares(a, 1)) != HBM_OK || live_room(a)) {
+        if (!rescued)
+            hbm__pool_insert(p, b);
+        if (rc == HBM_OK) {
+            hbm__set_error(a, "out of host memory for allocator bookkeeping");
+            rc = HBM_ERR_NOMEM;
+        }
+        return rc;
+    }
+    b = alloc_found_block(a, p, b, size, orig);
+    if (pol && note)
+        note_block(b, note);
+    hbm__published(a); /* a device call was just made: the record follows, here so that a hit pays no test */
+    *out = (void *)b->addr;
+    return HBM_OK;
+}
+#undef WAIT_THEN_AGAIN
+
 /* `waits`: the open waits this request made already (malloc_again; 0 from the entry points). */
 HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream stream, hbm__mempool *in, void **out,
                                    const bool pol, unsigned waits)
@@ -536,8 +615,8 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         a->stats.num_ooms++;
         a->last_oom = (hbm_oom_info){.request = orig, .too_large = 1};
         a->has_oom = true;
-        hbm__set_error(a, "out of memory on %s device %d. Tried to allocate more than 1EB memory.",
-                       a->backend->ops->name, a->device);
+        hbm__set_error(a, "out of memory on %s device %d. Tried to allocate more than 1EB memory.", hbm__dev_name(a),
+                       a->device);
         memcpy(a->oom_msg, a->err, sizeof a->oom_msg);
         return HBM_ERR_OOM;
     }
@@ -568,72 +647,8 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         p = &a->arena; /* the region's block */
     if (!b)
         b = get_free_block(a, p, stream, size);
-    if (!b) {
-        size_t alloc_size = hbm__allocation_size(&a->conf, size);
-        /* During a graph capture nothing is returned to the device (a free synchronizes it). */
-        bool may_release = a->ncaptures == 0;
-        /* With a framework's launch queue, the wait before memory goes back opens the lock: it is made here,
-         * before anything below is decided, and the request is looked at anew after it (malloc_again: the pool may
-         * have been put to sleep, a block freed, a capture begun): docs/CONTRACTS.md, "Waiting with the lock open". */
-        if (may_release && ((gc_active(a) && gc_due(a)) || (a->expandable && a->conf.remap_free_pages)) &&
-            open_wait_due(a, waits)) {
-            /* Looked at anew whether the wait succeeded or not: a failed one may have opened the lock too. */
-            (void)hbm__dev_quiesce_open(a);
-            return malloc_again(a, orig, stream, in, out, pol, waits + 1);
-        }
-        if (gc_active(a) && may_release && gc_due(a) && may_give_back(a))
-            garbage_collect(a);
-        rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
-        /* Asked here rather than before alloc_block, with the same answer: with a queue the lock stayed held across
-         * it (hbm__segment_new). */
-        if (rc == HBM_ERR_OOM && may_release && open_wait_due(a, waits)) {
-            (void)hbm__dev_quiesce_open(a);
-            return malloc_again(a, orig, stream, in, out, pol, waits + 1);
-        }
-        if (rc == HBM_ERR_OOM && may_release && a->conf.max_split_size != SIZE_MAX && may_give_back(a) &&
-            release_available(a, p, stream, size))
-            rc = alloc_block(a, p, stream, size, alloc_size, false, &b);
-        if (rc == HBM_ERR_OOM && may_release) {
-            if (may_give_back(a))
-                hbm__release_cached_blocks(a);
-            rc = alloc_block(a, p, stream, size, alloc_size, true, &b);
-        }
-        bool rescued = false;
-        if (pol && rc == HBM_ERR_OOM && a->pol->ops->rescue && (b = a->pol->ops->rescue(a, stream, size))) {
-            /* The policy's region has room for what the device could not give: not an OOM. */
-            rescued = true;
-            rc = HBM_OK;
-            a->err[0] = 0;
-            p = &a->arena;
-        }
-        if (rc != HBM_OK) {
-            if (rc == HBM_ERR_OOM) {
-                a->stats.num_ooms++;
-                oom_message(a, orig, alloc_size, stream);
-                memcpy(a->oom_msg, a->err, sizeof a->oom_msg);
-                hbm__published(a);
-            }
-            return rc;
-        }
-        /* Again: with release_lock_on_malloc another thread may have used the spares meanwhile. */
-        if ((rc = hbm__ensure_spares(a, 1)) != HBM_OK || live_room(a)) {
-            if (!rescued) /* keep the new segment cached: nothing is lost */
-                hbm__pool_insert(p, b);
-            if (rc == HBM_OK) {
-                hbm__set_error(a, "out of host memory for allocator bookkeeping");
-                rc = HBM_ERR_NOMEM;
-            }
-            return rc;
-        }
-        /* The fast path's tail, and the published record (a device call was just made: a new segment or pages
-         * mapped, and the allocation in it), kept here so that a cache hit pays no test for it. */
-        b = alloc_found_block(a, p, b, size, orig);
-        if (pol && note)
-            note_block(b, note);
-        hbm__published(a);
-        *out = (void *)b->addr;
-        return HBM_OK;
-    }
+    if (__builtin_expect(!b, 0))
+        return malloc_miss(a, p, orig, size, stream, in, out, pol, waits, note);
     b = alloc_found_block(a, p, b, size, orig);
     if (pol && note)
         note_block(b, note);
@@ -659,29 +674,39 @@ static __attribute__((noinline)) hbm_status policy_malloc(hbm_allocator *a, size
 /* engine_malloc and its fast-path helpers are inlined into both mallocs (HBM__FAST): with two call sites GCC
  * would otherwise keep them out of line and the fast path would pay the calls (bench_instr: +10 instructions
  * per replayed event). */
-hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **out)
+/* The public mallocs' start: HBM_ERR_INVALID without an allocator or a place for the pointer, HBM_OK for 0 bytes
+ * (*out NULL, as PyTorch hands out), else on with the lock taken (malloc_end gives it back). A macro, as it returns
+ * from its caller: the same code as written out in each (an inline function that returned a code to test moved the
+ * register allocation of the inlined miss path, +1.2% per event where a segment is made every other event). */
+#define MALLOC_BEGIN(a, size, out)  \
+    do {                            \
+        if (!(a) || !(out))         \
+            return HBM_ERR_INVALID; \
+        *(out) = NULL;              \
+        if ((size) == 0)            \
+            return HBM_OK;          \
+        hbm__lock(a);               \
+    } while (0)
+
+/* Their end: a failure's message to the calling thread's sink, the lock given back. */
+HBM__FAST hbm_status malloc_end(hbm_allocator *a, hbm_status rc)
 {
-    if (!a || !out)
-        return HBM_ERR_INVALID;
-    *out = NULL;
-    if (size == 0)
-        return HBM_OK;
-    hbm__lock(a);
-    hbm_status rc = __builtin_expect(a->pol != NULL, 0) ? policy_malloc(a, size, stream, NULL, out)
-                                                        : engine_malloc(a, size, stream, NULL, out, false, 0);
     to_sink(a, rc);
     hbm__unlock(a);
     return rc;
 }
 
+hbm_status hbm_malloc(hbm_allocator *a, size_t size, hbm_stream stream, void **out)
+{
+    MALLOC_BEGIN(a, size, out);
+    hbm_status rc = __builtin_expect(a->pol != NULL, 0) ? policy_malloc(a, size, stream, NULL, out)
+                                                        : engine_malloc(a, size, stream, NULL, out, false, 0);
+    return malloc_end(a, rc);
+}
+
 hbm_status hbm_mempool_malloc(hbm_allocator *a, hbm_mempool p, size_t size, hbm_stream stream, void **out)
 {
-    if (!a || !out)
-        return HBM_ERR_INVALID;
-    *out = NULL;
-    if (size == 0)
-        return HBM_OK;
-    hbm__lock(a);
+    MALLOC_BEGIN(a, size, out);
     hbm_status rc;
     hbm__mempool *m = hbm__mempool_find(a, p);
     if (!m || m->use_count == 0) {
@@ -693,19 +718,12 @@ hbm_status hbm_mempool_malloc(hbm_allocator *a, hbm_mempool p, size_t size, hbm_
         rc = a->pol ? policy_malloc(a, size, stream, m, out) : engine_malloc(a, size, stream, m, out, false, 0);
         m->use_count--;
     }
-    to_sink(a, rc);
-    hbm__unlock(a);
-    return rc;
+    return malloc_end(a, rc);
 }
 
 hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, hbm_label label, void **out)
 {
-    if (!a || !out)
-        return HBM_ERR_INVALID;
-    *out = NULL;
-    if (size == 0)
-        return HBM_OK;
-    hbm__lock(a);
+    MALLOC_BEGIN(a, size, out);
     hbm_status rc;
     if (label > a->labels.n) {
         hbm__set_error(a, "hbm_malloc_labeled: label %u was not given by hbm_label_intern", label);
@@ -717,9 +735,7 @@ hbm_status hbm_malloc_labeled(hbm_allocator *a, size_t size, hbm_stream stream, 
         rc = a->pol ? policy_malloc(a, size, stream, NULL, out) : engine_malloc(a, size, stream, NULL, out, false, 0);
         a->context = saved;
     }
-    to_sink(a, rc);
-    hbm__unlock(a);
-    return rc;
+    return malloc_end(a, rc);
 }
 
 /* ---- free ---- */
@@ -807,7 +823,7 @@ static hbm_status diagnose_pointer(hbm_allocator *a, uintptr_t ptr, const char *
         hbm__set_error(a,
                        "%s(%p): pointer was not allocated by this allocator (%s device %d), or its segment "
                        "was already returned to the device; nothing was changed",
-                       op, (void *)ptr, a->backend->ops->name, a->device);
+                       op, (void *)ptr, hbm__dev_name(a), a->device);
         return HBM_ERR_FOREIGN_PTR;
     }
     hbm__block *b = seg->head;
@@ -881,8 +897,8 @@ hbm_status hbm_segment_of(hbm_allocator *a, const void *ptr, void **base, size_t
     hbm_status rc = HBM_OK;
     hbm__block *b = ptr ? hbm__ptrmap_get(&a->live, (uintptr_t)ptr) : NULL;
     if (!b) {
-        hbm__set_error(a, "getBaseAllocation(%p): not the start of a live block of %s device %d", ptr,
-                       a->backend->ops->name, a->device);
+        hbm__set_error(a, "getBaseAllocation(%p): not the start of a live block of %s device %d", ptr, hbm__dev_name(a),
+                       a->device);
         rc = HBM_ERR_INVALID;
     } else if (b->seg->expandable) {
         /* PyTorch's own refusal (getBaseAllocation in CUDACachingAllocator.cpp), in its words. */
@@ -922,7 +938,7 @@ hbm_status hbm_empty_cache(hbm_allocator *a)
                        "empty_cache on %s device %d during a graph capture: nothing was released (returning "
                        "memory synchronizes the device, which would invalidate the capture); call it before "
                        "the capture begins or after it ends",
-                       a->backend->ops->name, a->device);
+                       hbm__dev_name(a), a->device);
         rc = HBM_ERR_CAPTURE;
     } else if ((rc = hbm__dev_quiesce_open(a)) == HBM_OK) {
         /* The wait opened the lock: a capture may have begun meanwhile (nothing else read before it matters). */
@@ -931,7 +947,7 @@ hbm_status hbm_empty_cache(hbm_allocator *a)
             hbm__set_error(a,
                            "empty_cache on %s device %d: a graph capture began while it waited for the device: "
                            "nothing was released",
-                           a->backend->ops->name, a->device);
+                           hbm__dev_name(a), a->device);
     }
     hbm__unlock(a);
     return rc;

@@ -37,7 +37,7 @@ static size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * u
 
 static size_t granularity(const hbm_allocator *a)
 {
-    return a->backend->caps.vmm_granularity ? a->backend->caps.vmm_granularity : HBM__SMALL_BUFFER;
+    return hbm__dev_caps(a)->vmm_granularity ? hbm__dev_caps(a)->vmm_granularity : HBM__SMALL_BUFFER;
 }
 
 static size_t page_size_for(const hbm_allocator *a, const hbm__pool *p)

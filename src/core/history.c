@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/device.h"
 #include "core/errors.h"
 #include "util/env.h"
 #include "core/history.h"
@@ -32,7 +33,7 @@ static __attribute__((cold, noinline)) void grow_history(hbm_allocator *a)
         fprintf(stderr,
                 "hbmalloc: warning: memory history on %s device %d: out of host memory growing past %zu "
                 "entries; keeping the newest %zu (asked: %zu)\n",
-                a->backend->ops->name, a->device, cap, cap, max);
+                hbm__dev_name(a), a->device, cap, cap, max);
 }
 
 void hbm__record(hbm_allocator *a, uint32_t action, uint64_t addr, uint64_t size, hbm_stream stream, hbm_label label)

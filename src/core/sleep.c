@@ -152,7 +152,7 @@ static hbm__mempool *pool_for(hbm_allocator *a, hbm_mempool id, const char *op, 
         hbm__set_error(a,
                        "%s: pool '%s' on %s device %d during a graph capture: %s it before the capture begins or "
                        "after it ends",
-                       op, tag_of(m), a->backend->ops->name, a->device, refusal);
+                       op, tag_of(m), hbm__dev_name(a), a->device, refusal);
         *rc = HBM_ERR_CAPTURE;
     }
     return *rc == HBM_OK ? m : NULL;
@@ -198,13 +198,13 @@ hbm_status hbm_pool_tag(hbm_allocator *a, hbm_mempool id, const char *tag, int b
                        "on CUDA, driver 10.2 or "
                        "later on a device that reports VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED. Without it, free the "
                        "tensors and empty_cache() instead, and re-create them (docs/SLEEP.md)",
-                       tag, a->backend->ops->name, a->device, a->vmm_why[0] ? a->vmm_why : "no virtual memory");
+                       tag, hbm__dev_name(a), a->device, a->vmm_why[0] ? a->vmm_why : "no virtual memory");
     } else if (backup && !hbm__dev_can_copy(a)) {
         hbm__set_error(a,
                        "pool '%s': backup needs pinned host memory and copies on a stream, which the %s backend "
                        "does not offer here (cuMemHostAlloc / aclrtMallocHost and the async copies); tag it "
                        "without backup (its contents are then undefined after a wake)",
-                       tag, a->backend->ops->name);
+                       tag, hbm__dev_name(a));
     } else if (plain) {
         hbm__set_error(a,
                        "hbm_pool_tag: private pool %llu already holds whole segments (made before it was tagged, "
@@ -616,7 +616,7 @@ static hbm_status restore_backup(hbm_allocator *a, hbm__mempool *m, const hbm_sl
 static hbm_status settle(hbm_allocator *a, hbm__mempool *m)
 {
     hbm_status rc = HBM_OK;
-    if (a->backend->caps.device_work) {
+    if (hbm__dev_caps(a)->device_work) {
         a->quiet_stamp = 0;
         rc = hbm__dev_quiesce_open(a);
     } else {
@@ -674,7 +674,7 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
     }
     bool again = m->sleep_state == HBM_POOL_ASLEEP; /* a sleep that left pages mapped: give them back now */
     bool keep = o.backup == HBM_SLEEP_BACKUP || (o.backup == HBM_SLEEP_AS_TAGGED && sl->backup);
-    bool unreadable = keep && (o.checksum || o.backup_dir) && !a->backend->caps.host_readable;
+    bool unreadable = keep && (o.checksum || o.backup_dir) && !hbm__dev_caps(a)->host_readable;
     bool no_file = o.backup_dir && !keep && !again;
     if ((unsigned)o.backup > HBM_SLEEP_DISCARD || (keep && !again && !hbm__dev_can_copy(a)) || unreadable || no_file) {
         if ((unsigned)o.backup > HBM_SLEEP_DISCARD)
@@ -690,14 +690,13 @@ hbm_status hbm_pool_sleep(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts
                            "pool '%s': %s needs host memory the CPU can read, which the %s backend's pinned memory "
                            "is not here (the simulated device without memory=host); sleep it without. Nothing was "
                            "given back",
-                           m->tag, o.checksum ? "a checksum of the backup" : "a backup in a file",
-                           a->backend->ops->name);
+                           m->tag, o.checksum ? "a checksum of the backup" : "a backup in a file", hbm__dev_name(a));
         else
             hbm__set_error(a,
                            "pool '%s': a backup needs pinned host memory and copies on a stream, which the %s "
                            "backend does not offer here; sleep it with HBM_SLEEP_DISCARD (its contents are then "
                            "undefined after the wake). Nothing was given back",
-                           m->tag, a->backend->ops->name);
+                           m->tag, hbm__dev_name(a));
         hbm__unlock(a);
         return HBM_ERR_INVALID;
     }
@@ -907,7 +906,7 @@ hbm_status hbm_pool_wake(hbm_allocator *a, hbm_mempool id, const hbm_sleep_opts 
                            "pool '%s' stays asleep: waking it needs %s of device memory and %s device %d has %s "
                            "free (after hbmalloc's own cache was given back); free memory in the other phase and "
                            "wake it again. Nothing was lost",
-                           m->tag, s_need, a->backend->ops->name, a->device, s_free);
+                           m->tag, s_need, hbm__dev_name(a), a->device, s_free);
         else
             hbm__set_error(a,
                            "pool '%s' stays asleep: mapping its pages failed (%.900s); nothing was lost, wake it again",
