@@ -13,7 +13,7 @@
 #include "core/sleep.h"
 #include "core/events.h"
 #include "core/device.h"
-#include "policy/policy.h"
+#include "policy/registry.h"
 #include "conf/releases.h"
 #include "util/util.h"
 
@@ -84,7 +84,7 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
     a->small.is_small = true;
     a->small.sibling = &a->large;
     a->large.sibling = &a->small;
-    a->arena.is_arena = true;
+    a->region.is_region = true;
     a->stats.max_split_size = a->conf.max_split_size == SIZE_MAX ? -1 : (int64_t)a->conf.max_split_size;
     size_t dev_free;
     rc = hbm__dev_info(a, &dev_free, &a->device_total);
@@ -109,7 +109,7 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
                 fprintf(stderr, "hbmalloc: warning: %s\n", a->warning);
         }
     }
-    /* The policy beside the caching engine, if the settings ask for one (policy/policy.c). With expandable segments
+    /* The policy beside the caching engine, if the settings ask for one (policy/registry.c). With expandable segments
      * in force too, it works beside them (arena.c: a plan's region is made of pages, an arena alone is one device
      * allocation; POLICY.md, "The step plan"). */
     if ((rc = hbm__policy_create(a, local, sizeof local)) != HBM_OK)
@@ -287,7 +287,7 @@ hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
         return HBM_ERR_INVALID;
     hbm__lock(a);
     a->stats.num_expandable_segments = (int64_t)a->nexpandable;
-    a->stats.arena_bytes = a->arena_seg ? (int64_t)a->arena_seg->size : 0;
+    a->stats.arena_bytes = a->region_seg ? (int64_t)a->region_seg->size : 0;
     size_t positions;
     a->stats.plan_height = 0;
     if (a->pol)

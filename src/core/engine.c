@@ -1,7 +1,7 @@
 /*
  * engine.c: the caching engine, PyTorch's policy and the default. Owns the malloc and free paths (the fast path:
  * engine_malloc, hbm_free), splitting, coalescing, segment allocation and release, garbage collection, the OOM
- * retry ladder and its message, empty_cache and the memory fraction. Another policy (core/policy.h) is called
+ * retry ladder and its message, empty_cache and the memory fraction. Another policy (core/policy_ops.h) is called
  * through a->pol at three points: serving a request first, rescuing one at the OOM, hearing of a noted free.
  *
  * The rules are PyTorch's CUDACachingAllocator (see ALLOCATOR_FACTS.md):
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "core/engine.h"
-#include "core/policy.h"
+#include "core/policy_ops.h"
 #include "core/region.h"
 #include "core/stats.h"
 #include "core/segments.h"
@@ -97,10 +97,10 @@ static bool gc_active(const hbm_allocator *a) { return a->gc_on; }
 
 static bool block_is_split(const hbm__block *b) { return b->prev || b->next; }
 
-/* A free block that is its whole (non-expandable) segment: what cudaFree can return (the arena never is). */
+/* A free block that is its whole (non-expandable) segment: what cudaFree can return (the region never is). */
 static bool whole_segment(const hbm__block *b)
 {
-    return !b->prev && !b->next && !b->seg->expandable && !b->seg->pool->is_arena;
+    return !b->prev && !b->next && !b->seg->expandable && !b->seg->pool->is_region;
 }
 
 static size_t expandable_size(const hbm__block *b)
@@ -142,7 +142,7 @@ HBM__FAST hbm__block *get_free_block(hbm_allocator *a, hbm__pool *p, hbm_stream 
 static bool should_split(const hbm_allocator *a, const hbm__pool *p, const hbm__block *b, size_t size)
 {
     size_t remaining = b->size - size;
-    if (p->is_small || p->is_arena || b->seg->expandable)
+    if (p->is_small || p->is_region || b->seg->expandable)
         return remaining >= HBM__MIN_BLOCK;
     /* Large pool: keep up to 1 MiB of slack inside the block rather than
      * leave a sliver, and never split an oversize block. */
@@ -183,7 +183,7 @@ HBM__FAST hbm__block *alloc_found_block(hbm_allocator *a, hbm__pool *p, hbm__blo
     b->requested = orig;
     b->uses = NULL;
     b->label = a->context;
-    b->rec_step = b->rec_k = 0;
+    b->note = 0;
     hbm__trace(a, HBM_TRACE_ALLOC, b->addr, orig, b->stream);
     hbm__ptrmap_insert(&a->live, b); /* room reserved by the caller */
     hbm__stats_on_alloc(a, p, b->size, orig);
@@ -439,19 +439,20 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
         hbm__format_size(outside, s_x, sizeof s_x);
         hbm__sb_printf(&sb, "%s of the device is in use outside this allocator. ", s_x);
     }
-    if (a->arena_seg) { /* the arena's share of what is reserved, and how it is cut up */
-        size_t arena_free = 0, arena_largest = 0;
-        for (hbm__block *b = hbm__pool_first(&a->arena); b; b = hbm__tree_next(b)) {
-            arena_free += b->size;
-            if (b->size > arena_largest)
-                arena_largest = b->size;
+    if (a->region_seg) { /* the region's share of what is reserved, and how it is cut up; named by its policy */
+        size_t region_free = 0, region_largest = 0;
+        for (hbm__block *b = hbm__pool_first(&a->region); b; b = hbm__tree_next(b)) {
+            region_free += b->size;
+            if (b->size > region_largest)
+                region_largest = b->size;
         }
-        char s_arena[32], s_afree[32];
-        hbm__format_size(a->arena_seg->size, s_arena, sizeof s_arena);
-        hbm__format_size(arena_free, s_afree, sizeof s_afree);
-        hbm__format_size(arena_largest, s_x, sizeof s_x);
-        hbm__sb_printf(&sb, "The hbm_arena of %s holds %s free, the largest piece %s%s. ", s_arena, s_afree, s_x,
-                       stream == a->arena_stream ? "" : " (it serves only the stream of the first allocation)");
+        char s_region[32], s_rfree[32];
+        hbm__format_size(a->region_seg->size, s_region, sizeof s_region);
+        hbm__format_size(region_free, s_rfree, sizeof s_rfree);
+        hbm__format_size(region_largest, s_x, sizeof s_x);
+        hbm__sb_printf(&sb, "The region of %s that %s serves from holds %s free, the largest piece %s%s. ", s_region,
+                       a->pol ? a->pol->ops->name : "a policy", s_rfree, s_x,
+                       stream == a->region_stream ? "" : " (it serves only the stream of the first allocation)");
     }
 
     /* Advice that fits the state, never a setting already in force. */
@@ -516,12 +517,8 @@ static inline bool open_wait_due(const hbm_allocator *a, unsigned waits)
 static __attribute__((noinline, cold)) int live_grow(hbm_allocator *a) { return hbm__ptrmap_reserve(&a->live, 1); }
 static inline int live_room(hbm_allocator *a) { return hbm__ptrmap_fits(&a->live, 1) ? 0 : live_grow(a); }
 
-/* A policy's note of the request (core/policy.h), carried by the block that serves it until it is freed. */
-static inline void note_block(hbm__block *b, uint64_t note)
-{
-    b->rec_step = (uint32_t)(note >> 32);
-    b->rec_k = (uint32_t)note;
-}
+/* A policy's note of the request (core/policy_ops.h), carried by the block that serves it until it is freed. */
+static inline void note_block(hbm__block *b, uint64_t note) { b->note = note; }
 
 /* `in`: the private pool asked for (hbm_mempool_malloc), else NULL; `pol`: a->pol is set. Both constants where
  * inlined: the caching engine alone pays no test for a policy (hbm_malloc takes one branch on a->pol). */
@@ -575,7 +572,7 @@ HBM__FAST hbm_status malloc_miss(hbm_allocator *a, hbm__pool *p, size_t orig, si
         rescued = true;
         rc = HBM_OK;
         a->err[0] = 0;
-        p = &a->arena;
+        p = &a->region;
     }
     /* 8. Out of memory after all: counted, PyTorch's message made, the published record told. */
     if (rc != HBM_OK) {
@@ -644,7 +641,7 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
     hbm__block *b = NULL;
     uint64_t note = 0; /* the policy's note of this request */
     if (pol && !p->owner && (b = a->pol->ops->serve(a, stream, size, &note)))
-        p = &a->arena; /* the region's block */
+        p = &a->region; /* the region's block */
     if (!b)
         b = get_free_block(a, p, stream, size);
     if (__builtin_expect(!b, 0))
@@ -791,14 +788,14 @@ HBM__FAST void free_block(hbm_allocator *a, hbm__block *b)
     hbm_stats *st = &a->stats;
     size_t requested = b->requested;
     hbm__trace_block(a, HBM_TRACE_FREE_COMPLETED, b, requested);
-    if (__builtin_expect(!p->is_arena, 1))
+    if (__builtin_expect(!p->is_region, 1))
         settle(a, p, b);
     else if (p->lazy == HBM__LAZY) /* only the region is ever lazy (region.c) */
         hbm__loose_add(a, p, b);   /* a plan is served from this region: left where it is */
     else if (p->lazy)
         hbm__loose_put(p, b); /* the same, the region made of pages */
     else
-        settle_by(a, p, b, hbm__arena_less);
+        settle_by(a, p, b, hbm__region_less);
     hbm__stat_k_dec(st->requested_bytes, hbm__pool_kind(p),
                     (int64_t)requested); /* active follows allocation (stats.c) */
 }
@@ -855,9 +852,9 @@ hbm_status hbm_free(hbm_allocator *a, void *ptr)
     if (!b) {
         rc = diagnose_pointer(a, (uintptr_t)ptr, "hbm_free");
     } else {
-        if (__builtin_expect(b->rec_step != 0, 0)) { /* a policy noted it (core/policy.h) */
+        if (__builtin_expect(b->note != 0, 0)) { /* a policy noted it (core/policy_ops.h) */
             a->pol->ops->freed(a, b);
-            b->rec_step = 0;
+            b->note = 0;
         }
         hbm__pool *p = b->seg->pool;
         b->allocated = false;

@@ -34,10 +34,10 @@ static inline bool hbm__block_less(const hbm__rb *x, const hbm__rb *y)
     return hbm__size_addr_less(a, b);
 }
 
-/* The arena's order (arena.c): every block of the arena is on the arena's one stream (the validator checks), so
+/* The region's order (region.c): every block of the region is on the region's one stream (the validator checks), so
  * (size, address) alone orders them exactly as hbm__block_less does, one test fewer at each level of a descent.
  * Its hot paths (best fit, free) use it; anything else may use hbm__block_less on the same tree. */
-static inline bool hbm__arena_less(const hbm__rb *x, const hbm__rb *y)
+static inline bool hbm__region_less(const hbm__rb *x, const hbm__rb *y)
 {
     return hbm__size_addr_less(HBM__BLOCK_OF(x), HBM__BLOCK_OF(y));
 }

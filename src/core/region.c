@@ -9,7 +9,7 @@
  * free tree, every planned allocation split out of it again), the region
  * pays two tree updates per allocation that the caching policy does not,
  * since it reuses a cached block whole. So while a plan is in force the
- * arena's pool is lazy: a freed block is left where it is, free, outside
+ * region's pool is lazy: a freed block is left where it is, free, outside
  * the tree and not coalesced: loose. A planned allocation takes the block
  * at its offset when it is exactly its range (the same tensor a step
  * later, or another planned at the same place), else joins the free blocks
@@ -63,23 +63,23 @@ void hbm__loose_add(hbm_allocator *a, hbm__pool *p, hbm__block *b)
 
 void hbm__loose_put(hbm__pool *p, hbm__block *b) { push(p, b); }
 
-/* The lazy state a plan in force gives the arena's pool: HBM__LAZY_PAGES while its region is made of pages. */
+/* The lazy state a plan in force gives the region's pool: HBM__LAZY_PAGES while its region is made of pages. */
 static uint8_t lazy_state(const hbm_allocator *a)
 {
-    return a->arena_seg && a->arena_seg->expandable ? HBM__LAZY_PAGES : HBM__LAZY;
+    return a->region_seg && a->region_seg->expandable ? HBM__LAZY_PAGES : HBM__LAZY;
 }
 
 void hbm__region_set_lazy(hbm_allocator *a, bool lazy)
 {
-    if (!lazy && a->arena.lazy)
+    if (!lazy && a->region.lazy)
         hbm__lazy_flush(a);
-    a->arena.lazy = lazy ? lazy_state(a) : 0;
+    a->region.lazy = lazy ? lazy_state(a) : 0;
 }
 
 void hbm__lazy_region(hbm_allocator *a)
 {
-    if (a->arena.lazy)
-        a->arena.lazy = lazy_state(a);
+    if (a->region.lazy)
+        a->region.lazy = lazy_state(a);
 }
 
 /* Two free blocks, both counted (unless the region is made of pages: !counted), joined into dst: one counted, or
@@ -138,10 +138,10 @@ static hbm__block *touch(hbm_allocator *a, hbm__block *b, uintptr_t at, uintptr_
         memcpy(a->err, saved, sizeof saved); /* a miss, not this call's error */
         if (rc != HBM_OK || hbm__ensure_spares(a, 2) != HBM_OK)
             return NULL;
-        push(&a->arena, m);
+        push(&a->region, m);
         next = m->next;
     }
-    hbm__block *h = before ? before : a->arena_seg->head;
+    hbm__block *h = before ? before : a->region_seg->head;
     while (h->addr + h->size <= at)
         h = h->next;
     return h;
@@ -162,7 +162,7 @@ static bool busy(const hbm__block *b, uintptr_t end)
 static inline __attribute__((always_inline)) hbm__block *take_range(hbm_allocator *a, hbm__block *b, uintptr_t at,
                                                                     size_t size, bool counted)
 {
-    hbm__pool *p = &a->arena;
+    hbm__pool *p = &a->region;
     uintptr_t end = at + size;
     take(p, b);
     while (b->addr + b->size < end) { /* the free blocks after it, to the range's end */
@@ -194,7 +194,7 @@ hbm__block *hbm__lazy_take_pages(hbm_allocator *a, hbm__block *b, uintptr_t at, 
 
 void hbm__lazy_flush(hbm_allocator *a)
 {
-    hbm__pool *p = &a->arena;
+    hbm__pool *p = &a->region;
     bool counted = p->lazy != HBM__LAZY_PAGES;
     for (hbm__block *b; (b = p->loose);) {
         hbm__loose_unlink(p, b);
@@ -215,45 +215,45 @@ void hbm__lazy_flush(hbm_allocator *a)
 hbm__block *hbm__region_flushed_fit(hbm_allocator *a, hbm_stream stream, size_t size)
 {
     hbm__lazy_flush(a); /* the loose blocks, coalesced, join in */
-    return hbm__pool_lower_bound_by(&a->arena, stream, size, hbm__arena_less);
+    return hbm__pool_lower_bound_by(&a->region, stream, size, hbm__region_less);
 }
 
 hbm_status hbm__region_reserve(hbm_allocator *a, hbm_stream stream, size_t size, bool pages)
 {
     hbm__block *b;
-    hbm_status rc = pages ? hbm__expand_region(a, &a->arena, stream, size, &b)
-                          : hbm__segment_new(a, &a->arena, stream, size, &b);
+    hbm_status rc = pages ? hbm__expand_region(a, &a->region, stream, size, &b)
+                          : hbm__segment_new(a, &a->region, stream, size, &b);
     if (rc != HBM_OK)
         return rc;
     if (!b->in_tree)
-        hbm__pool_insert(&a->arena, b);
-    a->arena_seg = b->seg;
+        hbm__pool_insert(&a->region, b);
+    a->region_seg = b->seg;
     hbm__lazy_region(a);
-    a->arena_stream = stream;
+    a->region_stream = stream;
     hbm__published(a); /* the region is reserved (the allocation after it is a cache hit in it) */
     return HBM_OK;
 }
 
 void hbm__region_retire(hbm_allocator *a)
 {
-    hbm__segment *seg = a->arena_seg;
+    hbm__segment *seg = a->region_seg;
     if (!seg)
         return;
     hbm__lazy_flush(a); /* its free blocks in the tree, coalesced */
-    a->arena_seg = NULL;
+    a->region_seg = NULL;
     hbm__lazy_region(a);
     hbm__block *b = seg->head;
     if (!b->next && !b->allocated && b->in_tree && !b->event_count &&
         (seg->expandable ? hbm__expand_release_free(a, b) : hbm__release_block(a, b)) == HBM_OK)
         return;
-    /* In use: an ordinary large-pool segment from now on (the arena's blocks count in the large pool already),
+    /* In use: an ordinary large-pool segment from now on (the region's blocks count in the large pool already),
      * released like any other once its blocks are free. */
     for (hbm__block *x = seg->head; x; x = x->next)
         if (x->in_tree && x->mapped) {
-            hbm__pool_remove(&a->arena, x);
+            hbm__pool_remove(&a->region, x);
             hbm__pool_insert(&a->large, x);
         } else if (x->in_tree) { /* pages a failed release above left unmapped */
-            hbm__unmapped_remove(&a->arena, x);
+            hbm__unmapped_remove(&a->region, x);
             hbm__unmapped_insert(&a->large, x);
         }
     seg->pool = &a->large;

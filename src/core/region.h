@@ -1,5 +1,5 @@
 /*
- * region.h: the region a policy serves from (region.c): one segment of its own pool (a->arena, a->arena_seg), on one
+ * region.h: the region a policy serves from (region.c): one segment of its own pool (a->region, a->region_seg), on one
  * stream, split down to 512 bytes and coalesced across the whole region, best fit; kept loose (lazy coalescing)
  * while a plan is served from it. The mechanics only: which requests go there, and where, is the policies'.
  */
@@ -16,7 +16,7 @@
 void hbm__loose_add(hbm_allocator *a, hbm__pool *p, hbm__block *b);
 /* The same in a region made of pages: not counted in inactive_split. */
 void hbm__loose_put(hbm__pool *p, hbm__block *b);
-/* The region just made or retired (a->arena_seg): the pool's lazy state follows (made of pages or not). */
+/* The region just made or retired (a->region_seg): the pool's lazy state follows (made of pages or not). */
 void hbm__lazy_region(hbm_allocator *a);
 /* The free block for planned range [at, at + size) of the region, made of b (free, holding at) and the free blocks
  * after it: counted as free, outside the tree and the loose list, exactly the range (what is cut off before and
@@ -25,7 +25,7 @@ hbm__block *hbm__lazy_take(hbm_allocator *a, hbm__block *b, uintptr_t at, size_t
 /* The same in a region made of pages (HBM__LAZY_PAGES): the unmapped pages under the range mapped first (a miss,
  * NULL, when the device gives none). */
 hbm__block *hbm__lazy_take_pages(hbm_allocator *a, hbm__block *b, uintptr_t at, size_t size);
-/* Every loose block of the arena's pool coalesced into its tree (the region's best fit, a retired region). */
+/* Every loose block of the region's pool coalesced into its tree (the region's best fit, a retired region). */
 void hbm__lazy_flush(hbm_allocator *a);
 /* A plan is served from the region from now on (lazy), or no longer (its loose blocks coalesced first). */
 void hbm__region_set_lazy(hbm_allocator *a, bool lazy);
@@ -49,8 +49,8 @@ static inline void hbm__loose_unlink(hbm__pool *p, hbm__block *b)
  * objects are recycled when blocks join, so a kept pointer is a hint until this says so. */
 static inline bool hbm__region_holds(const hbm_allocator *a, const hbm__block *b, uintptr_t at)
 {
-    return b && b->seg == a->arena_seg && (b->allocated || b->in_tree || b->loose || b->event_count) && b->addr <= at &&
-           at - b->addr < b->size;
+    return b && b->seg == a->region_seg && (b->allocated || b->in_tree || b->loose || b->event_count) &&
+           b->addr <= at && at - b->addr < b->size;
 }
 
 /* The region's best fit for a rounded request on its stream: any free block large enough (none of the caching
@@ -59,16 +59,16 @@ static inline bool hbm__region_holds(const hbm_allocator *a, const hbm__block *b
 hbm__block *hbm__region_flushed_fit(hbm_allocator *a, hbm_stream stream, size_t size);
 static inline hbm__block *hbm__region_best_fit(hbm_allocator *a, hbm_stream stream, size_t size)
 {
-    hbm__block *b = hbm__pool_lower_bound_by(&a->arena, stream, size, hbm__arena_less); /* on the region's stream */
+    hbm__block *b = hbm__pool_lower_bound_by(&a->region, stream, size, hbm__region_less); /* on the region's stream */
     if (b)
         return b;
-    return a->arena.nloose ? hbm__region_flushed_fit(a, stream, size) : NULL;
+    return a->region.nloose ? hbm__region_flushed_fit(a, stream, size) : NULL;
 }
 /* The region reserved for `stream`: a device allocation of size bytes, or (pages) address space of it mapped as
- * planned allocations touch it (expandable.c); HBM_OK with a->arena_seg set, or the device's error. */
+ * planned allocations touch it (expandable.c); HBM_OK with a->region_seg set, or the device's error. */
 hbm_status hbm__region_reserve(hbm_allocator *a, hbm_stream stream, size_t size, bool pages);
 /* A plan needs a larger region: the region is given back when no block of it is in use, else it becomes an ordinary
- * large-pool segment, released once free; either way a->arena_seg is NULL after. */
+ * large-pool segment, released once free; either way a->region_seg is NULL after. */
 void hbm__region_retire(hbm_allocator *a);
 
 #endif

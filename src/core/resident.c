@@ -91,11 +91,11 @@ static uint64_t seg_reserved(const hbm__segment *seg)
 
 /* What empty_cache would give back of one free block of a default pool now: the segment when the block is all of it
  * (hbm__release_pool's whole_segment), else the mapped pages wholly inside the block (hbm__expand_release_free). A
- * block still used by another stream is not in the free tree yet; the arena's region is never released. */
+ * block still used by another stream is not in the free tree yet; the policy's region is never released. */
 static uint64_t releasable(const hbm__block *b)
 {
     const hbm__segment *seg = b->seg;
-    if (b->allocated || !b->in_tree || !b->mapped || seg->pool->is_arena)
+    if (b->allocated || !b->in_tree || !b->mapped || seg->pool->is_region)
         return 0;
     if (!seg->expandable)
         return !b->prev && !b->next ? seg->size : 0;

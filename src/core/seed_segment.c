@@ -77,7 +77,7 @@ hbm_status hbm_seed_segment(hbm_allocator *a, size_t size, hbm_stream stream, in
         b->requested = requested[i];
         b->uses = NULL;
         b->label = a->context;
-        b->rec_step = b->rec_k = 0;
+        b->note = 0;
         hbm__trace(a, HBM_TRACE_ALLOC, b->addr, requested[i], b->stream);
         hbm__ptrmap_put(&a->live, b);
         hbm__stats_on_alloc(a, p, b->size, requested[i]);

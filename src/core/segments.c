@@ -70,7 +70,7 @@ size_t hbm__pool_largest(hbm__pool *p)
 size_t hbm__largest_free(hbm_allocator *a)
 {
     size_t best = 0, x;
-    hbm__pool *pools[] = {&a->small, &a->large, &a->arena};
+    hbm__pool *pools[] = {&a->small, &a->large, &a->region};
     for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++)
         if ((x = hbm__pool_largest(pools[i])) > best)
             best = x;

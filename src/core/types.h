@@ -51,12 +51,11 @@ typedef struct hbm__block {
             hbm__rb node;     /* in pool->free_tree (or unmapped) while in_tree; the loose list's links while loose */
             uint64_t gc_base; /* pool->search_count when the block entered the free tree */
         };
-        struct {                      /* held */
-            size_t requested;         /* the caller's size */
-            hbm__uses *uses;          /* other streams that used it (record_stream), or NULL */
-            hbm_label label;          /* call-site label of the allocation (context_when_allocated) */
-            uint32_t rec_step, rec_k; /* a policy's note of the allocation (core/policy.h; 0: none): the step plan's,
-                                         allocation rec_k of step rec_step - 1 */
+        struct {              /* held */
+            size_t requested; /* the caller's size */
+            hbm__uses *uses;  /* other streams that used it (record_stream), or NULL */
+            hbm_label label;  /* call-site label of the allocation (context_when_allocated) */
+            uint64_t note;    /* a policy's note of the allocation (core/policy_ops.h; 0: none), opaque to core */
         };
     };
     struct hbm__block *prev, *next; /* neighbours inside the segment, address order */
@@ -131,8 +130,8 @@ struct hbm__pool {
     size_t nspare, cap_spare;
     uint64_t search_count; /* get_free_blocks_call_count: the GC age clock */
     bool is_small;
-    bool is_arena;     /* the arena's pool (arena.c): counted as large, split to 512 bytes, never released */
-    uint8_t lazy;      /* the arena's pool while a plan is served (core/region.c): a freed block is left loose;
+    bool is_region;    /* the region's pool (region.c): counted as large, split to 512 bytes, never released */
+    uint8_t lazy;      /* the region's pool while a plan is served (core/region.c): a freed block is left loose;
                               HBM__LAZY_PAGES when its region is made of pages (uncounted in inactive_split) */
     hbm__block *loose; /* its loose blocks, linked through their tree nodes (node.r next, node.l previous) */
     size_t nloose;
@@ -230,11 +229,11 @@ struct hbm_allocator {
     size_t nexpandable; /* expandable segments (reservations) held */
     /* The region a policy serves from (core/region.c; the arena, the plan file and the step plan make it): one
      * segment of its own pool, on one stream, whose requests look in it first. */
-    hbm__pool arena;
-    hbm_stream arena_stream;
-    hbm__segment *arena_seg; /* NULL: none (not yet made, refused, or retired) */
-    struct hbm__policy *pol; /* the policy beside the caching engine (core/policy.h), NULL: none */
-    struct hbm__pub *pub;    /* hbm_publish (publish.c): the shared-memory record, NULL when not published */
+    hbm__pool region;
+    hbm_stream region_stream;
+    hbm__segment *region_seg; /* NULL: none (not yet made, refused, or retired) */
+    struct hbm__policy *pol;  /* the policy beside the caching engine (core/policy_ops.h), NULL: none */
+    struct hbm__pub *pub;     /* hbm_publish (publish.c): the shared-memory record, NULL when not published */
     void (*pub_update)(hbm_allocator *a); /* what keeps that record current (set with pub): hbm__published */
     /* What held the device's memory at the last sleep or wake while published (resident.c hbm__resident_note): the
      * runtime's used bytes and those outside hbmalloc (-1: unknown), when (CLOCK_REALTIME ns, 0: never), the

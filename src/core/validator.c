@@ -9,7 +9,7 @@
 
 #include "core/segments.h"
 #include "core/stats.h"
-#include "core/policy.h"
+#include "core/policy_ops.h"
 #include "core/region.h"
 #include "core/sleep.h"
 #include "core/pool.h"
@@ -190,15 +190,15 @@ static void check_segment(checker *ck, hbm_allocator *a, hbm__segment *seg, uint
     sums *s = t->s;
     t->nseg++;
     int k = seg->pool->is_small ? HBM_POOL_SMALL : HBM_POOL_LARGE;
-    bool known = seg->pool == &a->small || seg->pool == &a->large || seg->pool == &a->arena;
+    bool known = seg->pool == &a->small || seg->pool == &a->large || seg->pool == &a->region;
     for (hbm__mempool *m = a->mempools; m && !known; m = m->next)
         known = seg->pool == &m->small || seg->pool == &m->large;
     if (!known)
         FAIL(ck, "segment %p belongs to no pool", (void *)seg->addr);
-    if (seg->pool == &a->arena && (seg != a->arena_seg || seg->stream != a->arena_stream))
+    if (seg->pool == &a->region && (seg != a->region_seg || seg->stream != a->region_stream))
         FAIL(ck,
-             "segment %p is in the arena's pool but is not the arena, or not on its stream (the arena's "
-             "order, hbm__arena_less, leaves the stream out)",
+             "segment %p is in the region's pool but is not the region, or not on its stream (the region's "
+             "order, hbm__region_less, leaves the stream out)",
              (void *)seg->addr);
     if (seg->addr < *prev_end)
         FAIL(ck, "segment %p overlaps the previous one", (void *)seg->addr);
@@ -251,21 +251,21 @@ static void check_segment(checker *ck, hbm_allocator *a, hbm__segment *seg, uint
 static void check_region(checker *ck, hbm_allocator *a, size_t nloose)
 {
     size_t listed = 0;
-    for (const hbm__block *b = a->arena.loose; b && listed <= nloose; b = (const hbm__block *)b->node.r, listed++)
+    for (const hbm__block *b = a->region.loose; b && listed <= nloose; b = (const hbm__block *)b->node.r, listed++)
         if (!b->loose || (b->node.l && ((const hbm__block *)b->node.l)->node.r != &b->node))
             FAIL(ck, "the loose list holds block %p, %s", (void *)b->addr,
                  !b->loose ? "which is not loose" : "whose previous entry does not point back");
-    bool pages = a->arena_seg && a->arena_seg->expandable;
-    if (a->arena.lazy && (a->arena.lazy == HBM__LAZY_PAGES) != pages)
-        FAIL(ck, "the region's pool is in lazy state %d, its region is%s made of pages", a->arena.lazy,
+    bool pages = a->region_seg && a->region_seg->expandable;
+    if (a->region.lazy && (a->region.lazy == HBM__LAZY_PAGES) != pages)
+        FAIL(ck, "the region's pool is in lazy state %d, its region is%s made of pages", a->region.lazy,
              pages ? "" : " not");
     if (a->pol) /* the policy's part: when the region is lazy */
         a->pol->ops->validate(a, fail_cb, ck);
-    else if (a->arena.lazy) /* without a policy, never */
+    else if (a->region.lazy) /* without a policy, never */
         FAIL(ck, "the region's pool is lazy while no plan is in force");
-    if (listed != nloose || a->arena.nloose != nloose)
+    if (listed != nloose || a->region.nloose != nloose)
         FAIL(ck, "%zu loose blocks in the segments, %zu on the list, the count says %zu", nloose, listed,
-             a->arena.nloose);
+             a->region.nloose);
 }
 
 /* The allocator's counts against the walk: segments, live blocks, reserved bytes, pending events. */
@@ -307,7 +307,7 @@ static void check_pools(checker *ck, hbm_allocator *a, const tally *t)
     size_t count[3] = {0}, ucount[3] = {0};
     check_pool(ck, &a->small, count, ucount);
     check_pool(ck, &a->large, count, ucount);
-    check_pool(ck, &a->arena, count, ucount);
+    check_pool(ck, &a->region, count, ucount);
     for (hbm__mempool *m = a->mempools; m; m = m->next) {
         check_pool(ck, &m->small, count, ucount);
         check_pool(ck, &m->large, count, ucount);

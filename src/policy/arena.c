@@ -78,9 +78,9 @@ void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
 hbm__block *hbm__arena_serve(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *note)
 {
     (void)note;
-    if (__builtin_expect(!a->arena_seg, 0) && hbm__rp(a)->wanted)
+    if (__builtin_expect(!a->region_seg, 0) && hbm__rp(a)->wanted)
         hbm__arena_create(a, stream);
-    return a->arena_seg && stream == a->arena_stream ? hbm__region_best_fit(a, stream, size) : NULL;
+    return a->region_seg && stream == a->region_stream ? hbm__region_best_fit(a, stream, size) : NULL;
 }
 
 void hbm__region_policy_stats(hbm_allocator *a, hbm_stats *st, size_t *positions)

@@ -19,7 +19,7 @@ hbm__region_policy *hbm__region_policy_new(hbm_allocator *a, const hbm__policy_o
 void hbm__region_policy_stats(hbm_allocator *a, hbm_stats *st, size_t *positions);
 void hbm__region_policy_validate(hbm_allocator *a, void (*fail)(void *ck, const char *what), void *ck);
 void hbm__region_policy_teardown(hbm_allocator *a);
-/* The policies' rows (policy.c): made at create; HBM_OK, or the error with its message in err. */
+/* The policies' rows (registry.c): made at create; HBM_OK, or the error with its message in err. */
 hbm_status hbm__arena_policy_create(hbm_allocator *a, char *err, size_t errlen);
 hbm_status hbm__plan_file_policy_create(hbm_allocator *a, char *err, size_t errlen);
 hbm_status hbm__step_plan_policy_create(hbm_allocator *a, char *err, size_t errlen);

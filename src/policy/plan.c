@@ -108,7 +108,7 @@ static void hints_free(hbm__plan *pl)
 /* The block of the region that holds address `at`. */
 static hbm__block *region_block(hbm_allocator *a, hbm__plan *pl, uintptr_t at)
 {
-    const hbm__segment *seg = a->arena_seg;
+    const hbm__segment *seg = a->region_seg;
     if (at - seg->addr >= seg->size) /* a plan taller than the region in force (a new one not yet reserved) */
         return NULL;
     if (pl->hint_addr != seg->addr || pl->hint_size != seg->size)
@@ -132,8 +132,8 @@ static hbm__block *region_block(hbm_allocator *a, hbm__plan *pl, uintptr_t at)
 hbm__block *hbm__region_find(hbm_allocator *a, hbm__plan *pl, size_t k, uintptr_t at)
 {
     uint32_t j = pl->below[k];
-    hbm__block *b = j != UINT32_MAX ? hbm__ptrmap_get(&a->live, a->arena_seg->addr + pl->off[j]) : NULL;
-    b = b && b->seg == a->arena_seg ? b->next : !pl->off[k] ? a->arena_seg->head : NULL;
+    hbm__block *b = j != UINT32_MAX ? hbm__ptrmap_get(&a->live, a->region_seg->addr + pl->off[j]) : NULL;
+    b = b && b->seg == a->region_seg ? b->next : !pl->off[k] ? a->region_seg->head : NULL;
     if (!b || b->addr > at || b->addr + b->size <= at)
         b = region_block(a, pl, at);
     return b;
@@ -173,10 +173,10 @@ void hbm__plan_lazy(hbm_allocator *a, hbm__plan *pl)
 
 void hbm__plan_check(hbm_allocator *a, const hbm__plan *pl, void (*fail)(void *ck, const char *what), void *ck)
 {
-    if ((a->arena.lazy != 0) != (pl->n > 0)) {
+    if ((a->region.lazy != 0) != (pl->n > 0)) {
         char what[160];
         snprintf(what, sizeof what, "the region's pool is %s while %s plan is in force",
-                 a->arena.lazy ? "lazy" : "not lazy", pl->n ? "a" : "no");
+                 a->region.lazy ? "lazy" : "not lazy", pl->n ? "a" : "no");
         fail(ck, what);
     }
 }

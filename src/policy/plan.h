@@ -2,13 +2,13 @@
  * plan.h: a plan served from the region (plan.c): allocation k of the region's stream goes to the plan's offset k
  * when it fits in the planned size and that range is free. The plan file's policy (plan_file.c) and the step plan
  * (step_plan.c) serve one; the arena (arena.c) none. Also what every policy here is made of: the interface
- * (core/policy.h), the region asked for, the plan in force.
+ * (core/policy_ops.h), the region asked for, the plan in force.
  */
 #ifndef HBM_POLICY_PLAN_H
 #define HBM_POLICY_PLAN_H
 
 #include "core/engine.h"
-#include "core/policy.h"
+#include "core/policy_ops.h"
 #include "core/region.h"
 
 /* The plan in force: offsets and sizes per position, and the indexes that find a position's block fast. */
@@ -67,17 +67,17 @@ static inline hbm__block *hbm__plan_take(hbm_allocator *a, hbm__plan *pl, size_t
         a->stats.plan_misses++;
         return NULL;
     }
-    uintptr_t at = a->arena_seg->addr + pl->off[k];
+    uintptr_t at = a->region_seg->addr + pl->off[k];
     /* The block the range begins in: the one this position had last (free again, most often, and the very
      * range), else found from the plan's neighbours or the region's index. */
     hbm__block *b = k < pl->last_cap ? pl->last[k] : NULL;
     if (!hbm__region_holds(a, b, at))
         b = hbm__region_find(a, pl, k, at);
     if (b && b->loose && b->addr == at && b->size == size) { /* exactly the range, loose: taken whole */
-        hbm__loose_unlink(&a->arena, b);
+        hbm__loose_unlink(&a->region, b);
     } else if (!b || b->allocated || b->event_count ||
-               !(b = a->arena.lazy == HBM__LAZY ? hbm__lazy_take(a, b, at, size)
-                                                : hbm__lazy_take_pages(a, b, at, size))) {
+               !(b = a->region.lazy == HBM__LAZY ? hbm__lazy_take(a, b, at, size)
+                                                 : hbm__lazy_take_pages(a, b, at, size))) {
         a->stats.plan_misses++; /* that range is taken: a late free, another stream's use, a changed step */
         return NULL;
     }

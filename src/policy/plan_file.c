@@ -104,9 +104,9 @@ static hbm_status plan_load(hbm_allocator *a, hbm__plan *pl, char *err, size_t e
 static hbm__block *plan_file_serve(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *note)
 {
     (void)note;
-    if (__builtin_expect(!a->arena_seg, 0) && hbm__rp(a)->wanted)
+    if (__builtin_expect(!a->region_seg, 0) && hbm__rp(a)->wanted)
         hbm__arena_create(a, stream);
-    if (!a->arena_seg || stream != a->arena_stream)
+    if (!a->region_seg || stream != a->region_stream)
         return NULL;
     hbm__plan *pl = hbm__plan_of(a);
     hbm__block *b = pl->n ? hbm__plan_block(a, pl, size) : NULL;

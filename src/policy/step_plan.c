@@ -132,7 +132,12 @@ static void step_plan_teardown(hbm_allocator *a)
     a->pol = NULL;
 }
 
-/* Records the request as this step's next allocation: its tag for the block's rec_step and rec_k (0: not recorded). */
+/* The step plan's note on a block (record): the step it was allocated in, + 1 (0: not recorded), and its index. */
+static inline uint32_t note_step(const hbm__block *b) { return (uint32_t)(b->note >> 32); }
+static inline uint32_t note_k(const hbm__block *b) { return (uint32_t)b->note; }
+
+/* Records the request as this step's next allocation: its tag for the block's note (0: not recorded), the step + 1
+ * in the high 32 bits and the allocation's index in the step in the low ones (note_step, note_k). */
 static uint64_t record(hbm__stepplan *sp, size_t size)
 {
     int cur = sp->step & 1;
@@ -188,7 +193,7 @@ static void detect(hbm_allocator *a)
  * below it and reaching in is found by hbm__plan_block's own check). */
 static bool planned_range_free(hbm_allocator *a, size_t j)
 {
-    return !hbm__ptrmap_get(&a->live, a->arena_seg->addr + PL(a)->off[j]);
+    return !hbm__ptrmap_get(&a->live, a->region_seg->addr + PL(a)->off[j]);
 }
 
 static hbm__block *step_plan_serve(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *tag)
@@ -218,7 +223,7 @@ static hbm__block *step_plan_serve(hbm_allocator *a, hbm_stream stream, size_t s
     else
         *tag = record(sp, size);
     size_t k = PL(a)->next;
-    if (__builtin_expect(k < PL(a)->n && size == PL(a)->size[k] && k >= PREFIX && a->arena_seg, 1)) {
+    if (__builtin_expect(k < PL(a)->n && size == PL(a)->size[k] && k >= PREFIX && a->region_seg, 1)) {
         PL(a)->next = k + 1; /* the steady state: the size planned at the position expected */
         return hbm__plan_take(a, PL(a), k, size);
     }
@@ -236,7 +241,7 @@ static hbm__block *step_plan_serve(hbm_allocator *a, hbm_stream stream, size_t s
         a->stats.plan_unplanned++;
         return NULL;
     }
-    if (!a->arena_seg) { /* the device could not give the region (hbm_warning says so) */
+    if (!a->region_seg) { /* the device could not give the region (hbm_warning says so) */
         PL(a)->next++;
         a->stats.plan_misses++;
         return NULL;
@@ -262,7 +267,7 @@ static hbm__block *step_plan_serve(hbm_allocator *a, hbm_stream stream, size_t s
 static void step_plan_freed(hbm_allocator *a, hbm__block *b)
 {
     hbm__stepplan *sp = SP(a);
-    uint32_t s = b->rec_step - 1, k = b->rec_k; /* the engine clears them after */
+    uint32_t s = note_step(b) - 1, k = note_k(b); /* the engine clears the note after */
     int cur = sp->step & 1;
     if (s == sp->step && k < sp->n[cur]) {
         sp->rec[cur][k].end = (uint32_t)sp->n[cur];
@@ -392,12 +397,12 @@ static uint64_t footprint_with(hbm_allocator *a, uint64_t height, const uint64_t
     uint32_t step = SP(a)->step + 1; /* the tag of a block allocated in the step just ended */
     uint64_t bytes = height;
     for (const hbm__segment *seg = hbm__segments_first(a); seg; seg = hbm__segments_next(seg)) {
-        if (seg == a->arena_seg)
+        if (seg == a->region_seg)
             continue;
         uintptr_t counted = seg->addr; /* expandable: the pages below this are counted */
         for (const hbm__block *b = seg->head; b; b = b->next) {
             bool held = b->allocated || b->event_count > 0;
-            if (!held || (b->rec_step == step && b->rec_k < n && size[b->rec_k]))
+            if (!held || (note_step(b) == step && note_k(b) < n && size[note_k(b)]))
                 continue;
             if (!seg->expandable) {
                 bytes += seg->size;
@@ -447,7 +452,7 @@ static bool never_above_the_cache(hbm_allocator *a, shape *h, uint64_t height, c
         if (sp->serving == (int)(h - sp->shapes))
             stop_serving(a);
         sp->planned = region_height(a);
-        if (!sp->planned && a->arena_seg)
+        if (!sp->planned && a->region_seg)
             hbm__region_retire(a), PL(a)->cursor = 0;
         sp->settle = 3;
     }
@@ -574,7 +579,7 @@ static void want_region(hbm_allocator *a, bool new_plan)
         }
         return;
     }
-    if (a->arena_seg && a->arena_seg->size < PL(a)->height)
+    if (a->region_seg && a->region_seg->size < PL(a)->height)
         hbm__region_retire(a), PL(a)->cursor = 0;
     /* What the old plan missed, and the tensors carried over the boundary before the new plan placed them, were
      * served from segments: once freed they are cached for nothing. Released at the new plan's first two
@@ -585,7 +590,7 @@ static void want_region(hbm_allocator *a, bool new_plan)
         SP(a)->settle--;
         hbm__release_cached(a);
     }
-    if (!a->arena_seg)
+    if (!a->region_seg)
         SP(a)->rp.wanted = true;
 }
 
@@ -673,7 +678,7 @@ static hbm_status step_plan_step(hbm_allocator *a)
 /* The step plan missed and the device is full: the plan's region has room (best fit), not an OOM. */
 static hbm__block *step_plan_rescue(hbm_allocator *a, hbm_stream stream, size_t size)
 {
-    return a->arena_seg && stream == a->arena_stream ? hbm__region_best_fit(a, stream, size) : NULL;
+    return a->region_seg && stream == a->region_stream ? hbm__region_best_fit(a, stream, size) : NULL;
 }
 
 static const hbm__policy_ops step_plan_ops = {

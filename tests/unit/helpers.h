@@ -26,7 +26,7 @@
 #include "core/events.h"
 #include "core/mempools.h"
 #include "core/types.h"
-#include "core/policy.h"
+#include "core/policy_ops.h"
 #include "core/region.h"
 #include "policy/arena.h"
 #include "policy/step_period.h"

@@ -69,8 +69,9 @@ static void what_does_not_fit_goes_to_segments_which_are_released(void **st)
     /* An out-of-memory message says what the arena holds. */
     void *in = must_malloc(a, 50 * MiB, 0), *out = NULL;
     assert_int_equal(hbm_malloc(a, 4 * GiB, 0, &out), HBM_ERR_OOM);
-    assert_non_null(strstr(hbm_last_error(a), "The hbm_arena of 64.00 MiB holds 14.00 MiB free, the largest piece "
-                                              "14.00 MiB."));
+    assert_non_null(strstr(hbm_last_error(a),
+                           "The region of 64.00 MiB that hbm_arena serves from holds 14.00 MiB free, the largest piece "
+                           "14.00 MiB."));
     assert_int_equal(hbm_malloc(a, 4 * GiB, 3, &out), HBM_ERR_OOM);
     assert_non_null(strstr(hbm_last_error(a), "(it serves only the stream of the first allocation)"));
     hbm_free(a, in);
@@ -257,7 +258,7 @@ static void a_plan_from_an_earlier_run_is_served_at_its_offsets(void **st)
     replay_checked(a, &t, 0);
     s = stats_of(a);
     assert_int_equal(s.plan_hits, 3000);
-    assert_true(a->arena_seg->expandable);
+    assert_true(a->region_seg->expandable);
     size_t pages = (p.height + 2 * MiB - 1) / (2 * MiB);
     assert_int_equal(s.reserved_bytes[HBM_POOL_ALL].peak, (int64_t)(pages * 2 * MiB));
     assert_int_equal(device_mallocs(a), 0);

@@ -243,7 +243,7 @@ static void with_expandable_segments_the_region_sits_beside_them(void **st)
     assert_int_equal(s.plan_misses, 0);
     assert_true(s.arena_bytes >= s.plan_height && s.plan_height > 0);
     assert_null(strstr(hbm_warning(l.a), "not used"));
-    const hbm__segment *region = l.a->arena_seg;
+    const hbm__segment *region = l.a->region_seg;
     assert_non_null(region);
     assert_true(region->expandable);
     assert_int_equal(device_calls(l.a, HBM__OP_MALLOC), 0); /* nothing but pages */
@@ -534,9 +534,9 @@ static void the_steady_state_is_served_unrecorded_until_a_step_misses(void **st)
     hbm_stats t = stats_of(l.a);
     assert_int_equal(t.plan_hits - s.plan_hits, per_step);
     assert_int_equal(t.plan_misses, s.plan_misses);
-    /* unrecorded: a block allocated now carries no record of its step (rec_step 0); one more allocation in a step
+    /* unrecorded: a block allocated now carries no record of its step (its note 0); one more allocation in a step
      * changes that step, so look at the carried loss, made last in the step above */
-    assert_int_equal(((hbm__block *)hbm__ptrmap_get(&l.a->live, (uintptr_t)l.carry))->rec_step, 0);
+    assert_int_equal(((hbm__block *)hbm__ptrmap_get(&l.a->live, (uintptr_t)l.carry))->note, 0);
     l.scale = 8;  /* the activations grow: past the plan's sizes */
     one_step(&l); /* missed, unrecorded */
     hbm_stats u = stats_of(l.a);
@@ -546,7 +546,7 @@ static void the_steady_state_is_served_unrecorded_until_a_step_misses(void **st)
     hbm_stats v = stats_of(l.a);
     assert_true(v.plan_misses > u.plan_misses);
     assert_true(v.plan_replans > u.plan_replans);
-    assert_int_equal(((hbm__block *)hbm__ptrmap_get(&l.a->live, (uintptr_t)l.carry))->rec_step != 0, 1);
+    assert_int_equal(((hbm__block *)hbm__ptrmap_get(&l.a->live, (uintptr_t)l.carry))->note != 0, 1);
     one_step(&l); /* served again from the new plan (the loss carried in: unplanned until the plan is cyclic) */
     hbm_stats w = stats_of(l.a);
     assert_int_equal(w.plan_hits - v.plan_hits + w.plan_unplanned - v.plan_unplanned, per_step);
@@ -614,7 +614,7 @@ static void beside_expandable_segments_a_retired_region_drains_page_by_page(void
     loop l = start("sim:capacity=8GiB", "expandable_segments:True,hbm_step_plan:True");
     for (int k = 0; k < 4; k++)
         one_step(&l);
-    const hbm__segment *old = l.a->arena_seg;
+    const hbm__segment *old = l.a->region_seg;
     assert_non_null(old);
     void *held = alloc_checked(&l, l.scale * MiB);
     assert_ptr_equal(hbm__segment_find(l.a, (uintptr_t)held), old);
@@ -622,7 +622,7 @@ static void beside_expandable_segments_a_retired_region_drains_page_by_page(void
     l.scale = 8;
     for (int k = 0; k < 4; k++)
         one_step(&l);
-    assert_true(l.a->arena_seg != old);
+    assert_true(l.a->region_seg != old);
     hbm__segment *seg = hbm__segment_find(l.a, (uintptr_t)held);
     assert_ptr_equal(seg, old);
     assert_ptr_equal(seg->pool, &l.a->large);
@@ -852,19 +852,19 @@ static void loose_blocks_are_coalesced_before_the_region_says_it_is_full(void **
     l.carry = NULL;
     hbm_stats s = stats_of(l.a);
     assert_true(s.plan_hits > 0);
-    assert_true(l.a->arena.lazy);
-    assert_true(l.a->arena.nloose > 1); /* the step's blocks, freed where they were */
-    for (const hbm__block *b = l.a->arena.loose; b; b = (const hbm__block *)b->node.r)
+    assert_true(l.a->region.lazy);
+    assert_true(l.a->region.nloose > 1); /* the step's blocks, freed where they were */
+    for (const hbm__block *b = l.a->region.loose; b; b = (const hbm__block *)b->node.r)
         assert_true(b->size < (size_t)s.arena_bytes);
     assert_int_equal(hbm_set_memory_fraction(l.a, (double)s.reserved_bytes[0].current / (double)(8 * GiB)), HBM_OK);
     char *whole = alloc_checked(&l, (size_t)s.arena_bytes); /* the whole region: not planned, a miss */
     hbm_stats t = stats_of(l.a);
-    assert_ptr_equal(whole, (char *)l.a->arena_seg->addr);
+    assert_ptr_equal(whole, (char *)l.a->region_seg->addr);
     assert_int_equal(t.num_ooms, 0);
     assert_int_equal(t.reserved_bytes[0].current, s.reserved_bytes[0].current);
-    assert_int_equal(l.a->arena.nloose, 0);
+    assert_int_equal(l.a->region.nloose, 0);
     free_checked(&l, whole); /* left loose again: the plan is still in force */
-    assert_int_equal(l.a->arena.nloose, 1);
+    assert_int_equal(l.a->region.nloose, 1);
     finish(&l);
 }
 

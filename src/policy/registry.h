@@ -1,8 +1,8 @@
-/* policy.h: the table of policies (policy.c), which the public API's create consults. */
-#ifndef HBM_POLICY_POLICY_H
-#define HBM_POLICY_POLICY_H
+/* registry.h: the table of policies (registry.c), which the public API's create consults. */
+#ifndef HBM_POLICY_REGISTRY_H
+#define HBM_POLICY_REGISTRY_H
 
-#include "core/policy.h"
+#include "core/policy_ops.h"
 
 /* The policy the settings ask for, made at create: HBM_OK (a->pol NULL: the caching engine alone), or an error
  * with its message in err. */

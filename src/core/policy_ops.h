@@ -1,19 +1,19 @@
 /*
- * policy.h: the interface a policy implements (src/policy/: the arena, the plan file, the step plan). The caching
+ * policy_ops.h: the interface a policy implements (src/policy/: the arena, the plan file, the step plan). The caching
  * engine (engine.c) is PyTorch's policy, the default; an allocator with another has a->pol, and the engine calls it
  * through these pointers at the points below, and nowhere else. Core defines the interface and never names a
- * policy: a new one is a file of src/policy/ and a row of policy.c's table. Every call runs with a->lock held.
+ * policy: a new one is a file of src/policy/ and a row of registry.c's table. Every call runs with a->lock held.
  */
-#ifndef HBM_CORE_POLICY_H
-#define HBM_CORE_POLICY_H
+#ifndef HBM_CORE_POLICY_OPS_H
+#define HBM_CORE_POLICY_OPS_H
 
 #include "core/types.h"
 
 typedef struct hbm__policy_ops {
     const char *name;
     /* Serve a request: a rounded request of `size` on `stream` for the default pools. Returns a free block of the
-     * region (a->arena) that serves it, or NULL for the caching engine's path. *note: a nonzero note, and the
-     * block that serves the request, whatever serves it, carries it (rec_step, rec_k) until it is freed. */
+     * region (a->region) that serves it, or NULL for the caching engine's path. *note: a nonzero note, and the
+     * block that serves the request, whatever serves it, carries it (b->note, opaque to core) until it is freed. */
     hbm__block *(*serve)(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *note);
     /* Note a free: a block that carries a note is freed (hbm_free, before its memory is given back). May be NULL
      * when serve never notes. */

@@ -1,10 +1,10 @@
 /*
- * policy.c: the policies, one row each: the setting that asks for it and how it is made. The first row whose
+ * registry.c: the policies, one row each: the setting that asks for it and how it is made. The first row whose
  * setting is given wins (hbm_step_plan and hbm_plan_file together are refused at create, api.c); with none, the
  * caching engine (core/engine.c, PyTorch's policy) serves alone. Adding a policy: a file of src/policy/ that fills
- * an hbm__policy_ops (core/policy.h), and a row here.
+ * an hbm__policy_ops (core/policy_ops.h), and a row here.
  */
-#include "policy/policy.h"
+#include "policy/registry.h"
 #include "policy/arena.h"
 
 static bool step_plan_asked(const hbm__conf *c) { return c->step_plan; }
