@@ -499,7 +499,7 @@ HBM_API hbm_status hbm_settings_check_var(const char *var, const char *settings,
  * HBMALLOC_CONF strictly, with hbmalloc's keys too); version: the PyTorch (CUDA dialect) or torch_npu (NPU
  * dialect) release, "2.6", "2.1.0.post6"; NULL or "" for the newest known; vmm: whether the device has
  * virtual memory (1, 0, -1 unknown), which decides torch_npu's rule on expandable segments with
- * max_split_size_mb or garbage_collection_threshold. docs/SETTINGS.md lists the releases and the cases. */
+ * max_split_size_mb or garbage_collection_threshold. docs/CONFIGURATION.md lists the releases and the cases. */
 HBM_API hbm_status hbm_settings_check_release(const char *var, const char *settings, hbm_dialect d, const char *version,
                                               int vmm, char *out, size_t outlen);
 /* What that release runs, on that device, as a strict settings string of the device-memory keys that differ

@@ -9,7 +9,8 @@
   (src/core, src/policy, src/backend, src/conf, src/io, src/util, src/ itself; tools/trace, tools/run, ...);
 - rooms: inside a folder of src/, tools/ or plugin/, the files (a .c and its .h are one) call each other in no circle but the ones ROOM_CIRCLES
   names, each argued in docs/DESIGN.md;
-- cites: every path of the repository a comment or a document names exists, and every section cited by a
+- cites: every path of the repository a comment or a document names exists (src/ and tools/ paths also as the
+  sources write them, core/engine.c), and every section cited by a
   document's name and a quoted title is a heading (or a paragraph's bold lead) of that document.
 
 usage: scripts/check-tree.py [CHECK...]   (all five by default); exit status 1 when any fails, each failure said.
@@ -168,6 +169,8 @@ def check_layers():
 
 PATH = re.compile(r'(?<![\w./:$-])((?:src|tools|tests|docs|bench|scripts|examples|include|plugin|python|fuzz|cmake|'
                   r'\.ci)/[\w./*-]*[\w/*])')
+# A path as the sources name one another: relative to src/ or tools/ (core/engine.c, backend/backend.h, trace/trace.h).
+SRC_PATH = re.compile(r'(?<![\w./:$-])((?:core|backend|policy|io|conf|util|trace|run|view|doctor)/[\w-]+\.(?:c|h|cpp))\b')
 SECTION = re.compile(r'(?<![\w.-])((?:\.\./shared/|docs/)?([A-Z][A-Z_]+\.md))[,:]? ["“]([^"”\n]{2,80})["”]')
 
 
@@ -195,6 +198,11 @@ def check_cites():
                 continue
             if not os.path.exists(p) and not os.path.exists(p.rstrip('-')):
                 bad.append('%s:%d: cites %s, which does not exist' % (f, s.count('\n', 0, m.start()) + 1, p))
+        for m in SRC_PATH.finditer(s):
+            p = m.group(1)
+            if not any(os.path.exists(os.path.join(d, p)) for d in ('src', 'tools', os.path.dirname(f))):
+                bad.append('%s:%d: cites %s, which is in neither src/ nor tools/' % (f, s.count('\n', 0, m.start()) + 1,
+                                                                                       p))
         for m in SECTION.finditer(s):
             path, name, title = m.groups()
             if path.startswith('../shared/'):

@@ -170,7 +170,7 @@ const cli_cmd cli_commands[] = {
      "Without SETTINGS: the environment (HBMALLOC_CONF, else the framework's variable; both frameworks'\n"
      "variables set: each as its own framework reads it). Each lenient reading is listed under warnings.\n" //
      FRAMEWORK_NOTE "exit status: 0 accepted, 2 refused or bad usage\n"
-     "more: hbmalloc help CONFIGURATION (the keys), hbmalloc help SETTINGS\n"},
+     "more: hbmalloc help CONFIGURATION (the keys; the releases, after them)\n"},
     {"doctor", "", "what is wrong with device memory here, why, and what to do next", doctor_opts,
      "Reads the backends, driver, firmware and CANN versions, npu-smi, nvidia-smi, virtual memory, the\n"
      "visible devices and the allocator settings in the environment (as your release reads them).\n"

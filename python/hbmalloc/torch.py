@@ -250,7 +250,7 @@ def use(path=None, device=None):
         torch_npu = sys.modules["torch_npu"]
         fw_version = getattr(torch_npu, "__version__", "0")
         memory = torch_npu.npu.memory
-        # PYTORCH_NPU_ALLOC_CONF is read as this torch_npu release reads it (docs/SETTINGS.md).
+        # PYTORCH_NPU_ALLOC_CONF is read as this torch_npu release reads it (docs/CONFIGURATION.md).
         os.environ.setdefault("HBMALLOC_TORCH_NPU_VERSION", fw_version)
         lib = library(path, device)
         alloc = memory.NPUPluggableAllocator(lib.path, "hbm_torch_alloc", "hbm_torch_free")

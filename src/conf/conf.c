@@ -15,7 +15,7 @@
  * framework accepts it, and named in the warnings, because a setting read as
  * something else is the bug users chase. HBMALLOC_CONF and explicit strings
  * are hbmalloc's own and read strictly: a whole number, a ':' after each key,
- * a ',' between entries, no word split by spaces. docs/SETTINGS.md gives the
+ * a ',' between entries, no word split by spaces. docs/CONFIGURATION.md, "The cases", gives the
  * cases and the source lines.
  */
 #include "conf/conf.h"

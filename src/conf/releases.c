@@ -7,7 +7,7 @@
  * stored sources hold one version of each file, not its tags, so a key's
  * first release is the first release branch cut after the pull request that
  * added it (the table names the PR); parser generations are read from
- * sources (docs/SETTINGS.md gives the files).
+ * sources (docs/CONFIGURATION.md, "Releases", gives the files).
  */
 #include "conf/releases.h"
 

@@ -4,7 +4,8 @@
  * retry ladder and its message, empty_cache and the memory fraction. Another policy (core/policy_ops.h) is called
  * through a->pol at three points: serving a request first, rescuing one at the OOM, hearing of a noted free.
  *
- * The rules are PyTorch's CUDACachingAllocator (see ALLOCATOR_FACTS.md):
+ * The rules are PyTorch's CUDACachingAllocator (pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp, v2.6 to main;
+ * docs/POLICY.md cites each rule):
  * the same rounding, pools, best fit, split and oversize rules and the same
  * statistics at the same points, so that a replay predicts what PyTorch
  * would reserve. It reaches the device only through device.c, and the free

@@ -141,7 +141,8 @@ static void complete_one(hbm_allocator *a, hbm__event_queue *q)
  * runs itself, which must not add to it; a stream the queue does not know; no host memory), the use is held
  * unrecorded: recorded by a later operation on another thread, or complete once a device-wide wait that began after
  * it has ended (hbm__settle_unrecorded). No free waits for the queue: torch_npu frees on its release thread, and a
- * wait there hangs the job (DEVICE_APIS: OpParamMaker.cpp v26.1.0:614-617, NPUQueue.cpp 242-290, 843-871). */
+ * wait there hangs the job (Ascend/pytorch v26.1.0: torch_npu/csrc/framework/OpParamMaker.cpp:614-617,
+ * torch_npu/csrc/core/npu/NPUQueue.cpp:242-290, 843-871). */
 
 /* One use recorded in the queue's order: 0, or 1 when it was not (unknown stream, an error, no host memory). */
 static int queue_use(hbm_allocator *a, hbm__block *b, hbm_stream s)

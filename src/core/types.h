@@ -1,7 +1,7 @@
 /*
  * types.h: the allocator's data structures (blocks, segments, pools, private pools, the allocator handle) and its
  * lock. Every module of the library includes it; each module's functions are declared in its own header
- * (core/engine.h, core/stats.h, backend/device.h, ...). Nothing outside src/ includes it, except the tests, through
+ * (core/engine.h, core/stats.h, core/device.h, ...). Nothing outside src/ includes it, except the tests, through
  * their declared header (tests/unit/helpers.h).
  */
 #ifndef HBM_CORE_TYPES_H

@@ -191,7 +191,7 @@ check conf_hbm_key_in_hbmalloc_conf 0 "hbm_remap_free_pages: True" \
     env HBMALLOC_CONF=hbm_remap_free_pages:True "$bin" conf
 check conf_hbm_key_refused 2 "is an hbmalloc key" "$bin" conf hbm_remap_free_pages:True
 check conf_hbm_key_note 0 "belong in HBMALLOC_CONF only" "$bin" conf hbm_remap_free_pages:True --strict
-# A string is checked as the framework release reads it (docs/SETTINGS.md).
+# A string is checked as the framework release reads it (docs/CONFIGURATION.md).
 check conf_lenient_reading 0 "PyTorch reads 'max_split_size_mb:64abc' as 64" "$bin" conf max_split_size_mb:64abc
 check conf_strict_refuses 2 "64abc" "$bin" conf max_split_size_mb:64abc --strict
 check conf_key_too_new 2 "per_process_memory_fraction is known from PyTorch 2.9 on, not to PyTorch 2.6" \

@@ -115,7 +115,8 @@ static void roundup_single_value_must_be_power_of_two(void **st)
 static void roundup_list_follows_code_not_docs(void **st)
 {
     (void)st;
-    /* ALLOCATOR_FACTS 6.3: [256:1,512:2,1024:4,>:8] gives 1 below 512 MiB,
+    /* pytorch/pytorch c10/core/AllocatorConfig.cpp, parseRoundUpPower2Divisions (the docs say otherwise):
+     * [256:1,512:2,1024:4,>:8] gives 1 below 512 MiB,
      * 2 for [512 MiB, 1 GiB), 4 for [1, 2) GiB and 8 from 2 GiB. Entry B sets
      * index log2(B); the first entry fills the lower ones; '>' fills after the last. */
     accept_cuda("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");

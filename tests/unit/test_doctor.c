@@ -27,7 +27,8 @@ static void versions_compare_by_torch_npu_grammar(void **st)
 static void firmware_ranges_from_version_info(void **st)
 {
     (void)st;
-    /* The user report behind DEVICE_APIS.md 2.7: driver 24.1.rc2 takes [7.0.0, 7.2.99], firmware 7.3.0.1.231. */
+    /* A user's report (tests/data/doctor/SOURCES.md, root-mismatch): driver 24.1.rc2 takes [7.0.0, 7.2.99], firmware
+     * 7.3.0.1.231. */
     assert_int_equal(doctor_in_ranges("7.3.0.1.231", "[7.0.0,7.2.99]"), 0);
     assert_int_equal(doctor_in_ranges("7.1.0.7.220", "[7.0.0,7.2.99]"), 1);
     assert_int_equal(doctor_in_ranges("7.5.0", "[6.4.0,6.4.99],[7.0.0,8.9.9]"), 1);

@@ -1,4 +1,6 @@
-/* test_engine.c: PyTorch's caching policy, rule by rule (ALLOCATOR_FACTS.md 1-4, 7, 9, 12). */
+/* test_engine.c: PyTorch's caching policy, rule by rule (pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp: the
+ * constants and round_size, the pools, get_free_block, should_split, free_block, memory_stats, the OOM message,
+ * set_memory_fraction; docs/POLICY.md cites the lines). */
 #include "helpers.h"
 
 static hbm__conf defaults(void)

@@ -96,7 +96,8 @@ static size_t reserved_after_8x16_then_4x32(const char *settings)
 static void expandable_segments_reuse_freed_memory_across_sizes(void **st)
 {
     (void)st;
-    /* ALLOCATOR_FACTS 5.2 (from the PyTorch devlog): 8 x 16 MiB, free, 4 x 32 MiB
+    /* The PyTorch devlog's walkthrough (pytorch/devlogs content/eager/2026-06-01-cuda-caching-allocator.md, ezyang):
+     * 8 x 16 MiB, free, 4 x 32 MiB
      * reserves 256 MiB with whole segments, 140 MiB (7 pages of 20 MiB) with expandable ones. */
     assert_int_equal(reserved_after_8x16_then_4x32(""), 256 * MiB);
     assert_int_equal(reserved_after_8x16_then_4x32("expandable_segments:True"), 140 * MiB);
