@@ -18,10 +18,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if [ -d "$shared" ]; then
     for f in "$shared"/pytorch-snapshot/*.pickle; do
-        [ -e "$f" ] && python3 "$here/scripts/snapshot2trace.py" "$f" -o "$tmp/$(basename "$f" .pickle).trace" 2>/dev/null
+        [ -e "$f" ] && python3 "$here/tools/trace/snapshot2trace.py" "$f" -o "$tmp/$(basename "$f" .pickle).trace" 2>/dev/null
     done
     for f in "$shared"/lifetimes/*/*.csv; do
-        [ -e "$f" ] && python3 "$here/scripts/lifetimes2trace.py" "$f" -o "$tmp/$(basename "$f" .csv).trace"
+        [ -e "$f" ] && python3 "$here/tools/trace/lifetimes2trace.py" "$f" -o "$tmp/$(basename "$f" .csv).trace"
     done
     for f in "$shared"/generated-here/*.ev; do
         [ -e "$f" ] && cp "$f" "$tmp/$(basename "$f" .ev).trace"

@@ -13,7 +13,7 @@ old=${2:-}
 here=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 "$here/scripts/repeat_steps.py" "$here/examples/cpu-transformer-trainstep.trace" --from 548 --period 1000 \
+python3 "$here/tools/trace/repeat_steps.py" "$here/examples/cpu-transformer-trainstep.trace" --from 548 --period 1000 \
     --times 8 >"$tmp/cpu-transformer-trainstep-x8.trace"
 for n in 1000 10000 100000; do
     python3 "$here/bench/synth_steps.py" --allocs "$n" >"$tmp/synth-$n.trace"

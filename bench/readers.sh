@@ -22,7 +22,7 @@ allocator_block=200  # host bytes the allocator holds per block (178 measured), 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-python3 "$here/scripts/gen_varlen_trace.py" -o "$tmp/long.trace" --steps 400 >/dev/null
+python3 "$here/tools/trace/gen_varlen_trace.py" -o "$tmp/long.trace" --steps 400 >/dev/null
 "$bin" replay "$tmp/long.trace" --snapshot "$tmp/written-by-hbmalloc.pickle" >/dev/null
 rm "$tmp/long.trace"
 python3 "$here/bench/reader_shapes.py" "$tmp"

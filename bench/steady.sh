@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The step plan's steady state on the 18 shared traces (issue #16's footprint targets), on the simulated device
 # with HDK 22.0.3's firmware (no virtual memory): each one-step trace made a training run by
-# scripts/repeat_trace.py (the blocks live before the recording began kept, as parameters are; the step repeated
+# tools/trace/repeat_trace.py (the blocks live before the recording began kept, as parameters are; the step repeated
 # STEPS times, its blocks freed at its end, hbm_step after each), replayed with hbm_step_plan:True. Columns: peak
 # live requested bytes; the last step's peak reserved / its peak live (the steady state) for the default and the
 # step plan, the step plan's share of that step's allocations served from the plan; the whole run's peak reserved /
@@ -29,10 +29,10 @@ bytes() { sed -n "s/^$1: .*(\([0-9]*\) bytes.*/\1/p"; }
     for f in "$shared"/pytorch-snapshot/*.pickle "$shared"/lifetimes/mindspore-somas/*.csv; do
         name=$(basename "$f" | sed 's/\.[a-z]*$//')
         case $f in
-        *.pickle) g=gpu; python3 "$here/scripts/snapshot2trace.py" "$f" -o "$tmp/one.trace" >/dev/null 2>&1 ;;
-        *) g=somas; python3 "$here/scripts/lifetimes2trace.py" "$f" -o "$tmp/one.trace" >/dev/null ;;
+        *.pickle) g=gpu; python3 "$here/tools/trace/snapshot2trace.py" "$f" -o "$tmp/one.trace" >/dev/null 2>&1 ;;
+        *) g=somas; python3 "$here/tools/trace/lifetimes2trace.py" "$f" -o "$tmp/one.trace" >/dev/null ;;
         esac
-        python3 "$here/scripts/repeat_trace.py" "$tmp/one.trace" --times "$steps" >"$tmp/run.trace"
+        python3 "$here/tools/trace/repeat_trace.py" "$tmp/one.trace" --times "$steps" >"$tmp/run.trace"
         plan=$("$bin" replay "$tmp/run.trace" --backend "$be" --conf "$plan_conf")
         base=$("$bin" replay "$tmp/run.trace" --backend "$be" --conf "$base_conf")
         live=$(printf '%s\n' "$plan" | bytes "peak requested")

@@ -4,7 +4,7 @@
 # the first plan that the plan served, the worst such step; peak reserved / peak live requested over the whole run
 # and the smallest capacity it runs in / peak live, against PyTorch's policy (the default) in the same run.
 # The real CPU trace has three steps; a copy of it lengthened by eight more of its last step
-# (scripts/repeat_steps.py) shows the steady state.
+# (tools/trace/repeat_steps.py) shows the steady state.
 # usage: bench/stepplan.sh HBMALLOC [TRACE...]   (default: the repository's two multi-step examples and the copy)
 set -euo pipefail
 bin=$1
@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 if [ $# -eq 0 ]; then
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    python3 "$here/scripts/repeat_steps.py" "$here/examples/cpu-transformer-trainstep.trace" --from 548 --period 1000 \
+    python3 "$here/tools/trace/repeat_steps.py" "$here/examples/cpu-transformer-trainstep.trace" --from 548 --period 1000 \
         --times 8 > "$tmp/cpu-transformer-trainstep-x8.trace"
     set -- "$here/examples/cpu-transformer-trainstep.trace" "$tmp/cpu-transformer-trainstep-x8.trace" \
         "$here/examples/finetune-varlen.trace"

@@ -3,7 +3,7 @@
 #   1. build hbmalloc;
 #   2. replay the bundled traces on the real driver (cuda backend), whole and expandable segments, the
 #      validator at the end of each (the unit tests need cmocka; they run too where it is installed);
-#   3. the PyTorch door (scripts/gpu_door.py): OOM as torch.cuda.OutOfMemoryError and training goes on,
+#   3. the PyTorch door (tests/gpu/door.py): OOM as torch.cuda.OutOfMemoryError and training goes on,
 #      memory_stats() against PyTorch's key set and hbmalloc's figures, empty_cache, record_stream, a CUDA graph,
 #      torch.compile, Python frames in a snapshot, _record_memory_history() with torch's defaults recording, the
 #      caller's CUDA context and device unchanged after empty_cache(), torch.accelerator's figures (docs/CONTRACTS.md),
@@ -11,7 +11,7 @@
 #   4. train ResNet-50 and a GPT-2-sized transformer (random weights, variable sequence lengths) under
 #      PyTorch's allocator, hbmalloc, and hbmalloc with expandable segments; a table of peak reserved,
 #      step time relative to PyTorch's allocator, and device allocation calls, plus their memory snapshots;
-#   5. pools that sleep and wake (scripts/gpu_sleep.py, docs/SLEEP.md): a 4 GiB backup pool and an 8 GiB discard
+#   5. pools that sleep and wake (tests/gpu/sleep.py, docs/SLEEP.md): a 4 GiB backup pool and an 8 GiB discard
 #      pool slept and woken 20 times beside a training loop on torch's own allocator: mem_get_info at each step,
 #      addresses, contents and a CUDA graph's replay checked, seconds per GiB and device calls, and the GiB/s of a
 #      backup and a discard sleep and wake against a pinned copy of the same bytes in the same run (goal: 80%).
@@ -58,8 +58,8 @@ log "plug-in: $HBMALLOC_TORCH_LIB"
 
 log "the PyTorch door"
 : >"$out/door.jsonl"
-if timeout 60 python3 scripts/gpu_door.py native "$out" >>"$out/door.jsonl" 2>"$out/door-native.log" &&
-    timeout 240 python3 scripts/gpu_door.py hbmalloc "$out" >>"$out/door.jsonl" 2>"$out/door-hbmalloc.log"; then
+if timeout 60 python3 tests/gpu/door.py native "$out" >>"$out/door.jsonl" 2>"$out/door-native.log" &&
+    timeout 240 python3 tests/gpu/door.py hbmalloc "$out" >>"$out/door.jsonl" 2>"$out/door-hbmalloc.log"; then
     :
 else
     log "door script FAILED: $(tail -n3 "$out/door-hbmalloc.log" | tr '\n' ' ')"; status=1
@@ -71,7 +71,7 @@ log "training loops"
 : >"$out/results.jsonl"
 for model in resnet50 gpt2; do
     for alloc in native hbmalloc hbmalloc-expandable; do
-        if timeout 150 python3 scripts/gpu_train.py "$model" "$alloc" "$out" >>"$out/results.jsonl" \
+        if timeout 150 python3 tests/gpu/train.py "$model" "$alloc" "$out" >>"$out/results.jsonl" \
             2>"$out/train-$model-$alloc.log"; then
             log "$model / $alloc: $(tail -n1 "$out/results.jsonl")"
         else
@@ -80,7 +80,7 @@ for model in resnet50 gpt2; do
     done
 done
 log "pools that sleep and wake"
-if timeout 420 python3 scripts/gpu_sleep.py "$out" 4 8 20 >"$out/sleep.jsonl" 2>"$out/sleep.log"; then
+if timeout 420 python3 tests/gpu/sleep.py "$out" 4 8 20 >"$out/sleep.jsonl" 2>"$out/sleep.log"; then
     log "sleep and wake: $(tail -n1 "$out/sleep.jsonl")"
 else
     log "sleep and wake FAILED: $(tail -n3 "$out/sleep.log" | tr '\n' ' ') $(tail -n1 "$out/sleep.jsonl")"; status=1
@@ -101,7 +101,7 @@ door = [json.loads(l) for l in open(f"{out}/door.jsonl") if l.strip()]
 lines += ["", "| door check | ok | detail |", "|---|---|---|"]
 lines += [f"| {d['check']} | {'yes' if d['ok'] else 'NO'} | {d['detail'].replace('|', '/')} |" for d in door]
 if os.path.exists(f"{out}/sleep.md"):
-    lines += ["", "Pools that sleep and wake (scripts/gpu_sleep.py):", ""] + open(f"{out}/sleep.md").read().splitlines()
+    lines += ["", "Pools that sleep and wake (tests/gpu/sleep.py):", ""] + open(f"{out}/sleep.md").read().splitlines()
 open(f"{out}/gpu-check.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

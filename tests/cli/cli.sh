@@ -115,7 +115,7 @@ check pending_from_a_snapshot 0 "4 events: 2 alloc, 1 free (1 pending first" "$b
 check pending_from_a_snapshot_replayed 0 "device calls:       2 malloc" "$bin" replay "$tmp/pending.pickle" --conf ""
 # Pools that sleep (docs/TRACE_FORMAT.md: u, z, w): a text trace that says which pool each allocation went to
 # replays its sleeps and wakes (hbm_pool_sleep / wake) and gives back what it recorded; its snapshot (pickle or
-# JSON) keeps each sleep's tag and backup, which the readers and scripts/snapshot2trace.py read back, drawn, not
+# JSON) keeps each sleep's tag and backup, which the readers and tools/trace/snapshot2trace.py read back, drawn, not
 # replayed (the snapshot does not say which pool an allocation went to).
 printf 'u 1\na 1 83886080\nu 2\na 2 41943040\nu 0\na 3 1000\nz 1 83886080 weights backup\nz 2 41943040 kv%%20cache\n' \
     >"$tmp/sleep.trace"
@@ -133,7 +133,7 @@ for f in sleep.json sleep.pickle; do
     check "sleep_from_$f" 0 "^sleep and wake:     4 drawn by view, not replayed: .*the recording gave back 120.00 MiB at those sleeps" \
         "$bin" replay "$tmp/$f" --conf ""
 done
-python3 "$src/scripts/snapshot2trace.py" "$tmp/sleep.pickle" -o "$tmp/sleep-converted.trace" 2>/dev/null
+python3 "$src/tools/trace/snapshot2trace.py" "$tmp/sleep.pickle" -o "$tmp/sleep-converted.trace" 2>/dev/null
 check sleep_converted 0 "^z 0 83886080 weights backup$" cat "$tmp/sleep-converted.trace"
 check sleep_converted_tag 0 "^w 0 41943040 kv%20cache$" cat "$tmp/sleep-converted.trace"
 check sleep_converted_read 0 "2 sleeps, 2 wakes" "$bin" replay "$tmp/sleep-converted.trace" --conf ""
@@ -296,7 +296,7 @@ check sweep_fraction_in_var 0 "^export PYTORCH_CUDA_ALLOC_CONF='garbage_collecti
     "$bin" sweep "$ex" --capacity 60GiB --no-progress --torch 2.9
 check sweep_key_too_new 0 "left out: refused by PyTorch 2.1$" "$bin" sweep "$ex" --capacity 60GiB --no-progress \
     --grid "large_segment_size_mb=-,64" --torch 2.1
-# Files that are no trace say what they are; lifetime CSVs are read directly, as scripts/lifetimes2trace.py reads them.
+# Files that are no trace say what they are; lifetime CSVs are read directly, as tools/trace/lifetimes2trace.py reads them.
 : >"$tmp/empty.trace"
 check input_empty 2 "is empty: no events to replay" "$bin" replay "$tmp/empty.trace"
 printf '{"snapshot": []}\n' >"$tmp/snap.json"
@@ -311,7 +311,7 @@ check input_binary 2 "is binary and not a snapshot pickle" "$bin" replay "$tmp/b
 printf 'id,size,start,end\n1,1024,0,5\n' >"$tmp/other.csv"
 check input_other_csv 2 "is a CSV whose header 'id,size,start,end' is not one hbmalloc reads" "$bin" replay "$tmp/other.csv"
 life="$src/tests/data/iree-mobilebert-lifetimes.csv"
-python3 "$src/scripts/lifetimes2trace.py" "$life" -o "$tmp/life.trace"
+python3 "$src/tools/trace/lifetimes2trace.py" "$life" -o "$tmp/life.trace"
 want=$("$bin" replay "$tmp/life.trace" --conf "" | grep "^peak reserved")
 check input_lifetimes 0 "^$want\$" "$bin" replay "$life" --conf ""
 check input_lifetimes_format 0 "632 events: 316 alloc, 316 free" "$bin" replay "$life" --conf ""

@@ -3,7 +3,7 @@
  * offset ignored; one tensor per row), the static memory-planning problems of MindSpore SOMAS, IREE and
  * MiniMalloc, into the event list. Each tensor is allocated at `lower` and freed at `upper`, taken as exclusive
  * ([lower, upper); upper <= lower is read as lower + 1); at equal times frees come before allocations, and ties
- * keep file order. Rows of size 0 are skipped (no memory). The same reading as scripts/lifetimes2trace.py.
+ * keep file order. Rows of size 0 are skipped (no memory). The same reading as tools/trace/lifetimes2trace.py.
  */
 #include <stdio.h>
 #include <stdlib.h>

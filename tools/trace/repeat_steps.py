@@ -64,7 +64,7 @@ def main():
             else:
                 out.append("f %d" % (base + (c - 1) * o.period + rel + o.period))
     print("hbmtrace 1")
-    print("# %s cut after %d allocations, its last step (%d allocations) repeated %d times (scripts/repeat_steps.py)"
+    print("# %s cut after %d allocations, its last step (%d allocations) repeated %d times (tools/trace/repeat_steps.py)"
           % (o.trace, cut, o.period, o.times))
     print("\n".join(out))
 

@@ -1,8 +1,8 @@
-/* test_pubsig.c: the signal handlers that remove a process's published records when SIGTERM, SIGINT or SIGHUP ends
+/* test_publish_signals.c: the signal handlers that remove a process's published records when SIGTERM, SIGINT or SIGHUP ends
  * it (src/io/publish_signals.c): the process still dies of the signal, once, whether the kernel calls the handler
  * or an application's handler chains to it (with and without SA_NODEFER, or a thread that takes the signal with
  * sigwait); a handler or an ignored signal of the application's is kept; a library unloaded by dlclose leaves no
- * handler behind; and SIGINT is left to Python (built twice: test_pubsig_python links libpython, or, where its
+ * handler behind; and SIGINT is left to Python (built twice: test_publish_signals_python links libpython, or, where its
  * files are missing, defines a stand-in Py_IsInitialized, and runs only that test).
  *
  * A handler is installed once per process, at its first record, so every case runs in a forked child of a parent

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Make a training run of a one-step trace: the blocks live before the recording began (the first N allocations,
-as scripts/snapshot2trace.py writes them and its header says) are allocated once and kept, as a model's parameters
+as tools/trace/snapshot2trace.py writes them and its header says) are allocated once and kept, as a model's parameters
 and optimizer state are; the rest of the trace is one step, repeated --times times, each copy's blocks under fresh
 ids, every block of a copy still live at its end freed there (a step's transient tensors do not outlive it), and an
 `s` line at each step's end (hbm_step). The steady state of a policy that learns the step (hbm_step_plan) is then
@@ -29,7 +29,7 @@ def main():
         if f[0] not in ("a", "f"):
             sys.exit("repeat_trace: only a and f lines are repeated, not %r" % line.strip())
         events.append(f)
-    out = ["hbmtrace 1", "# %s: %d kept blocks, then its step %d times (scripts/repeat_trace.py)"
+    out = ["hbmtrace 1", "# %s: %d kept blocks, then its step %d times (tools/trace/repeat_trace.py)"
            % (o.trace.split("/")[-1], persistent, o.times)]
     nalloc, i = 0, 0
     while i < len(events) and nalloc < persistent:  # the kept blocks: the first `persistent` allocations

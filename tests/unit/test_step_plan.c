@@ -1,4 +1,4 @@
-/* test_stepplan.c: the hbm_step_plan policy (src/policy/step_plan.c) and the planners (src/policy/lifetime_planner.c,
+/* test_step_plan.c: the hbm_step_plan policy (src/policy/step_plan.c) and the planners (src/policy/lifetime_planner.c,
  * the step plan's src/policy/lifetime_sweep.c): a toy training loop
  * (parameters kept, activations freed in reverse, a loss carried into the next step) is learnt from its steps and
  * served from one region; late frees, record_stream, a changed step, longer sizes, another stream, a device too

@@ -30,7 +30,7 @@ def main():
     rnd = random.Random(a.seed)
     out = open(a.output, "w")
     out.write("hbmtrace 1\n")
-    out.write(f"# synthetic (scripts/gen_varlen_trace.py {' '.join(f'--{k.replace(chr(95), chr(45))} {v}' for k, v in vars(a).items() if k != 'output')})\n")
+    out.write(f"# synthetic (tools/trace/gen_varlen_trace.py {' '.join(f'--{k.replace(chr(95), chr(45))} {v}' for k, v in vars(a).items() if k != 'output')})\n")
     out.write("# fine-tuning a decoder-only Transformer with a new sequence length every step\n")
     nid = [0]
 

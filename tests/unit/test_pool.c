@@ -1,4 +1,4 @@
-/* test_index.c: the red-black free index and the pointer map against simple reference models. */
+/* test_pool.c: the red-black free index and the pointer map against simple reference models. */
 #include "helpers.h"
 
 #include "core/pool.h"

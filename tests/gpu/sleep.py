@@ -30,7 +30,7 @@ def main():
     outdir = sys.argv[1]
     backup_gib, discard_gib, cycles = (int(x) for x in (sys.argv[2:5] + ["4", "8", "20"][len(sys.argv[2:5]):]))
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.join(here, "..", "python"))
+    sys.path.insert(0, os.path.join(here, "..", "..", "python"))
     os.environ.setdefault("HBMALLOC_BACKEND", "cuda")
     import torch
     import hbmalloc.torch as hbm

@@ -22,7 +22,7 @@ import time
 def main():
     model_name, allocator, outdir = sys.argv[1:4]
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.join(here, "..", "python"))
+    sys.path.insert(0, os.path.join(here, "..", "..", "python"))
     if allocator != "native":
         os.environ["HBMALLOC_BACKEND"] = "cuda"
         os.environ["HBMALLOC_CONF"] = "expandable_segments:True" if allocator == "hbmalloc-expandable" else ""

@@ -19,7 +19,7 @@ def report(check, ok, detail=""):
 def main():
     mode, outdir = sys.argv[1:3]
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.join(here, "..", "python"))
+    sys.path.insert(0, os.path.join(here, "..", "..", "python"))
     if mode == "hbmalloc":
         import hbmalloc_torch
         hbmalloc_torch.use(os.environ.get("HBMALLOC_TORCH_LIB"))

@@ -1,4 +1,4 @@
-/* test_expand.c: expandable segments: growth by pages, unmapping, rollback, fallback, teardown. */
+/* test_expandable.c: expandable segments: growth by pages, unmapping, rollback, fallback, teardown. */
 #include "helpers.h"
 
 static hbm__sim_counters sim_counters(hbm_allocator *a)
