@@ -34,7 +34,7 @@ static void give_up(hbm_allocator *a, const char *why)
     hbm__rp(a)->wanted = false;
 }
 
-void hbm__arena_create(hbm_allocator *a, hbm_stream stream)
+void hbm__region_make(hbm_allocator *a, hbm_stream stream)
 {
     hbm__region_policy *rp = hbm__rp(a);
     rp->wanted = false;
@@ -79,7 +79,7 @@ hbm__block *hbm__arena_serve(hbm_allocator *a, hbm_stream stream, size_t size, u
 {
     (void)note;
     if (__builtin_expect(!a->region_seg, 0) && hbm__rp(a)->wanted)
-        hbm__arena_create(a, stream);
+        hbm__region_make(a, stream);
     return a->region_seg && stream == a->region_stream ? hbm__region_best_fit(a, stream, size) : NULL;
 }
 

@@ -1,5 +1,5 @@
 /*
- * arena.h: the arena (arena.c): the region's sizing and creation for every policy that has one, the arena policy,
+ * arena.h: the region's sizing and making for every policy that has one (arena.c), the arena policy (hbm_arena_mb),
  * and what the plan file and the step plan share with it (their state begins with an hbm__region_policy).
  */
 #ifndef HBM_POLICY_ARENA_H
@@ -9,7 +9,7 @@
 
 /* Reserves the region for `stream` at the first allocation that wants it (at least the plan's height); when it
  * cannot, says why in hbm_warning and gives up (the allocations use segments). */
-void hbm__arena_create(hbm_allocator *a, hbm_stream stream);
+void hbm__region_make(hbm_allocator *a, hbm_stream stream);
 /* The arena's serve: the region made when wanted, then its best fit for its stream's requests. */
 hbm__block *hbm__arena_serve(hbm_allocator *a, hbm_stream stream, size_t size, uint64_t *note);
 /* A policy with a region, of `size` bytes (its own struct, beginning with an hbm__region_policy), made and set as

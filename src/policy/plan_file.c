@@ -1,8 +1,8 @@
 /*
  * plan_file.c: the hbm_plan_file policy: a plan written by `hbmalloc plan TRACE -o FILE` (docs/TRACE_FORMAT.md,
- * "Plan files"), read at create, served from the arena: allocation k of the region's stream goes to the plan's
- * offset k when it fits in the planned size and that range is free, else the arena's best fit (STAlloc's workflow:
- * plan a recorded run, start the next with the plan). Owns reading the file; the arena is arena.c's, the take of a
+ * "Plan files"), read at create, served from the region: allocation k of the region's stream goes to the plan's
+ * offset k when it fits in the planned size and that range is free, else the region's best fit (STAlloc's workflow:
+ * plan a recorded run, start the next with the plan). Owns reading the file; the region is arena.c's, the take of a
  * planned range plan.c's.
  */
 #include <fcntl.h>
@@ -105,7 +105,7 @@ static hbm__block *plan_file_serve(hbm_allocator *a, hbm_stream stream, size_t s
 {
     (void)note;
     if (__builtin_expect(!a->region_seg, 0) && hbm__rp(a)->wanted)
-        hbm__arena_create(a, stream);
+        hbm__region_make(a, stream);
     if (!a->region_seg || stream != a->region_stream)
         return NULL;
     hbm__plan *pl = hbm__plan_of(a);

@@ -7,7 +7,7 @@
  * allocations of one stream (size, and the span of allocations each lives
  * over) while the caching policy serves them, plans offsets for one step in
  * one region (plan_offsets, at a bounded cost: no two buffers that live at the
- * same time overlap), reserves that region in one device allocation (the arena) and
+ * same time overlap), reserves that region in one device allocation and
  * serves allocation k of each later step at its planned offset when it fits
  * and that range is free. Everything else falls back to the caching policy:
  * allocations the plan has no place for (kept across steps), sizes past the
@@ -40,7 +40,7 @@
  * a boundary falls every period. The first hbm_step call ends that.
  *
  * Owns the recording, the choice of plan and the serving order (the lookahead);
- * the arena is arena.c's, the cut at a planned offset hbm__plan_block's.
+ * the region is arena.c's, the cut at a planned offset hbm__plan_block's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,7 +230,7 @@ static hbm__block *step_plan_serve(hbm_allocator *a, hbm_stream stream, size_t s
     if (!sp->planned)
         return NULL;
     if (SP(a)->rp.wanted)
-        hbm__arena_create(a, stream);
+        hbm__region_make(a, stream);
     if (k < PREFIX && (k >= PL(a)->n || size != PL(a)->size[k])) { /* the step begins unlike this shape */
         int other = shape_for_prefix(sp, k);
         if (other >= 0)
@@ -569,7 +569,7 @@ done:
 }
 
 /* The region for the plan in force: reserved at the next allocation, in place of the cached segments; a larger
- * one than the arena held replaces it once no block of it is in use. */
+ * one than the region held replaces it once no block of it is in use. */
 static void want_region(hbm_allocator *a, bool new_plan)
 {
     if (!SP(a)->planned) {
