@@ -643,6 +643,18 @@ static int set_arena(const ctx *c, const key_def *k, const lexed *lx, size_t *pi
     return 0;
 }
 
+static int set_headroom(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
+{
+    (void)k, (void)lx, (void)pi;
+    uint64_t v;
+    const char *allowed = "expected a whole number of MiB in [0, 16777216]: device memory left free for memory "
+                          "outside hbmalloc (0: none)";
+    if (get_uint(c, &v, allowed) || v > 16777216)
+        return fail(c, allowed);
+    c->cf->headroom_bytes = (size_t)v * HBM__MiB;
+    return 0;
+}
+
 static int set_arena_fraction(const ctx *c, const key_def *k, const lexed *lx, size_t *pi)
 {
     (void)k, (void)lx, (void)pi;
@@ -830,6 +842,15 @@ static void show_publish(const hbm__conf *c, hbm__sbuf *sb)
     if (c->publish >= 0)
         hbm__sb_printf(sb, "hbm_publish: %s (statistics for hbmalloc top%s)\n", b2s(c->publish),
                        c->publish ? ", in a shared-memory record of this process" : ": not published");
+}
+
+static void show_headroom(const hbm__conf *c, hbm__sbuf *sb)
+{
+    if (c->headroom_bytes)
+        hbm__sb_printf(sb,
+                       "hbm_headroom_mb: %zu (hbmalloc policy: kept free on the device for memory outside hbmalloc, "
+                       "collectives' buffers and other processes; the cache gives back before taking it)\n",
+                       c->headroom_bytes / HBM__MiB);
 }
 
 static void show_page(const hbm__conf *c, hbm__sbuf *sb)
@@ -1026,6 +1047,10 @@ static const key_def keys[] = {
              "the training step learnt (hbm_step) and later steps served from a plan in one region"),
     {"hbm_publish", K_HBM_FIRST, D_BOTH, F_INT, AT(publish), (uint64_t)-1, 0, set_publish, 13, show_publish,
      "`True` / `False`", "False (the PyTorch plug-ins: True)", "statistics in a shared-memory record for hbmalloc top"},
+    {"hbm_headroom_mb", K_HBM_FIRST, D_BOTH, F_SIZE, AT(headroom_bytes), 0, 0, set_headroom, 26, show_headroom,
+     "whole MiB in [0, 16777216]", "0 (off)",
+     "device memory left free for what is not hbmalloc's (communicators' buffers, other processes): cached memory "
+     "goes back before a new segment takes it, and a request that would take it fails naming it"},
 };
 #undef BOOL_KEY
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -1504,5 +1529,7 @@ void hbm__conf_policy_string(const hbm__conf *c, char *out, size_t outlen)
         hbm__sb_printf(&sb, "%shbm_arena_mb:%zu", SEP, c->arena_bytes / HBM__MiB);
     else if (c->arena_fraction > 0)
         hbm__sb_printf(&sb, "%shbm_arena_fraction:%g", SEP, c->arena_fraction);
+    if (c->headroom_bytes)
+        hbm__sb_printf(&sb, "%shbm_headroom_mb:%zu", SEP, c->headroom_bytes / HBM__MiB);
 #undef SEP
 }

@@ -36,6 +36,7 @@ typedef struct hbm__conf {
     bool page_given;                /* hbm_expandable_page_mb was given (it wins over segment_size_mb) */
     size_t segment_size;            /* NPU segment_size_mb as given (0: not), see conf.c's K_SEGMENT_SIZE */
     size_t arena_bytes;             /* hbmalloc policy: one region of this size, sub-allocated best fit (0: off) */
+    size_t headroom_bytes;          /* hbm_headroom_mb: device memory left free for what is not hbmalloc's (0: off) */
     double arena_fraction;          /* hbmalloc policy: the region as this share of free device memory (0: off) */
     bool step_plan;                 /* hbmalloc policy: learn the step (hbm_step) and serve later steps from a plan */
     char plan_file[128];            /* hbmalloc policy: a plan (hbmalloc plan -o) served from the arena ("": none) */

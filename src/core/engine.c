@@ -246,6 +246,19 @@ hbm_status hbm__segment_new(hbm_allocator *a, hbm__pool *p, hbm_stream stream, s
     return HBM_OK;
 }
 
+/* Whether `bytes` more from the device leave hbm_headroom_mb of it free, as the runtime counts free memory (what
+ * other processes, communicators and contexts hold included). A failed query allows it: the device's own answer
+ * then decides, and the headroom never stops a job it cannot measure. */
+static bool headroom_allows(hbm_allocator *a, size_t bytes)
+{
+    size_t dev_free, dev_total;
+    if (hbm__dev_info(a, &dev_free, &dev_total) != HBM_OK) {
+        a->err[0] = 0;
+        return true;
+    }
+    return dev_free >= bytes && dev_free - bytes >= a->conf.headroom_bytes;
+}
+
 /* A new segment of `size` bytes for a rounded request of `request` bytes
  * (with expandable segments: pages mapped to cover the request). */
 static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream, size_t request, size_t size,
@@ -255,6 +268,10 @@ static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
         a->stats.num_alloc_retries++;
     /* The fraction limit counts as a device OOM, before any device call. */
     if (a->fraction_set && a->total_reserved + size > a->allowed_max)
+        return HBM_ERR_OOM;
+    /* So does crossing hbm_headroom_mb, before the device is asked: the retry ladder then gives cached memory back
+     * first, and the OOM message names the headroom. Pages map what the request needs; a segment is whole. */
+    if (a->conf.headroom_bytes && !headroom_allows(a, a->expandable || (p->owner && p->owner->sl) ? request : size))
         return HBM_ERR_OOM;
     /* A tagged pool is made of pages whatever the setting: its pages can sleep, its blocks keep their addresses. */
     if (a->expandable || (p->owner && p->owner->sl))
@@ -431,6 +448,15 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
     if (a->fraction_set) {
         hbm__format_size(a->allowed_max, s_x, sizeof s_x);
         hbm__sb_printf(&sb, "%s allowed (per_process_memory_fraction %g). ", s_x, a->fraction);
+    }
+    if (a->conf.headroom_bytes) {
+        char s_keep[32];
+        hbm__format_size(a->conf.headroom_bytes, s_keep, sizeof s_keep);
+        hbm__format_size(dev_free > alloc_size ? dev_free - alloc_size : 0, s_x, sizeof s_x);
+        hbm__sb_printf(&sb,
+                       "hbm_headroom_mb keeps %s of the device free for memory outside hbmalloc (communicators' "
+                       "buffers, other processes): this allocation would leave %s. ",
+                       s_keep, s_x);
     }
     hbm__sb_printf(&sb,
                    "Of the allocated memory %s is allocated by hbmalloc, and %s is reserved but unallocated; the "

@@ -506,6 +506,57 @@ static void freed_counts_are_made_when_read_and_survive_a_reset(void **st)
     hbm_destroy(a);
 }
 
+/* hbm_headroom_mb (issue #40 item 2): a new segment must leave that much of the device free as the runtime counts
+ * it. A cached oversize block goes back before the headroom is crossed (without the setting the device has room and
+ * a second segment is made), and what other processes hold counts against it. */
+static void a_headroom_makes_the_cache_give_back_before_it_is_crossed(void **st)
+{
+    (void)st;
+    size_t reserved[2];
+    for (int with = 0; with < 2; with++) {
+        hbm_allocator *a =
+            open_sim("sim:capacity=1GiB", with ? "max_split_size_mb:100,hbm_headroom_mb:256" : "max_split_size_mb:100");
+        void *p = must_malloc(a, 500 * MiB, 0);
+        hbm_free(a, p); /* cached: an oversize block, which a 300 MiB request cannot split */
+        void *q = must_malloc(a, 300 * MiB, 0);
+        hbm_stats s = stats_of(a);
+        reserved[with] = (size_t)s.reserved_bytes[HBM_POOL_ALL].current;
+        assert_int_equal(s.num_device_free, with ? 1 : 0);
+        size_t dev_free, dev_total;
+        assert_int_equal(hbm_mem_get_info(a, &dev_free, &dev_total), HBM_OK);
+        if (with)
+            assert_true(dev_free >= 256 * MiB);
+        assert_valid(a);
+        hbm_free(a, q);
+        hbm_destroy(a);
+    }
+    assert_int_equal(reserved[0], 800 * MiB);
+    assert_int_equal(reserved[1], 300 * MiB);
+}
+
+static void a_headroom_counts_other_processes_and_is_named_at_the_oom(void **st)
+{
+    (void)st;
+    void *p;
+    hbm_allocator *a = open_sim("sim:capacity=1GiB,others=300MiB", "");
+    assert_int_equal(hbm_malloc(a, 500 * MiB, 0, &p), HBM_OK); /* 224 MiB left: fine without a headroom */
+    hbm_free(a, p);
+    hbm_destroy(a);
+    a = open_sim("sim:capacity=1GiB,others=300MiB", "hbm_headroom_mb:256");
+    assert_int_equal(hbm_malloc(a, 500 * MiB, 0, &p), HBM_ERR_OOM);
+    assert_non_null(strstr(hbm_last_error(a), "hbm_headroom_mb keeps 256.00 MiB of the device free for memory outside "
+                                              "hbmalloc"));
+    assert_non_null(strstr(hbm_last_error(a), "this allocation would leave 224.00 MiB"));
+    assert_int_equal(hbm_malloc(a, 400 * MiB, 0, &p), HBM_OK); /* 324 MiB left */
+    assert_int_equal(stats_of(a).num_ooms, 1);
+    assert_valid(a);
+    hbm_free(a, p);
+    hbm_destroy(a);
+    char err[256];
+    assert_int_equal(hbm_open(&a, "sim", 0, "hbm_headroom_mb:lots", err, sizeof err), HBM_ERR_CONF);
+    assert_non_null(strstr(err, "hbm_headroom_mb"));
+}
+
 static void npu_dialect_pads_every_request_by_32_bytes(void **st)
 {
     (void)st;
@@ -648,6 +699,8 @@ int main(void)
         cmocka_unit_test(zero_and_huge_sizes),
         cmocka_unit_test(stats_resets_and_flat_names),
         cmocka_unit_test(freed_counts_are_made_when_read_and_survive_a_reset),
+        cmocka_unit_test(a_headroom_makes_the_cache_give_back_before_it_is_crossed),
+        cmocka_unit_test(a_headroom_counts_other_processes_and_is_named_at_the_oom),
         cmocka_unit_test(npu_dialect_pads_every_request_by_32_bytes),
         cmocka_unit_test(device_errors_are_returned_and_leave_state_intact),
         cmocka_unit_test(failing_device_free_keeps_the_segment_cached),
