@@ -412,4 +412,16 @@ case=log-device
 doc timeout 60 "$BIN" doctor --no-env --log /dev/zero >"$T/out" 2>&1; rc=$?
 expect 2 "$T/out" "log /dev/zero is not a regular file (a device)"
 
+# Issue #40 item 2: HCCL found no memory for a communicator's buffers (HCCL_E_OOM, a constructed line in torch_npu's
+# shape, as tests/tools/test_doctor.c's): the headroom to leave is 2 x HCCL_BUFFSIZE, and the printed export, pasted
+# into a shell, is a string hbmalloc reads (HBMALLOC_CONF is strict: a key it did not know would be refused).
+case=hccl-oom-headroom
+printf '%s\n' "[rank3]: RuntimeError: HcclCommInitRootInfo:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:102 HCCL function error: HcclCommInitRootInfo(numRanks, &rootInfo, rank, &(comm->hcclComm_)), error code is 24" >"$T/hccl-oom.log"
+doc HCCL_BUFFSIZE=300 "$BIN" doctor --no-env --log "$T/hccl-oom.log" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "HcclCommInitRootInfo returned 24 (HCCL_E_OOM)" "export HBMALLOC_CONF='hbm_headroom_mb:600'"
+line=$(flat "$T/out" | grep -o "export HBMALLOC_CONF='hbm_headroom_mb:[0-9]*'")
+(cd "$T" && mkdir paste-headroom && cd paste-headroom && sh -c "$line; \"$BIN\" conf" >../conf-out 2>&1 &&
+    [ -z "$(ls)" ]) || fail "$case: the export line does not paste and run: $(cat "$T/conf-out")"
+grep -q "hbm_headroom_mb: 600" "$T/conf-out" || fail "$case: hbmalloc conf did not read it: $(cat "$T/conf-out")"
+
 [ $fails -eq 0 ] && echo "doctor: all cases passed" || { echo "doctor: $fails failures"; exit 1; }

@@ -176,6 +176,39 @@ static void hccl_codes_by_name_with_a_checklist(void **st)
     doctor_free(&d);
 }
 
+/* HCCL_E_OOM (24): the communicator found no device memory for its buffers. The line is constructed in the shape
+ * torch_npu's HCCL_CHECK_ERROR writes (Ascend/pytorch torch_npu/csrc/distributed/HCCLUtils.hpp:17-44, as the
+ * recorded logs beside it show); the advice sizes hbm_headroom_mb from HCCL_BUFFSIZE (issue #40 item 2), and
+ * tests/cli/doctor.sh pastes the export it prints into hbmalloc conf. */
+static void an_hccl_out_of_memory_advises_a_headroom_sized_from_its_buffers(void **st)
+{
+    (void)st;
+    static char line[] =
+        "[rank3]: RuntimeError: HcclCommInitRootInfo:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:"
+        "102 HCCL function error: HcclCommInitRootInfo(numRanks, &rootInfo, rank, &(comm->hcclComm_)), "
+        "error code is 24\n";
+    const char *sizes[][2] = {
+        {NULL, "hbm_headroom_mb:400'"}, {"500", "hbm_headroom_mb:1000'"}, {"junk", "hbm_headroom_mb:400'"}};
+    for (int i = 0; i < 3; i++) {
+        if (sizes[i][0])
+            setenv("HCCL_BUFFSIZE", sizes[i][0], 1);
+        else
+            unsetenv("HCCL_BUFFSIZE");
+        FILE *fp = fmemopen(line, strlen(line), "rb");
+        doctor d;
+        doctor_init(&d);
+        char err[256];
+        assert_int_equal(doctor_log_stream(&d, fp, "hccl-oom.log", err, sizeof err), 0);
+        fclose(fp);
+        assert_int_equal(d.n, 1);
+        has_text(d.f[0].title, "HcclCommInitRootInfo returned 24 (HCCL_E_OOM)");
+        has_text(d.f[0].next[d.f[0].nnext - 1], "export HBMALLOC_CONF='");
+        has_text(d.f[0].next[d.f[0].nnext - 1], sizes[i][1]);
+        doctor_free(&d);
+    }
+    unsetenv("HCCL_BUFFSIZE");
+}
+
 /* Found by fuzz_doctor: a 40-digit version part overflowed; a 60-digit size overflowed the byte count. */
 static void garbled_numbers_are_clamped_not_undefined(void **st)
 {
@@ -431,6 +464,7 @@ int main(void)
         cmocka_unit_test(repeated_failures_are_counted_once),
         cmocka_unit_test(expandable_segments_warning_with_its_odd_spacing),
         cmocka_unit_test(hccl_codes_by_name_with_a_checklist),
+        cmocka_unit_test(an_hccl_out_of_memory_advises_a_headroom_sized_from_its_buffers),
         cmocka_unit_test(npu_runtime_error_codes),
         cmocka_unit_test(garbled_numbers_are_clamped_not_undefined),
         cmocka_unit_test(a_read_error_is_a_finding_and_an_endless_line_stays_bounded),

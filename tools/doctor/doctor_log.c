@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,6 +319,27 @@ static const char *const hccl_meaning[] = {"success",
                                            "operation retry failed",
                                            "out of memory"};
 
+/* HCCL found no device memory for a communicator's buffers (HCCL_E_OOM): what to leave free, sized from
+ * HCCL_BUFFSIZE as this process sees it (MB, default 200; each communicator takes 2 x HCCL_BUFFSIZE: CANN 8.0's
+ * environment variable reference, envref_07_0080). With hbmalloc as the allocator the headroom keeps it free
+ * (hbm_headroom_mb: docs/CONFIGURATION.md); without, the memory fraction does. */
+static void hccl_oom_next(finding *f)
+{
+    const char *hb = getenv("HCCL_BUFFSIZE");
+    char *end = NULL;
+    long mb = hb ? strtol(hb, &end, 10) : 0;
+    bool set = hb && end != hb && !*end && mb >= 1 && mb <= 1048576;
+    if (!set)
+        mb = 200;
+    doctor_next(f, "lower HCCL_BUFFSIZE (MB, %s %ld) or leave more memory free (memory fraction)",
+                set ? "here" : "default", mb);
+    doctor_next(f,
+                "with hbmalloc as the allocator (hbmalloc.torch.use()), leave room for HCCL's buffers: export "
+                "HBMALLOC_CONF='hbm_headroom_mb:%ld' (2 x HCCL_BUFFSIZE for one communicator; add %ld MiB for each "
+                "more process group)",
+                2 * mb, 2 * mb);
+}
+
 static void hccl(doctor *d, const where *w, const char *func, int code)
 {
     char title[320];
@@ -356,7 +378,7 @@ static void hccl(doctor *d, const where *w, const char *func, int code)
     else if (code == 9)
         doctor_next(f, "raise HCCL_CONNECT_TIMEOUT and look for the first rank that failed");
     else if (code == 24)
-        doctor_next(f, "lower HCCL_BUFFSIZE (MB, default 200) or leave more memory free (memory fraction)");
+        hccl_oom_next(f);
     else if (code == 2)
         doctor_next(f, "set the device before creating the process group: torch.npu.set_device(local_rank)");
 }
