@@ -249,7 +249,7 @@ hbm_status hbm__segment_new(hbm_allocator *a, hbm__pool *p, hbm_stream stream, s
 /* Whether `bytes` more from the device leave hbm_headroom_mb of it free, as the runtime counts free memory (what
  * other processes, communicators and contexts hold included). A failed query allows it: the device's own answer
  * then decides, and the headroom never stops a job it cannot measure. */
-static bool headroom_allows(hbm_allocator *a, size_t bytes)
+static __attribute__((noinline, cold)) bool headroom_allows(hbm_allocator *a, size_t bytes)
 {
     size_t dev_free, dev_total;
     if (hbm__dev_info(a, &dev_free, &dev_total) != HBM_OK) {
@@ -271,7 +271,8 @@ static hbm_status alloc_block(hbm_allocator *a, hbm__pool *p, hbm_stream stream,
         return HBM_ERR_OOM;
     /* So does crossing hbm_headroom_mb, before the device is asked: the retry ladder then gives cached memory back
      * first, and the OOM message names the headroom. Pages map what the request needs; a segment is whole. */
-    if (a->conf.headroom_bytes && !headroom_allows(a, a->expandable || (p->owner && p->owner->sl) ? request : size))
+    if (__builtin_expect(a->conf.headroom_bytes != 0, 0) &&
+        !headroom_allows(a, a->expandable || (p->owner && p->owner->sl) ? request : size))
         return HBM_ERR_OOM;
     /* A tagged pool is made of pages whatever the setting: its pages can sleep, its blocks keep their addresses. */
     if (a->expandable || (p->owner && p->owner->sl))
