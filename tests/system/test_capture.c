@@ -147,8 +147,12 @@ static void blocks_of_a_capture_are_never_handed_out_outside_it_until_release(vo
 static void nothing_forbidden_reaches_the_device_during_capture(void **state)
 {
     (void)state;
-    const char *confs[] = {"", "expandable_segments:True", "expandable_segments:True,hbm_remap_free_pages:True",
-                           "garbage_collection_threshold:0.5", "max_split_size_mb:20"};
+    const char *confs[] = {"",
+                           "expandable_segments:True",
+                           "expandable_segments:True,hbm_remap_free_pages:True",
+                           "garbage_collection_threshold:0.5",
+                           "max_split_size_mb:20",
+                           "hbm_headroom_mb:64" /* its memory query on each new segment: relaxed mode too */};
     for (size_t c = 0; c < sizeof confs / sizeof *confs; c++) {
         hbm_allocator *a = open_sim("sim:capacity=2GiB", confs[c]);
         if (strstr(confs[c], "garbage"))
@@ -192,6 +196,8 @@ static void nothing_forbidden_reaches_the_device_during_capture(void **state)
         assert_int_equal(during.calls[HBM__OP_UNMAP], before.calls[HBM__OP_UNMAP]);
         assert_true(during.calls[HBM__OP_MALLOC] + during.calls[HBM__OP_MAP] >
                     before.calls[HBM__OP_MALLOC] + before.calls[HBM__OP_MAP]);
+        if (strstr(confs[c], "headroom")) /* the headroom asked the device during the capture, legally */
+            assert_true(during.calls[HBM__OP_INFO] > before.calls[HBM__OP_INFO]);
 
         /* After the capture: the deferred free records its event, and both blocks come back once S1 and S2 are
          * done. */
