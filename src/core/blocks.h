@@ -23,8 +23,7 @@ static inline hbm__block *hbm__block_take(hbm_allocator *a)
 /* The state of a block object that holds nothing yet, but for what hbm__block_blank's caller sets itself. */
 static inline void hbm__block_blank(hbm__block *b)
 {
-    b->node = (hbm__rb){0}; /* free, in no tree: the free side's fields */
-    b->gc_base = 0;
+    b->gc_base = 0; /* free, in no tree: its node is set when it enters one */
     b->allocated = b->in_tree = false;
     b->mapped = true;
     b->event_count = 0;

@@ -545,8 +545,6 @@ static inline bool open_wait_due(const hbm_allocator *a, unsigned waits)
 static __attribute__((noinline, cold)) int live_grow(hbm_allocator *a) { return hbm__ptrmap_reserve(&a->live, 1); }
 static inline int live_room(hbm_allocator *a) { return hbm__ptrmap_fits(&a->live, 1) ? 0 : live_grow(a); }
 
-/* A policy's note of the request (core/policy_ops.h), carried by the block that serves it until it is freed. */
-static inline void note_block(hbm__block *b, uint64_t note) { b->note = note; }
 
 /* `in`: the private pool asked for (hbm_mempool_malloc), else NULL; `pol`: a->pol is set. Both constants where
  * inlined: the caching engine alone pays no test for a policy (hbm_malloc takes one branch on a->pol). */
@@ -625,8 +623,8 @@ HBM__FAST hbm_status malloc_miss(hbm_allocator *a, hbm__pool *p, size_t orig, si
     }
     b = alloc_found_block(a, p, b, size, orig);
     if (pol && note)
-        note_block(b, note);
-    hbm__published(a); /* a device call was just made: the record follows, here so that a hit pays no test */
+        b->note = note; /* a policy's note (core/policy_ops.h), carried until the block is freed */
+    hbm__published(a);  /* a device call was just made: the record follows, here so that a hit pays no test */
     *out = (void *)b->addr;
     return HBM_OK;
 }
@@ -676,7 +674,7 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
         return malloc_miss(a, p, orig, size, stream, in, out, pol, waits, note);
     b = alloc_found_block(a, p, b, size, orig);
     if (pol && note)
-        note_block(b, note);
+        b->note = note; /* a policy's note (core/policy_ops.h), carried until the block is freed */
     *out = (void *)b->addr;
     return HBM_OK;
 }

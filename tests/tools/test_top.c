@@ -30,17 +30,7 @@ static int make_dir(void **state)
 static int remove_dir(void **state)
 {
     (void)state;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[512];
-    while (d && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
-        }
-    if (d)
-        closedir(d);
-    rmdir(dir);
+    remove_records_dir(dir);
     unlink(out);
     return 0;
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -47,6 +48,22 @@
 
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
+
+/* A test's folder of records emptied (every entry but "." and "..") and removed: the publishing tests' teardown. */
+static inline void remove_records_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[512];
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+}
 
 /* Open an allocator on a private sim; fails the test on error. */
 static inline hbm_allocator *open_sim(const char *spec, const char *settings)

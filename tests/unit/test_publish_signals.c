@@ -53,17 +53,7 @@ static int make_dir(void **state)
 static int remove_dir(void **state)
 {
     (void)state;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[512];
-    while (d && (e = readdir(d)))
-        if (e->d_name[0] != '.') {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
-        }
-    if (d)
-        closedir(d);
-    rmdir(dir);
+    remove_records_dir(dir);
     unsetenv("HBMALLOC_TOP_DIR");
     return 0;
 }
