@@ -75,6 +75,8 @@ class build_native(build_py):
                 shutil.copy2(src, os.path.join(pkg, "lib", name))
             elif "c10" not in name or c10 == "ON":
                 sys.exit("setup.py: the CMake build made no %s" % name)
+        # Prometheus's configuration and rules, and the Grafana dashboard (docs/MONITOR.md): hbmalloc/monitor.
+        shutil.copytree(os.path.join(HERE, "monitor"), os.path.join(pkg, "monitor"), dirs_exist_ok=True)
 
 
 class BinaryDistribution(Distribution):

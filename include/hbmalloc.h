@@ -182,7 +182,8 @@ HBM_API hbm_status hbm_open(hbm_allocator **out, const char *backend_spec, int d
 HBM_API hbm_status hbm_destroy(hbm_allocator *a);
 HBM_API hbm_status hbm_destroy_report(hbm_allocator *a, char *msg, size_t msglen);
 /* Right after hbm_create / hbm_open, before any other call: the calling thread alone will use a, so no call takes its
- * lock (a replay, a benchmark). Stops publishing (hbm_publish), whose refresher thread would need the lock. */
+ * lock (a replay, a benchmark). Stops publishing (hbm_publish), whose refresher thread would need the lock, and the
+ * snapshots at an OOM that HBMALLOC_OOM_DUMP_DIR asked for (hbm_oom_dump may turn them on again). */
 HBM_API void hbm_set_single_thread(hbm_allocator *a);
 
 /* ---- Allocation ---------------------------------------------------------- */
@@ -382,6 +383,38 @@ HBM_API const char *hbm_last_error(const hbm_allocator *a);
 HBM_API size_t hbm_copy_last_error(hbm_allocator *a, char *buf, size_t len);
 
 /* The figures of the last out-of-memory error, as PyTorch's OOM message gives them. */
+/* Device memory hbmalloc does not hold (docs/MONITOR.md, "Memory outside the allocator"): the device's used bytes as
+ * its runtime counts them (total - free: cudaMemGetInfo / aclrtGetMemInfo) less hbmalloc's reserved bytes — other
+ * processes, this process's runtime context, communicators' buffers (NCCL, HCCL), another allocator beside
+ * hbmalloc. Where the runtime tells memory per process (CUDA: NVML, as PyTorch's OOM message reads it; not AscendCL),
+ * split into this process's part and the other processes'. */
+#define HBM_OUTSIDE_PROCS 8
+typedef struct hbm_outside {
+    int device;
+    int64_t device_total; /* the runtime's capacity (the one read at create when its query fails) */
+    int64_t device_used;  /* total - free; -1: the query failed */
+    int64_t reserved;     /* hbmalloc's reserved_bytes at the query */
+    int64_t outside;      /* device_used - reserved (0 if below); -1: unknown */
+    /* The runtime's per-process figures (-1: it has none, it failed, or this process is not in its list, as in a
+     * container with its own PID namespace, where NVML lists the host's PIDs): this process's device memory, of it
+     * what is not hbmalloc's (process_bytes - reserved, 0 if below), and every other process's. outside - (
+     * process_outside + others) is what no process is charged with (the driver's own). */
+    int64_t process_bytes, process_outside, others;
+    uint64_t ns;     /* CLOCK_REALTIME of the query, in nanoseconds (0: never measured) */
+    uint32_t nprocs; /* processes the runtime listed (0 when it has no such list) */
+    struct {         /* the largest of them, largest first */
+        int64_t pid;
+        uint64_t bytes;
+    } procs[HBM_OUTSIDE_PROCS];
+} hbm_outside;
+/* Measure now: one memory query of the device (under a's lock) and, where the backend has one, one per-process
+ * query (without it). The figures also become the statistics' device_used_bytes, outside_bytes,
+ * outside_process_bytes and outside_others_bytes. A failed query is not an error: its figures are -1. */
+HBM_API hbm_status hbm_outside_get(hbm_allocator *a, hbm_outside *out);
+/* o as one sentence for people ("2.50 GiB of the device is in use outside hbmalloc: 1.00 GiB by this process ...");
+ * returns its length (cut to fit len, NUL-terminated). */
+HBM_API size_t hbm_outside_describe(const hbm_outside *o, char *buf, size_t len);
+
 typedef struct hbm_oom_info {
     uint64_t request;                     /* the caller's size */
     uint64_t alloc_size;                  /* what could not be obtained: the segment size ("Tried to allocate") */
@@ -390,6 +423,7 @@ typedef struct hbm_oom_info {
     uint64_t allocated, active, reserved; /* allocated_bytes, active_bytes, reserved_bytes (all, current) */
     int too_large;                        /* the request was 1 EiB or more */
     int during_capture;                   /* a graph capture was under way */
+    hbm_outside outside;                  /* memory outside hbmalloc then (its per-process figures included) */
 } hbm_oom_info;
 /* The last OOM's figures and message, copied together under the allocator's lock
  * (HBM_ERR_INVALID when there was none). msg may be NULL. */
@@ -433,6 +467,12 @@ typedef struct hbm_stats {
     int64_t asleep_pools;            /* private pools asleep (hbm_pool_sleep) */
     int64_t asleep_bytes;            /* their pages given back (not in reserved_bytes), mapped again at wake */
     int64_t backup_bytes;            /* their live bytes held in host memory for the wake */
+    /* Memory outside hbmalloc as last measured (hbm_outside: by hbm_outside_get, the published record's refresh
+     * twice a second, an OOM); -1 until measured, or unknown: */
+    int64_t device_used_bytes;     /* the device's used bytes (total - free) */
+    int64_t outside_bytes;         /* of them, not hbmalloc's reserved bytes */
+    int64_t outside_process_bytes; /* of those, this process's (NVML) */
+    int64_t outside_others_bytes;  /* other processes' (NVML) */
 } hbm_stats;
 
 /* The device's free and total memory as its runtime reports them (cudaMemGetInfo / aclrtGetMemInfo: what
@@ -459,7 +499,7 @@ typedef struct hbm_stat_entry {
     char name[48];
     int64_t value;
 } hbm_stat_entry;
-#define HBM_STAT_ENTRIES 134
+#define HBM_STAT_ENTRIES 138
 /* Fill out[0..HBM_STAT_ENTRIES) in sorted order (as memory_stats() sorts); returns the count written. */
 HBM_API int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap);
 
@@ -616,8 +656,9 @@ typedef struct hbm_snapshot {
     size_t nblocks;
     hbm_trace_entry *trace; /* oldest first */
     size_t ntrace;
-    char settings[512]; /* the settings string in force */
-    char *labels;       /* the label texts the snapshot refers to (its own copy) */
+    char settings[512];  /* the settings string in force */
+    char *labels;        /* the label texts the snapshot refers to (its own copy) */
+    hbm_outside outside; /* memory outside hbmalloc, measured as the snapshot was taken */
 } hbm_snapshot;
 
 HBM_API hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out);
@@ -626,6 +667,18 @@ typedef enum hbm_snapshot_format { HBM_SNAPSHOT_PICKLE = 0, HBM_SNAPSHOT_JSON = 
 /* Write a snapshot as PyTorch writes _dump_snapshot (pickle; opens in memory_viz) or as JSON. */
 HBM_API hbm_status hbm_snapshot_save(const hbm_snapshot *s, const char *path, hbm_snapshot_format fmt, char *err,
                                      size_t errlen);
+
+/* ---- Snapshots at an OOM (docs/API.md, "Snapshots at an OOM") ---------------------------------------------
+ * At each OOM of a malloc, the allocator's snapshot (hbm_snapshot_save's pickle, with the history if it is recorded)
+ * goes to dir/hbmalloc-oom-rank{RANK}-dev{DEVICE}-pid{PID}-{N}.pickle ($RANK, else $RANK_ID; "norank" without one),
+ * written under a hidden name and then given its own, after the malloc gave its lock back; the malloc returns its
+ * HBM_ERR_OOM as before. At most max_dumps per allocator (-1: $HBMALLOC_OOM_DUMP_MAX, else 3), and none that would
+ * take the folder's hbmalloc-oom-* files past max_mb MiB (-1: $HBMALLOC_OOM_DUMP_MAX_MB, else 2048): past a bound,
+ * one warning; a failed write (the folder gone, the disk full) turns them off with one warning (hbm_warning, and
+ * stderr unless HBMALLOC_QUIET). hbm_create does this for $HBMALLOC_OOM_DUMP_DIR (a refusal there is a warning).
+ * dir NULL or "": off. HBM_ERR_INVALID with the reason in hbm_last_error for a folder this process cannot write or a
+ * bad bound (nothing changed). */
+HBM_API hbm_status hbm_oom_dump(hbm_allocator *a, const char *dir, int max_dumps, long long max_mb);
 
 /* ---- Training steps and planning (hbmalloc policies) ------------------------- */
 /* A training step ends here (call it after optimizer.step(); hbmalloc_torch.step() and
@@ -709,11 +762,16 @@ typedef struct hbm_record {
     /* The peaks since the allocator was made: a reset of the peaks (reset_peak_memory_stats) does not lower them. */
     int64_t job_peak_allocated_bytes, job_peak_reserved_bytes;
     /* What held the device's memory at the last sleep or wake of a pool (hbm_resident, docs/SLEEP.md "What still
-     * holds memory"): the runtime's used bytes then, the part outside hbmalloc (-1 both: no sleep yet, or the query
-     * failed), when (CLOCK_REALTIME ns; 0: never), and hbm_resident_describe's sentence. */
-    int64_t resident_used_bytes, outside_bytes;
+     * holds memory"): the runtime's used bytes then (-1: no sleep yet, or the query failed), when (CLOCK_REALTIME
+     * ns; 0: never), and hbm_resident_describe's sentence. */
+    int64_t resident_used_bytes;
     uint64_t resident_ns;
     char resident[512];
+    /* Memory outside hbmalloc (hbm_outside), measured at each refresh of the record (twice a second), at an OOM and
+     * by hbm_outside_get: the device's used bytes, those not hbmalloc's, of them this process's and other
+     * processes' (-1: unknown, or the runtime does not tell by process), and when (CLOCK_REALTIME ns; 0: never). */
+    int64_t device_used_bytes, outside_bytes, outside_process_bytes, outside_others_bytes;
+    uint64_t outside_ns;
 } hbm_record;
 
 /* The folder records go in: $HBMALLOC_TOP_DIR when set, else /dev/shm (else /tmp). */

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include "torch_plugin.h"
 #include "util.h"
@@ -229,15 +230,26 @@ static void framework_oom(hbm_allocator *a, int device, char *msg, size_t len)
                        "allocated memory try setting max_split_size_mb to avoid fragmentation.",
                        s_alloc, device, s_total, s_allocated, s_active, s_free, s_allowed, s_reserved);
 #else
-        /* c10/cuda/CUDACachingAllocator.cpp's wording (two spaces after "fragmentation." and before "("). */
+        /* c10/cuda/CUDACachingAllocator.cpp's wording (two spaces after "fragmentation." and before "("), with
+         * reportProcessMemoryInfo's line per process NVML lists (largest first here, NVML's order there). */
+        char procs[HBM_OUTSIDE_PROCS * 80] = "";
+        hbm__sbuf ps;
+        hbm__sb_init(&ps, procs, sizeof procs);
+        for (uint32_t i = 0; i < o.outside.nprocs && i < HBM_OUTSIDE_PROCS; i++) {
+            hbm__format_size(o.outside.procs[i].bytes, s_x, sizeof s_x);
+            if (o.outside.procs[i].pid == (int64_t)getpid())
+                hbm__sb_printf(&ps, "Including non-PyTorch memory, this process has %s memory in use. ", s_x);
+            else
+                hbm__sb_printf(&ps, "Process %lld has %s memory in use. ", (long long)o.outside.procs[i].pid, s_x);
+        }
         hbm__sb_printf(&sb,
                        "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
-                       "free. %sOf the allocated memory %s is allocated by PyTorch, and %s is reserved by PyTorch "
+                       "free. %s%sOf the allocated memory %s is allocated by PyTorch, and %s is reserved by PyTorch "
                        "but unallocated. If reserved but unallocated memory is large try setting "
                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation "
                        "for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html"
                        "#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)",
-                       s_alloc, device, s_total, s_free, s_allowed, s_allocated, s_unalloc);
+                       s_alloc, device, s_total, s_free, procs, s_allowed, s_allocated, s_unalloc);
 #endif
     }
     hbm__sb_printf(&sb, "\nhbmalloc: %s", diag);
@@ -576,6 +588,7 @@ HBM_TORCH_EXPORT int hbm_torch_record_stream_npu(void *ptr, int device, long lon
 HBM_TORCH_EXPORT int hbm_torch_set_memory_fraction(double fraction, int device);
 HBM_TORCH_EXPORT double hbm_torch_get_memory_fraction(int device);
 HBM_TORCH_EXPORT long hbm_torch_stats(int device, char *buf, long len);
+HBM_TORCH_EXPORT long hbm_torch_outside(int device, char *buf, long len);
 HBM_TORCH_EXPORT int hbm_torch_reset_peak_stats(int device);
 HBM_TORCH_EXPORT int hbm_torch_device_counters(int device, hbm_device_counters *out);
 HBM_TORCH_EXPORT int hbm_torch_reset_accumulated_stats(int device);
@@ -688,6 +701,7 @@ HBM_TORCH_EXPORT long hbm_torch_stats(int device, char *buf, long len)
     hbm_stats s;
     memset(&s, 0, sizeof s);
     s.max_split_size = -1;
+    s.device_used_bytes = s.outside_bytes = s.outside_process_bytes = s.outside_others_bytes = -1; /* unmeasured */
     hbm_allocator *a = existing(device);
     if (a)
         hbm_get_stats(a, &s);
@@ -698,6 +712,28 @@ HBM_TORCH_EXPORT long hbm_torch_stats(int device, char *buf, long len)
         int w = snprintf(buf && need < len ? buf + need : NULL, buf && need < len ? (size_t)(len - need) : 0,
                          "%s %lld\n", e[i].name, (long long)e[i].value);
         need += w;
+    }
+    return need;
+}
+
+/* Memory outside hbmalloc measured now (hbm_outside_get) on each device in use (or `device` alone), one line each:
+ * device, device_total, device_used, reserved, outside, process_bytes, process_outside, others (-1: unknown), the
+ * sentence; tab-separated. Returns the length (or the length needed). */
+HBM_TORCH_EXPORT long hbm_torch_outside(int device, char *buf, long len)
+{
+    long need = 0;
+    int n = hbm_torch_device_count();
+    for (int d = device < 0 ? 0 : device; d < (device < 0 ? n : device + 1) && d < n; d++) {
+        hbm_allocator *a = hbm_torch_device_used(d) ? existing(d) : NULL;
+        hbm_outside o;
+        if (!a || hbm_outside_get(a, &o) != HBM_OK)
+            continue;
+        char say[1024];
+        hbm_outside_describe(&o, say, sizeof say);
+        need += snprintf(buf && need < len ? buf + need : NULL, buf && need < len ? (size_t)(len - need) : 0,
+                         "%d\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%s\n", d, (long long)o.device_total,
+                         (long long)o.device_used, (long long)o.reserved, (long long)o.outside,
+                         (long long)o.process_bytes, (long long)o.process_outside, (long long)o.others, say);
     }
     return need;
 }

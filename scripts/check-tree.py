@@ -167,7 +167,7 @@ def check_layers():
     return bad
 
 
-PATH = re.compile(r'(?<![\w./:$-])((?:src|tools|tests|docs|bench|scripts|examples|include|plugin|python|fuzz|cmake|'
+PATH = re.compile(r'(?<![\w./:$-])((?:src|tools|tests|docs|bench|scripts|examples|include|plugin|python|fuzz|cmake|monitor|'
                   r'\.ci)/[\w./*-]*[\w/*])')
 # A path as the sources name one another: relative to src/ or tools/ (core/engine.c, backend/backend.h, trace/trace.h).
 SRC_PATH = re.compile(r'(?<![\w./:$-])((?:core|backend|policy|io|conf|util|trace|run|view|doctor)/[\w-]+\.(?:c|h|cpp))\b')

@@ -6,15 +6,17 @@
 #                                Debian's torch (python3-torch, libtorch-dev: the plug-in built against torch's
 #                                headers, and tests inside a real torch), the Python packaging tools (the package
 #                                built and installed into a venv), tmux (the live monitor as a person sees it), a
-#                                Prometheus text-format parser, and Chromium with a DevTools-protocol client
-#                                (python3-websocket: the view's page in a browser)
+#                                Prometheus text-format parser, Chromium with a DevTools-protocol client
+#                                (python3-websocket: the view's page in a browser), and Prometheus with promtool and
+#                                node_exporter (the shipped rules tested, a real scrape of `top --textfile`; their
+#                                packages' own services, where systemd starts them, are left alone)
 # Another apt or dpkg run going is waited for (HBM_APT_WAIT seconds, default 900), and said so on stderr.
 set -euo pipefail
 pkgs=(gcc g++ make cmake pkg-config python3)
 if [ "${1:-test}" = test ]; then
     pkgs+=(libcmocka-dev librsvg2-bin clang clang-format libclang-rt-14-dev valgrind python3-torch libtorch-dev
            python3-setuptools python3-wheel python3-build python3-venv python3-pip tmux python3-prometheus-client
-           chromium python3-websocket)
+           chromium python3-websocket prometheus prometheus-node-exporter)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -11,8 +11,10 @@
 #include "util/env.h"
 #include "core/stats.h"
 #include "core/sleep.h"
+#include "core/outside.h"
 #include "core/events.h"
 #include "core/device.h"
+#include "io/oom_dump.h"
 #include "policy/registry.h"
 #include "conf/releases.h"
 #include "util/util.h"
@@ -117,6 +119,11 @@ hbm_status hbm_create(hbm_allocator **out, hbm_backend *b, int device, const cha
     a->stats.expandable_segments = a->expandable;
     if (a->conf.publish == 1 && hbm_publish(a, 1) != HBM_OK) /* monitoring never stops the job: said, not failed */
         hbm__warning_add(a, a->err);
+    if (hbm__oom_dump_from_env(a) != HBM_OK) { /* nor do snapshots at an OOM (io/oom_dump.c) */
+        hbm__warning_add(a, a->err);
+        if (!hbm__env(HBM__ENV_QUIET))
+            fprintf(stderr, "hbmalloc: warning: %s\n", a->err);
+    }
     a->err[0] = 0;
     *out = a;
     return HBM_OK;
@@ -204,6 +211,7 @@ hbm_status hbm_destroy_report(hbm_allocator *a, char *msg, size_t msglen)
     }
     if (a->owns_backend)
         hbm_backend_close(a->backend);
+    hbm__oom_dump_free(a);
     free(a);
     return rc;
 }
@@ -219,7 +227,8 @@ hbm_status hbm_destroy(hbm_allocator *a)
 
 void hbm_set_single_thread(hbm_allocator *a)
 {
-    hbm_publish(a, 0); /* its refresher would take a lock no call takes any more */
+    hbm_publish(a, 0);           /* its refresher would take a lock no call takes any more */
+    hbm_oom_dump(a, NULL, 0, 0); /* a replay's OOMs are a model's (a sweep makes them on purpose), not a job's */
     a->single_thread = true;
 }
 
@@ -294,6 +303,7 @@ hbm_status hbm_get_stats(hbm_allocator *a, hbm_stats *out)
         a->pol->ops->stats(a, &a->stats, &positions);
     hbm__sleep_stats(a, &a->stats);
     hbm__stats_view(a, out);
+    hbm__outside_stats(a, out);
     hbm__unlock(a);
     return HBM_OK;
 }

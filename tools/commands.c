@@ -123,12 +123,13 @@ static const cli_opt conf_opts[] = {
 };
 
 static const cli_opt doctor_opts[] = {
-    {"--log", "FILE", "also read a training log (repeatable): OOMs, warnings, HCCL/NCCL errors"},
+    {"--log", "FILE", "read logs (files, folders, 'patterns'): failures; which rank failed first"},
     {"--torch", "VERSION", "your PyTorch release (else read from the logs)"},
     {"--torch-npu", "VERSION", "your torch_npu release (else read from the logs)"},
     {"--trace", "SNAPSHOT", "replay it under the sweep's grid on this device to prove the advice"},
     {"--capacity", "SIZE", "the device's capacity for --trace, when no out-of-memory message gives it"},
     {"--device", "N", "which of the snapshot's devices, when it has several"},
+    {"--snapshot", "FILE...", "every rank's snapshot (files, folders, 'patterns'): the ranks that stand out"},
     {"--json", NULL, "the findings as JSON"},
     {"--no-env", NULL, "the logs and the trace only, not this machine"},
     {"--root", "DIR", "read /usr/local/Ascend and the like under DIR"},
@@ -174,8 +175,8 @@ const cli_cmd cli_commands[] = {
     {"doctor", "", "what is wrong with device memory here, why, and what to do next", doctor_opts,
      "Reads the backends, driver, firmware and CANN versions, npu-smi, nvidia-smi, virtual memory, the\n"
      "visible devices and the allocator settings in the environment (as your release reads them).\n"
-     "exit status: 0 nothing to act on, 1 findings to act on, 2 bad usage, an unreadable log, or nothing\n"
-     "to check (--no-env without --log or --trace)\n"
+     "exit status: 0 nothing to act on, 1 findings to act on, 2 bad usage, an unreadable log or snapshot,\n"
+     "or nothing to check (--no-env without --log, --trace or --snapshot)\n"
      "more: hbmalloc help DOCTOR\n"},
     {"top", "", "the allocators of this user's running jobs, live", top_opts,
      "Per process and device: allocated, reserved of the device's capacity, unallocated, fragmentation,\n"

@@ -601,7 +601,8 @@ static int cmd_view(int argc, char **argv)
         fprintf(stderr, "hbmalloc view: usage: hbmalloc view TRACE -o OUT.svg|OUT.html|OUT.png [--conf S] "
                         "[--capacity SIZE]\n"
                         "       hbmalloc view TRACE --conf A --conf B [...] -o OUT.html   (A/B: one trace, settings)\n"
-                        "       hbmalloc view TRACE1 TRACE2 [...] -o OUT.html   (before and after: traces)\n");
+                        "       hbmalloc view TRACE1 TRACE2 [...] -o OUT.html   (before and after: traces)\n"
+                        "       hbmalloc view RANK0 RANK1 [...] -o OUT.png   (ranks side by side: .svg too)\n");
         return 2;
     }
     size_t n = nconf > npath ? nconf : npath ? npath : 1;

@@ -413,6 +413,7 @@ enum {
     C_ASLEEP,
     C_CAP,
     C_USE,
+    C_OUTSIDE,
     C_UNALLOC,
     C_UNPCT,
     C_FRAG,
@@ -435,6 +436,7 @@ static const struct {
     [C_DEV] = {"DEV", 4, 0, 0},          [C_ALLOC] = {"ALLOCATED", 11, 0, 0},
     [C_RES] = {"RESERVED", 11, 0, 0},    [C_ASLEEP] = {"ASLEEP", 11, 0, 1}, /* shown while a pool sleeps */
     [C_CAP] = {"CAPACITY", 10, 0, 8},    [C_USE] = {"RES/CAP", 7, 0, 0},
+    [C_OUTSIDE] = {"OUTSIDE", 11, 0, 6}, /* device used - reserved: not hbmalloc's (dropped with UNALLOC) */
     [C_UNALLOC] = {"UNALLOC", 11, 0, 6}, [C_UNPCT] = {"UNALLOC%", 8, 0, 0},
     [C_FRAG] = {"FRAG%", 6, 0, 3},       [C_LARGEST] = {"LARGEST FREE", 12, 0, 0},
     [C_PEAK] = {"PEAK", 11, 0, 4},       [C_JOBPEAK] = {"JOB PEAK", 11, 0, 7},
@@ -462,7 +464,7 @@ typedef enum {
 } fkind;
 
 /* How the table writes it. */
-typedef enum { T_INT, T_INT_DASH, T_SIZE, T_PERCENT, T_PERCENT_DASH, T_YESNO, T_STR, T_TREND } tfmt;
+typedef enum { T_INT, T_INT_DASH, T_SIZE, T_SIZE_DASH, T_PERCENT, T_PERCENT_DASH, T_YESNO, T_STR, T_TREND } tfmt;
 
 typedef struct field {
     const char *name; /* the key in --json and the column in --csv; NULL: neither */
@@ -533,8 +535,17 @@ static const field fields[] = {
     {F("asleep_tags", K_STR, asleep_tags), 1, 0, -1, T_STR, NOPROM},
     {F("resident_ns", K_I64, resident_ns), 1, 0, -1, T_INT, NOPROM},
     {F("resident_used_bytes", K_I64, resident_used_bytes), 1, 0, -1, T_SIZE, NOPROM},
-    {F("outside_bytes", K_I64, outside_bytes), 1, 0, -1, T_SIZE, 18, "hbmalloc_outside_bytes", "gauge",
-     "Device memory used outside hbmalloc at the last sleep or wake of a pool (-1: none yet)."},
+    {F("outside_bytes", K_I64, outside_bytes), 1, 17, C_OUTSIDE, T_SIZE_DASH, 18, "hbmalloc_outside_bytes", "gauge",
+     "Device memory in use outside hbmalloc: the device's used bytes less reserved_bytes (-1: unknown)."},
+    {F("device_used_bytes", K_I64, device_used_bytes), 1, 0, -1, T_SIZE_DASH, 19, "hbmalloc_device_used_bytes", "gauge",
+     "The device's used bytes as its runtime counts them, every process's (-1: unknown)."},
+    {F("outside_process_bytes", K_I64, outside_process_bytes), 1, 0, -1, T_SIZE_DASH, 20,
+     "hbmalloc_outside_process_bytes", "gauge",
+     "Of the memory outside hbmalloc, this process's (context, communicators' buffers; -1: the runtime does not "
+     "tell)."},
+    {F("outside_others_bytes", K_I64, outside_others_bytes), 1, 0, -1, T_SIZE_DASH, 21, "hbmalloc_outside_others_bytes",
+     "gauge", "Of the memory outside hbmalloc, other processes' (-1: the runtime does not tell)."},
+    {F("outside_ns", K_U64, outside_ns), 1, 0, -1, T_INT, NOPROM},
     {F("resident", K_STR, resident), 1, 0, -1, T_STR, NOPROM},
     {F("job_peak_allocated_bytes", K_I64, job_peak_allocated_bytes), 1, 0, -1, T_SIZE, NOPROM},
     {F("job_peak_reserved_bytes", K_I64, job_peak_reserved_bytes), 1, 0, C_JOBPEAK, T_SIZE, 5,
@@ -650,6 +661,12 @@ static void row_cells(const seen *s, const entry *e, char cell[NCOLS][48])
             /* fall through */
         case T_INT: snprintf(c, 48, "%lld", (long long)figure(f, r)); break;
         case T_SIZE: size_text(figure(f, r), c, 48); break;
+        case T_SIZE_DASH: /* -1: unknown */
+            if (figure(f, r) < 0)
+                snprintf(c, 48, "-");
+            else
+                size_text(figure(f, r), c, 48);
+            break;
         case T_PERCENT_DASH:
             if (share(f, r) < 0) {
                 snprintf(c, 48, "-");
@@ -668,7 +685,7 @@ static void row_cells(const seen *s, const entry *e, char cell[NCOLS][48])
  * the peaks or fragmentation, which do not). The capacity is the device's, once. */
 static void total_cells(const seen *s, const char *device, char cell[NCOLS][48])
 {
-    int64_t alloc = 0, res = 0, asleep = 0, cap = 0, ooms = 0, retries = 0, mallocs = 0;
+    int64_t alloc = 0, res = 0, asleep = 0, cap = 0, ooms = 0, retries = 0, mallocs = 0, used = -1;
     for (size_t i = 0; i < s->n; i++) {
         const hbm_record *r = &s->recs[i].r;
         if (strcmp(s->recs[i].device, device))
@@ -681,6 +698,8 @@ static void total_cells(const seen *s, const char *device, char cell[NCOLS][48])
         mallocs = sat_add(mallocs, r->num_device_alloc);
         if (r->device_total > cap)
             cap = r->device_total;
+        if (r->device_used_bytes > used) /* the device's, seen by each: the latest count is the largest mostly */
+            used = r->device_used_bytes;
     }
     for (int c = 0; c < NCOLS; c++)
         cell[c][0] = 0;
@@ -691,6 +710,10 @@ static void total_cells(const seen *s, const char *device, char cell[NCOLS][48])
     size_text(asleep, cell[C_ASLEEP], 48);
     size_text(cap, cell[C_CAP], 48);
     percent_text(ratio(res, cap), cell[C_USE], 48);
+    if (used < 0) /* outside every allocator of the device: its used bytes less all their reserved bytes */
+        snprintf(cell[C_OUTSIDE], 48, "-");
+    else
+        size_text(used > res ? used - res : 0, cell[C_OUTSIDE], 48);
     int64_t unalloc = sat_sub(res, sat_sub(alloc, asleep)); /* reserved less the blocks in memory */
     size_text(unalloc, cell[C_UNALLOC], 48);
     percent_text(ratio(unalloc, res), cell[C_UNPCT], 48);

@@ -114,6 +114,8 @@ def _declare(lib):
     lib.hbm_torch_pools.argtypes = [c.c_char_p, c.c_long]
     lib.hbm_torch_resident.restype = c.c_long
     lib.hbm_torch_resident.argtypes = [c.c_int, c.c_char_p, c.c_long]
+    lib.hbm_torch_outside.restype = c.c_long
+    lib.hbm_torch_outside.argtypes = [c.c_int, c.c_char_p, c.c_long]
     lib.hbm_torch_mem_info.argtypes = [c.c_int, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]
     lib.hbm_torch_enable_peer.argtypes = [c.c_int, c.c_int]
     for hook in ("hbm_torch_init", "hbm_torch_reset", "hbm_torch_memory_fraction", "hbm_torch_cuda_reset",
@@ -233,11 +235,14 @@ def would_accept(device=None):
     return (refused is None), (refused or "")
 
 
-def use(path=None, device=None):
+def use(path=None, device=None, oom_dump_dir=None):
     """Make hbmalloc the framework's device allocator. Call before anything allocates on the device.
 
     device: "cuda" (torch.cuda.memory.CUDAPluggableAllocator) or "npu" (torch_npu's NPUPluggableAllocator);
-    by default "npu" when torch_npu is installed. Returns the pluggable allocator object."""
+    by default "npu" when torch_npu is installed. oom_dump_dir: at each out-of-memory, this rank's snapshot goes
+    there as hbmalloc-oom-rank{RANK}-dev{DEVICE}-pid{PID}-{N}.pickle (docs/PYTORCH.md, "Snapshots where the OOM
+    happened"); it wins over HBMALLOC_OOM_DUMP_DIR, which does the same with no code (torchrun: every rank); ""
+    turns it off; None leaves the variable to decide. Returns the pluggable allocator object."""
     device = device or device_type()
     torch = _need("torch", "PyTorch")
     if device == "npu":
@@ -246,6 +251,11 @@ def use(path=None, device=None):
     refused = _framework_refusal(device, torch)
     if refused:
         raise RuntimeError(refused)
+    if oom_dump_dir is not None:
+        # Read by the library when it makes each device's allocator, at the first allocation (src/io/oom_dump.c):
+        # the folder this process names now, whatever folder it is in then.
+        folder = os.fsdecode(os.fspath(oom_dump_dir))
+        os.environ["HBMALLOC_OOM_DUMP_DIR"] = os.path.abspath(folder) if folder else ""
     if device == "npu":
         torch_npu = sys.modules["torch_npu"]
         fw_version = getattr(torch_npu, "__version__", "0")
@@ -994,6 +1004,27 @@ def resident(device=None):
         vals = line.split("\t")
         d = {k: (v if k in ("awake_tags", "text") else int(v)) for k, v in zip(_RESIDENT_FIELDS, vals)}
         for k in ("device_used", "outside"):
+            d[k] = None if d[k] < 0 else d[k]
+        out.append(d)
+    return out
+
+
+_OUTSIDE_FIELDS = ("device", "device_total", "device_used", "reserved", "outside", "process_bytes", "process_outside",
+                   "others", "text")
+
+
+def outside(device=None):
+    """Device memory hbmalloc does not hold, measured now, for the devices in use (or `device` alone), one dict
+    each: the runtime's device_total and device_used, hbmalloc's reserved, outside (used - reserved: the runtime's
+    context, NCCL/HCCL buffers, other processes), and where the runtime tells memory by process (CUDA: NVML; not
+    AscendCL) process_bytes, process_outside (this process's part of outside) and others (other processes'); None
+    where unknown; text: one sentence (docs/MONITOR.md, "Memory outside the allocator"). The statistics' keys
+    outside_bytes, outside_process_bytes, outside_others_bytes and device_used_bytes keep the last measurement."""
+    dev = -1 if device is None else int(device)
+    out = []
+    for line in _text_lines("outside()", lambda buf, n: library().hbm_torch_outside(dev, buf, n)):
+        d = {k: (v if k == "text" else int(v)) for k, v in zip(_OUTSIDE_FIELDS, line.split("\t"))}
+        for k in _OUTSIDE_FIELDS[2:-1]:
             d[k] = None if d[k] < 0 else d[k]
         out.append(d)
     return out

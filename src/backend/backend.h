@@ -73,6 +73,13 @@ typedef struct hbm__backend_caps {
     int host_readable; /* and host_alloc's memory is memory the CPU reads (the sim's address-only tokens are not) */
 } hbm__backend_caps;
 
+/* One process's device memory as the runtime counts it per process (NVML's nvmlProcessInfo_v1_t: pid,
+ * usedGpuMemory). */
+typedef struct hbm__proc_use {
+    int64_t pid;
+    uint64_t bytes;
+} hbm__proc_use;
+
 typedef struct hbm__backend_ops {
     const char *name;
     int (*mem_alloc)(void *ctx, int device, size_t size, uintptr_t *out);
@@ -123,6 +130,12 @@ typedef struct hbm__backend_ops {
     int (*host_free)(void *ctx, int device, void *p);
     int (*copy_d2h)(void *ctx, int device, void *dst, uintptr_t src, size_t size, hbm_stream stream);
     int (*copy_h2d)(void *ctx, int device, uintptr_t dst, const void *src, size_t size, hbm_stream stream);
+    /* The processes that hold memory on the device, as the runtime counts them (CUDA: NVML's
+     * nvmlDeviceGetComputeRunningProcesses, as c10/cuda/CUDACachingAllocator.cpp reportProcessMemoryInfo reads it):
+     * up to cap into out, *n how many there are (may exceed cap). Callable from any thread without the allocator's
+     * lock, and during a capture (it is not a stream or device call). NULL where the runtime has no such query
+     * (AscendCL: aclrtGetMemInfo is device-wide only); nonzero when the query fails (no NVML, no permission). */
+    int (*proc_mem)(void *ctx, int device, hbm__proc_use *out, size_t cap, size_t *n);
 } hbm__backend_ops;
 
 /* Capture modes, numbered as CUstreamCaptureMode and aclmdlRICaptureMode number them. */

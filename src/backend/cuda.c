@@ -22,6 +22,7 @@
 #include "util/util.h"
 #include "util/env.h"
 #include "backend.h"
+#include "nvml.h"
 
 /* ---- the driver's types and constants (cuda.h, CUDA 13; layouts checked below) ---- */
 typedef int CUresult;
@@ -79,6 +80,7 @@ typedef struct cu_fns {
     CUresult (*DeviceGet)(CUdevice *, int);
     CUresult (*DeviceGetCount)(int *);
     CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
+    CUresult (*DeviceGetPCIBusId)(char *, int, CUdevice); /* NVML's name of the device (proc_mem) */
     CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*DevicePrimaryCtxRelease)(CUdevice);
     CUresult (*CtxSetCurrent)(CUcontext);
@@ -129,6 +131,7 @@ static const sym syms[] = {
     {"cuDeviceGet", 2000, "cuDeviceGet", F(DeviceGet), 1},
     {"cuDeviceGetCount", 2000, "cuDeviceGetCount", F(DeviceGetCount), 1},
     {"cuDeviceGetAttribute", 2000, "cuDeviceGetAttribute", F(DeviceGetAttribute), 1},
+    {"cuDeviceGetPCIBusId", 4010, "cuDeviceGetPCIBusId", F(DeviceGetPCIBusId), 0},
     {"cuDevicePrimaryCtxRetain", 7000, "cuDevicePrimaryCtxRetain", F(DevicePrimaryCtxRetain), 1},
     {"cuDevicePrimaryCtxRelease", 11000, "cuDevicePrimaryCtxRelease_v2", F(DevicePrimaryCtxRelease), 1},
     {"cuCtxSetCurrent", 4000, "cuCtxSetCurrent", F(CtxSetCurrent), 1},
@@ -194,6 +197,7 @@ typedef struct cuda {
     unsigned char capable[CUDA_MAX_DEVICES][CUDA_MAX_DEVICES];
     atomic_uchar peer[CUDA_MAX_DEVICES][CUDA_MAX_DEVICES];
     cuda_maps maps[CUDA_MAX_DEVICES];
+    char nvml[512]; /* the NVML library (proc_mem): "" for libnvidia-ml.so.1, "off" for none */
 } cuda;
 
 typedef CUresult (*getproc_v2_t)(const char *, void **, int, unsigned long long, int *);
@@ -589,6 +593,20 @@ static void cu_close(void *ctx)
     free(c);
 }
 
+/* Device memory by process: NVML, the device named by its PCI bus id (nvml.c). */
+static int cu_proc_mem(void *ctx, int device, hbm__proc_use *out, size_t cap, size_t *n)
+{
+    cuda *c = ctx;
+    char bus[32];
+    CUdevice dev;
+    if (!strcmp(c->nvml, "off") || !c->fn.DeviceGetPCIBusId || device < 0 || device >= c->ndev ||
+        c->fn.DeviceGet(&dev, device) != CUDA_SUCCESS ||
+        c->fn.DeviceGetPCIBusId(bus, (int)sizeof bus, dev) != CUDA_SUCCESS)
+        return -1;
+    bus[sizeof bus - 1] = 0;
+    return hbm__nvml_proc_mem(c->nvml, bus, out, cap, n);
+}
+
 static const hbm__backend_ops cuda_ops = {
     .name = "cuda",
     .mem_alloc = cu_alloc,
@@ -618,6 +636,7 @@ static const hbm__backend_ops cuda_ops = {
     .host_free = cu_host_free,
     .copy_d2h = cu_copy_d2h,
     .copy_h2d = cu_copy_h2d,
+    .proc_mem = cu_proc_mem,
 };
 
 /* Virtual memory needs the 10.2 driver API, the entry points, and the device's own attribute. */
@@ -679,16 +698,20 @@ static int opt_is(const char *o, size_t len, const char *name) { return len == s
 /* The spec's options, comma-separated: lib=PATH (the driver library), peers=enabled (the default: the owning device
  * and the peers enabled with hbm_backend_enable_peer get access to a page) or peers=capable (every device
  * cuDeviceCanAccessPeer reports: for a framework that cannot say which peers it enables). */
-static int parse_opts(const char *opts, char *lib, size_t liblen, int *all_peers, char *err, size_t errlen)
+static int parse_opts(const char *opts, char *lib, size_t liblen, char *nvml, size_t nvmllen, int *all_peers, char *err,
+                      size_t errlen)
 {
     for (const char *o = opts; o && *o; o += *o == ',') {
         size_t len = strcspn(o, ",");
         if (len > 4 && !strncmp(o, "lib=", 4))
             snprintf(lib, liblen, "%.*s", (int)(len - 4), o + 4);
+        else if (len > 5 && !strncmp(o, "nvml=", 5))
+            snprintf(nvml, nvmllen, "%.*s", (int)(len - 5), o + 5);
         else if (opt_is(o, len, "peers=enabled") || opt_is(o, len, "peers=capable"))
             *all_peers = o[6] == 'c';
         else {
-            snprintf(err, errlen, "cuda: unknown option '%.*s' (known: lib=PATH, peers=enabled, peers=capable)",
+            snprintf(err, errlen,
+                     "cuda: unknown option '%.*s' (known: lib=PATH, nvml=PATH|off, peers=enabled, peers=capable)",
                      (int)(len < 200 ? len : 200), o);
             return -1;
         }
@@ -703,13 +726,15 @@ int hbm__cuda_open(struct hbm_backend *b, const char *opts, char *err, size_t er
     const char *env = hbm__env(HBM__ENV_LIBCUDA);
     snprintf(lib, sizeof lib, "%s", env && *env ? env : "libcuda.so.1");
     int all_peers = 0;
-    if (parse_opts(opts, lib, sizeof lib, &all_peers, err, errlen))
+    char nvml[512] = "";
+    if (parse_opts(opts, lib, sizeof lib, nvml, sizeof nvml, &all_peers, err, errlen))
         return HBM_ERR_INVALID;
     cuda *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "cuda: out of host memory");
         return HBM_ERR_NOMEM;
     }
+    memcpy(c->nvml, nvml, sizeof nvml);
     pthread_mutex_init(&c->lock, NULL);
     c->lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!c->lib) {

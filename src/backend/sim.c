@@ -33,6 +33,7 @@
 #define SIM_MAX_DEVICES 16
 #define SIM_ALIGN (2 * HBM__MiB)
 #define SIM_VA_BASE ((uintptr_t)0x100000000000ull) /* 16 TiB */
+#define SIM_OTHERS_PID 4242                        /* others_pid's default */
 #define SIM_VA_SPAN ((uintptr_t)0x100000000000ull) /* 16 TiB of addresses per device */
 #define SIM_MAX_CAPACITY ((size_t)8 << 40)         /* 8 TiB */
 #define SIM_MAX_FAULTS 32
@@ -56,7 +57,9 @@ typedef struct sim_node_block {
 } sim_node_block;
 
 typedef struct sim_dev {
-    size_t capacity, used, others;
+    /* others: memory held outside hbmalloc (every process), context of it this process's own (its runtime context,
+     * communicators' buffers), the rest other processes'. */
+    size_t capacity, used, others, context;
     hbm__ranges free; /* free addresses (address-only mode) */
 } sim_dev;
 
@@ -145,6 +148,8 @@ typedef struct sim {
     uint32_t free_handle; /* index + 1 of the first released slot, 0: none */
     /* streams and events */
     int strict_streams; /* streams=strict: only stream 0 and created streams exist */
+    int no_processes;   /* processes=off: no per-process query (as AscendCL) */
+    int64_t others_pid; /* the process the others' memory is reported under */
     sim_stream *streams;
     size_t nstreams, cap_streams;
     uint32_t *stream_index; /* open addressing over (device, id): index + 1 into streams, 0: empty; a power of two */
@@ -374,6 +379,29 @@ static int sim_free_fn(void *ctx, int device, uintptr_t ptr, size_t size)
     s->counters.live_allocations--;
     s->counters.live_bytes -= size;
 done:
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* NVML's view (docs/CONTRACTS.md, the NVML row): this process holds what it allocated and its context; the
+ * others' memory is one other process's. Not a device call: no capture check, no fault, no cost. */
+static int sim_proc_mem(void *ctx, int device, hbm__proc_use *out, size_t cap, size_t *n)
+{
+    sim *s = ctx;
+    int rc = 0;
+    pthread_mutex_lock(&s->lock);
+    if (s->no_processes) {
+        rc = HBM__SIM_ERR_UNSUPPORTED;
+    } else if (device < 0 || device >= s->ndev) {
+        rc = HBM__SIM_ERR_DEVICE;
+    } else {
+        sim_dev *d = &s->dev[device];
+        hbm__proc_use p[2] = {{(int64_t)getpid(), d->used + d->context}, {s->others_pid, d->others - d->context}};
+        size_t k = 1 + (p[1].bytes > 0);
+        for (size_t i = 0; i < k && i < cap; i++)
+            out[i] = p[i];
+        *n = k;
+    }
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -932,6 +960,7 @@ static const char *sim_strerror(void *ctx, int code)
     case 0: return "success";
     case HBM__BE_OOM: return "out of device memory";
     case HBM__SIM_ERR_INJECTED: return "injected fault (sim fault rule)";
+    case HBM__SIM_ERR_UNSUPPORTED: return "no per-process memory query (processes=off)";
     case HBM__SIM_ERR_BAD_FREE: return "free of an address the device never handed out";
     case HBM__SIM_ERR_DEVICE: return "no such device";
     case HBM__SIM_ERR_HOST: return "host memory behind the simulated device ran out";
@@ -1026,6 +1055,7 @@ static const hbm__backend_ops sim_ops = {
     .host_free = sim_host_free,
     .copy_d2h = sim_copy_d2h,
     .copy_h2d = sim_copy_h2d,
+    .proc_mem = sim_proc_mem,
 };
 
 /* ---- spec parsing: "capacity=80GiB,memory=host,devices=2,..." ---- */
@@ -1060,10 +1090,33 @@ static long parse_version(const char *v)
     return part[0] * 1000000 + part[1] * 1000 + part[2];
 }
 
-static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, size_t *others, hbm__backend_caps *caps,
-                   char *err, size_t errlen)
+static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, size_t *others, size_t *context,
+                   hbm__backend_caps *caps, char *err, size_t errlen)
 {
     uint64_t n;
+    if (!strcmp(key, "context")) {
+        if (hbm__parse_size(val, context)) {
+            snprintf(err, errlen, "sim: context '%s' must be a size (this process's memory outside hbmalloc)", val);
+            return -1;
+        }
+        return 0;
+    }
+    if (!strcmp(key, "processes")) {
+        if (strcmp(val, "on") && strcmp(val, "off")) {
+            snprintf(err, errlen, "sim: processes '%s' must be 'on' or 'off'", val);
+            return -1;
+        }
+        s->no_processes = !strcmp(val, "off");
+        return 0;
+    }
+    if (!strcmp(key, "others_pid")) {
+        if (hbm__parse_u64(val, &n) || n == 0 || n > INT32_MAX) {
+            snprintf(err, errlen, "sim: others_pid '%s' must be a process id (1 to 2^31-1)", val);
+            return -1;
+        }
+        s->others_pid = (int64_t)n;
+        return 0;
+    }
     if (!strcmp(key, "vmm")) {
         if (strcmp(val, "on") && strcmp(val, "off")) {
             snprintf(err, errlen, "sim: vmm '%s' must be 'on' or 'off'", val);
@@ -1182,8 +1235,9 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
             return 0;
         }
         snprintf(err, errlen,
-                 "sim: unknown option '%s' (known: capacity, others, memory, devices, dialect, pad, vmm, "
-                 "firmware, granularity, streams, <call>_us, <call>_us_per_gib, fail_nth)",
+                 "sim: unknown option '%s' (known: capacity, others, context, others_pid, processes, memory, "
+                 "devices, dialect, pad, vmm, firmware, granularity, streams, <call>_us, <call>_us_per_gib, "
+                 "fail_nth)",
                  key);
         return -1;
     }
@@ -1237,7 +1291,8 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     b->caps.dialect = HBM_DIALECT_CUDA;
     b->caps.request_pad = 0;
     b->caps.modelled_cost = 1;
-    size_t capacity = 80 * HBM__GiB, others = 0;
+    size_t capacity = 80 * HBM__GiB, others = 0, context = 0;
+    s->others_pid = SIM_OTHERS_PID;
 
     char buf[1024];
     if (strlen(opts) >= sizeof buf) {
@@ -1255,7 +1310,7 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
             return HBM_ERR_INVALID;
         }
         *eq = 0;
-        if (sim_set(s, tok, eq + 1, &capacity, &others, &b->caps, err, errlen)) {
+        if (sim_set(s, tok, eq + 1, &capacity, &others, &context, &b->caps, err, errlen)) {
             sim_close(s);
             return HBM_ERR_INVALID;
         }
@@ -1275,7 +1330,8 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     for (int d = 0; d < s->ndev; d++) {
         sim_dev *dev = &s->dev[d];
         dev->capacity = capacity;
-        dev->others = others;
+        dev->others = others + context;
+        dev->context = context;
         if (!s->host_backed) {
             uintptr_t base = SIM_VA_BASE + (uintptr_t)d * SIM_VA_SPAN;
             if (range_give(dev, base, SIM_VA_SPAN)) {
@@ -1292,6 +1348,20 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
 /* ---- test and tool controls ---- */
 
 void *hbm__sim_ctx(hbm_backend *b) { return b && b->ops == &sim_ops ? b->ctx : NULL; }
+
+int hbm__sim_set_outside(void *ctx, int device, size_t context, size_t others)
+{
+    sim *s = ctx;
+    int rc = -1;
+    pthread_mutex_lock(&s->lock);
+    if (device >= 0 && device < s->ndev) {
+        s->dev[device].others = others + context;
+        s->dev[device].context = context;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
 
 int hbm__sim_add_fault(void *ctx, const hbm__sim_fault *rule)
 {

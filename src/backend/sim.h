@@ -33,7 +33,8 @@ enum {
     HBM__SIM_ERR_STILL_MAPPED = 9,
     HBM__SIM_ERR_BAD_EVENT = 10,
     HBM__SIM_ERR_BAD_STREAM = 11,
-    HBM__SIM_ERR_CAPTURE = 12
+    HBM__SIM_ERR_CAPTURE = 12,
+    HBM__SIM_ERR_UNSUPPORTED = 13
 };
 
 typedef struct hbm__sim_counters {
@@ -67,5 +68,8 @@ int hbm__sim_stream_pending(void *ctx, int device, hbm_stream stream);
 /* Graph capture: mark a stream as capturing (or not); while any stream captures, the sim
  * enforces CUDA's capture rules and counts violations. */
 int hbm__sim_stream_capture(void *ctx, int device, hbm_stream stream, int capturing);
+/* Memory outside hbmalloc on a device, changed while the job runs (a communicator made, another process started):
+ * this process's part (context) and other processes' (others). -1: no such device. */
+int hbm__sim_set_outside(void *ctx, int device, size_t context, size_t others);
 
 #endif

@@ -28,6 +28,7 @@
 #include "core/sleep.h"
 #include "core/expandable.h"
 #include "core/device.h"
+#include "core/outside.h"
 #include "core/pool.h"
 #include "util/util.h"
 
@@ -411,7 +412,8 @@ static void garbage_collect(hbm_allocator *a)
 static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_stream stream)
 {
     size_t dev_free = 0, dev_total = a->device_total;
-    if (hbm__dev_info(a, &dev_free, &dev_total) != HBM_OK) {
+    bool known = hbm__dev_info(a, &dev_free, &dev_total) == HBM_OK;
+    if (!known) {
         dev_free = 0;
         dev_total = a->device_total;
     }
@@ -431,6 +433,17 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
     size_t cached = (size_t)(reserved - allocated);
     size_t largest = hbm__largest_free(a);
     size_t outside = dev_total > dev_free + (size_t)reserved ? dev_total - dev_free - (size_t)reserved : 0;
+    hbm_outside *out = &a->last_oom.outside; /* what holds the rest, by process where the runtime tells */
+    *out = (hbm_outside){.device = a->device,
+                         .device_total = (int64_t)dev_total,
+                         .device_used = known ? (int64_t)(dev_total - dev_free) : -1,
+                         .reserved = reserved,
+                         .outside = known ? (int64_t)outside : -1,
+                         .process_bytes = -1,
+                         .process_outside = -1,
+                         .others = -1};
+    hbm__outside_processes(a, out);
+    hbm__outside_note(a, out);
     char s_alloc[32], s_orig[32], s_total[32], s_free[32], s_allocated[32], s_cached[32], s_largest[32], s_x[32];
     hbm__format_size(alloc_size, s_alloc, sizeof s_alloc);
     hbm__format_size(orig, s_orig, sizeof s_orig);
@@ -464,8 +477,9 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
                    "largest free cached block is %s. ",
                    s_allocated, s_cached, s_largest);
     if (outside > 0) {
-        hbm__format_size(outside, s_x, sizeof s_x);
-        hbm__sb_printf(&sb, "%s of the device is in use outside this allocator. ", s_x);
+        char said[512];
+        hbm_outside_describe(out, said, sizeof said);
+        hbm__sb_printf(&sb, "%s. ", said);
     }
     if (a->region_seg) { /* the region's share of what is reserved, and how it is cut up; named by its policy */
         size_t region_free = 0, region_largest = 0;
@@ -711,11 +725,14 @@ static __attribute__((noinline)) hbm_status policy_malloc(hbm_allocator *a, size
         hbm__lock(a);               \
     } while (0)
 
-/* Their end: a failure's message to the calling thread's sink, the lock given back. */
+/* Their end: a failure's message to the calling thread's sink, the lock given back; after an OOM, the snapshot asked
+ * for at one (io/oom_dump.c), with the lock open. */
 HBM__FAST hbm_status malloc_end(hbm_allocator *a, hbm_status rc)
 {
     to_sink(a, rc);
     hbm__unlock(a);
+    if (__builtin_expect(rc == HBM_ERR_OOM, 0))
+        hbm__oom_dumped(a);
     return rc;
 }
 

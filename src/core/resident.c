@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "core/device.h"
+#include "core/outside.h"
 #include "core/resident.h"
 #include "core/segments.h"
 #include "core/sleep.h"
@@ -187,7 +188,16 @@ void hbm__resident_note(hbm_allocator *a)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     a->res_used = r.device_used;
-    a->res_outside = r.outside;
+    hbm_outside o = {.device = a->device, /* the same query measured memory outside hbmalloc: noted too */
+                     .device_total = r.device_total,
+                     .device_used = r.device_used,
+                     .reserved = (int64_t)r.reserved,
+                     .outside = r.outside,
+                     .process_bytes = -1,
+                     .process_outside = -1,
+                     .others = -1};
+    hbm__outside_processes(a, &o);
+    hbm__outside_note(a, &o);
     a->res_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     hbm_resident_describe(&r, a->res_text, sizeof a->res_text);
 }

@@ -172,6 +172,10 @@ int hbm_stats_flatten(const hbm_stats *s, hbm_stat_entry *out, int cap)
         {"asleep_pools", s->asleep_pools},
         {"asleep_bytes", s->asleep_bytes},
         {"backup_bytes", s->backup_bytes},
+        {"device_used_bytes", s->device_used_bytes},
+        {"outside_bytes", s->outside_bytes},
+        {"outside_process_bytes", s->outside_process_bytes},
+        {"outside_others_bytes", s->outside_others_bytes},
     };
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++, n++)
         if (n < cap) {

@@ -235,12 +235,17 @@ struct hbm_allocator {
     struct hbm__policy *pol;  /* the policy beside the caching engine (core/policy_ops.h), NULL: none */
     struct hbm__pub *pub;     /* hbm_publish (publish.c): the shared-memory record, NULL when not published */
     void (*pub_update)(hbm_allocator *a); /* what keeps that record current (set with pub): hbm__published */
+    /* Snapshots at an OOM (io/oom_dump.c): its state, NULL when off, and what writes one (set with it), called by
+     * the failed malloc once its lock is given back (hbm__oom_dumped); read there without the lock: atomically. */
+    struct hbm__oomd *oomd;
+    void (*oom_dump)(hbm_allocator *a);
     /* What held the device's memory at the last sleep or wake while published (resident.c hbm__resident_note): the
-     * runtime's used bytes and those outside hbmalloc (-1: unknown), when (CLOCK_REALTIME ns, 0: never), the
+     * runtime's used bytes (-1: unknown), when (CLOCK_REALTIME ns, 0: never), the
      * sentence. */
-    int64_t res_used, res_outside;
+    int64_t res_used;
     uint64_t res_ns;
     char res_text[512];
+    hbm_outside outside_last; /* memory outside hbmalloc as last measured (core/outside.c; ns 0: never) */
     hbm__mempool *mempools;
     hbm_mempool next_mempool_id;
     hbm__route *routes; /* searched last first, as PyTorch searches captures */
@@ -307,6 +312,16 @@ static inline void hbm__published(hbm_allocator *a)
 {
     if (__builtin_expect(a->pub != NULL, 0))
         a->pub_update(a);
+}
+
+/* After a malloc that ran out of memory, its lock given back: a snapshot of the allocator, if one was asked for at an
+ * OOM (io/oom_dump.c sets the pointer; the engine names nothing above it). Never under the lock: the snapshot takes
+ * it, as PyTorch calls its OOM observers after `lock.unlock()` (CUDACachingAllocator.cpp, malloc). */
+static inline void hbm__oom_dumped(hbm_allocator *a)
+{
+    void (*dump)(hbm_allocator *) = __atomic_load_n(&a->oom_dump, __ATOMIC_ACQUIRE);
+    if (dump)
+        dump(a);
 }
 
 #endif

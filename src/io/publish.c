@@ -51,6 +51,7 @@
 #include "core/stats.h"
 #include "core/segments.h"
 #include "core/sleep.h"
+#include "core/outside.h"
 #include "io/publish.h"
 #include "io/publish_signals.h"
 #include "util/util.h"
@@ -193,8 +194,14 @@ static void fill_stats(hbm_allocator *a, hbm_record *r)
     hbm__sleep_record(a, &r->asleep_bytes, &r->backup_bytes, r->asleep_tags, sizeof r->asleep_tags);
     r->resident_ns = a->res_ns;
     r->resident_used_bytes = a->res_ns ? a->res_used : -1;
-    r->outside_bytes = a->res_ns ? a->res_outside : -1;
     snprintf(r->resident, sizeof r->resident, "%s", a->res_ns ? a->res_text : "");
+    hbm_stats o;
+    hbm__outside_stats(a, &o);
+    r->device_used_bytes = o.device_used_bytes;
+    r->outside_bytes = o.outside_bytes;
+    r->outside_process_bytes = o.outside_process_bytes;
+    r->outside_others_bytes = o.outside_others_bytes;
+    r->outside_ns = a->outside_last.ns;
 }
 
 static void update(struct hbm__pub *p)
@@ -257,6 +264,8 @@ static void *refresher(void *arg)
         for (struct hbm__pub *p = list; p && !exiting; p = p->next)
             if (p->owner == me) {
                 any = true;
+                hbm_outside o; /* memory outside hbmalloc, measured for each refresh (outside.c) */
+                hbm_outside_get(p->a, &o);
                 hbm__lock(p->a);
                 update(p);
                 hbm__unlock(p->a);

@@ -70,6 +70,7 @@ hbm_status hbm_snapshot_take(hbm_allocator *a, hbm_snapshot **out)
         return HBM_ERR_NOMEM;
     growing segs = {NULL, 0, 0, sizeof(hbm_snap_segment)}, blks = {NULL, 0, 0, sizeof(hbm_snap_block)};
     hbm_status rc = HBM_OK;
+    hbm_outside_get(a, &s->outside); /* before the lock: it takes it, and asks for the processes without it */
     hbm__lock(a);
     s->device = a->device;
     snprintf(s->settings, sizeof s->settings, "%s", a->conf.text);
@@ -394,6 +395,14 @@ static void emit_snapshot(emit *e, const hbm_snapshot *s)
     e_open(e, 1);
     e_kv_str(e, "PYTORCH_CUDA_ALLOC_CONF", s->settings);
     e_close(e);
+    /* hbmalloc's keys beside torch's (memory_viz and torch's readers take the keys they know): memory outside
+     * hbmalloc as the snapshot was taken (hbm_outside; -1: unknown), for `hbmalloc view` and the doctor. */
+    const hbm_outside *o = &s->outside;
+    e_kv_int(e, "device_total_bytes", o->ns ? o->device_total : -1);
+    e_kv_int(e, "device_used_bytes", o->ns ? o->device_used : -1);
+    e_kv_int(e, "outside_bytes", o->ns ? o->outside : -1);
+    e_kv_int(e, "outside_process_bytes", o->ns ? o->process_outside : -1);
+    e_kv_int(e, "outside_others_bytes", o->ns ? o->others : -1);
     e_close(e);
 }
 

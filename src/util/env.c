@@ -4,6 +4,7 @@
  */
 #include "util/env.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 static const char *const names[HBM__ENV_VARS] = {
@@ -23,8 +24,22 @@ static const char *const names[HBM__ENV_VARS] = {
     [HBM__ENV_LIBCUDA] = "HBMALLOC_LIBCUDA",
     [HBM__ENV_LIBASCENDCL] = "HBMALLOC_LIBASCENDCL",
     [HBM__ENV_PATH] = "PATH",
+    [HBM__ENV_OOM_DUMP_DIR] = "HBMALLOC_OOM_DUMP_DIR",
+    [HBM__ENV_OOM_DUMP_MAX] = "HBMALLOC_OOM_DUMP_MAX",
+    [HBM__ENV_OOM_DUMP_MAX_MB] = "HBMALLOC_OOM_DUMP_MAX_MB",
 };
 
 const char *hbm__env(hbm__env_var v) { return v < HBM__ENV_VARS ? getenv(names[v]) : NULL; }
 
 const char *hbm__env_name(hbm__env_var v) { return v < HBM__ENV_VARS ? names[v] : ""; }
+
+long long hbm__env_count(hbm__env_var v)
+{
+    const char *s = hbm__env(v);
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    return *end || x < 0 || errno || (*s < '0' || *s > '9') ? -2 : x;
+}

@@ -20,9 +20,12 @@ typedef enum hbm__env_var {
     HBM__ENV_LOCAL_RANK, /* LOCAL_RANK */
     HBM__ENV_WORLD_SIZE, /* WORLD_SIZE, else RANK_SIZE */
     HBM__ENV_RANK_SIZE,
-    HBM__ENV_LIBCUDA,     /* HBMALLOC_LIBCUDA: the CUDA driver library to load */
-    HBM__ENV_LIBASCENDCL, /* HBMALLOC_LIBASCENDCL: the AscendCL library to load */
-    HBM__ENV_PATH,        /* PATH: the programs the tool runs */
+    HBM__ENV_LIBCUDA,         /* HBMALLOC_LIBCUDA: the CUDA driver library to load */
+    HBM__ENV_LIBASCENDCL,     /* HBMALLOC_LIBASCENDCL: the AscendCL library to load */
+    HBM__ENV_PATH,            /* PATH: the programs the tool runs */
+    HBM__ENV_OOM_DUMP_DIR,    /* HBMALLOC_OOM_DUMP_DIR: where a snapshot goes at each OOM (io/oom_dump.c) */
+    HBM__ENV_OOM_DUMP_MAX,    /* HBMALLOC_OOM_DUMP_MAX: at most that many per allocator */
+    HBM__ENV_OOM_DUMP_MAX_MB, /* HBMALLOC_OOM_DUMP_MAX_MB: the folder's hbmalloc-oom-* files at most that big */
     HBM__ENV_VARS
 } hbm__env_var;
 
@@ -30,5 +33,7 @@ typedef enum hbm__env_var {
 const char *hbm__env(hbm__env_var v);
 /* Its name ("HBMALLOC_CONF"). */
 const char *hbm__env_name(hbm__env_var v);
+/* Its value as a decimal count (0 or more): -1 when it is unset or empty, -2 when it is not such a number. */
+long long hbm__env_count(hbm__env_var v);
 
 #endif

@@ -389,7 +389,7 @@ print('png %d %d' % struct.unpack('>II', d[16:24]))" "$tmp/v.png"
 check view_png_without_rsvg 2 "rsvg-convert, which is not on PATH (Debian: apt install librsvg2-bin)" \
     env PATH=/nonexistent "$bin" view "$ex" --conf "" -o "$tmp/none.png"
 [ ! -e "$tmp/none.png" ] && [ ! -e "$tmp/none.png.svg.tmp" ] || { echo "FAIL view_png_without_rsvg left a file"; fails=$((fails + 1)); }
-check view_ab_needs_html 2 "runs side by side (several --conf or traces) are drawn as a page: name it .html" \
+check view_ab_needs_html 2 "one trace under several --conf is drawn as a page, side by side: name it .html" \
     "$bin" view "$ex" --conf "" --conf "expandable_segments:True" -o "$tmp/ab.svg"
 check view_ab_one_axis 2 "usage: hbmalloc view" "$bin" view "$ex" "$ex" --conf "" --conf "expandable_segments:True" -o "$tmp/ab.html"
 check view_ab_bad_conf 2 "expandable_segment" "$bin" view "$ex" --conf "" --conf "expandable_segment:True" -o "$tmp/ab.html"
@@ -613,6 +613,7 @@ joined --root "$tmp" doctor --log "$tmp/train.log"
 joined --trace "$snap" doctor --no-env --capacity 2GiB
 joined --capacity 2GiB doctor --no-env --trace "$snap"
 joined --device 0 doctor --no-env --trace "$snap" --capacity 2GiB
+joined --snapshot "$snap" doctor --no-env
 mkdir "$tmp/top"
 joined --dir "$tmp/top" top --once
 joined --interval 0.5 top --once --dir "$tmp/top"

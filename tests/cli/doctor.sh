@@ -393,7 +393,7 @@ expect 2 "$T/out" "cannot open log $T/missing.log: No such file or directory" # 
 case=nothing-to-check
 doc "$BIN" doctor --no-env >"$T/out" 2>&1; rc=$?
 expect 2 "$T/out" "hbmalloc doctor: nothing was checked: --no-env leaves out this machine's environment, and no" \
-  "--log or --trace was given"
+  "--log, --trace or --snapshot was given"
 has "No problems found" && fail "$case: 'No problems found' with nothing examined"
 doc "$BIN" doctor --no-env --json >"$T/out" 2>&1; rc=$?
 expect 2 "$T/out" "nothing was checked"
@@ -423,5 +423,134 @@ line=$(flat "$T/out" | grep -o "export HBMALLOC_CONF='hbm_headroom_mb:[0-9]*'")
 (cd "$T" && mkdir paste-headroom && cd paste-headroom && sh -c "$line; \"$BIN\" conf" >../conf-out 2>&1 &&
     [ -z "$(ls)" ]) || fail "$case: the export line does not paste and run: $(cat "$T/conf-out")"
 grep -q "hbm_headroom_mb: 600" "$T/conf-out" || fail "$case: hbmalloc conf did not read it: $(cat "$T/conf-out")"
+
+# Issue #40 item 2 for NCCL: its out-of-memory with the cause on the line after torch's "Last error:"
+# (SOURCES.md): the headroom of one communicator (700 MiB; times NCCL_BUFFSIZE / 4 MiB), pasted and read back.
+case=nccl-oom-headroom
+doc NCCL_BUFFSIZE=16777216 "$BIN" doctor --no-env --log "$D/logs/nccl_oom_last_error_constructed.log" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "NCCL out of device memory: no room for a communicator's buffers" \
+  "nccl_oom_last_error_constructed.log:7: [rank0]: Cuda failure 2 'out of memory'" \
+  "export HBMALLOC_CONF='hbm_headroom_mb:2800'"
+line=$(flat "$T/out" | grep -o "export HBMALLOC_CONF='hbm_headroom_mb:[0-9]*'")
+(cd "$T" && mkdir paste-nccl && cd paste-nccl && sh -c "$line; \"$BIN\" conf" >../conf-out 2>&1 &&
+    [ -z "$(ls)" ]) || fail "$case: the export line does not paste and run: $(cat "$T/conf-out")"
+grep -q "hbm_headroom_mb: 2800" "$T/conf-out" || fail "$case: hbmalloc conf did not read it: $(cat "$T/conf-out")"
+
+# Issue #40 item 3: several ranks. torchrun --tee of 4 GPUs in one log (prefixes [defaultN]: and [rankN]:): rank 3
+# ran out of memory first, the others' watchdogs timed out 601 s later: the consequence, confirmed, ranked first.
+case=ranks-torchrun-tee
+doc "$BIN" doctor --no-env --log "$D/logs/ranks_torchrun_tee_constructed.log" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "1. [error] rank 3 failed first: GPU out of memory with 6.87 GiB reserved but unallocated" \
+  "the collective errors of ranks 0-2 came 601 s later: its consequence" "explains 3" \
+  "rank 0, 12-18 20:17:21: NCCL error: a collective timed out (the process group's watchdog)"
+doc "$BIN" doctor --no-env --json --log "$D/logs/ranks_torchrun_tee_constructed.log" >"$T/out" 2>&1; rc=$?
+python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+ids = [f["id"] for f in d["findings"]]
+assert ids[0] == "ranks-first-failure" and d["findings"][0]["explains"] == str(ids.index("nccl-error") + 1), ids
+t = d["ranks"]["timeline"]
+assert t["first"] == "rank 3" and t["first_kind"] == "oom" and t["consequence"] == "confirmed", t
+assert t["ordered_by"] == "time" and t["window_s"] == 660, t
+r = {x["label"]: x for x in d["ranks"]["ranks"]}
+assert r["rank 0"]["first_failure"]["time"] == "12-18 20:17:21" and r["rank 0"]["first_failure"]["time_own"], r
+assert not r["rank 3"]["first_failure"]["time_own"], r["rank 3"]' "$T/out" || fail "$case: the JSON"
+
+# msrun's per-rank files (worker_N.log) as a folder and as a quoted pattern: the same four ranks; rank 1's
+# out-of-memory has no time of its own and none after it, so the HCCL timeouts' cause is unconfirmed.
+case=ranks-folder-pattern
+for arg in "$D/logs/ranks_msrun_npu" "$D/logs/ranks_msrun_npu/worker_*.log"; do
+  doc "$BIN" doctor --no-env --log "$arg" >"$T/out" 2>&1; rc=$?
+  expect 1 "$T/out" "rank 1 failed first as far as the logs show (NPU out of memory with 6.40 GiB reserved" \
+    "the collective errors of ranks 0, 2 and 3 are its consequence is unconfirmed: rank 1's failure has no time of its own" \
+    "rank 0, 2025-10-24 11:48:57.509: HCCL error: a collective timed out (TaskExecStage)"
+done
+# Both at once (rank 0 to 3 twice: said as mixed), laid out for people as the layout cases above check.
+layout layout-ranks "$BIN" doctor --no-env --log "$D/logs/ranks_msrun_npu" --log "$D/logs/ranks_torchrun_tee_constructed.log"
+doc "$BIN" doctor --no-env --log "$D/logs/ranks_msrun_npu" --log "$D/logs/ranks_torchrun_tee_constructed.log" >"$T/out" 2>&1
+has "rank 0 has two logs, $D/logs/ranks_msrun_npu/worker_0.log and $D/logs/ranks_torchrun_tee_constructed.log" ||
+  fail "$case: the same ranks in two jobs' logs not said"
+has "is unconfirmed: the logs are not all of one run of one job" || fail "$case: mixed jobs' failures ordered as one job's"
+doc "$BIN" doctor --no-env --log "$D/logs/ranks_msrun_npu/nothing_*.log" >"$T/out" 2>&1; rc=$?
+expect 2 "$T/out" "no file matches the log pattern $D/logs/ranks_msrun_npu/nothing_*.log"
+mkdir -p "$T/empty/sub"
+doc "$BIN" doctor --no-env --log "$T/empty" >"$T/out" 2>&1; rc=$?
+expect 2 "$T/out" "log folder $T/empty has no log file directly inside (its subfolders are not read"
+
+# Gigabytes of logs are streamed: a generated log, 500 failures of each of a thousand ranks (115 MB), through a pipe
+# is read with the doctor's peak RSS under 32 MB (every failure kept would take 350 MB), in a few seconds.
+case=ranks-streamed
+python3 - "$BIN" <<'PY' || fail "$case: $(cat "$T/big-out" 2>/dev/null | tail -3)"
+import resource, subprocess, sys, time
+start = time.time()
+p = subprocess.Popen([sys.argv[1], "doctor", "--no-env", "--json", "--log", "/dev/stdin"], stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+line = ("[rank%d]:[E1218 20:%02d:%02d.426415540 ProcessGroupNCCL.cpp:629] [Rank %d] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=%d, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600081 milliseconds "
+        "before timing out.\n")
+for b in range(50):
+    p.stdin.write("".join(line % (i % 1000, i // 60000 % 60, i // 1000 % 60, i % 1000, i)
+                          for i in range(b * 10000, (b + 1) * 10000)).encode())
+p.stdin.close()
+out = p.stdout.read()
+assert p.wait() == 1, p.returncode
+import json
+d = json.loads(out)["ranks"]
+assert len(d["ranks"]) == 1000 and d["ranks"][999]["failures_more"] == 496, d["ranks"][999]
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB
+took = time.time() - start
+assert rss < 32 * 1024, "peak RSS %d KiB" % rss
+assert took < 60, "took %.1f s" % took
+PY
+
+# Issue #40 item 3: every rank's snapshot at once. Four ranks' dumps, named as hbm_oom_dump names them, written by
+# `hbmalloc replay --snapshot` from a real trace (examples/cs336-lm-ctx512-forward.trace, a Transformer LM's forward
+# pass): ranks 0-2 at its line 1000, rank 3 at line 2000, holding more; a file in the folder that is not a snapshot.
+# The outlier is named with what it holds more, the file not read is said (exit 2, the rest compared), the printed
+# view command runs as printed and draws the two ranks; JSON for machines; one rank alone has nothing to compare.
+case=ranks-snapshots
+mkdir "$T/ranks"
+for r in 0 1 2 3; do
+  n=1000; [ $r -eq 3 ] && n=2000
+  head -n $n "$SRC/examples/cs336-lm-ctx512-forward.trace" >"$T/part$r.trace"
+  "$BIN" replay "$T/part$r.trace" --conf "" --snapshot "$T/ranks/hbmalloc-oom-rank$r-dev0-pid1-1.pickle" >/dev/null ||
+    fail "$case: replay --snapshot rank $r"
+done
+printf 'step 10 loss 2.31\n' >"$T/ranks/notes.json"
+(cd "$T" && doc "$BIN" doctor --no-env --snapshot ranks >"$T/out" 2>&1); rc=$?
+expect 2 "$T/out" "not read: ranks/notes.json is not a memory snapshot" \
+  "rank 3 stands out among 4 ranks: peak reserved 27.86 GiB, the median rank's 18.94 GiB (+8.93 GiB, 1.47x)" \
+  "What it holds that rank 0 (the median rank) does not, by size: 8.69 GiB in 8 groups" \
+  "+3.91 GiB 50 more blocks of 80.00 MiB"
+[ "$(grep -c '^  rank [0-9].* yes$' "$T/out")" -eq 1 ] && grep -q '^  rank 3 .* yes$' "$T/out" ||
+  fail "$case: not rank 3 alone marked an outlier"
+awk 'length > 100 || / $/ { bad = 1 } END { exit bad }' "$T/out" || fail "$case: a line over 100 columns or ending in a space"
+cmd=$(flat "$T/out" | grep -o '\$ hbmalloc view [^$]* -o ranks.svg')
+(cd "$T" && PATH="$(dirname "$BIN"):$PATH" sh -c "${cmd#\$ }" >view-out 2>&1) ||
+  fail "$case: the view command does not run as printed: $cmd: $(cat "$T/view-out")"
+[ "$(grep -o 'class="rank" data-rank="[0-9]*"' "$T/ranks.svg" 2>/dev/null | tr '\n' ' ')" = \
+  'class="rank" data-rank="0" class="rank" data-rank="3" ' ] || fail "$case: ranks.svg does not draw ranks 0 and 3"
+rm "$T/ranks/notes.json"
+doc "$BIN" doctor --no-env --json --snapshot "$T/ranks/*rank*.pickle" >"$T/out" 2>&1; rc=$?
+[ "$rc" -eq 1 ] || fail "$case: --json exit status $rc, expected 1"
+python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))["snapshots"]
+assert d["outliers"] == 1 and [r["rank"] for r in d["ranks"]] == [0, 1, 2, 3], d
+r = d["ranks"][3]
+assert r["outlier"] == ["reserved"] and r["more_than_median"]["largest"][0]["blocks"] == 50, r' "$T/out" ||
+  fail "$case: the JSON"
+doc "$BIN" doctor --no-env --snapshot "$T/ranks/hbmalloc-oom-rank3-dev0-pid1-1.pickle" >"$T/out" 2>&1; rc=$?
+expect 0 "$T/out" "One rank's snapshot only: nothing to compare it with."
+doc "$BIN" doctor --no-env --snapshot "$T/ranks/nothing*.pickle" >"$T/out" 2>&1; rc=$?
+expect 2 "$T/out" "--snapshot: $T/ranks/nothing*.pickle: no file matches"
+# A snapshot whose pickle repeats one segment of 1000 blocks 100,000 times by memo references (200 KB of file, 10^8
+# blocks to walk): refused by the file's bound, in bounded memory and time, and the other rank still read.
+python3 -c 'import pickle, sys
+b = [{"size": 1024, "state": "active_allocated", "frames": []}] * 1000
+s = {"device": 0, "total_size": 1024000, "blocks": b}
+pickle.dump({"segments": [s] * 100000, "device_traces": [[]]}, open(sys.argv[1], "wb"), protocol=4)' "$T/memo-rank9.pickle"
+(ulimit -v 1000000; doc timeout 60 "$BIN" doctor --no-env --snapshot "$T/memo-rank9.pickle" \
+  "$T/ranks/hbmalloc-oom-rank0-dev0-pid1-1.pickle" >"$T/out" 2>&1); rc=$?
+expect 2 "$T/out" "memo-rank9.pickle: the segments hold more blocks than the file can describe" \
+  "One rank's snapshot only: nothing to compare it with."
 
 [ $fails -eq 0 ] && echo "doctor: all cases passed" || { echo "doctor: $fails failures"; exit 1; }

@@ -6,6 +6,10 @@ build=$1 src=$2 cc=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+# The monitoring files (docs/MONITOR.md, "From one job on one node to a cluster"), as they are in the tree.
+for f in prometheus/hbmalloc-rules.yml prometheus/prometheus.yml grafana/hbmalloc.json; do
+    cmp -s "$src/monitor/$f" "$tmp/prefix/share/hbmalloc/monitor/$f" || { echo "FAIL: share/hbmalloc/monitor/$f"; exit 1; }
+done
 cmake -S "$src/examples/embed" -B "$tmp/embed" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_C_COMPILER="$cc" >/dev/null
 cmake --build "$tmp/embed" >/dev/null
 out=$(LD_LIBRARY_PATH="$tmp/prefix/lib:${LD_LIBRARY_PATH:-}" "$tmp/embed/embed")

@@ -22,7 +22,9 @@ esac
 import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
 need = {"hbmalloc/__init__.py", "hbmalloc/__main__.py", "hbmalloc/torch.py", "hbmalloc_torch.py", "hbmalloc/bin/hbmalloc",
-        "hbmalloc/lib/libhbmalloc_torch.so", "hbmalloc/lib/libhbmalloc_torch_npu.so"}
+        "hbmalloc/lib/libhbmalloc_torch.so", "hbmalloc/lib/libhbmalloc_torch_npu.so",
+        "hbmalloc/monitor/prometheus/hbmalloc-rules.yml", "hbmalloc/monitor/prometheus/prometheus.yml",
+        "hbmalloc/monitor/grafana/hbmalloc.json"}
 missing = need - names
 assert not missing, missing
 info = zipfile.ZipFile(sys.argv[1]).read([n for n in names if n.endswith(".dist-info/WHEEL")][0]).decode()

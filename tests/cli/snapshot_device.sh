@@ -35,4 +35,14 @@ run two-devices 2 "this snapshot holds more than one device (devices: 0, 3); cho
   "$BIN" replay "$T/two.json"
 run two-devices-named 0 "peak reserved:      4.00 MiB" "$BIN" replay "$T/two.json" --device 3
 
+# Memory outside hbmalloc travels with hbmalloc's snapshot (issue #40 item 1: src/io/snapshot.c's keys) and `view`
+# says it: 256 MiB of the process's own beside hbmalloc, 1 GiB of another process's, on the simulated device.
+run outside-snapshot 0 "peak reserved" "$BIN" replay "$SRC/examples/cs336-lm-ctx512-forward.trace" \
+  --backend "sim:context=256MiB,others=1GiB" --snapshot "$T/outside.pickle"
+run outside-view 0 "wrote" "$BIN" view "$T/outside.pickle" -o "$T/outside.svg"
+grep -qF "when recorded, 1.25 GiB of the device was in use outside hbmalloc: 256.00 MiB by its process, 1024.00 MiB by others" \
+  "$T/outside.svg" || fail "outside-view: the picture does not say what was outside hbmalloc"
+run outside-none 0 "wrote" "$BIN" view "$SRC/tests/data/layoutediting-torch1x-segments.pickle" -o "$T/torch.svg"
+! grep -q 'id="outside"' "$T/torch.svg" || fail "outside-none: a torch snapshot has no such figure, none is drawn"
+
 [ $fails -eq 0 ] && echo "snapshot_device: all cases passed" || { echo "snapshot_device: $fails failures"; exit 1; }

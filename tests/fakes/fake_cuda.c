@@ -261,6 +261,24 @@ API CUresult cuDeviceGet(int *d, int ordinal)
     *d = ordinal;
     return OK;
 }
+/* cuDeviceGetPCIBusId (cuda.h: "[domain]:[bus]:[device].[function]", NUL-terminated, at most len bytes): buses in an
+ * order unlike CUDA's numbering, as NVML's own numbering may be (tests/fakes/fake_nvml.c numbers them 3b, 5e, 86,
+ * af): a caller that took a CUDA ordinal for an NVML index would read another device. */
+API CUresult cuDeviceGetPCIBusId(char *id, int len, int dev)
+{
+    static const unsigned bus[] = {0x5e, 0x3b, 0xaf, 0x86};
+    CHECK();
+    if (!id || len <= 0)
+        return INVALID_VALUE;
+    if (dev < 0 || dev >= F.devices || dev >= 4)
+        return INVALID_DEVICE;
+    char s[32];
+    snprintf(s, sizeof s, "%04X:%02X:00.0", 0u, bus[dev]); /* "0000:5E:00.0" */
+    if ((int)strlen(s) >= len)
+        return INVALID_VALUE;
+    memcpy(id, s, strlen(s) + 1);
+    return OK;
+}
 API CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
 {
     CHECK();
@@ -846,6 +864,7 @@ static void *lookup(const char *name, int version)
         {"cuDeviceGet", (void *)cuDeviceGet, 2000},
         {"cuDeviceGetCount", (void *)cuDeviceGetCount, 2000},
         {"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute, 2000},
+        {"cuDeviceGetPCIBusId", (void *)cuDeviceGetPCIBusId, 4010},
         {"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain, 7000},
         {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2, 11000},
         {"cuCtxSetCurrent", (void *)cuCtxSetCurrent, 4000},

@@ -10,9 +10,13 @@ usage: plugin_use.py LIB PLUGIN_DIR MODE, MODE one of
   torch1    torch 1.13: use() refuses
   npu       torch_npu 2.6.0.post1 (own DeviceStats layout, no pool hooks)
   npu213    torch_npu 2.13.0 (c10 DeviceStats: the stats hook is not set, the Python API is routed)"""
+import atexit
 import ctypes
 import os
+import pickle
+import shutil
 import sys
+import tempfile
 import types
 import warnings
 
@@ -123,9 +127,13 @@ if mode == "torch1":
     print("ok")
     sys.exit(0)
 
+dumps = tempfile.mkdtemp(prefix="hbm-oomdump-")  # use(oom_dump_dir=): this rank's snapshot at each OOM
+atexit.register(shutil.rmtree, dumps, True)  # also when an assertion fails
+os.environ["RANK"] = "3"  # as torchrun sets it for a worker
+os.environ["HBMALLOC_OOM_DUMP_DIR"] = "/nonexistent"  # the argument wins over the variable
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    alloc = h.use(lib_path, device="npu" if npu else "cuda")
+    alloc = h.use(lib_path, device="npu" if npu else "cuda", oom_dump_dir=dumps)
 said = [str(w.message) for w in caught]
 assert calls["current"] is alloc
 # The framework's variable is read as this release reads it (src/conf/conf.c default_release).
@@ -191,6 +199,12 @@ assert h.stats()["reserved_bytes.all.current"] == 0
 fraction(0.25, 0)  # of the 1 GiB device
 assert not lib.hbm_torch_raw_alloc(300 << 20, 0, None)
 assert "256.00 MiB allowed; " in h._error()
+assert h._error().startswith(("NPU" if npu else "CUDA") + " out of memory. Tried to allocate 30"), h._error()
+# The OOM left this rank's snapshot (src/io/oom_dump.c), a pickle as torch's _dump_snapshot writes it, and nothing else.
+assert os.listdir(dumps) == ["hbmalloc-oom-rank3-dev0-pid%d-1.pickle" % os.getpid()], os.listdir(dumps)
+with open(os.path.join(dumps, os.listdir(dumps)[0]), "rb") as f:
+    dumped = pickle.load(f)
+assert set(dumped) >= {"segments", "device_traces", "allocator_settings"} and dumped["segments"] == [], dumped
 fraction(1.0, 0)
 
 # The routed memory API: what torch.cuda.memory_stats() & co. reach (torch._C._cuda_* / torch_npu._C._npu_*).

@@ -460,6 +460,21 @@ assert r["awake_live"] == p["weights"]["live_bytes"] and r["awake_tags"].startsw
 assert r["reserved"] == r["awake_reserved"] + r["graph_reserved"] + r["default_reserved"], r
 assert r["text"].startswith("device 0: ") and "in 1 awake pool (weights " in r["text"], r["text"]
 assert r["text"].endswith("; 1 pool asleep gave back %.2f MiB" % (r["asleep_bytes"] / MiB)), r["text"]
+# Memory outside hbmalloc (issue #40 item 1): the 64 MiB of this process's own and the 128 MiB of another process's
+# the simulated device holds beside hbmalloc, split by process where the runtime tells it (not on the NPU), and kept
+# in the statistics' keys.
+(o,) = hbm.outside()
+assert hbm.outside(0) and hbm.outside(5) == [], hbm.outside(5)
+assert o["device"] == 0 and o["outside"] == 192 * MiB == o["device_used"] - o["reserved"], o
+if mode.startswith("npu"):
+    assert o["process_outside"] is None and o["others"] is None, o
+    assert o["text"].endswith("(the runtime does not tell it by process)"), o["text"]
+else:
+    assert o["process_outside"] == 64 * MiB and o["others"] == 128 * MiB, o
+    assert "64.00 MiB by this process" in o["text"] and "128.00 MiB by other processes" in o["text"], o["text"]
+flat = hbm.stats(0)
+assert flat["outside_bytes"] == 192 * MiB and flat["device_used_bytes"] == o["device_used"], flat
+assert flat["outside_others_bytes"] == (-1 if mode.startswith("npu") else 128 * MiB), flat
 assert hbm.wake("kv_cache") == 1 and hbm.resident()[0]["asleep_pools"] == 0
 for t in w + [kv]:
     t.free()

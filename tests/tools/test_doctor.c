@@ -7,6 +7,7 @@
 #include "helpers.h"
 
 #include "doctor/doctor.h"
+#include "doctor/doctor_ranks.h"
 #include "doctor/wrap.h"
 
 #define LOGS HBM_TEST_DATA "/doctor/logs/"
@@ -452,6 +453,420 @@ static void quotes_are_cut_at_a_word_and_marked(void **st)
     doctor_free(&d);
 }
 
+/* ---- several ranks (issue #40 item 3; DOCTOR.md, "Several ranks") ---- */
+
+/* A log in memory under a name: the doctor reads it as one file (its name can give its rank). */
+static void log_text(doctor *d, const char *name, const char *text)
+{
+    FILE *fp = fmemopen((void *)text, strlen(text), "rb");
+    assert_non_null(fp);
+    char err[256];
+    assert_int_equal(doctor_log_stream(d, fp, name, err, sizeof err), 0);
+    fclose(fp);
+}
+
+static const finding *find(const doctor *d, const char *id)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (!strcmp(d->f[i].id, id))
+            return &d->f[i];
+    return NULL;
+}
+
+/* doctor_ranks_json's document, in a buffer the caller frees. */
+static char *ranks_json(const doctor *d)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *fp = open_memstream(&buf, &len);
+    assert_non_null(fp);
+    doctor_ranks_json(d, fp);
+    fclose(fp);
+    if (!buf)
+        fail_msg("no JSON");
+    return buf;
+}
+
+/* The rank of a line: torch's excepthook "[rank3]: " (distributed_c10d.py), c10's "[rank3]:" before its own time,
+ * torchrun's tee "[default3]:" (a local rank, tail_log.py) stacked on them, the template "[3]:"; else the file's
+ * name (msrun's worker_3.log, rank_12.txt, torchrun's --log-dir <run>_<8>/attempt_0/<local rank>/stderr.log). */
+static void ranks_come_from_launcher_prefixes_and_file_names(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    assert_int_equal(doctor_ranks_line(&d, "tee.log", 1, "[default3]:[rank3]: Traceback (most recent call last):\n"),
+                     strlen("[default3]:[rank3]: "));
+    assert_int_equal(doctor_ranks_line(&d, "tee.log", 2, "[rank5]:[W1218 20:07:21.482907315 x.cpp:1] Warning\n"),
+                     strlen("[rank5]:"));
+    assert_int_equal(doctor_ranks_line(&d, "tee.log", 3, "[default1]:2025-12-18 20:07:20,101 - INFO - step\n"),
+                     strlen("[default1]:"));
+    assert_int_equal(doctor_ranks_line(&d, "tee.log", 4, "[7]:hello\n"), strlen("[7]:"));
+    assert_int_equal(doctor_ranks_line(&d, "tee.log", 5, "[W1218 20:07:21.4 x.cpp:1] no prefix\n"), 0);
+    assert_int_equal(doctor_ranks_line(&d, "tee.log", 6, "[INFO]: a level is not a rank\n"), 0);
+    doctor_ranks_line(&d, "out/msrun_log/worker_12.log", 1, "x\n");
+    doctor_ranks_line(&d, "log/rank_4/error.log", 1, "x\n");
+    doctor_ranks_line(&d, "logs/run7_ab12cd34/attempt_0/2/stderr.log", 1, "x\n");
+    char *j = ranks_json(&d);
+    has_text(j, "{\"label\":\"rank 3\",\"rank\":3,\"local\":false");
+    has_text(j, "{\"label\":\"rank 5\",\"rank\":5,\"local\":false");
+    has_text(j, "{\"label\":\"local rank 1 of tee.log\",\"rank\":1,\"local\":true");
+    has_text(j, "{\"label\":\"rank 7\",\"rank\":7");
+    has_text(j, "{\"path\":\"out/msrun_log/worker_12.log\",\"rank\":12,\"local\":false");
+    has_text(j, "{\"path\":\"log/rank_4/error.log\",\"rank\":4,\"local\":false");
+    has_text(j, "{\"path\":\"logs/run7_ab12cd34/attempt_0/2/stderr.log\",\"rank\":2,\"local\":true");
+    has_text(j, "\"job\":\"torchrun run run7\"");
+    if (strstr(j, "\"label\":\"local rank 3"))
+        fail_msg("[default3]:[rank3]: is global rank 3, not a local rank of its own: %s", j);
+    free(j);
+    doctor_free(&d);
+}
+
+/* torchrun --tee 3 of a 4-GPU job (tests/data/doctor/SOURCES.md): rank 3 runs out of memory, its exit warning
+ * bounds when; ranks 0-2's watchdogs time out 600 s later (Timeout(ms)=600000): the consequence, confirmed. */
+static void the_rank_that_ran_out_of_memory_first_explains_the_others_timeouts(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    char err[512];
+    assert_int_equal(doctor_log_arg(&d, LOGS "ranks_torchrun_tee_constructed.log", err, sizeof err), 0);
+    doctor_ranks_report(&d);
+    const finding *f = find(&d, "ranks-first-failure");
+    if (!f) {
+        fail_msg("no ranks-first-failure (%zu findings, first %s)", d.n, d.n ? d.f[0].id : "-");
+        return;
+    }
+    assert_int_equal(f->severity, SEV_ERROR);
+    has_text(f->title, "rank 3 failed first: GPU out of memory with 6.87 GiB reserved but unallocated");
+    has_text(f->title, "the collective errors of ranks 0-2 came 601 s later: its consequence");
+    has_text(f->evidence, "ranks_torchrun_tee_constructed.log:8: [default3]:[rank3]: torch.OutOfMemoryError");
+    has_text(f->why, "window: the collective timeout the logs state, 600 s, + 60 s");
+    has_text(f->why, "rank 0, 12-18 20:17:21: NCCL error: a collective timed out");
+    assert_null(find(&d, "ranks-first-failure-unconfirmed"));
+    /* The timeouts are another rank's consequence, not this device's memory: no headroom advice on them. */
+    const finding *t = find(&d, "nccl-error");
+    assert_non_null(t);
+    for (int k = 0; k < t->nnext; k++)
+        if (strstr(t->next[k], "hbm_headroom_mb"))
+            fail_msg("headroom advice on a timeout: %s", t->next[k]);
+    char *j = ranks_json(&d);
+    has_text(j, "\"timeline\":{\"first\":\"rank 3\",\"first_finding\":\"oom-fragmentation\",\"first_kind\":\"oom\"");
+    has_text(j, "\"ordered_by\":\"time\",\"consequence\":\"confirmed\"");
+    free(j);
+    doctor_free(&d);
+}
+
+/* Lines without times (NCCL's INFO lines have none, nor do tracebacks): ordered by position in the file only, and
+ * said to be unconfirmed. */
+static void without_times_the_order_is_the_files_and_unconfirmed(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    log_text(&d, "node0.log",
+             "[default0]:node0:1200:1200 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+             "[default1]:node0:1201:1201 [1] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+             "[default1]:torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 1.96 "
+             "GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB reserved in total by "
+             "PyTorch)\n"
+             "[default0]:RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
+             "remote process exited or there was a network error, NCCL version 2.14.3\n");
+    doctor_ranks_report(&d);
+    const finding *f = find(&d, "ranks-first-failure-unconfirmed");
+    if (!f) {
+        fail_msg("no unconfirmed timeline (%zu findings)", d.n);
+        return;
+    }
+    has_text(f->title, "local rank 1 of node0.log failed first as far as the logs show (GPU out of memory");
+    has_text(f->title, "ordered by their position in node0.log only");
+    assert_null(find(&d, "ranks-first-failure"));
+    char *j = ranks_json(&d);
+    has_text(j, "\"ordered_by\":\"position\",\"consequence\":\"unconfirmed\"");
+    has_text(j, "\"host\":\"node0\",\"pid\":1201");
+    free(j);
+    doctor_free(&d);
+}
+
+/* Both with times: rank 0's NCCL error five seconds BEFORE rank 1's out-of-memory message is not explained by it. */
+static void a_collective_error_before_the_out_of_memory_is_unconfirmed(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    log_text(&d, "rank_0.log",
+             "2025-01-05 10:00:00,000 ERROR RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/"
+             "ProcessGroupNCCL.cpp:1275, remote process exited or there was a network error, NCCL version 2.14.3\n");
+    log_text(&d, "rank_1.log",
+             "2025-01-05 10:00:05,000 ERROR torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 "
+             "MiB (GPU 1; 1.96 GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB reserved in "
+             "total by PyTorch)\n");
+    doctor_ranks_report(&d);
+    const finding *f = find(&d, "ranks-first-failure-unconfirmed");
+    if (!f) {
+        fail_msg("no unconfirmed timeline (%zu findings, first %s)", d.n, d.n ? d.f[0].id : "-");
+        return;
+    }
+    has_text(f->title, "rank 0 failed first as far as the logs show (NCCL error");
+    has_text(f->title, "a collective error came before rank 1's out-of-memory failure");
+    doctor_free(&d);
+}
+
+/* A collective error later than the window (no timeout stated: HCCL_EXEC_TIMEOUT's default 1836 s + 60 s) is not
+ * taken for the consequence; one stated by a watchdog line (Timeout(ms)=) sets the window. */
+static void a_collective_error_past_the_collective_timeout_is_unconfirmed(void **st)
+{
+    (void)st;
+    const char *late[] = {"2025-01-05 10:35:00,000", "2025-01-05 10:20:00,000"}; /* 2100 s, 1200 s after */
+    for (int i = 0; i < 2; i++) {
+        doctor d;
+        doctor_init(&d);
+        log_text(&d, "rank_0.log",
+                 "2025-01-05 10:00:00,000 ERROR torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                 "20.00 MiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB "
+                 "reserved in total by PyTorch)\n");
+        char text[600];
+        snprintf(text, sizeof text,
+                 "%s ERROR RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
+                 "remote process exited or there was a network error, NCCL version 2.14.3\n",
+                 late[i]);
+        log_text(&d, "rank_1.log", text);
+        doctor_ranks_report(&d);
+        const finding *f = find(&d, i == 0 ? "ranks-first-failure-unconfirmed" : "ranks-first-failure");
+        if (!f) {
+            fail_msg("%s: not as expected (%zu findings, first %s)", late[i], d.n, d.n ? d.f[0].id : "-");
+            return;
+        }
+        if (i == 0)
+            has_text(f->title, "rank 1's collective error came 2100 s after the first failure, later than the "
+                               "collective timeout allows (window 1896 s)");
+        doctor_free(&d);
+    }
+}
+
+/* Two hosts (NCCL's "host:pid:tid" lines): half a second between an out-of-memory message on one and a collective
+ * error on the other is closer than their clocks are trusted to agree; five seconds is not. */
+static void two_hosts_clocks_are_trusted_to_a_second_only(void **st)
+{
+    (void)st;
+    const char *at[] = {"2025-01-05 10:00:00,700", "2025-01-05 10:00:05,700"};
+    for (int i = 0; i < 2; i++) {
+        doctor d;
+        doctor_init(&d);
+        log_text(&d, "rank_0.log",
+                 "hostA:100:100 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+                 "2025-01-05 10:00:00,200 ERROR torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                 "20.00 MiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB "
+                 "reserved in total by PyTorch)\n");
+        char text[600];
+        snprintf(text, sizeof text,
+                 "hostB:200:200 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>\n"
+                 "%s ERROR RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
+                 "remote process exited or there was a network error, NCCL version 2.14.3\n",
+                 at[i]);
+        log_text(&d, "rank_4.log", text);
+        doctor_ranks_report(&d);
+        if (i == 0) {
+            const finding *f = find(&d, "ranks-first-failure-unconfirmed");
+            if (!f) {
+                fail_msg("0.5 s across hosts confirmed (%zu findings, first %s)", d.n, d.n ? d.f[0].id : "-");
+                return;
+            }
+            has_text(f->title, "closer than two hosts' clocks are trusted to agree");
+            has_text(f->why, "several hosts: their times come from different clocks");
+        } else {
+            const finding *f = find(&d, "ranks-first-failure");
+            if (!f) {
+                fail_msg("5 s across hosts not confirmed (%zu findings, first %s)", d.n, d.n ? d.f[0].id : "-");
+                return;
+            }
+            has_text(f->title, "rank 0 failed first: GPU out of memory");
+        }
+        doctor_free(&d);
+    }
+}
+
+/* Logs of mixed jobs (different world sizes; one rank written by two processes) and ranks with no log. */
+static void mixed_jobs_and_missing_ranks_are_named(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    log_text(&d, "a/rank_0.log", "WORLD_SIZE=8 pid=100\n");
+    log_text(&d, "a/rank_1.log", "WORLD_SIZE=8 pid=101\n");
+    log_text(&d, "b/rank_3.log", "WORLD_SIZE=16 pid=300\n");
+    doctor_ranks_report(&d);
+    const finding *m = find(&d, "ranks-mixed-jobs");
+    if (!m) {
+        fail_msg("no ranks-mixed-jobs (%zu findings)", d.n);
+        return;
+    }
+    has_text(m->title, "world size 8 in a/rank_0.log but 16 in b/rank_3.log");
+    const finding *g = find(&d, "ranks-missing");
+    if (!g) {
+        fail_msg("no ranks-missing (%zu findings)", d.n);
+        return;
+    }
+    has_text(g->title, "13 of the job's 16 ranks have no log: 2, 4-15");
+    doctor_free(&d);
+    doctor_init(&d);
+    log_text(&d, "x/rank_1.log", "pid=101\n");
+    log_text(&d, "y/rank_1.log", "pid=977\n");
+    log_text(&d, "y/rank_0.log", "pid=976\n");
+    doctor_ranks_report(&d);
+    m = find(&d, "ranks-mixed-jobs");
+    if (!m) {
+        fail_msg("two processes of rank 1 not said (%zu findings)", d.n);
+        return;
+    }
+    has_text(m->title, "rank 1 was written by two processes, pid 101 (x/rank_1.log) and pid 977 (y/rank_1.log)");
+    assert_null(find(&d, "ranks-missing"));
+    doctor_free(&d);
+    doctor_init(&d);
+    log_text(&d, "rank_0.log", "export SLURM_JOB_ID=4711\n");
+    log_text(&d, "rank_1.log", "export SLURM_JOB_ID=4712\n");
+    doctor_ranks_report(&d);
+    m = find(&d, "ranks-mixed-jobs");
+    if (!m) {
+        fail_msg("two job ids not said (%zu findings)", d.n);
+        return;
+    }
+    has_text(m->title, "slurm job 4711 in rank_0.log but slurm job 4712 in rank_1.log");
+    doctor_free(&d);
+}
+
+/* Issue #40 item 2 for NCCL: its out-of-memory, the cause on the line after torch's "Last error:" (NCCLUtils.cpp's
+ * getNcclErrorDetailStr; NCCL's CUCHECK "Cuda failure %d '%s'"), advises hbm_headroom_mb: 700 MiB per communicator
+ * (NVIDIA/nccl#964), times NCCL_BUFFSIZE / 4 MiB where it is set larger. tests/cli/doctor.sh pastes it. */
+static void an_nccl_out_of_memory_advises_a_headroom_for_its_communicator(void **st)
+{
+    (void)st;
+    const char *sizes[][2] = {{NULL, "hbm_headroom_mb:700'"},
+                              {"16777216", "hbm_headroom_mb:2800'"},
+                              {"1048576", "hbm_headroom_mb:700'"},
+                              {"junk", "hbm_headroom_mb:700'"}};
+    for (int i = 0; i < 4; i++) {
+        if (sizes[i][0])
+            setenv("NCCL_BUFFSIZE", sizes[i][0], 1);
+        else
+            unsetenv("NCCL_BUFFSIZE");
+        doctor d;
+        doctor_init(&d);
+        char err[512];
+        assert_int_equal(doctor_log(&d, LOGS "nccl_oom_last_error_constructed.log", err, sizeof err), 0);
+        const finding *f = NULL;
+        for (size_t k = 0; k < d.n; k++)
+            if (strstr(d.f[k].title, "NCCL out of device memory"))
+                f = &d.f[k];
+        if (!f) {
+            fail_msg("no NCCL out-of-memory finding (%zu findings)", d.n);
+            return;
+        }
+        has_text(f->evidence, "nccl_oom_last_error_constructed.log:7: [rank0]: Cuda failure 2 'out of memory'");
+        has_text(f->next[f->nnext - 1], "export HBMALLOC_CONF='");
+        has_text(f->next[f->nnext - 1], sizes[i][1]);
+        doctor_free(&d);
+    }
+    unsetenv("NCCL_BUFFSIZE");
+}
+
+/* Issue #40 item 2: a communicator that fails on a rank whose earlier out-of-memory message showed more reserved but
+ * unallocated than the communicator needs gets the headroom advice; one after a small cache does not. */
+static void a_communicator_failing_after_a_large_cache_advises_a_headroom(void **st)
+{
+    (void)st;
+    unsetenv("HCCL_BUFFSIZE");
+    const char *reserved[] = {"56.52 GiB", "50.22 GiB"}; /* 6.40 GiB, then 100 MiB reserved but unallocated */
+    for (int i = 0; i < 2; i++) {
+        char text[1200];
+        snprintf(text, sizeof text,
+                 "RuntimeError: NPU out of memory. Tried to allocate 1.50 GiB (NPU 1; 60.97 GiB total capacity; "
+                 "50.12 GiB already allocated; 50.12 GiB current active; 1.03 GiB free; %s reserved in total by "
+                 "PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid "
+                 "fragmentation.\n"
+                 "[rank1]: RuntimeError: create_config:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:102 HCCL "
+                 "function error: hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, "
+                 "&(comm->hcclComm_)), error code is 15\n",
+                 reserved[i]);
+        doctor d;
+        doctor_init(&d);
+        log_text(&d, "worker_1.log", text);
+        doctor_ranks_report(&d);
+        const finding *f = find(&d, "hccl-error");
+        assert_non_null(f);
+        int advised = 0;
+        for (int k = 0; k < f->nnext; k++)
+            if (strstr(f->next[k], "export HBMALLOC_CONF='hbm_headroom_mb:400'")) {
+                advised = 1;
+                has_text(f->next[k], "(worker_1.log:1) showed 6.40 GiB reserved but unallocated");
+            }
+        if (advised != (i == 0))
+            fail_msg("%s reserved: headroom advice %s", reserved[i], advised ? "given" : "missing");
+        doctor_free(&d);
+    }
+}
+
+/* A log of a thousand ranks failing again and again, streamed: the heap stays bounded (failures kept per rank and in
+ * all), whatever the log's length. Lines made on demand by a reader (no file); the heap's peak noted while it reads. */
+typedef struct many_ranks {
+    long line, lines;
+    size_t heap0, heap_peak;
+    char buf[400];
+    size_t at, len;
+} many_ranks;
+
+static ssize_t many_read(void *cookie, char *out, size_t size)
+{
+    many_ranks *m = cookie;
+    size_t h = heap_in_use();
+    m->heap_peak = h > m->heap_peak ? h : m->heap_peak;
+    size_t n = 0;
+    while (n < size) {
+        if (m->at == m->len) {
+            if (m->line == m->lines)
+                break;
+            long r = m->line % 1000;
+            m->len = (size_t)snprintf(m->buf, sizeof m->buf,
+                                      "[rank%ld]:[E1218 20:%02ld:%02ld.426415540 ProcessGroupNCCL.cpp:629] [Rank %ld] "
+                                      "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=%ld, "
+                                      "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600081 milliseconds\n",
+                                      r, m->line / 60000 % 60, m->line / 1000 % 60, r, m->line);
+            m->at = 0;
+            m->line++;
+        }
+        size_t k = m->len - m->at < size - n ? m->len - m->at : size - n;
+        memcpy(out + n, m->buf + m->at, k);
+        n += k, m->at += k;
+    }
+    return (ssize_t)n;
+}
+
+static void a_long_log_of_many_ranks_stays_in_bounded_memory(void **st)
+{
+    (void)st;
+    many_ranks *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    m->lines = 200000; /* 200 failures of each of 1000 ranks: kept, about 140 MB */
+    m->heap0 = heap_in_use();
+    cookie_io_functions_t io = {.read = many_read};
+    FILE *fp = fopencookie(m, "r", io);
+    assert_non_null(fp);
+    doctor d;
+    doctor_init(&d);
+    char err[256];
+    assert_int_equal(doctor_log_stream(&d, fp, "all.log", err, sizeof err), 0);
+    fclose(fp);
+    assert_int_equal(m->line, m->lines);
+    if (m->heap_peak > m->heap0 + (12 << 20))
+        fail_msg("the heap grew by %zu bytes reading %ld lines", m->heap_peak - m->heap0, m->lines);
+    char *j = ranks_json(&d);
+    has_text(j, "{\"label\":\"rank 999\",\"rank\":999");
+    has_text(j, "\"failures_kept\":4,\"failures_more\":196");
+    free(j);
+    doctor_free(&d);
+    free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -471,6 +886,16 @@ int main(void)
         cmocka_unit_test(lines_wrap_at_words_and_hang_under_the_text),
         cmocka_unit_test(a_long_word_breaks_only_where_it_may_and_an_export_stays_whole),
         cmocka_unit_test(quotes_are_cut_at_a_word_and_marked),
+        cmocka_unit_test(ranks_come_from_launcher_prefixes_and_file_names),
+        cmocka_unit_test(the_rank_that_ran_out_of_memory_first_explains_the_others_timeouts),
+        cmocka_unit_test(without_times_the_order_is_the_files_and_unconfirmed),
+        cmocka_unit_test(a_collective_error_before_the_out_of_memory_is_unconfirmed),
+        cmocka_unit_test(a_collective_error_past_the_collective_timeout_is_unconfirmed),
+        cmocka_unit_test(two_hosts_clocks_are_trusted_to_a_second_only),
+        cmocka_unit_test(mixed_jobs_and_missing_ranks_are_named),
+        cmocka_unit_test(an_nccl_out_of_memory_advises_a_headroom_for_its_communicator),
+        cmocka_unit_test(a_communicator_failing_after_a_large_cache_advises_a_headroom),
+        cmocka_unit_test(a_long_log_of_many_ranks_stays_in_bounded_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

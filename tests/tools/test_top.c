@@ -69,6 +69,9 @@ static int craft(const char *tag, int64_t reserved, int64_t allocated, const cha
     return fd;
 }
 
+/* The device's used bytes the next crafted records see (-1: unknown, as before any measurement). */
+static int64_t craft_used = -1;
+
 /* A record with the figures the table's terms are made of, on a device, with the writer's lock held. */
 static int craft_asleep(const char *tag, int device, int64_t rank, int64_t reserved, int64_t allocated, int64_t active,
                         int64_t largest, int64_t capacity, int64_t asleep)
@@ -84,6 +87,9 @@ static int craft_asleep(const char *tag, int device, int64_t rank, int64_t reser
     s.r.largest_free_bytes = largest;
     s.r.device_total = capacity;
     s.r.asleep_bytes = asleep;
+    s.r.device_used_bytes = craft_used;
+    s.r.outside_bytes = craft_used < 0 ? -1 : craft_used > reserved ? craft_used - reserved : 0;
+    s.r.outside_process_bytes = s.r.outside_others_bytes = -1;
     if (asleep)
         snprintf(s.r.asleep_tags, sizeof s.r.asleep_tags, "weights %lld MiB", (long long)(asleep >> 20));
     strcpy(s.r.backend, "sim");
@@ -252,23 +258,31 @@ static void rows_show_capacity_the_two_terms_and_a_total_per_device(void **state
      * largest block is 60 MiB (fragmentation 75%), 300 MiB unallocated (75%). Device 1: one allocator, nothing
      * cached free. */
     const int64_t M = (int64_t)1 << 20, G = (int64_t)1 << 30;
+    /* Memory outside (issue #40 item 1): device 0 has 1 GiB beside its two allocators' 1000 MiB, each row's
+     * outside is the device's used less its own reserved (the other rank's included), the total less both. */
+    craft_used = 1000 * M + G;
     int w0 = craft_figures("a", 0, 0, 400 * M, 100 * M, 160 * M, 60 * M, 8 * G);
     int w1 = craft_figures("b", 0, 1, 600 * M, 600 * M, 600 * M, 0, 8 * G);
+    craft_used = 2 * G + 512 * M;
     int w2 = craft_figures("c", 1, 2, 2 * G, 2 * G, 2 * G, 0, 8 * G);
+    craft_used = -1;
     const char *table[] = {"--once", "--dir", dir};
     assert_int_equal(run_top(3, table), 0);
     size_t n;
     char *text = slurp(out, &n);
     char want[300];
     snprintf(want, sizeof want,
-             "\n0     %8ld    0  100.00 MiB  400.00 MiB   8.00 GiB    4.9%%  300.00 MiB    75.0%%  75.0%% "
+             "\n0     %8ld    0  100.00 MiB  400.00 MiB   8.00 GiB    4.9%%    1.59 GiB  300.00 MiB    75.0%%  75.0%% "
              "   60.00 MiB  400.00 MiB  400.00 MiB     0       0          0 no  job\n",
              (long)getpid());
     if (!strstr(text, want))
         fail_msg("rank 0's row:\n%s\nwanted:%s", text, want);
-    assert_non_null(strstr(text, "  600.00 MiB  600.00 MiB   8.00 GiB    7.3%     0 bytes     0.0%      - "));
     assert_non_null(
-        strstr(text, "\ntotal             0  700.00 MiB 1000.00 MiB   8.00 GiB   12.2%  300.00 MiB    30.0%"));
+        strstr(text, "  600.00 MiB  600.00 MiB   8.00 GiB    7.3%    1.39 GiB     0 bytes     0.0%      - "));
+    assert_non_null(strstr(text, "    2.00 GiB    2.00 GiB   8.00 GiB   25.0%  512.00 MiB     0 bytes"));
+    if (!strstr(text,
+                "\ntotal             0  700.00 MiB 1000.00 MiB   8.00 GiB   12.2% 1024.00 MiB  300.00 MiB    30.0%"))
+        fail_msg("the device's total:\n%s", text);
     assert_null(strstr(text, "\ntotal             1")); /* one allocator on device 1: its row is its total */
     assert_null(strstr(text, "\nall "));
     assert_null(strstr(text, "ASLEEP")); /* nothing asleep: no column for it */
@@ -349,19 +363,22 @@ static void a_pool_asleep_has_its_column_and_the_totals_add_up(void **state)
     size_t n;
     char *text = slurp(out, &n);
     if (!strstr(text,
-                "\nRANK       PID  DEV   ALLOCATED    RESERVED      ASLEEP   CAPACITY RES/CAP     UNALLOC UNALLOC%"))
+                "\nRANK       PID  DEV   ALLOCATED    RESERVED      ASLEEP   CAPACITY RES/CAP     OUTSIDE     UNALLOC "
+                "UNALLOC%"))
         fail_msg("the header:\n%s", text);
     char want[300];
-    snprintf(want, sizeof want,
-             "\n0     %8ld    0  310.00 MiB  194.00 MiB  120.00 MiB   8.00 GiB    2.4%%    4.00 MiB     2.1%%  50.0%% ",
-             (long)getpid());
+    snprintf(
+        want, sizeof want,
+        "\n0     %8ld    0  310.00 MiB  194.00 MiB  120.00 MiB   8.00 GiB    2.4%%           -    4.00 MiB     2.1%%  "
+        "50.0%% ",
+        (long)getpid());
     if (!strstr(text, want))
         fail_msg("rank 0's row:\n%s\nwanted:%s", text, want);
     assert_non_null(strstr(text, "\n      asleep: weights 120 MiB\n"));
-    assert_non_null(
-        strstr(text, "  100.00 MiB  100.00 MiB     0 bytes   8.00 GiB    1.2%     0 bytes     0.0%      - "));
-    if (!strstr(text,
-                "\ntotal             0  410.00 MiB  294.00 MiB  120.00 MiB   8.00 GiB    3.6%    4.00 MiB     1.4%"))
+    assert_non_null(strstr(
+        text, "  100.00 MiB  100.00 MiB     0 bytes   8.00 GiB    1.2%           -     0 bytes     0.0%      - "));
+    if (!strstr(text, "\ntotal             0  410.00 MiB  294.00 MiB  120.00 MiB   8.00 GiB    3.6%           -    "
+                      "4.00 MiB     1.4%"))
         fail_msg("the device's total:\n%s", text);
     free(text);
     const char *json[] = {"--once", "--json", "--dir", dir};

@@ -436,7 +436,8 @@ static void peers_capable_grants_every_device_that_can_reach_the_pages(void **st
     assert_driver_empty();
     char err[600];
     assert_int_equal(hbm_backend_open(&b, "cuda:peers=all", err, sizeof err), HBM_ERR_INVALID);
-    assert_non_null(strstr(err, "unknown option 'peers=all' (known: lib=PATH, peers=enabled, peers=capable)"));
+    assert_non_null(
+        strstr(err, "unknown option 'peers=all' (known: lib=PATH, nvml=PATH|off, peers=enabled, peers=capable)"));
 }
 
 /* The first calls of many threads at once, on two devices: each context retained once, under the backend's lock;
@@ -814,12 +815,77 @@ static void a_kernel_on_a_sleeping_block_finds_nothing_mapped(void **st)
     hbm_destroy(a);
 }
 
+/* Memory outside hbmalloc by process, through NVML (src/backend/nvml.c, tests/fakes/fake_nvml.c): the device is
+ * found by its PCI bus id (the fake's NVML numbering differs from CUDA's), a list longer than the first array is
+ * asked again, an entry NVML cannot measure is left out, and this process is told from the others by its PID. */
+static void nvml_splits_memory_outside_between_this_process_and_the_others(void **st)
+{
+    (void)st;
+    void *nv = dlopen(HBM_FAKE_NVML, RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(nv);
+    int (*nvml_set)(unsigned, const unsigned *, const unsigned long long *, unsigned);
+    long (*nvml_asks)(void);
+    *(void **)&nvml_set = dlsym(nv, "fake_nvml_set");
+    *(void **)&nvml_asks = dlsym(nv, "fake_nvml_asks");
+    assert_true(nvml_set && nvml_asks);
+    unsigned pids[20];
+    unsigned long long bytes[20];
+    pids[0] = (unsigned)getpid(), bytes[0] = 600ull * MiB;
+    pids[1] = 4242, bytes[1] = 1ull * GiB;
+    pids[2] = 4343, bytes[2] = ~0ull; /* NVML_VALUE_NOT_AVAILABLE */
+    for (int i = 3; i < 20; i++)
+        pids[i] = 5000 + (unsigned)i, bytes[i] = 1ull * MiB;
+    assert_int_equal(nvml_set(0x5e, pids, bytes, 20), 0); /* CUDA device 0's bus; NVML's device 1 */
+    unsigned other = 99;
+    unsigned long long other_bytes = 7ull * GiB;
+    assert_int_equal(nvml_set(0x3b, &other, &other_bytes, 1), 0); /* NVML's device 0: not ours */
+    char with_nvml[800];
+    snprintf(with_nvml, sizeof with_nvml, "%s,nvml=%s", spec, HBM_FAKE_NVML);
+    hbm_backend *b;
+    hbm_allocator *a = open_cuda_on(&b, with_nvml, "");
+    void *p = must_malloc(a, 100 * MiB, 0);
+    long asks = nvml_asks();
+    hbm_outside o;
+    assert_int_equal(hbm_outside_get(a, &o), HBM_OK);
+    assert_true(nvml_asks() - asks >= 2); /* 16 did not fit 20: asked again */
+    assert_int_equal(o.reserved, 100 * MiB);
+    assert_int_equal(o.nprocs, 19);
+    assert_int_equal(o.process_bytes, 600 * MiB);
+    assert_int_equal(o.process_outside, 500 * MiB);
+    assert_int_equal(o.others, GiB + 17 * MiB);
+    assert_int_equal(o.procs[0].pid, 4242);
+    /* In a container with its own PID namespace NVML lists the host's PIDs: no split, and the sentence says why. */
+    pids[0] = 1; /* this process under its host PID */
+    assert_int_equal(nvml_set(0x5e, pids, bytes, 3), 0);
+    assert_int_equal(hbm_outside_get(a, &o), HBM_OK);
+    assert_int_equal(o.process_bytes, -1);
+    assert_int_equal(o.others, -1);
+    char text[512];
+    hbm_outside_describe(&o, text, sizeof text);
+    assert_non_null(strstr(text, "this process is not among the 2 the runtime lists"));
+    hbm_free(a, p);
+    hbm_destroy(a);
+    hbm_backend_close(b);
+    /* nvml=off: no query at all. */
+    snprintf(with_nvml, sizeof with_nvml, "%s,nvml=off", spec);
+    a = open_cuda_on(&b, with_nvml, "");
+    asks = nvml_asks();
+    assert_int_equal(hbm_outside_get(a, &o), HBM_OK);
+    assert_int_equal(nvml_asks(), asks);
+    assert_int_equal(o.process_bytes, -1);
+    assert_true(o.outside >= 0);
+    hbm_destroy(a);
+    hbm_backend_close(b);
+    dlclose(nv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(allocates_through_the_versioned_entry_points, reset),
         cmocka_unit_test_setup(device_memory_is_obtained_in_relaxed_capture_mode, reset),
         cmocka_unit_test_setup(out_of_memory_names_the_cuda_device, reset),
+        cmocka_unit_test_setup(nvml_splits_memory_outside_between_this_process_and_the_others, reset),
         cmocka_unit_test_setup(expandable_segments_use_the_virtual_memory_api, reset),
         cmocka_unit_test_setup(no_virtual_memory_gives_the_reason_and_whole_segments, reset),
         cmocka_unit_test_setup(driver_errors_carry_the_driver_text_and_leak_nothing, reset),

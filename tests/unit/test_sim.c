@@ -266,7 +266,7 @@ static void host_mode_gives_writable_memory_and_others_reduce_free(void **st)
     assert_int_equal((unsigned char)p[3 * MiB - 1], 0xab);
     void *q;
     assert_int_equal(hbm_malloc(a, 150 * MiB, 0, &q), HBM_ERR_OOM);
-    assert_non_null(strstr(hbm_last_error(a), "in use outside this allocator"));
+    assert_non_null(strstr(hbm_last_error(a), "in use outside hbmalloc"));
     hbm_free(a, p);
     hbm_destroy(a);
 }

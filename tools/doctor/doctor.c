@@ -1,9 +1,10 @@
 /*
- * doctor.c: `hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR] [--trace SNAPSHOT]`.
+ * doctor.c: `hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR] [--trace SNAPSHOT]
+ * [--snapshot FILE...]` (several ranks' snapshots compared: doctor_snapshots.c).
  * Gathers the environment and the logs' findings, orders them (errors first,
  * then warnings, each in the order seen) and prints what is wrong, why and
  * what to do next, for people or as JSON. Exit status: 0 nothing wrong, 1
- * something to act on (a warning or an error), 2 bad usage, an unreadable log, or nothing to check (--no-env with
+ * something to act on (a warning or an error), 2 bad usage, an unreadable log or snapshot, or nothing to check (--no-env with
  * no log or snapshot: never a silent "No problems found").
  */
 #include <stdio.h>
@@ -12,6 +13,8 @@
 
 #include "util.h"
 #include "doctor.h"
+#include "doctor_ranks.h"
+#include "doctor_snapshots.h"
 #include "wrap.h"
 #include "trace/trace.h"
 #include "hbmalloc.h"
@@ -36,6 +39,8 @@ static const struct {
     {"ascend-driver-firmware-mismatch",
      {"expandable-unsupported", "expandable-ignored", "npu:oom-fragmentation", "hccl-error", "acl-error", NULL}},
     {"ascend-hdk-too-old", {"expandable-unsupported", "expandable-ignored", "npu:oom-fragmentation", NULL}},
+    /* the rank that failed first, when the times show the others' collective errors to follow it (doctor_ranks.c) */
+    {"ranks-first-failure", {"hccl-error", "nccl-error", NULL}},
 };
 
 static int explained(const finding *cause, const finding *e)
@@ -93,7 +98,7 @@ static const char *sev_name(int s) { return s == SEV_ERROR ? "error" : s == SEV_
 
 /* Every line through doctor_wrap (wrap.c): at most DOCTOR_WIDTH columns, broken at words, each field's further
  * lines hanging under its text. */
-static void print_text(const doctor *d, FILE *out, int env)
+static void print_text(const doctor *d, FILE *out, int env, const doctor_snaps *snaps)
 {
     char prefix[160];
     fprintf(out, "hbmalloc doctor %s\n", HBM_VERSION_STRING);
@@ -114,6 +119,8 @@ static void print_text(const doctor *d, FILE *out, int env)
         for (int i = 0; i < d->nnot_checked; i++)
             doctor_wrap(out, DOCTOR_WIDTH, "  - ", d->not_checked[i]);
     }
+    if (snaps->npaths)
+        doctor_snaps_text(snaps, out);
     if (!d->n) {
         fprintf(out, d->nnot_checked ? "\nNo problems found in what could be checked.\n" : "\nNo problems found.\n");
         return;
@@ -147,7 +154,7 @@ static void print_text(const doctor *d, FILE *out, int env)
         fprintf(out, "\nNothing to act on.\n");
 }
 
-static void print_json(const doctor *d, FILE *out)
+static void print_json(const doctor *d, FILE *out, const doctor_snaps *snaps)
 {
     fprintf(out, "{\"tool\":\"hbmalloc doctor\",\"version\":\"%s\",\"environment\":[", HBM_VERSION_STRING);
     for (size_t i = 0; i < d->nfacts; i++) {
@@ -165,7 +172,13 @@ static void print_json(const doctor *d, FILE *out)
             fputc(',', out);
         hbm__json_str(out, d->not_checked[i]);
     }
-    fputs("],\"findings\":[", out);
+    fputs("],", out);
+    if (snaps->npaths) { /* several ranks' snapshots compared */
+        fputs("\"snapshots\":", out);
+        doctor_snaps_json(snaps, out);
+        fputc(',', out);
+    }
+    fputs("\"findings\":[", out);
     for (size_t i = 0; i < d->n; i++) {
         const finding *f = &d->f[i];
         fprintf(out, "%s{\"severity\":\"%s\",\"id\":", i ? "," : "", sev_name(f->severity));
@@ -186,16 +199,19 @@ static void print_json(const doctor *d, FILE *out)
         }
         fputs("]}", out);
     }
-    fputs("]}\n", out);
+    fputs("]", out);
+    doctor_ranks_json(d, out); /* the ranks the logs show (DOCTOR.md, "Several ranks") */
+    fputs("}\n", out);
 }
 
-int doctor_main(int argc, char **argv)
+static int doctor_run(int argc, char **argv, doctor_snaps *snaps)
 {
     const char *logs[64], *root = "/", *trace_path = NULL, *capacity = NULL, *torch = NULL, *torch_npu = NULL;
     int nlogs = 0, json = 0, env = 1, device = TRACE_DEVICE_ANY;
-    static const char usage[] = "usage: hbmalloc doctor [--log FILE]... [--json] [--no-env] [--root DIR]\n"
+    static const char usage[] = "usage: hbmalloc doctor [--log FILE|DIR]... [--json] [--no-env] [--root DIR]\n"
                                 "           [--torch VERSION] [--torch-npu VERSION]\n"
-                                "           [--trace SNAPSHOT [--capacity SIZE] [--device N]]\n";
+                                "           [--trace SNAPSHOT [--capacity SIZE] [--device N]]\n"
+                                "           [--snapshot FILE|FOLDER|'PATTERN'...]\n";
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
@@ -205,6 +221,19 @@ int doctor_main(int argc, char **argv)
                 return 2;
             }
             logs[nlogs++] = argv[++i];
+        } else if (!strcmp(a, "--snapshot") && has_value) { /* every word up to the next option */
+            if (argv[i + 1][0] == '-') {
+                fprintf(stderr, "hbmalloc doctor: --snapshot takes files, folders or patterns, not '%s'\n",
+                        argv[i + 1]);
+                return 2;
+            }
+            while (i + 1 < argc && argv[i + 1][0] != '-') {
+                char err[700];
+                if (doctor_snaps_add(snaps, argv[++i], err, sizeof err)) {
+                    doctor_wrap(stderr, DOCTOR_WIDTH, "hbmalloc doctor: --snapshot: ", err);
+                    return 2;
+                }
+            }
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--no-env")) {
@@ -235,6 +264,10 @@ int doctor_main(int argc, char **argv)
                    "read from the logs), against which settings are checked. --trace: a memory snapshot of the job,\n"
                    "replayed under the sweep's grid on this device to prove the advice (--capacity when no\n"
                    "out-of-memory message gives it; --device: which of the snapshot's devices, when it has several).\n"
+                   "--log: a log, a folder of logs or a quoted pattern; with several ranks' logs, the rank that\n"
+                   "failed first and whether the others' collective errors follow from it.\n"
+                   "--snapshot: every rank's memory snapshot (files, folders, patterns): the ranks that stand out\n"
+                   "and what they hold that the median rank does not.\n"
                    "exit status: 0 nothing to act on, 1 findings to act on, 2 bad usage, an unreadable log, or\n"
                    "nothing to check (--no-env without --log or --trace)\n");
             return 0;
@@ -243,11 +276,11 @@ int doctor_main(int argc, char **argv)
             return 2;
         }
     }
-    if (!env && !nlogs && !trace_path) {
+    if (!env && !nlogs && !trace_path && !snaps->npaths) {
         /* Nothing would be examined: "No problems found" would be read as a clean bill of health. */
         doctor_wrap(stderr, DOCTOR_WIDTH, "hbmalloc doctor: ",
-                    "nothing was checked: --no-env leaves out this machine's environment, and no --log or --trace "
-                    "was given");
+                    "nothing was checked: --no-env leaves out this machine's environment, and no --log, --trace or "
+                    "--snapshot was given");
         return 2;
     }
     char err[1024];
@@ -274,12 +307,13 @@ int doctor_main(int argc, char **argv)
     if (env)
         doctor_env(&d, root);
     for (int i = 0; i < nlogs; i++) {
-        if (doctor_log(&d, logs[i], err, sizeof err)) {
+        if (doctor_log_arg(&d, logs[i], err, sizeof err)) { /* a file, a folder or a quoted pattern */
             doctor_wrap(stderr, DOCTOR_WIDTH, "hbmalloc doctor: ", err);
             doctor_free(&d);
             return 2;
         }
     }
+    doctor_ranks_report(&d); /* the ranks' failures in time (DOCTOR.md, "Several ranks") */
     if (env) {
         doctor_python(&d);
         doctor_settings(&d);
@@ -296,13 +330,27 @@ int doctor_main(int argc, char **argv)
         doctor_free(&d);
         return 2;
     }
+    if (snaps->npaths && doctor_snaps_run(snaps, &d, stderr)) {
+        doctor_wrap(stderr, DOCTOR_WIDTH, "hbmalloc doctor: ", "--snapshot: out of host memory");
+        doctor_free(&d);
+        return 2;
+    }
     if (d.n)
         rank_by_cause(&d);
     if (json)
-        print_json(&d, stdout);
+        print_json(&d, stdout, snaps);
     else
-        print_text(&d, stdout, env);
+        print_text(&d, stdout, env, snaps);
     int act = actionable(&d);
     doctor_free(&d);
-    return act ? 1 : 0;
+    return snaps->unreadable ? 2 : act ? 1 : 0; /* a snapshot not read is an unreadable log's 2, the rest said */
+}
+
+int doctor_main(int argc, char **argv)
+{
+    doctor_snaps snaps;
+    doctor_snaps_init(&snaps);
+    int rc = doctor_run(argc, argv, &snaps);
+    doctor_snaps_free(&snaps);
+    return rc;
 }

@@ -31,6 +31,10 @@ void doctor_unchecked(doctor *d);
 /* One log file; 0, or -1 with err set (it cannot be opened, or is a device, a directory or a socket). A read error
  * partway is a finding (log-unreadable), never the end of the log. Lines are read up to 64 KiB each. */
 int doctor_log(doctor *d, const char *path, char *err, size_t errlen);
+/* What one --log names (doctor_inputs.c): a file or pipe, every regular file directly in a folder, or the files a
+ * quoted pattern matches (glob(3)), in natural order; 0, or -1 with err set (nothing matches, a folder without
+ * files, a file that cannot be read). */
+int doctor_log_arg(doctor *d, const char *arg, char *err, size_t errlen);
 /* The same from an open stream; name is what the findings cite. 0, or -1 when host memory ran out. */
 int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t errlen);
 
@@ -56,6 +60,12 @@ int doctor_vercmp(const char *a, const char *b);
 /* Is v inside one of the ranges "[lo,hi],[lo,hi]"? 1 yes, 0 no, -1 unparsable. A trailing '.' on hi means any
  * version starting with it. */
 int doctor_in_ranges(const char *v, const char *ranges);
+/* Headroom for a collective library's buffers (doctor_advice.c, issue #40 item 2): HCCL_BUFFSIZE in MB as this
+ * process sees it (200 when unset or not a number; *set says which); what one communicator of lib ("HCCL" or "NCCL")
+ * needs left free, MiB, with why in basis; and the advice line that exports hbm_headroom_mb with it, after lead. */
+long doctor_hccl_buffsize_mb(int *set);
+long doctor_headroom_mb(const char *lib, char *basis, size_t len);
+void doctor_headroom_next(finding *f, const char *lib, const char *lead);
 /* "20.00 MiB", "79.15 GiB", "0 bytes" at s: bytes, and the length read (0 when not a size). logsize.c. */
 double doctor_size(const char *s, size_t *len);
 

@@ -661,3 +661,59 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, int sn
     trace_free(&t);
     return 0;
 }
+
+/* ---- headroom for a collective library's buffers (issue #40 item 2) ---- */
+
+long doctor_hccl_buffsize_mb(int *set)
+{
+    const char *hb = getenv("HCCL_BUFFSIZE");
+    char *end = NULL;
+    long mb = hb ? strtol(hb, &end, 10) : 0;
+    *set = hb && end != hb && !*end && mb >= 1 && mb <= 1048576;
+    return *set ? mb : 200;
+}
+
+/* What to leave free for one communicator of lib ("HCCL" or "NCCL"), MiB, and why that much (basis). HCCL: 2 x
+ * HCCL_BUFFSIZE MB (default 200; CANN's environment variable reference, hicann/hccl's HCCL_BUFFSIZE.md: each
+ * communicator holds 2 x HCCL_BUFFSIZE, one for sending and one for receiving). NCCL: its buffers depend on the
+ * topology (channels x peers x NCCL_BUFFSIZE per protocol), which a log does not show; NVIDIA/nccl#964 measured 544
+ * MiB for a communicator of 2 GPUs and 688 MiB for more (4 x A100 over NVLink, the default NCCL_BUFFSIZE of 4 MiB,
+ * DEFAULT_BUFFSIZE in NVIDIA/nccl/src/init.cc:813), the issue's "0.5-0.7 GB per communicator": 700 MiB covers both,
+ * times NCCL_BUFFSIZE / 4 MiB where it is set larger (the buffers grow with it; the rest does not, so this errs
+ * large). */
+long doctor_headroom_mb(const char *lib, char *basis, size_t len)
+{
+    if (!strcmp(lib, "HCCL")) {
+        int set;
+        long mb = doctor_hccl_buffsize_mb(&set);
+        snprintf(basis, len, "2 x HCCL_BUFFSIZE for one communicator");
+        return 2 * mb;
+    }
+    const char *nb = getenv("NCCL_BUFFSIZE");
+    char *end = NULL;
+    long long bytes = nb ? strtoll(nb, &end, 10) : 0;
+    long scale = 1;
+    if (nb && end != nb && !*end && bytes > (4LL << 20) && bytes <= (1LL << 40))
+        scale = (long)((bytes + (4LL << 20) - 1) / (4LL << 20));
+    if (scale > 1)
+        snprintf(basis, len,
+                 "NCCL used 544-688 MiB per communicator with the default NCCL_BUFFSIZE of 4 MiB (NVIDIA/nccl#964), "
+                 "here times %ld for NCCL_BUFFSIZE=%.40s",
+                 scale, nb);
+    else
+        snprintf(basis, len,
+                 "NCCL used 544-688 MiB per communicator with the default NCCL_BUFFSIZE of 4 MiB "
+                 "(NVIDIA/nccl#964)");
+    long mb = 700 * scale;
+    return mb > 16777216 ? 16777216 : mb; /* hbm_headroom_mb's largest value */
+}
+
+void doctor_headroom_next(finding *f, const char *lib, const char *lead)
+{
+    char basis[300];
+    long mb = doctor_headroom_mb(lib, basis, sizeof basis);
+    doctor_next(f,
+                "%swith hbmalloc as the allocator (hbmalloc.torch.use()), leave room for %s's buffers: export "
+                "HBMALLOC_CONF='hbm_headroom_mb:%ld' (%s; add %ld MiB for each more process group)",
+                lead, lib, mb, basis, mb);
+}

@@ -18,6 +18,7 @@
 
 #include "util.h"
 #include "doctor.h"
+#include "doctor_ranks.h"
 #include "wrap.h"
 #include "trace/trace.h"
 
@@ -77,11 +78,14 @@ static finding *seen(doctor *d, const where *w, int severity, const char *id, co
         if (!strcmp(d->f[i].id, id) &&
             (by_id ? !strncmp(d->f[i].title, title, 4) /* "NPU " or "GPU " */ : !strcmp(d->f[i].title, title))) {
             d->f[i].count++;
+            doctor_ranks_event(d, i);
             return NULL;
         }
     finding *f = doctor_add(d, severity, id);
     snprintf(f->title, sizeof f->title, "%s", title);
     doctor_evidence(f, w->path, w->line, w->text);
+    if (d->n && f == &d->f[d->n - 1])
+        doctor_ranks_event(d, d->n - 1);
     return f;
 }
 
@@ -154,6 +158,7 @@ static void oom(doctor *d, const where *w, const char *line)
     if (reserved < 0 && rbu >= 0 && alloc >= 0)
         reserved = alloc + rbu;
     double in_use = size_before(line, " memory in use");
+    doctor_ranks_oom_figure(d, rbu);
     const char *who = ours ? "hbmalloc" : npu ? "torch_npu" : "PyTorch";
     const char *var = npu || strstr(line, "acl device") ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
     int is_npu = var[8] == 'N';
@@ -325,19 +330,11 @@ static const char *const hccl_meaning[] = {"success",
  * (hbm_headroom_mb: docs/CONFIGURATION.md); without, the memory fraction does. */
 static void hccl_oom_next(finding *f)
 {
-    const char *hb = getenv("HCCL_BUFFSIZE");
-    char *end = NULL;
-    long mb = hb ? strtol(hb, &end, 10) : 0;
-    bool set = hb && end != hb && !*end && mb >= 1 && mb <= 1048576;
-    if (!set)
-        mb = 200;
+    int set;
+    long mb = doctor_hccl_buffsize_mb(&set);
     doctor_next(f, "lower HCCL_BUFFSIZE (MB, %s %ld) or leave more memory free (memory fraction)",
                 set ? "here" : "default", mb);
-    doctor_next(f,
-                "with hbmalloc as the allocator (hbmalloc.torch.use()), leave room for HCCL's buffers: export "
-                "HBMALLOC_CONF='hbm_headroom_mb:%ld' (2 x HCCL_BUFFSIZE for one communicator; add %ld MiB for each "
-                "more process group)",
-                2 * mb, 2 * mb);
+    doctor_headroom_next(f, "HCCL", "");
 }
 
 static void hccl(doctor *d, const where *w, const char *func, int code)
@@ -523,8 +520,85 @@ static const struct {
     {"internal error", "ncclInternalError", "NCCL failed; its own log says where."},
 };
 
+/* NCCL found no device memory. Its own words: CUDACHECK's WARN("Cuda failure '%s'") and CUCHECK's WARN("Cuda failure
+ * %d '%s'") with CUDA's "out of memory" (NVIDIA/nccl/src/include/checks.h:18 and cudawrap.h:37 at nccl4py-v0.3.1),
+ * alloc.h's WARN("Failed to CUDA malloc|calloc %ld bytes") (:462, :493); torch repeats the first on a line of its own
+ * after ncclUnhandledCudaError, under "Last error:" (getNcclErrorDetailStr, pytorch/pytorch's
+ * torch/csrc/distributed/c10d/NCCLUtils.cpp: interpret + "\nLast error:\n" + ncclGetLastError()). The cause line
+ * stands alone, so it is recognised alone: "Cuda failure" is NCCL's phrase. */
+static int nccl_oom(doctor *d, const where *w, const char *line)
+{
+    if (!(has(line, "Cuda failure") && has(line, "'out of memory'")) &&
+        !(has(line, "NCCL WARN") && (has(line, "Failed to CUDA malloc") || has(line, "Failed to CUDA calloc"))))
+        return 0;
+    finding *f = seen(d, w, SEV_ERROR, "nccl-error", "NCCL out of device memory: no room for a communicator's buffers");
+    if (f) {
+        snprintf(f->why, sizeof f->why,
+                 "NCCL allocates its buffers with the CUDA runtime or driver, outside the framework's caching "
+                 "allocator, when a communicator is created or first used, and CUDA answered 'out of memory' (NCCL's "
+                 "CUDACHECK / CUCHECK; in torch's message ncclUnhandledCudaError, the cause on its 'Last error:' "
+                 "line). The caching allocator keeps what it freed for reuse, so the device can look used although "
+                 "the tensors need less.");
+        doctor_next(f, "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ALLOC for the sizes NCCL asked for");
+        doctor_next(f, "create the process groups before the model and data fill the device, or release the cache "
+                       "first (torch.cuda.empty_cache()) where they are created lazily");
+        doctor_headroom_next(f, "NCCL", "");
+    }
+    return 1;
+}
+
+/* A collective the process group's watchdog gave up on: "[Rank N] Watchdog caught collective operation timeout:
+ * WorkNCCL(SeqNum=.., OpType=.., Timeout(ms)=600000) ran for 600081 milliseconds before timing out."
+ * (pytorch/pytorch's torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, WorkNCCL::checkTimeout; a public log's build
+ * prints it from ProcessGroupNCCL.cpp:629, SOURCES.md). torch_npu's ProcessGroupHCCL is modelled on it: a line that
+ * names WorkHCCL is taken as HCCL's (not checked against its source). Usually not a fault of its own: a peer stopped
+ * calling collectives (doctor_ranks.c orders the ranks' failures). */
+static int watchdog_timeout(doctor *d, const where *w, const char *line)
+{
+    if (!has(line, "Watchdog caught collective operation timeout"))
+        return 0;
+    int hc = has(line, "WorkHCCL");
+    finding *f = seen(d, w, SEV_ERROR, hc ? "hccl-error" : "nccl-error",
+                      hc ? "HCCL error: a collective timed out (the process group's watchdog)"
+                         : "NCCL error: a collective timed out (the process group's watchdog)");
+    if (f) {
+        snprintf(f->why, sizeof f->why,
+                 "A collective did not finish within the process group's timeout (Timeout(ms) in the line; "
+                 "PyTorch's default for NCCL is 10 minutes): a peer stopped calling collectives because it failed "
+                 "or hangs, or the ranks called different collectives. The peer's own failure is the cause: give "
+                 "the doctor every rank's log to find it.");
+        doctor_next(f, "hbmalloc doctor --no-env --log 'logs/*.log' (every rank's log, quoted: the doctor expands "
+                       "the pattern) names the rank that failed first");
+        doctor_next(f, "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 keeps the flight recorder's trace of the stuck collective");
+    }
+    return 1;
+}
+
+/* HCCL's execution timeout in its own log (plog): "[ERROR] HCCL(pid,name):YYYY-MM-DD-HH:MM:SS.mmm.uuu
+ * [task_exception_handler.cc:908] [tid][TaskExecStage][Timeout][Host]Task run failed, ..."
+ * (hicann/hccl/docs/zh/user_guide/fault_diagnosis/task_exec_stage.md:118-120 at 09300b70). Other plog ERROR lines
+ * are left to the lines around them. */
+static int hccl_plog_timeout(doctor *d, const where *w, const char *line)
+{
+    if (!has(line, "[ERROR] HCCL(") || !has(line, "[Timeout]"))
+        return 0;
+    finding *f = seen(d, w, SEV_ERROR, "hccl-error", "HCCL error: a collective timed out (TaskExecStage)");
+    if (f) {
+        snprintf(f->why, sizeof f->why,
+                 "HCCL waited HCCL_EXEC_TIMEOUT (default 1836 s) for a peer: one rank stopped calling collectives "
+                 "(it failed first, or hangs), or the ranks called different collectives, sizes or types "
+                 "(hicann/hccl's fault diagnosis, TaskExecStage). The first failure in time across the ranks is "
+                 "the cause.");
+        doctor_next(f, "give the doctor every rank's log and plog: hbmalloc doctor --no-env --log 'worker_*.log' "
+                       "--log ~/ascend/log/debug/plog");
+    }
+    return 1;
+}
+
 static int nccl(doctor *d, const where *w, const char *line)
 {
+    if (nccl_oom(d, w, line) || watchdog_timeout(d, w, line) || hccl_plog_timeout(d, w, line))
+        return 1;
     size_t n = sizeof nccl_classes / sizeof nccl_classes[0], k = 0;
     int named = 0; /* an NCCL line says "NCCL error" or an enum name; the plain texts alone are too common */
     for (size_t i = 0; i < n; i++)
@@ -683,8 +757,9 @@ int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t e
         w.line++;
         if (memchr(line, 0, (size_t)n)) /* binary: a line with a NUL is not text */
             continue;
-        w.text = line;
-        if (oom_start(line) && !oom_complete(line)) {
+        w.text = line; /* quoted whole; matched without the rank prefixes launchers add (doctor_ranks.c) */
+        const char *body = line + doctor_ranks_line(d, name, w.line, line);
+        if (oom_start(body) && !oom_complete(body)) {
             char *more = malloc(LOG_LINE);
             while (more && a.n < OOM_LOOKAHEAD) {
                 ssize_t m = read_line(fp, more);
@@ -700,7 +775,7 @@ int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t e
             for (int i = 0; i < a.n; i++)
                 jcap += a.len[i] + 1;
             char *joined = malloc(jcap);
-            int k = joined ? join_oom(line, &a, joined, jcap) : 0;
+            int k = joined ? join_oom(body, &a, joined, jcap) : 0;
             if (k) {
                 oom(d, &w, joined);
                 for (int i = 0; i < k; i++) /* the continuation lines are the message, not findings of their own */
@@ -714,7 +789,7 @@ int doctor_log_stream(doctor *d, FILE *fp, const char *name, char *err, size_t e
             }
             free(joined);
         }
-        one_line(d, &w, line);
+        one_line(d, &w, body);
     }
     int bad = ferror(fp), errnum = errno;
     free(line);

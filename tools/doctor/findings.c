@@ -20,6 +20,8 @@ void doctor_init(doctor *d)
 
 void doctor_free(doctor *d)
 {
+    if (d->ranks && d->ranks_free)
+        d->ranks_free(d->ranks);
     free(d->f);
     free(d->facts);
     memset(d, 0, sizeof *d);

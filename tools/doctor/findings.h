@@ -64,6 +64,10 @@ typedef struct doctor {
     } sleeps[32];
     int nsleeps;
     int sleep_finding; /* the finding of what sleeps left in use, index + 1 (0: none yet) */
+    /* Every rank's evidence (doctor_ranks.c): made by the first log line, freed by doctor_free through the
+     * destructor its owner sets (findings.c does not call into the log readers). */
+    struct doctor_ranks *ranks;
+    void (*ranks_free)(struct doctor_ranks *);
 } doctor;
 
 void doctor_init(doctor *d);

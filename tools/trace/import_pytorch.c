@@ -865,6 +865,14 @@ static int read_snapshot(const char *name, pv *root, pickle_doc *doc, size_t len
             t->rec.has_settings = 1;
         }
     }
+    if (root->type == PV_DICT && pv_get(root, "outside_bytes")) { /* an hbmalloc snapshot's keys */
+        int64_t *to[] = {&t->rec.device_used, &t->rec.outside, &t->rec.outside_process, &t->rec.outside_others};
+        const char *key[] = {"device_used_bytes", "outside_bytes", "outside_process_bytes", "outside_others_bytes"};
+        for (int k = 0; k < 4; k++)
+            if (pv_int(pv_get(root, key[k]), to[k]))
+                *to[k] = -1;
+        t->rec.has_outside = 1;
+    }
     if (!(r.b = tb_new(t)))
         goto done;
     if ((rc = read_end(&r)) == SR_OK && (rc = walk_back(&r)) == SR_OK && (rc = start_state(&r)) == SR_OK &&

@@ -96,6 +96,10 @@ typedef struct trace_recorded {
     int seedable;         /* the start state is complete: a replay can begin from it */
     int blind;            /* the history records allocations but no segment events: the start is unknown */
     char start_note[300]; /* why not, when not */
+    /* An hbmalloc snapshot's memory outside hbmalloc when it was taken (src/io/snapshot.c: device_used_bytes,
+     * outside_bytes, outside_process_bytes, outside_others_bytes; -1: unknown); has_outside: the keys were there. */
+    int has_outside;
+    int64_t device_used, outside, outside_process, outside_others;
 } trace_recorded;
 
 /* What a recording says about its events besides what replay needs (trace_meta.c): when each happened and each

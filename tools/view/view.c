@@ -23,6 +23,8 @@ extern char **environ;
 
 #include "util.h"
 #include "view_html.h"
+#include "view_draw.h"
+#include "view_ranks.h"
 
 #define W 1200
 #define H 860
@@ -40,40 +42,12 @@ typedef struct series {
     size_t n;
 } series;
 
-/* Text in an SVG (XML 1.0): markup escaped; controls and bytes that are not well-formed UTF-8 (a
- * file name can hold any) written as U+FFFD, so that the picture always parses. */
-static void xml_text(FILE *f, const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    size_t n = strlen(s);
-    for (size_t i = 0, k; i < n; i += k ? k : 1) {
-        k = hbm__utf8_char(p + i, n - i);
-        if (!k || (p[i] < 0x20 && p[i] != '\t'))
-            fputs("\xef\xbf\xbd", f);
-        else if (p[i] == '<')
-            fputs("&lt;", f);
-        else if (p[i] == '>')
-            fputs("&gt;", f);
-        else if (p[i] == '&')
-            fputs("&amp;", f);
-        else if (p[i] == '"')
-            fputs("&quot;", f);
-        else
-            fwrite(p + i, 1, k, f);
-    }
-}
+/* The SVG helpers this picture shares with view_ranks.c (view_draw.c), by their names here. */
+static void xml_text(FILE *f, const char *s) { view_xml_text(f, s); }
+static uint64_t bin_step(uint64_t max, uint64_t most) { return view_bin_step(max, most); }
 
-/* Round ticks, as the page draws them (tools/view/view_page.html, binStep and decStep): a byte axis steps by 2^k
- * bytes, an event axis by 1, 2 or 5 times a power of ten; each the smallest step giving at most `most`
+/* An event axis's step: 1, 2 or 5 times a power of ten (the page's decStep), the smallest giving at most `most`
  * intervals up to max. */
-static uint64_t bin_step(uint64_t max, uint64_t most)
-{
-    uint64_t s = 1;
-    while (max / s > most || (max / s == most && max % s))
-        s *= 2;
-    return s;
-}
-
 static uint64_t dec_step(uint64_t max, uint64_t most)
 {
     for (uint64_t s = 1;; s *= 10)
@@ -82,22 +56,7 @@ static uint64_t dec_step(uint64_t max, uint64_t most)
                 return s * m;
 }
 
-/* A tick of a byte axis: "0", else a whole number of the largest binary unit the step counts (a step of 2^k
- * bytes makes every tick a whole number of it): "16 GiB", "512 MiB". */
-static void tick_label(uint64_t v, uint64_t step, char *out, size_t len)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    int u = 0;
-    uint64_t d = 1;
-    while (u < 5 && step >= d * 1024) {
-        d *= 1024;
-        u++;
-    }
-    if (v)
-        snprintf(out, len, "%llu %s", (unsigned long long)(v / d), unit[u]);
-    else
-        snprintf(out, len, "0");
-}
+static void tick_label(uint64_t v, uint64_t step, char *out, size_t len) { view_tick_label(v, step, out, len); }
 
 /* Where the picture has ink that a label must not cover: per pixel column of the plot, the heights each curve
  * passes through there (a step to the next point included), and the markers' boxes. */
@@ -425,6 +384,20 @@ static void draw(FILE *f, const trace *t, const series *sr, size_t first, int se
             r->start_unfit ? "; NOT REPLAYED"
             : r->oom       ? "; OUT OF MEMORY"
                            : "");
+    if (t->rec.has_outside && t->rec.outside >= 0) { /* an hbmalloc snapshot: what was not hbmalloc's then */
+        char s_out[32], s_me[32], s_oth[32];
+        hbm__format_size((uint64_t)t->rec.outside, s_out, sizeof s_out);
+        fprintf(f,
+                "<text id=\"outside\" x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#555\">when recorded, %s of the "
+                "device was in use outside hbmalloc",
+                W - 20, 28, s_out);
+        if (t->rec.outside_process >= 0 && t->rec.outside_others >= 0) {
+            hbm__format_size((uint64_t)t->rec.outside_process, s_me, sizeof s_me);
+            hbm__format_size((uint64_t)t->rec.outside_others, s_oth, sizeof s_oth);
+            fprintf(f, ": %s by its process, %s by others", s_me, s_oth);
+        }
+        fputs("</text>\n", f);
+    }
     /* axes */
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", PLOT_X, PLOT_Y, PLOT_X,
             PLOT_Y + PLOT_H);
@@ -599,6 +572,7 @@ static int run_one(view_run *v, const trace *t, const replay_opts *o, int html, 
     hbm_allocator *a;
     if (hbm_open(&a, o->backend_spec, 0, o->settings, err, errlen) != HBM_OK)
         return 2;
+    hbm_oom_dump(a, NULL, -1, -1); /* a replay's OOMs are the picture's, not the job's: no snapshot at them */
     series *sr = &v->sr;
     replay_result *r = &v->r;
     sr->alloc = calloc(t->n + 1, sizeof(int64_t));
@@ -763,6 +737,17 @@ static int write_out(int kind, const char *path, const view_run *v, const trace 
             vr[k] = v[k].vr;
         }
         rc = view_html_write(f, vr, pi, n) ? 2 : 0;
+    } else if (n > 1) { /* several traces: ranks side by side (view_ranks.c) */
+        view_column c[VIEW_RUNS_MAX];
+        for (size_t k = 0; k < n; k++)
+            c[k] = (view_column){names[k],
+                                 v[k].sr.alloc,
+                                 v[k].sr.resv,
+                                 v[k].sr.n,
+                                 v[k].r.stats.allocated_bytes[0].peak,
+                                 v[k].r.stats.reserved_bytes[0].peak,
+                                 v[k].r.oom || v[k].r.start_unfit};
+        view_ranks_svg(f, c, n, v[0].device);
     } else {
         draw(f, t[0], &v->sr, v->first, v->seeded, v->peak, &v->r.stats, names[0], o, &v->r);
     }
@@ -784,8 +769,11 @@ int view_write_runs(const trace *const *t, const replay_opts *o, const char *con
     int kind = out_kind(path, err, errlen);
     if (kind < 0)
         return 2;
-    if (n > 1 && kind != OUT_HTML) {
-        snprintf(err, errlen, "%s: runs side by side (several --conf or traces) are drawn as a page: name it .html",
+    int same = n > 1; /* one trace under several settings: a page; several traces (ranks) are drawn as columns too */
+    for (size_t k = 1; k < n; k++)
+        same &= !strcmp(names[k], names[0]);
+    if (same && kind != OUT_HTML) {
+        snprintf(err, errlen, "%s: one trace under several --conf is drawn as a page, side by side: name it .html",
                  path);
         return 2;
     }
@@ -811,13 +799,13 @@ int view_write_runs(const trace *const *t, const replay_opts *o, const char *con
         rc = write_out(kind, path, v, t, o, names, labels, n, detail ? detail : VIEW_DETAIL, err, errlen);
     if (rc == 0 && oom) {
         const view_run *w = &v[oom_run];
+        const char *which = n == 1 ? "" : same ? w->r.settings : names[oom_run]; /* settings apart, or ranks */
         if (w->r.start_unfit) /* replay_seed said why, with both figures */
-            snprintf(err, errlen, "%s%s%s; the picture shows the part of that state that fitted, marked",
-                     n > 1 ? w->r.settings : "", n > 1 ? ": " : "", w->r.message);
+            snprintf(err, errlen, "%s%s%s; the picture shows the part of that state that fitted, marked", which,
+                     n > 1 ? ": " : "", w->r.message);
         else
             snprintf(err, errlen, "%s%sout of memory at event %zu (trace line %u): %s; the picture stops there, marked",
-                     n > 1 ? w->r.settings : "", n > 1 ? ": " : "", w->r.oom_event, t[oom_run]->ev[w->r.oom_event].line,
-                     w->oom_message);
+                     which, n > 1 ? ": " : "", w->r.oom_event, t[oom_run]->ev[w->r.oom_event].line, w->oom_message);
         rc = 1;
     }
     for (size_t k = 0; k < n; k++)
