@@ -400,9 +400,10 @@ typedef struct hbm_outside {
      * what is not hbmalloc's (process_bytes - reserved, 0 if below), and every other process's. outside - (
      * process_outside + others) is what no process is charged with (the driver's own). */
     int64_t process_bytes, process_outside, others;
-    uint64_t ns;     /* CLOCK_REALTIME of the query, in nanoseconds (0: never measured) */
-    uint32_t nprocs; /* processes the runtime listed (0 when it has no such list) */
-    struct {         /* the largest of them, largest first */
+    uint64_t ns;         /* CLOCK_REALTIME of the query, in nanoseconds (0: never measured) */
+    uint32_t nprocs;     /* processes the runtime listed (0 when it has no such list) */
+    int32_t self_listed; /* this process is among them (0: another PID namespace's list, or none) */
+    struct {             /* the largest of them, largest first */
         int64_t pid;
         uint64_t bytes;
     } procs[HBM_OUTSIDE_PROCS];

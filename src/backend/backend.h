@@ -77,8 +77,9 @@ typedef struct hbm__backend_caps {
  * usedGpuMemory). */
 typedef struct hbm__proc_use {
     int64_t pid;
-    uint64_t bytes;
+    uint64_t bytes; /* HBM__PROC_UNKNOWN: the runtime lists the process but cannot measure it */
 } hbm__proc_use;
+#define HBM__PROC_UNKNOWN UINT64_MAX
 
 typedef struct hbm__backend_ops {
     const char *name;

@@ -10,8 +10,8 @@
  * — asked again with a larger array while it answers NVML_ERROR_INSUFFICIENT_SIZE.
  *
  * What NVML does not give: in a container with its own PID namespace the PIDs are the host's, so this process is
- * not found by getpid() (the caller then knows the others' sum only as "every process": see outside.c); on some
- * drivers usedGpuMemory is NVML_VALUE_NOT_AVAILABLE (counted as unknown). NVML is thread-safe (its documentation,
+ * not found by getpid() (outside.c then makes no split); on some drivers (Windows WDDM, MIG without privilege)
+ * usedGpuMemory is NVML_VALUE_NOT_AVAILABLE: passed on as HBM__PROC_UNKNOWN, so the sum it is part of is unknown. NVML is thread-safe (its documentation,
  * "Thread Safety"); the library is loaded once per process and never closed.
  */
 #include <dlfcn.h>
@@ -91,13 +91,11 @@ int hbm__nvml_proc_mem(const char *path, const char *pci_bus_id, hbm__proc_use *
         return -1;
     }
     size_t k = 0;
-    for (unsigned int i = 0; i < size; i++) {
-        if (p[i].usedGpuMemory == NVML_VALUE_NOT_AVAILABLE)
-            continue;
+    for (unsigned int i = 0; i < size; i++, k++)
         if (k < cap)
-            out[k] = (hbm__proc_use){(int64_t)p[i].pid, p[i].usedGpuMemory};
-        k++;
-    }
+            out[k] = (hbm__proc_use){(int64_t)p[i].pid, p[i].usedGpuMemory == NVML_VALUE_NOT_AVAILABLE
+                                                            ? HBM__PROC_UNKNOWN
+                                                            : p[i].usedGpuMemory};
     free(p);
     *n = k;
     return 0;

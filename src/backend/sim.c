@@ -59,7 +59,7 @@ typedef struct sim_node_block {
 typedef struct sim_dev {
     /* others: memory held outside hbmalloc (every process), context of it this process's own (its runtime context,
      * communicators' buffers), the rest other processes'. */
-    size_t capacity, used, others, context;
+    size_t capacity, used, others, context, driver;
     hbm__ranges free; /* free addresses (address-only mode) */
 } sim_dev;
 
@@ -384,7 +384,7 @@ done:
 }
 
 /* NVML's view (docs/CONTRACTS.md, the NVML row): this process holds what it allocated and its context; the
- * others' memory is one other process's. Not a device call: no capture check, no fault, no cost. */
+ * others' memory is one other process's; the driver's own is no process's. Not a device call: no capture check, no fault, no cost. */
 static int sim_proc_mem(void *ctx, int device, hbm__proc_use *out, size_t cap, size_t *n)
 {
     sim *s = ctx;
@@ -396,7 +396,8 @@ static int sim_proc_mem(void *ctx, int device, hbm__proc_use *out, size_t cap, s
         rc = HBM__SIM_ERR_DEVICE;
     } else {
         sim_dev *d = &s->dev[device];
-        hbm__proc_use p[2] = {{(int64_t)getpid(), d->used + d->context}, {s->others_pid, d->others - d->context}};
+        hbm__proc_use p[2] = {{(int64_t)getpid(), d->used + d->context},
+                              {s->others_pid, d->others - d->context - d->driver}};
         size_t k = 1 + (p[1].bytes > 0);
         for (size_t i = 0; i < k && i < cap; i++)
             out[i] = p[i];
@@ -1091,9 +1092,16 @@ static long parse_version(const char *v)
 }
 
 static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, size_t *others, size_t *context,
-                   hbm__backend_caps *caps, char *err, size_t errlen)
+                   size_t *driver, hbm__backend_caps *caps, char *err, size_t errlen)
 {
     uint64_t n;
+    if (!strcmp(key, "driver")) {
+        if (hbm__parse_size(val, driver)) {
+            snprintf(err, errlen, "sim: driver '%s' must be a size (memory no process is charged with)", val);
+            return -1;
+        }
+        return 0;
+    }
     if (!strcmp(key, "context")) {
         if (hbm__parse_size(val, context)) {
             snprintf(err, errlen, "sim: context '%s' must be a size (this process's memory outside hbmalloc)", val);
@@ -1235,7 +1243,7 @@ static int sim_set(sim *s, const char *key, const char *val, size_t *capacity, s
             return 0;
         }
         snprintf(err, errlen,
-                 "sim: unknown option '%s' (known: capacity, others, context, others_pid, processes, memory, "
+                 "sim: unknown option '%s' (known: capacity, others, context, driver, others_pid, processes, memory, "
                  "devices, dialect, pad, vmm, firmware, granularity, streams, <call>_us, <call>_us_per_gib, "
                  "fail_nth)",
                  key);
@@ -1291,7 +1299,7 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     b->caps.dialect = HBM_DIALECT_CUDA;
     b->caps.request_pad = 0;
     b->caps.modelled_cost = 1;
-    size_t capacity = 80 * HBM__GiB, others = 0, context = 0;
+    size_t capacity = 80 * HBM__GiB, others = 0, context = 0, driver = 0;
     s->others_pid = SIM_OTHERS_PID;
 
     char buf[1024];
@@ -1310,7 +1318,7 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
             return HBM_ERR_INVALID;
         }
         *eq = 0;
-        if (sim_set(s, tok, eq + 1, &capacity, &others, &context, &b->caps, err, errlen)) {
+        if (sim_set(s, tok, eq + 1, &capacity, &others, &context, &driver, &b->caps, err, errlen)) {
             sim_close(s);
             return HBM_ERR_INVALID;
         }
@@ -1330,8 +1338,9 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
     for (int d = 0; d < s->ndev; d++) {
         sim_dev *dev = &s->dev[d];
         dev->capacity = capacity;
-        dev->others = others + context;
+        dev->others = others + context + driver;
         dev->context = context;
+        dev->driver = driver;
         if (!s->host_backed) {
             uintptr_t base = SIM_VA_BASE + (uintptr_t)d * SIM_VA_SPAN;
             if (range_give(dev, base, SIM_VA_SPAN)) {
@@ -1355,7 +1364,7 @@ int hbm__sim_set_outside(void *ctx, int device, size_t context, size_t others)
     int rc = -1;
     pthread_mutex_lock(&s->lock);
     if (device >= 0 && device < s->ndev) {
-        s->dev[device].others = others + context;
+        s->dev[device].others = others + context + s->dev[device].driver;
         s->dev[device].context = context;
         rc = 0;
     }

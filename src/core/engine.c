@@ -411,12 +411,10 @@ static void garbage_collect(hbm_allocator *a)
 
 static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_stream stream)
 {
-    size_t dev_free = 0, dev_total = a->device_total;
-    bool known = hbm__dev_info(a, &dev_free, &dev_total) == HBM_OK;
-    if (!known) {
-        dev_free = 0;
-        dev_total = a->device_total;
-    }
+    hbm_outside out; /* the device's figures, and what holds the rest, by process where the runtime tells */
+    hbm__outside_device(a, &out);
+    size_t dev_total = (size_t)out.device_total;
+    size_t dev_free = out.device_used >= 0 ? dev_total - (size_t)out.device_used : 0;
     hbm__trace(a, HBM_TRACE_OOM, dev_free, alloc_size, 0);
     int64_t allocated = a->stats.allocated_bytes[HBM_POOL_ALL].current;
     int64_t reserved = a->stats.reserved_bytes[HBM_POOL_ALL].current;
@@ -432,18 +430,10 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
     a->has_oom = true;
     size_t cached = (size_t)(reserved - allocated);
     size_t largest = hbm__largest_free(a);
-    size_t outside = dev_total > dev_free + (size_t)reserved ? dev_total - dev_free - (size_t)reserved : 0;
-    hbm_outside *out = &a->last_oom.outside; /* what holds the rest, by process where the runtime tells */
-    *out = (hbm_outside){.device = a->device,
-                         .device_total = (int64_t)dev_total,
-                         .device_used = known ? (int64_t)(dev_total - dev_free) : -1,
-                         .reserved = reserved,
-                         .outside = known ? (int64_t)outside : -1,
-                         .process_bytes = -1,
-                         .process_outside = -1,
-                         .others = -1};
-    hbm__outside_processes(a, out);
-    hbm__outside_note(a, out);
+    size_t outside = out.outside > 0 ? (size_t)out.outside : 0;
+    hbm__outside_processes(a, &out);
+    hbm__outside_note(a, &out);
+    a->last_oom.outside = out;
     char s_alloc[32], s_orig[32], s_total[32], s_free[32], s_allocated[32], s_cached[32], s_largest[32], s_x[32];
     hbm__format_size(alloc_size, s_alloc, sizeof s_alloc);
     hbm__format_size(orig, s_orig, sizeof s_orig);
@@ -478,7 +468,7 @@ static void oom_message(hbm_allocator *a, size_t orig, size_t alloc_size, hbm_st
                    s_allocated, s_cached, s_largest);
     if (outside > 0) {
         char said[512];
-        hbm_outside_describe(out, said, sizeof said);
+        hbm_outside_describe(&out, said, sizeof said);
         hbm__sb_printf(&sb, "%s. ", said);
     }
     if (a->region_seg) { /* the region's share of what is reserved, and how it is cut up; named by its policy */
@@ -650,7 +640,14 @@ HBM__FAST hbm_status engine_malloc(hbm_allocator *a, size_t orig, hbm_stream str
 {
     if (orig >= HBM__MAX_REQUEST - a->request_pad) {
         a->stats.num_ooms++;
-        a->last_oom = (hbm_oom_info){.request = orig, .too_large = 1};
+        a->last_oom = (hbm_oom_info){.request = orig,
+                                     .too_large = 1,
+                                     .outside = {.device = a->device, /* not asked: unknown, not 0 */
+                                                 .device_used = -1,
+                                                 .outside = -1,
+                                                 .process_bytes = -1,
+                                                 .process_outside = -1,
+                                                 .others = -1}};
         a->has_oom = true;
         hbm__set_error(a, "out of memory on %s device %d. Tried to allocate more than 1EB memory.", hbm__dev_name(a),
                        a->device);
@@ -727,12 +724,20 @@ static __attribute__((noinline)) hbm_status policy_malloc(hbm_allocator *a, size
 
 /* Their end: a failure's message to the calling thread's sink, the lock given back; after an OOM, the snapshot asked
  * for at one (io/oom_dump.c), with the lock open. */
-HBM__FAST hbm_status malloc_end(hbm_allocator *a, hbm_status rc)
+static __attribute__((noinline, cold)) hbm_status malloc_failed(hbm_allocator *a, hbm_status rc)
 {
     to_sink(a, rc);
     hbm__unlock(a);
-    if (__builtin_expect(rc == HBM_ERR_OOM, 0))
+    if (rc == HBM_ERR_OOM)
         hbm__oom_dumped(a);
+    return rc;
+}
+
+HBM__FAST hbm_status malloc_end(hbm_allocator *a, hbm_status rc)
+{
+    if (__builtin_expect(rc != HBM_OK, 0)) /* the hit path tests once */
+        return malloc_failed(a, rc);
+    hbm__unlock(a);
     return rc;
 }
 

@@ -4,7 +4,11 @@
 
 #include "core/types.h"
 
-/* o's per-process figures from the backend's per-process query (none: left -1); o->reserved set. Needs no lock. */
+/* With a->lock held: o from one memory query of the device (used, reserved, outside; -1 when the query fails, the
+ * capacity then the one read at create), its per-process figures -1 (unknown). */
+void hbm__outside_device(hbm_allocator *a, hbm_outside *o);
+/* o's per-process figures from the backend's per-process query (none: left -1); o->reserved set. Needs no lock
+ * (callers holding it make the job's threads wait for the runtime's answer: an OOM, a sleep). */
 void hbm__outside_processes(hbm_allocator *a, hbm_outside *o);
 /* With a->lock held: o becomes the last measurement (its ns set now when 0). */
 void hbm__outside_note(hbm_allocator *a, const hbm_outside *o);

@@ -145,28 +145,22 @@ static void walk(hbm_allocator *a, hbm_resident *r, tag_table *tt)
     r->cache = r->default_reserved > r->default_live ? r->default_reserved - r->default_live : 0;
 }
 
-/* The figures, with a->lock held. */
-static void resident_locked(hbm_allocator *a, hbm_resident *out)
+/* The figures, with a->lock held; od (may be NULL): the memory query's, as outside.c makes it. A failed query is an
+ * unknown figure, not a failure of this call: the last error stays the caller's. */
+static void resident_locked(hbm_allocator *a, hbm_resident *out, hbm_outside *od)
 {
     memset(out, 0, sizeof *out);
     tag_table tt = {.n = 0};
     out->device = a->device;
-    /* A failed query is an unknown figure, not a failure of this call: the last error stays the caller's. */
-    char saved[sizeof a->err];
-    memcpy(saved, a->err, sizeof saved);
-    size_t dev_free = 0, dev_total = 0;
-    bool known = hbm__dev_info(a, &dev_free, &dev_total) == HBM_OK;
-    memcpy(a->err, saved, sizeof saved);
+    hbm_outside o;
+    hbm__outside_device(a, &o);
     walk(a, out, &tt);
     tag_text(&tt, out->awake_tags, sizeof out->awake_tags); /* the tags point into the pools: under the lock */
-    out->device_total = (int64_t)(known ? dev_total : a->device_total);
-    if (known) {
-        uint64_t used = dev_total > dev_free ? dev_total - dev_free : 0;
-        out->device_used = (int64_t)used;
-        out->outside = used > out->reserved ? (int64_t)(used - out->reserved) : 0;
-    } else {
-        out->device_used = out->outside = -1;
-    }
+    out->device_total = o.device_total;
+    out->device_used = o.device_used;
+    out->outside = o.outside; /* of the statistics' reserved, which the walk's equals */
+    if (od)
+        *od = o;
 }
 
 hbm_status hbm_resident_get(hbm_allocator *a, hbm_resident *out)
@@ -174,7 +168,7 @@ hbm_status hbm_resident_get(hbm_allocator *a, hbm_resident *out)
     if (!a || !out)
         return HBM_ERR_INVALID;
     hbm__lock(a);
-    resident_locked(a, out);
+    resident_locked(a, out, NULL);
     hbm__unlock(a);
     return HBM_OK;
 }
@@ -184,18 +178,11 @@ void hbm__resident_note(hbm_allocator *a)
     if (!a->pub)
         return;
     hbm_resident r;
-    resident_locked(a, &r);
+    hbm_outside o; /* the same query measured memory outside hbmalloc: noted too */
+    resident_locked(a, &r, &o);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     a->res_used = r.device_used;
-    hbm_outside o = {.device = a->device, /* the same query measured memory outside hbmalloc: noted too */
-                     .device_total = r.device_total,
-                     .device_used = r.device_used,
-                     .reserved = (int64_t)r.reserved,
-                     .outside = r.outside,
-                     .process_bytes = -1,
-                     .process_outside = -1,
-                     .others = -1};
     hbm__outside_processes(a, &o);
     hbm__outside_note(a, &o);
     a->res_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;

@@ -18,9 +18,11 @@
  *
  * Bounds, both said once when reached: at most max_dumps snapshots per allocator (one rank, one device); and the
  * folder's hbmalloc-oom-* files (hidden temporaries included) at most max_bytes, checked with no lock shared between
- * processes: a writer sums the folder before it writes (nothing is written into a full folder) and again once its
- * temporary is complete, removing it if the sum passes the bound. Of writers racing, the last to sum sees every
- * other's file or temporary, so the bound holds (but for a readdir that misses a file renamed while it runs).
+ * processes: the snapshot is made in memory first, so its size is known; a writer sums the folder with it before it
+ * makes its temporary, reserves the temporary's whole size (posix_fallocate), and sums again before it writes a
+ * byte, removing the temporary if the sum passes the bound. Of writers racing, the last to sum sees every other's
+ * reserved temporary, so the bound holds at every moment (but for a readdir that misses a file renamed while it
+ * runs), and ranks that all run out at once never put more than the bound on a shared disk.
  *
  * Never stops the job: a failure (the folder gone or not writable, the disk full, a file-size limit, no host
  * memory) turns the dumps off with one warning (stderr unless HBMALLOC_QUIET, and hbm_warning); the malloc's
@@ -47,6 +49,7 @@
 
 #include "core/errors.h"
 #include "io/oom_dump.h"
+#include "io/snapshot.h"
 #include "util/env.h"
 #include "util/util.h"
 
@@ -143,16 +146,26 @@ static void rank_name(char *out, size_t n)
         snprintf(out, n, "norank");
 }
 
-/* The snapshot written to `tmp`: 0, or the reason in why. A file-size limit (ulimit -f) raises SIGXFSZ at the write
- * that passes it, whose default ends the process: with a limit, the signal is blocked on this thread while it writes
- * and a pending one taken back, so the write fails with EFBIG and the disposition is never touched. */
-static int write_snapshot(hbm_allocator *a, const char *tmp, char *why, size_t whylen)
+/* The snapshot's pickle in memory: 0, or -1 (no host memory). */
+static int encode(hbm_allocator *a, unsigned char **data, size_t *len)
 {
     hbm_snapshot *s = NULL;
-    if (hbm_snapshot_take(a, &s) != HBM_OK) {
-        snprintf(why, whylen, "out of host memory for the snapshot");
+    if (hbm_snapshot_take(a, &s) != HBM_OK)
         return -1;
-    }
+    int rc = hbm__snapshot_pickle(s, data, len);
+    hbm_snapshot_free(s);
+    return rc;
+}
+
+/* Into fd, made for it: its space first (posix_fallocate: another writer's sum of the folder counts it from then on,
+ * and a full disk fails here, before a byte is written), then, if the folder's sum with it stays within max_bytes,
+ * the bytes. 0; EDQUOT when the sum passes the bound (*have: the folder's bytes without this file); or an errno. A
+ * file-size limit (ulimit -f) raises SIGXFSZ at the call that passes it, whose default ends the process: with a
+ * limit, the signal is blocked on this thread meanwhile and a pending one taken back, so the call fails with EFBIG
+ * and the disposition is never touched. */
+static int write_reserved(int fd, const char *dir, const unsigned char *data, size_t len, uint64_t max_bytes,
+                          uint64_t *have)
+{
     struct rlimit rl;
     bool limited = getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
     sigset_t xfsz, old;
@@ -160,10 +173,19 @@ static int write_snapshot(hbm_allocator *a, const char *tmp, char *why, size_t w
     sigaddset(&xfsz, SIGXFSZ);
     if (limited)
         pthread_sigmask(SIG_BLOCK, &xfsz, &old);
-    errno = 0;
-    char err[PATH_MAX + 64];
-    hbm_status rc = hbm_snapshot_save(s, tmp, HBM_SNAPSHOT_PICKLE, err, sizeof err);
-    int saved = errno;
+    int e = len ? posix_fallocate(fd, 0, (off_t)len) : 0;
+    if (!e && !(e = folder_bytes(dir, have))) {
+        *have = *have > len ? *have - len : 0;
+        if (*have + len > max_bytes)
+            e = EDQUOT;
+    }
+    for (size_t off = 0; !e && off < len;) {
+        ssize_t w = pwrite(fd, data + off, len - off, (off_t)off);
+        if (w < 0 && errno != EINTR)
+            e = errno;
+        else if (w > 0)
+            off += (size_t)w;
+    }
     if (limited) {
         sigset_t pending;
         const struct timespec now = {0, 0};
@@ -171,11 +193,7 @@ static int write_snapshot(hbm_allocator *a, const char *tmp, char *why, size_t w
             sigtimedwait(&xfsz, NULL, &now);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
-    hbm_snapshot_free(s);
-    if (rc == HBM_OK)
-        return 0;
-    snprintf(why, whylen, "%s%s%s", err, saved ? ": " : "", saved ? strerror(saved) : "");
-    return -1;
+    return e;
 }
 
 /* Turns the dumps off after a failure, once (a dump begun under other settings changes nothing). */
@@ -256,8 +274,18 @@ static void dump(hbm_allocator *a)
         fail(a, &j, why);
         return;
     }
-    if (have >= j.max_bytes) {
-        full(a, &j, have, 0);
+    /* The snapshot in memory first: its size is known before anything is written, so the bound is checked against
+     * it and its space reserved before its bytes go out (a job whose ranks all run out at once never puts ranks x a
+     * snapshot on the disk past the bound, even for a moment). */
+    unsigned char *data = NULL;
+    size_t len = 0;
+    if (encode(a, &data, &len)) {
+        fail(a, &j, "out of host memory for the snapshot");
+        return;
+    }
+    if (have + len > j.max_bytes) {
+        free(data);
+        full(a, &j, have, len);
         return;
     }
     char rank[32], tmp[PATH_MAX], name[PATH_MAX];
@@ -266,19 +294,29 @@ static void dump(hbm_allocator *a)
     int n = snprintf(tmp, sizeof tmp, "%s/." PREFIX "%s-dev%d-pid%ld-%u.%016llx.tmp", j.dir, rank, a->device, pid,
                      j.seq, (unsigned long long)random_bits());
     if (n < 0 || (size_t)n >= sizeof tmp) {
+        free(data);
         fail(a, &j, "the folder's name is too long for a file's path (PATH_MAX)");
         return;
     }
-    if (write_snapshot(a, tmp, why, sizeof why)) {
-        unlink(tmp);
+    int fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0) {
+        snprintf(why, sizeof why, "%s cannot be made: %s", tmp, strerror(errno));
+        free(data);
         fail(a, &j, why);
         return;
     }
-    struct stat st;
-    uint64_t size = stat(tmp, &st) == 0 ? (uint64_t)st.st_size : 0;
-    if ((e = folder_bytes(j.dir, &have)) == 0 && have > j.max_bytes) {
+    e = write_reserved(fd, j.dir, data, len, j.max_bytes, &have);
+    free(data);
+    if (close(fd) && !e)
+        e = errno;
+    if (e) {
         unlink(tmp);
-        full(a, &j, have - size, size);
+        if (e == EDQUOT) {
+            full(a, &j, have, len);
+        } else {
+            snprintf(why, sizeof why, "%s: %s", tmp, strerror(e));
+            fail(a, &j, why);
+        }
         return;
     }
     /* link(), not rename(): it never replaces a file that has the name. A filesystem without hard links gets

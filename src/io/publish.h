@@ -11,7 +11,9 @@
 #include "hbmalloc.h"
 
 #define HBM__RECORD_MAGIC 0x317274626d6268ull /* "hbmbtr1" */
-#define HBM__RECORD_LAYOUT 5 /* 2: pid_ns, the writer's lock; 3: sleeping pools; 4: the job's peaks; 5: resident */
+#define HBM__RECORD_LAYOUT \
+    6 /* 2: pid_ns, the writer's lock; 3: sleeping pools; 4: the job's peaks; 5: resident;
+                             * 6: memory outside hbmalloc, refreshed */
 
 typedef struct hbm__shared_record {
     uint64_t magic;

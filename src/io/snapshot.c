@@ -12,6 +12,7 @@
 #include "core/history.h"
 #include "core/labels.h"
 #include "io/pickle_out.h"
+#include "io/snapshot.h"
 #include "util/util.h"
 
 /* ---- taking a snapshot ---- */
@@ -406,6 +407,16 @@ static void emit_snapshot(emit *e, const hbm_snapshot *s)
     e_close(e);
 }
 
+int hbm__snapshot_pickle(const hbm_snapshot *s, unsigned char **data, size_t *len)
+{
+    emit e;
+    memset(&e, 0, sizeof e);
+    if (!(e.pk = hbm__pw_new()))
+        return -1;
+    emit_snapshot(&e, s);
+    return hbm__pw_finish(e.pk, data, len) ? -1 : 0;
+}
+
 hbm_status hbm_snapshot_save(const hbm_snapshot *s, const char *path, hbm_snapshot_format fmt, char *err, size_t errlen)
 {
     if (!s || !path)
@@ -423,19 +434,13 @@ hbm_status hbm_snapshot_save(const hbm_snapshot *s, const char *path, hbm_snapsh
         emit_snapshot(&e, s);
         fputc('\n', f);
     } else {
-        e.pk = hbm__pw_new();
         unsigned char *data = NULL;
         size_t len = 0;
-        if (!e.pk) {
+        if (hbm__snapshot_pickle(s, &data, &len))
             rc = HBM_ERR_NOMEM;
-        } else {
-            emit_snapshot(&e, s);
-            if (hbm__pw_finish(e.pk, &data, &len))
-                rc = HBM_ERR_NOMEM;
-            else if (fwrite(data, 1, len, f) != len)
-                rc = HBM_ERR_INVALID;
-            free(data);
-        }
+        else if (fwrite(data, 1, len, f) != len)
+            rc = HBM_ERR_INVALID;
+        free(data);
     }
     if (fclose(f) != 0 && rc == HBM_OK)
         rc = HBM_ERR_INVALID;

@@ -70,7 +70,8 @@ HBMALLOC_BACKEND=sim:capacity=1GiB,dialect=npu HBMALLOC_QUIET=1 \
     "$vpy" "$src/tests/python/plugin_use.py" "$libdir/libhbmalloc_torch_npu.so" "" npu
 if [ -e "$libdir/libhbmalloc_torch_c10.so" ]; then # built against this torch
     HBMALLOC_BACKEND=sim:capacity=1GiB HBMALLOC_CONF= HBMALLOC_QUIET=1 "$vpy" "$src/tests/python/torch_memory_api.py" "" ""
-    HBMALLOC_BACKEND=sim:capacity=512MiB,memory=host HBMALLOC_CONF= HBMALLOC_QUIET=1 \
+    HBMALLOC_BACKEND=sim:capacity=512MiB,memory=host,context=64MiB,others=32MiB,others_pid=4242 HBMALLOC_CONF= \
+        HBMALLOC_QUIET=1 \
         "$vpy" "$src/tests/python/torch_oom.py" "$shim" "$libdir/libhbmalloc_torch_c10.so" c10
 else
     fail "no libhbmalloc_torch_c10.so in the package built with Debian's torch"

@@ -849,20 +849,29 @@ static void nvml_splits_memory_outside_between_this_process_and_the_others(void 
     assert_int_equal(hbm_outside_get(a, &o), HBM_OK);
     assert_true(nvml_asks() - asks >= 2); /* 16 did not fit 20: asked again */
     assert_int_equal(o.reserved, 100 * MiB);
-    assert_int_equal(o.nprocs, 19);
+    assert_int_equal(o.nprocs, 20);
+    assert_true(o.self_listed);
     assert_int_equal(o.process_bytes, 600 * MiB);
     assert_int_equal(o.process_outside, 500 * MiB);
-    assert_int_equal(o.others, GiB + 17 * MiB);
+    assert_int_equal(o.others, -1); /* one other process NVML cannot measure: their sum is unknown, not smaller */
     assert_int_equal(o.procs[0].pid, 4242);
+    char text[512];
+    hbm_outside_describe(&o, text, sizeof text);
+    assert_non_null(strstr(text, "500.00 MiB by this process"));
+    assert_non_null(strstr(text, "; the runtime cannot measure some other process's memory"));
+    bytes[2] = 2ull * MiB; /* measured now: the others' sum is exact */
+    assert_int_equal(nvml_set(0x5e, pids, bytes, 20), 0);
+    assert_int_equal(hbm_outside_get(a, &o), HBM_OK);
+    assert_int_equal(o.others, GiB + 19 * MiB);
     /* In a container with its own PID namespace NVML lists the host's PIDs: no split, and the sentence says why. */
     pids[0] = 1; /* this process under its host PID */
     assert_int_equal(nvml_set(0x5e, pids, bytes, 3), 0);
     assert_int_equal(hbm_outside_get(a, &o), HBM_OK);
     assert_int_equal(o.process_bytes, -1);
     assert_int_equal(o.others, -1);
-    char text[512];
+    assert_false(o.self_listed);
     hbm_outside_describe(&o, text, sizeof text);
-    assert_non_null(strstr(text, "this process is not among the 2 the runtime lists"));
+    assert_non_null(strstr(text, "this process is not among the 3 the runtime lists"));
     hbm_free(a, p);
     hbm_destroy(a);
     hbm_backend_close(b);

@@ -73,6 +73,20 @@ static void a_runtime_without_process_figures_leaves_the_split_unknown(void **st
     hbm_destroy(a);
 }
 
+/* A real GPU's driver holds memory NVML charges to no process (some hundreds of MiB): it is in outside, in neither
+ * part, and the sentence says it, so the parts never pass for the whole. */
+static void memory_charged_to_no_process_is_outside_but_in_neither_part(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:capacity=8GiB,context=100MiB,others=1GiB,driver=300MiB", "");
+    hbm_outside o = measure(a);
+    assert_int_equal(o.outside, 100 * MiB + GiB + 300 * MiB);
+    assert_int_equal(o.process_outside, 100 * MiB);
+    assert_int_equal(o.others, GiB);
+    assert_non_null(strstr(said(&o), ", 300.00 MiB charged to no process (the driver's own)"));
+    hbm_destroy(a);
+}
+
 /* Memory outside grows while the job runs (a communicator made, another job started): each measurement sees it, the
  * statistics keep the last one, and a failed device query is an unknown figure, not an error of the call. */
 static void each_measurement_sees_memory_that_came_since(void **st)
@@ -160,6 +174,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(outside_memory_is_split_between_this_process_and_the_others),
         cmocka_unit_test(a_runtime_without_process_figures_leaves_the_split_unknown),
+        cmocka_unit_test(memory_charged_to_no_process_is_outside_but_in_neither_part),
         cmocka_unit_test(each_measurement_sees_memory_that_came_since),
         cmocka_unit_test(the_oom_message_names_this_process_and_the_others),
         cmocka_unit_test(the_published_record_follows_memory_outside),
