@@ -386,7 +386,7 @@ HBM_API size_t hbm_copy_last_error(hbm_allocator *a, char *buf, size_t len);
 /* Device memory hbmalloc does not hold (docs/MONITOR.md, "Memory outside the allocator"): the device's used bytes as
  * its runtime counts them (total - free: cudaMemGetInfo / aclrtGetMemInfo) less hbmalloc's reserved bytes — other
  * processes, this process's runtime context, communicators' buffers (NCCL, HCCL), another allocator beside
- * hbmalloc. Where the runtime tells memory per process (CUDA: NVML, as PyTorch's OOM message reads it; not AscendCL),
+ * hbmalloc. Where the runtime tells memory per process (CUDA: NVML, as PyTorch's OOM message reads it; Ascend: DCMI, as npu-smi reads it),
  * split into this process's part and the other processes'. */
 #define HBM_OUTSIDE_PROCS 8
 typedef struct hbm_outside {

@@ -1016,8 +1016,8 @@ _OUTSIDE_FIELDS = ("device", "device_total", "device_used", "reserved", "outside
 def outside(device=None):
     """Device memory hbmalloc does not hold, measured now, for the devices in use (or `device` alone), one dict
     each: the runtime's device_total and device_used, hbmalloc's reserved, outside (used - reserved: the runtime's
-    context, NCCL/HCCL buffers, other processes), and where the runtime tells memory by process (CUDA: NVML; not
-    AscendCL) process_bytes, process_outside (this process's part of outside) and others (other processes'); None
+    context, NCCL/HCCL buffers, other processes), and where the runtime tells memory by process (CUDA: NVML; NPU:
+    DCMI) process_bytes, process_outside (this process's part of outside) and others (other processes'); None
     where unknown; text: one sentence (docs/MONITOR.md, "Memory outside the allocator"). The statistics' keys
     outside_bytes, outside_process_bytes, outside_others_bytes and device_used_bytes keep the last measurement."""
     dev = -1 if device is None else int(device)

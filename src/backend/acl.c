@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "dcmi.h"
 #include "util/env.h"
 
 /* ---- AscendCL types and constants (acl_base.h / acl_rt.h, ACL 1.15) ---- */
@@ -107,6 +108,7 @@ typedef struct acl_fns {
     aclError (*GetVersion)(int *, int *, int *);
     aclError (*GetCANNVersion)(int, aclCANNPackageVersion *);
     const char *(*GetSocName)(void);
+    aclError (*GetLogicDevIdByUserDevId)(int32_t, int32_t *); /* the NPU's logical id, for DCMI (proc_mem) */
     /* A sleeping pool's backup (acl_rt.h:845, 861, 926 of the CANN headers TNPU v7.0.0 vendored). */
     aclError (*MallocHost)(void **, size_t);
     aclError (*FreeHost)(void *);
@@ -153,6 +155,7 @@ static const sym syms[] = {
     {"aclrtGetVersion", F(GetVersion), 0},
     {"aclsysGetCANNVersion", F(GetCANNVersion), 0},
     {"aclrtGetSocName", F(GetSocName), 0},
+    {"aclrtGetLogicDevIdByUserDevId", F(GetLogicDevIdByUserDevId), 0},
     {"aclrtMallocHost", F(MallocHost), 0},
     {"aclrtFreeHost", F(FreeHost), 0},
     {"aclrtMemcpyAsync", F(MemcpyAsync), 0},
@@ -173,6 +176,7 @@ typedef struct acl {
     atomic_int vmm[ACL_MAX_DEVICES];
     char vmm_why[ACL_MAX_DEVICES][256];
     char driver[64];
+    char dcmi[512]; /* the DCMI library (proc_mem): "" to look for libdcmi.so, "off" for none */
 } acl;
 
 /* aclError names (acl_base.h, rt_error_codes.h). */
@@ -538,6 +542,39 @@ static void acl_close(void *ctx)
 
 static int acl_vmm_probe(void *ctx, int device, char *why, size_t whylen);
 
+/* The logical id of the device this process numbers `device` (CANN's "user device id"): aclrtGetLogicDevIdByUserDevId
+ * where the runtime has it (CANN 8.x), else the device-th id ASCEND_RT_VISIBLE_DEVICES lists, as the runtime maps it
+ * (CANN's aclrtGetLogicDevIdByUserDevId page: "without ASCEND_RT_VISIBLE_DEVICES the logical id is the user id");
+ * -1 when neither tells. */
+static int logic_id(acl *c, int device)
+{
+    int32_t id = -1;
+    if (c->fn.GetLogicDevIdByUserDevId && c->fn.GetLogicDevIdByUserDevId(device, &id) == ACL_SUCCESS && id >= 0)
+        return id;
+    const char *v = getenv("ASCEND_RT_VISIBLE_DEVICES");
+    if (!v || !*v)
+        return device;
+    for (int k = 0; *v; k++) {
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (end == v || x < 0 || x > INT32_MAX || (*end && *end != ','))
+            return -1; /* not a list of ids: the runtime would refuse it too */
+        if (k == device)
+            return (int)x;
+        v = *end ? end + 1 : end;
+    }
+    return -1;
+}
+
+/* Device memory by process: DCMI, the device named by its logical id (dcmi.c). Not a runtime call: no context. */
+static int acl_proc_mem(void *ctx, int device, hbm__proc_use *out, size_t cap, size_t *n)
+{
+    acl *c = ctx;
+    if (!strcmp(c->dcmi, "off") || device < 0 || device >= c->ndev)
+        return -1;
+    return hbm__dcmi_proc_mem(c->dcmi, logic_id(c, device), out, cap, n);
+}
+
 static const hbm__backend_ops acl_ops = {
     .name = "acl",
     .mem_alloc = acl_alloc,
@@ -566,6 +603,7 @@ static const hbm__backend_ops acl_ops = {
     .host_free = acl_host_free,
     .copy_d2h = acl_copy_d2h,
     .copy_h2d = acl_copy_h2d,
+    .proc_mem = acl_proc_mem,
 };
 
 /* Parse "major.minor[.release...]" of a driver (HDK) version: 24.1.rc2, 23.0.RC3, 22.0.3. */
@@ -657,21 +695,28 @@ static int acl_vmm_probe(void *ctx, int device, char *why, size_t whylen)
 
 int hbm__acl_open(struct hbm_backend *b, const char *opts, char *err, size_t errlen)
 {
-    char lib[512];
+    char lib[512], dcmi[512] = "";
     const char *env = hbm__env(HBM__ENV_LIBASCENDCL);
     snprintf(lib, sizeof lib, "%s", env && *env ? env : "libascendcl.so");
-    if (opts && *opts) {
-        if (strncmp(opts, "lib=", 4) != 0 || strchr(opts, ',')) {
-            snprintf(err, errlen, "acl: unknown option '%.200s' (known: lib=PATH)", opts);
+    for (const char *o = opts; o && *o; o += *o == ',') {
+        size_t len = strcspn(o, ",");
+        if (len > 4 && !strncmp(o, "lib=", 4)) {
+            snprintf(lib, sizeof lib, "%.*s", (int)(len - 4), o + 4);
+        } else if (len > 5 && !strncmp(o, "dcmi=", 5)) {
+            snprintf(dcmi, sizeof dcmi, "%.*s", (int)(len - 5), o + 5);
+        } else {
+            snprintf(err, errlen, "acl: unknown option '%.*s' (known: lib=PATH, dcmi=PATH|off)",
+                     (int)(len < 200 ? len : 200), o);
             return HBM_ERR_INVALID;
         }
-        snprintf(lib, sizeof lib, "%s", opts + 4);
+        o += len;
     }
     acl *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "acl: out of host memory");
         return HBM_ERR_NOMEM;
     }
+    memcpy(c->dcmi, dcmi, sizeof dcmi);
     c->lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!c->lib) {
         snprintf(err, errlen,

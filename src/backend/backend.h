@@ -135,7 +135,8 @@ typedef struct hbm__backend_ops {
      * nvmlDeviceGetComputeRunningProcesses, as c10/cuda/CUDACachingAllocator.cpp reportProcessMemoryInfo reads it):
      * up to cap into out, *n how many there are (may exceed cap). Callable from any thread without the allocator's
      * lock, and during a capture (it is not a stream or device call). NULL where the runtime has no such query
-     * (AscendCL: aclrtGetMemInfo is device-wide only); nonzero when the query fails (no NVML, no permission). */
+     * (the sim with processes=off); nonzero when the query fails (no NVML or DCMI, no permission). The acl backend
+     * asks DCMI (dcmi.c): AscendCL's aclrtGetMemInfo is device-wide only. */
     int (*proc_mem)(void *ctx, int device, hbm__proc_use *out, size_t cap, size_t *n);
 } hbm__backend_ops;
 

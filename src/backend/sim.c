@@ -148,7 +148,7 @@ typedef struct sim {
     uint32_t free_handle; /* index + 1 of the first released slot, 0: none */
     /* streams and events */
     int strict_streams; /* streams=strict: only stream 0 and created streams exist */
-    int no_processes;   /* processes=off: no per-process query (as AscendCL) */
+    int no_processes;   /* processes=off: no per-process query (no NVML or DCMI, or refused) */
     int64_t others_pid; /* the process the others' memory is reported under */
     sim_stream *streams;
     size_t nstreams, cap_streams;

@@ -42,6 +42,13 @@ run outside-snapshot 0 "peak reserved" "$BIN" replay "$SRC/examples/cs336-lm-ctx
 run outside-view 0 "wrote" "$BIN" view "$T/outside.pickle" -o "$T/outside.svg"
 grep -qF "when recorded, 1.25 GiB of the device was in use outside hbmalloc: 256.00 MiB by its process, 1024.00 MiB by others" \
   "$T/outside.svg" || fail "outside-view: the picture does not say what was outside hbmalloc"
+# Two ranks side by side: each column says what its device held beside hbmalloc when its snapshot was taken.
+run outside-rank1 0 "peak reserved" "$BIN" replay "$SRC/examples/cs336-lm-ctx512-forward.trace" \
+  --backend "sim:context=1GiB,others=1GiB" --snapshot "$T/rank1.pickle"
+cp "$T/outside.pickle" "$T/rank0.pickle"
+run outside-ranks 0 "wrote" "$BIN" view "$T/rank0.pickle" "$T/rank1.pickle" -o "$T/ranks.svg"
+grep -q '>outside hbmalloc: 1.25 GiB<' "$T/ranks.svg" && grep -q '>outside hbmalloc: 2.00 GiB<' "$T/ranks.svg" ||
+  fail "outside-ranks: each rank's column does not say what was outside hbmalloc"
 run outside-none 0 "wrote" "$BIN" view "$SRC/tests/data/layoutediting-torch1x-segments.pickle" -o "$T/torch.svg"
 ! grep -q 'id="outside"' "$T/torch.svg" || fail "outside-none: a torch snapshot has no such figure, none is drawn"
 

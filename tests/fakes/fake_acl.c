@@ -672,6 +672,30 @@ API aclError aclrtGetVersion(int *a, int *b, int *c)
 API const char *aclrtGetSocName(void) { return F.ready ? F.soc : "Ascend910B3"; }
 
 #ifndef FAKE_ACL_CANN6
+/* CANN 8.x's aclrtGetLogicDevIdByUserDevId (the CANN 6 build lacks it): the user id's logical id, the userDevid-th
+ * entry of ASCEND_RT_VISIBLE_DEVICES, the same id without it (its CANN page, "用户设备ID、逻辑设备ID、物理设备ID之间的
+ * 关系"). */
+API aclError aclrtGetLogicDevIdByUserDevId(const int userDevid, int *const logicDevId)
+{
+    if (!logicDevId || userDevid < 0 || userDevid >= F.devices)
+        return fail(INVALID_PARAM, "EE1003: no such user device id");
+    const char *v = getenv("ASCEND_RT_VISIBLE_DEVICES");
+    int id = userDevid;
+    for (int k = 0; v && *v; k++) {
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (end == v)
+            return fail(INVALID_PARAM, "EE1003: ASCEND_RT_VISIBLE_DEVICES is not a list of ids");
+        if (k == userDevid) {
+            id = (int)x;
+            break;
+        }
+        v = *end ? end + 1 : end;
+    }
+    *logicDevId = id;
+    return OK;
+}
+
 API aclError aclsysGetCANNVersion(int name, cannver *v)
 {
     if (name != 7)

@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 #include <pthread.h>
 
+#include "util/util.h"
+
 typedef struct fake {
     void *lib;
     void (*reset)(void);
@@ -583,12 +585,87 @@ static void a_runtime_without_virtual_memory_refuses_to_let_a_pool_sleep(void **
     hbm_destroy(a);
 }
 
+/* Memory outside hbmalloc by process on an NPU, through DCMI (src/backend/dcmi.c, tests/fakes/fake_dcmi.c): the NPU is
+ * found by its logical id — the runtime's aclrtGetLogicDevIdByUserDevId on CANN 8, ASCEND_RT_VISIBLE_DEVICES read as
+ * the runtime reads it on CANN 6 — and the logical id by DCMI's (card, chip); this process is told from the others by
+ * its PID; a refusal leaves the split unknown; dcmi=off asks nothing. */
+static void dcmi_splits_memory_outside_between_this_process_and_the_others(void **st)
+{
+    (void)st;
+    void *dc = dlopen(HBM_FAKE_DCMI, RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(dc);
+    int (*dcmi_set)(int, const int *, const unsigned long *, int);
+    long (*dcmi_asks)(void);
+    *(void **)&dcmi_set = dlsym(dc, "fake_dcmi_set");
+    *(void **)&dcmi_asks = dlsym(dc, "fake_dcmi_asks");
+    assert_true(dcmi_set && dcmi_asks);
+    int pids[2] = {(int)getpid(), 5151}, wrong = 9999;
+    unsigned long bytes[2] = {700ul * MiB, 2ul * GiB}, wrong_bytes = 5ul * GiB;
+    assert_int_equal(dcmi_set(3, pids, bytes, 2), 0);          /* logical id 3: card 1, chip 1 */
+    assert_int_equal(dcmi_set(0, &wrong, &wrong_bytes, 1), 0); /* the user's device 0 is not logical 0 */
+    setenv("ASCEND_RT_VISIBLE_DEVICES", "3", 1);
+    for (int old = 0; old < 2; old++) { /* CANN 8 asks the runtime, CANN 6 reads the variable */
+        fake *f = old ? &OLD : &NEW;
+        f->reset();
+        char spec[800];
+        snprintf(spec, sizeof spec, "%s,dcmi=%s", f->spec, HBM_FAKE_DCMI);
+        hbm_allocator *a = NULL;
+        char err[600];
+        if (hbm_open(&a, spec, 0, "", err, sizeof err) != HBM_OK)
+            fail_msg("%s", err);
+        void *p = must_malloc(a, 100 * MiB, 0);
+        hbm_outside o;
+        assert_int_equal(hbm_outside_get(a, &o), HBM_OK);
+        assert_int_equal(o.nprocs, 2);
+        assert_true(o.self_listed);
+        assert_int_equal(o.process_bytes, 700 * MiB);
+        assert_true(o.reserved >= (int64_t)(100 * MiB)); /* the NPU's segment: the request padded and rounded */
+        assert_int_equal(o.process_outside, (int64_t)(700 * MiB) - o.reserved);
+        assert_int_equal(o.others, 2 * GiB);
+        char text[512];
+        hbm_outside_describe(&o, text, sizeof text);
+        char mine[64];
+        hbm__format_size((uint64_t)o.process_outside, mine, sizeof mine);
+        assert_non_null(strstr(text, mine));
+        assert_non_null(strstr(text, " by this process"));
+        assert_non_null(strstr(text, "2.00 GiB by other processes (process 5151 2.00 GiB)"));
+        hbm_free(a, p);
+        hbm_destroy(a);
+    }
+    /* Refused (some products and users): the split is unknown, and said so. */
+    assert_int_equal(dcmi_set(3, NULL, NULL, -1), 0);
+    hbm_allocator *a = NULL;
+    char spec[800], err[600];
+    snprintf(spec, sizeof spec, "%s,dcmi=%s", NEW.spec, HBM_FAKE_DCMI);
+    NEW.reset();
+    assert_int_equal(hbm_open(&a, spec, 0, "", err, sizeof err), HBM_OK);
+    hbm_outside o;
+    assert_int_equal(hbm_outside_get(a, &o), HBM_OK);
+    assert_int_equal(o.process_outside, -1);
+    assert_int_equal(o.others, -1);
+    hbm_destroy(a);
+    /* dcmi=off: not asked. */
+    snprintf(spec, sizeof spec, "%s,dcmi=off", NEW.spec);
+    NEW.reset();
+    assert_int_equal(hbm_open(&a, spec, 0, "", err, sizeof err), HBM_OK);
+    long asks = dcmi_asks();
+    assert_int_equal(hbm_outside_get(a, &o), HBM_OK);
+    assert_int_equal(dcmi_asks(), asks);
+    assert_int_equal(o.process_bytes, -1);
+    hbm_destroy(a);
+    assert_int_equal(hbm_open(&a, "acl:lib=/x,pool=1", 0, "", err, sizeof err), HBM_ERR_INVALID);
+    assert_non_null(strstr(err, "unknown option 'pool=1' (known: lib=PATH, dcmi=PATH|off)"));
+    unsetenv("ASCEND_RT_VISIBLE_DEVICES");
+    dlclose(dc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(allocates_in_whole_segments_with_the_npu_rules, reset),
         cmocka_unit_test_setup(settings_come_from_the_npu_variable, reset),
         cmocka_unit_test_setup(out_of_memory_names_the_npu, reset),
+        cmocka_unit_test_setup(dcmi_splits_memory_outside_between_this_process_and_the_others, reset),
         cmocka_unit_test_setup(expandable_segments_map_one_handle_per_page, reset),
         cmocka_unit_test_setup(a_failed_probe_falls_back_and_says_why, reset),
         cmocka_unit_test_setup(an_old_cann_runtime_works_without_virtual_memory, reset),

@@ -746,7 +746,8 @@ static int write_out(int kind, const char *path, const view_run *v, const trace 
                                  v[k].sr.n,
                                  v[k].r.stats.allocated_bytes[0].peak,
                                  v[k].r.stats.reserved_bytes[0].peak,
-                                 v[k].r.oom || v[k].r.start_unfit};
+                                 v[k].r.oom || v[k].r.start_unfit,
+                                 t[k]->rec.has_outside ? t[k]->rec.outside : -1};
         view_ranks_svg(f, c, n, v[0].device);
     } else {
         draw(f, t[0], &v->sr, v->first, v->seeded, v->peak, &v->r.stats, names[0], o, &v->r);

@@ -136,6 +136,14 @@ void view_ranks_svg(FILE *f, const view_column *c, size_t n, const char *device)
             fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"%s\"%s>%.2fx the median%s</text>\n",
                     mid, PY + PH + 54, high ? "#c00000" : "#666", high ? " font-weight=\"bold\" class=\"outlier\"" : "",
                     (double)c[k].peak_resv / med, high ? ": outlier" : "");
+        if (c[k].outside >= 0) { /* what the device held beside this rank's allocator when its snapshot was taken */
+            char s_out[32];
+            hbm__format_size((uint64_t)c[k].outside, s_out, sizeof s_out);
+            fprintf(f,
+                    "<text class=\"outside\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">outside "
+                    "hbmalloc: %s</text>\n",
+                    mid, PY + PH + 71, s_out);
+        }
         if (c[k].oom)
             fprintf(f,
                     "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#c00000\" font-weight=\"bold\">OUT "

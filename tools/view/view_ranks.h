@@ -15,7 +15,8 @@ typedef struct view_column {
     const int64_t *alloc, *resv;
     size_t n;
     int64_t peak_alloc, peak_resv;
-    int oom; /* the replay ran out of memory: its curves end there */
+    int oom;         /* the replay ran out of memory: its curves end there */
+    int64_t outside; /* an hbmalloc snapshot's memory outside hbmalloc when it was taken (-1: unknown) */
 } view_column;
 
 /* The SVG of columns c[0..n) (n >= 2), each labelled by its rank (its file's name, trace/ranks.h) and its peak, the
