@@ -1,10 +1,11 @@
-/* fuzz_doctor.c: hbmalloc doctor's log recognisers and version parsers on arbitrary bytes. Logs come from users'
+/* fuzz_doctor.c: hbmalloc doctor's log recognisers, its ranks' timeline and version parsers on arbitrary bytes. Logs come from users'
  * jobs: nothing in them may crash the doctor or make it read out of bounds. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "doctor/doctor.h"
+#include "doctor/doctor_ranks.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -20,6 +21,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[256];
     doctor_log_stream(&d, fp, "fuzz.log", err, sizeof err);
     fclose(fp);
+    doctor_ranks_report(&d); /* the ranks' timeline from whatever prefixes and times the bytes held */
+    FILE *sink = fopen("/dev/null", "w");
+    if (sink) {
+        doctor_ranks_json(&d, sink);
+        fclose(sink);
+    }
     for (size_t i = 0; i < d.n; i++) /* every finding is a terminated string of its own */
         if (!memchr(d.f[i].title, 0, sizeof d.f[i].title) || !memchr(d.f[i].why, 0, sizeof d.f[i].why))
             __builtin_trap();
