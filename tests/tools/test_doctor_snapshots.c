@@ -298,7 +298,12 @@ static void cached_memory_makes_an_unallocated_outlier_and_the_peak_comes_from_t
     assert_int_equal(r3->reserved - r3->allocated, 6 * GiB);
     assert_int_equal(r3->largest_free, 6 * GiB);
     assert_int_equal(r3->ndiff_all, 0); /* nothing active more than the median rank: the cache */
-    has_text(section(&s), "It holds no active blocks that rank 0 (the median rank) does not.");
+    char *text = section(&s);
+    has_text(text, "It holds no active blocks that rank 0 (the median rank) does not.");
+    /* The figures that stand out, each against the median's, one separator between two. */
+    has_text(text, "\n  Outlier rank 2: peak reserved 12.00 GiB against 9.00 GiB\n");
+    has_text(text,
+             "\n  Outlier rank 3: peak reserved 15.00 GiB against 9.00 GiB; unallocated 6.00 GiB against 0 bytes\n");
     doctor_snaps_free(&s);
     doctor_free(&d);
 }

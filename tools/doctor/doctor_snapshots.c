@@ -851,11 +851,11 @@ void doctor_snaps_text(const doctor_snaps *s, FILE *out)
         rank_name(r, name, sizeof name);
         size_str(r->diff_bytes, u, sizeof u);
         fprintf(out, "\n  Outlier %s:", name);
-        for (int k = 0; k < 3; k++)
+        for (int k = 0, said = 0; k < 3; k++)
             if (r->outlier >> k & 1) {
                 size_str((int64_t)figure(s, r, k), f[0], 32);
                 size_str((int64_t)s->med[k], f[1], 32);
-                fprintf(out, " %s%s %s against %s", k ? "; " : "",
+                fprintf(out, "%s%s %s against %s", said++ ? "; " : " ",
                         k == 0   ? (s->use_peak ? "peak reserved" : "reserved")
                         : k == 1 ? "unallocated"
                                  : "outside",
