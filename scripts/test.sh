@@ -80,12 +80,13 @@ phase "fuzzing"
 scripts/fuzz.sh "${HBM_FUZZ_SECONDS:-ci}"
 phase "ThreadSanitizer"
 # Last, so that ctest's summary closes the output: the thread stress, the stream tests, the published
-# statistics (a refresher thread), threads racing a pool's sleep (test_sleep) and the runtimes' doubles (the NPU
+# statistics (a refresher thread, which measures memory outside hbmalloc), snapshots at an OOM written with the lock
+# open (test_oom_dump), threads racing a pool's sleep (test_sleep) and the runtimes' doubles (the NPU
 # plug-in waiting with its lock released while torch_npu's queue worker frees and allocates; the window explorer)
 # under ThreadSanitizer.
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DHBM_SANITIZE=thread -DHBM_BENCH=OFF -DHBM_WERROR=ON -DHBM_TORCH_C10=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_threads test_events test_mempools test_publish test_cuda test_acl test_npu_runtime \
-    test_sleep test_windows hbmalloc_torch_npu fake_torch_npu fake_torch_npu_noentry
+    test_sleep test_windows test_outside test_oom_dump hbmalloc_torch_npu fake_torch_npu fake_torch_npu_noentry
 # test_publish forks, and the child publishes (a thread): TSan's die_after_fork would stop it, not a race.
 TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 ctest --test-dir build-tsan --output-on-failure -j"$jobs" \
-    -R '^(test_threads|test_events|test_mempools|test_publish|test_cuda|test_acl|npu_runtime_.*|test_sleep|test_windows)$'
+    -R '^(test_threads|test_events|test_mempools|test_publish|test_cuda|test_acl|npu_runtime_.*|test_sleep|test_windows|test_outside|test_oom_dump)$'

@@ -233,6 +233,16 @@ static aclError fail(aclError rc, const char *msg)
     return rc;
 }
 
+/* The references aclrtSetDevice took on device d, read under the lock: the runtime's context calls are thread-safe,
+ * and any thread (a library's own, such as hbmalloc's refresher) may make them while another sets a device. */
+static long set_refs(int d)
+{
+    pthread_mutex_lock(&lock);
+    long n = F.set_refs[d];
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
 /* Every runtime call counts; the Nth fails with fail_code. Memory calls need a current device. */
 static aclError enter(int need_device)
 {
@@ -242,7 +252,7 @@ static aclError enter(int need_device)
         return fail((aclError)F.fail_code, "EE9999: injected failure");
     if (!F.init)
         return fail(UNINITIALIZE, "EH0001: aclInit has not been called");
-    if (need_device && (current < 0 || !F.set_refs[current]))
+    if (need_device && (current < 0 || !set_refs(current)))
         return fail(CONTEXT_NULL, "EE1001: no device is set on this thread (aclrtSetDevice)");
     return OK;
 }
@@ -316,7 +326,7 @@ API aclError aclrtSetDevice(int d)
 API aclError aclrtResetDevice(int d)
 {
     ENTER(0);
-    if (d < 0 || d >= F.devices || d >= 8 || F.set_refs[d] <= 0)
+    if (d < 0 || d >= F.devices || d >= 8 || set_refs(d) <= 0)
         return fail(INVALID_DEVICEID, "EE1001: reset of a device that was not set");
     pthread_mutex_lock(&lock);
     if (--F.set_refs[d] == 0) {
@@ -332,7 +342,7 @@ API aclError aclrtResetDevice(int d)
 API aclError aclrtGetCurrentContext(void **ctx)
 {
     ENTER(0);
-    if (current < 0 || !F.set_refs[current])
+    if (current < 0 || !set_refs(current))
         return fail(CONTEXT_NULL, "EE1001: the thread has no current context");
     *ctx = (void *)(uintptr_t)(0x1000 + current);
     return OK;
@@ -342,7 +352,7 @@ API aclError aclrtSetCurrentContext(void *ctx)
 {
     ENTER(0);
     long d = (long)(uintptr_t)ctx - 0x1000;
-    if (d < 0 || d >= 8 || !F.set_refs[d])
+    if (d < 0 || d >= 8 || !set_refs((int)d))
         return fail(CONTEXT_NULL, "EE1001: aclrtSetCurrentContext of a context that does not exist");
     current = (int)d;
     return OK;
@@ -351,7 +361,7 @@ API aclError aclrtSetCurrentContext(void *ctx)
 API aclError aclrtGetDevice(int *d)
 {
     ENTER(0);
-    if (current < 0 || !F.set_refs[current])
+    if (current < 0 || !set_refs(current))
         return fail(CONTEXT_NULL, "EE1001: no device is set on this thread");
     *d = current;
     return OK;
@@ -660,7 +670,7 @@ API void fake_acl_progress(long n) { fw_progress(n); }
 API long fake_acl_device_syncs(void) { return __atomic_load_n(&device_syncs, __ATOMIC_RELAXED); }
 API long fake_acl_violations(char *buf, size_t len) { return fw_violations(buf, len); }
 API long fake_acl_contexts(int device) { return device >= 0 && device < 8 ? F.ctx_created[device] : -1; }
-API int fake_acl_current(void) { return current >= 0 && F.set_refs[current] ? current : -1; }
+API int fake_acl_current(void) { return current >= 0 && set_refs(current) ? current : -1; }
 API void fake_acl_set_host_busy(int (*busy)(uintptr_t, uintptr_t, int, void *, int)) { W.host_busy = busy; }
 
 API const char *aclGetRecentErrMsg(void) { return recent[0] ? recent : NULL; }
