@@ -195,16 +195,22 @@ static uint64_t begin(hbm_allocator *a, hbm__op op)
 
 /* Out of memory is a plain status for the calls that obtain memory (the
  * engine's retry ladder handles it); any other failure gets a message. */
-static hbm_status end(hbm_allocator *a, uint64_t t0, hbm__op op, size_t size, int rc)
+static void tally(hbm_allocator *a, uint64_t t0, hbm__op op, size_t size, int rc)
 {
     hbm_backend *b = a->backend;
     if (b->caps.modelled_cost && b->ops->cost_ns)
         a->dev.device_ns += b->ops->cost_ns(b->ctx, op, size);
     else if (!b->caps.modelled_cost)
         a->dev.device_ns += now_ns() - t0;
+    a->dev.failed_calls += rc != 0;
+}
+
+static hbm_status end(hbm_allocator *a, uint64_t t0, hbm__op op, size_t size, int rc)
+{
+    tally(a, t0, op, size, rc);
     if (rc == 0)
         return HBM_OK;
-    a->dev.failed_calls++;
+    hbm_backend *b = a->backend;
     if (rc == HBM__BE_OOM && (op == HBM__OP_MALLOC || op == HBM__OP_CREATE || op == HBM__OP_RESERVE))
         return HBM_ERR_OOM;
     hbm__set_error(a, "%s device %d: %s of %zu bytes failed: %s (backend code %d)", b->ops->name, a->device,
@@ -417,6 +423,16 @@ hbm_status hbm__dev_free(hbm_allocator *a, uintptr_t ptr, size_t size)
 hbm_status hbm__dev_info(hbm_allocator *a, size_t *free_bytes, size_t *total_bytes)
 {
     CALL(a, HBM__OP_INFO, 0, BE(a)->ops->mem_info(CTX(a), a->device, free_bytes, total_bytes));
+}
+
+hbm_status hbm__dev_info_quiet(hbm_allocator *a, size_t *free_bytes, size_t *total_bytes)
+{
+    uint64_t t0 = begin(a, HBM__OP_INFO);
+    int mode = relax(a, HBM__OP_INFO);
+    int rc = BE(a)->ops->mem_info(CTX(a), a->device, free_bytes, total_bytes);
+    unrelax(a, mode);
+    tally(a, t0, HBM__OP_INFO, 0, rc);
+    return rc ? HBM_ERR_BACKEND : HBM_OK;
 }
 
 hbm_status hbm__dev_reserve(hbm_allocator *a, size_t size, uintptr_t *va)

@@ -10,6 +10,10 @@ int hbm__dev_malloc_raw(hbm_allocator *a, size_t size, uintptr_t *out, uint64_t 
 hbm_status hbm__dev_malloc_done(hbm_allocator *a, size_t size, int rc, uint64_t t0);
 hbm_status hbm__dev_free(hbm_allocator *a, uintptr_t ptr, size_t size);
 hbm_status hbm__dev_info(hbm_allocator *a, size_t *free_bytes, size_t *total_bytes);
+/* The same query, counted and timed, but a failure leaves no message: a->err is untouched (callers for whom a failed
+ * query is an unknown figure: outside.c, from the published record's refresher too, which must not write what a
+ * public call of the job's thread may be reading or writing). */
+hbm_status hbm__dev_info_quiet(hbm_allocator *a, size_t *free_bytes, size_t *total_bytes);
 hbm_status hbm__dev_reserve(hbm_allocator *a, size_t size, uintptr_t *va);
 hbm_status hbm__dev_unreserve(hbm_allocator *a, uintptr_t va, size_t size);
 hbm_status hbm__dev_create(hbm_allocator *a, size_t size, uint64_t *handle);

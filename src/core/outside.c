@@ -30,11 +30,8 @@ void hbm__outside_device(hbm_allocator *a, hbm_outside *o)
 {
     memset(o, 0, sizeof *o);
     o->device = a->device;
-    char saved[sizeof a->err];
-    memcpy(saved, a->err, sizeof saved);
     size_t dev_free = 0, dev_total = 0;
-    bool known = hbm__dev_info(a, &dev_free, &dev_total) == HBM_OK;
-    memcpy(a->err, saved, sizeof saved);
+    bool known = hbm__dev_info_quiet(a, &dev_free, &dev_total) == HBM_OK;
     o->reserved = a->stats.reserved_bytes[HBM_POOL_ALL].current;
     o->device_total = (int64_t)(known ? dev_total : a->device_total);
     o->device_used = o->outside = -1;
