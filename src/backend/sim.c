@@ -149,6 +149,9 @@ typedef struct sim {
     /* streams and events */
     int strict_streams; /* streams=strict: only stream 0 and created streams exist */
     int no_processes;   /* processes=off: no per-process query (no NVML or DCMI, or refused) */
+    int proc_hold;      /* tests: a per-process query waits (on proc_cv, the lock given up) while set */
+    int proc_waiting;   /* queries waiting so */
+    pthread_cond_t proc_cv;
     int64_t others_pid; /* the process the others' memory is reported under */
     sim_stream *streams;
     size_t nstreams, cap_streams;
@@ -390,6 +393,9 @@ static int sim_proc_mem(void *ctx, int device, hbm__proc_use *out, size_t cap, s
     sim *s = ctx;
     int rc = 0;
     pthread_mutex_lock(&s->lock);
+    for (s->proc_waiting++; s->proc_hold;) /* as slow as NVML can be, for a test: the sim's lock given up */
+        pthread_cond_wait(&s->proc_cv, &s->lock);
+    s->proc_waiting--;
     if (s->no_processes) {
         rc = HBM__SIM_ERR_UNSUPPORTED;
     } else if (device < 0 || device >= s->ndev) {
@@ -1025,6 +1031,7 @@ static void sim_close(void *ctx)
     free(s->stream_index);
     free(s->events);
     hbm__fork_untrack(&s->lock);
+    pthread_cond_destroy(&s->proc_cv);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -1260,7 +1267,9 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
         return HBM_ERR_NOMEM;
     }
     pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->proc_cv, NULL);
     if (hbm__fork_track(&s->lock, HBM__FORK_BACKEND)) {
+        pthread_cond_destroy(&s->proc_cv);
         pthread_mutex_destroy(&s->lock);
         free(s);
         snprintf(err, errlen, "sim: out of host memory");
@@ -1357,6 +1366,17 @@ int hbm__sim_open(struct hbm_backend *b, const char *opts, char *err, size_t err
 /* ---- test and tool controls ---- */
 
 void *hbm__sim_ctx(hbm_backend *b) { return b && b->ops == &sim_ops ? b->ctx : NULL; }
+
+int hbm__sim_hold_processes(void *ctx, int hold)
+{
+    sim *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    s->proc_hold = hold;
+    int waiting = s->proc_waiting;
+    pthread_cond_broadcast(&s->proc_cv);
+    pthread_mutex_unlock(&s->lock);
+    return waiting;
+}
 
 int hbm__sim_set_outside(void *ctx, int device, size_t context, size_t others)
 {

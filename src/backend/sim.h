@@ -71,5 +71,8 @@ int hbm__sim_stream_capture(void *ctx, int device, hbm_stream stream, int captur
 /* Memory outside hbmalloc on a device, changed while the job runs (a communicator made, another process started):
  * this process's part (context) and other processes' (others). -1: no such device. */
 int hbm__sim_set_outside(void *ctx, int device, size_t context, size_t others);
+/* Tests: hold (1) the per-process query, as a slow NVML does, or let it go (0); returns how many queries were waiting
+ * when called. */
+int hbm__sim_hold_processes(void *ctx, int hold);
 
 #endif

@@ -1,6 +1,8 @@
 /* test_outside.c: device memory hbmalloc does not hold (src/core/outside.c, hbm_outside_get), on the simulated
  * device: context=SIZE is this process's memory outside hbmalloc (its runtime context, communicators' buffers),
  * others=SIZE other processes', reported under others_pid as NVML reports a process (docs/SIM.md). */
+#define _GNU_SOURCE /* pthread_timedjoin_np */
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -113,6 +115,51 @@ static void each_measurement_sees_memory_that_came_since(void **st)
     hbm_destroy(a);
 }
 
+static void *measure_in_thread(void *a)
+{
+    hbm_outside o;
+    return hbm_outside_get(a, &o) == HBM_OK ? a : NULL;
+}
+
+static void *malloc_in_thread(void *a)
+{
+    void *p = NULL;
+    return hbm_malloc(a, 100 * MiB, 0, &p) == HBM_OK ? p : NULL;
+}
+
+/* NVML can take milliseconds on a busy node: hbm_outside_get (and so the record's refresh) asks for the processes
+ * without the allocator's lock, so the job's mallocs never wait for it. The simulated query is held while a malloc
+ * runs on another thread: the malloc ends (within 10 s) while the query still waits; asked under the lock, it would
+ * not. */
+static void the_process_query_waits_without_the_allocators_lock(void **st)
+{
+    (void)st;
+    hbm_allocator *a = open_sim("sim:capacity=8GiB,others=1GiB", "");
+    void *ctx = hbm__sim_ctx(a->backend);
+    hbm__sim_hold_processes(ctx, 1);
+    pthread_t measure, job;
+    assert_int_equal(pthread_create(&measure, NULL, measure_in_thread, a), 0);
+    for (int i = 0; i < 1000 && hbm__sim_hold_processes(ctx, 1) == 0; i++) /* until the query waits */
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    assert_int_equal(hbm__sim_hold_processes(ctx, 1), 1);
+    assert_int_equal(pthread_create(&job, NULL, malloc_in_thread, a), 0);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    void *p = NULL;
+    int rc = pthread_timedjoin_np(job, &p, &deadline);
+    hbm__sim_hold_processes(ctx, 0); /* the query goes on, whatever happened */
+    if (rc)
+        pthread_join(job, &p);
+    assert_int_equal(rc, 0); /* the malloc did not wait for the query */
+    assert_non_null(p);
+    void *got;
+    assert_int_equal(pthread_join(measure, &got), 0);
+    assert_ptr_equal(got, a);
+    hbm_free(a, p);
+    hbm_destroy(a);
+}
+
 /* The OOM message says who holds the rest, as PyTorch's names this process and the others (NVML's figures), and
  * the OOM's figures carry the split for the plug-ins' framework message. */
 static void the_oom_message_names_this_process_and_the_others(void **st)
@@ -177,6 +224,7 @@ int main(void)
         cmocka_unit_test(memory_charged_to_no_process_is_outside_but_in_neither_part),
         cmocka_unit_test(each_measurement_sees_memory_that_came_since),
         cmocka_unit_test(the_oom_message_names_this_process_and_the_others),
+        cmocka_unit_test(the_process_query_waits_without_the_allocators_lock),
         cmocka_unit_test(the_published_record_follows_memory_outside),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
