@@ -34,9 +34,12 @@ while True:
     step += 1
     time.sleep(0.35)
 PY
+# Each rank's runtime context and communicators hold 600 MiB beside hbmalloc (the OUTSIDE column); rank 3 shares its
+# device with another process of 2 GiB.
 for r in 0 1 2 3; do
-    RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 HBMALLOC_BACKEND=sim:capacity=80GiB,devices=2 HBMALLOC_QUIET=1 \
-        python3 "$tmp/job.py" "$plugin" &
+    others=$([ $r -eq 3 ] && echo 2GiB || echo 0)
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 HBMALLOC_QUIET=1 \
+        HBMALLOC_BACKEND=sim:capacity=80GiB,devices=2,context=600MiB,others=$others python3 "$tmp/job.py" "$plugin" &
     pids="$pids $!"
 done
 sleep 1

@@ -685,7 +685,8 @@ static void row_cells(const seen *s, const entry *e, char cell[NCOLS][48])
  * the peaks or fragmentation, which do not). The capacity is the device's, once. */
 static void total_cells(const seen *s, const char *device, char cell[NCOLS][48])
 {
-    int64_t alloc = 0, res = 0, asleep = 0, cap = 0, ooms = 0, retries = 0, mallocs = 0, used = -1;
+    int64_t alloc = 0, res = 0, asleep = 0, cap = 0, ooms = 0, retries = 0, mallocs = 0, used = -1, pid = -1;
+    bool own_devices = false; /* simulated devices of several processes: each is its process's own, none is shared */
     for (size_t i = 0; i < s->n; i++) {
         const hbm_record *r = &s->recs[i].r;
         if (strcmp(s->recs[i].device, device))
@@ -700,6 +701,8 @@ static void total_cells(const seen *s, const char *device, char cell[NCOLS][48])
             cap = r->device_total;
         if (r->device_used_bytes > used) /* the device's, seen by each: the latest count is the largest mostly */
             used = r->device_used_bytes;
+        own_devices |= !strncmp(r->backend, "sim", 3) && pid >= 0 && r->pid != pid;
+        pid = r->pid;
     }
     for (int c = 0; c < NCOLS; c++)
         cell[c][0] = 0;
@@ -710,7 +713,7 @@ static void total_cells(const seen *s, const char *device, char cell[NCOLS][48])
     size_text(asleep, cell[C_ASLEEP], 48);
     size_text(cap, cell[C_CAP], 48);
     percent_text(ratio(res, cap), cell[C_USE], 48);
-    if (used < 0) /* outside every allocator of the device: its used bytes less all their reserved bytes */
+    if (used < 0 || own_devices) /* outside every allocator of the device: its used bytes less all their reserved */
         snprintf(cell[C_OUTSIDE], 48, "-");
     else
         size_text(used > res ? used - res : 0, cell[C_OUTSIDE], 48);
