@@ -24,3 +24,16 @@ void hbm__set_error(hbm_allocator *a, const char *fmt, ...)
     vsnprintf(a->err, sizeof a->err, fmt, ap);
     va_end(ap);
 }
+
+hbm_status hbm__refuse(hbm_allocator *a, hbm_status rc, const char *what, const char *fmt, ...)
+{
+    char why[sizeof a->err];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    hbm__lock(a);
+    hbm__set_error(a, "%s: %s", what, why);
+    hbm__unlock(a);
+    return rc;
+}

@@ -374,18 +374,8 @@ static int bound(long long arg, hbm__env_var var, long long dflt, long long most
     return 0;
 }
 
-__attribute__((format(printf, 2, 3))) static hbm_status refuse(hbm_allocator *a, const char *fmt, ...)
-{
-    char why[PATH_MAX + 200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    hbm__lock(a);
-    hbm__set_error(a, "no snapshots at an OOM: %s", why);
-    hbm__unlock(a);
-    return HBM_ERR_INVALID;
-}
+/* A refusal of hbm_oom_dump (core/errors.c). */
+#define refuse(a, ...) hbm__refuse((a), HBM_ERR_INVALID, "no snapshots at an OOM", __VA_ARGS__)
 
 hbm_status hbm_oom_dump(hbm_allocator *a, const char *dir, int max_dumps, long long max_mb)
 {

@@ -312,19 +312,8 @@ static void unpublish(struct hbm__pub *p)
     free(p);
 }
 
-/* The error of a failed hbm_publish, set under the allocator's lock (other threads' calls set theirs under it). */
-__attribute__((format(printf, 3, 4))) static hbm_status refuse(hbm_allocator *a, hbm_status rc, const char *fmt, ...)
-{
-    char why[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    hbm__lock(a);
-    hbm__set_error(a, "not published for hbmalloc top: %s", why);
-    hbm__unlock(a);
-    return rc;
-}
+/* The error of a failed hbm_publish (core/errors.c). */
+#define refuse(a, rc, ...) hbm__refuse((a), (rc), "not published for hbmalloc top", __VA_ARGS__)
 
 /* Makes the record and publishes it; reg is held. The file is ready (size reserved, lock held, header written)
  * before the allocator points at it. */

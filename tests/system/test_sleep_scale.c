@@ -27,14 +27,8 @@ static void must(hbm_allocator *a, hbm_status rc, const char *what)
 /* The one record in dir. */
 static hbm_record read_record(const char *dir)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[512] = "";
-    assert_non_null(d);
-    while ((e = readdir(d)))
-        if (!strncmp(e->d_name, "hbmalloc-", 9))
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    closedir(d);
+    char path[512];
+    record_path(dir, path, sizeof path);
     hbm_record r;
     char why[256];
     assert_int_equal(hbm_record_read(path, &r, why, sizeof why), HBM_OK);

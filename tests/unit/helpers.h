@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -63,6 +64,33 @@ static inline void remove_records_dir(const char *dir)
     if (d)
         closedir(d);
     rmdir(dir);
+}
+
+/* The path of the (last) published record in a folder of records into path ("" when there is none). */
+static inline void record_path(const char *dir, char *path, size_t len)
+{
+    DIR *d = opendir(dir);
+    path[0] = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, "hbmalloc-", 9))
+            snprintf(path, len, "%s/%s", dir, e->d_name);
+    if (d)
+        closedir(d);
+}
+
+/* The published record in dir once its refresher has measured memory outside hbmalloc (outside_ns set), read every
+ * 50 ms for at most 10 s (the record as last read otherwise). */
+static inline hbm_record record_measured(const char *dir)
+{
+    char path[600];
+    record_path(dir, path, sizeof path);
+    hbm_record r = {0};
+    for (int i = 0; i < 200 && !r.outside_ns; i++) {
+        assert_int_equal(hbm_record_read(path, &r, NULL, 0), HBM_OK);
+        if (!r.outside_ns)
+            nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    return r;
 }
 
 /* Open an allocator on a private sim; fails the test on error. */

@@ -98,7 +98,7 @@ static void each_measurement_sees_memory_that_came_since(void **st)
     hbm_outside o = measure(a);
     assert_int_equal(o.outside, 0);
     assert_int_equal(o.others, 0);
-    void *ctx = hbm__sim_ctx(a->backend);
+    void *ctx = sim_of(a);
     assert_int_equal(hbm__sim_set_outside(ctx, 0, 512 * MiB, 2 * GiB), 0);
     assert_int_equal(stats_of(a).outside_bytes, 0); /* not measured again yet */
     o = measure(a);
@@ -135,7 +135,7 @@ static void the_process_query_waits_without_the_allocators_lock(void **st)
 {
     (void)st;
     hbm_allocator *a = open_sim("sim:capacity=8GiB,others=1GiB", "");
-    void *ctx = hbm__sim_ctx(a->backend);
+    void *ctx = sim_of(a);
     hbm__sim_hold_processes(ctx, 1);
     pthread_t measure, job;
     assert_int_equal(pthread_create(&measure, NULL, measure_in_thread, a), 0);
@@ -189,15 +189,9 @@ static void the_published_record_follows_memory_outside(void **st)
     setenv("HBMALLOC_TOP_DIR", dir, 1);
     hbm_allocator *a = open_sim("sim:capacity=8GiB,others=1GiB", "");
     assert_int_equal(hbm_publish(a, 1), HBM_OK);
-    void *ctx = hbm__sim_ctx(a->backend);
-    assert_int_equal(hbm__sim_set_outside(ctx, 0, 256 * MiB, GiB), 0);
-    char path[600] = "";
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (!strncmp(e->d_name, "hbmalloc-", 9))
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    if (d)
-        closedir(d);
+    assert_int_equal(hbm__sim_set_outside(sim_of(a), 0, 256 * MiB, GiB), 0);
+    char path[600];
+    record_path(dir, path, sizeof path);
     hbm_record r = {0};
     char why[256];
     for (int i = 0; i < 200; i++) {

@@ -1044,13 +1044,8 @@ static void the_published_record_says_what_sleeps_per_tag(void **st)
     must(a, hbm_pool_sleep(a, w, NULL), "sleep");
     must(a, hbm_pool_sleep(a, w2, NULL), "sleep");
     must(a, hbm_pool_sleep(a, kv, NULL), "sleep");
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[512] = "";
-    while ((e = readdir(d)))
-        if (!strncmp(e->d_name, "hbmalloc-", 9))
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    closedir(d);
+    char path[512];
+    record_path(dir, path, sizeof path);
     hbm_record r;
     char why[256];
     assert_int_equal(hbm_record_read(path, &r, why, sizeof why), HBM_OK);
