@@ -556,4 +556,26 @@ pickle.dump({"segments": [s] * 100000, "device_traces": [[]]}, open(sys.argv[1],
 expect 2 "$T/out" "memo-rank9.pickle: the segments hold more blocks than the file can describe" \
   "One rank's snapshot only: nothing to compare it with."
 
+# A rank whose cache, not its tensors, stands out (reserved alike, 3 GiB of it unallocated): the doctor prints a sweep
+# of that snapshot under other settings, and the command runs as printed. Snapshots in torch's JSON shape
+# (torch/cuda/memory.py _snapshot: segments with blocks of size and state).
+case=ranks-unallocated
+mkdir "$T/cache"
+for r in 0 1 2 3; do
+  python3 -c 'import json, sys
+G, r = 1 << 30, int(sys.argv[2])
+blocks = [{"size": 10 * G, "state": "active_allocated"}] if r < 3 else \
+    [{"size": 7 * G, "state": "active_allocated"}, {"size": 3 * G, "state": "inactive"}]
+seg = {"device": 0, "address": 139692569788416, "total_size": 10 * G, "stream": 0, "segment_type": "large",
+       "blocks": blocks}
+json.dump({"segments": [seg], "device_traces": [[]]}, open(sys.argv[1], "w"))' "$T/cache/rank$r.json" $r
+done
+doc "$BIN" doctor --no-env --snapshot "$T/cache" >"$T/out" 2>&1; rc=$?
+expect 1 "$T/out" "rank 3 stands out among 4 ranks: reserved but unallocated 3.00 GiB"
+cmd=$(flat "$T/out" | grep -o '\$ hbmalloc sweep [^$]*' | sed 's/ *$//')
+[ -n "$cmd" ] || fail "$case: no sweep printed"
+(cd "$T" && PATH="$(dirname "$BIN"):$PATH" sh -c "${cmd#\$ }" >sweep-out 2>&1) ||
+  fail "$case: the sweep command does not run as printed: $cmd: $(cat "$T/sweep-out")"
+grep -q "rank" "$T/sweep-out" || fail "$case: the sweep printed no ranking: $(cat "$T/sweep-out")"
+
 [ $fails -eq 0 ] && echo "doctor: all cases passed" || { echo "doctor: $fails failures"; exit 1; }

@@ -659,6 +659,28 @@ static void dcmi_splits_memory_outside_between_this_process_and_the_others(void 
     dlclose(dc);
 }
 
+/* The published record's refresher measures memory outside hbmalloc from a thread of the library's own (issue #40):
+ * AscendCL's current context is per thread, and the fake's aclrtGetMemInfo needs a device set on the calling thread,
+ * so without the backend making the device's context current there the figures stay unknown (-1). Bounded wait: 10 s. */
+static void the_refresher_queries_the_npu_from_its_own_thread(void **st)
+{
+    (void)st;
+    char dir[] = "/tmp/hbm-acl-rec-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    setenv("HBMALLOC_TOP_DIR", dir, 1);
+    hbm_allocator *a = open_acl(&NEW, "");
+    void *p = must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(hbm_publish(a, 1), HBM_OK);
+    hbm_record r = record_measured(dir);
+    assert_true(r.outside_ns > 0);
+    assert_true(r.device_used_bytes >= r.reserved_bytes && r.reserved_bytes >= (int64_t)(30 * MiB));
+    assert_int_equal(r.outside_bytes, r.device_used_bytes - r.reserved_bytes);
+    hbm_free(a, p);
+    hbm_destroy(a);
+    remove_records_dir(dir);
+    unsetenv("HBMALLOC_TOP_DIR");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -666,6 +688,7 @@ int main(void)
         cmocka_unit_test_setup(settings_come_from_the_npu_variable, reset),
         cmocka_unit_test_setup(out_of_memory_names_the_npu, reset),
         cmocka_unit_test_setup(dcmi_splits_memory_outside_between_this_process_and_the_others, reset),
+        cmocka_unit_test_setup(the_refresher_queries_the_npu_from_its_own_thread, reset),
         cmocka_unit_test_setup(expandable_segments_map_one_handle_per_page, reset),
         cmocka_unit_test_setup(a_failed_probe_falls_back_and_says_why, reset),
         cmocka_unit_test_setup(an_old_cann_runtime_works_without_virtual_memory, reset),

@@ -888,6 +888,29 @@ static void nvml_splits_memory_outside_between_this_process_and_the_others(void 
     dlclose(nv);
 }
 
+/* The published record's refresher measures memory outside hbmalloc from a thread of the library's own (issue #40),
+ * which never had the device's context: each call makes the primary context current on it first, as on any thread.
+ * The fake's cuMemGetInfo needs a current context, so without it the figures stay unknown (-1). Bounded wait: 10 s. */
+static void the_refresher_queries_the_device_from_its_own_thread(void **st)
+{
+    (void)st;
+    char dir[] = "/tmp/hbm-cuda-rec-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    setenv("HBMALLOC_TOP_DIR", dir, 1);
+    hbm_allocator *a = open_cuda("");
+    void *p = must_malloc(a, 30 * MiB, 0);
+    assert_int_equal(hbm_publish(a, 1), HBM_OK);
+    hbm_record r = record_measured(dir);
+    assert_true(r.outside_ns > 0);
+    assert_int_equal(r.device_used_bytes, 30 * MiB); /* the fake's used memory: this segment */
+    assert_int_equal(r.outside_bytes, 0);
+    hbm_free(a, p);
+    hbm_destroy(a);
+    assert_driver_empty();
+    remove_records_dir(dir);
+    unsetenv("HBMALLOC_TOP_DIR");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -895,6 +918,7 @@ int main(void)
         cmocka_unit_test_setup(device_memory_is_obtained_in_relaxed_capture_mode, reset),
         cmocka_unit_test_setup(out_of_memory_names_the_cuda_device, reset),
         cmocka_unit_test_setup(nvml_splits_memory_outside_between_this_process_and_the_others, reset),
+        cmocka_unit_test_setup(the_refresher_queries_the_device_from_its_own_thread, reset),
         cmocka_unit_test_setup(expandable_segments_use_the_virtual_memory_api, reset),
         cmocka_unit_test_setup(no_virtual_memory_gives_the_reason_and_whole_segments, reset),
         cmocka_unit_test_setup(driver_errors_carry_the_driver_text_and_leak_nothing, reset),
