@@ -4,15 +4,74 @@
  * crashes and undefined behaviour it checks the readers' bounds, however the memo shares values:
  * a trace read from N bytes has at most N operations (events and live blocks past one per 8 bytes are refused,
  * each making at most a few), and the stack text it reads to intern stacks is at most twice what it may build
- * (2N characters above 1 MiB, a stack of 16 KiB past it); what reads is replayed with the validator. */
+ * (2N characters above 1 MiB, a stack of 16 KiB past it); what reads is replayed with the validator. The input is
+ * also one rank's snapshot for `hbmalloc doctor --snapshot` (doctor_snapshots.c), beside a second copy and a small
+ * rank of its own, so that the comparison, the outlier's differences and both reports run on what it read. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "doctor/doctor_snapshots.h"
 
 #include "trace/pickle.h"
 #include "fuzz_replay.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void put(const char *dir, const char *name, const void *bytes, size_t len)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(bytes, 1, len, f) != len || fclose(f))
+        abort();
+}
+
+static char dir[4096];
+
+static void remove_dir(void)
+{
+    static const char *const names[] = {"rank0.pickle", "rank1.pickle", "rank2.pickle"};
+    char path[4200];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+/* The snapshot doctor on three ranks: the input twice and one segment of 1 MiB (a pickle by hand, protocol 2). */
+static void doctor_ranks(const uint8_t *data, size_t size)
+{
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "%s/fuzz-snaps-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        if (!mkdtemp(dir))
+            abort();
+        atexit(remove_dir);
+    }
+    static const char small[] = "\x80\x02}X\x08\x00\x00\x00segments]}(X\x0a\x00\x00\x00total_sizeJ\x00\x00\x10"
+                                "\x00X\x06\x00\x00\x00"
+                                "blocks]uas.";
+    put(dir, "rank0.pickle", data, size);
+    put(dir, "rank1.pickle", data, size);
+    put(dir, "rank2.pickle", small, sizeof small - 1);
+    doctor d;
+    doctor_init(&d);
+    doctor_snaps s;
+    doctor_snaps_init(&s);
+    char err[700];
+    FILE *sink = fopen("/dev/null", "w");
+    if (!sink || doctor_snaps_add(&s, dir, err, sizeof err))
+        abort();
+    doctor_snaps_run(&s, &d, sink);
+    doctor_snaps_text(&s, sink);
+    doctor_snaps_json(&s, sink);
+    fclose(sink);
+    doctor_snaps_free(&s);
+    doctor_free(&d);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -59,6 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fuzz_replay_and_free(&t);
         }
     }
+    doctor_ranks(copy, size);
     free(copy);
     return 0;
 }

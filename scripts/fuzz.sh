@@ -2,9 +2,12 @@
 # Build the libFuzzer targets (clang, ASan + UBSan) and run each from the committed seed corpora
 # (copied: the run does not change the repository).
 # usage: scripts/fuzz.sh [SECONDS]   random seed, SECONDS per target (make fuzz: 600)
-#        scripts/fuzz.sh ci          fixed seed and run counts, so that a test run is repeatable (a finding
-#                                    reproduces, and is not luck of timing): 40-55 s each, two at a time on 2
-#                                    cores (measured 2026-12-06; the counts before took 2-6 minutes each)
+#        scripts/fuzz.sh ci          fixed seed and run counts, so that a test run is repeatable on one machine
+#                                    (a finding reproduces, and is not luck of timing): 40-55 s each, two at a
+#                                    time on 2 cores (measured 2026-12-06). Another machine may take another
+#                                    path: libFuzzer reads a corpus folder in the file system's order (CI found
+#                                    a crash at fuzz_doctor's run 182,300 that 400,000 here had not). A finding
+#                                    is copied to fuzz/findings: add it to the corpus when it is mended.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}

@@ -228,6 +228,20 @@ static void ranks_alike_have_no_outlier(void **st)
 
 /* A snapshot in torch's shape (JSON: json.dump(torch.cuda.memory._snapshot())): one segment of `blocks` 1 GiB blocks
  * at torch's frames, and a free rest; top: more top-level keys. */
+/* Ranks 0 to 2's files, named by pattern ("rank%d.pickle"), compared. */
+static void compare_three(doctor *d, doctor_snaps *s, const char *pattern)
+{
+    doctor_init(d);
+    doctor_snaps_init(s);
+    char err[700];
+    for (int k = 0; k < 3; k++) {
+        char name[32];
+        snprintf(name, sizeof name, pattern, k);
+        assert_int_equal(doctor_snaps_add(s, in_dir(name), err, sizeof err), 0);
+    }
+    assert_int_equal(doctor_snaps_run(s, d, NULL), 0);
+}
+
 static void write_torch(const char *name, int blocks, const char *top)
 {
     char buf[16384];
@@ -252,16 +266,8 @@ static void a_torch_stack_is_named_by_its_first_frame_outside_torch(void **st)
     write_torch("a_rank1.json", 4, "");
     write_torch("a_rank2.json", 8, "");
     doctor d;
-    doctor_init(&d);
     doctor_snaps s;
-    doctor_snaps_init(&s);
-    char err[700];
-    for (int k = 0; k < 3; k++) {
-        char n[32];
-        snprintf(n, sizeof n, "a_rank%d.json", k);
-        assert_int_equal(doctor_snaps_add(&s, in_dir(n), err, sizeof err), 0);
-    }
-    assert_int_equal(doctor_snaps_run(&s, &d, NULL), 0);
+    compare_three(&d, &s, "a_rank%d.json");
     assert_int_equal(s.noutliers, 1);
     const snap_rank *r = &s.r[2];
     assert_false(s.use_peak); /* no segment events in these histories: reserved at the snapshot is compared */
@@ -401,6 +407,55 @@ static void one_snapshot_has_nothing_to_compare(void **st)
     doctor_free(&d);
 }
 
+/* A pickle by hand (protocol 2): {"segments": [seg, seg, ...], "device_traces": [[]]}, where seg is one segment of
+ * `total` bytes (below 2^56) without blocks, written once and repeated `repeat` times by memo reference (BINGET):
+ * three bytes a repeat, as Python's pickle writes a list holding one object many times. */
+#define PUT(f, lit) fwrite(lit, 1, sizeof lit - 1, f) /* a literal with its NUL bytes */
+static void write_repeated_segment(const char *name, uint64_t total, int repeat)
+{
+    FILE *f = fopen(in_dir(name), "wb");
+    assert_non_null(f);
+    PUT(f, "\x80\x02}X\x08\x00\x00\x00segments](");
+    PUT(f, "}(X\x06\x00\x00\x00"
+           "device");
+    fputc('K', f), fputc(0, f);
+    PUT(f, "X\x0a\x00\x00\x00total_size");
+    fputc(0x8a, f), fputc(8, f); /* LONG1, eight bytes little-endian */
+    for (int i = 0; i < 8; i++)
+        fputc((int)(total >> (8 * i) & 0xff), f);
+    PUT(f, "X\x06\x00\x00\x00"
+           "blocks]u");
+    fputc('q', f), fputc(1, f); /* BINPUT 1 */
+    for (int i = 1; i < repeat; i++)
+        fputc('h', f), fputc(1, f); /* BINGET 1 */
+    PUT(f, "esX\x0d\x00\x00\x00"
+           "device_traces](]es.");
+    fclose(f);
+}
+
+/* Sizes that add up past what any device has: the file is refused, not summed past int64_t (found by fuzzing's
+ * kin under UBSan: 40,000 references to one 2^48-byte segment overflowed the reserved figure). A snapshot whose
+ * segments list no blocks is read by the segments' own figures. */
+static void sizes_past_any_device_are_refused_and_segments_without_blocks_read(void **st)
+{
+    (void)st;
+    write_repeated_segment("rank0.pickle", 1ull << 48, 40000);
+    write_repeated_segment("rank1.pickle", 1ull << 20, 3);
+    write_repeated_segment("rank2.pickle", 1ull << 20, 3);
+    doctor d;
+    doctor_snaps s;
+    compare_three(&d, &s, "rank%d.pickle");
+    assert_int_equal(s.n, 2);
+    assert_int_equal(s.unreadable, 1);
+    has_text(section(&s), "rank0.pickle: the segments on one device add up to more than");
+    for (size_t i = 0; i < s.n; i++) {
+        assert_int_equal(s.r[i].reserved, 3 << 20);
+        assert_int_equal(s.r[i].allocated, 0);
+    }
+    doctor_snaps_free(&s);
+    doctor_free(&d);
+}
+
 int main(void)
 {
     setenv("HBMALLOC_QUIET", "1", 1);
@@ -415,6 +470,7 @@ int main(void)
         T(outside_is_read_where_the_snapshot_says_and_unknown_elsewhere),
         T(bad_input_is_said_and_the_rest_compared),
         T(one_snapshot_has_nothing_to_compare),
+        T(sizes_past_any_device_are_refused_and_segments_without_blocks_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,5 +68,8 @@ long doctor_headroom_mb(const char *lib, char *basis, size_t len);
 void doctor_headroom_next(finding *f, const char *lib, const char *lead);
 /* "20.00 MiB", "79.15 GiB", "0 bytes" at s: bytes, and the length read (0 when not a size). logsize.c. */
 double doctor_size(const char *s, size_t *len);
+/* PyTorch's size format for a size read from a log; sizes no device has (a garbled log) are printed, not converted
+ * (a double beyond uint64_t is undefined to convert). */
+void doctor_format_size(double bytes, char *buf, size_t len);
 
 #endif

@@ -53,17 +53,6 @@ static double size_before(const char *line, const char *phrase)
     return n && q + n <= p ? v : -1;
 }
 
-/* PyTorch's size format; sizes no device has (a garbled log) are printed, not converted. */
-static void fmt(double bytes, char *buf, size_t len)
-{
-    if (!(bytes >= 0))
-        bytes = 0;
-    if (bytes > 9e18)
-        snprintf(buf, len, "%.3g GiB", bytes / 1073741824.0);
-    else
-        hbm__format_size((uint64_t)bytes, buf, len);
-}
-
 typedef struct where {
     const char *path;
     long line;
@@ -163,18 +152,18 @@ static void oom(doctor *d, const where *w, const char *line)
     const char *var = npu || strstr(line, "acl device") ? "PYTORCH_NPU_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
     int is_npu = var[8] == 'N';
     char s_req[32], s_total[32], s_free[32], s_alloc[32], s_res[32], s_rbu[32], s_other[32];
-    fmt(req, s_req, sizeof s_req);
-    fmt(total, s_total, sizeof s_total);
-    fmt(freeb, s_free, sizeof s_free);
-    fmt(alloc, s_alloc, sizeof s_alloc);
-    fmt(reserved, s_res, sizeof s_res);
-    fmt(rbu, s_rbu, sizeof s_rbu);
+    doctor_format_size(req, s_req, sizeof s_req);
+    doctor_format_size(total, s_total, sizeof s_total);
+    doctor_format_size(freeb, s_free, sizeof s_free);
+    doctor_format_size(alloc, s_alloc, sizeof s_alloc);
+    doctor_format_size(reserved, s_res, sizeof s_res);
+    doctor_format_size(rbu, s_rbu, sizeof s_rbu);
     double other = -1;
     if (in_use >= 0 && reserved >= 0)
         other = in_use - reserved; /* this process, outside the caching allocator */
     else if (total >= 0 && freeb >= 0 && reserved >= 0)
         other = total - freeb - reserved; /* everything that is neither free nor the allocator's */
-    fmt(other, s_other, sizeof s_other);
+    doctor_format_size(other, s_other, sizeof s_other);
     int frag = rbu >= 0 && rbu >= req && rbu > 0;
     char title[320];
     if (frag)

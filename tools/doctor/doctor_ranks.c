@@ -1078,7 +1078,7 @@ static void headroom_after_oom(doctor *d, struct doctor_ranks *r)
             if (!earlier)
                 continue;
             char size[32], lead[600];
-            hbm__format_size((uint64_t)o->rbu, size, sizeof size);
+            doctor_format_size(o->rbu, size, sizeof size);
             snprintf(lead, sizeof lead,
                      "the out-of-memory message before it (%.200s:%ld) showed %s reserved but unallocated: the "
                      "cache held memory the communicator then could not get; ",

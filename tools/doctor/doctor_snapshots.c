@@ -331,7 +331,8 @@ static int by_group(const void *pa, const void *pb)
 /* The blocks into groups (sorted by class, larger first, then frame). */
 static int group(snap_rank *r, blk *b, size_t nb)
 {
-    qsort(b, nb, sizeof *b, by_group);
+    if (nb) /* qsort(NULL, 0, ...) is undefined */
+        qsort(b, nb, sizeof *b, by_group);
     size_t ng = 0;
     for (size_t i = 0; i < nb; i++)
         ng += i == 0 || by_group(&b[i - 1], &b[i]);
@@ -382,6 +383,10 @@ static int read_device(reading *rd, const pv *root, const pv *segments, const pv
         }
         if (!pv_int(pv_get(seg, "is_asleep"), &asleep) && asleep) /* hbmalloc's: pages given back, not reserved */
             continue;
+        if (total > MAX_BYTES - r->reserved) { /* memo references can repeat a segment without end */
+            free(b);
+            return bad_file(rd, "the segments on one device add up to more than 2^48 bytes (no device has that)");
+        }
         r->reserved += total;
         const pv *blocks = pv_get(seg, "blocks");
         walked += pv_len(blocks);
@@ -393,7 +398,7 @@ static int read_device(reading *rd, const pv *root, const pv *segments, const pv
         if (!pv_len(blocks)) { /* no blocks listed: the segment's own figure */
             int64_t a = 0;
             if (!pv_int(pv_get(seg, "allocated_size"), &a) && a > 0 && a <= total)
-                r->allocated += a;
+                r->allocated += a; /* at most reserved: below 2^48 */
             continue;
         }
         for (uint32_t k = 0; k < pv_len(blocks); k++) {
@@ -407,9 +412,13 @@ static int read_device(reading *rd, const pv *root, const pv *segments, const pv
                 r->largest_free = size > r->largest_free ? size : r->largest_free;
                 continue;
             }
-            if (pv_is_str(state, "active_allocated"))
+            if (pv_is_str(state, "active_allocated")) {
+                if (size > MAX_BYTES - r->allocated) {
+                    free(b);
+                    return bad_file(rd, "the allocated blocks on one device add up to more than 2^48 bytes");
+                }
                 r->allocated += size;
-            else if (!pv_is_str(state, "active_pending_free") && !pv_is_str(state, "active_awaiting_free"))
+            } else if (!pv_is_str(state, "active_pending_free") && !pv_is_str(state, "active_awaiting_free"))
                 continue; /* a state neither writer uses: not counted */
             const pv *frames = pv_get(bl, "frames");
             uint32_t frame = 0;
@@ -459,6 +468,10 @@ static int read_device(reading *rd, const pv *root, const pv *segments, const pv
             continue;
         r->has_history = 1;
         cur += up ? -size : size;
+        if (cur > MAX_BYTES || cur < -MAX_BYTES) { /* each step is at most 2^48: cur never overflows first */
+            free(b);
+            return bad_file(rd, "the history's segment events add up to more than 2^48 bytes");
+        }
         r->peak = cur > r->peak ? cur : r->peak;
     }
     int64_t v;

@@ -3,9 +3,12 @@
  * share, below both.
  */
 #include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
 #include "doctor.h"
 
 double doctor_size(const char *s, size_t *len)
@@ -32,4 +35,14 @@ double doctor_size(const char *s, size_t *len)
         }
     }
     return 0;
+}
+
+void doctor_format_size(double bytes, char *buf, size_t len)
+{
+    if (!(bytes >= 0))
+        bytes = 0;
+    if (bytes > 9e18)
+        snprintf(buf, len, "%.3g GiB", bytes / 1073741824.0);
+    else
+        hbm__format_size((uint64_t)bytes, buf, len);
 }
