@@ -289,6 +289,14 @@ expect 2 "$T/out" "device 0 has no segments or history in this snapshot (devices
 doc "$BIN" doctor --no-env --trace "$ONE" --capacity 80 >"$T/out" 2>&1; rc=$?
 expect 2 "$T/out" "hbmalloc doctor: --capacity 80 has no unit: 80 bytes is no device; did you mean --capacity 80GiB?"
 
+# A capacity no device has (a garbled log: 10^20 GiB) is not taken for the replay's device: before, it was converted
+# to a size past 2^64 (undefined; x86 gave 8 EiB) and replayed on that.
+printf '%s\n' "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of \
+99999999999999999999 GiB of which 1.00 MiB is free. Of the allocated memory 1.00 GiB is allocated by PyTorch, and \
+2.00 GiB is reserved by PyTorch but unallocated." >"$T/huge-capacity.log"
+doc "$BIN" doctor --no-env --log "$T/huge-capacity.log" --trace "$ONE" >"$T/out" 2>&1; rc=$?
+expect 2 "$T/out" "--trace needs the device's capacity: no out-of-memory message in a --log gives it"
+
 case=old-hdk
 doc PYTORCH_NPU_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:[256:1,512:2,\>:4] \
     "$BIN" doctor --root "$D/root-old" >"$T/out" 2>&1; rc=$?

@@ -686,6 +686,33 @@ static void two_hosts_clocks_are_trusted_to_a_second_only(void **st)
     }
 }
 
+/* torch's C++ lines carry no year: such a time takes the logs' latest stated year, for every comparison alike.
+ * Compared as a year-less time with each dated line, rank 1's 00:08:20 came after rank 0's 2025-01-01 00:00:10 and
+ * before rank 2's 2024-01-01 00:16:40, which came before rank 0's: no order, and the sort named rank 0. */
+static void a_time_without_a_year_takes_the_logs_year(void **st)
+{
+    (void)st;
+    doctor d;
+    doctor_init(&d);
+    log_text(&d, "rank_0.log",
+             "2025-01-01 00:00:10,000 ERROR torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 "
+             "MiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB reserved in "
+             "total by PyTorch)\n");
+    log_text(&d, "rank_1.log",
+             "[rank1]:[E101 00:08:20.426415540 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective "
+             "operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600081 "
+             "milliseconds\n");
+    log_text(&d, "rank_2.log",
+             "2024-01-01 00:16:40,000 ERROR torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 "
+             "MiB (GPU 2; 1.96 GiB total capacity; 1.24 GiB already allocated; 2.88 MiB free; 1.25 GiB reserved in "
+             "total by PyTorch)\n");
+    doctor_ranks_report(&d);
+    char *j = ranks_json(&d);
+    has_text(j, "\"timeline\":{\"first\":\"rank 1\"");
+    free(j);
+    doctor_free(&d);
+}
+
 /* Logs of mixed jobs (different world sizes; one rank written by two processes) and ranks with no log. */
 static void mixed_jobs_and_missing_ranks_are_named(void **st)
 {
@@ -776,18 +803,23 @@ static void a_communicator_failing_after_a_large_cache_advises_a_headroom(void *
 {
     (void)st;
     unsetenv("HCCL_BUFFSIZE");
-    const char *reserved[] = {"56.52 GiB", "50.22 GiB"}; /* 6.40 GiB, then 100 MiB reserved but unallocated */
-    for (int i = 0; i < 2; i++) {
-        char text[1200];
+    /* 6.40 GiB, then 100 MiB reserved but unallocated; then figures of 400 digits, which strtod reads as inf (inf -
+     * inf is NaN, which compared as more than any headroom): no size at all. */
+    char huge[410];
+    memset(huge, '9', 400);
+    strcpy(huge + 400, " GiB");
+    const char *reserved[] = {"56.52 GiB", "50.22 GiB", huge}, *allocated[] = {"50.12 GiB", "50.12 GiB", huge};
+    for (int i = 0; i < 3; i++) {
+        char text[2400];
         snprintf(text, sizeof text,
                  "RuntimeError: NPU out of memory. Tried to allocate 1.50 GiB (NPU 1; 60.97 GiB total capacity; "
-                 "50.12 GiB already allocated; 50.12 GiB current active; 1.03 GiB free; %s reserved in total by "
+                 "%s already allocated; 50.12 GiB current active; 1.03 GiB free; %s reserved in total by "
                  "PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid "
                  "fragmentation.\n"
                  "[rank1]: RuntimeError: create_config:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:102 HCCL "
                  "function error: hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, "
                  "&(comm->hcclComm_)), error code is 15\n",
-                 reserved[i]);
+                 allocated[i], reserved[i]);
         doctor d;
         doctor_init(&d);
         log_text(&d, "worker_1.log", text);
@@ -801,7 +833,7 @@ static void a_communicator_failing_after_a_large_cache_advises_a_headroom(void *
                 has_text(f->next[k], "(worker_1.log:1) showed 6.40 GiB reserved but unallocated");
             }
         if (advised != (i == 0))
-            fail_msg("%s reserved: headroom advice %s", reserved[i], advised ? "given" : "missing");
+            fail_msg("%.20s reserved: headroom advice %s", reserved[i], advised ? "given" : "missing");
         doctor_free(&d);
     }
 }
@@ -892,6 +924,7 @@ int main(void)
         cmocka_unit_test(a_collective_error_before_the_out_of_memory_is_unconfirmed),
         cmocka_unit_test(a_collective_error_past_the_collective_timeout_is_unconfirmed),
         cmocka_unit_test(two_hosts_clocks_are_trusted_to_a_second_only),
+        cmocka_unit_test(a_time_without_a_year_takes_the_logs_year),
         cmocka_unit_test(mixed_jobs_and_missing_ranks_are_named),
         cmocka_unit_test(an_nccl_out_of_memory_advises_a_headroom_for_its_communicator),
         cmocka_unit_test(a_communicator_failing_after_a_large_cache_advises_a_headroom),

@@ -1071,7 +1071,7 @@ static void headroom_after_oom(doctor *d, struct doctor_ranks *r)
         double need = (double)doctor_headroom_mb(lib, basis, sizeof basis) * 1048576.0;
         for (size_t j = 0; j < r->nevs; j++) {
             const ev *o = &r->evs[j];
-            if (o->kind != K_OOM || o->rbu < need || o->key != e->key) /* this rank's device, not another's */
+            if (o->kind != K_OOM || !(o->rbu >= need) || o->key != e->key) /* this rank's device, not another's */
                 continue;
             int earlier = (o->file == e->file && o->line < e->line) ||
                           (o->hi.soy >= 0 && e->lo.soy >= 0 && when_diff(e->lo, o->hi) >= 0);
@@ -1089,12 +1089,27 @@ static void headroom_after_oom(doctor *d, struct doctor_ranks *r)
     }
 }
 
+/* A time without a year (torch's C++ lines) takes the logs' year: compared once with a dated line and once with
+ * another undated one, it would otherwise order A < B < C < A (two dated lines of two years around it). */
+static void give_years(struct doctor_ranks *r)
+{
+    if (r->year_hint <= 0)
+        return; /* no line gave a year (0: none yet): every time is within one year, compared by seconds */
+    for (size_t i = 0; i < r->nevs; i++) {
+        r->evs[i].lo.year = r->evs[i].lo.year >= 0 ? r->evs[i].lo.year : r->year_hint;
+        r->evs[i].hi.year = r->evs[i].hi.year >= 0 ? r->evs[i].hi.year : r->year_hint;
+    }
+    for (size_t i = 0; i < r->nkeys; i++)
+        r->keys[i].last.year = r->keys[i].last.year >= 0 ? r->keys[i].last.year : r->year_hint;
+}
+
 void doctor_ranks_report(doctor *d)
 {
     struct doctor_ranks *r = d->ranks;
     if (!r || r->reported)
         return;
     r->reported = 1;
+    give_years(r);
     headroom_after_oom(d, r);
     int mixed = mixed_jobs(d, r);
     timeline(d, r, mixed);

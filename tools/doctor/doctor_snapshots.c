@@ -369,6 +369,7 @@ static int bad_file(reading *rd, const char *msg)
 static int read_device(reading *rd, const pv *root, const pv *segments, const pv *traces, int device, snap_rank *r)
 {
     uint64_t walked = 0;
+    int64_t active = 0; /* the blocks counted: allocated, and freed while a stream still used them */
     blk *b = NULL;
     size_t nb = 0, cap = 0;
     for (uint32_t i = 0; i < pv_len(segments); i++) {
@@ -412,14 +413,15 @@ static int read_device(reading *rd, const pv *root, const pv *segments, const pv
                 r->largest_free = size > r->largest_free ? size : r->largest_free;
                 continue;
             }
-            if (pv_is_str(state, "active_allocated")) {
-                if (size > MAX_BYTES - r->allocated) {
-                    free(b);
-                    return bad_file(rd, "the allocated blocks on one device add up to more than 2^48 bytes");
-                }
-                r->allocated += size;
-            } else if (!pv_is_str(state, "active_pending_free") && !pv_is_str(state, "active_awaiting_free"))
-                continue; /* a state neither writer uses: not counted */
+            int allocated = pv_is_str(state, "active_allocated");
+            if (!allocated && !pv_is_str(state, "active_pending_free") && !pv_is_str(state, "active_awaiting_free"))
+                continue;                    /* a state neither writer uses: not counted */
+            if (size > MAX_BYTES - active) { /* so that every group's bytes, and their differences, stay in range */
+                free(b);
+                return bad_file(rd, "the active blocks on one device add up to more than 2^48 bytes");
+            }
+            active += size;
+            r->allocated += allocated ? size : 0;
             const pv *frames = pv_get(bl, "frames");
             uint32_t frame = 0;
             if (pv_len(frames)) {

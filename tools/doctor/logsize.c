@@ -3,6 +3,7 @@
  * share, below both.
  */
 #include <ctype.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,8 @@ double doctor_size(const char *s, size_t *len)
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         size_t n = strlen(units[i].u);
         if (!strncmp(p, units[i].u, n) && !isalpha((unsigned char)p[n])) {
+            if (!isfinite(v * units[i].mul))
+                return 0; /* "1e999 GiB", 400 digits: no size, so no inf - inf = NaN downstream */
             *len = (size_t)(p + n - s);
             return v * units[i].mul;
         }
