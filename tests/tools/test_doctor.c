@@ -143,6 +143,37 @@ static void repeated_failures_are_counted_once(void **st)
     doctor_free(&d);
 }
 
+/* 20,000 lines, each a different failing HCCL call (the title names the call): 16 findings listed apart, the rest
+ * counted in the last. Before, each line was a finding of 6 KB and was compared with every earlier one. */
+static void distinct_failing_calls_stay_a_few_findings(void **st)
+{
+    (void)st;
+    enum { LINES = 20000 };
+    size_t cap = (size_t)LINES * 120, len = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    for (int i = 0; i < LINES; i++)
+        len += (size_t)snprintf(text + len, cap - len,
+                                "RuntimeError: HCCL function error: HcclCall%d(comm, &root), error code is 4\n", i);
+    doctor d;
+    doctor_init(&d);
+    FILE *fp = fmemopen(text, len, "rb");
+    assert_non_null(fp);
+    char err[256];
+    assert_int_equal(doctor_log_stream(&d, fp, "calls.log", err, sizeof err), 0);
+    fclose(fp);
+    size_t hccl = 0;
+    long counted = 0;
+    for (size_t i = 0; i < d.n; i++)
+        if (!strcmp(d.f[i].id, "hccl-error"))
+            hccl++, counted += d.f[i].count + d.f[i].other_titles;
+    assert_int_equal(hccl, DOC_MAX_TITLES);
+    assert_int_equal(counted, LINES); /* every line counted once */
+    assert_int_equal(d.f[d.n - 1].other_titles, LINES - DOC_MAX_TITLES);
+    doctor_free(&d);
+    free(text);
+}
+
 static void expandable_segments_warning_with_its_odd_spacing(void **st)
 {
     (void)st;
@@ -909,6 +940,7 @@ int main(void)
         cmocka_unit_test(npu_out_of_memory_without_virtual_memory_asks_for_a_replay),
         cmocka_unit_test(cuda_out_of_memory_both_formats),
         cmocka_unit_test(repeated_failures_are_counted_once),
+        cmocka_unit_test(distinct_failing_calls_stay_a_few_findings),
         cmocka_unit_test(expandable_segments_warning_with_its_odd_spacing),
         cmocka_unit_test(hccl_codes_by_name_with_a_checklist),
         cmocka_unit_test(an_hccl_out_of_memory_advises_a_headroom_sized_from_its_buffers),

@@ -140,6 +140,13 @@ static void print_text(const doctor *d, FILE *out, int env, const doctor_snaps *
         else
             snprintf(prefix, sizeof prefix, "   seen: ");
         doctor_wrap(out, DOCTOR_WIDTH, prefix, f->evidence);
+        if (f->other_titles) {
+            char more[160];
+            snprintf(more, sizeof more,
+                     "%ld more lines of this kind, whose calls or codes differ (%d are listed apart)", f->other_titles,
+                     DOC_MAX_TITLES);
+            doctor_wrap(out, DOCTOR_WIDTH, "   and ", more);
+        }
         if (f->why[0])
             doctor_wrap(out, DOCTOR_WIDTH, "   why: ", f->why);
         if (f->nnext) {
@@ -187,7 +194,7 @@ static void print_json(const doctor *d, FILE *out, const doctor_snaps *snaps)
         hbm__json_str(out, f->title);
         fputs(",\"evidence\":", out);
         hbm__json_str(out, f->evidence);
-        fprintf(out, ",\"count\":%d,\"explains\":", f->count);
+        fprintf(out, ",\"count\":%d,\"other_titles\":%ld,\"explains\":", f->count, f->other_titles);
         hbm__json_str(out, f->explains);
         fputs(",\"why\":", out);
         hbm__json_str(out, f->why);

@@ -9,6 +9,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -59,17 +60,27 @@ typedef struct where {
     const char *text;
 } where;
 
-/* A finding for this kind, merged with an earlier one of the same id and title (out-of-memory: the same id). */
+/* A finding for this kind, merged with an earlier one of the same id and title (out-of-memory: the same id); past
+ * DOC_MAX_TITLES titles of one id, counted in its last finding. */
 static finding *seen(doctor *d, const where *w, int severity, const char *id, const char *title)
 {
-    int by_id = !strncmp(id, "oom-", 4);
-    for (size_t i = 0; i < d->n; i++)
-        if (!strcmp(d->f[i].id, id) &&
-            (by_id ? !strncmp(d->f[i].title, title, 4) /* "NPU " or "GPU " */ : !strcmp(d->f[i].title, title))) {
-            d->f[i].count++;
+    int by_id = !strncmp(id, "oom-", 4), titles = 0;
+    size_t last = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        if (strcmp(d->f[i].id, id))
+            continue;
+        titles++, last = i;
+        if (by_id ? !strncmp(d->f[i].title, title, 4) /* "NPU " or "GPU " */ : !strcmp(d->f[i].title, title)) {
+            d->f[i].count += d->f[i].count < INT_MAX;
             doctor_ranks_event(d, i);
             return NULL;
         }
+    }
+    if (titles >= DOC_MAX_TITLES) {
+        d->f[last].other_titles++;
+        doctor_ranks_event(d, last);
+        return NULL;
+    }
     finding *f = doctor_add(d, severity, id);
     snprintf(f->title, sizeof f->title, "%s", title);
     doctor_evidence(f, w->path, w->line, w->text);

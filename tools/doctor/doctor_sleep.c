@@ -11,6 +11,7 @@
  * series.
  */
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,7 @@ static void left_in_use(doctor *d, const char *path, long lineno, const char *li
                        "(npu-smi info on Ascend)");
     } else {
         f = &d->f[d->sleep_finding - 1];
-        f->count++;
+        f->count += f->count < INT_MAX;
     }
     /* The most any process left, and the least: a process far above the others holds something they do not. */
     const struct doctor_sleeps *most = NULL, *least = NULL;

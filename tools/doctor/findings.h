@@ -11,13 +11,17 @@
 enum { SEV_INFO = 0, SEV_WARNING = 1, SEV_ERROR = 2 };
 
 #define DOC_MAX_NEXT 7
+/* Findings of one id with different titles (a function or code in the title) listed apart; more lines of that id are
+ * counted in the last one (a log of a million distinct failing calls stays a few findings, read in linear time). */
+#define DOC_MAX_TITLES 16
 
 typedef struct finding {
     int severity;
     char id[40]; /* stable identifier for machines: "npu-oom-fragmentation", "hccl-error", ... */
     char title[480];
     char evidence[640]; /* FILE:LINE: the line, or where in the environment */
-    int count;          /* times seen (logs) */
+    int count;          /* times seen (logs), at most INT_MAX */
+    long other_titles;  /* lines of this id past DOC_MAX_TITLES titles, counted here (doctor_log.c) */
     char why[1400];
     char next[DOC_MAX_NEXT][520];
     int nnext;
