@@ -784,7 +784,8 @@ HBM_API const char *hbm_record_dir(void);
 HBM_API hbm_status hbm_publish(hbm_allocator *a, int on);
 /* Read one record. HBM_OK: a live process's record, copied consistently; HBM_ERR_STALE: its writer is gone (nobody
  * holds the record's lock, in any PID namespace); HBM_ERR_INVALID: not a record, or not safe to trust — not a regular file, not owned
- * by this user, readable or writable by others — with the reason in why. Nothing is written or removed. */
+ * by this user, readable or writable by others — with the reason in why. Nothing is written or removed. With HBM_OK
+ * and HBM_ERR_STALE every text field of *out ends in a NUL, whatever the file held. */
 HBM_API hbm_status hbm_record_read(const char *path, hbm_record *out, char *why, size_t whylen);
 
 #ifdef __cplusplus

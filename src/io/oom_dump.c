@@ -102,6 +102,11 @@ __attribute__((format(printf, 2, 3))) static void say(hbm_allocator *a, const ch
 }
 
 /* The bytes of the folder's dumps and hidden temporaries (regular files named PREFIX* or .PREFIX*). 0, or errno. */
+/* The folder's bytes never wrap: sparse files of 2^63 bytes planted in a shared folder (tmpfs takes them) would
+ * otherwise sum to a little, and every dump would pass the bound. */
+uint64_t hbm__oom_dump_add(uint64_t sum, uint64_t size) { return size > UINT64_MAX - sum ? UINT64_MAX : sum + size; }
+bool hbm__oom_dump_over(uint64_t have, uint64_t len, uint64_t max) { return len > max || have > max - len; }
+
 static int folder_bytes(const char *dir, uint64_t *out)
 {
     DIR *d = opendir(dir);
@@ -115,7 +120,7 @@ static int folder_bytes(const char *dir, uint64_t *out)
         struct stat st;
         if (strncmp(n, PREFIX, sizeof PREFIX - 1) == 0 && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
             S_ISREG(st.st_mode))
-            sum += (uint64_t)st.st_size;
+            sum = hbm__oom_dump_add(sum, (uint64_t)st.st_size);
     }
     int err = errno;
     closedir(d);
@@ -176,7 +181,7 @@ static int write_reserved(int fd, const char *dir, const unsigned char *data, si
     int e = len ? posix_fallocate(fd, 0, (off_t)len) : 0;
     if (!e && !(e = folder_bytes(dir, have))) {
         *have = *have > len ? *have - len : 0;
-        if (*have + len > max_bytes)
+        if (hbm__oom_dump_over(*have, len, max_bytes))
             e = EDQUOT;
     }
     for (size_t off = 0; !e && off < len;) {
@@ -283,7 +288,7 @@ static void dump(hbm_allocator *a)
         fail(a, &j, "out of host memory for the snapshot");
         return;
     }
-    if (have + len > j.max_bytes) {
+    if (hbm__oom_dump_over(have, len, j.max_bytes)) {
         free(data);
         full(a, &j, have, len);
         return;

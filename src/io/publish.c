@@ -136,16 +136,14 @@ static void put_text(char *dst, size_t n, const char *src)
     dst[len] = 0;
 }
 
+/* A rank or size from the launcher's variable (name, else alt): digits only, read as the OOM dumps read RANK (a
+ * value past long long or with spaces is none, not LLONG_MAX), -1 when neither is a count. */
 static int64_t env_int(hbm__env_var name, hbm__env_var alt)
 {
-    const char *v = hbm__env(name);
-    if ((!v || !*v) && alt != HBM__ENV_VARS)
-        v = hbm__env(alt);
-    if (!v || !*v)
-        return -1;
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    return *end || x < 0 ? -1 : x;
+    long long x = hbm__env_count(name);
+    if (x < 0 && alt != HBM__ENV_VARS)
+        x = hbm__env_count(alt);
+    return x < 0 ? -1 : x;
 }
 
 /* The largest cached free block, private pools included. */
@@ -530,5 +528,6 @@ hbm_status hbm_record_read(const char *path, hbm_record *out, char *why, size_t 
     *out = s.r;
     out->backend[sizeof out->backend - 1] = out->settings[sizeof out->settings - 1] = 0;
     out->source[sizeof out->source - 1] = out->command[sizeof out->command - 1] = 0;
+    out->asleep_tags[sizeof out->asleep_tags - 1] = out->resident[sizeof out->resident - 1] = 0;
     return rc;
 }

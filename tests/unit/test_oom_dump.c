@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 
 #include "helpers.h"
+#include "io/oom_dump.h"
 #include "trace/pickle.h"
 #include "trace/trace.h"
 
@@ -306,6 +307,20 @@ static void the_folder_bound_refuses_a_dump_that_would_pass_it(void **state)
     hbm_destroy(a);
 }
 
+/* Sparse files of 2^63 bytes in a shared folder (tmpfs takes them) once summed to a wrapped figure, and every dump
+ * then passed the bound: the sum saturates, and have + len is compared without wrapping. */
+static void the_folder_bound_never_wraps(void **state)
+{
+    (void)state;
+    uint64_t big = (uint64_t)INT64_MAX;
+    assert_true(hbm__oom_dump_add(hbm__oom_dump_add(hbm__oom_dump_add(0, big), big), 2) == UINT64_MAX);
+    assert_true(hbm__oom_dump_add(3, 4) == 7);
+    assert_true(hbm__oom_dump_over(UINT64_MAX, 2, 2048 * MiB));
+    assert_true(hbm__oom_dump_over(1, UINT64_MAX, 2048 * MiB));
+    assert_true(hbm__oom_dump_over(2048 * MiB - 1, 2, 2048 * MiB));
+    assert_false(hbm__oom_dump_over(2048 * MiB - 2, 2, 2048 * MiB));
+}
+
 static void a_folder_gone_turns_it_off_with_one_warning(void **state)
 {
     (void)state;
@@ -516,6 +531,7 @@ int main(void)
         T(the_rank_comes_from_rank_else_rank_id),
         T(at_most_max_dumps_then_one_warning),
         T(the_folder_bound_refuses_a_dump_that_would_pass_it),
+        cmocka_unit_test(the_folder_bound_never_wraps),
         T(a_folder_gone_turns_it_off_with_one_warning),
         T(a_file_size_limit_fails_the_write_and_the_job_goes_on),
         T(a_folder_that_cannot_be_written_is_refused_at_once),

@@ -113,6 +113,30 @@ static hbm_record refreshed_record(uint64_t before)
     return r;
 }
 
+/* The rank is read as the OOM dumps read it: digits only, RANK else RANK_ID. A rank past long long was published as
+ * LLONG_MAX (strtoll's clamp), one with a leading space as its number, while the dumps said "norank". */
+static void a_rank_that_is_not_a_count_is_none(void **state)
+{
+    (void)state;
+    static const char *const values[] = {"99999999999999999999", " 3", "3 ", "-1", "0x3"};
+    for (int i = 0; i < 5; i++) {
+        setenv("RANK", values[i], 1);
+        for (int with_id = 0; with_id < 2; with_id++) {
+            if (with_id)
+                setenv("RANK_ID", "5", 1);
+            hbm_allocator *a = open_sim("sim:capacity=1GiB", "hbm_publish:True");
+            char part[64];
+            snprintf(part, sizeof part, "hbmalloc-%u-%ld-0-", (unsigned)geteuid(), (long)getpid());
+            hbm_record r = read_only_record(part);
+            if (r.rank != (with_id ? 5 : -1))
+                fail_msg("RANK='%s'%s: rank %lld", values[i], with_id ? ", RANK_ID=5" : "", (long long)r.rank);
+            assert_int_equal(hbm_destroy(a), HBM_OK);
+            unsetenv("RANK_ID");
+        }
+    }
+    unsetenv("RANK");
+}
+
 /* A segment change shows at once; a cache hit within a second (the refresher); destroy removes the file. */
 static void the_record_follows_the_allocator(void **state)
 {
@@ -555,6 +579,53 @@ static void destroy_while_the_refresher_runs(void **state)
     assert_int_equal(records(NULL, 0), 0);
 }
 
+/* The bytes of this process's one record (its path in names[0]). */
+static void the_record(char names[2][512], hbm__shared_record *s)
+{
+    assert_int_equal(records(names, 2), 1);
+    int fd = open(names[0], O_RDONLY);
+    assert_int_equal(read(fd, s, sizeof *s), (ssize_t)sizeof *s);
+    close(fd);
+}
+
+/* A copy of those bytes at DIR/copy, which no process holds. */
+static void write_copy(const hbm__shared_record *s, char *copy, size_t len)
+{
+    snprintf(copy, len, "%s/copy", dir);
+    int fd = open(copy, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    assert_int_equal(write(fd, s, sizeof *s), (ssize_t)sizeof *s);
+    close(fd);
+}
+
+/* Every text field of a record comes back terminated, whatever the file holds (a reader outside hbmalloc may print
+ * them): a copy of a record with each text filled to its end. Before, asleep_tags and resident came back as the
+ * file had them, and strlen read past the structure (ASan). */
+static void a_records_texts_come_back_terminated(void **state)
+{
+    (void)state;
+    hbm_allocator *a = open_sim("sim:capacity=1GiB", "hbm_publish:True");
+    char names[2][512], why[160], copy[512];
+    hbm__shared_record s;
+    the_record(names, &s);
+    assert_int_equal(hbm_destroy(a), HBM_OK);
+    memset(s.r.backend, 'A', sizeof s.r.backend);
+    memset(s.r.settings, 'A', sizeof s.r.settings);
+    memset(s.r.source, 'A', sizeof s.r.source);
+    memset(s.r.command, 'A', sizeof s.r.command);
+    memset(s.r.asleep_tags, 'A', sizeof s.r.asleep_tags);
+    memset(s.r.resident, 'A', sizeof s.r.resident);
+    write_copy(&s, copy, sizeof copy);
+    hbm_record r;
+    assert_int_equal(hbm_record_read(copy, &r, why, sizeof why), HBM_ERR_STALE); /* read, and said to be stale */
+    assert_int_equal(strlen(r.backend), sizeof r.backend - 1);
+    assert_int_equal(strlen(r.settings), sizeof r.settings - 1);
+    assert_int_equal(strlen(r.source), sizeof r.source - 1);
+    assert_int_equal(strlen(r.command), sizeof r.command - 1);
+    assert_int_equal(strlen(r.asleep_tags), sizeof r.asleep_tags - 1);
+    assert_int_equal(strlen(r.resident), sizeof r.resident - 1);
+    unlink(copy);
+}
+
 /* A live record, and a copy of it no process holds (a file left by a killed job that a new process's PID and
  * start time would match): the lock, not the PID, says which lives. And a record of another PID namespace (a
  * container sharing /dev/shm with --ipc=host, where the job is PID 1): its PID means nothing here; it lives while
@@ -564,15 +635,9 @@ static void a_record_of_another_pid_namespace_lives_while_its_lock_is_held(void 
     (void)state;
     hbm_allocator *a = open_sim("sim:capacity=1GiB", "hbm_publish:True");
     char names[2][512], why[160], copy[512];
-    assert_int_equal(records(names, 2), 1);
     hbm__shared_record s;
-    int fd = open(names[0], O_RDONLY);
-    assert_int_equal(read(fd, &s, sizeof s), (ssize_t)sizeof s);
-    close(fd);
-    snprintf(copy, sizeof copy, "%s/copy", dir);
-    fd = open(copy, O_CREAT | O_EXCL | O_WRONLY, 0600);
-    assert_int_equal(write(fd, &s, sizeof s), (ssize_t)sizeof s);
-    close(fd);
+    the_record(names, &s);
+    write_copy(&s, copy, sizeof copy);
     hbm_record r;
     assert_int_equal(hbm_record_read(names[0], &r, why, sizeof why), HBM_OK);
     assert_int_equal(hbm_record_read(copy, &r, why, sizeof why), HBM_ERR_STALE); /* same PID, same start time */
@@ -591,6 +656,7 @@ static void a_record_of_another_pid_namespace_lives_while_its_lock_is_held(void 
         if (hbm_open(&b, "sim:capacity=1GiB", 0, "hbm_publish:True", err, sizeof err) != HBM_OK)
             _exit(3);
         char mine[2][512];
+        int fd;
         if (records(mine, 2) != 1 || (fd = open(mine[0], O_RDWR)) < 0)
             _exit(4);
         hbm__shared_record *m = mmap(NULL, sizeof *m, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -763,6 +829,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(publishing_is_asked_for, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(an_unwritable_folder_is_a_warning_not_an_error, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(unsafe_files_are_refused, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(a_records_texts_come_back_terminated, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(a_rank_that_is_not_a_count_is_none, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(records_of_exited_processes_are_stale, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_forked_child_leaves_the_parents_record, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(names_squatted_in_advance_do_not_stop_publishing, make_dir, remove_dir),
