@@ -20,16 +20,20 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void put(const char *dir, const char *name, const void *bytes, size_t len)
+/* 0, or -1 when the file cannot be written (a full disk): the doctor's step is skipped, not taken for a finding. */
+static int put(const char *dir, const char *name, const void *bytes, size_t len)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "wb");
-    if (!f || fwrite(bytes, 1, len, f) != len || fclose(f))
-        abort();
+    if (!f)
+        return -1;
+    int bad = fwrite(bytes, 1, len, f) != len;
+    return fclose(f) || bad ? -1 : 0;
 }
 
 static char dir[4096];
+static int no_dir; /* no folder could be made: the doctor's step is skipped (said once) */
 
 static void remove_dir(void)
 {
@@ -42,33 +46,42 @@ static void remove_dir(void)
     rmdir(dir);
 }
 
-/* The snapshot doctor on three ranks: the input twice and one segment of 1 MiB (a pickle by hand, protocol 2). */
+/* The snapshot doctor on three ranks: the input twice and one segment of 1 MiB (a pickle by hand, protocol 2), in a
+ * folder of its own under $TMPDIR (else /tmp; a crash leaves it behind, as libFuzzer exits without atexit). */
 static void doctor_ranks(const uint8_t *data, size_t size)
 {
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "%s/fuzz-snaps-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-        if (!mkdtemp(dir))
-            abort();
-        atexit(remove_dir);
+    if (!dir[0] && !no_dir) {
+        const char *tmp = getenv("TMPDIR");
+        int n = snprintf(dir, sizeof dir, "%s/fuzz-snaps-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (n < 0 || (size_t)n >= sizeof dir || !mkdtemp(dir)) {
+            fprintf(stderr, "fuzz_pickle: no folder for the snapshot doctor under %s: that step is skipped\n",
+                    tmp && *tmp ? tmp : "/tmp");
+            dir[0] = 0, no_dir = 1;
+        } else {
+            atexit(remove_dir);
+        }
     }
+    if (no_dir)
+        return;
     static const char small[] = "\x80\x02}X\x08\x00\x00\x00segments]}(X\x0a\x00\x00\x00total_sizeJ\x00\x00\x10"
                                 "\x00X\x06\x00\x00\x00"
                                 "blocks]uas.";
-    put(dir, "rank0.pickle", data, size);
-    put(dir, "rank1.pickle", data, size);
-    put(dir, "rank2.pickle", small, sizeof small - 1);
+    if (put(dir, "rank0.pickle", data, size) || put(dir, "rank1.pickle", data, size) ||
+        put(dir, "rank2.pickle", small, sizeof small - 1))
+        return;
     doctor d;
     doctor_init(&d);
     doctor_snaps s;
     doctor_snaps_init(&s);
     char err[700];
     FILE *sink = fopen("/dev/null", "w");
-    if (!sink || doctor_snaps_add(&s, dir, err, sizeof err))
-        abort();
-    doctor_snaps_run(&s, &d, sink);
-    doctor_snaps_text(&s, sink);
-    doctor_snaps_json(&s, sink);
-    fclose(sink);
+    if (sink && !doctor_snaps_add(&s, dir, err, sizeof err)) {
+        doctor_snaps_run(&s, &d, sink);
+        doctor_snaps_text(&s, sink);
+        doctor_snaps_json(&s, sink);
+    }
+    if (sink)
+        fclose(sink);
     doctor_snaps_free(&s);
     doctor_free(&d);
 }

@@ -101,12 +101,12 @@ __attribute__((format(printf, 2, 3))) static void say(hbm_allocator *a, const ch
         fprintf(stderr, "hbmalloc: warning: %s\n", text);
 }
 
-/* The bytes of the folder's dumps and hidden temporaries (regular files named PREFIX* or .PREFIX*). 0, or errno. */
 /* The folder's bytes never wrap: sparse files of 2^63 bytes planted in a shared folder (tmpfs takes them) would
  * otherwise sum to a little, and every dump would pass the bound. */
 uint64_t hbm__oom_dump_add(uint64_t sum, uint64_t size) { return size > UINT64_MAX - sum ? UINT64_MAX : sum + size; }
 bool hbm__oom_dump_over(uint64_t have, uint64_t len, uint64_t max) { return len > max || have > max - len; }
 
+/* The bytes of the folder's dumps and hidden temporaries (regular files named PREFIX* or .PREFIX*). 0, or errno. */
 static int folder_bytes(const char *dir, uint64_t *out)
 {
     DIR *d = opendir(dir);
@@ -142,9 +142,7 @@ static uint64_t random_bits(void)
  * local_elastic_agent.py v1.13.1:236; torch_npu's launchers RANK_ID), or "norank". */
 static void rank_name(char *out, size_t n)
 {
-    long long r = hbm__env_count(HBM__ENV_RANK);
-    if (r < 0)
-        r = hbm__env_count(HBM__ENV_RANK_ID);
+    long long r = hbm__env_count_or(HBM__ENV_RANK, HBM__ENV_RANK_ID);
     if (r >= 0)
         snprintf(out, n, "rank%lld", r);
     else

@@ -136,15 +136,6 @@ static void put_text(char *dst, size_t n, const char *src)
     dst[len] = 0;
 }
 
-/* A rank or size from the launcher's variable (name, else alt): digits only, read as the OOM dumps read RANK (a
- * value past long long or with spaces is none, not LLONG_MAX), -1 when neither is a count. */
-static int64_t env_int(hbm__env_var name, hbm__env_var alt)
-{
-    long long x = hbm__env_count(name);
-    if (x < 0 && alt != HBM__ENV_VARS)
-        x = hbm__env_count(alt);
-    return x < 0 ? -1 : x;
-}
 
 /* The largest cached free block, private pools included. */
 static size_t largest_free(hbm_allocator *a)
@@ -376,9 +367,9 @@ static hbm_status publish_on(hbm_allocator *a)
     r->pid = p->owner;
     r->start_time = start_time(p->owner);
     r->device = a->device;
-    r->rank = env_int(HBM__ENV_RANK, HBM__ENV_RANK_ID);
-    r->local_rank = env_int(HBM__ENV_LOCAL_RANK, HBM__ENV_VARS);
-    r->world_size = env_int(HBM__ENV_WORLD_SIZE, HBM__ENV_RANK_SIZE);
+    r->rank = hbm__env_count_or(HBM__ENV_RANK, HBM__ENV_RANK_ID); /* digits only, as the OOM dumps read it */
+    r->local_rank = hbm__env_count_or(HBM__ENV_LOCAL_RANK, HBM__ENV_VARS);
+    r->world_size = hbm__env_count_or(HBM__ENV_WORLD_SIZE, HBM__ENV_RANK_SIZE);
     put_text(r->backend, sizeof r->backend, a->backend->spec);
     hbm__conf_policy_string(&a->conf, r->settings, sizeof r->settings);
     put_text(r->source, sizeof r->source, a->conf.source);

@@ -43,3 +43,11 @@ long long hbm__env_count(hbm__env_var v)
     long long x = strtoll(s, &end, 10);
     return *end || x < 0 || errno || (*s < '0' || *s > '9') ? -2 : x;
 }
+
+long long hbm__env_count_or(hbm__env_var v, hbm__env_var alt)
+{
+    long long x = hbm__env_count(v);
+    if (x < 0)
+        x = hbm__env_count(alt);
+    return x < 0 ? -1 : x;
+}

@@ -35,5 +35,8 @@ const char *hbm__env(hbm__env_var v);
 const char *hbm__env_name(hbm__env_var v);
 /* Its value as a decimal count (0 or more): -1 when it is unset or empty, -2 when it is not such a number. */
 long long hbm__env_count(hbm__env_var v);
+/* hbm__env_count(v), else hbm__env_count(alt) when v is not a count (RANK else RANK_ID, as the launchers set one);
+ * -1 when neither is. One reading for the published record and the OOM dumps' names. */
+long long hbm__env_count_or(hbm__env_var v, hbm__env_var alt);
 
 #endif

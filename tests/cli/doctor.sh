@@ -295,7 +295,7 @@ printf '%s\n' "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.
 99999999999999999999 GiB of which 1.00 MiB is free. Of the allocated memory 1.00 GiB is allocated by PyTorch, and \
 2.00 GiB is reserved by PyTorch but unallocated." >"$T/huge-capacity.log"
 doc "$BIN" doctor --no-env --log "$T/huge-capacity.log" --trace "$ONE" >"$T/out" 2>&1; rc=$?
-expect 2 "$T/out" "--trace needs the device's capacity: no out-of-memory message in a --log gives it"
+expect 2 "$T/out" "--trace needs the device's capacity: no out-of-memory message in a --log gives one a device can have"
 
 case=old-hdk
 doc PYTORCH_NPU_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:[256:1,512:2,\>:4] \

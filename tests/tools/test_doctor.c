@@ -51,6 +51,13 @@ static void sizes_as_pytorch_prints_them(void **st)
     assert_int_equal(n, 0);
     doctor_size("MiB", &n);
     assert_int_equal(n, 0);
+    doctor_size("1e999 GiB", &n); /* inf: no size (inf - inf would be a NaN that passes every comparison) */
+    assert_int_equal(n, 0);
+    char digits[420];
+    memset(digits, '9', 400);
+    strcpy(digits + 400, " GiB");
+    doctor_size(digits, &n);
+    assert_int_equal(n, 0);
 }
 
 static const finding *only(doctor *d, const char *log, const char *id)
@@ -143,35 +150,74 @@ static void repeated_failures_are_counted_once(void **st)
     doctor_free(&d);
 }
 
-/* 20,000 lines, each a different failing HCCL call (the title names the call): 16 findings listed apart, the rest
- * counted in the last. Before, each line was a finding of 6 KB and was compared with every earlier one. */
+/* A log as a stream of its text. */
+static void read_text(doctor *d, const char *name, const char *text, size_t len)
+{
+    FILE *fp = fmemopen((void *)text, len, "rb");
+    assert_non_null(fp);
+    char err[256];
+    assert_int_equal(doctor_log_stream(d, fp, name, err, sizeof err), 0);
+    fclose(fp);
+}
+
+/* 20,000 lines, each a different failing HCCL call (the title names the call and its code): 19,000 of code 4, then
+ * 1,000 of as many codes. Code 4's first 16 calls are listed apart and the rest counted in the last; other codes
+ * are findings of their own up to 256 titles of the id, the rest counted in the id's last. Before, each line was a
+ * finding of 6 KB and was compared with every earlier one. */
 static void distinct_failing_calls_stay_a_few_findings(void **st)
 {
     (void)st;
-    enum { LINES = 20000 };
+    enum { LINES = 20000, SAME = 19000 };
     size_t cap = (size_t)LINES * 120, len = 0;
     char *text = malloc(cap);
     assert_non_null(text);
     for (int i = 0; i < LINES; i++)
         len += (size_t)snprintf(text + len, cap - len,
-                                "RuntimeError: HCCL function error: HcclCall%d(comm, &root), error code is 4\n", i);
+                                "RuntimeError: HCCL function error: HcclCall%d(comm, &root), error code is %d\n", i,
+                                i < SAME ? 4 : 1000 + i);
     doctor d;
     doctor_init(&d);
-    FILE *fp = fmemopen(text, len, "rb");
-    assert_non_null(fp);
-    char err[256];
-    assert_int_equal(doctor_log_stream(&d, fp, "calls.log", err, sizeof err), 0);
-    fclose(fp);
-    size_t hccl = 0;
+    read_text(&d, "calls.log", text, len);
+    size_t hccl = 0, code4 = 0;
     long counted = 0;
     for (size_t i = 0; i < d.n; i++)
-        if (!strcmp(d.f[i].id, "hccl-error"))
+        if (!strcmp(d.f[i].id, "hccl-error")) {
             hccl++, counted += d.f[i].count + d.f[i].other_titles;
-    assert_int_equal(hccl, DOC_MAX_TITLES);
+            code4 += d.f[i].code == 4;
+        }
+    assert_int_equal(code4, DOC_MAX_TITLES);
+    assert_int_equal(hccl, DOC_MAX_CODES);
     assert_int_equal(counted, LINES); /* every line counted once */
-    assert_int_equal(d.f[d.n - 1].other_titles, LINES - DOC_MAX_TITLES);
+    assert_int_equal(d.f[DOC_MAX_TITLES - 1].other_titles, SAME - DOC_MAX_TITLES);
+    assert_int_equal(d.f[d.n - 1].other_titles, LINES - SAME - (DOC_MAX_CODES - DOC_MAX_TITLES));
     doctor_free(&d);
     free(text);
+}
+
+/* After 15 failing operators of one code and a refused feature (a warning), an uncorrectable memory error is a
+ * finding of its own, an error with its own reason: calls fold only into their own code. */
+static void a_new_code_after_many_calls_keeps_its_severity(void **st)
+{
+    (void)st;
+    char text[4096];
+    size_t len = 0;
+    for (int i = 0; i < 15; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len,
+                                "RuntimeError: NPU function error: aclnnOp%d(x), error code is 507015\n", i);
+    len += (size_t)snprintf(text + len, sizeof text - len,
+                            "RuntimeError: NPU function error: aclrtSetDevice(x), error code is 207000\n"
+                            "RuntimeError: NPU function error: aclrtMemcpy(x), error code is 507054\n");
+    doctor d;
+    doctor_init(&d);
+    read_text(&d, "npu.log", text, len);
+    const finding *f = NULL;
+    for (size_t i = 0; i < d.n; i++)
+        f = strstr(d.f[i].title, "aclrtMemcpy returned 507054") ? &d.f[i] : f;
+    if (!f)
+        fail_msg("507054 was folded (%zu findings)", d.n);
+    else
+        assert_int_equal(f->severity, SEV_ERROR);
+    doctor_free(&d);
 }
 
 static void expandable_segments_warning_with_its_odd_spacing(void **st)
@@ -717,6 +763,56 @@ static void two_hosts_clocks_are_trusted_to_a_second_only(void **st)
     }
 }
 
+/* March 1st of a leap year on a torch C++ line (no year) read before the dated lines: counted again in 2024, it is
+ * day 60, not day 59. Rank 1's 00:00:10 comes before rank 0's 00:00:30 whichever log is read first. */
+static void a_time_without_a_year_counts_the_leap_day_whatever_the_order(void **st)
+{
+    (void)st;
+    const char *undated = "[rank0]:[E301 00:00:30.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught "
+                          "collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, Timeout(ms)=600000) ran "
+                          "for 600081 milliseconds\n";
+    const char *dated = "2024-03-01 00:00:10,000 ERROR torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to "
+                        "allocate 20.00 MiB (GPU 1; 1.96 GiB total capacity; 1.24 GiB already allocated; 2.88 MiB "
+                        "free; 1.25 GiB reserved in total by PyTorch)\n";
+    for (int order = 0; order < 2; order++) {
+        doctor d;
+        doctor_init(&d);
+        log_text(&d, order ? "rank_1.log" : "rank_0.log", order ? dated : undated);
+        log_text(&d, order ? "rank_0.log" : "rank_1.log", order ? undated : dated);
+        doctor_ranks_report(&d);
+        char *j = ranks_json(&d);
+        if (!strstr(j, "\"timeline\":{\"first\":\"rank 1\""))
+            fail_msg("read %s first: not rank 1 first:\n%s", order ? "the dated log" : "the undated log", j);
+        free(j);
+        doctor_free(&d);
+    }
+}
+
+/* A failure counted in another finding (the 17th call of one code) is still its rank's failure with its own title:
+ * rank 1's earlier aclnnOpX is named first, not the finding's aclnnOp15. */
+static void a_folded_line_keeps_its_own_title_in_the_timeline(void **st)
+{
+    (void)st;
+    char text[4096];
+    size_t len = 0;
+    for (int i = 0; i < 16; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len,
+                                "2025-01-05 10:00:%02d,000 ERROR RuntimeError: NPU function error: aclnnOp%d(x), error "
+                                "code is 507015\n",
+                                10 + i, i);
+    doctor d;
+    doctor_init(&d);
+    log_text(&d, "rank_0.log", text);
+    log_text(&d, "rank_1.log",
+             "2025-01-05 10:00:01,000 ERROR RuntimeError: NPU function error: aclnnOpX(x), error code is 507015\n");
+    doctor_ranks_report(&d);
+    char *j = ranks_json(&d);
+    has_text(j, "\"first\":\"rank 1\"");
+    has_text(j, "\"title\":\"NPU runtime error: aclnnOpX returned 507015");
+    free(j);
+    doctor_free(&d);
+}
+
 /* torch's C++ lines carry no year: such a time takes the logs' latest stated year, for every comparison alike.
  * Compared as a year-less time with each dated line, rank 1's 00:08:20 came after rank 0's 2025-01-01 00:00:10 and
  * before rank 2's 2024-01-01 00:16:40, which came before rank 0's: no order, and the sort named rank 0. */
@@ -941,6 +1037,7 @@ int main(void)
         cmocka_unit_test(cuda_out_of_memory_both_formats),
         cmocka_unit_test(repeated_failures_are_counted_once),
         cmocka_unit_test(distinct_failing_calls_stay_a_few_findings),
+        cmocka_unit_test(a_new_code_after_many_calls_keeps_its_severity),
         cmocka_unit_test(expandable_segments_warning_with_its_odd_spacing),
         cmocka_unit_test(hccl_codes_by_name_with_a_checklist),
         cmocka_unit_test(an_hccl_out_of_memory_advises_a_headroom_sized_from_its_buffers),
@@ -957,6 +1054,8 @@ int main(void)
         cmocka_unit_test(a_collective_error_past_the_collective_timeout_is_unconfirmed),
         cmocka_unit_test(two_hosts_clocks_are_trusted_to_a_second_only),
         cmocka_unit_test(a_time_without_a_year_takes_the_logs_year),
+        cmocka_unit_test(a_time_without_a_year_counts_the_leap_day_whatever_the_order),
+        cmocka_unit_test(a_folded_line_keeps_its_own_title_in_the_timeline),
         cmocka_unit_test(mixed_jobs_and_missing_ranks_are_named),
         cmocka_unit_test(an_nccl_out_of_memory_advises_a_headroom_for_its_communicator),
         cmocka_unit_test(a_communicator_failing_after_a_large_cache_advises_a_headroom),

@@ -39,6 +39,8 @@ static int remove_dir(void **state)
     (void)state;
     remove_records_dir(dir);
     unsetenv("HBMALLOC_TOP_DIR");
+    unsetenv("RANK"); /* a failed test leaves what it set */
+    unsetenv("RANK_ID");
     return 0;
 }
 
@@ -119,6 +121,7 @@ static void a_rank_that_is_not_a_count_is_none(void **state)
 {
     (void)state;
     static const char *const values[] = {"99999999999999999999", " 3", "3 ", "-1", "0x3"};
+    unsetenv("RANK_ID");
     for (int i = 0; i < 5; i++) {
         setenv("RANK", values[i], 1);
         for (int with_id = 0; with_id < 2; with_id++) {

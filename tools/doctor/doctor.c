@@ -143,8 +143,9 @@ static void print_text(const doctor *d, FILE *out, int env, const doctor_snaps *
         if (f->other_titles) {
             char more[160];
             snprintf(more, sizeof more,
-                     "%ld more lines of this kind, whose calls or codes differ (%d are listed apart)", f->other_titles,
-                     DOC_MAX_TITLES);
+                     "%ld more line%s of this kind, from other calls (%d calls of a code, %d titles in all, are listed "
+                     "apart)",
+                     f->other_titles, f->other_titles == 1 ? "" : "s", DOC_MAX_TITLES, DOC_MAX_CODES);
             doctor_wrap(out, DOCTOR_WIDTH, "   and ", more);
         }
         if (f->why[0])

@@ -556,7 +556,7 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, int sn
         cap = (size_t)d->oom_capacity;
     else if (!capacity) {
         snprintf(err, errlen,
-                 "--trace needs the device's capacity: no out-of-memory message in a --log gives it, so "
+                 "--trace needs the device's capacity: no out-of-memory message in a --log gives one a device can have, so "
                  "give --capacity SIZE (e.g. 64GiB)");
         return -1;
     }

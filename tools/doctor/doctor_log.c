@@ -60,32 +60,43 @@ typedef struct where {
     const char *text;
 } where;
 
-/* A finding for this kind, merged with an earlier one of the same id and title (out-of-memory: the same id); past
- * DOC_MAX_TITLES titles of one id, counted in its last finding. */
-static finding *seen(doctor *d, const where *w, int severity, const char *id, const char *title)
+/* A line's code, for the findings whose title names a call and its code (seen's fold). */
+#define NO_CODE LONG_MIN
+
+/* A finding for this kind, merged with an earlier one of the same id and title (out-of-memory: the same id). A
+ * kind whose title names the failing call (hccl-error, acl-error: code is the call's result) keeps DOC_MAX_TITLES
+ * calls of one code apart, then counts the rest of that code in its last finding: same code, same severity and
+ * reason. Past DOC_MAX_CODES titles of one id (a log of thousands of codes), the rest are counted in the id's last
+ * finding, which takes the more severe of the two. The rank's event carries the line's own title either way. */
+static finding *seen(doctor *d, const where *w, int severity, const char *id, const char *title, long code)
 {
-    int by_id = !strncmp(id, "oom-", 4), titles = 0;
-    size_t last = 0;
+    int by_id = !strncmp(id, "oom-", 4), titles = 0, same_code = 0;
+    size_t last = 0, last_code = 0;
     for (size_t i = 0; i < d->n; i++) {
         if (strcmp(d->f[i].id, id))
             continue;
         titles++, last = i;
+        if (code != NO_CODE && d->f[i].code == code)
+            same_code++, last_code = i;
         if (by_id ? !strncmp(d->f[i].title, title, 4) /* "NPU " or "GPU " */ : !strcmp(d->f[i].title, title)) {
             d->f[i].count += d->f[i].count < INT_MAX;
-            doctor_ranks_event(d, i);
+            doctor_ranks_event(d, i, title);
             return NULL;
         }
     }
-    if (titles >= DOC_MAX_TITLES) {
-        d->f[last].other_titles++;
-        doctor_ranks_event(d, last);
+    if (same_code >= DOC_MAX_TITLES || titles >= DOC_MAX_CODES) {
+        size_t into = same_code >= DOC_MAX_TITLES ? last_code : last;
+        d->f[into].other_titles++;
+        d->f[into].severity = severity > d->f[into].severity ? severity : d->f[into].severity;
+        doctor_ranks_event(d, into, title);
         return NULL;
     }
     finding *f = doctor_add(d, severity, id);
     snprintf(f->title, sizeof f->title, "%s", title);
+    f->code = code;
     doctor_evidence(f, w->path, w->line, w->text);
     if (d->n && f == &d->f[d->n - 1])
-        doctor_ranks_event(d, d->n - 1);
+        doctor_ranks_event(d, d->n - 1, title);
     return f;
 }
 
@@ -120,7 +131,8 @@ static void oom_unreadable(doctor *d, const where *w, const char *line)
     int npu = strstr(line, "NPU out of memory") != NULL;
     finding *f = seen(d, w, SEV_WARNING, "oom-unreadable",
                       npu ? "NPU out of memory, but the message is cut in the log: its figures cannot all be read"
-                          : "GPU out of memory, but the message is cut in the log: its figures cannot all be read");
+                          : "GPU out of memory, but the message is cut in the log: its figures cannot all be read",
+                      NO_CODE);
     if (!f)
         return;
     snprintf(f->why, sizeof f->why,
@@ -185,7 +197,7 @@ static void oom(doctor *d, const where *w, const char *line)
     else
         snprintf(title, sizeof title, "%s out of memory: the live tensors do not fit (a %s request failed)",
                  is_npu ? "NPU" : "GPU", s_req);
-    finding *f = seen(d, w, SEV_ERROR, frag ? "oom-fragmentation" : "oom-capacity", title);
+    finding *f = seen(d, w, SEV_ERROR, frag ? "oom-fragmentation" : "oom-capacity", title, NO_CODE);
     if (!f)
         return;
     char pct[32] = "?";
@@ -209,7 +221,7 @@ static void oom(doctor *d, const where *w, const char *line)
     }
     if (is_npu)
         d->oom_npu = 1;
-    if (total > 0 && total <= 281474976710656.0 && d->oom_capacity <= 0) /* 2^48: no device has more (a replay's) */
+    if (total > 0 && total <= (double)TRACE_MAX_BYTES && d->oom_capacity <= 0) /* 2^48: no device has more (a replay's) */
         d->oom_capacity = total;
     int no_vmm = is_npu ? (d->npu_vmm == 0 || d->probe_failed) : d->cuda_vmm == 0;
     char qlog[600];
@@ -342,7 +354,7 @@ static void hccl(doctor *d, const where *w, const char *func, int code)
     char title[320];
     const char *name = code >= 0 && code <= 24 ? hccl_names[code] : "an unknown HcclResult";
     snprintf(title, sizeof title, "HCCL error: %s returned %d (%s)", func, code, name);
-    finding *f = seen(d, w, SEV_ERROR, "hccl-error", title);
+    finding *f = seen(d, w, SEV_ERROR, "hccl-error", title, code);
     if (!f)
         return;
     snprintf(
@@ -387,7 +399,7 @@ static void acl_code(doctor *d, const where *w, const char *func, int code)
     const char *name = hbm_backend_error_name("acl", code);
     char title[320];
     snprintf(title, sizeof title, "NPU runtime error: %s returned %d (%s)", func, code, name ? name : "unknown code");
-    finding *f = seen(d, w, code == 207000 ? SEV_WARNING : SEV_ERROR, "acl-error", title);
+    finding *f = seen(d, w, code == 207000 ? SEV_WARNING : SEV_ERROR, "acl-error", title, code);
     if (!f)
         return;
     snprintf(f->why, sizeof f->why, "AscendCL error %d is %s.%s", code, name ? name : "not in the known table",
@@ -494,7 +506,7 @@ static int known_match(doctor *d, const where *w, const char *line, int early)
             hit = has(line, k->patterns[j]);
         if (k->early != early || !hit)
             continue;
-        finding *f = seen(d, w, k->severity, k->id, k->title);
+        finding *f = seen(d, w, k->severity, k->id, k->title, NO_CODE);
         if (f) {
             snprintf(f->why, sizeof f->why, "%s", k->why);
             for (int j = 0; j < 3 && k->next[j]; j++)
@@ -531,7 +543,8 @@ static int nccl_oom(doctor *d, const where *w, const char *line)
     if (!(has(line, "Cuda failure") && has(line, "'out of memory'")) &&
         !(has(line, "NCCL WARN") && (has(line, "Failed to CUDA malloc") || has(line, "Failed to CUDA calloc"))))
         return 0;
-    finding *f = seen(d, w, SEV_ERROR, "nccl-error", "NCCL out of device memory: no room for a communicator's buffers");
+    finding *f =
+        seen(d, w, SEV_ERROR, "nccl-error", "NCCL out of device memory: no room for a communicator's buffers", NO_CODE);
     if (f) {
         snprintf(f->why, sizeof f->why,
                  "NCCL allocates its buffers with the CUDA runtime or driver, outside the framework's caching "
@@ -560,7 +573,8 @@ static int watchdog_timeout(doctor *d, const where *w, const char *line)
     int hc = has(line, "WorkHCCL");
     finding *f = seen(d, w, SEV_ERROR, hc ? "hccl-error" : "nccl-error",
                       hc ? "HCCL error: a collective timed out (the process group's watchdog)"
-                         : "NCCL error: a collective timed out (the process group's watchdog)");
+                         : "NCCL error: a collective timed out (the process group's watchdog)",
+                      NO_CODE);
     if (f) {
         snprintf(f->why, sizeof f->why,
                  "A collective did not finish within the process group's timeout (Timeout(ms) in the line; "
@@ -582,7 +596,7 @@ static int hccl_plog_timeout(doctor *d, const where *w, const char *line)
 {
     if (!has(line, "[ERROR] HCCL(") || !has(line, "[Timeout]"))
         return 0;
-    finding *f = seen(d, w, SEV_ERROR, "hccl-error", "HCCL error: a collective timed out (TaskExecStage)");
+    finding *f = seen(d, w, SEV_ERROR, "hccl-error", "HCCL error: a collective timed out (TaskExecStage)", NO_CODE);
     if (f) {
         snprintf(f->why, sizeof f->why,
                  "HCCL waited HCCL_EXEC_TIMEOUT (default 1836 s) for a peer: one rank stopped calling collectives "
@@ -609,7 +623,7 @@ static int nccl(doctor *d, const where *w, const char *line)
         k++;
     char title[320];
     snprintf(title, sizeof title, "NCCL error: %s", k < n ? nccl_classes[k].name : "an NCCL error");
-    finding *f = seen(d, w, SEV_ERROR, "nccl-error", title);
+    finding *f = seen(d, w, SEV_ERROR, "nccl-error", title, NO_CODE);
     if (f) {
         snprintf(f->why, sizeof f->why, "%s", k < n ? nccl_classes[k].why : "NCCL failed; its own log says where.");
         doctor_next(f, "rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) for the reason");

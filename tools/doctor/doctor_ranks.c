@@ -60,9 +60,10 @@ enum { K_OOM, K_COLL, K_OTHER };
 #define DEFAULT_TIMEOUT_S 1836.0 /* HCCL_EXEC_TIMEOUT's default, above PyTorch's 10 minutes for NCCL */
 
 typedef struct when {
-    int year;   /* -1: the line gave none (torch's C++ lines): taken to be the others' year */
-    double soy; /* seconds since the year began, local time as written; < 0: no time */
-    double res; /* the resolution: the time is in [soy, soy + res) */
+    int year;                        /* -1: the line gave none (torch's C++ lines): taken to be the others' year */
+    double soy;                      /* seconds since the year began, local time as written; < 0: no time */
+    double res;                      /* the resolution: the time is in [soy, soy + res) */
+    signed char after_feb, leap_day; /* past February; a leap day counted in soy (by the year known then) */
 } when;
 
 typedef struct ev {
@@ -207,6 +208,8 @@ static int set_when(when *w, int year, int mon, int day, int h, int mi, int s, d
         return 0;
     int ly = year >= 0 ? year : hint;
     w->year = year;
+    w->after_feb = mon > 2;
+    w->leap_day = mon > 2 && ly > 0 && leap(ly);
     w->soy =
         (double)(before[mon - 1] + (mon > 2 && ly > 0 && leap(ly)) + day - 1) * 86400 + h * 3600 + mi * 60 + s + frac;
     w->res = res;
@@ -602,7 +605,7 @@ static int kind_of(const char *id)
     return -1; /* not a failure of the rank (a warning, a setting) */
 }
 
-void doctor_ranks_event(doctor *d, size_t fi)
+void doctor_ranks_event(doctor *d, size_t fi, const char *title)
 {
     struct doctor_ranks *r = d->ranks;
     if (!r || r->cur_key < 0 || fi >= d->n)
@@ -625,8 +628,8 @@ void doctor_ranks_event(doctor *d, size_t fi)
     e->hi.soy = -1;
     snprintf(e->id, sizeof e->id, "%.23s", d->f[fi].id);
     int tcut;
-    size_t tl = doctor_quote_len(d->f[fi].title, strlen(d->f[fi].title), 150, &tcut);
-    snprintf(e->title, sizeof e->title, "%.*s%s", (int)tl, d->f[fi].title, tcut ? " ..." : "");
+    size_t tl = doctor_quote_len(title, strlen(title), 150, &tcut);
+    snprintf(e->title, sizeof e->title, "%.*s%s", (int)tl, title, tcut ? " ..." : "");
     if (r->cur_own) {
         e->own = 1, e->lo = e->hi = r->cur_when;
         e->hi.soy += r->cur_when.res;
@@ -1089,18 +1092,30 @@ static void headroom_after_oom(doctor *d, struct doctor_ranks *r)
     }
 }
 
-/* A time without a year (torch's C++ lines) takes the logs' year: compared once with a dated line and once with
- * another undated one, it would otherwise order A < B < C < A (two dated lines of two years around it). */
+/* A time without a year (torch's C++ lines) takes the year of the last dated line read, its day counted again in
+ * that year: compared once with a dated line and once with another undated one, it would otherwise order
+ * A < B < C < A (two dated lines of two years around it), and March 1st read before any dated line of a leap year
+ * came a day early. */
+static void give_year(when *w, int year)
+{
+    if (w->year >= 0 || w->soy < 0)
+        return;
+    int leap_day = w->after_feb && leap(year); /* read before any dated line, March 1st was day 59 */
+    w->soy += (leap_day - w->leap_day) * 86400.0;
+    w->leap_day = (signed char)leap_day;
+    w->year = year;
+}
+
 static void give_years(struct doctor_ranks *r)
 {
     if (r->year_hint <= 0)
         return; /* no line gave a year (0: none yet): every time is within one year, compared by seconds */
     for (size_t i = 0; i < r->nevs; i++) {
-        r->evs[i].lo.year = r->evs[i].lo.year >= 0 ? r->evs[i].lo.year : r->year_hint;
-        r->evs[i].hi.year = r->evs[i].hi.year >= 0 ? r->evs[i].hi.year : r->year_hint;
+        give_year(&r->evs[i].lo, r->year_hint);
+        give_year(&r->evs[i].hi, r->year_hint);
     }
     for (size_t i = 0; i < r->nkeys; i++)
-        r->keys[i].last.year = r->keys[i].last.year >= 0 ? r->keys[i].last.year : r->year_hint;
+        give_year(&r->keys[i].last, r->year_hint);
 }
 
 void doctor_ranks_report(doctor *d)

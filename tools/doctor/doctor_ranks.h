@@ -16,8 +16,8 @@
  * length of the rank prefixes at the line's start: the rest is the line as the rank wrote it. Memory is bounded
  * whatever the log's size (DOCTOR.md, "Several ranks"). */
 size_t doctor_ranks_line(doctor *d, const char *name, long lineno, const char *line);
-/* The log reader recognised a failure on the current line: finding fi (new or merged). */
-void doctor_ranks_event(doctor *d, size_t fi);
+/* The log reader recognised a failure on the current line: finding fi (new or merged), the line's own title. */
+void doctor_ranks_event(doctor *d, size_t fi, const char *title);
 /* The current line's out-of-memory message showed rbu bytes reserved but unallocated (negative: not shown). */
 void doctor_ranks_oom_figure(doctor *d, double rbu);
 /* After the logs: the timeline finding, mixed jobs, missing ranks, and the headroom advice for a communicator that

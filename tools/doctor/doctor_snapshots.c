@@ -22,7 +22,7 @@
 #include "trace/u64map.h"
 #include "util.h"
 
-#define MAX_BYTES (1ll << 48) /* no device has more: a larger size in a file is refused (as import_pytorch.c) */
+#define MAX_BYTES TRACE_MAX_BYTES
 #define FRAME_TEXT 300        /* a frame's text is cut there */
 
 void doctor_snaps_init(doctor_snaps *s) { memset(s, 0, sizeof *s); }

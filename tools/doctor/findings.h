@@ -11,9 +11,11 @@
 enum { SEV_INFO = 0, SEV_WARNING = 1, SEV_ERROR = 2 };
 
 #define DOC_MAX_NEXT 7
-/* Findings of one id with different titles (a function or code in the title) listed apart; more lines of that id are
- * counted in the last one (a log of a million distinct failing calls stays a few findings, read in linear time). */
+/* Findings whose title names the failing call and its code (hccl-error, acl-error): calls of one code listed apart,
+ * then counted in the last of that code; titles of one id in all, then counted in the id's last (doctor_log.c's
+ * seen: a log of a million distinct failing calls stays a few findings, read in linear time). */
 #define DOC_MAX_TITLES 16
+#define DOC_MAX_CODES 256
 
 typedef struct finding {
     int severity;
@@ -21,7 +23,8 @@ typedef struct finding {
     char title[480];
     char evidence[640]; /* FILE:LINE: the line, or where in the environment */
     int count;          /* times seen (logs), at most INT_MAX */
-    long other_titles;  /* lines of this id past DOC_MAX_TITLES titles, counted here (doctor_log.c) */
+    long other_titles;  /* lines of other calls (or codes) counted here past the bounds above (doctor_log.c) */
+    long code;          /* the call's result its title names (LONG_MIN: none) */
     char why[1400];
     char next[DOC_MAX_NEXT][520];
     int nnext;

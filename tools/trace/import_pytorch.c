@@ -34,7 +34,7 @@
 #include "util.h"
 
 #define SMALL_SEGMENT (2ull << 20) /* kSmallBuffer: the small pool's segments */
-#define MAX_BYTES (1ll << 48)      /* no device has more: a larger size in a file is refused */
+#define MAX_BYTES TRACE_MAX_BYTES
 /* Bytes of file per event or live block, at least: an entry PyTorch or hbmalloc writes takes 25 bytes and more (91
  * on average in a snapshot hbmalloc wrote, 164 in a real one), one repeated by a memo reference 2. Each costs 24 to
  * 80 bytes of memory, which stays under the readers' 16 per byte of file (docs/RELIABILITY.md). */

@@ -54,6 +54,8 @@ typedef struct trace_pool {
 } trace_pool;
 
 #define TRACE_MAX_SLOTS ((size_t)1 << 28) /* blocks live at once: more is refused as out of host memory */
+/* No device has more bytes: a larger size (or sum of sizes on one device) in a file or a log is refused. */
+#define TRACE_MAX_BYTES (1ll << 48)
 
 /* The state a recording began in (PyTorch snapshots whose history starts mid-run), worked back from the
  * snapshot's segments at the end through the history: the segments reserved and the blocks live then. */
