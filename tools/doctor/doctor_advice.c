@@ -555,9 +555,10 @@ int doctor_prove(doctor *d, const char *trace_path, const char *capacity, int sn
     if (d->oom_capacity > 0)
         cap = (size_t)d->oom_capacity;
     else if (!capacity) {
-        snprintf(err, errlen,
-                 "--trace needs the device's capacity: no out-of-memory message in a --log gives one a device can have, so "
-                 "give --capacity SIZE (e.g. 64GiB)");
+        snprintf(
+            err, errlen,
+            "--trace needs the device's capacity: no out-of-memory message in a --log gives one a device can have, so "
+            "give --capacity SIZE (e.g. 64GiB)");
         return -1;
     }
     trace t;

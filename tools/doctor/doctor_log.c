@@ -221,7 +221,8 @@ static void oom(doctor *d, const where *w, const char *line)
     }
     if (is_npu)
         d->oom_npu = 1;
-    if (total > 0 && total <= (double)TRACE_MAX_BYTES && d->oom_capacity <= 0) /* 2^48: no device has more (a replay's) */
+    if (total > 0 && total <= (double)TRACE_MAX_BYTES &&
+        d->oom_capacity <= 0) /* 2^48: no device has more (a replay's) */
         d->oom_capacity = total;
     int no_vmm = is_npu ? (d->npu_vmm == 0 || d->probe_failed) : d->cuda_vmm == 0;
     char qlog[600];

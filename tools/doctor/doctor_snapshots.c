@@ -23,7 +23,7 @@
 #include "util.h"
 
 #define MAX_BYTES TRACE_MAX_BYTES
-#define FRAME_TEXT 300        /* a frame's text is cut there */
+#define FRAME_TEXT 300 /* a frame's text is cut there */
 
 void doctor_snaps_init(doctor_snaps *s) { memset(s, 0, sizeof *s); }
 
