@@ -41,7 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -126,16 +125,6 @@ static int folder_bytes(const char *dir, uint64_t *out)
     closedir(d);
     *out = sum;
     return err;
-}
-
-static uint64_t random_bits(void)
-{
-    uint64_t x;
-    if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x)
-        return x;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
 }
 
 /* "rank3", from RANK else RANK_ID (torchrun sets RANK for every worker: torch/distributed/elastic/agent/server/
@@ -295,7 +284,7 @@ static void dump(hbm_allocator *a)
     rank_name(rank, sizeof rank);
     long pid = (long)getpid();
     int n = snprintf(tmp, sizeof tmp, "%s/." PREFIX "%s-dev%d-pid%ld-%u.%016llx.tmp", j.dir, rank, a->device, pid,
-                     j.seq, (unsigned long long)random_bits());
+                     j.seq, (unsigned long long)hbm__random_bits());
     if (n < 0 || (size_t)n >= sizeof tmp) {
         free(data);
         fail(a, &j, "the folder's name is too long for a file's path (PATH_MAX)");

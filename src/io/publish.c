@@ -39,7 +39,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -73,7 +72,6 @@ static struct hbm__pub *list;
 static pid_t thread_pid; /* the process whose refresher runs (a forked child has none) */
 static bool exiting;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static _Atomic uint64_t counter; /* for names when the kernel has no random bytes to give */
 
 const char *hbm_record_dir(void)
 {
@@ -89,22 +87,6 @@ static uint64_t pid_namespace(void)
 {
     struct stat st;
     return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
-/* 64 bits no other user can predict (getrandom); without them (no entropy yet, an old kernel) bits that are at
- * least unique in this process — O_EXCL still refuses a name that exists. */
-static uint64_t random_bits(void)
-{
-    uint64_t x;
-    if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x)
-        return x;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 40) ^
-        atomic_fetch_add(&counter, 0x9e3779b97f4a7c15ull);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64's finalizer */
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
 }
 
 /* Field 22 of /proc/PID/stat (the start time in clock ticks since boot), or 0 when unknown. */
@@ -332,7 +314,7 @@ static hbm_status publish_on(hbm_allocator *a)
     int fd = -1;
     for (int tries = 0; fd < 0 && tries < 8; tries++) { /* a name taken: another, random again */
         snprintf(p->path, len, "%s/hbmalloc-%u-%ld-%d-%016llx", dir, (unsigned)geteuid(), (long)p->owner, a->device,
-                 (unsigned long long)random_bits());
+                 (unsigned long long)hbm__random_bits());
         fd = open(p->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0 && errno != EEXIST)
             break;

@@ -10,10 +10,14 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 int hbm__parse_u64(const char *s, uint64_t *out)
@@ -310,4 +314,20 @@ const char *hbm__tag_invalid(const char *tag)
             return "a tag holds no control characters (a tab, a newline): it is printed in tables and "
                    "tab-separated lines";
     return NULL;
+}
+
+static _Atomic uint64_t random_counter; /* for names when the kernel has no random bytes to give */
+
+uint64_t hbm__random_bits(void)
+{
+    uint64_t x;
+    if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x)
+        return x;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 40) ^
+        atomic_fetch_add(&random_counter, 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64's finalizer */
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
 }

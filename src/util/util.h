@@ -72,4 +72,8 @@ int hbm__on_path(const char *prog);
  * lines), or NULL when it is fine. */
 const char *hbm__tag_invalid(const char *tag);
 
+/* 64 bits no other user can predict (getrandom), for names made with O_EXCL in shared folders; without them (no
+ * entropy yet, an old kernel) bits at least unique in this process: O_EXCL still refuses a name that exists. */
+uint64_t hbm__random_bits(void);
+
 #endif

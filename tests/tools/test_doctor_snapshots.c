@@ -228,17 +228,13 @@ static void ranks_alike_have_no_outlier(void **st)
 
 /* A snapshot in torch's shape (JSON: json.dump(torch.cuda.memory._snapshot())): one segment of `blocks` 1 GiB blocks
  * at torch's frames, and a free rest; top: more top-level keys. */
-/* Ranks 0 to 2's files, named by pattern ("rank%d.pickle"), compared. */
-static void compare_three(doctor *d, doctor_snaps *s, const char *pattern)
+/* The snapshots one --snapshot argument names (a file, a folder, a pattern), compared. */
+static void compare(doctor *d, doctor_snaps *s, const char *arg)
 {
     doctor_init(d);
     doctor_snaps_init(s);
     char err[700];
-    for (int k = 0; k < 3; k++) {
-        char name[32];
-        snprintf(name, sizeof name, pattern, k);
-        assert_int_equal(doctor_snaps_add(s, in_dir(name), err, sizeof err), 0);
-    }
+    assert_int_equal(doctor_snaps_add(s, arg, err, sizeof err), 0);
     assert_int_equal(doctor_snaps_run(s, d, NULL), 0);
 }
 
@@ -267,7 +263,7 @@ static void a_torch_stack_is_named_by_its_first_frame_outside_torch(void **st)
     write_torch("a_rank2.json", 8, "");
     doctor d;
     doctor_snaps s;
-    compare_three(&d, &s, "a_rank%d.json");
+    compare(&d, &s, in_dir("a_rank*.json"));
     assert_int_equal(s.noutliers, 1);
     const snap_rank *r = &s.r[2];
     assert_false(s.use_peak); /* no segment events in these histories: reserved at the snapshot is compared */
@@ -288,12 +284,8 @@ static void cached_memory_makes_an_unallocated_outlier_and_the_peak_comes_from_t
     write_rank("rank2.pickle", common, 2, 0, 12 * GiB); /* reached 12 GiB more, then emptied its cache */
     write_rank("rank3.pickle", common, 2, 6 * GiB, 0);  /* holds 6 GiB cached, free */
     doctor d;
-    doctor_init(&d);
     doctor_snaps s;
-    doctor_snaps_init(&s);
-    char err[700];
-    assert_int_equal(doctor_snaps_add(&s, dir, err, sizeof err), 0);
-    assert_int_equal(doctor_snaps_run(&s, &d, NULL), 0);
+    compare(&d, &s, dir);
     assert_true(s.use_peak);
     const snap_rank *r2 = &s.r[2], *r3 = &s.r[3];
     assert_int_equal(r2->reserved, s.r[0].reserved);
@@ -322,12 +314,8 @@ static void outside_is_read_where_the_snapshot_says_and_unknown_elsewhere(void *
     write_torch("o_rank2.json", 4, "\"device_used_bytes\":11811160064,"); /* 11 GiB used, 5 reserved: 6 outside */
     write_torch("o_rank3.json", 4, "\"rank\":7,");                        /* a "rank" key outranks the name */
     doctor d;
-    doctor_init(&d);
     doctor_snaps s;
-    doctor_snaps_init(&s);
-    char err[700];
-    assert_int_equal(doctor_snaps_add(&s, dir, err, sizeof err), 0);
-    assert_int_equal(doctor_snaps_run(&s, &d, NULL), 0);
+    compare(&d, &s, dir);
     assert_int_equal(s.n, 4);
     assert_int_equal(s.r[0].outside, 1 * GiB);
     assert_int_equal(s.r[2].outside, 6 * GiB);
@@ -394,12 +382,8 @@ static void one_snapshot_has_nothing_to_compare(void **st)
     (void)st;
     write_rank("rank0.pickle", last_stage, 4, 0, 0);
     doctor d;
-    doctor_init(&d);
     doctor_snaps s;
-    doctor_snaps_init(&s);
-    char err[700];
-    assert_int_equal(doctor_snaps_add(&s, in_dir("rank0.pickle"), err, sizeof err), 0);
-    assert_int_equal(doctor_snaps_run(&s, &d, NULL), 0);
+    compare(&d, &s, in_dir("rank0.pickle"));
     assert_int_equal(s.n, 1);
     assert_int_equal(d.n, 0);
     has_text(section(&s), "One rank's snapshot only: nothing to compare it with.");
@@ -491,12 +475,8 @@ static void sizes_past_any_device_are_refused_and_segments_without_blocks_read(v
     write_snapshot("rank3.pickle", 1ull << 20, 3, 1ull << 20, 0, 2);
     write_snapshot("rank4.pickle", 1ull << 20, 3, 1ull << 20, 0, 2);
     doctor d;
-    doctor_init(&d);
     doctor_snaps s;
-    doctor_snaps_init(&s);
-    char err[700];
-    assert_int_equal(doctor_snaps_add(&s, dir, err, sizeof err), 0);
-    assert_int_equal(doctor_snaps_run(&s, &d, NULL), 0);
+    compare(&d, &s, dir);
     assert_int_equal(s.n, 2);
     assert_int_equal(s.unreadable, 3);
     char *text = section(&s);
