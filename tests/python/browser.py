@@ -21,18 +21,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cdp import Browser  # noqa: E402  (tests/python/cdp.py)
+from checks import check, failed  # noqa: E402  (tests/python/checks.py)
 
 BIN, SRC, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(OUT, exist_ok=True)
-fails = 0
 notes = []
-
-
-def check(name, ok, detail=""):
-    global fails
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + detail))
-    if not ok:
-        fails += 1
 
 
 def trace_events(path):
@@ -706,4 +699,4 @@ finally:
 with open(os.path.join(OUT, "browser.txt"), "w") as f:
     f.write("\n".join(notes) + "\n")
 print("\n".join(notes))
-sys.exit(min(fails, 100))
+sys.exit(min(failed(), 100))

@@ -17,17 +17,10 @@ import xml.dom.minidom
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import png_ink  # noqa: E402
+from checks import check, failed  # noqa: E402  (tests/python/checks.py)
 
 BIN, SRC, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(OUT, exist_ok=True)
-fails = 0
-
-
-def check(name, ok, detail=""):
-    global fails
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + detail))
-    if not ok:
-        fails += 1
 
 
 def run(*args):
@@ -109,5 +102,5 @@ check("one_scale_for_all", all(abs(a - b) <= 3 for a, b in zip(heights, want)),
 r = run("view", snaps[0], "--conf", "", "--conf", "expandable_segments:True", "-o", os.path.join(OUT, "ab.svg"))
 check("settings_apart_need_a_page", r.returncode == 2 and "drawn as a page" in r.stderr, r.stderr)
 
-print("view_ranks: %d failed" % fails)
-sys.exit(fails)
+print("view_ranks: %d failed" % failed())
+sys.exit(failed())

@@ -15,17 +15,12 @@ import subprocess
 import sys
 import xml.dom.minidom
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, failed  # noqa: E402  (tests/python/checks.py)
+
 BIN, SRC, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(OUT, exist_ok=True)
 UNIT = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50}
-fails = 0
-
-
-def check(name, ok, detail=""):
-    global fails
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + detail))
-    if not ok:
-        fails += 1
 
 
 def texts(doc, cls):
@@ -207,5 +202,5 @@ r = subprocess.run([BIN, "view", seeded, "--capacity", "2GiB", "-o", svg], captu
 check("unfit_said", r.returncode == 1 and "the recorded state itself exceeds the capacity: the recording began with "
       "3.40 GiB reserved" in r.stderr and "): ;" not in r.stderr and "at event 0" not in r.stderr, r.stderr)
 check("unfit_marked", "NOT REPLAYED: the recorded start does not fit" in open(svg).read(), "no mark in the picture")
-print("%d check(s) failed" % fails if fails else "all view_svg checks passed")
-sys.exit(min(fails, 100))
+print("%d check(s) failed" % failed() if failed() else "all view_svg checks passed")
+sys.exit(min(failed(), 100))
