@@ -713,10 +713,11 @@ static void total_cells(const seen *s, const char *device, char cell[NCOLS][48])
     size_text(asleep, cell[C_ASLEEP], 48);
     size_text(cap, cell[C_CAP], 48);
     percent_text(ratio(res, cap), cell[C_USE], 48);
+    int64_t held = res > 0 ? res : 0; /* a negative reserved (a record's nonsense) is 0, as the rows show it */
     if (used < 0 || own_devices) /* outside every allocator of the device: its used bytes less all their reserved */
         snprintf(cell[C_OUTSIDE], 48, "-");
-    else /* a negative reserved (a record's nonsense) counts as 0, as the rows show it: no overflow */
-        size_text(used > (res > 0 ? res : 0) ? used - (res > 0 ? res : 0) : 0, cell[C_OUTSIDE], 48);
+    else
+        size_text(used > held ? used - held : 0, cell[C_OUTSIDE], 48);
     int64_t unalloc = sat_sub(res, sat_sub(alloc, asleep)); /* reserved less the blocks in memory */
     size_text(unalloc, cell[C_UNALLOC], 48);
     percent_text(ratio(unalloc, res), cell[C_UNPCT], 48);
